@@ -1,0 +1,320 @@
+//! Entry module: the dispatch contract (JSON in, JSON out) and the read-only methods inspect/check.
+
+import { parseDocument, SIZE_RANK } from './parser.js';
+import { buildModel, siblingKeys, labelPath } from './model.js';
+import { assembleWarnings, shapeWarning, STRUCTURAL } from './warnings.js';
+import {
+  CoreError, setStatus, setSize, addNode, moveNode, removeNode, applyOps, computeOps, resolveNode,
+} from './edit.js';
+
+export { CoreError, setStatus, setSize, addNode, moveNode, removeNode, applyOps, computeOps };
+
+function requireText(params, name) {
+  const v = params[name];
+  if (typeof v !== 'string') throw new CoreError('invalidParams', `"${name}" must be a string`);
+  return v;
+}
+
+function optBool(params, name, dflt) {
+  const v = params[name];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== 'boolean') throw new CoreError('invalidParams', `"${name}" must be a boolean`);
+  return v;
+}
+
+/** Parse + model + editor warning list for one text. */
+export function analyze(text, showDiscarded) {
+  const doc = parseDocument(text);
+  const model = buildModel(doc, { showDiscarded });
+  const warnings = assembleWarnings(doc.warnings, model);
+  return { doc, model, warnings };
+}
+
+function nodeOut(n, m) {
+  return {
+    id: n.id,
+    label: n.label,
+    line: n.line,
+    gate: n.children.length > 0 ? n.children[0].type : null,
+    type: n.type,
+    optional: n.optional,
+    status: n.status,
+    statusCode: n.statusCode,
+    effectiveStatus: m.effectiveStatus(n),
+    size: n.size,
+    assumedSize: m.assumedSize(n),
+    tags: n.tags.slice(),
+    marks: n.marks.slice(),
+    taigaSlug: m.taigaSlug(n),
+    deps: n.deps.slice(),
+    desc: n.desc,
+    url: n.url,
+    focus: n.focus,
+    fold: n.fold,
+    collapsed: m.collapsed(n),
+    needsBreakdown: n.size !== null && SIZE_RANK[n.size] >= SIZE_RANK.M && n.children.length === 0 && n.statusCode !== '-',
+    sizeConflict: n.sizeConflict,
+    needed: m.needed[n.idx] === 1,
+    station: m.station[n.idx] === 1,
+    children: [],
+  };
+}
+
+/** Output tree for a list of top nodes (iterative: no recursion on depth). */
+function treeOut(tops, m) {
+  const out = [];
+  const stack = [];
+  for (let i = tops.length - 1; i >= 0; i--) stack.push({ n: tops[i], into: null });
+  const holder = { children: out };
+  while (stack.length > 0) {
+    const { n, into } = stack.pop();
+    const o = nodeOut(n, m);
+    (into || holder).children.push(o);
+    for (let i = n.children.length - 1; i >= 0; i--) {
+      stack.push({ n: n.children[i], into: o });
+    }
+  }
+  return out;
+}
+
+function pathOut(m) {
+  return {
+    needed: m.neededLines.slice(),
+    stations: m.stationLines.slice(),
+    cost: m.cost,
+    loads: m.loads.map((e) => ({ tag: e.tag, load: e.load, stations: e.stations })),
+    overloadedAssignee: m.overloadedAssignee ? Object.assign({}, m.overloadedAssignee) : null,
+    exact: m.exact,
+  };
+}
+
+const INCLUDES = ['tree', 'warnings', 'path'];
+
+export function inspect(params) {
+  const text = requireText(params, 'text');
+  const showDiscarded = optBool(params, 'showDiscarded', false);
+  let include = INCLUDES;
+  if (params.include !== undefined && params.include !== null) {
+    if (!Array.isArray(params.include) || params.include.some((x) => !INCLUDES.includes(x))) {
+      throw new CoreError('invalidParams', '"include" must be an array of "tree", "warnings", "path"');
+    }
+    include = params.include;
+  }
+  const { doc, model, warnings } = analyze(text, showDiscarded);
+  const result = {};
+  if (include.includes('tree')) {
+    let tops = model.roots;
+    if (params.id !== undefined && params.id !== null) {
+      const n = resolveNode(doc, params.id, 'id');
+      if (!model.inView[n.idx]) {
+        throw new CoreError('unknownNode', `node ${JSON.stringify(params.id)} is under a hidden discarded root (set showDiscarded)`);
+      }
+      tops = [n];
+    }
+    result.tree = treeOut(tops, model);
+  } else if (params.id !== undefined && params.id !== null) {
+    resolveNode(doc, params.id, 'id');
+  }
+  if (include.includes('warnings')) result.warnings = warnings;
+  if (include.includes('path')) result.path = pathOut(model);
+  result.summary = {
+    nodes: model.nodes.length,
+    warnings: warnings.length,
+    needed: model.neededLines.length,
+    stations: model.stationLines.length,
+    exact: model.exact,
+  };
+  return result;
+}
+
+// ------------------------------------------------------------------ check
+
+/** Identity of a warning across edits: type + non-line fields + the anchor line's content. */
+function warningKey(w, doc, lineKeys) {
+  const parts = [w.type];
+  for (const k of Object.keys(w).sort()) {
+    if (k === 'type' || k === 'line' || k === 'firstLine' || k === 'text') continue;
+    if (w.type === 'assigneeOverload' && k !== 'tag') continue;
+    parts.push(k + '=' + JSON.stringify(w[k]));
+  }
+  if (typeof w.line === 'number') parts.push('@' + lineKeys(w.line));
+  return parts.join('\u0000');
+}
+
+function makeLineKeys(doc) {
+  const byLine = new Map();
+  for (const n of doc.nodes) byLine.set(n.line, n);
+  let own = null;
+  return (line) => {
+    const n = byLine.get(line);
+    if (n) {
+      if (own === null) own = siblingKeys(doc);
+      return 'node:' + (n.id !== null ? '#' + n.id + ':' : '') + labelPath(n, own);
+    }
+    const raw = doc.lines[line - 1];
+    return 'text:' + (raw === undefined ? '' : raw.trim());
+  };
+}
+
+export function check(params) {
+  const text = requireText(params, 'text');
+  const allowWarnings = optBool(params, 'allowWarnings', false);
+  const allowProd = optBool(params, 'allowProd', false);
+  const hasAgainst = params.against !== undefined && params.against !== null;
+  if (hasAgainst && typeof params.against !== 'string') throw new CoreError('invalidParams', '"against" must be a string');
+
+  const cur = analyze(text, false);
+  const findings = [];
+  let newWarnings;
+  let before = null;
+  if (hasAgainst) {
+    before = analyze(params.against, false);
+    const bk = makeLineKeys(before.doc);
+    const counts = new Map();
+    for (const w of before.warnings) {
+      const k = warningKey(w, before.doc, bk);
+      counts.set(k, (counts.get(k) || 0) + 1);
+    }
+    const ck = makeLineKeys(cur.doc);
+    newWarnings = [];
+    for (const w of cur.warnings) {
+      const k = warningKey(w, cur.doc, ck);
+      const c = counts.get(k) || 0;
+      if (c > 0) counts.set(k, c - 1); else newWarnings.push(w);
+    }
+  } else {
+    newWarnings = cur.warnings;
+  }
+  for (const w of newWarnings) {
+    const structural = STRUCTURAL.has(w.type);
+    const f = Object.assign({}, w, { blocking: structural && !allowWarnings });
+    if (structural) f.reason = allowWarnings ? 'structural warning, allowed by allowWarnings' : 'new structural warning';
+    findings.push(f);
+  }
+
+  // newly [^] nodes
+  let prodBefore = null;
+  if (before) {
+    const ownB = siblingKeys(before.doc);
+    prodBefore = { ids: new Map(), paths: new Map() };
+    for (const n of before.doc.nodes) {
+      if (n.id !== null && !prodBefore.ids.has(n.id)) prodBefore.ids.set(n.id, n);
+    }
+    prodBefore.ownB = ownB;
+  }
+  let ownC = null;
+  let pathIndexB = null;
+  const prodFindings = [];
+  for (const n of cur.doc.nodes) {
+    if (n.statusCode !== '^') continue;
+    let wasProd = false;
+    if (prodBefore) {
+      let match = n.id !== null ? prodBefore.ids.get(n.id) : undefined;
+      if (!match) {
+        if (ownC === null) ownC = siblingKeys(cur.doc);
+        if (pathIndexB === null) {
+          pathIndexB = new Map();
+          for (const b of before.doc.nodes) {
+            const k = labelPath(b, prodBefore.ownB);
+            if (!pathIndexB.has(k)) pathIndexB.set(k, b);
+          }
+        }
+        match = pathIndexB.get(labelPath(n, ownC));
+      }
+      wasProd = !!match && match.statusCode === '^';
+    }
+    if (wasProd) continue;
+    const w = { type: 'prodStatus', line: n.line, label: n.label };
+    if (n.id !== null) w.id = n.id;
+    const f = shapeWarning(w);
+    f.blocking = !allowProd;
+    f.reason = allowProd ? 'status [^] set, allowed by allowProd' : 'status [^] (prod) may only be set by a person';
+    prodFindings.push(f);
+  }
+  const all = findings.concat(prodFindings);
+  const keyed = all.map((f, i) => ({ f, i, l: typeof f.line === 'number' ? f.line : 0 }));
+  keyed.sort((a, b) => (a.l - b.l) || (a.i - b.i));
+  const sorted = keyed.map((k) => k.f);
+  return { findings: sorted, blocking: sorted.some((f) => f.blocking), warnings: cur.warnings };
+}
+
+// ------------------------------------------------------------------ dispatch
+
+const METHODS = {
+  inspect, check, setStatus, setSize, addNode, moveNode, removeNode, applyOps, computeOps,
+};
+
+/** JSON.stringify without recursion (deep trees must not exhaust the stack). */
+export function stringify(value) {
+  const out = [];
+  const stack = [{ v: value, state: 0 }];
+  while (stack.length > 0) {
+    const f = stack[stack.length - 1];
+    const v = f.v;
+    if (f.state === 0) {
+      if (v === null || v === undefined || typeof v === 'function') { out.push('null'); stack.pop(); continue; }
+      if (typeof v === 'string') { out.push(JSON.stringify(v)); stack.pop(); continue; }
+      if (typeof v === 'number') { out.push(Number.isFinite(v) ? String(v) : 'null'); stack.pop(); continue; }
+      if (typeof v === 'boolean') { out.push(v ? 'true' : 'false'); stack.pop(); continue; }
+      if (Array.isArray(v)) { out.push('['); f.arr = true; f.keys = null; f.i = 0; f.state = 1; continue; }
+      out.push('{');
+      f.arr = false;
+      f.keys = Object.keys(v).filter((k) => v[k] !== undefined && typeof v[k] !== 'function');
+      f.i = 0;
+      f.state = 1;
+      continue;
+    }
+    const len = f.arr ? v.length : f.keys.length;
+    if (f.i >= len) { out.push(f.arr ? ']' : '}'); stack.pop(); continue; }
+    if (f.i > 0) out.push(',');
+    if (f.arr) {
+      stack.push({ v: v[f.i], state: 0 });
+    } else {
+      const k = f.keys[f.i];
+      out.push(JSON.stringify(k), ':');
+      stack.push({ v: v[k], state: 0 });
+    }
+    f.i++;
+  }
+  return out.join('');
+}
+
+function errorJson(code, message) {
+  return stringify({ error: { code, message: String(message) } });
+}
+
+/**
+ * The engine entry point: `dispatch(method, paramsJson)` → JSON string
+ * `{"result": …}` or `{"error": {"code", "message"}}`. Never throws.
+ */
+export function dispatch(method, paramsJson) {
+  try {
+    if (typeof method !== 'string' || !Object.prototype.hasOwnProperty.call(METHODS, method)) {
+      return errorJson('unknownMethod', `unknown method ${JSON.stringify(String(method))}`);
+    }
+    let params;
+    if (typeof paramsJson === 'string') {
+      try {
+        params = JSON.parse(paramsJson);
+      } catch (e) {
+        return errorJson('invalidParams', 'params are not valid JSON');
+      }
+    } else if (paramsJson === undefined || paramsJson === null) {
+      params = {};
+    } else {
+      params = paramsJson;
+    }
+    if (params === null || typeof params !== 'object' || Array.isArray(params)) {
+      return errorJson('invalidParams', 'params must be a JSON object');
+    }
+    const result = METHODS[method](params);
+    return stringify({ result });
+  } catch (e) {
+    try {
+      if (e instanceof CoreError) return errorJson(e.code, e.message);
+      return errorJson('internal', (e && e.message) ? e.message : String(e));
+    } catch (e2) {
+      return '{"error":{"code":"internal","message":"unprintable internal error"}}';
+    }
+  }
+}

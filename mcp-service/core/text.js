@@ -1,0 +1,120 @@
+//! Line normalisation (CRLF/CR to LF), comments, continuation and logical lines.
+
+/** Separator that switches to the description part (§10). */
+export const SEPARATOR_RE = /^[ \t]*-{3,}[ \t]*$/;
+
+/** Replace CRLF and lone CR by LF (upstream parse() would throw on CR). */
+export function normalizeNewlines(text) {
+  return text.indexOf('\r') < 0 ? text : text.replace(/\r\n?/g, '\n');
+}
+
+/** Physical lines of a (normalised) text, split on LF only. */
+export function physicalLines(text) {
+  return normalizeNewlines(text).split('\n');
+}
+
+/** Cut everything from the first `%%` (§1). */
+export function stripComment(line) {
+  const i = line.indexOf('%%');
+  return i < 0 ? line : line.slice(0, i);
+}
+
+/** True when the line holds only blanks (after comment removal). */
+export function isBlank(s) {
+  return /^\s*$/.test(s);
+}
+
+/**
+ * Continuation test `(^|[ \t])\\[ \t]*$` written without a regex so that huge
+ * lines stay linear. Returns the index of the backslash, or -1.
+ */
+export function continuationCut(s) {
+  let end = s.length;
+  while (end > 0) {
+    const c = s.charCodeAt(end - 1);
+    if (c === 32 || c === 9) end--; else break;
+  }
+  if (end === 0 || s.charCodeAt(end - 1) !== 92) return -1;
+  const bs = end - 1;
+  if (bs === 0) return 0;
+  const p = s.charCodeAt(bs - 1);
+  return (p === 32 || p === 9) ? bs : -1;
+}
+
+function leadingBlanks(s) {
+  let i = 0;
+  while (i < s.length) {
+    const c = s.charCodeAt(i);
+    if (c === 32 || c === 9) i++; else break;
+  }
+  return i;
+}
+
+/**
+ * First pass (§1). Returns
+ *   { lines: physical lines (LF-normalised),
+ *     tree: [{ text, line, contLines, pieces }],   // logical lines of the tree part
+ *     desc: [{ text, line }],                       // comment-free physical lines of the description part
+ *     separatorLine: 1-based line of the first separator or null }
+ * `pieces` map logical-text offsets back to physical positions:
+ *   { pl: 0-based physical line, raw: start column, log: start offset in text, len }.
+ */
+export function logicalLines(text) {
+  const lines = physicalLines(text);
+  const tree = [];
+  const desc = [];
+  let separatorLine = null;
+  const n = lines.length;
+  let i = 0;
+  while (i < n) {
+    const s = stripComment(lines[i]);
+    if (separatorLine !== null) {
+      desc.push({ text: s, line: i + 1 });
+      i++;
+      continue;
+    }
+    if (SEPARATOR_RE.test(s)) {
+      separatorLine = i + 1;
+      i++;
+      continue;
+    }
+    let logical = s;
+    const pieces = [{ pl: i, raw: 0, log: 0, len: s.length }];
+    const contLines = [];
+    let j = i;
+    for (;;) {
+      const cut = continuationCut(logical);
+      if (cut < 0) break;
+      logical = logical.slice(0, cut);
+      const last = pieces[pieces.length - 1];
+      last.len = Math.max(0, cut - last.log);
+      if (j + 1 >= n) break; // backslash on the very last line: dropped
+      j++;
+      const next = stripComment(lines[j]);
+      const lead = leadingBlanks(next);
+      const rest = next.slice(lead);
+      if (logical.length > 0 && rest.length > 0) {
+        const c = logical.charCodeAt(logical.length - 1);
+        if (c !== 32 && c !== 9) logical += ' ';
+      }
+      pieces.push({ pl: j, raw: lead, log: logical.length, len: rest.length });
+      logical += rest;
+      contLines.push(j + 1);
+    }
+    tree.push({ text: logical, line: i + 1, contLines, pieces });
+    i = j + 1;
+  }
+  return { lines, tree, desc, separatorLine };
+}
+
+/** Map an offset in a logical line back to {pl, col} in the physical lines. */
+export function mapLogicalOffset(pieces, pos) {
+  for (let k = 0; k < pieces.length; k++) {
+    const p = pieces[k];
+    if (pos >= p.log && pos < p.log + p.len) return { pl: p.pl, col: p.raw + (pos - p.log) };
+  }
+  // end position (or inside a synthetic blank): end of the last piece that starts before pos
+  let best = pieces[0];
+  for (let k = 0; k < pieces.length; k++) if (pieces[k].log <= pos) best = pieces[k];
+  return { pl: best.pl, col: best.raw + Math.min(best.len, Math.max(0, pos - best.log)) };
+}
