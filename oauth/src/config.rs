@@ -1,0 +1,281 @@
+//! Authorization-server configuration: issuer, resource, scopes, lifetimes, CIMD, cookies, throttles.
+
+use serde::{Deserialize, Serialize};
+use url::Url;
+
+/// Everything the authorization server needs to know about its deployment.
+///
+/// Build it with [`OAuthConfig::new`] (issuer = the gateway's public base URL) and override
+/// fields as needed; call [`OAuthConfig::validate`] before use (the server does).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The gateway's public base URL, no path (e.g. `https://mcp.example.com`). Normalised by
+    /// [`OAuthConfig::new`] to its ASCII origin; the same bytes appear in the RFC 8414 metadata,
+    /// the RFC 9728 document and the `iss` response parameter.
+    pub issuer: String,
+    /// The canonical MCP resource URL (`<issuer>/mcp`); tokens are audience-bound to it.
+    pub resource: String,
+    /// Scopes the server knows. A request without `scope` gets all of them.
+    pub scopes_supported: Vec<String>,
+    /// Authorization-code lifetime in seconds (at most 60).
+    pub code_ttl_secs: u64,
+    /// Access-token lifetime in seconds (default 1 h).
+    pub access_ttl_secs: u64,
+    /// Refresh-token lifetime in seconds, renewed on each rotation (default 30 d).
+    pub refresh_ttl_secs: u64,
+    /// A rotated refresh token presented again within this many seconds returns the same
+    /// successor pair; later, the whole family is revoked (default 30 s).
+    pub refresh_grace_secs: u64,
+    /// Login-session lifetime in seconds (default 1 h).
+    pub session_ttl_secs: u64,
+    /// Dynamically registered clients unused for this many seconds are deleted (default 30 d).
+    pub client_reap_after_secs: u64,
+    /// Client ID Metadata Document fetching.
+    pub cimd: CimdConfig,
+    /// Mark the session cookie `Secure` and name it `__Host-pforte_session` (default true).
+    /// Set to false ONLY when the gateway serves plain HTTP on a loopback address (local use,
+    /// tests): browsers refuse `Secure`/`__Host-` cookies over plain HTTP; the cookie is then
+    /// called `pforte_session`.
+    pub cookie_secure: bool,
+    /// Rate limits applied by the default in-process limiter.
+    pub throttle: ThrottleConfig,
+    /// argon2id parameters for new password hashes (OWASP defaults).
+    pub password_hashing: PasswordHashing,
+}
+
+/// Client ID Metadata Document settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CimdConfig {
+    /// Fetch documents whose host resolves to private, loopback or link-local addresses.
+    /// False by default; tests only.
+    pub allow_private_addresses: bool,
+    /// Whole-fetch timeout in milliseconds.
+    pub fetch_timeout_ms: u64,
+    /// Largest accepted document in bytes.
+    pub max_document_bytes: usize,
+    /// Upper bound on the Cache-Control max-age honoured, in seconds.
+    pub max_cache_secs: u64,
+    /// Cache lifetime when the response carries no max-age, in seconds.
+    pub default_cache_secs: u64,
+}
+
+/// A GCRA quota: `burst` requests at once, refilling at `per_minute`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    pub burst: u32,
+    pub per_minute: u32,
+}
+
+/// Throttles for the unauthenticated endpoints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ThrottleConfig {
+    pub login_per_ip: Quota,
+    pub login_per_username: Quota,
+    pub register_per_ip: Quota,
+}
+
+/// argon2id cost parameters.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PasswordHashing {
+    pub memory_kib: u32,
+    pub iterations: u32,
+    pub parallelism: u32,
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("issuer must be an absolute http(s) URL without path, query or fragment: {0}")]
+    Issuer(String),
+    #[error("resource must be an absolute http(s) URL on the issuer's origin: {0}")]
+    Resource(String),
+    #[error("code_ttl_secs must be between 1 and 60")]
+    CodeTtl,
+    #[error("{0} must be positive")]
+    Zero(&'static str),
+    #[error("scopes_supported must be non-empty, each scope a space-free printable token")]
+    Scopes,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> Self {
+        Self {
+            issuer: String::new(),
+            resource: String::new(),
+            scopes_supported: vec!["mcp:read".into(), "mcp:write".into()],
+            code_ttl_secs: 60,
+            access_ttl_secs: 3600,
+            refresh_ttl_secs: 30 * 86_400,
+            refresh_grace_secs: 30,
+            session_ttl_secs: 3600,
+            client_reap_after_secs: 30 * 86_400,
+            cimd: CimdConfig::default(),
+            cookie_secure: true,
+            throttle: ThrottleConfig::default(),
+            password_hashing: PasswordHashing::default(),
+        }
+    }
+}
+
+impl Default for CimdConfig {
+    fn default() -> Self {
+        Self {
+            allow_private_addresses: false,
+            fetch_timeout_ms: 5_000,
+            max_document_bytes: 5 * 1024,
+            max_cache_secs: 86_400,
+            default_cache_secs: 300,
+        }
+    }
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        Self {
+            login_per_ip: Quota {
+                burst: 10,
+                per_minute: 10,
+            },
+            login_per_username: Quota {
+                burst: 5,
+                per_minute: 5,
+            },
+            register_per_ip: Quota {
+                burst: 10,
+                per_minute: 10,
+            },
+        }
+    }
+}
+
+impl Default for PasswordHashing {
+    fn default() -> Self {
+        // OWASP Password Storage Cheat Sheet: argon2id, m=19 MiB, t=2, p=1.
+        Self {
+            memory_kib: 19 * 1024,
+            iterations: 2,
+            parallelism: 1,
+        }
+    }
+}
+
+impl OAuthConfig {
+    /// Defaults for the gateway whose public base URL is `issuer`; `resource` becomes
+    /// `<issuer>/mcp`.
+    pub fn new(issuer: &str) -> Result<Self, ConfigError> {
+        let issuer = normalize_issuer(issuer)?;
+        let resource = format!("{issuer}/mcp");
+        let config = Self {
+            issuer,
+            resource,
+            ..Self::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field; the server refuses to start on an error.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if normalize_issuer(&self.issuer)? != self.issuer {
+            return Err(ConfigError::Issuer(format!(
+                "{} (use its normalised form {})",
+                self.issuer,
+                normalize_issuer(&self.issuer)?
+            )));
+        }
+        let resource =
+            Url::parse(&self.resource).map_err(|_| ConfigError::Resource(self.resource.clone()))?;
+        if resource.origin().ascii_serialization() != self.issuer || resource.fragment().is_some() {
+            return Err(ConfigError::Resource(self.resource.clone()));
+        }
+        if !(1..=60).contains(&self.code_ttl_secs) {
+            return Err(ConfigError::CodeTtl);
+        }
+        for (name, value) in [
+            ("access_ttl_secs", self.access_ttl_secs),
+            ("refresh_ttl_secs", self.refresh_ttl_secs),
+            ("session_ttl_secs", self.session_ttl_secs),
+            ("client_reap_after_secs", self.client_reap_after_secs),
+            ("cimd.fetch_timeout_ms", self.cimd.fetch_timeout_ms),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        let scope_ok = |s: &String| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
+        };
+        if self.scopes_supported.is_empty() || !self.scopes_supported.iter().all(scope_ok) {
+            return Err(ConfigError::Scopes);
+        }
+        Ok(())
+    }
+
+    /// The name of the login-session cookie (see [`OAuthConfig::cookie_secure`]).
+    pub fn cookie_name(&self) -> &'static str {
+        if self.cookie_secure {
+            "__Host-pforte_session"
+        } else {
+            "pforte_session"
+        }
+    }
+}
+
+/// `scheme://host[:port]` of an absolute http(s) URL that has no path, query or fragment.
+pub fn normalize_issuer(raw: &str) -> Result<String, ConfigError> {
+    let err = || ConfigError::Issuer(raw.to_owned());
+    let url = Url::parse(raw).map_err(|_| err())?;
+    let path_ok = url.path() == "/" || url.path().is_empty();
+    if !matches!(url.scheme(), "https" | "http")
+        || !path_ok
+        || url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+        || url.password().is_some()
+        || url.host().is_none()
+    {
+        return Err(err());
+    }
+    Ok(url.origin().ascii_serialization())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn issuer_is_normalised_and_resource_derived() {
+        let c = OAuthConfig::new("https://GW.example.com:443/").unwrap();
+        assert_eq!(c.issuer, "https://gw.example.com");
+        assert_eq!(c.resource, "https://gw.example.com/mcp");
+        assert_eq!(c.code_ttl_secs, 60);
+        assert_eq!(c.cookie_name(), "__Host-pforte_session");
+    }
+
+    #[test]
+    fn bad_issuers_are_refused() {
+        for bad in [
+            "https://a.example/path",
+            "ftp://a.example",
+            "https://a.example/?q",
+            "nope",
+        ] {
+            assert!(OAuthConfig::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn code_ttl_capped_at_60() {
+        let mut c = OAuthConfig::new("http://127.0.0.1:8080").unwrap();
+        c.code_ttl_secs = 61;
+        assert_eq!(c.validate(), Err(ConfigError::CodeTtl));
+    }
+}

@@ -1,0 +1,159 @@
+//! The records the store keeps: users, clients, codes, grants (token families), tokens, sessions.
+//!
+//! Every token, code, client secret and session id appears here only as a hex SHA-256 hash.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How a client authenticates at the token and revocation endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthMethod {
+    /// Public client: `client_id` only.
+    None,
+    /// `client_id` + `client_secret` in the form body.
+    ClientSecretPost,
+    /// HTTP Basic with `client_id:client_secret`.
+    ClientSecretBasic,
+}
+
+impl AuthMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthMethod::None => "none",
+            AuthMethod::ClientSecretPost => "client_secret_post",
+            AuthMethod::ClientSecretBasic => "client_secret_basic",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "none" => Some(AuthMethod::None),
+            "client_secret_post" => Some(AuthMethod::ClientSecretPost),
+            "client_secret_basic" => Some(AuthMethod::ClientSecretBasic),
+            _ => None,
+        }
+    }
+}
+
+/// A local user who can log in at `/authorize`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub username: String,
+    /// argon2id PHC string.
+    pub password_hash: String,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+impl fmt::Debug for UserRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserRecord")
+            .field("username", &self.username)
+            .field("password_hash", &"<redacted>")
+            .field("created_at", &self.created_at)
+            .field("updated_at", &self.updated_at)
+            .finish()
+    }
+}
+
+/// A dynamically registered client (RFC 7591).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientRecord {
+    pub client_id: String,
+    /// SHA-256 of the client secret (confidential clients only).
+    pub secret_hash: Option<String>,
+    pub auth_method: AuthMethod,
+    pub redirect_uris: Vec<String>,
+    pub client_name: Option<String>,
+    /// The registered metadata as echoed in the registration response (never the secret).
+    pub metadata: serde_json::Value,
+    pub created_at: u64,
+    pub last_used_at: u64,
+}
+
+/// An issued authorization code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeRecord {
+    pub code_hash: String,
+    pub client_id: String,
+    pub username: String,
+    pub redirect_uri: String,
+    /// Whether the authorization request named `redirect_uri` (then /token must repeat it).
+    pub redirect_uri_explicit: bool,
+    pub code_challenge: String,
+    pub scopes: Vec<String>,
+    pub resource: String,
+    /// The token family the code's tokens will belong to (revoked on replay).
+    pub family_id: String,
+    pub issued_at: u64,
+    pub expires_at: u64,
+    pub used: bool,
+}
+
+/// A grant: the family of access and refresh tokens issued from one authorization code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantRecord {
+    pub family_id: String,
+    pub client_id: String,
+    pub username: String,
+    pub scopes: Vec<String>,
+    pub resource: String,
+    pub created_at: u64,
+    pub last_used_at: u64,
+    /// When the newest refresh token of the family expires.
+    pub expires_at: u64,
+    pub revoked_at: Option<u64>,
+}
+
+/// An access token (by hash).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRecord {
+    pub token_hash: String,
+    pub family_id: String,
+    pub client_id: String,
+    pub username: String,
+    pub scopes: Vec<String>,
+    pub resource: String,
+    pub issued_at: u64,
+    pub expires_at: u64,
+    pub revoked: bool,
+}
+
+/// A refresh token (by hash).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefreshRecord {
+    pub token_hash: String,
+    pub family_id: String,
+    pub client_id: String,
+    pub username: String,
+    /// The scopes of the grant (a refresh may narrow, never widen them).
+    pub scopes: Vec<String>,
+    pub resource: String,
+    pub issued_at: u64,
+    pub expires_at: u64,
+    /// Set when the token was used to obtain its successor.
+    pub rotated_at: Option<u64>,
+}
+
+/// A browser login session at `/authorize` (by hash of the cookie value).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub session_hash: String,
+    /// Set once the user has logged in.
+    pub username: Option<String>,
+    pub created_at: u64,
+    pub expires_at: u64,
+}
+
+/// What happened when a refresh token was presented for rotation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RotateOutcome {
+    /// The token was active; it is now rotated and the successor pair is stored.
+    Rotated,
+    /// The token had been rotated before, at this time.
+    AlreadyRotated { rotated_at: u64 },
+    /// Its family is revoked.
+    FamilyRevoked,
+    /// No such token.
+    NotFound,
+}

@@ -1,0 +1,65 @@
+//! RFC 8414 authorization-server metadata and the RFC 9728 protected-resource document.
+
+use serde_json::{Value, json};
+
+use crate::config::OAuthConfig;
+
+/// The RFC 8414 document (also served as `/.well-known/openid-configuration`).
+pub fn authorization_server(cfg: &OAuthConfig) -> Value {
+    let iss = &cfg.issuer;
+    json!({
+        "issuer": iss,
+        "authorization_endpoint": format!("{iss}/authorize"),
+        "token_endpoint": format!("{iss}/token"),
+        "registration_endpoint": format!("{iss}/register"),
+        "revocation_endpoint": format!("{iss}/revoke"),
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_post", "client_secret_basic"],
+        "revocation_endpoint_auth_methods_supported": ["none", "client_secret_post", "client_secret_basic"],
+        "scopes_supported": cfg.scopes_supported,
+        "client_id_metadata_document_supported": true,
+        "authorization_response_iss_parameter_supported": true,
+    })
+}
+
+/// The RFC 9728 document the gateway serves at `/.well-known/oauth-protected-resource[/mcp]`.
+pub fn protected_resource(cfg: &OAuthConfig) -> Value {
+    json!({
+        "resource": cfg.resource,
+        "authorization_servers": [cfg.issuer],
+        "bearer_methods_supported": ["header"],
+        "scopes_supported": cfg.scopes_supported,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn metadata_has_every_required_field_and_one_issuer() {
+        let cfg = OAuthConfig::new("https://gw.example").unwrap();
+        let m = authorization_server(&cfg);
+        assert_eq!(m["issuer"], "https://gw.example");
+        assert_eq!(m["authorization_endpoint"], "https://gw.example/authorize");
+        assert_eq!(m["response_types_supported"], json!(["code"]));
+        assert_eq!(
+            m["grant_types_supported"],
+            json!(["authorization_code", "refresh_token"])
+        );
+        assert_eq!(m["code_challenge_methods_supported"], json!(["S256"]));
+        assert_eq!(
+            m["token_endpoint_auth_methods_supported"],
+            json!(["none", "client_secret_post", "client_secret_basic"])
+        );
+        assert_eq!(m["client_id_metadata_document_supported"], true);
+        assert_eq!(m["authorization_response_iss_parameter_supported"], true);
+        let prm = protected_resource(&cfg);
+        assert_eq!(prm["authorization_servers"][0], m["issuer"]);
+        assert_eq!(prm["resource"], "https://gw.example/mcp");
+    }
+}

@@ -1,0 +1,227 @@
+//! RFC 7591 dynamic client registration: validating the request, shaping the response.
+
+use serde_json::{Map, Value, json};
+
+use super::redirect;
+use crate::error::OAuthError;
+use crate::model::AuthMethod;
+
+/// A validated registration request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Registration {
+    pub auth_method: AuthMethod,
+    pub redirect_uris: Vec<String>,
+    pub client_name: Option<String>,
+    /// The metadata to store and echo (without id and secret).
+    pub metadata: Value,
+}
+
+const ECHOED_STRINGS: &[&str] = &[
+    "client_name",
+    "client_uri",
+    "logo_uri",
+    "scope",
+    "tos_uri",
+    "policy_uri",
+    "software_id",
+    "software_version",
+];
+
+fn meta_err(msg: impl Into<String>) -> OAuthError {
+    OAuthError::InvalidClientMetadata(msg.into())
+}
+
+fn string_list(v: &Value, field: &str) -> Result<Vec<String>, OAuthError> {
+    v.as_array()
+        .ok_or_else(|| meta_err(format!("{field} must be an array of strings")))?
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| meta_err(format!("{field} must be an array of strings")))
+        })
+        .collect()
+}
+
+/// Validates an RFC 7591 registration request body.
+pub fn validate(body: &Value) -> Result<Registration, OAuthError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| meta_err("the request body must be a JSON object"))?;
+
+    let uris_v = obj
+        .get("redirect_uris")
+        .ok_or_else(|| OAuthError::InvalidRedirectUri("redirect_uris is required".into()))?;
+    let redirect_uris = string_list(uris_v, "redirect_uris").map_err(|_| {
+        OAuthError::InvalidRedirectUri("redirect_uris must be an array of strings".into())
+    })?;
+    if redirect_uris.is_empty() {
+        return Err(OAuthError::InvalidRedirectUri(
+            "redirect_uris must not be empty".into(),
+        ));
+    }
+    for uri in &redirect_uris {
+        redirect::check_registrable(uri).map_err(OAuthError::InvalidRedirectUri)?;
+    }
+
+    let auth_method = match obj.get("token_endpoint_auth_method") {
+        None | Some(Value::Null) => AuthMethod::ClientSecretBasic, // RFC 7591 §2 default
+        Some(Value::String(s)) => AuthMethod::parse(s)
+            .ok_or_else(|| meta_err(format!("token_endpoint_auth_method {s} is not supported")))?,
+        Some(_) => return Err(meta_err("token_endpoint_auth_method must be a string")),
+    };
+
+    let grant_types = match obj.get("grant_types") {
+        None | Some(Value::Null) => {
+            vec!["authorization_code".to_owned(), "refresh_token".to_owned()]
+        }
+        Some(v) => string_list(v, "grant_types")?,
+    };
+    if let Some(g) = grant_types
+        .iter()
+        .find(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))
+    {
+        return Err(meta_err(format!("grant type {g} is not supported")));
+    }
+    if !grant_types.iter().any(|g| g == "authorization_code") {
+        return Err(meta_err("grant_types must include authorization_code"));
+    }
+    let response_types = match obj.get("response_types") {
+        None | Some(Value::Null) => vec!["code".to_owned()],
+        Some(v) => string_list(v, "response_types")?,
+    };
+    if response_types.iter().any(|r| r != "code") {
+        return Err(meta_err("only response type code is supported"));
+    }
+
+    let mut metadata = Map::new();
+    metadata.insert("redirect_uris".into(), json!(redirect_uris));
+    metadata.insert(
+        "token_endpoint_auth_method".into(),
+        json!(auth_method.as_str()),
+    );
+    metadata.insert("grant_types".into(), json!(grant_types));
+    metadata.insert("response_types".into(), json!(response_types));
+    for field in ECHOED_STRINGS {
+        match obj.get(*field) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s.chars().count() <= 1000 => {
+                metadata.insert((*field).into(), json!(s));
+            }
+            Some(_) => {
+                return Err(meta_err(format!(
+                    "{field} must be a string of at most 1000 characters"
+                )));
+            }
+        }
+    }
+    if let Some(c) = obj.get("contacts").filter(|v| !v.is_null()) {
+        metadata.insert("contacts".into(), json!(string_list(c, "contacts")?));
+    }
+    let client_name = metadata
+        .get("client_name")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok(Registration {
+        auth_method,
+        redirect_uris,
+        client_name,
+        metadata: Value::Object(metadata),
+    })
+}
+
+/// The registration response: the metadata plus id, issue time and (confidential) secret.
+pub fn response(client_id: &str, issued_at: u64, secret: Option<&str>, metadata: &Value) -> Value {
+    let mut out = metadata.as_object().cloned().unwrap_or_default();
+    out.insert("client_id".into(), json!(client_id));
+    out.insert("client_id_issued_at".into(), json!(issued_at));
+    if let Some(s) = secret {
+        out.insert("client_secret".into(), json!(s));
+        out.insert("client_secret_expires_at".into(), json!(0));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn claude_ai_style_registration() {
+        let r = validate(&json!({
+            "client_name": "Claude",
+            "redirect_uris": ["https://claude.ai/api/mcp/auth_callback"],
+            "token_endpoint_auth_method": "client_secret_post",
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "scope": "claudeai"
+        }))
+        .unwrap();
+        assert_eq!(r.auth_method, AuthMethod::ClientSecretPost);
+        assert_eq!(r.metadata["client_name"], "Claude");
+        let resp = response("cid", 7, Some("sec"), &r.metadata);
+        assert_eq!(resp["client_id"], "cid");
+        assert_eq!(resp["client_secret"], "sec");
+        assert_eq!(
+            resp["redirect_uris"][0],
+            "https://claude.ai/api/mcp/auth_callback"
+        );
+    }
+
+    #[test]
+    fn public_loopback_client() {
+        let r = validate(&json!({
+            "redirect_uris": ["http://localhost:33418/callback"],
+            "token_endpoint_auth_method": "none"
+        }))
+        .unwrap();
+        assert_eq!(r.auth_method, AuthMethod::None);
+        assert!(
+            response("cid", 7, None, &r.metadata)
+                .get("client_secret")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn non_loopback_http_redirect_is_refused() {
+        let e = validate(&json!({"redirect_uris": ["http://evil.example/cb"]})).unwrap_err();
+        assert_eq!(e.code(), "invalid_redirect_uri");
+        let e = validate(&json!({"client_name": "x"})).unwrap_err();
+        assert_eq!(e.code(), "invalid_redirect_uri");
+    }
+
+    #[test]
+    fn unsupported_metadata_is_refused() {
+        let base = |extra: Value| {
+            let mut v = json!({"redirect_uris": ["https://a.example/cb"]});
+            for (k, x) in extra.as_object().unwrap() {
+                v[k] = x.clone();
+            }
+            validate(&v)
+        };
+        assert_eq!(
+            base(json!({"token_endpoint_auth_method": "private_key_jwt"}))
+                .unwrap_err()
+                .code(),
+            "invalid_client_metadata"
+        );
+        assert_eq!(
+            base(json!({"grant_types": ["client_credentials"]}))
+                .unwrap_err()
+                .code(),
+            "invalid_client_metadata"
+        );
+        assert_eq!(
+            base(json!({"response_types": ["token"]}))
+                .unwrap_err()
+                .code(),
+            "invalid_client_metadata"
+        );
+        assert_eq!(
+            base(json!({"client_name": 5})).unwrap_err().code(),
+            "invalid_client_metadata"
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! The `Store` trait: durable state of the authorization server, with SQLite and redis backends.
+//!
+//! Operations that must be atomic (code consumption, refresh rotation, family revocation) are
+//! single trait methods, so each backend can make them atomic (a SQLite transaction, a redis
+//! Lua script). Timestamps are Unix seconds supplied by the caller; no backend reads a clock.
+
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::model::{
+    AccessRecord, ClientRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome,
+    SessionRecord, UserRecord,
+};
+
+pub mod redis;
+pub mod sqlite;
+#[cfg(test)]
+mod suite;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use self::redis::RedisStore;
+pub use self::sqlite::SqliteStore;
+
+/// Used codes are kept this long after expiry, so a late replay still revokes its tokens.
+pub const CODE_RETENTION_SECS: u64 = 86_400;
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Durable state. Implementations must be safe to share between gateways (redis) or
+/// processes (SQLite file in WAL mode).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Returns the server key, storing `candidate` if none exists yet (first writer wins).
+    async fn server_key(&self, candidate: [u8; 32]) -> StoreResult<[u8; 32]>;
+
+    /// Inserts a user; false if the name is taken.
+    async fn create_user(&self, user: &UserRecord) -> StoreResult<bool>;
+    /// Replaces a user's password hash; false if no such user.
+    async fn set_password(
+        &self,
+        username: &str,
+        password_hash: &str,
+        now: u64,
+    ) -> StoreResult<bool>;
+    async fn get_user(&self, username: &str) -> StoreResult<Option<UserRecord>>;
+    async fn list_users(&self) -> StoreResult<Vec<UserRecord>>;
+    /// Deletes a user and revokes every grant of theirs; false if no such user.
+    async fn delete_user(&self, username: &str, now: u64) -> StoreResult<bool>;
+
+    async fn create_client(&self, client: &ClientRecord) -> StoreResult<()>;
+    async fn get_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>>;
+    async fn list_clients(&self) -> StoreResult<Vec<ClientRecord>>;
+    /// Deletes a client and revokes its grants; false if no such client.
+    async fn delete_client(&self, client_id: &str, now: u64) -> StoreResult<bool>;
+    /// Records that the client was used (for reaping).
+    async fn touch_client(&self, client_id: &str, now: u64) -> StoreResult<()>;
+    /// Ids of clients whose last use is before `cutoff`.
+    async fn clients_unused_since(&self, cutoff: u64) -> StoreResult<Vec<String>>;
+
+    async fn put_code(&self, code: &CodeRecord) -> StoreResult<()>;
+    async fn get_code(&self, code_hash: &str) -> StoreResult<Option<CodeRecord>>;
+    /// Marks the code used; true only for the one call that flipped it.
+    async fn consume_code(&self, code_hash: &str) -> StoreResult<bool>;
+
+    /// Creates a grant with its first token pair (authorization-code grant), atomically.
+    async fn create_grant(
+        &self,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+        refresh: &RefreshRecord,
+    ) -> StoreResult<()>;
+    async fn get_grant(&self, family_id: &str) -> StoreResult<Option<GrantRecord>>;
+    async fn list_grants(&self) -> StoreResult<Vec<GrantRecord>>;
+    /// Revokes a grant (all its tokens); false if unknown or already revoked.
+    async fn revoke_grant(&self, family_id: &str, now: u64) -> StoreResult<bool>;
+
+    /// An access token and whether its grant is revoked (a missing grant counts as revoked).
+    async fn get_access(&self, token_hash: &str) -> StoreResult<Option<(AccessRecord, bool)>>;
+    /// Revokes one access token; false if unknown.
+    async fn revoke_access(&self, token_hash: &str) -> StoreResult<bool>;
+    async fn get_refresh(&self, token_hash: &str) -> StoreResult<Option<RefreshRecord>>;
+    /// Atomically: if `old_hash` is active and its grant is not revoked, mark it rotated at
+    /// `now` and store the successor pair (extending the grant's expiry and last use).
+    async fn rotate_refresh(
+        &self,
+        old_hash: &str,
+        now: u64,
+        access: &AccessRecord,
+        refresh: &RefreshRecord,
+    ) -> StoreResult<RotateOutcome>;
+
+    async fn put_session(&self, session: &SessionRecord) -> StoreResult<()>;
+    async fn get_session(&self, session_hash: &str) -> StoreResult<Option<SessionRecord>>;
+    async fn delete_session(&self, session_hash: &str) -> StoreResult<()>;
+
+    /// Deletes expired codes (after [`CODE_RETENTION_SECS`]), tokens, grants and sessions.
+    async fn purge_expired(&self, now: u64) -> StoreResult<()>;
+}

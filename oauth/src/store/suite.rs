@@ -1,0 +1,301 @@
+//! The one conformance suite every `Store` backend must pass (run against SQLite and redis).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::Store;
+use crate::model::*;
+
+const NOW: u64 = 1_800_000_000;
+
+pub fn user(name: &str) -> UserRecord {
+    UserRecord {
+        username: name.into(),
+        password_hash: "$argon2id$x".into(),
+        created_at: NOW,
+        updated_at: NOW,
+    }
+}
+
+pub fn client(id: &str, used: u64) -> ClientRecord {
+    ClientRecord {
+        client_id: id.into(),
+        secret_hash: Some("ab".repeat(32)),
+        auth_method: AuthMethod::ClientSecretPost,
+        redirect_uris: vec!["https://claude.ai/api/mcp/auth_callback".into()],
+        client_name: Some("Claude".into()),
+        metadata: serde_json::json!({"client_name": "Claude"}),
+        created_at: used,
+        last_used_at: used,
+    }
+}
+
+pub fn grant(fam: &str, client: &str, user: &str) -> GrantRecord {
+    GrantRecord {
+        family_id: fam.into(),
+        client_id: client.into(),
+        username: user.into(),
+        scopes: vec!["mcp:read".into()],
+        resource: "https://gw.example/mcp".into(),
+        created_at: NOW,
+        last_used_at: NOW,
+        expires_at: NOW + 1000,
+        revoked_at: None,
+    }
+}
+
+pub fn access(hash: &str, g: &GrantRecord) -> AccessRecord {
+    AccessRecord {
+        token_hash: hash.into(),
+        family_id: g.family_id.clone(),
+        client_id: g.client_id.clone(),
+        username: g.username.clone(),
+        scopes: g.scopes.clone(),
+        resource: g.resource.clone(),
+        issued_at: NOW,
+        expires_at: NOW + 100,
+        revoked: false,
+    }
+}
+
+pub fn refresh(hash: &str, g: &GrantRecord, expires: u64) -> RefreshRecord {
+    RefreshRecord {
+        token_hash: hash.into(),
+        family_id: g.family_id.clone(),
+        client_id: g.client_id.clone(),
+        username: g.username.clone(),
+        scopes: g.scopes.clone(),
+        resource: g.resource.clone(),
+        issued_at: NOW,
+        expires_at: expires,
+        rotated_at: None,
+    }
+}
+
+/// Runs every check against `store`, which must be empty.
+pub async fn run<S: Store>(store: &S) {
+    server_key(store).await;
+    users(store).await;
+    clients(store).await;
+    codes(store).await;
+    grants_and_rotation(store).await;
+    revocation_cascades(store).await;
+    sessions(store).await;
+}
+
+async fn server_key<S: Store>(s: &S) {
+    let k1 = s.server_key([7; 32]).await.unwrap();
+    let k2 = s.server_key([9; 32]).await.unwrap();
+    assert_eq!(k1, [7; 32]);
+    assert_eq!(k2, [7; 32], "first writer wins");
+}
+
+async fn users<S: Store>(s: &S) {
+    assert!(s.create_user(&user("bob")).await.unwrap());
+    assert!(s.create_user(&user("alice")).await.unwrap());
+    assert!(
+        !s.create_user(&user("bob")).await.unwrap(),
+        "duplicate refused"
+    );
+    assert!(s.set_password("bob", "$argon2id$y", NOW + 5).await.unwrap());
+    assert!(!s.set_password("nobody", "$argon2id$y", NOW).await.unwrap());
+    let bob = s.get_user("bob").await.unwrap().unwrap();
+    assert_eq!(bob.password_hash, "$argon2id$y");
+    assert_eq!(bob.updated_at, NOW + 5);
+    let names: Vec<_> = s
+        .list_users()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.username)
+        .collect();
+    assert_eq!(names, ["alice", "bob"]);
+    assert!(s.delete_user("alice", NOW).await.unwrap());
+    assert!(!s.delete_user("alice", NOW).await.unwrap());
+    assert!(s.get_user("alice").await.unwrap().is_none());
+}
+
+async fn clients<S: Store>(s: &S) {
+    s.create_client(&client("c-old", NOW - 100)).await.unwrap();
+    s.create_client(&client("c-new", NOW)).await.unwrap();
+    assert_eq!(
+        s.get_client("c-new").await.unwrap().unwrap(),
+        client("c-new", NOW)
+    );
+    assert!(s.get_client("c-none").await.unwrap().is_none());
+    assert_eq!(s.clients_unused_since(NOW - 50).await.unwrap(), ["c-old"]);
+    s.touch_client("c-old", NOW + 10).await.unwrap();
+    s.touch_client("c-old", NOW).await.unwrap(); // never moves back
+    s.touch_client("c-none", NOW).await.unwrap(); // no-op
+    assert_eq!(
+        s.get_client("c-old").await.unwrap().unwrap().last_used_at,
+        NOW + 10
+    );
+    assert!(s.clients_unused_since(NOW - 50).await.unwrap().is_empty());
+    assert!(s.get_client("c-none").await.unwrap().is_none());
+    let ids: Vec<_> = s
+        .list_clients()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.client_id)
+        .collect();
+    assert_eq!(ids, ["c-new", "c-old"]);
+    assert!(s.delete_client("c-old", NOW).await.unwrap());
+    assert!(!s.delete_client("c-old", NOW).await.unwrap());
+}
+
+async fn codes<S: Store>(s: &S) {
+    let code = CodeRecord {
+        code_hash: "h1".into(),
+        client_id: "c-new".into(),
+        username: "bob".into(),
+        redirect_uri: "https://claude.ai/api/mcp/auth_callback".into(),
+        redirect_uri_explicit: true,
+        code_challenge: "x".repeat(43),
+        scopes: vec!["mcp:read".into()],
+        resource: "https://gw.example/mcp".into(),
+        family_id: "fam-code".into(),
+        issued_at: NOW,
+        expires_at: NOW + 60,
+        used: false,
+    };
+    s.put_code(&code).await.unwrap();
+    assert_eq!(s.get_code("h1").await.unwrap().unwrap(), code);
+    assert!(s.consume_code("h1").await.unwrap(), "first use consumes");
+    assert!(!s.consume_code("h1").await.unwrap(), "second use does not");
+    assert!(s.get_code("h1").await.unwrap().unwrap().used);
+    assert!(!s.consume_code("missing").await.unwrap());
+}
+
+async fn grants_and_rotation<S: Store>(s: &S) {
+    let g = grant("fam1", "c-new", "bob");
+    let (a0, r0) = (access("a0", &g), refresh("r0", &g, NOW + 1000));
+    s.create_grant(&g, &a0, &r0).await.unwrap();
+    assert_eq!(s.get_grant("fam1").await.unwrap().unwrap(), g);
+    assert_eq!(
+        s.get_access("a0").await.unwrap().unwrap(),
+        (a0.clone(), false)
+    );
+    assert_eq!(s.get_refresh("r0").await.unwrap().unwrap(), r0);
+    assert!(s.get_access("nope").await.unwrap().is_none());
+
+    let (a1, r1) = (access("a1", &g), refresh("r1", &g, NOW + 2000));
+    assert_eq!(
+        s.rotate_refresh("r0", NOW + 5, &a1, &r1).await.unwrap(),
+        RotateOutcome::Rotated
+    );
+    assert_eq!(
+        s.rotate_refresh("r0", NOW + 6, &access("a2", &g), &refresh("r2", &g, NOW))
+            .await
+            .unwrap(),
+        RotateOutcome::AlreadyRotated {
+            rotated_at: NOW + 5
+        }
+    );
+    assert!(
+        s.get_access("a2").await.unwrap().is_none(),
+        "no successor stored on reuse"
+    );
+    assert_eq!(
+        s.get_refresh("r0").await.unwrap().unwrap().rotated_at,
+        Some(NOW + 5)
+    );
+    assert_eq!(s.get_refresh("r1").await.unwrap().unwrap().rotated_at, None);
+    assert!(s.get_access("a1").await.unwrap().is_some());
+    let g1 = s.get_grant("fam1").await.unwrap().unwrap();
+    assert_eq!((g1.last_used_at, g1.expires_at), (NOW + 5, NOW + 2000));
+    assert_eq!(
+        s.rotate_refresh("missing", NOW, &a1, &r1).await.unwrap(),
+        RotateOutcome::NotFound
+    );
+
+    assert!(s.revoke_access("a1").await.unwrap());
+    assert!(!s.revoke_access("nope").await.unwrap());
+    assert!(s.get_access("a1").await.unwrap().unwrap().0.revoked);
+
+    assert!(s.revoke_grant("fam1", NOW + 7).await.unwrap());
+    assert!(
+        !s.revoke_grant("fam1", NOW + 8).await.unwrap(),
+        "already revoked"
+    );
+    assert_eq!(
+        s.get_grant("fam1").await.unwrap().unwrap().revoked_at,
+        Some(NOW + 7)
+    );
+    assert!(
+        s.get_access("a0").await.unwrap().unwrap().1,
+        "grant revoked shows on access"
+    );
+    assert_eq!(
+        s.rotate_refresh("r1", NOW + 9, &access("a3", &g), &refresh("r3", &g, NOW))
+            .await
+            .unwrap(),
+        RotateOutcome::FamilyRevoked
+    );
+    assert_eq!(s.list_grants().await.unwrap().len(), 1);
+}
+
+async fn revocation_cascades<S: Store>(s: &S) {
+    s.create_client(&client("c-x", NOW)).await.unwrap();
+    assert!(s.create_user(&user("carol")).await.unwrap());
+    let g2 = grant("fam2", "c-x", "carol");
+    let g3 = grant("fam3", "c-new", "carol");
+    let g4 = grant("fam4", "c-new", "bob");
+    s.create_grant(&g2, &access("b2", &g2), &refresh("s2", &g2, NOW + 1000))
+        .await
+        .unwrap();
+    s.create_grant(&g3, &access("b3", &g3), &refresh("s3", &g3, NOW + 1000))
+        .await
+        .unwrap();
+    s.create_grant(&g4, &access("b4", &g4), &refresh("s4", &g4, NOW + 1000))
+        .await
+        .unwrap();
+
+    assert!(s.delete_client("c-x", NOW).await.unwrap());
+    assert!(
+        s.get_access("b2").await.unwrap().unwrap().1,
+        "client removal revokes its grants"
+    );
+    assert!(!s.get_access("b3").await.unwrap().unwrap().1);
+
+    assert!(s.delete_user("carol", NOW).await.unwrap());
+    assert!(
+        s.get_access("b3").await.unwrap().unwrap().1,
+        "user removal revokes their grants"
+    );
+    assert!(
+        !s.get_access("b4").await.unwrap().unwrap().1,
+        "others untouched"
+    );
+
+    // purge removes what is past its expiry, keeps the rest
+    s.purge_expired(NOW + 50).await.unwrap();
+    assert!(s.get_grant("fam4").await.unwrap().is_some());
+}
+
+async fn sessions<S: Store>(s: &S) {
+    let sess = SessionRecord {
+        session_hash: "sh".into(),
+        username: None,
+        created_at: NOW,
+        expires_at: NOW + 600,
+    };
+    s.put_session(&sess).await.unwrap();
+    assert_eq!(s.get_session("sh").await.unwrap().unwrap(), sess);
+    let logged = SessionRecord {
+        username: Some("bob".into()),
+        ..sess.clone()
+    };
+    s.put_session(&logged).await.unwrap();
+    assert_eq!(
+        s.get_session("sh")
+            .await
+            .unwrap()
+            .unwrap()
+            .username
+            .as_deref(),
+        Some("bob")
+    );
+    s.delete_session("sh").await.unwrap();
+    assert!(s.get_session("sh").await.unwrap().is_none());
+}
