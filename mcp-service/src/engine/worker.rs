@@ -1,0 +1,442 @@
+//! Engine workers: one OS thread per pooled QuickJS runtime, the runtime's limits and deadline,
+//! the call into the core's `dispatch`, and the single mapping of JS failures to `EngineError`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rquickjs::loader::bundle::Bundle;
+use rquickjs::{CatchResultExt, CaughtError, Context, Function, Module, Persistent, Runtime};
+use tokio::sync::oneshot;
+
+use super::bundle::{Bytecode, ENTRY};
+use super::{EngineError, Limits, RuntimeMemory};
+
+/// A unit of work for a worker.
+pub(crate) enum Job {
+    Call {
+        method: String,
+        params: String,
+        reply: oneshot::Sender<Result<serde_json::Value, EngineError>>,
+    },
+    Memory {
+        reply: oneshot::Sender<Result<RuntimeMemory, EngineError>>,
+    },
+}
+
+/// Deadline state shared between a worker and its runtime's interrupt handler.
+struct Guard {
+    origin: Instant,
+    /// Nanoseconds after `origin` at which the running call must stop; `u64::MAX` = no call.
+    deadline_ns: AtomicU64,
+    fired: AtomicBool,
+}
+
+impl Guard {
+    fn new() -> Self {
+        Guard {
+            origin: Instant::now(),
+            deadline_ns: AtomicU64::new(u64::MAX),
+            fired: AtomicBool::new(false),
+        }
+    }
+
+    fn arm(&self, budget: Duration) {
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let budget = u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX);
+        self.fired.store(false, Ordering::SeqCst);
+        self.deadline_ns
+            .store(now.saturating_add(budget), Ordering::SeqCst);
+    }
+
+    fn disarm(&self) -> bool {
+        self.deadline_ns.store(u64::MAX, Ordering::SeqCst);
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// The interrupt handler: true stops the interpreter with an uncatchable exception.
+    fn should_interrupt(&self) -> bool {
+        let deadline = self.deadline_ns.load(Ordering::Relaxed);
+        if deadline == u64::MAX {
+            return false;
+        }
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if now >= deadline {
+            self.fired.store(true, Ordering::SeqCst);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One QuickJS runtime with the core loaded. Field order matters: the saved `dispatch`
+/// function must be released before its context and runtime.
+pub(crate) struct Slot {
+    dispatch: Persistent<Function<'static>>,
+    ctx: Context,
+    rt: Runtime,
+    guard: Arc<Guard>,
+    limits: Limits,
+}
+
+impl Slot {
+    /// Creates a runtime with the limits, the bundle's resolver/loader (and nothing else), and
+    /// evaluates the entry module once.
+    pub(crate) fn new(bytecode: Bytecode, limits: Limits) -> Result<Slot, EngineError> {
+        let engine_err = |e: rquickjs::Error| EngineError::Engine(format!("runtime setup: {e}"));
+        let rt = Runtime::new().map_err(engine_err)?;
+        rt.set_memory_limit(limits.memory_limit);
+        rt.set_max_stack_size(limits.max_stack_size);
+        let guard = Arc::new(Guard::new());
+        let handler_guard = Arc::clone(&guard);
+        rt.set_interrupt_handler(Some(Box::new(move || handler_guard.should_interrupt())));
+        // The only modules this runtime can ever import are the bundle's own.
+        rt.set_loader(Bundle(bytecode), Bundle(bytecode));
+        let ctx = Context::full(&rt).map_err(engine_err)?;
+        guard.arm(limits.deadline);
+        let loaded = ctx.with(|ctx| {
+            let namespace = Module::import(&ctx, ENTRY)
+                .and_then(|promise| promise.finish::<rquickjs::Object>())
+                .catch(&ctx)
+                .map_err(|e| format!("cannot load {ENTRY}: {e}"))?;
+            let dispatch: Function = namespace
+                .get("dispatch")
+                .catch(&ctx)
+                .map_err(|e| format!("{ENTRY} does not export a function `dispatch`: {e}"))?;
+            Ok::<_, String>(Persistent::save(&ctx, dispatch))
+        });
+        let fired = guard.disarm();
+        let dispatch = match loaded {
+            Ok(d) => d,
+            Err(_) if fired => {
+                return Err(EngineError::Bundle(format!(
+                    "loading the core took longer than the deadline of {:?}",
+                    limits.deadline
+                )));
+            }
+            Err(message) => return Err(EngineError::Bundle(message)),
+        };
+        Ok(Slot {
+            dispatch,
+            ctx,
+            rt,
+            guard,
+            limits,
+        })
+    }
+
+    /// Calls `dispatch(method, params)` and returns its raw string reply. Any error from here
+    /// means this runtime must not be used again.
+    fn dispatch(&self, method: &str, params: &str) -> Result<String, EngineError> {
+        self.guard.arm(self.limits.deadline);
+        let outcome = self.ctx.with(|ctx| {
+            let f = self
+                .dispatch
+                .clone()
+                .restore(&ctx)
+                .map_err(|e| EngineError::Engine(format!("core function lost: {e}")))?;
+            f.call::<_, String>((method, params))
+                .catch(&ctx)
+                .map_err(|caught| classify(&caught, false, &self.limits))
+        });
+        let fired = self.guard.disarm();
+        match outcome {
+            // The deadline wins over whatever the interrupted code reported.
+            Err(_) if fired => Err(EngineError::Deadline(self.limits.deadline)),
+            other => other,
+        }
+    }
+
+    fn memory(&self) -> RuntimeMemory {
+        let usage = self.rt.memory_usage();
+        RuntimeMemory {
+            malloc_size: usage.malloc_size,
+            malloc_limit: usage.malloc_limit,
+            memory_used_size: usage.memory_used_size,
+            obj_count: usage.obj_count,
+            str_count: usage.str_count,
+        }
+    }
+
+    fn run_gc(&self) {
+        self.rt.run_gc();
+    }
+}
+
+/// The one place where a JS exception or a QuickJS limit becomes an `EngineError`.
+pub(crate) fn classify(
+    caught: &CaughtError<'_>,
+    deadline_fired: bool,
+    limits: &Limits,
+) -> EngineError {
+    if deadline_fired {
+        return EngineError::Deadline(limits.deadline);
+    }
+    let (name, message) = match caught {
+        CaughtError::Exception(e) => {
+            let name: Option<String> = e.as_object().get("name").ok();
+            (name.unwrap_or_default(), e.message().unwrap_or_default())
+        }
+        CaughtError::Value(v) => (String::new(), format!("{v:?}")),
+        CaughtError::Error(rquickjs::Error::Allocation) => {
+            return EngineError::OutOfMemory(limits.memory_limit);
+        }
+        CaughtError::Error(e) => return EngineError::Engine(e.to_string()),
+    };
+    classify_message(&name, &message, limits)
+}
+
+/// Classifies an error by the name and message QuickJS gives its limit errors. Also used for
+/// core replies that report a caught engine failure.
+pub(crate) fn classify_message(name: &str, message: &str, limits: &Limits) -> EngineError {
+    if message.contains("out of memory") || message.trim() == "null" {
+        EngineError::OutOfMemory(limits.memory_limit)
+    } else if message.contains("Maximum call stack size exceeded")
+        || message.contains("stack overflow")
+    {
+        EngineError::StackOverflow(limits.max_stack_size)
+    } else if message == "interrupted" {
+        EngineError::Deadline(limits.deadline)
+    } else if name.is_empty() {
+        EngineError::Engine(format!("uncaught exception: {message}"))
+    } else {
+        EngineError::Engine(format!("uncaught {name}: {message}"))
+    }
+}
+
+/// The contract's error code for an exception the core caught but did not expect.
+pub(crate) const INTERNAL: &str = "internal";
+
+/// True for the messages QuickJS gives its catchable limit errors, as a core's catch-all
+/// reports them: "out of memory", "Maximum call stack size exceeded", and "null" (QuickJS
+/// throws `null` when it cannot even allocate the out-of-memory error object).
+fn is_limit_message(message: &str) -> bool {
+    let m = message.trim();
+    m.ends_with("out of memory") || m.ends_with("Maximum call stack size exceeded") || m == "null"
+}
+
+/// The deepest JSON nesting accepted in a reply (a tree level is two: node object + children
+/// array). Parsing and dropping a `serde_json::Value` recurse per level, so this bounds the
+/// stack a reply needs on the worker and on the caller's thread.
+pub(crate) const MAX_REPLY_DEPTH: usize = 2048;
+
+/// Maximum nesting depth of a JSON text, without recursion.
+fn json_depth(raw: &str) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in raw.bytes() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Turns the core's reply string into the result or the core's own error.
+pub(crate) fn parse_reply(raw: &str) -> Result<serde_json::Value, EngineError> {
+    let depth = json_depth(raw);
+    if depth > MAX_REPLY_DEPTH {
+        return Err(EngineError::Engine(format!(
+            "the core's reply is nested {depth} levels deep, more than {MAX_REPLY_DEPTH}"
+        )));
+    }
+    let mut de = serde_json::Deserializer::from_str(raw);
+    // The depth was checked above; serde_json's own limit (128) is too low for plan trees.
+    de.disable_recursion_limit();
+    let reply: serde_json::Value = serde::Deserialize::deserialize(&mut de)
+        .map_err(|e| EngineError::Engine(format!("the core's reply is not JSON: {e}")))?;
+    let serde_json::Value::Object(mut map) = reply else {
+        return Err(EngineError::Engine(
+            "the core's reply is not an object".to_owned(),
+        ));
+    };
+    if let Some(error) = map.remove("error") {
+        let field = |k: &str| {
+            error
+                .get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let code = field("code");
+        if code.is_empty() {
+            return Err(EngineError::Engine(format!(
+                "the core's error has no code: {error}"
+            )));
+        }
+        return Err(EngineError::Core {
+            code,
+            message: field("message"),
+        });
+    }
+    map.remove("result").ok_or_else(|| {
+        EngineError::Engine("the core's reply has neither `result` nor `error`".to_owned())
+    })
+}
+
+/// The worker loop: owns one slot, rebuilds it after any engine-level failure.
+pub(crate) fn run(
+    bytecode: Bytecode,
+    limits: Limits,
+    first: Slot,
+    jobs: Arc<Mutex<Receiver<Job>>>,
+    ready: Option<SyncSender<()>>,
+) {
+    drop(ready);
+    let mut slot = Some(first);
+    loop {
+        let job = {
+            let Ok(rx) = jobs.lock() else { return };
+            match rx.recv() {
+                Ok(job) => job,
+                Err(_) => return, // every Engine handle is gone
+            }
+        };
+        if slot.is_none() {
+            slot = Slot::new(bytecode, limits).ok();
+        }
+        match job {
+            Job::Call {
+                method,
+                params,
+                reply,
+            } => {
+                if reply.is_closed() {
+                    continue; // the caller gave up while the job was queued
+                }
+                let Some(current) = slot.as_ref() else {
+                    let _ = reply.send(Err(EngineError::Engine(
+                        "no runtime available: the core failed to load".to_owned(),
+                    )));
+                    continue;
+                };
+                let outcome = current.dispatch(&method, &params);
+                let result = match outcome {
+                    Ok(raw) => match parse_reply(&raw) {
+                        // The core caught an unexpected exception itself (its catch-all code
+                        // `internal`): the runtime may have hit a limit, so it is replaced; a
+                        // caught limit error is still reported as that limit.
+                        Err(EngineError::Core { code, message }) if code == INTERNAL => {
+                            slot = None;
+                            if is_limit_message(&message) {
+                                Err(classify_message("", &message, &limits))
+                            } else {
+                                Err(EngineError::Core { code, message })
+                            }
+                        }
+                        other => other,
+                    },
+                    Err(e) => {
+                        // Discard the runtime: it hit a limit, the deadline or an engine failure.
+                        slot = None;
+                        Err(e)
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            Job::Memory { reply } => {
+                let result = match slot.as_ref() {
+                    Some(s) => {
+                        s.run_gc();
+                        Ok(s.memory())
+                    }
+                    None => Err(EngineError::Engine("no runtime available".to_owned())),
+                };
+                let _ = reply.send(result);
+            }
+        }
+        if slot.is_none() {
+            // Replace a discarded runtime right away so the next call does not pay for it.
+            slot = Slot::new(bytecode, limits).ok();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn depth_ignores_brackets_in_strings() {
+        assert_eq!(json_depth(r#"{"a":"[[[{\"]]","b":[[1]]}"#), 3);
+        assert_eq!(json_depth("1"), 0);
+    }
+
+    #[test]
+    fn replies_are_parsed_per_contract() {
+        assert_eq!(
+            parse_reply(r#"{"result":{"x":1}}"#).unwrap(),
+            json!({"x": 1})
+        );
+        assert_eq!(
+            parse_reply(r#"{"error":{"code":"unknownNode","message":"m"}}"#).unwrap_err(),
+            EngineError::Core {
+                code: "unknownNode".into(),
+                message: "m".into()
+            }
+        );
+        assert!(matches!(parse_reply("[]"), Err(EngineError::Engine(_))));
+        assert!(matches!(parse_reply("{}"), Err(EngineError::Engine(_))));
+        assert!(matches!(
+            parse_reply(r#"{"error":{}}"#),
+            Err(EngineError::Engine(_))
+        ));
+        let deep = format!("{{\"result\":{}1{}}}", "[".repeat(1000), "]".repeat(1000));
+        assert!(parse_reply(&deep).is_ok());
+        let too_deep = format!("{{\"result\":{}1{}}}", "[".repeat(3000), "]".repeat(3000));
+        assert!(matches!(
+            parse_reply(&too_deep),
+            Err(EngineError::Engine(_))
+        ));
+    }
+
+    #[test]
+    fn limit_messages_are_classified() {
+        let limits = Limits {
+            memory_limit: 1,
+            max_stack_size: 2,
+            deadline: Duration::from_secs(3),
+        };
+        assert_eq!(
+            classify_message("InternalError", "out of memory", &limits),
+            EngineError::OutOfMemory(1)
+        );
+        assert_eq!(
+            classify_message("", "null", &limits),
+            EngineError::OutOfMemory(1)
+        );
+        assert_eq!(
+            classify_message("RangeError", "Maximum call stack size exceeded", &limits),
+            EngineError::StackOverflow(2)
+        );
+        assert_eq!(
+            classify_message("InternalError", "interrupted", &limits),
+            EngineError::Deadline(Duration::from_secs(3))
+        );
+        assert!(matches!(
+            classify_message("TypeError", "x", &limits),
+            EngineError::Engine(_)
+        ));
+        assert!(is_limit_message("InternalError: out of memory"));
+        assert!(!is_limit_message("no node with id #x"));
+    }
+}
