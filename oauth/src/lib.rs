@@ -1,10 +1,23 @@
 //! Pforte's OAuth 2.1 authorization server: a sans-I/O protocol core, its store, the token
 //! validator the gateway calls on every request, admin functions and thin axum adapters.
 
+pub mod admin;
+pub mod cimd;
 pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod error;
+pub mod http;
 pub mod model;
+pub mod pages;
 pub mod protocol;
+pub mod ratelimit;
+pub mod server;
 pub mod store;
+pub mod validator;
+
+pub use config::OAuthConfig;
+pub use error::{OAuthError, StoreError, ValidationError};
+pub use http::router;
+pub use server::AuthServer;
+pub use validator::{Principal, Validator};

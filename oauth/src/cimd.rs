@@ -1,0 +1,235 @@
+//! Client ID Metadata Documents (I/O part): fetching over https with the address, redirect,
+//! size and time rules of `protocol::cimd`, and an in-process cache honouring Cache-Control.
+
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use url::Url;
+
+use crate::config::CimdConfig;
+use crate::protocol::Client;
+use crate::protocol::cimd::{self, CimdError};
+
+/// A fetched document body and its `Cache-Control` header.
+#[derive(Clone, Debug)]
+pub struct FetchedDocument {
+    pub body: Vec<u8>,
+    pub cache_control: Option<String>,
+}
+
+/// Fetches metadata documents (replaceable in tests).
+#[async_trait]
+pub trait DocumentFetcher: Send + Sync + 'static {
+    async fn fetch(&self, url: &Url) -> Result<FetchedDocument, CimdError>;
+}
+
+/// The real fetcher: resolves the host itself, refuses non-public addresses (unless allowed),
+/// pins the connection to the checked address, https only, no redirects, size and time caps.
+#[derive(Clone, Debug)]
+pub struct HttpFetcher {
+    cfg: CimdConfig,
+}
+
+impl HttpFetcher {
+    pub fn new(cfg: CimdConfig) -> Self {
+        Self { cfg }
+    }
+
+    async fn fetch_inner(&self, url: &Url) -> Result<FetchedDocument, CimdError> {
+        if url.scheme() != "https" {
+            return Err(CimdError::InvalidUrl);
+        }
+        let host = url
+            .host_str()
+            .ok_or(CimdError::InvalidUrl)?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = url.port_or_known_default().unwrap_or(443);
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| CimdError::Fetch(format!("DNS: {e}")))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(CimdError::Fetch("DNS: no address".into()));
+        }
+        if let Some(bad) = addrs
+            .iter()
+            .find(|a| !cimd::address_allowed(a.ip(), self.cfg.allow_private_addresses))
+        {
+            return Err(CimdError::RefusedAddress(bad.ip().to_string()));
+        }
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .https_only(true)
+            .no_proxy()
+            .resolve(&host, addrs[0])
+            .timeout(Duration::from_millis(self.cfg.fetch_timeout_ms))
+            .build()
+            .map_err(|e| CimdError::Fetch(e.to_string()))?;
+        let mut resp = client
+            .get(url.clone())
+            .header(http::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| CimdError::Fetch(e.to_string()))?;
+        if resp.status() != reqwest::StatusCode::OK {
+            return Err(CimdError::Fetch(format!(
+                "HTTP status {}",
+                resp.status().as_u16()
+            )));
+        }
+        let max = self.cfg.max_document_bytes;
+        if resp.content_length().is_some_and(|l| l > max as u64) {
+            return Err(CimdError::TooLarge(max));
+        }
+        let cache_control = resp
+            .headers()
+            .get(http::header::CACHE_CONTROL)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| CimdError::Fetch(e.to_string()))?
+        {
+            if body.len() + chunk.len() > max {
+                return Err(CimdError::TooLarge(max));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(FetchedDocument {
+            body,
+            cache_control,
+        })
+    }
+}
+
+#[async_trait]
+impl DocumentFetcher for HttpFetcher {
+    async fn fetch(&self, url: &Url) -> Result<FetchedDocument, CimdError> {
+        let overall = Duration::from_millis(self.cfg.fetch_timeout_ms);
+        tokio::time::timeout(overall, self.fetch_inner(url))
+            .await
+            .map_err(|_| CimdError::Fetch("timed out".into()))?
+    }
+}
+
+const MAX_CACHED: usize = 1024;
+
+/// Resolves metadata-document clients, caching valid documents per their cache headers.
+pub struct CimdResolver {
+    fetcher: Arc<dyn DocumentFetcher>,
+    cfg: CimdConfig,
+    cache: Mutex<HashMap<String, (Client, u64)>>,
+}
+
+impl CimdResolver {
+    pub fn new(fetcher: Arc<dyn DocumentFetcher>, cfg: CimdConfig) -> Self {
+        Self {
+            fetcher,
+            cfg,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The client described by the document at `client_id`.
+    pub async fn resolve(&self, client_id: &str, now_ms: u64) -> Result<Client, CimdError> {
+        let url = cimd::parse_client_id_url(client_id)?;
+        if let Ok(cache) = self.cache.lock()
+            && let Some((client, until)) = cache.get(client_id)
+            && *until > now_ms
+        {
+            return Ok(client.clone());
+        }
+        let doc = self.fetcher.fetch(&url).await?;
+        let client = cimd::validate_document(client_id, &doc.body)?;
+        let secs = cimd::cache_lifetime(doc.cache_control.as_deref(), &self.cfg);
+        if secs > 0
+            && let Ok(mut cache) = self.cache.lock()
+        {
+            if cache.len() >= MAX_CACHED {
+                cache.retain(|_, (_, until)| *until > now_ms);
+                if cache.len() >= MAX_CACHED {
+                    cache.clear();
+                }
+            }
+            cache.insert(client_id.to_owned(), (client.clone(), now_ms + secs * 1000));
+        }
+        Ok(client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Fake {
+        doc: serde_json::Value,
+        cache_control: Option<&'static str>,
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl DocumentFetcher for Fake {
+        async fn fetch(&self, _url: &Url) -> Result<FetchedDocument, CimdError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(FetchedDocument {
+                body: self.doc.to_string().into_bytes(),
+                cache_control: self.cache_control.map(str::to_owned),
+            })
+        }
+    }
+
+    const ID: &str = "https://app.example/client.json";
+
+    #[tokio::test]
+    async fn cached_per_max_age() {
+        let fake = Arc::new(Fake {
+            doc: serde_json::json!({"client_id": ID, "redirect_uris": ["http://localhost/cb"]}),
+            cache_control: Some("max-age=60"),
+            calls: AtomicUsize::new(0),
+        });
+        let r = CimdResolver::new(fake.clone(), CimdConfig::default());
+        r.resolve(ID, 0).await.unwrap();
+        r.resolve(ID, 59_000).await.unwrap();
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+        r.resolve(ID, 60_000).await.unwrap();
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn lying_document_is_refused() {
+        let fake = Arc::new(Fake {
+            doc: serde_json::json!({"client_id": "https://evil.example/c.json", "redirect_uris": ["https://evil.example/cb"]}),
+            cache_control: None,
+            calls: AtomicUsize::new(0),
+        });
+        let r = CimdResolver::new(fake, CimdConfig::default());
+        assert!(matches!(r.resolve(ID, 0).await, Err(CimdError::Invalid(_))));
+    }
+
+    #[tokio::test]
+    async fn private_address_is_refused_before_connecting() {
+        let f = HttpFetcher::new(CimdConfig::default());
+        for u in [
+            "https://localhost/client.json",
+            "https://127.0.0.1:9/client.json",
+            "https://[::1]/c.json",
+            "https://10.0.0.1/c.json",
+        ] {
+            let err = f.fetch(&Url::parse(u).unwrap()).await.unwrap_err();
+            assert!(matches!(err, CimdError::RefusedAddress(_)), "{u}: {err:?}");
+        }
+        let err = f
+            .fetch(&Url::parse("http://app.example/c.json").unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(err, CimdError::InvalidUrl, "https only");
+    }
+}

@@ -1,0 +1,144 @@
+//! Thin axum adapters: extract raw inputs, call `AuthServer`, hand the outcome to
+//! `http/response.rs` (the one place where outcomes and errors become HTTP responses).
+//!
+//! The router must be reachable only through the gateway: it trusts the `x-pforte-client-ip`
+//! header (set by the gateway from the real peer address) for throttling.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequestParts, RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::HeaderMap;
+use http::request::Parts;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use crate::server::AuthServer;
+
+pub mod response;
+
+/// The request header carrying the client's IP address, set by the gateway.
+pub const CLIENT_IP_HEADER: &str = "x-pforte-client-ip";
+
+/// The client IP as a request extension (an alternative to the header for in-process mounting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// Extracts the client IP: the `ClientIp` extension, else `x-pforte-client-ip`, else the TCP
+/// peer (when served with connect info), else unknown.
+struct PeerIp(Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PeerIp {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(ClientIp(ip)) = parts.extensions.get::<ClientIp>() {
+            return Ok(PeerIp(Some(*ip)));
+        }
+        if let Some(ip) = parts
+            .headers
+            .get(CLIENT_IP_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<IpAddr>().ok())
+        {
+            return Ok(PeerIp(Some(ip)));
+        }
+        Ok(PeerIp(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
+/// The authorization server's routes: `/.well-known/oauth-authorization-server`,
+/// `/.well-known/openid-configuration`, `/authorize` (GET, POST), `/token`, `/register`,
+/// `/revoke`.
+pub fn router(server: Arc<AuthServer>) -> Router {
+    Router::new()
+        .route("/.well-known/oauth-authorization-server", get(metadata))
+        .route("/.well-known/openid-configuration", get(metadata))
+        .route("/authorize", get(authorize_get).post(authorize_post))
+        .route("/token", post(token))
+        .route("/register", post(register))
+        .route("/revoke", post(revoke))
+        .with_state(server)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: http::HeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The value of the session cookie named `name`.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+async fn metadata(State(s): State<Arc<AuthServer>>) -> Response {
+    response::metadata(s.metadata())
+}
+
+async fn authorize_get(
+    State(s): State<Arc<AuthServer>>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let cfg = s.config();
+    let out = s
+        .authorize_get(
+            q.as_deref().unwrap_or_default(),
+            cookie(&headers, cfg.cookie_name()),
+        )
+        .await;
+    response::authorize(out, cfg)
+}
+
+async fn authorize_post(
+    State(s): State<Arc<AuthServer>>,
+    PeerIp(ip): PeerIp,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let cfg = s.config();
+    let out = s
+        .authorize_post(&body, cookie(&headers, cfg.cookie_name()), ip)
+        .await;
+    response::authorize(out, cfg)
+}
+
+async fn token(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: String) -> Response {
+    match s
+        .token(&body, header(&headers, http::header::AUTHORIZATION))
+        .await
+    {
+        Ok(t) => response::token(&t),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn register(State(s): State<Arc<AuthServer>>, PeerIp(ip): PeerIp, body: Bytes) -> Response {
+    match s.register(&body, ip).await {
+        Ok(v) => response::registered(v),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn revoke(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: String) -> Response {
+    match s
+        .revoke(&body, header(&headers, http::header::AUTHORIZATION))
+        .await
+    {
+        Ok(()) => response::revoked(),
+        Err(e) => e.into_response(),
+    }
+}

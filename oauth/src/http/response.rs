@@ -1,0 +1,177 @@
+//! The one place where outcomes and errors become HTTP responses: OAuth JSON errors with
+//! their status codes, HTML pages with their security headers, redirects, cookies, and the
+//! bearer challenge the gateway sends for a refused token.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+
+use crate::config::OAuthConfig;
+use crate::error::{OAuthError, ValidationError};
+use crate::pages;
+use crate::protocol::token::TokenResponse;
+use crate::server::{AuthorizeOutcome, AuthorizeResponse, Page};
+
+fn no_store(resp: &mut Response) {
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+}
+
+impl IntoResponse for OAuthError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            OAuthError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
+            OAuthError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            OAuthError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            OAuthError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        match &self {
+            OAuthError::Unavailable(e) => {
+                tracing::warn!(error = %e, "oauth endpoint: store unavailable")
+            }
+            OAuthError::Internal(e) => {
+                tracing::error!(error = %e, "oauth endpoint: internal error")
+            }
+            other => tracing::debug!(error = other.code(), "oauth request refused"),
+        }
+        let body =
+            serde_json::json!({ "error": self.code(), "error_description": self.description() });
+        let mut resp = (status, Json(body)).into_response();
+        no_store(&mut resp);
+        let h = resp.headers_mut();
+        match &self {
+            OAuthError::InvalidClient(_) => {
+                h.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"pforte\", error=\"invalid_client\""),
+                );
+            }
+            OAuthError::RateLimited { retry_after_secs } => {
+                if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+                    h.insert(header::RETRY_AFTER, v);
+                }
+            }
+            OAuthError::Unavailable(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+/// The RFC 8414 document.
+pub(crate) fn metadata(doc: serde_json::Value) -> Response {
+    let mut resp = Json(doc).into_response();
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    resp
+}
+
+/// A successful token response.
+pub(crate) fn token(t: &TokenResponse) -> Response {
+    let mut resp = Json(t.to_json()).into_response();
+    no_store(&mut resp);
+    resp
+}
+
+/// A successful registration: 201 with the client information.
+pub(crate) fn registered(v: serde_json::Value) -> Response {
+    let mut resp = (StatusCode::CREATED, Json(v)).into_response();
+    no_store(&mut resp);
+    resp
+}
+
+/// A revocation: 200, empty.
+pub(crate) fn revoked() -> Response {
+    let mut resp = StatusCode::OK.into_response();
+    no_store(&mut resp);
+    resp
+}
+
+/// An `/authorize` outcome: page or 303, plus the session cookie.
+pub(crate) fn authorize(out: AuthorizeResponse, cfg: &OAuthConfig) -> Response {
+    let mut resp = match out.outcome {
+        AuthorizeOutcome::Redirect { location } => {
+            let mut r = StatusCode::SEE_OTHER.into_response();
+            match HeaderValue::from_str(&location) {
+                Ok(v) => {
+                    r.headers_mut().insert(header::LOCATION, v);
+                }
+                Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+            r
+        }
+        AuthorizeOutcome::Page { page, status } => {
+            let (html, form_origin) = match &page {
+                Page::Login(v) => (pages::login(v), None),
+                Page::Consent(v) => (pages::consent(v), Some(v.redirect_origin.as_str())),
+                Page::Error(v) => (pages::error(v), None),
+            };
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+            let mut r = (status, html).into_response();
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&pages::content_security_policy(form_origin)) {
+                h.insert(header::CONTENT_SECURITY_POLICY, v);
+            }
+            h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+            h.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            r
+        }
+    };
+    no_store(&mut resp);
+    resp.headers_mut().insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if let Some(cookie) = out.set_session {
+        let secure = if cfg.cookie_secure { "; Secure" } else { "" };
+        let value = format!(
+            "{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
+            cfg.cookie_name(),
+            cookie.0.expose(),
+            cfg.session_ttl_secs
+        );
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            resp.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    resp
+}
+
+/// How the gateway answers a refused bearer token: the status code and the
+/// `WWW-Authenticate` value (RFC 6750 §3 + RFC 9728 `resource_metadata`).
+pub fn bearer_challenge(
+    err: &ValidationError,
+    resource_metadata_url: &str,
+) -> (StatusCode, String) {
+    let base = format!("Bearer resource_metadata=\"{resource_metadata_url}\"");
+    match err {
+        ValidationError::Invalid => (
+            StatusCode::UNAUTHORIZED,
+            format!("{base}, error=\"invalid_token\""),
+        ),
+        ValidationError::Expired => (
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "{base}, error=\"invalid_token\", error_description=\"The access token expired\""
+            ),
+        ),
+        ValidationError::InsufficientScope { required } => (
+            StatusCode::FORBIDDEN,
+            format!("{base}, error=\"insufficient_scope\", scope=\"{required}\""),
+        ),
+        ValidationError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, base),
+    }
+}

@@ -1,0 +1,209 @@
+//! The HTML of the login, consent and error pages: self-contained markup, one inline stylesheet
+//! allowed by its hash in the Content-Security-Policy, no scripts, no external assets.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use sha2::{Digest, Sha256};
+use std::sync::LazyLock;
+
+/// What the login page shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginView {
+    pub client_name: String,
+    /// The encoded authorization request, carried in a hidden field.
+    pub request: String,
+    pub csrf: String,
+    pub username: Option<String>,
+    pub error: Option<String>,
+}
+
+/// What the consent page shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsentView {
+    pub client_name: String,
+    pub client_id: String,
+    pub redirect_host: String,
+    /// The redirect URI's origin (allowed as a CSP form-action target).
+    pub redirect_origin: String,
+    /// (scope, description)
+    pub scopes: Vec<(String, String)>,
+    pub username: String,
+    pub request: String,
+    pub csrf: String,
+}
+
+/// An error page (the request is not sent back to any client).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorView {
+    pub title: String,
+    pub message: String,
+}
+
+const CSS: &str = "\
+*{box-sizing:border-box}\
+body{margin:0;min-height:100vh;display:flex;align-items:center;justify-content:center;\
+font:16px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;background:#f3f4f6;color:#111827}\
+main{width:100%;max-width:26rem;margin:1rem;padding:2rem;background:#fff;border-radius:12px;\
+box-shadow:0 1px 3px rgba(0,0,0,.1),0 8px 24px rgba(0,0,0,.06)}\
+h1{font-size:1.35rem;margin:0 0 .25rem}\
+p{margin:.5rem 0}\
+.muted{color:#6b7280;font-size:.9rem}\
+label{display:block;margin:1rem 0 .25rem;font-weight:600}\
+input[type=text],input[type=password]{width:100%;padding:.6rem .75rem;border:1px solid #d1d5db;\
+border-radius:8px;font:inherit}\
+input:focus{outline:2px solid #2563eb;outline-offset:1px}\
+.error{margin:1rem 0;padding:.6rem .75rem;border-radius:8px;background:#fef2f2;color:#991b1b;\
+border:1px solid #fecaca}\
+ul{padding-left:1.25rem}li{margin:.25rem 0}code{font-size:.9em}\
+.actions{display:flex;gap:.75rem;margin-top:1.5rem}\
+button{flex:1;padding:.65rem 1rem;border-radius:8px;border:1px solid #d1d5db;font:inherit;\
+font-weight:600;cursor:pointer;background:#fff;color:#111827}\
+button.primary{background:#2563eb;border-color:#2563eb;color:#fff}\
+button:focus{outline:2px solid #1d4ed8;outline-offset:2px}\
+";
+
+static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "'sha256-{}'",
+        STANDARD.encode(Sha256::digest(CSS.as_bytes()))
+    )
+});
+
+/// The Content-Security-Policy for a page whose forms may end in a redirect to
+/// `form_action_origin` (the client's origin on the consent page).
+pub fn content_security_policy(form_action_origin: Option<&str>) -> String {
+    let form_action = match form_action_origin {
+        Some(o) => format!("'self' {o}"),
+        None => "'self'".to_owned(),
+    };
+    format!(
+        "default-src 'none'; style-src {}; img-src 'self'; form-action {form_action}; \
+         frame-ancestors 'none'; base-uri 'none'",
+        *STYLE_HASH
+    )
+}
+
+/// HTML-escapes text for element content and quoted attributes.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn document(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta name=\"referrer\" content=\"no-referrer\">\
+         <title>{} · Pforte</title><style>{CSS}</style></head>\
+         <body><main>{body}</main></body></html>\n",
+        escape(title)
+    )
+}
+
+fn hidden(request: &str, csrf: &str, step: &str) -> String {
+    format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"step\" value=\"{step}\">\
+         <input type=\"hidden\" name=\"request\" value=\"{}\">",
+        escape(csrf),
+        escape(request)
+    )
+}
+
+/// The login form.
+pub fn login(v: &LoginView) -> String {
+    let error = v
+        .error
+        .as_deref()
+        .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e)))
+        .unwrap_or_default();
+    let body = format!(
+        "<h1>Sign in</h1><p class=\"muted\">to continue to <strong>{}</strong></p>{error}\
+         <form method=\"post\" action=\"/authorize\">{}\
+         <label for=\"username\">Username</label>\
+         <input id=\"username\" name=\"username\" type=\"text\" autocomplete=\"username\" \
+         autocapitalize=\"none\" spellcheck=\"false\" required autofocus value=\"{}\">\
+         <label for=\"password\">Password</label>\
+         <input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
+         <div class=\"actions\"><button class=\"primary\" type=\"submit\">Sign in</button></div>\
+         </form>",
+        escape(&v.client_name),
+        hidden(&v.request, &v.csrf, "login"),
+        escape(v.username.as_deref().unwrap_or_default()),
+    );
+    document("Sign in", &body)
+}
+
+/// The consent form.
+pub fn consent(v: &ConsentView) -> String {
+    let scopes: String = v
+        .scopes
+        .iter()
+        .map(|(s, d)| format!("<li><code>{}</code> — {}</li>", escape(s), escape(d)))
+        .collect();
+    let body = format!(
+        "<h1>Allow access?</h1>\
+         <p><strong>{}</strong> wants to use your Pforte account <strong>{}</strong>.</p>\
+         <p class=\"muted\">It will be sent back to <strong>{}</strong>. Client ID: <code>{}</code></p>\
+         <p>It asks for:</p><ul>{scopes}</ul>\
+         <form method=\"post\" action=\"/authorize\">{}\
+         <div class=\"actions\">\
+         <button type=\"submit\" name=\"decision\" value=\"deny\">Deny</button>\
+         <button class=\"primary\" type=\"submit\" name=\"decision\" value=\"approve\">Approve</button>\
+         </div></form>",
+        escape(&v.client_name),
+        escape(&v.username),
+        escape(&v.redirect_host),
+        escape(&v.client_id),
+        hidden(&v.request, &v.csrf, "consent"),
+    );
+    document("Allow access", &body)
+}
+
+/// An error page.
+pub fn error(v: &ErrorView) -> String {
+    let body = format!(
+        "<h1>{}</h1><p>{}</p><p class=\"muted\">Close this window and start again from the application.</p>",
+        escape(&v.title),
+        escape(&v.message)
+    );
+    document(&v.title, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn everything_is_escaped() {
+        let html = login(&LoginView {
+            client_name: "<script>alert(1)</script>".into(),
+            request: "a=\"b\"&c".into(),
+            csrf: "x".into(),
+            username: None,
+            error: Some("<b>".into()),
+        });
+        assert!(!html.contains("<script>alert"));
+        assert!(html.contains("a=&quot;b&quot;&amp;c"));
+        assert!(!html.contains("<b>"));
+    }
+
+    #[test]
+    fn csp_forbids_framing_and_pins_the_stylesheet() {
+        let csp = content_security_policy(Some("https://claude.ai"));
+        assert!(csp.contains("frame-ancestors 'none'"));
+        assert!(csp.contains("default-src 'none'"));
+        assert!(csp.contains("form-action 'self' https://claude.ai"));
+        assert!(csp.contains("'sha256-"));
+    }
+}

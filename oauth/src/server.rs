@@ -1,0 +1,307 @@
+//! `AuthServer`: runs the protocol core against the store, clock, randomness, rate limiter and
+//! metadata-document resolver. Returns typed outcomes; knows nothing about HTTP.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::cimd::{CimdResolver, DocumentFetcher, HttpFetcher};
+use crate::clock::{Clock, Entropy, OsEntropy, SystemClock};
+use crate::config::{ConfigError, OAuthConfig};
+use crate::crypto::{self, CODE_PREFIX, REFRESH_PREFIX, SECRET_PREFIX, ServerKey};
+use crate::error::{OAuthError, StoreError};
+use crate::model::{AuthMethod, ClientRecord};
+use crate::protocol::cimd::{CimdError, is_document_client_id};
+use crate::protocol::{Client, Params, metadata, registration};
+use crate::ratelimit::{GcraLimiter, LimitClass, RateDecision, RateLimiter};
+use crate::store::Store;
+use crate::validator::Validator;
+
+mod authorize;
+mod token;
+
+pub use authorize::{AuthorizeOutcome, AuthorizeResponse, Page, SessionCookie};
+
+/// Why the server could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a maintenance pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    pub clients_reaped: usize,
+}
+
+/// The authorization server. Share it as `Arc<AuthServer>`.
+pub struct AuthServer {
+    pub(crate) cfg: Arc<OAuthConfig>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) entropy: Arc<dyn Entropy>,
+    pub(crate) limiter: Arc<dyn RateLimiter>,
+    pub(crate) cimd: CimdResolver,
+    pub(crate) key: ServerKey,
+    pub(crate) validator: Arc<Validator>,
+    dummy_hash: tokio::sync::OnceCell<String>,
+}
+
+/// Builder for [`AuthServer`]; every dependency has a production default.
+pub struct AuthServerBuilder {
+    cfg: OAuthConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn Entropy>,
+    limiter: Option<Arc<dyn RateLimiter>>,
+    fetcher: Option<Arc<dyn DocumentFetcher>>,
+}
+
+impl AuthServerBuilder {
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    pub fn entropy(mut self, entropy: Arc<dyn Entropy>) -> Self {
+        self.entropy = entropy;
+        self
+    }
+    /// Replaces the in-process GCRA limiter (e.g. by a redis one shared by several gateways).
+    pub fn rate_limiter(mut self, limiter: Arc<dyn RateLimiter>) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+    /// Replaces the https metadata-document fetcher (tests).
+    pub fn document_fetcher(mut self, fetcher: Arc<dyn DocumentFetcher>) -> Self {
+        self.fetcher = Some(fetcher);
+        self
+    }
+
+    /// Validates the config and loads (or creates) the server key from the store.
+    pub async fn build(self) -> Result<Arc<AuthServer>, BuildError> {
+        self.cfg.validate()?;
+        let mut candidate = [0u8; 32];
+        self.entropy.fill(&mut candidate);
+        let key = ServerKey::from_bytes(self.store.server_key(candidate).await?);
+        let limiter = self
+            .limiter
+            .unwrap_or_else(|| Arc::new(GcraLimiter::new(self.cfg.throttle.clone())));
+        let fetcher = self
+            .fetcher
+            .unwrap_or_else(|| Arc::new(HttpFetcher::new(self.cfg.cimd.clone())));
+        let validator = Arc::new(Validator::new(
+            self.store.clone(),
+            &self.cfg,
+            self.clock.clone(),
+        ));
+        Ok(Arc::new(AuthServer {
+            cimd: CimdResolver::new(fetcher, self.cfg.cimd.clone()),
+            cfg: Arc::new(self.cfg),
+            store: self.store,
+            clock: self.clock,
+            entropy: self.entropy,
+            limiter,
+            key,
+            validator,
+            dummy_hash: tokio::sync::OnceCell::new(),
+        }))
+    }
+}
+
+/// How looking up a client failed.
+pub(crate) enum ClientLookup {
+    Unknown,
+    Document(CimdError),
+    Store(StoreError),
+}
+
+impl AuthServer {
+    pub fn builder(cfg: OAuthConfig, store: Arc<dyn Store>) -> AuthServerBuilder {
+        AuthServerBuilder {
+            cfg,
+            store,
+            clock: Arc::new(SystemClock),
+            entropy: Arc::new(OsEntropy),
+            limiter: None,
+            fetcher: None,
+        }
+    }
+
+    pub fn config(&self) -> &OAuthConfig {
+        &self.cfg
+    }
+
+    /// The token validator the gateway calls per request (shares this server's store and is
+    /// cleared on revocations made through this server).
+    pub fn validator(&self) -> Arc<Validator> {
+        self.validator.clone()
+    }
+
+    /// The RFC 8414 document.
+    pub fn metadata(&self) -> serde_json::Value {
+        metadata::authorization_server(&self.cfg)
+    }
+
+    /// The RFC 9728 document for the gateway.
+    pub fn protected_resource_metadata(&self) -> serde_json::Value {
+        metadata::protected_resource(&self.cfg)
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    pub(crate) async fn client(&self, client_id: &str) -> Result<Client, ClientLookup> {
+        if is_document_client_id(client_id) {
+            return self
+                .cimd
+                .resolve(client_id, self.clock.now_ms())
+                .await
+                .map_err(ClientLookup::Document);
+        }
+        match self.store.get_client(client_id).await {
+            Ok(Some(rec)) => Ok(Client::from(&rec)),
+            Ok(None) => Err(ClientLookup::Unknown),
+            Err(e) => Err(ClientLookup::Store(e)),
+        }
+    }
+
+    pub(crate) async fn throttle(&self, class: LimitClass, key: &str) -> Result<(), OAuthError> {
+        match self.limiter.check(class, key, self.clock.now_ms()).await {
+            RateDecision::Allow => Ok(()),
+            RateDecision::Deny { retry_after_ms } => Err(OAuthError::RateLimited {
+                retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
+            }),
+        }
+    }
+
+    /// An argon2id hash to verify against when the user does not exist (equal timing).
+    pub(crate) async fn dummy_hash(&self) -> &str {
+        let params = self.cfg.password_hashing;
+        let entropy = self.entropy.clone();
+        self.dummy_hash
+            .get_or_init(|| async move {
+                tokio::task::spawn_blocking(move || {
+                    crypto::hash_password("pforte-dummy-password", params, entropy.as_ref())
+                        .unwrap_or_default()
+                })
+                .await
+                .unwrap_or_default()
+            })
+            .await
+    }
+
+    /// RFC 7591 registration. `body` is the JSON request; `client_ip` keys the rate limit.
+    pub async fn register(
+        &self,
+        body: &[u8],
+        client_ip: Option<IpAddr>,
+    ) -> Result<serde_json::Value, OAuthError> {
+        let ip = client_ip
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| "unknown".into());
+        self.throttle(LimitClass::Register, &ip).await?;
+        let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
+            OAuthError::InvalidClientMetadata("the request body is not JSON".into())
+        })?;
+        let reg = registration::validate(&json)?;
+        let now = self.now();
+        let client_id = format!("pfc_{}", crypto::random_id(self.entropy.as_ref()));
+        let secret = (reg.auth_method != AuthMethod::None)
+            .then(|| crypto::random_token(self.entropy.as_ref(), SECRET_PREFIX));
+        let record = ClientRecord {
+            client_id: client_id.clone(),
+            secret_hash: secret.as_ref().map(|s| crypto::hash_secret(s.expose())),
+            auth_method: reg.auth_method,
+            redirect_uris: reg.redirect_uris,
+            client_name: reg.client_name,
+            metadata: reg.metadata.clone(),
+            created_at: now,
+            last_used_at: now,
+        };
+        self.store.create_client(&record).await?;
+        tracing::info!(client_id = %client_id, method = reg.auth_method.as_str(), "oauth client registered");
+        Ok(registration::response(
+            &client_id,
+            now,
+            secret.as_ref().map(|s| s.expose()),
+            &reg.metadata,
+        ))
+    }
+
+    /// RFC 7009 revocation: access or refresh token; unknown tokens and tokens of other
+    /// clients are ignored (200); a refresh token revokes its whole grant.
+    pub async fn revoke(&self, body: &str, authorization: Option<&str>) -> Result<(), OAuthError> {
+        let params = Params::parse(body);
+        let client = self.authenticate(&params, authorization).await?;
+        let Some(token) = params.single("token").map_err(OAuthError::InvalidRequest)? else {
+            return Err(OAuthError::InvalidRequest("token is required".into()));
+        };
+        let hash = crypto::hash_secret(token);
+        let now = self.now();
+        if let Some((access, _)) = self.store.get_access(&hash).await? {
+            if access.client_id == client.client_id {
+                self.store.revoke_access(&hash).await?;
+                self.validator.clear_cache();
+            }
+            return Ok(());
+        }
+        if let Some(refresh) = self.store.get_refresh(&hash).await?
+            && refresh.client_id == client.client_id
+        {
+            self.store.revoke_grant(&refresh.family_id, now).await?;
+            self.validator.clear_cache();
+        }
+        Ok(())
+    }
+
+    /// Authenticates the client of a token or revocation request.
+    pub(crate) async fn authenticate(
+        &self,
+        params: &Params,
+        authorization: Option<&str>,
+    ) -> Result<Client, OAuthError> {
+        let presented = crate::protocol::token::presented_credentials(params, authorization)?;
+        let client = match self.client(&presented.client_id).await {
+            Ok(c) => c,
+            Err(ClientLookup::Store(e)) => return Err(e.into()),
+            Err(ClientLookup::Unknown) => {
+                return Err(OAuthError::InvalidClient("unknown client".into()));
+            }
+            Err(ClientLookup::Document(e)) => return Err(OAuthError::InvalidClient(e.to_string())),
+        };
+        crate::protocol::token::authenticate(&presented, &client)?;
+        Ok(client)
+    }
+
+    /// Reaps clients unused for `client_reap_after_secs` and purges expired records.
+    /// Call it periodically (e.g. every 10 minutes) from one place.
+    pub async fn maintenance(&self) -> Result<MaintenanceReport, StoreError> {
+        let now = self.now();
+        let cutoff = now.saturating_sub(self.cfg.client_reap_after_secs);
+        let mut report = MaintenanceReport::default();
+        for id in self.store.clients_unused_since(cutoff).await? {
+            if self.store.delete_client(&id, now).await? {
+                report.clients_reaped += 1;
+            }
+        }
+        self.store.purge_expired(now).await?;
+        if report.clients_reaped > 0 {
+            tracing::info!(count = report.clients_reaped, "reaped unused oauth clients");
+        }
+        Ok(report)
+    }
+
+    pub(crate) fn new_code(&self) -> crypto::Secret {
+        crypto::random_token(self.entropy.as_ref(), CODE_PREFIX)
+    }
+
+    pub(crate) fn new_refresh(&self) -> crypto::Secret {
+        crypto::random_token(self.entropy.as_ref(), REFRESH_PREFIX)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,440 @@
+//! `/authorize` orchestration: the request check, the login session, login and consent.
+
+use std::net::IpAddr;
+use url::Url;
+
+use super::{AuthServer, ClientLookup};
+use crate::crypto::{self, Secret};
+use crate::error::{OAuthError, StoreError};
+use crate::model::{CodeRecord, SessionRecord};
+use crate::pages::{ConsentView, ErrorView, LoginView};
+use crate::protocol::authorize::{self, AuthorizeFailure, AuthorizeRequest};
+use crate::protocol::{Client, Params};
+use crate::ratelimit::LimitClass;
+
+const SESSION_PREFIX: &str = "pfs_";
+
+/// A page to render.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Page {
+    Login(LoginView),
+    Consent(ConsentView),
+    Error(ErrorView),
+}
+
+/// The result of an `/authorize` request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthorizeOutcome {
+    /// Render `page` with HTTP `status`.
+    Page { page: Page, status: u16 },
+    /// 303 See Other to `location`.
+    Redirect { location: String },
+}
+
+/// A new login-session cookie value to set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionCookie(pub Secret);
+
+/// An outcome plus, possibly, a new session cookie.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthorizeResponse {
+    pub outcome: AuthorizeOutcome,
+    pub set_session: Option<SessionCookie>,
+}
+
+impl From<AuthorizeOutcome> for AuthorizeResponse {
+    fn from(outcome: AuthorizeOutcome) -> Self {
+        AuthorizeResponse {
+            outcome,
+            set_session: None,
+        }
+    }
+}
+
+fn error_page(status: u16, title: &str, message: impl Into<String>) -> AuthorizeOutcome {
+    AuthorizeOutcome::Page {
+        page: Page::Error(ErrorView {
+            title: title.into(),
+            message: message.into(),
+        }),
+        status,
+    }
+}
+
+fn unavailable(e: &StoreError) -> AuthorizeOutcome {
+    tracing::warn!(error = %e, "authorize: store unavailable");
+    error_page(
+        503,
+        "Temporarily unavailable",
+        "The sign-in service is temporarily unavailable. Please try again shortly.",
+    )
+}
+
+/// Human descriptions of the scopes on the consent page.
+fn describe(scope: &str) -> String {
+    match scope {
+        "mcp:read" => "read resources and use tools that only read".into(),
+        "mcp:write" => "use tools that make changes".into(),
+        other => format!("access granted as {other}"),
+    }
+}
+
+impl AuthServer {
+    async fn check_request(
+        &self,
+        params: &Params,
+    ) -> Result<(Client, AuthorizeRequest), AuthorizeOutcome> {
+        let client_id = authorize::client_id(params).map_err(|f| self.failure(f))?;
+        let client = match self.client(client_id).await {
+            Ok(c) => c,
+            Err(ClientLookup::Unknown) => {
+                return Err(error_page(
+                    400,
+                    "Unknown application",
+                    "This application is not registered here.",
+                ));
+            }
+            Err(ClientLookup::Document(e)) => {
+                return Err(error_page(
+                    400,
+                    "Unknown application",
+                    format!("The application's metadata could not be used: {e}."),
+                ));
+            }
+            Err(ClientLookup::Store(e)) => return Err(unavailable(&e)),
+        };
+        let req = authorize::validate(params, &client, &self.cfg).map_err(|f| self.failure(f))?;
+        Ok((client, req))
+    }
+
+    fn failure(&self, f: AuthorizeFailure) -> AuthorizeOutcome {
+        match f {
+            AuthorizeFailure::ErrorPage(msg) => error_page(400, "Invalid request", msg),
+            AuthorizeFailure::Redirect { location, .. } => AuthorizeOutcome::Redirect { location },
+        }
+    }
+
+    async fn session(
+        &self,
+        cookie: Option<&str>,
+    ) -> Result<Option<(String, SessionRecord)>, StoreError> {
+        let Some(id) = cookie.filter(|c| c.starts_with(SESSION_PREFIX) && c.len() < 100) else {
+            return Ok(None);
+        };
+        let rec = self.store.get_session(&crypto::hash_secret(id)).await?;
+        Ok(rec
+            .filter(|r| r.expires_at > self.now())
+            .map(|r| (id.to_owned(), r)))
+    }
+
+    async fn new_session(&self, username: Option<String>) -> Result<Secret, StoreError> {
+        let id = crypto::random_token(self.entropy.as_ref(), SESSION_PREFIX);
+        let now = self.now();
+        self.store
+            .put_session(&SessionRecord {
+                session_hash: crypto::hash_secret(id.expose()),
+                username,
+                created_at: now,
+                expires_at: now + self.cfg.session_ttl_secs,
+            })
+            .await?;
+        Ok(id)
+    }
+
+    fn login_page(
+        &self,
+        client: &Client,
+        request: &str,
+        session_id: &str,
+        username: Option<&str>,
+        error: Option<&str>,
+        status: u16,
+    ) -> AuthorizeOutcome {
+        AuthorizeOutcome::Page {
+            page: Page::Login(LoginView {
+                client_name: client.display_name().to_owned(),
+                request: request.to_owned(),
+                csrf: self.key.csrf_token(session_id),
+                username: username.map(str::to_owned),
+                error: error.map(str::to_owned),
+            }),
+            status,
+        }
+    }
+
+    fn consent_page(
+        &self,
+        client: &Client,
+        req: &AuthorizeRequest,
+        request: &str,
+        session_id: &str,
+        username: &str,
+    ) -> AuthorizeOutcome {
+        let url = Url::parse(&req.redirect_uri).ok();
+        let redirect_host = url
+            .as_ref()
+            .and_then(|u| {
+                u.host_str().map(|h| match u.port() {
+                    Some(p) => format!("{h}:{p}"),
+                    None => h.to_owned(),
+                })
+            })
+            .unwrap_or_default();
+        let redirect_origin = url
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_default();
+        AuthorizeOutcome::Page {
+            page: Page::Consent(ConsentView {
+                client_name: client.display_name().to_owned(),
+                client_id: client.client_id.clone(),
+                redirect_host,
+                redirect_origin,
+                scopes: req
+                    .scopes
+                    .iter()
+                    .map(|s| (s.clone(), describe(s)))
+                    .collect(),
+                username: username.to_owned(),
+                request: request.to_owned(),
+                csrf: self.key.csrf_token(session_id),
+            }),
+            status: 200,
+        }
+    }
+
+    /// The logged-in user of a session, if the user still exists.
+    async fn session_user(&self, session: &SessionRecord) -> Result<Option<String>, StoreError> {
+        let Some(name) = &session.username else {
+            return Ok(None);
+        };
+        Ok(self.store.get_user(name).await?.map(|u| u.username))
+    }
+
+    /// GET `/authorize?<query>`: an error page, an error redirect, the login page or the
+    /// consent page (when the session is logged in).
+    pub async fn authorize_get(
+        &self,
+        query: &str,
+        session_cookie: Option<&str>,
+    ) -> AuthorizeResponse {
+        let params = Params::parse(query);
+        let (client, req) = match self.check_request(&params).await {
+            Ok(ok) => ok,
+            Err(outcome) => return outcome.into(),
+        };
+        let request = params.encode();
+        let session = match self.session(session_cookie).await {
+            Ok(s) => s,
+            Err(e) => return unavailable(&e).into(),
+        };
+        if let Some((id, rec)) = &session {
+            match self.session_user(rec).await {
+                Ok(Some(user)) => {
+                    return self.consent_page(&client, &req, &request, id, &user).into();
+                }
+                Ok(None) => {
+                    return self
+                        .login_page(&client, &request, id, None, None, 200)
+                        .into();
+                }
+                Err(e) => return unavailable(&e).into(),
+            }
+        }
+        match self.new_session(None).await {
+            Ok(id) => AuthorizeResponse {
+                outcome: self.login_page(&client, &request, id.expose(), None, None, 200),
+                set_session: Some(SessionCookie(id)),
+            },
+            Err(e) => unavailable(&e).into(),
+        }
+    }
+
+    /// POST `/authorize` (form body): the login or the consent form.
+    pub async fn authorize_post(
+        &self,
+        body: &str,
+        session_cookie: Option<&str>,
+        client_ip: Option<IpAddr>,
+    ) -> AuthorizeResponse {
+        let form = Params::parse(body);
+        let field = |n: &str| form.single(n).ok().flatten();
+        let (id, session) = match self.session(session_cookie).await {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                return error_page(403, "Session expired", "Your sign-in session has expired or cookies are blocked. Start again from the application.").into();
+            }
+            Err(e) => return unavailable(&e).into(),
+        };
+        if !field("csrf").is_some_and(|t| self.key.check_csrf(&id, t)) {
+            return error_page(
+                403,
+                "Invalid form",
+                "The form's security token is missing or wrong. Start again from the application.",
+            )
+            .into();
+        }
+        let request = field("request").unwrap_or_default().to_owned();
+        let params = Params::parse(&request);
+        let (client, req) = match self.check_request(&params).await {
+            Ok(ok) => ok,
+            Err(outcome) => return outcome.into(),
+        };
+        match field("step") {
+            Some("login") => self.login(&client, &request, &id, &form, client_ip).await,
+            Some("consent") => match self.session_user(&session).await {
+                Ok(Some(user)) => self
+                    .consent(&client, &req, &user, field("decision"))
+                    .await
+                    .into(),
+                Ok(None) => self
+                    .login_page(&client, &request, &id, None, Some("Please sign in."), 401)
+                    .into(),
+                Err(e) => unavailable(&e).into(),
+            },
+            _ => error_page(400, "Invalid form", "The form is incomplete.").into(),
+        }
+    }
+
+    async fn login(
+        &self,
+        client: &Client,
+        request: &str,
+        session_id: &str,
+        form: &Params,
+        client_ip: Option<IpAddr>,
+    ) -> AuthorizeResponse {
+        let username = form
+            .single("username")
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        let password = Secret::new(form.single("password").ok().flatten().unwrap_or_default());
+        let page = |error: &str, status: u16| -> AuthorizeResponse {
+            self.login_page(
+                client,
+                request,
+                session_id,
+                Some(&username),
+                Some(error),
+                status,
+            )
+            .into()
+        };
+        if username.is_empty() || password.expose().is_empty() {
+            return page("Enter your username and password.", 400);
+        }
+        // Throttle before any hashing: per IP and per username.
+        let ip = client_ip
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let user_key: String = username.to_lowercase().chars().take(64).collect();
+        for (class, key) in [
+            (LimitClass::LoginIp, ip.as_str()),
+            (LimitClass::LoginUsername, user_key.as_str()),
+        ] {
+            if let Err(OAuthError::RateLimited { retry_after_secs }) =
+                self.throttle(class, key).await
+            {
+                return page(
+                    &format!("Too many sign-in attempts. Try again in {retry_after_secs} s."),
+                    429,
+                );
+            }
+        }
+        let user = match self.store.get_user(&username).await {
+            Ok(u) => u,
+            Err(e) => return unavailable(&e).into(),
+        };
+        let phc = match &user {
+            Some(u) => u.password_hash.clone(),
+            None => self.dummy_hash().await.to_owned(),
+        };
+        let pw = password.clone();
+        let ok = tokio::task::spawn_blocking(move || crypto::verify_password(pw.expose(), &phc))
+            .await
+            .unwrap_or(false);
+        let Some(user) = user.filter(|_| ok) else {
+            tracing::info!(client_id = %client.client_id, "login failed");
+            return page("Wrong username or password.", 401);
+        };
+        // New session id on login (no fixation); the anonymous one is dropped.
+        if let Err(e) = self
+            .store
+            .delete_session(&crypto::hash_secret(session_id))
+            .await
+        {
+            return unavailable(&e).into();
+        }
+        match self.new_session(Some(user.username.clone())).await {
+            Ok(id) => {
+                tracing::info!(user = %user.username, client_id = %client.client_id, "login");
+                AuthorizeResponse {
+                    outcome: AuthorizeOutcome::Redirect {
+                        location: format!("/authorize?{request}"),
+                    },
+                    set_session: Some(SessionCookie(id)),
+                }
+            }
+            Err(e) => unavailable(&e).into(),
+        }
+    }
+
+    async fn consent(
+        &self,
+        client: &Client,
+        req: &AuthorizeRequest,
+        username: &str,
+        decision: Option<&str>,
+    ) -> AuthorizeOutcome {
+        let iss = &self.cfg.issuer;
+        match decision {
+            Some("approve") => {}
+            Some("deny") => {
+                tracing::info!(user = %username, client_id = %client.client_id, "consent denied");
+                let err = OAuthError::AccessDenied("the user denied the request".into());
+                return AuthorizeOutcome::Redirect {
+                    location: authorize::error_location(
+                        &req.redirect_uri,
+                        &err,
+                        req.state.as_deref(),
+                        iss,
+                    ),
+                };
+            }
+            _ => return error_page(400, "Invalid form", "Choose Approve or Deny."),
+        }
+        let now = self.now();
+        let code = self.new_code();
+        let record = CodeRecord {
+            code_hash: crypto::hash_secret(code.expose()),
+            client_id: client.client_id.clone(),
+            username: username.to_owned(),
+            redirect_uri: req.redirect_uri.clone(),
+            redirect_uri_explicit: req.redirect_uri_explicit,
+            code_challenge: req.code_challenge.clone(),
+            scopes: req.scopes.clone(),
+            resource: req.resource.clone(),
+            family_id: crypto::random_id(self.entropy.as_ref()),
+            issued_at: now,
+            expires_at: now + self.cfg.code_ttl_secs,
+            used: false,
+        };
+        if let Err(e) = self.store.put_code(&record).await {
+            return unavailable(&e);
+        }
+        if let Err(e) = self.store.touch_client(&client.client_id, now).await {
+            tracing::warn!(error = %e, "could not record client use");
+        }
+        tracing::info!(user = %username, client_id = %client.client_id, grant = %record.family_id, "consent approved");
+        AuthorizeOutcome::Redirect {
+            location: authorize::code_location(
+                &req.redirect_uri,
+                code.expose(),
+                req.state.as_deref(),
+                iss,
+            ),
+        }
+    }
+}

@@ -1,0 +1,906 @@
+//! Service-level tests of every protocol rule with a fake clock: the whole flow through
+//! `AuthServer` without HTTP, and one test per negative case of the issue.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use async_trait::async_trait;
+use base64::Engine;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use url::Url;
+
+use super::*;
+use crate::admin::Admin;
+use crate::cimd::FetchedDocument;
+use crate::clock::ManualClock;
+use crate::config::{PasswordHashing, Quota};
+use crate::crypto::{Secret, pkce_s256};
+use crate::error::ValidationError;
+use crate::protocol::cimd::CimdError;
+use crate::server::authorize::{AuthorizeOutcome, Page};
+use crate::store::SqliteStore;
+
+const T0: u64 = 1_800_000_000;
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+const CALLBACK: &str = "https://claude.ai/api/mcp/auth_callback";
+const CHEAP: PasswordHashing = PasswordHashing {
+    memory_kib: 64,
+    iterations: 1,
+    parallelism: 1,
+};
+
+struct Docs(Value);
+
+#[async_trait]
+impl DocumentFetcher for Docs {
+    async fn fetch(&self, _url: &Url) -> Result<FetchedDocument, CimdError> {
+        Ok(FetchedDocument {
+            body: self.0.to_string().into_bytes(),
+            cache_control: None,
+        })
+    }
+}
+
+struct H {
+    s: Arc<AuthServer>,
+    clock: Arc<ManualClock>,
+    store: Arc<dyn Store>,
+}
+
+fn config() -> OAuthConfig {
+    let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
+    cfg.password_hashing = CHEAP;
+    cfg
+}
+
+async fn harness_with(cfg: OAuthConfig, fetcher: Option<Arc<dyn DocumentFetcher>>) -> H {
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
+    let clock = Arc::new(ManualClock::at(T0));
+    let mut b = AuthServer::builder(cfg, store.clone()).clock(clock.clone());
+    if let Some(f) = fetcher {
+        b = b.document_fetcher(f);
+    }
+    let s = b.build().await.unwrap();
+    Admin::new(store.clone())
+        .with_hashing(CHEAP)
+        .with_clock(clock.clone())
+        .add_user("alice", &Secret::new("correct horse"))
+        .await
+        .unwrap();
+    H { s, clock, store }
+}
+
+async fn harness() -> H {
+    harness_with(config(), None).await
+}
+
+fn q(pairs: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+fn query_of(location: &str) -> Vec<(String, String)> {
+    Url::parse(location)
+        .unwrap()
+        .query_pairs()
+        .into_owned()
+        .collect()
+}
+
+fn get<'a>(pairs: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+}
+
+impl H {
+    async fn register(&self, method: &str) -> (String, Option<String>) {
+        let body = json!({"redirect_uris": [CALLBACK, "http://localhost/callback"], "token_endpoint_auth_method": method, "client_name": "Claude"});
+        let v = self
+            .s
+            .register(body.to_string().as_bytes(), None)
+            .await
+            .unwrap();
+        (
+            v["client_id"].as_str().unwrap().to_owned(),
+            v["client_secret"].as_str().map(str::to_owned),
+        )
+    }
+
+    fn auth_query(&self, client_id: &str, extra: &[(&str, &str)]) -> String {
+        let challenge = pkce_s256(VERIFIER);
+        let mut p = vec![
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", CALLBACK),
+            ("state", "xyz"),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("resource", "https://gw.example/mcp"),
+        ];
+        for (k, v) in extra {
+            p.retain(|(n, _)| n != k);
+            if !v.is_empty() {
+                p.push((k, v));
+            }
+        }
+        q(&p)
+    }
+
+    /// GET → login → consent form; returns (session cookie, consent csrf, request).
+    async fn login(
+        &self,
+        query: &str,
+        password: &str,
+    ) -> Result<(String, String, String), AuthorizeOutcome> {
+        let r = self.s.authorize_get(query, None).await;
+        let cookie = r.set_session.clone().unwrap().0.expose().to_owned();
+        let AuthorizeOutcome::Page {
+            page: Page::Login(login),
+            ..
+        } = r.outcome
+        else {
+            return Err(r.outcome);
+        };
+        let body = q(&[
+            ("step", "login"),
+            ("csrf", &login.csrf),
+            ("request", &login.request),
+            ("username", "alice"),
+            ("password", password),
+        ]);
+        let r = self.s.authorize_post(&body, Some(&cookie), None).await;
+        let AuthorizeOutcome::Redirect { location } = &r.outcome else {
+            return Err(r.outcome);
+        };
+        assert!(location.starts_with("/authorize?"));
+        let cookie = r.set_session.unwrap().0.expose().to_owned();
+        let r = self
+            .s
+            .authorize_get(&location["/authorize?".len()..], Some(&cookie))
+            .await;
+        let AuthorizeOutcome::Page {
+            page: Page::Consent(c),
+            ..
+        } = r.outcome
+        else {
+            panic!("{:?}", r.outcome)
+        };
+        Ok((cookie, c.csrf, c.request))
+    }
+
+    async fn decide(&self, query: &str, decision: &str) -> AuthorizeOutcome {
+        let (cookie, csrf, request) = self.login(query, "correct horse").await.unwrap();
+        let body = q(&[
+            ("step", "consent"),
+            ("csrf", &csrf),
+            ("request", &request),
+            ("decision", decision),
+        ]);
+        self.s
+            .authorize_post(&body, Some(&cookie), None)
+            .await
+            .outcome
+    }
+
+    async fn code(&self, client_id: &str) -> String {
+        let AuthorizeOutcome::Redirect { location } = self
+            .decide(&self.auth_query(client_id, &[]), "approve")
+            .await
+        else {
+            panic!("no redirect")
+        };
+        let p = query_of(&location);
+        assert_eq!(get(&p, "state"), Some("xyz"));
+        assert_eq!(get(&p, "iss"), Some("https://gw.example"));
+        get(&p, "code").unwrap().to_owned()
+    }
+
+    async fn exchange(
+        &self,
+        client_id: &str,
+        secret: Option<&str>,
+        code: &str,
+        verifier: &str,
+    ) -> Result<crate::protocol::token::TokenResponse, OAuthError> {
+        let mut p = vec![
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", CALLBACK),
+            ("code_verifier", verifier),
+            ("client_id", client_id),
+        ];
+        if let Some(s) = secret {
+            p.push(("client_secret", s));
+        }
+        self.s.token(&q(&p), None).await
+    }
+
+    async fn refresh(
+        &self,
+        client_id: &str,
+        secret: Option<&str>,
+        rt: &str,
+    ) -> Result<crate::protocol::token::TokenResponse, OAuthError> {
+        let mut p = vec![
+            ("grant_type", "refresh_token"),
+            ("refresh_token", rt),
+            ("client_id", client_id),
+        ];
+        if let Some(s) = secret {
+            p.push(("client_secret", s));
+        }
+        self.s.token(&q(&p), None).await
+    }
+}
+
+fn redirect_error(out: &AuthorizeOutcome) -> String {
+    match out {
+        AuthorizeOutcome::Redirect { location } => {
+            let p = query_of(location);
+            assert!(get(&p, "code").is_none());
+            assert_eq!(get(&p, "iss"), Some("https://gw.example"));
+            assert_eq!(get(&p, "state"), Some("xyz"));
+            get(&p, "error").unwrap().to_owned()
+        }
+        other => panic!("expected error redirect, got {other:?}"),
+    }
+}
+
+fn is_error_page(out: &AuthorizeOutcome) -> bool {
+    matches!(
+        out,
+        AuthorizeOutcome::Page {
+            page: Page::Error(_),
+            ..
+        }
+    )
+}
+
+#[tokio::test]
+async fn full_flow_confidential_client() {
+    let h = harness().await;
+    let (cid, secret) = h.register("client_secret_post").await;
+    let code = h.code(&cid).await;
+    let t = h
+        .exchange(&cid, secret.as_deref(), &code, VERIFIER)
+        .await
+        .unwrap();
+    assert_eq!(t.expires_in, 3600);
+    assert_eq!(t.scope, "mcp:read mcp:write");
+    assert!(t.access_token.expose().len() >= 43, "≥ 256 bits");
+    let v = h.s.validator();
+    let p = v.validate(t.access_token.expose()).await.unwrap();
+    assert_eq!(
+        (p.subject.as_str(), p.client_id.as_str()),
+        ("alice", cid.as_str())
+    );
+
+    let t2 = h
+        .refresh(&cid, secret.as_deref(), t.refresh_token.expose())
+        .await
+        .unwrap();
+    assert_ne!(t2.refresh_token, t.refresh_token, "rotated");
+    assert!(v.validate(t2.access_token.expose()).await.is_ok());
+
+    let revoke = q(&[
+        ("token", t2.refresh_token.expose()),
+        ("client_id", &cid),
+        ("client_secret", secret.as_deref().unwrap()),
+    ]);
+    h.s.revoke(&revoke, None).await.unwrap();
+    assert!(
+        matches!(
+            v.validate(t2.access_token.expose()).await,
+            Err(ValidationError::Invalid)
+        ),
+        "family revoked"
+    );
+    assert!(
+        h.refresh(&cid, secret.as_deref(), t2.refresh_token.expose())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn public_client_with_loopback_port_and_basic_auth_client() {
+    let h = harness().await;
+    let (cid, none) = h.register("none").await;
+    assert!(none.is_none());
+    let query = h.auth_query(&cid, &[("redirect_uri", "http://localhost:53682/callback")]);
+    let AuthorizeOutcome::Redirect { location } = h.decide(&query, "approve").await else {
+        panic!()
+    };
+    assert!(location.starts_with("http://localhost:53682/callback?code="));
+    let code = get(&query_of(&location), "code").unwrap().to_owned();
+    let p = q(&[
+        ("grant_type", "authorization_code"),
+        ("code", &code),
+        ("redirect_uri", "http://localhost:53682/callback"),
+        ("code_verifier", VERIFIER),
+        ("client_id", &cid),
+    ]);
+    assert!(h.s.token(&p, None).await.is_ok());
+
+    let (cid, secret) = h.register("client_secret_basic").await;
+    let code = h.code(&cid).await;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{cid}:{}", secret.unwrap()))
+    );
+    let p = q(&[
+        ("grant_type", "authorization_code"),
+        ("code", &code),
+        ("redirect_uri", CALLBACK),
+        ("code_verifier", VERIFIER),
+    ]);
+    assert!(h.s.token(&p, Some(&basic)).await.is_ok());
+}
+
+#[tokio::test]
+async fn pkce_missing_plain_wrong_and_verifier_without_challenge() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let missing =
+        h.s.authorize_get(
+            &h.auth_query(
+                &cid,
+                &[("code_challenge", ""), ("code_challenge_method", "")],
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(redirect_error(&missing.outcome), "invalid_request");
+    let plain =
+        h.s.authorize_get(
+            &h.auth_query(
+                &cid,
+                &[
+                    ("code_challenge", VERIFIER),
+                    ("code_challenge_method", "plain"),
+                ],
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(redirect_error(&plain.outcome), "invalid_request");
+    // verifier without challenge: no code is ever issued without one, so a verifier has
+    // nothing to redeem
+    assert!(missing.set_session.is_none());
+    assert_eq!(
+        h.exchange(&cid, None, "pfac_never-issued", VERIFIER)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+    let code = h.code(&cid).await;
+    let wrong = "x".repeat(43);
+    assert_eq!(
+        h.exchange(&cid, None, &code, &wrong)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+}
+
+#[tokio::test]
+async fn unregistered_redirect_and_unknown_client_show_error_page() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let r =
+        h.s.authorize_get(
+            &h.auth_query(&cid, &[("redirect_uri", "https://evil.example/cb")]),
+            None,
+        )
+        .await;
+    assert!(is_error_page(&r.outcome));
+    let r =
+        h.s.authorize_get(&h.auth_query("pfc_unknown", &[]), None)
+            .await;
+    assert!(is_error_page(&r.outcome));
+}
+
+#[tokio::test]
+async fn non_loopback_http_redirect_refused_at_registration() {
+    let h = harness().await;
+    let body = json!({"redirect_uris": ["http://evil.example/cb"]});
+    assert_eq!(
+        h.s.register(body.to_string().as_bytes(), None)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_redirect_uri"
+    );
+}
+
+#[tokio::test]
+async fn code_replay_revokes_its_tokens() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let code = h.code(&cid).await;
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    let v = h.s.validator();
+    assert!(v.validate(t.access_token.expose()).await.is_ok());
+    assert_eq!(
+        h.exchange(&cid, None, &code, VERIFIER)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+    assert!(matches!(
+        v.validate(t.access_token.expose()).await,
+        Err(ValidationError::Invalid)
+    ));
+    assert_eq!(
+        h.refresh(&cid, None, t.refresh_token.expose())
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+}
+
+#[tokio::test]
+async fn code_expires_after_60_seconds() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let code = h.code(&cid).await;
+    h.clock.advance_secs(60);
+    assert_eq!(
+        h.exchange(&cid, None, &code, VERIFIER)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+}
+
+#[tokio::test]
+async fn code_bound_to_client() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let (other, _) = h.register("none").await;
+    let code = h.code(&cid).await;
+    assert_eq!(
+        h.exchange(&other, None, &code, VERIFIER)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+}
+
+#[tokio::test]
+async fn refresh_reuse_inside_grace_returns_same_pair() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let t = h
+        .exchange(&cid, None, &h.code(&cid).await, VERIFIER)
+        .await
+        .unwrap();
+    let a = h
+        .refresh(&cid, None, t.refresh_token.expose())
+        .await
+        .unwrap();
+    h.clock.advance_secs(30);
+    let b = h
+        .refresh(&cid, None, t.refresh_token.expose())
+        .await
+        .unwrap();
+    assert_eq!(a.access_token, b.access_token);
+    assert_eq!(a.refresh_token, b.refresh_token);
+    assert_eq!(b.expires_in, 3600 - 30);
+    assert!(
+        h.s.validator()
+            .validate(b.access_token.expose())
+            .await
+            .is_ok()
+    );
+    // the successor still rotates normally
+    assert!(
+        h.refresh(&cid, None, b.refresh_token.expose())
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn refresh_reuse_after_grace_revokes_family() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let t = h
+        .exchange(&cid, None, &h.code(&cid).await, VERIFIER)
+        .await
+        .unwrap();
+    let a = h
+        .refresh(&cid, None, t.refresh_token.expose())
+        .await
+        .unwrap();
+    h.clock.advance_secs(31);
+    assert_eq!(
+        h.refresh(&cid, None, t.refresh_token.expose())
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+    assert!(matches!(
+        h.s.validator().validate(a.access_token.expose()).await,
+        Err(ValidationError::Invalid)
+    ));
+    assert_eq!(
+        h.refresh(&cid, None, a.refresh_token.expose())
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_grant"
+    );
+}
+
+#[tokio::test]
+async fn wrong_client_secret_is_401_invalid_client() {
+    let h = harness().await;
+    let (cid, _) = h.register("client_secret_post").await;
+    let code = h.code(&cid).await;
+    let e = h
+        .exchange(&cid, Some("pfcs_wrong"), &code, VERIFIER)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OAuthError::InvalidClient(_)));
+    let e = h
+        .exchange("pfc_unknown", None, &code, VERIFIER)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OAuthError::InvalidClient(_)));
+}
+
+#[tokio::test]
+async fn wrong_resource_is_invalid_target() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let r =
+        h.s.authorize_get(
+            &h.auth_query(&cid, &[("resource", "https://elsewhere.example/mcp")]),
+            None,
+        )
+        .await;
+    assert_eq!(redirect_error(&r.outcome), "invalid_target");
+    let code = h.code(&cid).await;
+    let p = q(&[
+        ("grant_type", "authorization_code"),
+        ("code", &code),
+        ("redirect_uri", CALLBACK),
+        ("code_verifier", VERIFIER),
+        ("client_id", &cid),
+        ("resource", "https://elsewhere.example/mcp"),
+    ]);
+    assert_eq!(
+        h.s.token(&p, None).await.unwrap_err().code(),
+        "invalid_target"
+    );
+}
+
+#[tokio::test]
+async fn unknown_scope_is_invalid_scope_and_subset_is_kept() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let r =
+        h.s.authorize_get(&h.auth_query(&cid, &[("scope", "mcp:read admin")]), None)
+            .await;
+    assert_eq!(redirect_error(&r.outcome), "invalid_scope");
+    let AuthorizeOutcome::Redirect { location } = h
+        .decide(&h.auth_query(&cid, &[("scope", "mcp:read")]), "approve")
+        .await
+    else {
+        panic!()
+    };
+    let code = get(&query_of(&location), "code").unwrap().to_owned();
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    assert_eq!(t.scope, "mcp:read");
+    let e =
+        h.s.token(
+            &q(&[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", t.refresh_token.expose()),
+                ("client_id", &cid),
+                ("scope", "mcp:write"),
+            ]),
+            None,
+        )
+        .await;
+    assert_eq!(
+        e.unwrap_err().code(),
+        "invalid_scope",
+        "refresh never widens"
+    );
+}
+
+#[tokio::test]
+async fn csrf_missing_or_wrong_gives_no_code() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let (cookie, _csrf, request) = h
+        .login(&h.auth_query(&cid, &[]), "correct horse")
+        .await
+        .unwrap();
+    for body in [
+        q(&[
+            ("step", "consent"),
+            ("request", &request),
+            ("decision", "approve"),
+        ]),
+        q(&[
+            ("step", "consent"),
+            ("csrf", "forged"),
+            ("request", &request),
+            ("decision", "approve"),
+        ]),
+    ] {
+        let out = h.s.authorize_post(&body, Some(&cookie), None).await.outcome;
+        assert!(
+            matches!(
+                out,
+                AuthorizeOutcome::Page {
+                    status: 403,
+                    page: Page::Error(_)
+                }
+            ),
+            "{out:?}"
+        );
+    }
+    // without a session cookie at all
+    let out =
+        h.s.authorize_post(
+            &q(&[("step", "consent"), ("request", &request)]),
+            None,
+            None,
+        )
+        .await
+        .outcome;
+    assert!(matches!(out, AuthorizeOutcome::Page { status: 403, .. }));
+}
+
+#[tokio::test]
+async fn wrong_password_gives_no_code() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let out = h
+        .login(&h.auth_query(&cid, &[]), "wrong password")
+        .await
+        .unwrap_err();
+    match out {
+        AuthorizeOutcome::Page {
+            page: Page::Login(l),
+            status: 401,
+        } => {
+            assert_eq!(l.error.as_deref(), Some("Wrong username or password."));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn deny_is_access_denied() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let out = h.decide(&h.auth_query(&cid, &[]), "deny").await;
+    assert_eq!(redirect_error(&out), "access_denied");
+}
+
+#[tokio::test]
+async fn expired_and_revoked_access_tokens() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let t = h
+        .exchange(&cid, None, &h.code(&cid).await, VERIFIER)
+        .await
+        .unwrap();
+    let v = h.s.validator();
+    h.clock.advance_secs(3600);
+    assert!(matches!(
+        v.validate(t.access_token.expose()).await,
+        Err(ValidationError::Expired)
+    ));
+
+    let t = h
+        .refresh(&cid, None, t.refresh_token.expose())
+        .await
+        .unwrap();
+    assert!(v.validate(t.access_token.expose()).await.is_ok());
+    h.s.revoke(
+        &q(&[("token", t.access_token.expose()), ("client_id", &cid)]),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        v.validate(t.access_token.expose()).await,
+        Err(ValidationError::Invalid)
+    ));
+    // the refresh token survives an access-token revocation
+    assert!(
+        h.refresh(&cid, None, t.refresh_token.expose())
+            .await
+            .is_ok()
+    );
+    // unknown tokens: 200
+    h.s.revoke(&q(&[("token", "nonsense"), ("client_id", &cid)]), None)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn cimd_client_flow_and_lying_document() {
+    let id = "https://app.example/oauth/client.json";
+    let honest = Arc::new(Docs(
+        json!({"client_id": id, "client_name": "App", "redirect_uris": ["http://127.0.0.1/callback"]}),
+    ));
+    let h = harness_with(config(), Some(honest)).await;
+    let query = h.auth_query(id, &[("redirect_uri", "http://127.0.0.1:8765/callback")]);
+    let AuthorizeOutcome::Redirect { location } = h.decide(&query, "approve").await else {
+        panic!()
+    };
+    let code = get(&query_of(&location), "code").unwrap().to_owned();
+    let p = q(&[
+        ("grant_type", "authorization_code"),
+        ("code", &code),
+        ("redirect_uri", "http://127.0.0.1:8765/callback"),
+        ("code_verifier", VERIFIER),
+        ("client_id", id),
+    ]);
+    assert!(h.s.token(&p, None).await.is_ok());
+    // its redirect URIs are enforced
+    let r =
+        h.s.authorize_get(
+            &h.auth_query(id, &[("redirect_uri", "https://evil.example/cb")]),
+            None,
+        )
+        .await;
+    assert!(is_error_page(&r.outcome));
+
+    let liar = Arc::new(Docs(
+        json!({"client_id": "https://evil.example/c.json", "redirect_uris": ["http://127.0.0.1/callback"]}),
+    ));
+    let h = harness_with(config(), Some(liar)).await;
+    let r =
+        h.s.authorize_get(
+            &h.auth_query(id, &[("redirect_uri", "http://127.0.0.1/callback")]),
+            None,
+        )
+        .await;
+    assert!(is_error_page(&r.outcome));
+}
+
+#[tokio::test]
+async fn cimd_private_address_is_refused() {
+    let h = harness().await; // the real https fetcher, private addresses not allowed
+    let id = "https://localhost/client.json";
+    let r =
+        h.s.authorize_get(
+            &h.auth_query(id, &[("redirect_uri", "http://127.0.0.1/callback")]),
+            None,
+        )
+        .await;
+    match r.outcome {
+        AuthorizeOutcome::Page {
+            page: Page::Error(e),
+            ..
+        } => assert!(e.message.contains("refused address"), "{}", e.message),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn login_throttled_per_username_before_hashing() {
+    let mut cfg = config();
+    cfg.throttle.login_per_username = Quota {
+        burst: 2,
+        per_minute: 1,
+    };
+    let h = harness_with(cfg, None).await;
+    let (cid, _) = h.register("none").await;
+    for _ in 0..2 {
+        assert!(matches!(
+            h.login(&h.auth_query(&cid, &[]), "bad password").await,
+            Err(AuthorizeOutcome::Page { status: 401, .. })
+        ));
+    }
+    // now even the right password is throttled
+    assert!(matches!(
+        h.login(&h.auth_query(&cid, &[]), "correct horse").await,
+        Err(AuthorizeOutcome::Page { status: 429, .. })
+    ));
+    h.clock.advance_secs(60);
+    assert!(
+        h.login(&h.auth_query(&cid, &[]), "correct horse")
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn registration_throttled_per_ip() {
+    let mut cfg = config();
+    cfg.throttle.register_per_ip = Quota {
+        burst: 1,
+        per_minute: 1,
+    };
+    let h = harness_with(cfg, None).await;
+    let body = json!({"redirect_uris": [CALLBACK]}).to_string();
+    let ip = Some("203.0.113.9".parse().unwrap());
+    assert!(h.s.register(body.as_bytes(), ip).await.is_ok());
+    assert!(matches!(
+        h.s.register(body.as_bytes(), ip).await,
+        Err(OAuthError::RateLimited { .. })
+    ));
+    assert!(
+        h.s.register(body.as_bytes(), Some("203.0.113.10".parse().unwrap()))
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn unused_clients_are_reaped() {
+    let h = harness().await;
+    let (idle, _) = h.register("none").await;
+    h.clock.advance_secs(29 * 86_400);
+    let (busy, _) = h.register("none").await;
+    h.clock.advance_secs(2 * 86_400);
+    let report = h.s.maintenance().await.unwrap();
+    assert_eq!(report.clients_reaped, 1);
+    assert!(h.store.get_client(&idle).await.unwrap().is_none());
+    assert!(h.store.get_client(&busy).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn admin_remove_user_revokes_their_tokens() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let t = h
+        .exchange(&cid, None, &h.code(&cid).await, VERIFIER)
+        .await
+        .unwrap();
+    let admin = Admin::new(h.store.clone())
+        .with_hashing(CHEAP)
+        .with_clock(h.clock.clone());
+    assert_eq!(
+        admin.list_grants(&Default::default()).await.unwrap().len(),
+        1
+    );
+    assert_eq!(
+        admin
+            .revoke_grants(&crate::admin::GrantFilter {
+                username: Some("alice".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        h.s.validator()
+            .validate(t.access_token.expose())
+            .await
+            .is_err()
+    );
+    assert!(
+        admin
+            .list_grants(&Default::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    admin.remove_user("alice").await.unwrap();
+    assert!(admin.remove_user("alice").await.is_err());
+    assert!(
+        admin
+            .add_user("bad name!", &Secret::new("long enough"))
+            .await
+            .is_err()
+    );
+    assert!(admin.add_user("bob", &Secret::new("short")).await.is_err());
+}

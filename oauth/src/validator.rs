@@ -1,0 +1,261 @@
+//! Access-token validation for the gateway's hot path: one store lookup per token per second
+//! at most (a bounded in-process cache of positive results, ≤ 1 s), so revocation anywhere is
+//! honoured within 1 s.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::clock::Clock;
+use crate::config::OAuthConfig;
+use crate::crypto::{ACCESS_PREFIX, hash_secret};
+use crate::error::ValidationError;
+use crate::protocol::resource;
+use crate::store::Store;
+
+/// Who a valid access token speaks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The user (username) who approved the grant.
+    pub subject: String,
+    pub client_id: String,
+    pub scopes: Vec<String>,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// The grant (token family) id, for logs and admin.
+    pub grant_id: String,
+}
+
+impl Principal {
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
+
+    /// Err(InsufficientScope) unless every scope in `required` is held.
+    pub fn require_scopes(&self, required: &[&str]) -> Result<(), ValidationError> {
+        let missing: Vec<&str> = required
+            .iter()
+            .copied()
+            .filter(|r| !self.has_scope(r))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(ValidationError::InsufficientScope {
+                required: missing.join(" "),
+            })
+        }
+    }
+}
+
+/// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
+pub const CACHE_TTL_MS: u64 = 1000;
+const MAX_ENTRIES: usize = 10_000;
+
+/// Validates bearer tokens issued by this authorization server. Cheap to share (`Arc`).
+pub struct Validator {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    resource: String,
+    cache: Mutex<HashMap<String, (Principal, u64)>>,
+}
+
+impl Validator {
+    pub fn new(store: Arc<dyn Store>, cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Self {
+        let resource = resource::canonical(&cfg.resource).unwrap_or_else(|| cfg.resource.clone());
+        Self {
+            store,
+            clock,
+            resource,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `bearer` has the shape of this server's access tokens (no lookup).
+    pub fn is_oauth_token(bearer: &str) -> bool {
+        bearer.starts_with(ACCESS_PREFIX)
+    }
+
+    /// Validates at the injected clock's time.
+    pub async fn validate(&self, bearer: &str) -> Result<Principal, ValidationError> {
+        self.validate_at(bearer, self.clock.now_ms()).await
+    }
+
+    /// Validates `bearer` at `now_ms`: known, unrevoked (token and grant), unexpired, and
+    /// audience-bound to this resource.
+    pub async fn validate_at(
+        &self,
+        bearer: &str,
+        now_ms: u64,
+    ) -> Result<Principal, ValidationError> {
+        if !Self::is_oauth_token(bearer) || bearer.len() > 200 {
+            return Err(ValidationError::Invalid);
+        }
+        let hash = hash_secret(bearer);
+        let cached = self.cache.lock().ok().and_then(|c| {
+            c.get(&hash)
+                .filter(|(_, at)| now_ms.saturating_sub(*at) < CACHE_TTL_MS)
+                .map(|(p, _)| p.clone())
+        });
+        if let Some(p) = cached {
+            return expiry(p, now_ms);
+        }
+        let Some((rec, grant_revoked)) = self.store.get_access(&hash).await? else {
+            return Err(ValidationError::Invalid);
+        };
+        if rec.revoked || grant_revoked {
+            return Err(ValidationError::Invalid);
+        }
+        if resource::canonical(&rec.resource).as_deref() != Some(self.resource.as_str()) {
+            return Err(ValidationError::Invalid);
+        }
+        let p = Principal {
+            subject: rec.username,
+            client_id: rec.client_id,
+            scopes: rec.scopes,
+            expires_at: rec.expires_at,
+            grant_id: rec.family_id,
+        };
+        let p = expiry(p, now_ms)?;
+        if let Ok(mut cache) = self.cache.lock() {
+            if cache.len() >= MAX_ENTRIES {
+                cache.retain(|_, (_, at)| now_ms.saturating_sub(*at) < CACHE_TTL_MS);
+                if cache.len() >= MAX_ENTRIES {
+                    cache.clear();
+                }
+            }
+            cache.insert(hash, (p.clone(), now_ms));
+        }
+        Ok(p)
+    }
+
+    /// Drops every cached result (called on revocation in this process).
+    pub fn clear_cache(&self) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.clear();
+        }
+    }
+}
+
+fn expiry(p: Principal, now_ms: u64) -> Result<Principal, ValidationError> {
+    if now_ms >= p.expires_at.saturating_mul(1000) {
+        Err(ValidationError::Expired)
+    } else {
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::model::{AccessRecord, GrantRecord, RefreshRecord};
+    use crate::store::SqliteStore;
+
+    const T: u64 = 1_800_000_000;
+
+    async fn setup(resource: &str) -> (Arc<dyn Store>, Validator, String) {
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
+        let cfg = OAuthConfig::new("https://gw.example").unwrap();
+        let v = Validator::new(store.clone(), &cfg, Arc::new(ManualClock::at(T)));
+        let token = format!("{ACCESS_PREFIX}abc");
+        let g = GrantRecord {
+            family_id: "f".into(),
+            client_id: "c".into(),
+            username: "bob".into(),
+            scopes: vec!["mcp:read".into()],
+            resource: resource.into(),
+            created_at: T,
+            last_used_at: T,
+            expires_at: T + 10_000,
+            revoked_at: None,
+        };
+        let a = AccessRecord {
+            token_hash: hash_secret(&token),
+            family_id: "f".into(),
+            client_id: "c".into(),
+            username: "bob".into(),
+            scopes: vec!["mcp:read".into()],
+            resource: resource.into(),
+            issued_at: T,
+            expires_at: T + 3600,
+            revoked: false,
+        };
+        let r = RefreshRecord {
+            token_hash: "r".into(),
+            family_id: "f".into(),
+            client_id: "c".into(),
+            username: "bob".into(),
+            scopes: vec![],
+            resource: resource.into(),
+            issued_at: T,
+            expires_at: T + 10_000,
+            rotated_at: None,
+        };
+        store.create_grant(&g, &a, &r).await.unwrap();
+        (store, v, token)
+    }
+
+    #[tokio::test]
+    async fn valid_token_gives_principal() {
+        let (_, v, token) = setup("https://gw.example/mcp").await;
+        let p = v.validate(&token).await.unwrap();
+        assert_eq!((p.subject.as_str(), p.client_id.as_str()), ("bob", "c"));
+        assert!(p.require_scopes(&["mcp:read"]).is_ok());
+        assert!(matches!(
+            p.require_scopes(&["mcp:write"]),
+            Err(ValidationError::InsufficientScope { .. })
+        ));
+        assert!(matches!(
+            v.validate("pfat_unknown").await,
+            Err(ValidationError::Invalid)
+        ));
+        assert!(matches!(
+            v.validate("static-token").await,
+            Err(ValidationError::Invalid)
+        ));
+    }
+
+    #[tokio::test]
+    async fn expired_access_token() {
+        let (_, v, token) = setup("https://gw.example/mcp").await;
+        assert!(v.validate_at(&token, (T + 3599) * 1000).await.is_ok());
+        assert!(matches!(
+            v.validate_at(&token, (T + 3600) * 1000).await,
+            Err(ValidationError::Expired)
+        ));
+    }
+
+    #[tokio::test]
+    async fn revoked_token_refused_within_one_second() {
+        let (store, v, token) = setup("https://gw.example/mcp").await;
+        let t0 = T * 1000;
+        assert!(v.validate_at(&token, t0).await.is_ok());
+        store.revoke_access(&hash_secret(&token)).await.unwrap();
+        // still cached for < 1 s, refused from 1 s on
+        assert!(v.validate_at(&token, t0 + 999).await.is_ok());
+        assert!(matches!(
+            v.validate_at(&token, t0 + 1000).await,
+            Err(ValidationError::Invalid)
+        ));
+    }
+
+    #[tokio::test]
+    async fn grant_revocation_refuses_token() {
+        let (store, v, token) = setup("https://gw.example/mcp").await;
+        store.revoke_grant("f", T).await.unwrap();
+        assert!(matches!(
+            v.validate(&token).await,
+            Err(ValidationError::Invalid)
+        ));
+    }
+
+    #[tokio::test]
+    async fn other_audience_refused() {
+        let (_, v, token) = setup("https://other.example/mcp").await;
+        assert!(matches!(
+            v.validate(&token).await,
+            Err(ValidationError::Invalid)
+        ));
+    }
+}
