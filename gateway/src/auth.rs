@@ -1,0 +1,157 @@
+//! Who is calling: parse the `Authorization` header and decide, from the credential stores and
+//! `now`, on a principal or a specific failure. No I/O here.
+
+use crate::tokens::{TOKEN_PREFIX, TokenSet};
+
+/// How the caller authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthKind {
+    /// An operator-issued static bearer token.
+    Static,
+    /// An OAuth access token issued by Pforte's authorization server.
+    OAuth,
+}
+
+impl AuthKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Static => "static",
+            Self::OAuth => "oauth",
+        }
+    }
+}
+
+/// The authenticated caller, as forwarded to the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The user (OAuth) or `operator` (static tokens act for the operator).
+    pub subject: String,
+    /// The OAuth client id, or the static token's name.
+    pub client: String,
+    pub kind: AuthKind,
+    pub scopes: Vec<String>,
+}
+
+/// The subject of every static token: static tokens are the operator's own credential.
+pub const OPERATOR: &str = "operator";
+
+/// Why a request was not authenticated; each maps to one precise 401.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthFailure {
+    #[error("no bearer token")]
+    Missing,
+    #[error("malformed Authorization header: {0}")]
+    Malformed(&'static str),
+    #[error("unknown or revoked token")]
+    Invalid,
+    #[error("token expired")]
+    Expired,
+}
+
+/// Extracts the bearer token from the `Authorization` header values (all of them: more than one
+/// is malformed). `Ok(None)` when there is no header.
+pub fn bearer_token<'a>(
+    values: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Option<&'a str>, AuthFailure> {
+    let mut values = values.into_iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(AuthFailure::Malformed("more than one Authorization header"));
+    }
+    let value = std::str::from_utf8(value)
+        .map_err(|_| AuthFailure::Malformed("header is not ASCII"))?
+        .trim();
+    let (scheme, token) = value
+        .split_once(' ')
+        .ok_or(AuthFailure::Malformed("expected \"Bearer <token>\""))?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthFailure::Malformed("only the Bearer scheme is accepted"));
+    }
+    let token = token.trim_start();
+    if !is_token68(token) {
+        return Err(AuthFailure::Malformed(
+            "the token has characters outside token68",
+        ));
+    }
+    Ok(Some(token))
+}
+
+/// RFC 7235 token68: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`.
+fn is_token68(s: &str) -> bool {
+    let body = s.trim_end_matches('=');
+    !body.is_empty()
+        && body.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
+        })
+}
+
+/// Whether a bearer token has the static-token shape (the OAuth path handles every other).
+pub fn looks_static(token: &str) -> bool {
+    token.starts_with(TOKEN_PREFIX)
+}
+
+/// Decides on a static token.
+pub fn authenticate_static(
+    token: &str,
+    tokens: &TokenSet,
+    now: u64,
+) -> Result<Principal, AuthFailure> {
+    let found = tokens.find(token).ok_or(AuthFailure::Invalid)?;
+    if found.expires_at.is_some_and(|at| at <= now) {
+        return Err(AuthFailure::Expired);
+    }
+    Ok(Principal {
+        subject: OPERATOR.to_owned(),
+        client: found.name.clone(),
+        kind: AuthKind::Static,
+        scopes: found.scopes.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(v: &[&str]) -> Result<Option<&'static str>, AuthFailure> {
+        let owned: Vec<&'static [u8]> = v
+            .iter()
+            .map(|s| &*Box::leak(s.as_bytes().to_vec().into_boxed_slice()))
+            .collect();
+        bearer_token(owned)
+    }
+
+    #[test]
+    fn parses_bearer() {
+        assert_eq!(parse(&[]), Ok(None));
+        assert_eq!(parse(&["Bearer abc"]), Ok(Some("abc")));
+        assert_eq!(
+            parse(&["bearer  a.b-c_d~e+f/g=="]),
+            Ok(Some("a.b-c_d~e+f/g=="))
+        );
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        for v in [
+            "Basic dXNlcjpwYXNz",
+            "Bearer",
+            "Bearer ",
+            "Bearer a b",
+            "Bearer ===",
+            "Token abc",
+            "Bearer ab\"c",
+        ] {
+            assert!(
+                matches!(parse(&[v]), Err(AuthFailure::Malformed(_))),
+                "{v:?}"
+            );
+        }
+        assert!(matches!(
+            parse(&["Bearer a", "Bearer b"]),
+            Err(AuthFailure::Malformed(_))
+        ));
+    }
+}

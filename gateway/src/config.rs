@@ -1,0 +1,504 @@
+//! The gateway's one typed configuration: a TOML file plus `PFORTE_*` env overrides, validated
+//! before anything listens (`pforte check` runs the same validation).
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use http::Uri;
+use serde::Deserialize;
+
+/// The public path of the MCP endpoint on the gateway.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Why a configuration was refused. Every variant names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("env {name}={value:?}: {reason}")]
+    Env {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// TLS certificate and key, PEM files.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Where requests go after the gateway.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// The MCP service's streamable-HTTP URL, plain http on a private network or loopback.
+    pub url: String,
+    /// Connecting to the upstream longer than this answers 504.
+    pub connect_timeout_ms: u64,
+    /// The longest silence tolerated while reading an upstream response. MCP SSE streams carry
+    /// keep-alive comments every 15 s, so this never cuts a healthy long stream.
+    pub read_timeout_ms: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://127.0.0.1:8080/mcp".to_owned(),
+            connect_timeout_ms: 2_000,
+            read_timeout_ms: 300_000,
+        }
+    }
+}
+
+/// The gateway's settings as written in the file.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// The public listener.
+    pub listen: SocketAddr,
+    /// The base URL clients use (scheme, host, port; no path). It is the OAuth issuer and the
+    /// prefix of the MCP resource URL. Defaults to the listen address.
+    pub public_url: Option<String>,
+    /// Where the embedded store and generated files live.
+    pub data_dir: PathBuf,
+    /// TLS on the public listener. Required unless the listener is loopback or
+    /// `behind_tls_proxy` says a TLS-terminating proxy sits in front.
+    pub tls: Option<TlsFiles>,
+    pub behind_tls_proxy: bool,
+    pub upstream: UpstreamConfig,
+    /// Browser origins allowed to call `/mcp`. A request with any other `Origin` gets 403;
+    /// requests without `Origin` (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// Largest request body accepted on `/mcp`, in bytes; larger gets 413.
+    pub max_body_bytes: u64,
+    /// OAuth scopes this resource understands.
+    pub scopes: Vec<String>,
+    /// Worker threads for the proxy; 0 means one per core.
+    pub threads: usize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            public_url: None,
+            data_dir: PathBuf::from(".pforte"),
+            tls: None,
+            behind_tls_proxy: false,
+            upstream: UpstreamConfig::default(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 4 * 1024 * 1024,
+            scopes: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
+            threads: 0,
+        }
+    }
+}
+
+/// Where the upstream is, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// `host:port`, used for connecting and as the `Host` header.
+    pub authority: String,
+    pub host: String,
+    pub port: u16,
+    /// Path prefix that replaces the public `/mcp`.
+    pub path: String,
+}
+
+/// A validated configuration with everything derived that the request path needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub file: GatewayConfig,
+    /// Public base URL without a trailing slash: the issuer.
+    pub base_url: String,
+    pub upstream: Upstream,
+    /// Normalised allowed origins (`scheme://host[:port]`, lower-case, default ports removed).
+    pub allowed_origins: Vec<String>,
+}
+
+impl Settings {
+    /// The OAuth issuer identifier: byte-identical wherever it appears.
+    pub fn issuer(&self) -> &str {
+        &self.base_url
+    }
+    /// The canonical URL of the protected MCP resource.
+    pub fn resource(&self) -> String {
+        format!("{}{MCP_PATH}", self.base_url)
+    }
+    /// The RFC 9728 metadata URL named in `WWW-Authenticate`.
+    pub fn resource_metadata_url(&self) -> String {
+        format!(
+            "{}/.well-known/oauth-protected-resource{MCP_PATH}",
+            self.base_url
+        )
+    }
+    pub fn tls_enabled(&self) -> bool {
+        self.file.tls.is_some()
+    }
+    pub fn tokens_db(&self) -> PathBuf {
+        self.file.data_dir.join("pforte.db")
+    }
+}
+
+impl GatewayConfig {
+    /// Reads `file` (if any), applies env overrides from `env`.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut cfg: Self = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                    path: path.display().to_string(),
+                    source: Box::new(source),
+                })?
+            }
+            None => Self::default(),
+        };
+        cfg.apply_env(env)?;
+        Ok(cfg)
+    }
+
+    fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        fn parse<T: std::str::FromStr>(name: &'static str, value: String) -> Result<T, ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.parse().map_err(|e: T::Err| ConfigError::Env {
+                name,
+                reason: e.to_string(),
+                value,
+            })
+        }
+        let list = |v: String| -> Vec<String> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        if let Some(v) = env("PFORTE_LISTEN") {
+            self.listen = parse("PFORTE_LISTEN", v)?;
+        }
+        if let Some(v) = env("PFORTE_PUBLIC_URL") {
+            self.public_url = Some(v);
+        }
+        if let Some(v) = env("PFORTE_DATA_DIR") {
+            self.data_dir = PathBuf::from(v);
+        }
+        match (env("PFORTE_TLS_CERT"), env("PFORTE_TLS_KEY")) {
+            (Some(cert), Some(key)) => {
+                self.tls = Some(TlsFiles {
+                    cert: cert.into(),
+                    key: key.into(),
+                });
+            }
+            (None, None) => {}
+            (Some(v), None) | (None, Some(v)) => {
+                return Err(ConfigError::Env {
+                    name: "PFORTE_TLS_CERT/PFORTE_TLS_KEY",
+                    value: v,
+                    reason: "set both or neither".into(),
+                });
+            }
+        }
+        if let Some(v) = env("PFORTE_BEHIND_TLS_PROXY") {
+            self.behind_tls_proxy = parse("PFORTE_BEHIND_TLS_PROXY", v)?;
+        }
+        if let Some(v) = env("PFORTE_UPSTREAM_URL") {
+            self.upstream.url = v;
+        }
+        if let Some(v) = env("PFORTE_ALLOWED_ORIGINS") {
+            self.allowed_origins = list(v);
+        }
+        if let Some(v) = env("PFORTE_MAX_BODY_BYTES") {
+            self.max_body_bytes = parse("PFORTE_MAX_BODY_BYTES", v)?;
+        }
+        Ok(())
+    }
+
+    /// Checks every rule and derives the request-path settings.
+    pub fn validate(self) -> Result<Settings, ConfigError> {
+        let loopback = self.listen.ip().is_loopback();
+        if self.tls.is_none() && !loopback && !self.behind_tls_proxy {
+            return Err(invalid(
+                "tls",
+                format!(
+                    "listener {} is not loopback: configure [tls] cert and key, or set \
+                     behind_tls_proxy = true when a TLS-terminating proxy sits in front",
+                    self.listen
+                ),
+            ));
+        }
+        if let Some(tls) = &self.tls {
+            for (field, path) in [("tls.cert", &tls.cert), ("tls.key", &tls.key)] {
+                std::fs::metadata(path)
+                    .map_err(|e| invalid(field, format!("{}: {e}", path.display())))?;
+            }
+        }
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let base_url = match &self.public_url {
+            Some(url) => normalise_base_url(url, self.behind_tls_proxy)?,
+            None => format!("{scheme}://{}", self.listen),
+        };
+        let upstream = parse_upstream(&self.upstream.url)?;
+        if self.upstream.connect_timeout_ms == 0 {
+            return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(invalid(
+                "max_body_bytes",
+                "below 1024 bytes no MCP request fits",
+            ));
+        }
+        let allowed_origins = self
+            .allowed_origins
+            .iter()
+            .map(|o| {
+                normalise_origin(o).ok_or_else(|| {
+                    invalid(
+                        "allowed_origins",
+                        format!("{o:?} is not an origin (scheme://host[:port])"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.scopes.is_empty() || self.scopes.iter().any(|s| !is_scope_token(s)) {
+            return Err(invalid(
+                "scopes",
+                "list at least one scope; scopes are printable ASCII without blanks or quotes",
+            ));
+        }
+        Ok(Settings {
+            base_url,
+            upstream,
+            allowed_origins,
+            file: self,
+        })
+    }
+}
+
+fn is_scope_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `https://Example.com:443/` → `https://example.com`. Plain http is accepted for loopback
+/// hosts, or when a TLS proxy in front terminates https (then the public URL must be https).
+fn normalise_base_url(url: &str, behind_tls_proxy: bool) -> Result<String, ConfigError> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| invalid("public_url", format!("{url:?}: {e}")))?;
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Err(invalid(
+            "public_url",
+            format!("{url:?} needs a scheme and a host"),
+        ));
+    };
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(invalid(
+            "public_url",
+            format!("{url:?} must not have a path or query: the issuer is the origin"),
+        ));
+    }
+    let host = authority.host().to_ascii_lowercase();
+    match scheme {
+        "https" => {}
+        "http" if is_loopback_host(&host) => {}
+        "http" if behind_tls_proxy => {
+            return Err(invalid(
+                "public_url",
+                "behind a TLS proxy the public URL is the proxy's https URL",
+            ));
+        }
+        "http" => {
+            return Err(invalid(
+                "public_url",
+                format!("{url:?}: plain http is only for loopback hosts"),
+            ));
+        }
+        other => {
+            return Err(invalid(
+                "public_url",
+                format!("unsupported scheme {other:?}"),
+            ));
+        }
+    }
+    let default_port = if scheme == "https" { 443 } else { 80 };
+    Ok(match authority.port_u16() {
+        Some(p) if p != default_port => format!("{scheme}://{host}:{p}"),
+        _ => format!("{scheme}://{host}"),
+    })
+}
+
+/// Normalises an origin for comparison; `None` if it is not one.
+pub fn normalise_origin(origin: &str) -> Option<String> {
+    let uri: Uri = origin.trim().parse().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let authority = uri.authority()?;
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return None;
+    }
+    let host = authority.host().to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    Some(match authority.port_u16() {
+        Some(p) if p != default_port => format!("{scheme}://{host}:{p}"),
+        _ => format!("{scheme}://{host}"),
+    })
+}
+
+fn parse_upstream(url: &str) -> Result<Upstream, ConfigError> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| invalid("upstream.url", format!("{url:?}: {e}")))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(invalid(
+            "upstream.url",
+            format!("{url:?}: the upstream is plain http on a private network"),
+        ));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| invalid("upstream.url", format!("{url:?} has no host")))?;
+    let port = authority.port_u16().unwrap_or(80);
+    let host = authority.host().to_owned();
+    let path = match uri.path() {
+        "" => "/".to_owned(),
+        p => p.trim_end_matches('/').to_owned(),
+    };
+    Ok(Upstream {
+        authority: format!("{host}:{port}"),
+        host,
+        port,
+        path: if path.is_empty() {
+            "/".to_owned()
+        } else {
+            path
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn cfg(toml_text: &str) -> Result<Settings, ConfigError> {
+        let cfg: GatewayConfig = toml::from_str(toml_text).unwrap();
+        cfg.validate()
+    }
+
+    #[test]
+    fn loopback_plain_http_is_fine_and_derives_urls() {
+        let s = cfg("listen = \"127.0.0.1:9000\"").unwrap();
+        assert_eq!(s.issuer(), "http://127.0.0.1:9000");
+        assert_eq!(s.resource(), "http://127.0.0.1:9000/mcp");
+        assert_eq!(
+            s.resource_metadata_url(),
+            "http://127.0.0.1:9000/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(s.upstream.authority, "127.0.0.1:8080");
+        assert_eq!(s.upstream.path, "/mcp");
+    }
+
+    #[test]
+    fn public_plain_http_needs_tls_or_a_proxy() {
+        let err = cfg("listen = \"0.0.0.0:8443\"").unwrap_err();
+        assert!(err.to_string().contains("behind_tls_proxy"), "{err}");
+        let s = cfg(
+            "listen = \"0.0.0.0:8080\"\nbehind_tls_proxy = true\npublic_url = \"https://MCP.example.com:443/\"",
+        )
+        .unwrap();
+        assert_eq!(s.issuer(), "https://mcp.example.com");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (text, field) in [
+            ("public_url = \"https://x.example/base\"", "public_url"),
+            ("public_url = \"http://x.example\"", "public_url"),
+            ("allowed_origins = [\"not an origin\"]", "allowed_origins"),
+            ("[upstream]\nurl = \"https://svc/mcp\"", "upstream.url"),
+            ("max_body_bytes = 10", "max_body_bytes"),
+            ("scopes = [\"a b\"]", "scopes"),
+        ] {
+            let err = cfg(text).unwrap_err();
+            assert!(err.to_string().starts_with(field), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(toml::from_str::<GatewayConfig>("lisen = \"x\"").is_err());
+    }
+
+    #[test]
+    fn origins_normalise() {
+        assert_eq!(
+            normalise_origin("HTTPS://Claude.AI:443").as_deref(),
+            Some("https://claude.ai")
+        );
+        assert_eq!(
+            normalise_origin("http://localhost:3000").as_deref(),
+            Some("http://localhost:3000")
+        );
+        assert_eq!(normalise_origin("null"), None);
+    }
+
+    #[test]
+    fn env_overrides() {
+        let c = GatewayConfig::load(None, |k| match k {
+            "PFORTE_LISTEN" => Some("127.0.0.1:1234".into()),
+            "PFORTE_ALLOWED_ORIGINS" => Some("https://a.example, https://b.example".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.listen.port(), 1234);
+        assert_eq!(c.allowed_origins.len(), 2);
+        let err = GatewayConfig::load(None, |k| {
+            (k == "PFORTE_TLS_CERT").then(|| "c.pem".to_owned())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("both"));
+    }
+}

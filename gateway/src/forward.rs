@@ -1,0 +1,130 @@
+//! What the upstream sees: which client headers are removed and which trusted headers the
+//! gateway sets. A pure plan, applied to the request by the proxy phase.
+
+use crate::auth::Principal;
+
+/// Trusted identity headers set by the gateway (the service's `identity` module reads them).
+pub mod header {
+    pub const SUBJECT: &str = "x-pforte-subject";
+    pub const CLIENT: &str = "x-pforte-client";
+    pub const AUTH_KIND: &str = "x-pforte-auth-kind";
+    pub const SCOPES: &str = "x-pforte-scopes";
+    pub const REQUEST_ID: &str = "x-request-id";
+    pub const FORWARDED_FOR: &str = "x-forwarded-for";
+    pub const FORWARDED_PROTO: &str = "x-forwarded-proto";
+}
+
+/// Whether a client-sent header must never reach the upstream: the credential, anything in our
+/// identity namespace, and forwarding headers the client could forge.
+pub fn is_stripped(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "authorization"
+        || name == "cookie"
+        || name == "proxy-authorization"
+        || name.starts_with("x-pforte-")
+        || name == header::REQUEST_ID
+        || name == "forwarded"
+        || name.starts_with("x-forwarded-")
+        || name == "x-real-ip"
+}
+
+/// The headers the gateway sets on the upstream request.
+pub fn trusted_headers(
+    principal: &Principal,
+    request_id: &str,
+    client_ip: Option<&str>,
+    proto: &str,
+) -> Vec<(&'static str, String)> {
+    let mut set = vec![
+        (header::SUBJECT, principal.subject.clone()),
+        (header::CLIENT, principal.client.clone()),
+        (header::AUTH_KIND, principal.kind.as_str().to_owned()),
+        (header::SCOPES, principal.scopes.join(" ")),
+        (header::REQUEST_ID, request_id.to_owned()),
+        (header::FORWARDED_PROTO, proto.to_owned()),
+    ];
+    if let Some(ip) = client_ip {
+        set.push((header::FORWARDED_FOR, ip.to_owned()));
+    }
+    set
+}
+
+/// Maps the public path (`/mcp…`) onto the upstream's path prefix, keeping any query.
+pub fn upstream_path(
+    public_path_and_query: &str,
+    public_prefix: &str,
+    upstream_prefix: &str,
+) -> String {
+    let rest = public_path_and_query
+        .strip_prefix(public_prefix)
+        .unwrap_or(public_path_and_query);
+    if upstream_prefix == "/" {
+        if rest.starts_with('/') {
+            rest.to_owned()
+        } else {
+            format!("/{rest}")
+        }
+    } else {
+        format!("{upstream_prefix}{rest}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::AuthKind;
+
+    #[test]
+    fn strips_credentials_and_spoofable_identity() {
+        for h in [
+            "Authorization",
+            "X-Pforte-Subject",
+            "x-pforte-anything",
+            "X-Request-Id",
+            "X-Forwarded-For",
+            "Forwarded",
+            "Cookie",
+        ] {
+            assert!(is_stripped(h), "{h}");
+        }
+        for h in [
+            "Mcp-Session-Id",
+            "MCP-Protocol-Version",
+            "Mcp-Method",
+            "Mcp-Name",
+            "Last-Event-ID",
+            "Accept",
+            "Content-Type",
+        ] {
+            assert!(!is_stripped(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn sets_every_identity_header() {
+        let p = Principal {
+            subject: "operator".into(),
+            client: "laptop".into(),
+            kind: AuthKind::Static,
+            scopes: vec!["mcp:read".into(), "mcp:write".into()],
+        };
+        let h = trusted_headers(&p, "rid", Some("127.0.0.1"), "https");
+        let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get(header::SUBJECT), Some("operator"));
+        assert_eq!(get(header::CLIENT), Some("laptop"));
+        assert_eq!(get(header::AUTH_KIND), Some("static"));
+        assert_eq!(get(header::SCOPES), Some("mcp:read mcp:write"));
+        assert_eq!(get(header::REQUEST_ID), Some("rid"));
+        assert_eq!(get(header::FORWARDED_FOR), Some("127.0.0.1"));
+    }
+
+    #[test]
+    fn maps_paths() {
+        assert_eq!(upstream_path("/mcp", "/mcp", "/mcp"), "/mcp");
+        assert_eq!(
+            upstream_path("/mcp?x=1", "/mcp", "/svc/mcp"),
+            "/svc/mcp?x=1"
+        );
+        assert_eq!(upstream_path("/mcp", "/mcp", "/"), "/");
+    }
+}

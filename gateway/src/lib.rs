@@ -1,0 +1,14 @@
+//! Pforte, the auth gateway in front of MCP services: configuration, credentials, the request
+//! decisions, and the pingora proxy that applies them.
+
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod forward;
+pub mod metadata;
+pub mod proxy;
+pub mod reject;
+pub mod server;
+pub mod tls;
+pub mod tokens;
+pub mod up;

@@ -1,0 +1,353 @@
+//! The `pforte` binary: command-line parsing and process wiring only.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use pforte::{
+    clock::{Clock as _, SystemClock},
+    config::{GatewayConfig, Settings},
+    server, tls,
+    tokens::TokenStore,
+    up::{self, ServiceChild},
+};
+use pingora::services::background::background_service;
+
+/// Exit code for a configuration that does not validate (EX_USAGE).
+const EXIT_BAD_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "pforte",
+    version,
+    about = "The auth gateway in front of MCP services"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration and exit (64 when it is bad).
+    Check {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run the whole stack locally: gateway + mcp-service, embedded store, first token.
+    Up {
+        /// Public listener. Off loopback, a self-signed certificate is generated.
+        #[arg(long, default_value = "127.0.0.1:8787")]
+        listen: SocketAddr,
+        #[arg(long, default_value = ".pforte")]
+        data_dir: PathBuf,
+        /// The URL clients use, when it differs from the listen address.
+        #[arg(long)]
+        public_url: Option<String>,
+    },
+    /// Manage static bearer tokens.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+        /// Config file naming the data dir.
+        #[arg(long, global = true)]
+        config: Option<PathBuf>,
+        /// Data dir (overrides the config).
+        #[arg(long, global = true)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenAction {
+    /// Create a token and print it once.
+    Create {
+        name: String,
+        /// Scope to grant; repeat for several. Default: every configured scope.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Lifetime, e.g. 90d, 12h, 30m. Default: no expiry.
+        #[arg(long)]
+        expires: Option<String>,
+    },
+    /// List tokens (never their values).
+    List,
+    /// Revoke a token; a running gateway refuses it within a second.
+    Revoke { name: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,pingora_core=warn,pingora_proxy=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("pforte: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Loads and validates, printing the reason and choosing exit 64 on failure.
+fn settings(config: Option<&std::path::Path>) -> Result<Settings, ExitCode> {
+    GatewayConfig::load(config, env)
+        .and_then(|mut cfg| {
+            cfg.listen = server::resolve_port(cfg.listen).map_err(|e| {
+                pforte::config::ConfigError::Invalid {
+                    field: "listen",
+                    reason: e.to_string(),
+                }
+            })?;
+            cfg.validate()
+        })
+        .map_err(|e| {
+            eprintln!("pforte: bad configuration: {e}");
+            ExitCode::from(EXIT_BAD_CONFIG)
+        })
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check { config } => match settings(config.as_deref()) {
+            Ok(s) => {
+                println!(
+                    "configuration ok: {} → {}",
+                    s.resource(),
+                    s.file.upstream.url
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(code) => Ok(code),
+        },
+        Command::Serve { config } => {
+            let s = match settings(config.as_deref()) {
+                Ok(s) => s,
+                Err(code) => return Ok(code),
+            };
+            println!("pforte listening on {} (MCP: {})", s.base_url, s.resource());
+            server::run(s, Vec::new())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Up {
+            listen,
+            data_dir,
+            public_url,
+        } => up_cmd(listen, data_dir, public_url),
+        Command::Token {
+            action,
+            config,
+            data_dir,
+        } => token_cmd(action, config, data_dir),
+    }
+}
+
+fn up_cmd(
+    listen: SocketAddr,
+    data_dir: PathBuf,
+    public_url: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let listen = server::resolve_port(listen)?;
+    let service_listen = server::resolve_port(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let child = ServiceChild::start(&up::find_service_bin(), service_listen)?;
+
+    let mut cfg = GatewayConfig::load(None, env)?;
+    cfg.listen = listen;
+    cfg.data_dir = data_dir.clone();
+    cfg.public_url = public_url.or(cfg.public_url);
+    cfg.upstream.url = child.upstream_url();
+    if !listen.ip().is_loopback() && cfg.tls.is_none() {
+        let mut names = vec!["localhost".to_owned(), listen.ip().to_string()];
+        if let Some(host) = cfg
+            .public_url
+            .as_deref()
+            .and_then(|u| u.parse::<http::Uri>().ok())
+            .and_then(|u| u.host().map(str::to_owned))
+        {
+            names.push(host);
+        }
+        cfg.tls = Some(tls::ensure_self_signed(&data_dir, &names)?);
+    }
+    let settings = match cfg.validate() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pforte: bad configuration: {e}");
+            return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+        }
+    };
+
+    let store = TokenStore::open(&settings.tokens_db())?;
+    const UP_TOKEN: &str = "pforte-up";
+    let url = settings.resource();
+    println!("Pforte is up.");
+    println!("  MCP URL:   {url}");
+    if store.exists(UP_TOKEN)? {
+        println!("  Token:     the token '{UP_TOKEN}' created on the first run still works");
+        println!(
+            "             (lost it? `pforte token revoke {UP_TOKEN} --data-dir {}` and run again)",
+            data_dir.display()
+        );
+        println!("  Claude Code:");
+        println!(
+            "    claude mcp add --transport http pforte {url} --header \"Authorization: Bearer <token>\""
+        );
+    } else {
+        let token = store.create(
+            UP_TOKEN,
+            &settings.file.scopes,
+            None,
+            SystemClock.now(),
+            &mut rand::rng(),
+        )?;
+        println!("  Token:     {token}");
+        println!("             (shown once; only its hash is stored)");
+        println!("  Claude Code:");
+        println!(
+            "    claude mcp add --transport http pforte {url} --header \"Authorization: Bearer {token}\""
+        );
+    }
+    if settings.tls_enabled() && settings.file.public_url.is_none() {
+        println!(
+            "  TLS:       self-signed certificate in {}",
+            data_dir.display()
+        );
+    }
+    println!("Press Ctrl-C to stop.");
+    drop(store);
+
+    let supervisor = background_service("mcp-service", child);
+    server::run(settings, vec![Box::new(supervisor)])?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Parses `90d`, `12h`, `30m`, `45s` into seconds.
+fn parse_lifetime(s: &str) -> anyhow::Result<u64> {
+    let (num, unit) = s.split_at(s.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len());
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("{s:?}: expected e.g. 90d, 12h, 30m"))?;
+    let factor = match unit {
+        "d" => 86_400,
+        "h" => 3_600,
+        "m" => 60,
+        "s" | "" => 1,
+        _ => bail!("{s:?}: unit must be d, h, m or s"),
+    };
+    n.checked_mul(factor)
+        .filter(|&v| v > 0)
+        .context("lifetime out of range")
+}
+
+fn token_cmd(
+    action: TokenAction,
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let mut cfg = match GatewayConfig::load(config.as_deref(), env) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("pforte: bad configuration: {e}");
+            return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+        }
+    };
+    if let Some(dir) = data_dir {
+        cfg.data_dir = dir;
+    }
+    let db = cfg.data_dir.join("pforte.db");
+    let store = TokenStore::open(&db)?;
+    let now = SystemClock.now();
+    match action {
+        TokenAction::Create {
+            name,
+            scopes,
+            expires,
+        } => {
+            let scopes = if scopes.is_empty() {
+                cfg.scopes.clone()
+            } else {
+                scopes
+            };
+            if let Some(unknown) = scopes.iter().find(|s| !cfg.scopes.contains(s)) {
+                bail!(
+                    "unknown scope {unknown:?}; configured scopes: {}",
+                    cfg.scopes.join(" ")
+                );
+            }
+            let expires_at = expires
+                .as_deref()
+                .map(parse_lifetime)
+                .transpose()?
+                .map(|secs| now + secs);
+            let token = store.create(&name, &scopes, expires_at, now, &mut rand::rng())?;
+            eprintln!(
+                "Created token {name:?} with scopes {:?}. It is shown once:",
+                scopes.join(" ")
+            );
+            println!("{token}");
+        }
+        TokenAction::List => {
+            println!(
+                "{:<24} {:<10} {:<24} {:<12} scopes",
+                "name", "state", "created", "expires"
+            );
+            for t in store.list()? {
+                let state = match (t.revoked_at, t.expires_at) {
+                    (Some(_), _) => "revoked",
+                    (None, Some(at)) if at <= now => "expired",
+                    _ => "active",
+                };
+                let expires = t.expires_at.map_or("never".to_owned(), |at| {
+                    format!("in {}h", at.saturating_sub(now) / 3600)
+                });
+                println!(
+                    "{:<24} {:<10} {:<24} {:<12} {}",
+                    t.name,
+                    state,
+                    t.created_at,
+                    expires,
+                    t.scopes.join(" ")
+                );
+            }
+        }
+        TokenAction::Revoke { name } => {
+            if store.revoke(&name, now)? {
+                println!("revoked {name:?}");
+            } else {
+                eprintln!("pforte: no active token named {name:?}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn lifetimes() {
+        assert_eq!(parse_lifetime("90d").unwrap(), 90 * 86_400);
+        assert_eq!(parse_lifetime("12h").unwrap(), 12 * 3_600);
+        assert!(parse_lifetime("12x").is_err());
+        assert!(parse_lifetime("0h").is_err());
+        assert!(parse_lifetime("h").is_err());
+    }
+}

@@ -1,0 +1,177 @@
+//! The one place where a refused or failed request becomes an HTTP response: status, headers and
+//! a short JSON body a client can read.
+
+use bytes::Bytes;
+use serde_json::json;
+
+use crate::auth::AuthFailure;
+
+/// Every way the gateway answers instead of the upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    Unauthorized(AuthFailure),
+    OriginForbidden,
+    PayloadTooLarge { limit: u64 },
+    NotFound,
+    MethodNotAllowed { allow: &'static str },
+    UpstreamUnavailable,
+    UpstreamTimeout,
+    NotReady,
+    Internal,
+}
+
+/// A response ready to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// A JSON reply with no extra headers.
+    pub fn json(status: u16, value: &serde_json::Value) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type", "application/json".to_owned())],
+            body: Bytes::from(value.to_string()),
+        }
+    }
+}
+
+impl Rejection {
+    /// Renders the rejection. `resource_metadata` is the RFC 9728 URL for `WWW-Authenticate`.
+    pub fn reply(&self, resource_metadata: &str, request_id: &str) -> Reply {
+        let (status, error, message) = match self {
+            Self::Unauthorized(failure) => {
+                return unauthorized(failure, resource_metadata, request_id);
+            }
+            Self::OriginForbidden => (
+                403,
+                "forbidden_origin",
+                "this Origin may not call the MCP endpoint".to_owned(),
+            ),
+            Self::PayloadTooLarge { limit } => (
+                413,
+                "payload_too_large",
+                format!("request bodies are limited to {limit} bytes"),
+            ),
+            Self::NotFound => (404, "not_found", "no such endpoint".to_owned()),
+            Self::MethodNotAllowed { allow } => {
+                let mut reply = Reply::json(
+                    405,
+                    &json!({"error": "method_not_allowed", "message": format!("allowed: {allow}"), "request_id": request_id}),
+                );
+                reply.headers.push(("allow", (*allow).to_owned()));
+                return reply;
+            }
+            Self::UpstreamUnavailable => (
+                502,
+                "upstream_unavailable",
+                "the MCP service is not reachable".to_owned(),
+            ),
+            Self::UpstreamTimeout => (
+                504,
+                "upstream_timeout",
+                "the MCP service did not answer in time".to_owned(),
+            ),
+            Self::NotReady => (
+                503,
+                "not_ready",
+                "the MCP service is not reachable".to_owned(),
+            ),
+            Self::Internal => (
+                500,
+                "internal_error",
+                "the gateway failed; see its log for the request id".to_owned(),
+            ),
+        };
+        Reply::json(
+            status,
+            &json!({"error": error, "message": message, "request_id": request_id}),
+        )
+    }
+}
+
+fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str) -> Reply {
+    // RFC 6750 §3: no error code when the request carried no credentials at all.
+    let (code, description) = match failure {
+        AuthFailure::Missing => (None, "a bearer token is required".to_owned()),
+        AuthFailure::Malformed(why) => (Some("invalid_request"), (*why).to_owned()),
+        AuthFailure::Invalid => (
+            Some("invalid_token"),
+            "the token is unknown or revoked".to_owned(),
+        ),
+        AuthFailure::Expired => (Some("invalid_token"), "the token expired".to_owned()),
+    };
+    let mut challenge = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+    if let Some(code) = code {
+        challenge.push_str(&format!(
+            ", error=\"{code}\", error_description=\"{description}\""
+        ));
+    }
+    let mut reply = Reply::json(
+        401,
+        &json!({
+            "error": code.unwrap_or("unauthorized"),
+            "error_description": description,
+            "request_id": request_id,
+        }),
+    );
+    reply.headers.push(("www-authenticate", challenge));
+    reply.headers.push(("cache-control", "no-store".to_owned()));
+    reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RM: &str = "https://gw.example/.well-known/oauth-protected-resource/mcp";
+
+    fn header<'a>(r: &'a Reply, name: &str) -> Option<&'a str> {
+        r.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn missing_token_has_no_error_code() {
+        let r = Rejection::Unauthorized(AuthFailure::Missing).reply(RM, "r");
+        assert_eq!(r.status, 401);
+        assert_eq!(
+            header(&r, "www-authenticate"),
+            Some(format!("Bearer resource_metadata=\"{RM}\"").as_str())
+        );
+    }
+
+    #[test]
+    fn bad_tokens_say_invalid_token_or_invalid_request() {
+        let r = Rejection::Unauthorized(AuthFailure::Invalid).reply(RM, "r");
+        assert!(
+            header(&r, "www-authenticate").is_some_and(|h| h.contains("error=\"invalid_token\""))
+        );
+        let r = Rejection::Unauthorized(AuthFailure::Malformed("x")).reply(RM, "r");
+        assert_eq!(r.status, 401);
+        assert!(
+            header(&r, "www-authenticate").is_some_and(|h| h.contains("error=\"invalid_request\""))
+        );
+    }
+
+    #[test]
+    fn statuses() {
+        for (rej, status) in [
+            (Rejection::OriginForbidden, 403),
+            (Rejection::PayloadTooLarge { limit: 1 }, 413),
+            (Rejection::UpstreamUnavailable, 502),
+            (Rejection::UpstreamTimeout, 504),
+            (Rejection::NotFound, 404),
+        ] {
+            let r = rej.reply(RM, "rid");
+            assert_eq!(r.status, status);
+            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            assert_eq!(body["request_id"], "rid");
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Running the gateway: one pingora server with the proxy service on the public listener,
+//! plus whatever background services the caller adds (e.g. `pforte up`'s supervised child).
+
+use std::{net::SocketAddr, sync::Arc};
+
+use async_trait::async_trait;
+use pingora::{
+    listeners::tls::TlsSettings,
+    server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, configuration::ServerConf},
+    services::ServiceWithDependents,
+};
+
+use crate::{
+    clock::SystemClock,
+    config::Settings,
+    proxy::Gateway,
+    tokens::{StoreError, TokenCache, TokenStore},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("pingora: {0}")]
+    Pingora(String),
+    #[error("no free port on {0}: {1}")]
+    Port(SocketAddr, std::io::Error),
+}
+
+/// How often the token snapshot checks the store: revocations take effect within this.
+const TOKEN_REFRESH: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Resolves port 0 to a concrete free port. Pingora binds its listeners itself and cannot report
+/// an ephemeral port, so the gateway asks the kernel for one first and then binds that.
+pub fn resolve_port(addr: SocketAddr) -> Result<SocketAddr, ServeError> {
+    if addr.port() != 0 {
+        return Ok(addr);
+    }
+    let probe = std::net::TcpListener::bind(addr).map_err(|e| ServeError::Port(addr, e))?;
+    probe.local_addr().map_err(|e| ServeError::Port(addr, e))
+}
+
+/// Ctrl-C and SIGTERM both stop the gateway gracefully (grace period 0): background services
+/// see the shutdown signal and can stop their children.
+struct Signals;
+
+#[async_trait]
+impl ShutdownSignalWatch for Signals {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+        ShutdownSignal::GracefulTerminate
+    }
+}
+
+/// Builds the server and blocks until it is told to stop.
+pub fn run(
+    settings: Settings,
+    extra: Vec<Box<dyn ServiceWithDependents>>,
+) -> Result<(), ServeError> {
+    pingora::tls::install_default_crypto_provider();
+    let settings = Arc::new(settings);
+    let store = TokenStore::open(&settings.tokens_db())?;
+    let tokens = TokenCache::start(store, TOKEN_REFRESH)?;
+
+    let conf = ServerConf {
+        threads: match settings.file.threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        },
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(3),
+        pid_file: settings
+            .file
+            .data_dir
+            .join("pforte.pid")
+            .display()
+            .to_string(),
+        upgrade_sock: settings
+            .file
+            .data_dir
+            .join("pforte-upgrade.sock")
+            .display()
+            .to_string(),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let gateway = Gateway::new(settings.clone(), tokens, Arc::new(SystemClock));
+    let mut proxy =
+        pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
+    let listen = settings.file.listen.to_string();
+    match &settings.file.tls {
+        Some(files) => {
+            let mut tls = TlsSettings::intermediate(
+                &files.cert.display().to_string(),
+                &files.key.display().to_string(),
+            )
+            .map_err(|e| ServeError::Pingora(format!("loading TLS files: {e}")))?;
+            tls.enable_h2();
+            proxy.add_tls_with_settings(&listen, None, tls);
+        }
+        None => proxy.add_tcp(&listen),
+    }
+    server.add_service(proxy);
+    for service in extra {
+        server.add_boxed_service(service);
+    }
+    tracing::info!(listen = %listen, public = %settings.base_url, "pforte serving");
+    server.run(RunArgs {
+        shutdown_signal: Box::new(Signals),
+    });
+    Ok(())
+}

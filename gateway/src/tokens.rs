@@ -1,0 +1,423 @@
+//! Static bearer tokens: created by the operator, stored only as SHA-256 hashes in the embedded
+//! store (SQLite in WAL mode, so the admin CLI works beside a running gateway), and verified in
+//! constant time against an in-memory snapshot that follows the store within a second.
+
+use std::{
+    path::Path,
+    sync::{Arc, Mutex, RwLock},
+    time::Duration,
+};
+
+use base64::Engine as _;
+use rusqlite::{Connection, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// What a token carries once verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticToken {
+    pub name: String,
+    pub scopes: Vec<String>,
+    pub created_at: u64,
+    pub expires_at: Option<u64>,
+    pub revoked_at: Option<u64>,
+}
+
+/// Storage failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("token store: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot create data dir {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("a token named {0:?} exists already; revoke it first")]
+    NameTaken(String),
+    #[error("token names are 1-64 characters of letters, digits, '.', '_' and '-'")]
+    BadName,
+    #[error("token store lock poisoned")]
+    Poisoned,
+}
+
+/// The prefix that makes a Pforte static token recognisable (e.g. to secret scanners).
+pub const TOKEN_PREFIX: &str = "pft_";
+
+/// SHA-256 of a presented token.
+pub fn hash_token(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// A fresh token: the prefix and 256 random bits, base64url.
+pub fn generate_token(rng: &mut impl rand::RngCore) -> String {
+    let mut bytes = [0u8; 32];
+    rng.fill_bytes(&mut bytes);
+    format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The durable token table.
+#[derive(Debug)]
+pub struct TokenStore {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS static_tokens (
+    name        TEXT    NOT NULL,
+    hash        BLOB    NOT NULL UNIQUE,
+    scopes      TEXT    NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER,
+    revoked_at  INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS static_tokens_active_name
+    ON static_tokens(name) WHERE revoked_at IS NULL;
+";
+
+impl TokenStore {
+    /// Opens (and creates) the store at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
+        self.conn.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// Creates a token and returns its plaintext — the only time it exists outside the client.
+    pub fn create(
+        &self,
+        name: &str,
+        scopes: &[String],
+        expires_at: Option<u64>,
+        now: u64,
+        rng: &mut impl rand::RngCore,
+    ) -> Result<String, StoreError> {
+        if !valid_name(name) {
+            return Err(StoreError::BadName);
+        }
+        let token = generate_token(rng);
+        let conn = self.conn()?;
+        let inserted = conn.execute(
+            "INSERT INTO static_tokens (name, hash, scopes, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                name,
+                hash_token(&token).as_slice(),
+                scopes.join(" "),
+                now as i64,
+                expires_at.map(|t| t as i64)
+            ],
+        );
+        match inserted {
+            Ok(_) => Ok(token),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Err(StoreError::NameTaken(name.to_owned()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every token, newest first, revoked ones included.
+    pub fn list(&self) -> Result<Vec<StaticToken>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(
+            "SELECT name, scopes, created_at, expires_at, revoked_at FROM static_tokens
+             ORDER BY created_at DESC, rowid DESC",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(StaticToken {
+                name: r.get(0)?,
+                scopes: split_scopes(&r.get::<_, String>(1)?),
+                created_at: r.get::<_, i64>(2)? as u64,
+                expires_at: r.get::<_, Option<i64>>(3)?.map(|t| t as u64),
+                revoked_at: r.get::<_, Option<i64>>(4)?.map(|t| t as u64),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Revokes the active token called `name`; `false` if there is none.
+    pub fn revoke(&self, name: &str, now: u64) -> Result<bool, StoreError> {
+        let n = self.conn()?.execute(
+            "UPDATE static_tokens SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
+            params![name, now as i64],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Whether the token called `name` is active (not revoked).
+    pub fn exists(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()?
+            .query_row(
+                "SELECT 1 FROM static_tokens WHERE name = ?1 AND revoked_at IS NULL",
+                [name],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
+    /// The snapshot the request path verifies against: every unrevoked token.
+    pub fn snapshot(&self) -> Result<TokenSet, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(
+            "SELECT hash, name, scopes, created_at, expires_at FROM static_tokens
+             WHERE revoked_at IS NULL",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let hash: Vec<u8> = r.get(0)?;
+            let mut h = [0u8; 32];
+            if hash.len() == 32 {
+                h.copy_from_slice(&hash);
+            }
+            Ok(Entry {
+                hash: h,
+                token: StaticToken {
+                    name: r.get(1)?,
+                    scopes: split_scopes(&r.get::<_, String>(2)?),
+                    created_at: r.get::<_, i64>(3)? as u64,
+                    expires_at: r.get::<_, Option<i64>>(4)?.map(|t| t as u64),
+                    revoked_at: None,
+                },
+            })
+        })?;
+        Ok(TokenSet {
+            entries: rows.collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// SQLite's `data_version`: changes whenever another connection commits.
+    fn data_version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn()?
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+}
+
+fn split_scopes(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    hash: [u8; 32],
+    token: StaticToken,
+}
+
+/// An immutable snapshot of the active tokens.
+#[derive(Debug, Clone, Default)]
+pub struct TokenSet {
+    entries: Vec<Entry>,
+}
+
+impl TokenSet {
+    /// Finds the token whose hash equals the presented token's. Every entry is compared, in
+    /// constant time each, so the time taken does not depend on which entry (if any) matched.
+    pub fn find(&self, presented: &str) -> Option<&StaticToken> {
+        let digest = hash_token(presented);
+        let mut found = None;
+        for entry in &self.entries {
+            if bool::from(entry.hash.ct_eq(&digest)) {
+                found = Some(&entry.token);
+            }
+        }
+        found
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The request path's view of the store: a snapshot refreshed by a background thread whenever
+/// the store changes, polled every `interval` (revocation reaches the gateway within it).
+#[derive(Debug, Clone)]
+pub struct TokenCache {
+    current: Arc<RwLock<Arc<TokenSet>>>,
+}
+
+impl TokenCache {
+    /// Loads the snapshot now and starts the refresher thread; it stops when every clone of the
+    /// cache is dropped.
+    pub fn start(store: TokenStore, interval: Duration) -> Result<Self, StoreError> {
+        let current = Arc::new(RwLock::new(Arc::new(store.snapshot()?)));
+        let weak = Arc::downgrade(&current);
+        let mut seen = store.data_version()?;
+        std::thread::Builder::new()
+            .name("pforte-token-refresh".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(interval);
+                    let Some(current) = weak.upgrade() else { return };
+                    let version = match store.data_version() {
+                        Ok(v) => v,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "token store unreadable; keeping the last snapshot");
+                            continue;
+                        }
+                    };
+                    if version == seen {
+                        continue;
+                    }
+                    match store.snapshot() {
+                        Ok(set) => {
+                            seen = version;
+                            if let Ok(mut guard) = current.write() {
+                                tracing::info!(active = set.len(), "static tokens reloaded");
+                                *guard = Arc::new(set);
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "token reload failed"),
+                    }
+                }
+            })
+            .map_err(|source| StoreError::DataDir {
+                path: "token refresh thread".into(),
+                source,
+            })?;
+        Ok(Self { current })
+    }
+
+    /// A cache over a fixed set, for tests.
+    pub fn fixed(set: TokenSet) -> Self {
+        Self {
+            current: Arc::new(RwLock::new(Arc::new(set))),
+        }
+    }
+
+    /// The current snapshot.
+    pub fn get(&self) -> Arc<TokenSet> {
+        match self.current.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn store() -> (tempdir::Dir, TokenStore) {
+        let dir = tempdir::Dir::new();
+        let store = TokenStore::open(&dir.path().join("t.db")).unwrap();
+        (dir, store)
+    }
+
+    /// A tiny temp dir helper, so the crate needs no extra dependency for tests.
+    mod tempdir {
+        pub struct Dir(std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                let p = std::env::temp_dir().join(format!(
+                    "pforte-test-{}-{}",
+                    std::process::id(),
+                    rand::random::<u64>()
+                ));
+                std::fs::create_dir_all(&p).unwrap();
+                Self(p)
+            }
+            pub fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn create_find_revoke() {
+        let (_d, s) = store();
+        let mut rng = rand::rng();
+        let t = s
+            .create("ci", &["mcp:read".into()], None, 100, &mut rng)
+            .unwrap();
+        assert!(t.starts_with(TOKEN_PREFIX) && t.len() > 40);
+        let snap = s.snapshot().unwrap();
+        assert_eq!(snap.find(&t).unwrap().name, "ci");
+        assert!(snap.find("pft_wrong").is_none());
+        assert!(matches!(
+            s.create("ci", &[], None, 101, &mut rng),
+            Err(StoreError::NameTaken(_))
+        ));
+        assert!(s.revoke("ci", 102).unwrap());
+        assert!(!s.revoke("ci", 103).unwrap());
+        assert!(s.snapshot().unwrap().find(&t).is_none());
+        // the name is free again, and the old token stays dead
+        let t2 = s.create("ci", &[], None, 104, &mut rng).unwrap();
+        let snap = s.snapshot().unwrap();
+        assert!(snap.find(&t).is_none() && snap.find(&t2).is_some());
+        assert_eq!(s.list().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn plaintext_is_never_stored() {
+        let (d, s) = store();
+        let t = s.create("x", &[], None, 1, &mut rand::rng()).unwrap();
+        drop(s);
+        let bytes = std::fs::read(d.path().join("t.db")).unwrap();
+        let needle = t.as_bytes();
+        assert!(!bytes.windows(needle.len()).any(|w| w == needle));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        let (_d, s) = store();
+        assert!(matches!(
+            s.create("a b", &[], None, 1, &mut rand::rng()),
+            Err(StoreError::BadName)
+        ));
+    }
+
+    #[test]
+    fn cache_follows_another_connection() {
+        let (d, s) = store();
+        let cache = TokenCache::start(s, Duration::from_millis(20)).unwrap();
+        assert!(cache.get().is_empty());
+        let admin = TokenStore::open(&d.path().join("t.db")).unwrap();
+        let t = admin
+            .create("late", &[], None, 1, &mut rand::rng())
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while cache.get().find(&t).is_none() {
+            assert!(std::time::Instant::now() < deadline, "cache never reloaded");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! `pforte up`: the whole stack on one machine — the gateway plus a supervised mcp-service on a
+//! loopback port, on embedded defaults, with a first static token and (off loopback) a
+//! self-signed certificate.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use nix::{sys::signal::Signal, unistd::Pid};
+use pingora::{server::ShutdownWatch, services::background::BackgroundService};
+
+/// The child process and how to start it again.
+#[derive(Debug)]
+pub struct ServiceChild {
+    bin: PathBuf,
+    listen: SocketAddr,
+    child: Mutex<Option<Child>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    #[error("starting {bin}: {source}")]
+    Spawn { bin: String, source: std::io::Error },
+    #[error("mcp-service exited before it was ready: {0}")]
+    NotReady(String),
+}
+
+/// Finds the `mcp-service` binary: `PFORTE_MCP_SERVICE_BIN`, else beside this executable,
+/// else on `PATH`.
+pub fn find_service_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PFORTE_MCP_SERVICE_BIN") {
+        return PathBuf::from(p);
+    }
+    std::env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name("mcp-service"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("mcp-service"))
+}
+
+impl ServiceChild {
+    /// Starts mcp-service on `listen` and waits (up to 30 s) until it reports it is listening.
+    pub fn start(bin: &Path, listen: SocketAddr) -> Result<Self, ChildError> {
+        let child = spawn(bin, listen)?;
+        Ok(Self {
+            bin: bin.to_owned(),
+            listen,
+            child: Mutex::new(Some(child)),
+        })
+    }
+
+    pub fn upstream_url(&self) -> String {
+        format!("http://{}/mcp", self.listen)
+    }
+
+    fn take(&self) -> Option<Child> {
+        self.child.lock().ok().and_then(|mut g| g.take())
+    }
+
+    /// Asks the child to stop (SIGTERM), then kills it after `grace`.
+    fn stop(&self, grace: Duration) {
+        let Some(mut child) = self.take() else { return };
+        if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+fn spawn(bin: &Path, listen: SocketAddr) -> Result<Child, ChildError> {
+    let mut child = Command::new(bin)
+        .args(["serve", "--listen", &listen.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|source| ChildError::Spawn {
+            bin: bin.display().to_string(),
+            source,
+        })?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err(ChildError::NotReady("no stdout".into()));
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next();
+        let _ = tx.send(first);
+        // Keep draining so the child never blocks on a full pipe.
+        for _ in lines {}
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Some(Ok(line))) if line.contains("listening on") => Ok(child),
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(ChildError::NotReady(format!("{other:?}")))
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for ServiceChild {
+    /// Restarts the child if it dies; stops it when the gateway shuts down.
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+            let exited = match self.child.lock() {
+                Ok(mut guard) => match guard.as_mut().map(Child::try_wait) {
+                    Some(Ok(Some(status))) => Some(status.to_string()),
+                    Some(Err(e)) => Some(e.to_string()),
+                    None | Some(Ok(None)) => None,
+                },
+                Err(_) => None,
+            };
+            if let Some(status) = exited {
+                tracing::warn!(%status, "mcp-service exited; restarting it");
+                let bin = self.bin.clone();
+                let listen = self.listen;
+                match tokio::task::spawn_blocking(move || spawn(&bin, listen)).await {
+                    Ok(Ok(child)) => {
+                        if let Ok(mut guard) = self.child.lock() {
+                            *guard = Some(child);
+                        }
+                    }
+                    Ok(Err(e)) => tracing::error!(error = %e, "restarting mcp-service failed"),
+                    Err(e) => tracing::error!(error = %e, "restart task failed"),
+                }
+            }
+        }
+        let grace = Duration::from_secs(3);
+        let _ = tokio::task::spawn_blocking({
+            let this = self.take();
+            move || {
+                if let Some(child) = this {
+                    let tmp = ServiceChild {
+                        bin: PathBuf::new(),
+                        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                        child: Mutex::new(Some(child)),
+                    };
+                    tmp.stop(grace);
+                }
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for ServiceChild {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(3));
+    }
+}

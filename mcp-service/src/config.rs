@@ -1,0 +1,133 @@
+//! mcp-service's one typed configuration: a TOML file plus `MCP_SERVICE_*` env overrides,
+//! validated before the service starts.
+
+use std::{net::SocketAddr, path::Path};
+
+use serde::Deserialize;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("env {name}: {reason}")]
+    Env { name: &'static str, reason: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The service's settings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    /// Where streamable HTTP listens. Loopback by default: only the gateway should reach it.
+    pub listen: SocketAddr,
+    /// `Host` values accepted on `/mcp` (DNS-rebinding protection). The gateway rewrites `Host`
+    /// to the upstream authority, so loopback names suffice unless the service runs under another
+    /// name (e.g. `mcp-service` in compose).
+    pub allowed_hosts: Vec<String>,
+    /// Largest accepted JSON-RPC POST body, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            max_body_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+impl ServiceConfig {
+    /// Reads the optional file, applies env overrides from `env`, and validates.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut cfg = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                    path: path.display().to_string(),
+                    source: Box::new(source),
+                })?
+            }
+            None => Self::default(),
+        };
+        if let Some(v) = env("MCP_SERVICE_LISTEN") {
+            cfg.listen = v.parse().map_err(|e| ConfigError::Env {
+                name: "MCP_SERVICE_LISTEN",
+                reason: format!("{v:?} is not an address: {e}"),
+            })?;
+        }
+        if let Some(v) = env("MCP_SERVICE_ALLOWED_HOSTS") {
+            cfg.allowed_hosts = v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+        }
+        if let Some(v) = env("MCP_SERVICE_MAX_BODY_BYTES") {
+            cfg.max_body_bytes = v.parse().map_err(|e| ConfigError::Env {
+                name: "MCP_SERVICE_MAX_BODY_BYTES",
+                reason: format!("{v:?}: {e}"),
+            })?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.allowed_hosts.is_empty() {
+            return Err(ConfigError::Invalid(
+                "allowed_hosts is empty: name at least the host the gateway forwards to".into(),
+            ));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(ConfigError::Invalid(
+                "max_body_bytes below 1024 cannot carry an MCP request".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn defaults_bind_loopback() {
+        let cfg = ServiceConfig::load(None, |_| None).unwrap();
+        assert!(cfg.listen.ip().is_loopback());
+    }
+
+    #[test]
+    fn env_overrides_and_rejects_garbage() {
+        let cfg = ServiceConfig::load(None, |k| {
+            (k == "MCP_SERVICE_ALLOWED_HOSTS").then(|| "mcp-service, localhost".to_owned())
+        })
+        .unwrap();
+        assert_eq!(cfg.allowed_hosts, ["mcp-service", "localhost"]);
+        let err = ServiceConfig::load(None, |k| {
+            (k == "MCP_SERVICE_LISTEN").then(|| "nope".to_owned())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("MCP_SERVICE_LISTEN"));
+    }
+}

@@ -1,0 +1,43 @@
+//! Streamable HTTP transport: the axum app that serves `/mcp` and `/healthz`.
+
+use std::{future::Future, sync::Arc};
+
+use axum::{Router, routing::get};
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{config::ServiceConfig, server::PlanService};
+
+/// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`.
+pub fn router(cfg: &ServiceConfig, cancel: CancellationToken) -> Router {
+    let mcp = StreamableHttpService::new(
+        || Ok(PlanService::new()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default()
+            .with_allowed_hosts(cfg.allowed_hosts.clone())
+            .with_max_request_body_bytes(cfg.max_body_bytes)
+            .with_cancellation_token(cancel),
+    );
+    Router::new()
+        .nest_service("/mcp", mcp)
+        .route("/healthz", get(|| async { "ok\n" }))
+}
+
+/// Serves until `shutdown` resolves, then drains open requests.
+pub async fn serve(
+    listener: TcpListener,
+    cfg: &ServiceConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let cancel = CancellationToken::new();
+    let app = router(cfg, cancel.child_token());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            cancel.cancel();
+        })
+        .await
+}

@@ -1,0 +1,2 @@
+//! Benchmark: direct vs gateway request rates.
+fn main() {}
