@@ -244,8 +244,27 @@ const METHODS = {
   inspect, check, setStatus, setSize, addNode, moveNode, removeNode, applyOps, computeOps,
 };
 
-/** JSON.stringify without recursion (deep trees must not exhaust the stack). */
+/** Nesting depth of a JSON value, measured without recursion; stops counting past `limit`. */
+function depthExceeds(value, limit) {
+  const stack = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, d] = stack.pop();
+    if (v === null || typeof v !== 'object') continue;
+    if (d > limit) return true;
+    if (Array.isArray(v)) { for (const x of v) if (x !== null && typeof x === 'object') stack.push([x, d + 1]); }
+    else for (const k in v) { const x = v[k]; if (x !== null && typeof x === 'object') stack.push([x, d + 1]); }
+  }
+  return false;
+}
+
+/** JSON text of a value: native JSON.stringify when shallow, an iterative writer when deep. */
 export function stringify(value) {
+  if (!depthExceeds(value, 200)) return JSON.stringify(value);
+  return stringifyDeep(value);
+}
+
+/** JSON.stringify without recursion (deep trees must not exhaust the stack). */
+export function stringifyDeep(value) {
   const out = [];
   const stack = [{ v: value, state: 0 }];
   while (stack.length > 0) {

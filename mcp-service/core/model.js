@@ -322,19 +322,26 @@ function computeLoads(m) {
 function computeCollapsed(m) {
   const collapsed = new Set();
   for (const n of m.nodes) if (n.fold === '>') collapsed.add(n.idx);
+  // clean[x] === epoch: x and all its ancestors are open. The epoch moves on
+  // whenever a node gets collapsed, so the shortcut never skips a collapsed node.
+  const clean = new Int32Array(m.doc.nodes.length).fill(-1);
+  let epoch = 0;
   for (const n of m.nodes) {
     if (n.fold !== '<' && !n.focus) continue;
     const path = [];
-    for (let a = n.parent; a !== null; a = a.parent) path.push(a);
+    for (let a = n.parent; a !== null && clean[a.idx] !== epoch; a = a.parent) path.push(a);
     path.reverse();
     path.push(n);
     for (let i = 0; i < path.length - 1; i++) {
       const a = path[i];
       if (!collapsed.has(a.idx)) continue;
       collapsed.delete(a.idx);
-      for (const c of a.children) if (c !== path[i + 1] && c.children.length > 0) collapsed.add(c.idx);
+      for (const c of a.children) {
+        if (c !== path[i + 1] && c.children.length > 0 && !collapsed.has(c.idx)) { collapsed.add(c.idx); epoch++; }
+      }
     }
     collapsed.delete(n.idx);
+    for (const a of path) clean[a.idx] = epoch;
   }
   m.collapsed = (n) => collapsed.has(n.idx) && n.children.length > 0;
 }

@@ -1,6 +1,6 @@
 //! Tree-line extraction, hierarchy, ids, dependencies, descriptions and parser warnings.
 
-import { logicalLines, isBlank, SEPARATOR_RE } from './text.js';
+import { logicalLines, isBlank, isSeparator, leadingBlanks } from './text.js';
 
 /** Status table (§5): box char → key, progress rank, realized, done. */
 export const STATUS = {
@@ -24,7 +24,7 @@ export const SIZES = ['XS', 'S', 'M', 'L', 'XL', 'XXL'];
 export const SIZE_RANK = { XS: 0, S: 1, M: 2, L: 3, XL: 4, XXL: 5 };
 
 // §2 step 1. `[^]` instead of `.` so that U+2028/2029 cannot make the match fail.
-const LINE_RE = /^([ \t]*)([-|+]|=(?=[ \t]))?\s*(?:([><])(?=[ \t])\s*)?(?:\[([^\]])\]\s*)?(?:([><])(?=[ \t])\s*)?([^]*)$/;
+const LINE_RE = /()([-|+]|=(?=[ \t]))?\s*(?:([><])(?=[ \t])\s*)?(?:\[([^\]])\]\s*)?(?:([><])(?=[ \t])\s*)?([^]*)$/y;
 /** Prefix part of LINE_RE (everything before the rest), used by the editor. */
 export const LINE_PREFIX_RE = /^([ \t]*)([-|+]|=(?=[ \t]))?\s*(?:([><])(?=[ \t])\s*)?(?:\[([^\]])\]\s*)?(?:([><])(?=[ \t])\s*)?/;
 export const URL_RE = /https?:\/\/\S+/i;
@@ -34,7 +34,8 @@ const MARK_RE = /(^|\s)&([\p{L}\p{N}._-]+)/gu;
 const ID_RE = /(^|\s)#([\p{L}\p{N}._-]+)(?::(?=\s|$))?/u;
 const DEP_RE = /(^|\s):#([\p{L}\p{N}._-]+(?:,#[\p{L}\p{N}._-]+)*)/gu;
 const FOCUS_RE = /(^|\s)!!!(?=\s|$)/g;
-const SHORT_DESC_RE = /^[ \t]*"[ \t]/;
+const WS_CHAR_RE = /\s/;
+const NEEDS_COLLAPSE_RE = /\s\s|[^\S ]/;
 const HEADER_RE = /^#([\p{L}\p{N}._-]+):?\s*$/u;
 
 /** Separator marker inside description parts. */
@@ -42,9 +43,9 @@ export const DESC_SEP = '';
 
 /** Width of an indentation string: tab counts 2 (§3). */
 export function indentWidth(ws) {
-  let w = 0;
-  for (let i = 0; i < ws.length; i++) w += ws.charCodeAt(i) === 9 ? 2 : 1;
-  return w;
+  // native scans only: indentation can be very long on deep trees
+  if (ws.indexOf('\t') < 0) return ws.length;
+  return ws.length + ws.split('\t').length - 1;
 }
 
 /**
@@ -52,16 +53,19 @@ export function indentWidth(ws) {
  * no node (empty label and no id), else the field record (without hierarchy).
  */
 export function extractLine(text) {
+  // the indentation is split off by hand so that very long indentation is scanned once
+  const lead = leadingBlanks(text);
+  LINE_RE.lastIndex = lead; // sticky: matches right after the indentation
   const m = LINE_RE.exec(text);
   if (!m) return null; // cannot happen with [^]*
-  const indent = m[1];
+  const indent = text.slice(0, lead);
   const sigil = m[2] || null;
   const fold = m[3] || m[5] || null;
   const box = m[4] === undefined ? null : m[4];
   let rest = m[6];
 
   let url = null;
-  const um = URL_RE.exec(rest);
+  const um = rest.indexOf('//') >= 0 ? URL_RE.exec(rest) : null;
   if (um) {
     url = um[0];
     rest = rest.slice(0, um.index) + rest.slice(um.index + um[0].length);
@@ -70,35 +74,37 @@ export function extractLine(text) {
   let size = null;
   let last = null;
   SIZE_RE.lastIndex = 0;
-  for (let sm; (sm = SIZE_RE.exec(rest)) !== null;) last = { index: sm.index, len: sm[0].length, lead: sm[1], size: sm[2] };
+  if (rest.indexOf('(') >= 0) for (let sm; (sm = SIZE_RE.exec(rest)) !== null;) last = { index: sm.index, len: sm[0].length, lead: sm[1], size: sm[2] };
   if (last) {
     size = last.size.toUpperCase();
     rest = rest.slice(0, last.index) + last.lead + rest.slice(last.index + last.len);
   }
 
   const tags = [];
-  rest = rest.replace(TAG_RE, (_, t) => { tags.push(t); return ''; });
+  if (rest.indexOf('@') >= 0) rest = rest.replace(TAG_RE, (_, t) => { tags.push(t); return ''; });
 
   const marks = [];
-  rest = rest.replace(MARK_RE, (_, lead, t) => { marks.push(t); return lead; });
+  if (rest.indexOf('&') >= 0) rest = rest.replace(MARK_RE, (_, lead, t) => { marks.push(t); return lead; });
 
   let id = null;
-  const im = ID_RE.exec(rest);
+  const hasHash = rest.indexOf('#') >= 0;
+  const im = hasHash ? ID_RE.exec(rest) : null;
   if (im) {
     id = im[2];
     rest = rest.slice(0, im.index) + im[1] + rest.slice(im.index + im[0].length);
   }
 
   const deps = [];
-  rest = rest.replace(DEP_RE, (_, lead, list) => {
+  if (hasHash && rest.indexOf(':#') >= 0) rest = rest.replace(DEP_RE, (_, lead, list) => {
     for (const part of list.split(',')) deps.push(part.charCodeAt(0) === 35 ? part.slice(1) : part);
     return lead;
   });
 
   let focus = false;
-  rest = rest.replace(FOCUS_RE, (_, lead) => { focus = true; return lead; });
+  if (rest.indexOf('!!!') >= 0) rest = rest.replace(FOCUS_RE, (_, lead) => { focus = true; return lead; });
 
-  let label = rest.replace(/\s+/g, ' ').trim();
+  // collapse whitespace runs; the test is a cheap single scan, the replace only runs when needed
+  let label = (NEEDS_COLLAPSE_RE.test(rest) ? rest.replace(/\s+/g, ' ') : rest).trim();
   let labelFromId = false;
   if (label === '') {
     if (id === null) return null;
@@ -131,10 +137,11 @@ export function parseDocument(text) {
 
   for (const lg of ll.tree) {
     const t = lg.text;
-    if (isBlank(t)) continue;
-    if (SHORT_DESC_RE.test(t)) {
-      const q = t.indexOf('"');
-      const body = t.slice(q + 2).trim();
+    const lead = leadingBlanks(t);
+    if (lead === t.length || (WS_CHAR_RE.test(t[lead]) && isBlank(t.slice(lead)))) continue;
+    const q1 = t.charCodeAt(lead + 1);
+    if (t.charCodeAt(lead) === 34 && (q1 === 32 || q1 === 9)) {
+      const body = t.slice(lead + 2).trim();
       if (lastNode === null) {
         warnings.push({ type: 'descStray', line: lg.line });
       } else {
@@ -205,7 +212,7 @@ export function parseDocument(text) {
   let block = null; // {node|null (skipped), ...}
   for (const d of ll.desc) {
     const s = d.text;
-    if (SEPARATOR_RE.test(s)) continue;
+    if (isSeparator(s)) continue;
     if (isBlank(s)) {
       if (block && block.node) {
         block.node.descParts.push(DESC_SEP);
