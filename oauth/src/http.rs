@@ -57,18 +57,34 @@ impl<S: Send + Sync> FromRequestParts<S> for PeerIp {
 /// The authorization server's routes: `/.well-known/oauth-authorization-server`,
 /// `/.well-known/openid-configuration`, `/authorize` (GET, POST), `/token`, `/register`,
 /// `/revoke`.
+///
+/// The metadata, token, registration and revocation endpoints answer CORS requests from any
+/// origin (browser-based MCP clients call them; they use no cookies). `/authorize` does not.
 pub fn router(server: Arc<AuthServer>) -> Router {
+    let api = Router::new()
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(metadata).options(preflight),
+        )
+        .route(
+            "/.well-known/openid-configuration",
+            get(metadata).options(preflight),
+        )
+        .route("/token", post(token).options(preflight))
+        .route("/register", post(register).options(preflight))
+        .route("/revoke", post(revoke).options(preflight))
+        .layer(axum::middleware::map_response(response::cors));
     Router::new()
-        .route("/.well-known/oauth-authorization-server", get(metadata))
-        .route("/.well-known/openid-configuration", get(metadata))
         .route("/authorize", get(authorize_get).post(authorize_post))
-        .route("/token", post(token))
-        .route("/register", post(register))
-        .route("/revoke", post(revoke))
+        .merge(api)
         .with_state(server)
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: http::HeaderName) -> Option<&'a str> {
+async fn preflight() -> Response {
+    response::preflight()
+}
+
+fn header(headers: &HeaderMap, name: http::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

@@ -533,6 +533,22 @@ async fn secure_host_cookie_by_default() {
         "{cookie}"
     );
     assert_eq!(resp.headers()["x-frame-options"], "DENY");
+    // browser-based clients may call the API endpoints cross-origin; /authorize is not CORS
+    let pre = r
+        .http
+        .request(reqwest::Method::OPTIONS, format!("{}/token", r.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), StatusCode::NO_CONTENT);
+    assert_eq!(pre.headers()["access-control-allow-origin"], "*");
+    let meta = r
+        .http
+        .get(format!("{}/.well-known/oauth-authorization-server", r.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(meta.headers()["access-control-allow-origin"], "*");
     // an unregistered redirect shows a page, never a redirect
     let resp = r
         .http

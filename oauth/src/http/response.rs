@@ -62,6 +62,39 @@ impl IntoResponse for OAuthError {
     }
 }
 
+/// Adds `Access-Control-Allow-Origin: *` (the API endpoints use no cookies).
+pub(crate) async fn cors(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("www-authenticate, retry-after"),
+    );
+    resp
+}
+
+/// The answer to a CORS preflight.
+pub(crate) fn preflight() -> Response {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("authorization, content-type, mcp-protocol-version"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("86400"),
+    );
+    resp
+}
+
 /// The RFC 8414 document.
 pub(crate) fn metadata(doc: serde_json::Value) -> Response {
     let mut resp = Json(doc).into_response();

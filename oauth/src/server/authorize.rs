@@ -23,12 +23,31 @@ pub enum Page {
 }
 
 /// The result of an `/authorize` request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum AuthorizeOutcome {
     /// Render `page` with HTTP `status`.
     Page { page: Page, status: u16 },
     /// 303 See Other to `location`.
     Redirect { location: String },
+}
+
+impl std::fmt::Debug for AuthorizeOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuthorizeOutcome::Page { page, status } => f
+                .debug_struct("Page")
+                .field("page", page)
+                .field("status", status)
+                .finish(),
+            // The query may carry an authorization code: never print it.
+            AuthorizeOutcome::Redirect { location } => {
+                let without_query = location.split('?').next().unwrap_or_default();
+                f.debug_struct("Redirect")
+                    .field("location", &format!("{without_query}?<redacted>"))
+                    .finish()
+            }
+        }
+    }
 }
 
 /// A new login-session cookie value to set.

@@ -1,10 +1,14 @@
 //! The redis store, shared by several gateways: `ConnectionManager`, Lua scripts for every
 //! read-modify-write that must be atomic.
 //!
-//! Layout under a key prefix (default `pforte:oauth:`): `key` (server key), `user:<name>` (JSON)
-//! + `users` (set), `client:<id>` (JSON) + `clients` (sorted set scored by last use),
-//! `code:<hash>`, `grant:<family>`, `access:<hash>`, `refresh:<hash>` (hashes: immutable JSON in
-//! `data`, mutable state in their own fields) + `grants` (set), `session:<hash>` (JSON).
+//! Layout under a key prefix (default `pforte:oauth:`):
+//! - `key`: the server key;
+//! - `user:<name>` (JSON) and the set `users`;
+//! - `client:<id>` (JSON) and the sorted set `clients`, scored by last use;
+//! - `code:<hash>`, `grant:<family>`, `access:<hash>`, `refresh:<hash>`: hashes with the
+//!   immutable JSON in `data` and mutable state in their own fields; the set `grants`;
+//! - `session:<hash>` (JSON).
+//!
 //! Keys expire by `EXPIRE` relative to the caller's clock, with slack so that an expired token
 //! is still reported as expired for a while. The scripts touch keys derived from their
 //! arguments, so this store targets a single redis (or a primary with replicas), not a cluster.
@@ -23,6 +27,9 @@ use crate::model::{
     AccessRecord, ClientRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome,
     SessionRecord, UserRecord,
 };
+
+/// The key prefix the gateway uses unless configured otherwise.
+pub const DEFAULT_PREFIX: &str = "pforte:oauth:";
 
 /// Keys outlive the expiry they carry by this much.
 const TTL_SLACK_SECS: u64 = 3600;
