@@ -5,4 +5,5 @@ pub mod engine;
 pub mod guide;
 pub mod http;
 pub mod identity;
+pub mod plan_cli;
 pub mod server;

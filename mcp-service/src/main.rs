@@ -33,6 +33,10 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Print the Werkbaum core's `inspect` JSON for a plan file.
+    Inspect(mcp_service::plan_cli::InspectArgs),
+    /// Print the Werkbaum core's `check` JSON for a plan file (exit 3 when a finding blocks).
+    Check(mcp_service::plan_cli::CheckArgs),
 }
 
 fn load_config(file: Option<&std::path::Path>) -> Result<ServiceConfig, ExitCode> {
@@ -90,6 +94,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             })
         }
+        Command::Inspect(args) => Ok(runtime.block_on(mcp_service::plan_cli::inspect(args))),
+        Command::Check(args) => Ok(runtime.block_on(mcp_service::plan_cli::check(args))),
         Command::Stdio { config } => {
             if let Err(code) = load_config(config.as_deref()) {
                 return Ok(code);

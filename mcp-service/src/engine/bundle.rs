@@ -117,7 +117,8 @@ pub(crate) type Bytecode = &'static [(&'static str, &'static [u8])];
 /// the process; they are interned by content, so creating many engines over the same bundle
 /// (as tests do) compiles and keeps it only once.
 pub(crate) fn compile(modules: Vec<(String, String)>) -> Result<Bytecode, EngineError> {
-    static CACHE: OnceLock<Mutex<HashMap<Vec<(String, String)>, Bytecode>>> = OnceLock::new();
+    type Sources = Vec<(String, String)>;
+    static CACHE: OnceLock<Mutex<HashMap<Sources, Bytecode>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut cache = cache
         .lock()
