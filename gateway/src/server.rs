@@ -28,7 +28,7 @@ pub enum ServeError {
 }
 
 /// How often the token snapshot checks the store: revocations take effect within this.
-const TOKEN_REFRESH: std::time::Duration = std::time::Duration::from_millis(250);
+const TOKEN_REFRESH: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Resolves port 0 to a concrete free port. Pingora binds its listeners itself and cannot report
 /// an ephemeral port, so the gateway asks the kernel for one first and then binds that.

@@ -1,1 +1,407 @@
-//! Shared helpers for the end-to-end tests: starting real binaries on loopback and waiting for readiness.
+//! Shared helpers for the end-to-end tests: starting the real binaries on 127.0.0.1, waiting for
+//! readiness, TLS material, and clients (reqwest and rmcp) that trust it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::HashMap,
+    io::{BufRead as _, BufReader},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use rmcp::{
+    RoleClient, ServiceExt as _,
+    model::{ClientCapabilities, ClientConfig, Implementation},
+    service::RunningService,
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+
+/// The directory holding the workspace's built binaries (`target/debug` or `target/release`).
+pub fn bin_dir() -> PathBuf {
+    // Test executables live in target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_owned()
+}
+
+/// Path to a workspace binary; panics with the fix when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`)",
+        p.display()
+    );
+    p
+}
+
+/// A port that was free a moment ago on 127.0.0.1 (for pingora, which binds itself).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `cond` every 10 ms until it holds or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A child process that is stopped (SIGTERM, then SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct Proc {
+    pub child: Child,
+    pub stdout_lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdout captured line by line.
+    pub fn spawn(mut cmd: Command) -> anyhow::Result<Self> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("spawning {cmd:?}"))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            stdout_lines: rx,
+        })
+    }
+
+    /// Waits for a stdout line containing `needle`; returns it.
+    pub fn wait_line(&mut self, needle: &str, limit: Duration) -> anyhow::Result<String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout_lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Ok(line),
+                Ok(_) => continue,
+                Err(e) => bail!("no line with {needle:?} within {limit:?}: {e}"),
+            }
+        }
+    }
+
+    /// Collects stdout lines until one contains `end`.
+    pub fn lines_until(&mut self, end: &str, limit: Duration) -> anyhow::Result<Vec<String>> {
+        let deadline = Instant::now() + limit;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .stdout_lines
+                .recv_timeout(left)
+                .with_context(|| format!("waiting for {end:?}; got {lines:?}"))?;
+            let done = line.contains(end);
+            lines.push(line);
+            if done {
+                return Ok(lines);
+            }
+        }
+    }
+
+    /// Sends `signal` and waits up to `limit` for the exit status.
+    pub fn signal_and_wait(
+        &mut self,
+        signal: nix::sys::signal::Signal,
+        limit: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal)?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!("process did not exit within {limit:?} after {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.signal_and_wait(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5));
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A running mcp-service on a kernel-chosen loopback port.
+#[derive(Debug)]
+pub struct McpService {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl McpService {
+    pub fn start(extra_args: &[&str]) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(bin("mcp-service"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(extra_args);
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("listening on", Duration::from_secs(30))?;
+        let url = line.rsplit(' ').next().context("url")?;
+        let addr = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// A self-signed certificate for 127.0.0.1 and localhost, written as PEM files.
+#[derive(Debug, Clone)]
+pub struct TestCert {
+    pub cert_pem: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TestCert {
+    pub fn create(dir: &Path) -> anyhow::Result<Self> {
+        let ck = rcgen::generate_simple_self_signed(vec![
+            "127.0.0.1".to_owned(),
+            "localhost".to_owned(),
+        ])?;
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        std::fs::write(&cert, ck.cert.pem())?;
+        std::fs::write(&key, ck.signing_key.serialize_pem())?;
+        Ok(Self {
+            cert_pem: ck.cert.pem(),
+            cert,
+            key,
+        })
+    }
+}
+
+/// How a test gateway is configured.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    pub tls: bool,
+    pub upstream: String,
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: u64,
+    pub read_timeout_ms: u64,
+}
+
+impl GatewayOptions {
+    pub fn new(upstream: String) -> Self {
+        Self {
+            tls: true,
+            upstream,
+            allowed_origins: vec!["https://claude.ai".to_owned()],
+            max_body_bytes: 1024 * 1024,
+            read_timeout_ms: 300_000,
+        }
+    }
+}
+
+/// A running `pforte serve` with its own data dir.
+#[derive(Debug)]
+pub struct Gateway {
+    pub proc: Proc,
+    pub dir: tempfile::TempDir,
+    pub base: String,
+    pub cert: Option<TestCert>,
+}
+
+impl Gateway {
+    pub async fn start(opts: GatewayOptions) -> anyhow::Result<Self> {
+        let mut dir = tempfile::tempdir()?;
+        let cert = if opts.tls {
+            Some(TestCert::create(dir.path())?)
+        } else {
+            None
+        };
+        // pingora binds its listeners itself; retry on the rare port race.
+        for _attempt in 0..3 {
+            let port = free_port();
+            let scheme = if cert.is_some() { "https" } else { "http" };
+            let tls = cert.as_ref().map_or(String::new(), |c| {
+                format!(
+                    "[tls]\ncert = {:?}\nkey = {:?}\n",
+                    c.cert.display().to_string(),
+                    c.key.display().to_string()
+                )
+            });
+            let config = format!(
+                "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nallowed_origins = {:?}\nmax_body_bytes = {}\nthreads = 2\n{tls}[upstream]\nurl = {:?}\nread_timeout_ms = {}\nconnect_timeout_ms = 1000\n",
+                dir.path().join("data").display().to_string(),
+                opts.allowed_origins,
+                opts.max_body_bytes,
+                opts.upstream,
+                opts.read_timeout_ms,
+            );
+            let config_path = dir.path().join("pforte.toml");
+            std::fs::write(&config_path, config)?;
+            let mut cmd = Command::new(bin("pforte"));
+            cmd.arg("serve").arg("--config").arg(&config_path);
+            let proc = Proc::spawn(cmd)?;
+            let gw = Self {
+                proc,
+                base: format!("{scheme}://127.0.0.1:{port}"),
+                dir,
+                cert: cert.clone(),
+            };
+            let client = gw.http();
+            let health = format!("{}/healthz", gw.base);
+            let up = eventually(Duration::from_secs(20), || {
+                let client = client.clone();
+                let health = health.clone();
+                async move {
+                    client
+                        .get(&health)
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status() == 200)
+                }
+            })
+            .await;
+            if up {
+                return Ok(gw);
+            }
+            let Gateway { mut proc, dir: d, .. } = gw;
+            dir = d;
+            if matches!(proc.child.try_wait(), Ok(None)) {
+                bail!("gateway runs but never became healthy");
+            }
+            // It exited: most likely the port was taken meanwhile. Try another one.
+        }
+        bail!("gateway did not start")
+    }
+
+    /// The gateway's MCP URL.
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Runs `pforte token …` against this gateway's data dir and returns stdout.
+    pub fn token_cmd(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(bin("pforte"))
+            .arg("token")
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "pforte token {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// Creates a static token and returns it once the running gateway has picked it up.
+    pub async fn create_token(&self, name: &str) -> anyhow::Result<String> {
+        let token = self.token_cmd(&["create", name])?.trim().to_owned();
+        let client = self.http();
+        let url = self.mcp_url();
+        let seen = eventually(Duration::from_secs(2), || {
+            let req = client.get(&url).bearer_auth(&token).send();
+            async move { req.await.is_ok_and(|r| r.status() != 401) }
+        })
+        .await;
+        if !seen {
+            bail!("the gateway did not accept the new token {name:?} within 2 s");
+        }
+        Ok(token)
+    }
+
+    /// A reqwest client that trusts this gateway's certificate (and only it).
+    pub fn http(&self) -> reqwest::Client {
+        http_client(self.cert.as_ref().map(|c| c.cert_pem.as_str()))
+    }
+
+    /// An rmcp client through the gateway with `token` and extra headers.
+    pub async fn mcp_client(
+        &self,
+        token: &str,
+        extra_headers: &[(&str, &str)],
+    ) -> anyhow::Result<RunningService<RoleClient, ClientConfig>> {
+        mcp_client(&self.mcp_url(), self.http(), token, extra_headers).await
+    }
+}
+
+/// A reqwest client trusting `ca_pem` only (or the default roots for plain http).
+pub fn http_client(ca_pem: Option<&str>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    if let Some(pem) = ca_pem {
+        let cert = reqwest::Certificate::from_pem(pem.as_bytes()).expect("pem");
+        b = b.tls_certs_only([cert]);
+    }
+    b.build().expect("client")
+}
+
+/// Connects an rmcp client (host name "pforte-tests") to `url` with a bearer `token`.
+pub async fn mcp_client(
+    url: &str,
+    http: reqwest::Client,
+    token: &str,
+    extra_headers: &[(&str, &str)],
+) -> anyhow::Result<RunningService<RoleClient, ClientConfig>> {
+    let mut headers = HashMap::new();
+    for (k, v) in extra_headers {
+        headers.insert(
+            http::HeaderName::from_bytes(k.as_bytes())?,
+            http::HeaderValue::from_str(v)?,
+        );
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
+        .auth_header(token.to_owned())
+        .custom_headers(headers);
+    let transport = StreamableHttpClientTransport::with_client(http, config);
+    let info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("pforte-tests", "1.0"),
+    );
+    Ok(info.serve(transport).await?)
+}
+
+/// Whether the CI environment demands that optional inputs exist.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}

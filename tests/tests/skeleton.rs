@@ -1,0 +1,239 @@
+//! End to end, the walking skeleton: real `pforte` and `mcp-service` processes on 127.0.0.1, TLS,
+//! static tokens, and an rmcp client — what Claude Code with a static token does.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use pforte_tests::{Gateway, GatewayOptions, McpService, eventually};
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
+use serde_json::{Value, json};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#;
+
+async fn post(gw: &Gateway, headers: &[(&str, &str)], body: &str) -> reqwest::Response {
+    let mut req = gw
+        .http()
+        .post(gw.mcp_url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_owned());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap()
+}
+
+fn challenge(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+async fn whoami(client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>) -> Value {
+    let result = client
+        .call_tool(CallToolRequestParams::new("whoami"))
+        .await
+        .unwrap();
+    result.structured_content.expect("structured whoami")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_client_over_tls_with_a_static_token() {
+    let svc = McpService::start(&[]).unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    assert!(gw.base.starts_with("https://"));
+    let token = gw.create_token("laptop").await.unwrap();
+    let client = gw.mcp_client(&token, &[]).await.unwrap();
+
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
+
+    let me = whoami(&client).await;
+    assert_eq!(me["subject"], "operator");
+    assert_eq!(me["client"], "laptop");
+    assert_eq!(me["authKind"], "static");
+    assert_eq!(me["scopes"], json!(["mcp:read", "mcp:write"]));
+    assert_eq!(me["host"], "pforte-tests");
+    assert!(me["requestId"].as_str().is_some_and(|s| s.len() == 36));
+
+    let guide = client
+        .read_resource(ReadResourceRequestParams::new("werkbaum://guide"))
+        .await
+        .unwrap();
+    let text = serde_json::to_value(&guide.contents[0]).unwrap();
+    assert_eq!(text["mimeType"], "text/markdown");
+    assert!(text["text"].as_str().unwrap().contains("Werkbaum"));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoofed_identity_headers_never_reach_the_service() {
+    let svc = McpService::start(&[]).unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    let token = gw.create_token("ci").await.unwrap();
+    let spoof = [
+        ("x-pforte-subject", "mallory"),
+        ("x-pforte-client", "evil"),
+        ("x-pforte-auth-kind", "oauth"),
+        ("x-pforte-scopes", "admin"),
+        ("x-request-id", "spoofed-id"),
+    ];
+    let client = gw.mcp_client(&token, &spoof).await.unwrap();
+    let me = whoami(&client).await;
+    assert_eq!(me["subject"], "operator");
+    assert_eq!(me["client"], "ci");
+    assert_eq!(me["authKind"], "static");
+    assert_ne!(me["requestId"], "spoofed-id");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_wrong_malformed_and_revoked_tokens_get_401() {
+    let svc = McpService::start(&[]).unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", gw.base);
+
+    let none = post(&gw, &[], INIT).await;
+    assert_eq!(none.status(), 401);
+    assert_eq!(challenge(&none), format!("Bearer resource_metadata=\"{metadata_url}\""));
+
+    let wrong = post(&gw, &[("authorization", "Bearer pft_not-a-real-token")], INIT).await;
+    assert_eq!(wrong.status(), 401);
+    assert!(challenge(&wrong).contains("error=\"invalid_token\""));
+    assert!(challenge(&wrong).contains(&metadata_url));
+
+    let malformed = post(&gw, &[("authorization", "Basic dXNlcjpwYXNz")], INIT).await;
+    assert_eq!(malformed.status(), 401);
+    assert!(challenge(&malformed).contains("error=\"invalid_request\""));
+
+    // A token in the query string is never looked at.
+    let token = gw.create_token("revoke-me").await.unwrap();
+    let query = gw
+        .http()
+        .post(format!("{}?access_token={token}", gw.mcp_url()))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(INIT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(query.status(), 401);
+
+    let auth = format!("Bearer {token}");
+    assert_eq!(post(&gw, &[("authorization", &auth)], INIT).await.status(), 200);
+
+    // Revocation from the CLI reaches the running gateway within a second.
+    gw.token_cmd(&["revoke", "revoke-me"]).unwrap();
+    let revoked_at = Instant::now();
+    let refused = eventually(Duration::from_secs(1), || async {
+        post(&gw, &[("authorization", &auth)], INIT).await.status() == 401
+    })
+    .await;
+    assert!(refused, "revoked token still accepted after {:?}", revoked_at.elapsed());
+    let resp = post(&gw, &[("authorization", &auth)], INIT).await;
+    assert!(challenge(&resp).contains("error=\"invalid_token\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_rfc9728_metadata_and_health() {
+    let svc = McpService::start(&[]).unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ] {
+        let doc: Value = gw
+            .http()
+            .get(format!("{}{path}", gw.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(doc["resource"], format!("{}/mcp", gw.base));
+        assert_eq!(doc["authorization_servers"], json!([gw.base]));
+        assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
+    }
+    let ready = gw.http().get(format!("{}/readyz", gw.base)).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_precise_statuses() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.max_body_bytes = 64 * 1024;
+    let gw = Gateway::start(opts).await.unwrap();
+    let token = gw.create_token("t").await.unwrap();
+    let auth = format!("Bearer {token}");
+
+    // Declared too large.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(100 * 1024)
+    );
+    let resp = post(&gw, &[("authorization", &auth)], &big).await;
+    assert_eq!(resp.status(), 413);
+
+    // Too large without a Content-Length (chunked).
+    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> =
+        (0..100).map(|_| Ok(bytes::Bytes::from(vec![b' '; 1024]))).collect();
+    let resp = gw
+        .http()
+        .post(gw.mcp_url())
+        .header("authorization", &auth)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await;
+    match resp {
+        Ok(r) => assert_eq!(r.status(), 413),
+        // The gateway may close the upload early; a reset is also a refusal.
+        Err(e) => assert!(e.is_request() || e.is_body(), "{e}"),
+    }
+
+    // A browser origin that is not allowed.
+    let resp = post(&gw, &[("authorization", &auth), ("origin", "https://evil.example")], INIT).await;
+    assert_eq!(resp.status(), 403);
+    let resp = post(&gw, &[("authorization", &auth), ("origin", "https://claude.ai")], INIT).await;
+    assert_eq!(resp.status(), 200);
+
+    // Unknown paths.
+    let resp = gw.http().get(format!("{}/admin", gw.base)).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_down_is_502_and_silent_upstream_is_504() {
+    // Nothing listens on this port.
+    let dead = format!("http://127.0.0.1:{}/mcp", pforte_tests::free_port());
+    let gw = Gateway::start(GatewayOptions::new(dead)).await.unwrap();
+    let token = gw.create_token("t").await.unwrap();
+    let auth = format!("Bearer {token}");
+    let resp = post(&gw, &[("authorization", &auth)], INIT).await;
+    assert_eq!(resp.status(), 502);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_unavailable");
+    let ready = gw.http().get(format!("{}/readyz", gw.base)).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+
+    // An upstream that accepts and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            held.push(sock);
+        }
+    });
+    let mut opts = GatewayOptions::new(format!("http://{addr}/mcp"));
+    opts.read_timeout_ms = 300;
+    let gw = Gateway::start(opts).await.unwrap();
+    let token = gw.create_token("t").await.unwrap();
+    let resp = post(&gw, &[("authorization", &format!("Bearer {token}"))], INIT).await;
+    assert_eq!(resp.status(), 504);
+    hold.abort();
+}
