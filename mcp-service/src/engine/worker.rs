@@ -1,6 +1,7 @@
 //! Engine workers: one OS thread per pooled QuickJS runtime, the runtime's limits and deadline,
 //! the call into the core's `dispatch`, and the single mapping of JS failures to `EngineError`.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -327,7 +328,11 @@ pub(crate) fn run(
                     )));
                     continue;
                 };
-                let outcome = current.dispatch(&method, &params);
+                // A panic inside rquickjs must not take the worker (and a pool slot) with it.
+                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    current.dispatch(&method, &params)
+                }))
+                .unwrap_or_else(|_| Err(EngineError::Engine("the engine panicked".to_owned())));
                 let result = match outcome {
                     Ok(raw) => match parse_reply(&raw) {
                         // The core caught an unexpected exception itself (its catch-all code
