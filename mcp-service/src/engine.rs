@@ -155,7 +155,7 @@ impl Engine {
                 .spawn(move || match Slot::new(bytecode, limits) {
                     Ok(slot) => {
                         let _ = ready_tx.send(Ok(()));
-                        worker::run(bytecode, limits, slot, jobs, None);
+                        worker::run(bytecode, limits, slot, jobs);
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));

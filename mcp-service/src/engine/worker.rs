@@ -3,7 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -140,7 +140,7 @@ impl Slot {
                 .map_err(|e| EngineError::Engine(format!("core function lost: {e}")))?;
             f.call::<_, String>((method, params))
                 .catch(&ctx)
-                .map_err(|caught| classify(&caught, false, &self.limits))
+                .map_err(|caught| classify(&caught, &self.limits))
         });
         let fired = self.guard.disarm();
         match outcome {
@@ -166,15 +166,9 @@ impl Slot {
     }
 }
 
-/// The one place where a JS exception or a QuickJS limit becomes an `EngineError`.
-pub(crate) fn classify(
-    caught: &CaughtError<'_>,
-    deadline_fired: bool,
-    limits: &Limits,
-) -> EngineError {
-    if deadline_fired {
-        return EngineError::Deadline(limits.deadline);
-    }
+/// The one place where a JS exception or a QuickJS limit becomes an `EngineError` (the
+/// deadline is decided by the caller, which knows whether the interrupt handler fired).
+pub(crate) fn classify(caught: &CaughtError<'_>, limits: &Limits) -> EngineError {
     let (name, message) = match caught {
         CaughtError::Exception(e) => {
             let name: Option<String> = e.as_object().get("name").ok();
@@ -298,9 +292,7 @@ pub(crate) fn run(
     limits: Limits,
     first: Slot,
     jobs: Arc<Mutex<Receiver<Job>>>,
-    ready: Option<SyncSender<()>>,
 ) {
-    drop(ready);
     let mut slot = Some(first);
     loop {
         let job = {
