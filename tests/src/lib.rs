@@ -171,7 +171,8 @@ pub struct McpService {
 impl McpService {
     pub fn start(extra_args: &[&str]) -> anyhow::Result<Self> {
         let mut cmd = Command::new(bin("mcp-service"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(extra_args);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra_args);
         let mut proc = Proc::spawn(cmd)?;
         let line = proc.wait_line("listening on", Duration::from_secs(30))?;
         let url = line.rsplit(' ').next().context("url")?;
@@ -299,7 +300,9 @@ impl Gateway {
             if up {
                 return Ok(gw);
             }
-            let Gateway { mut proc, dir: d, .. } = gw;
+            let Gateway {
+                mut proc, dir: d, ..
+            } = gw;
             dir = d;
             if matches!(proc.child.try_wait(), Ok(None)) {
                 bail!("gateway runs but never became healthy");

@@ -30,7 +30,9 @@ fn challenge(resp: &reqwest::Response) -> String {
         .unwrap_or_default()
 }
 
-async fn whoami(client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>) -> Value {
+async fn whoami(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
+) -> Value {
     let result = client
         .call_tool(CallToolRequestParams::new("whoami"))
         .await
@@ -41,7 +43,9 @@ async fn whoami(client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::m
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmcp_client_over_tls_with_a_static_token() {
     let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
     assert!(gw.base.starts_with("https://"));
     let token = gw.create_token("laptop").await.unwrap();
     let client = gw.mcp_client(&token, &[]).await.unwrap();
@@ -70,7 +74,9 @@ async fn rmcp_client_over_tls_with_a_static_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spoofed_identity_headers_never_reach_the_service() {
     let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
     let token = gw.create_token("ci").await.unwrap();
     let spoof = [
         ("x-pforte-subject", "mallory"),
@@ -91,14 +97,24 @@ async fn spoofed_identity_headers_never_reach_the_service() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_wrong_malformed_and_revoked_tokens_get_401() {
     let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
     let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", gw.base);
 
     let none = post(&gw, &[], INIT).await;
     assert_eq!(none.status(), 401);
-    assert_eq!(challenge(&none), format!("Bearer resource_metadata=\"{metadata_url}\""));
+    assert_eq!(
+        challenge(&none),
+        format!("Bearer resource_metadata=\"{metadata_url}\"")
+    );
 
-    let wrong = post(&gw, &[("authorization", "Bearer pft_not-a-real-token")], INIT).await;
+    let wrong = post(
+        &gw,
+        &[("authorization", "Bearer pft_not-a-real-token")],
+        INIT,
+    )
+    .await;
     assert_eq!(wrong.status(), 401);
     assert!(challenge(&wrong).contains("error=\"invalid_token\""));
     assert!(challenge(&wrong).contains(&metadata_url));
@@ -121,7 +137,10 @@ async fn missing_wrong_malformed_and_revoked_tokens_get_401() {
     assert_eq!(query.status(), 401);
 
     let auth = format!("Bearer {token}");
-    assert_eq!(post(&gw, &[("authorization", &auth)], INIT).await.status(), 200);
+    assert_eq!(
+        post(&gw, &[("authorization", &auth)], INIT).await.status(),
+        200
+    );
 
     // Revocation from the CLI reaches the running gateway within a second.
     gw.token_cmd(&["revoke", "revoke-me"]).unwrap();
@@ -130,7 +149,11 @@ async fn missing_wrong_malformed_and_revoked_tokens_get_401() {
         post(&gw, &[("authorization", &auth)], INIT).await.status() == 401
     })
     .await;
-    assert!(refused, "revoked token still accepted after {:?}", revoked_at.elapsed());
+    assert!(
+        refused,
+        "revoked token still accepted after {:?}",
+        revoked_at.elapsed()
+    );
     let resp = post(&gw, &[("authorization", &auth)], INIT).await;
     assert!(challenge(&resp).contains("error=\"invalid_token\""));
 }
@@ -138,7 +161,9 @@ async fn missing_wrong_malformed_and_revoked_tokens_get_401() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_rfc9728_metadata_and_health() {
     let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url())).await.unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
     for path in [
         "/.well-known/oauth-protected-resource",
         "/.well-known/oauth-protected-resource/mcp",
@@ -156,7 +181,12 @@ async fn serves_rfc9728_metadata_and_health() {
         assert_eq!(doc["authorization_servers"], json!([gw.base]));
         assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
     }
-    let ready = gw.http().get(format!("{}/readyz", gw.base)).send().await.unwrap();
+    let ready = gw
+        .http()
+        .get(format!("{}/readyz", gw.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200);
 }
 
@@ -178,8 +208,9 @@ async fn bad_input_gets_precise_statuses() {
     assert_eq!(resp.status(), 413);
 
     // Too large without a Content-Length (chunked).
-    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> =
-        (0..100).map(|_| Ok(bytes::Bytes::from(vec![b' '; 1024]))).collect();
+    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = (0..100)
+        .map(|_| Ok(bytes::Bytes::from(vec![b' '; 1024])))
+        .collect();
     let resp = gw
         .http()
         .post(gw.mcp_url())
@@ -196,13 +227,28 @@ async fn bad_input_gets_precise_statuses() {
     }
 
     // A browser origin that is not allowed.
-    let resp = post(&gw, &[("authorization", &auth), ("origin", "https://evil.example")], INIT).await;
+    let resp = post(
+        &gw,
+        &[("authorization", &auth), ("origin", "https://evil.example")],
+        INIT,
+    )
+    .await;
     assert_eq!(resp.status(), 403);
-    let resp = post(&gw, &[("authorization", &auth), ("origin", "https://claude.ai")], INIT).await;
+    let resp = post(
+        &gw,
+        &[("authorization", &auth), ("origin", "https://claude.ai")],
+        INIT,
+    )
+    .await;
     assert_eq!(resp.status(), 200);
 
     // Unknown paths.
-    let resp = gw.http().get(format!("{}/admin", gw.base)).send().await.unwrap();
+    let resp = gw
+        .http()
+        .get(format!("{}/admin", gw.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
 }
 
@@ -217,7 +263,12 @@ async fn upstream_down_is_502_and_silent_upstream_is_504() {
     assert_eq!(resp.status(), 502);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "upstream_unavailable");
-    let ready = gw.http().get(format!("{}/readyz", gw.base)).send().await.unwrap();
+    let ready = gw
+        .http()
+        .get(format!("{}/readyz", gw.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 503);
 
     // An upstream that accepts and never answers.
@@ -236,4 +287,150 @@ async fn upstream_down_is_502_and_silent_upstream_is_504() {
     let resp = post(&gw, &[("authorization", &format!("Bearer {token}"))], INIT).await;
     assert_eq!(resp.status(), 504);
     hold.abort();
+}
+
+/// Microseconds since `base`, carried inside events so arrival can be compared with sending.
+fn micros(base: Instant) -> u64 {
+    base.elapsed().as_micros() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_events_pass_through_unbuffered_and_long_streams_survive_the_read_timeout() {
+    use futures::StreamExt as _;
+    const EVENTS: u64 = 10;
+    const GAP: Duration = Duration::from_millis(150);
+    let base = Instant::now();
+
+    // A streaming upstream in this process: one event every 150 ms, stamped with its send time.
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(move || async move {
+            let stream = futures::stream::unfold(0u64, move |i| async move {
+                if i == EVENTS {
+                    return None;
+                }
+                if i > 0 {
+                    tokio::time::sleep(GAP).await;
+                }
+                let event = format!("data: {{\"seq\":{i},\"sent\":{}}}\n\n", micros(base));
+                Some((Ok::<_, std::io::Error>(bytes::Bytes::from(event)), i + 1))
+            });
+            (
+                [
+                    ("content-type", "text/event-stream"),
+                    ("cache-control", "no-cache"),
+                ],
+                axum::body::Body::from_stream(stream),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut opts = GatewayOptions::new(format!("http://{addr}/mcp"));
+    // Shorter than the whole stream (1.35 s), longer than the gap between events.
+    opts.read_timeout_ms = 600;
+    let gw = Gateway::start(opts).await.unwrap();
+    let token = gw.create_token("sse").await.unwrap();
+    let resp = gw
+        .http()
+        .post(gw.mcp_url())
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(INIT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut lags = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let now = micros(base);
+        buf.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let json: Value =
+                serde_json::from_str(event.trim().trim_start_matches("data: ")).unwrap();
+            lags.push(now.saturating_sub(json["sent"].as_u64().unwrap()));
+        }
+    }
+    assert_eq!(lags.len() as u64, EVENTS, "the stream was cut: {lags:?}");
+    let worst = lags.iter().max().copied().unwrap_or_default();
+    assert!(
+        worst < 50_000,
+        "an event took {worst} µs to pass the gateway: {lags:?}"
+    );
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_streams_and_delete_work_through_the_gateway() {
+    let svc = McpService::start(&[]).unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
+    let token = gw.create_token("session").await.unwrap();
+    let auth = format!("Bearer {token}");
+    let init = post(&gw, &[("authorization", &auth)], INIT).await;
+    assert_eq!(init.status(), 200);
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(init);
+    let notified = post(
+        &gw,
+        &[
+            ("authorization", &auth),
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert!(notified.status().is_success(), "{}", notified.status());
+
+    let stream = gw
+        .http()
+        .get(gw.mcp_url())
+        .header("authorization", &auth)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert!(
+        stream.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    drop(stream);
+
+    let deleted = gw
+        .http()
+        .delete(gw.mcp_url())
+        .header("authorization", &auth)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let after = post(
+        &gw,
+        &[
+            ("authorization", &auth),
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    )
+    .await;
+    assert_eq!(after.status(), 404, "a deleted session must be gone");
 }
