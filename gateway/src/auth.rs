@@ -46,6 +46,24 @@ pub enum AuthFailure {
     Invalid,
     #[error("token expired")]
     Expired,
+    #[error("the token lacks scope {0}")]
+    InsufficientScope(String),
+    #[error("the credential store is unavailable")]
+    Unavailable,
+}
+
+/// Checks that `principal` holds every scope in `required`.
+pub fn require_scopes(principal: &Principal, required: &[String]) -> Result<(), AuthFailure> {
+    let missing: Vec<&str> = required
+        .iter()
+        .filter(|r| !principal.scopes.contains(r))
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(AuthFailure::InsufficientScope(missing.join(" ")))
+    }
 }
 
 /// Extracts the bearer token from the `Authorization` header values (all of them: more than one

@@ -74,7 +74,7 @@ impl Default for UpstreamConfig {
 }
 
 /// The gateway's settings as written in the file.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// The public listener.
@@ -96,8 +96,14 @@ pub struct GatewayConfig {
     pub max_body_bytes: u64,
     /// OAuth scopes this resource understands.
     pub scopes: Vec<String>,
+    /// Scopes every `/mcp` request must carry (403 `insufficient_scope` otherwise).
+    pub required_scopes: Vec<String>,
     /// Worker threads for the proxy; 0 means one per core.
     pub threads: usize,
+    /// The authorization server's settings (issuer, resource and scopes come from above).
+    pub oauth: pforte_oauth::OAuthConfig,
+    /// Shared state for several gateways. Without it, the embedded store under `data_dir`.
+    pub redis_url: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -112,7 +118,10 @@ impl Default for GatewayConfig {
             allowed_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             scopes: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
+            required_scopes: vec!["mcp:read".to_owned()],
             threads: 0,
+            oauth: pforte_oauth::OAuthConfig::default(),
+            redis_url: None,
         }
     }
 }
@@ -160,6 +169,9 @@ impl Settings {
     }
     pub fn tokens_db(&self) -> PathBuf {
         self.file.data_dir.join("pforte.db")
+    }
+    pub fn oauth_db(&self) -> PathBuf {
+        self.file.data_dir.join("oauth.db")
     }
 }
 
@@ -238,6 +250,9 @@ impl GatewayConfig {
         if let Some(v) = env("PFORTE_ALLOWED_ORIGINS") {
             self.allowed_origins = list(v);
         }
+        if let Some(v) = env("PFORTE_REDIS_URL") {
+            self.redis_url = Some(v);
+        }
         if let Some(v) = env("PFORTE_MAX_BODY_BYTES") {
             self.max_body_bytes = parse("PFORTE_MAX_BODY_BYTES", v)?;
         }
@@ -269,6 +284,14 @@ impl GatewayConfig {
             None => format!("{scheme}://{}", self.listen),
         };
         let upstream = parse_upstream(&self.upstream.url)?;
+        if let Some(url) = &self.redis_url
+            && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+        {
+            return Err(invalid(
+                "redis_url",
+                "expected redis://host:port[/db] or rediss://…",
+            ));
+        }
         if self.upstream.connect_timeout_ms == 0 {
             return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
         }
@@ -290,6 +313,16 @@ impl GatewayConfig {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(s) = self
+            .required_scopes
+            .iter()
+            .find(|s| !self.scopes.contains(s))
+        {
+            return Err(invalid(
+                "required_scopes",
+                format!("{s:?} is not one of the configured scopes"),
+            ));
+        }
         if self.scopes.is_empty() || self.scopes.iter().any(|s| !is_scope_token(s)) {
             return Err(invalid(
                 "scopes",

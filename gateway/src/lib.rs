@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod forward;
 pub mod metadata;
+pub mod oauth;
 pub mod proxy;
 pub mod reject;
 pub mod server;

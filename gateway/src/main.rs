@@ -11,7 +11,16 @@ use pforte::{
     tokens::TokenStore,
     up::{self, ServiceChild},
 };
+use pforte_oauth::{
+    admin::{Admin, GrantFilter},
+    crypto::Secret,
+    store::{
+        redis::{DEFAULT_PREFIX, RedisStore},
+        sqlite::SqliteStore,
+    },
+};
 use pingora::services::background::background_service;
+use std::sync::Arc;
 
 /// Exit code for a configuration that does not validate (EX_USAGE).
 const EXIT_BAD_CONFIG: u8 = 64;
@@ -50,6 +59,33 @@ enum Command {
         #[arg(long)]
         public_url: Option<String>,
     },
+    /// Manage the users who log in on the consent page.
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+        #[arg(long, global = true)]
+        config: Option<PathBuf>,
+        #[arg(long, global = true)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Manage registered OAuth clients.
+    Client {
+        #[command(subcommand)]
+        action: ClientAction,
+        #[arg(long, global = true)]
+        config: Option<PathBuf>,
+        #[arg(long, global = true)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Inspect and revoke OAuth grants (a user's consent to a client, with its tokens).
+    Grant {
+        #[command(subcommand)]
+        action: GrantAction,
+        #[arg(long, global = true)]
+        config: Option<PathBuf>,
+        #[arg(long, global = true)]
+        data_dir: Option<PathBuf>,
+    },
     /// Manage static bearer tokens.
     Token {
         #[command(subcommand)]
@@ -60,6 +96,54 @@ enum Command {
         /// Data dir (overrides the config).
         #[arg(long, global = true)]
         data_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserAction {
+    /// Add a user; the password is read from a prompt, or from stdin when it is not a terminal.
+    Add {
+        username: String,
+    },
+    /// Change a user's password (prompt or stdin).
+    Passwd {
+        username: String,
+    },
+    List,
+    /// Remove a user and revoke their grants.
+    Remove {
+        username: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClientAction {
+    List,
+    /// Remove a client and revoke its grants.
+    Remove {
+        client_id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum GrantAction {
+    /// List grants, optionally for one user or client.
+    List {
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        client: Option<String>,
+        /// Include revoked and expired grants.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Revoke grants: one by id, or every grant of a user and/or client.
+    Revoke {
+        id: Option<String>,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        client: Option<String>,
     },
 }
 
@@ -153,6 +237,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             data_dir,
         } => token_cmd(action, config, data_dir),
+        Command::User {
+            action,
+            config,
+            data_dir,
+        } => admin_cmd(config, data_dir, |admin| user_cmd(admin, action)),
+        Command::Client {
+            action,
+            config,
+            data_dir,
+        } => admin_cmd(config, data_dir, |admin| client_cmd(admin, action)),
+        Command::Grant {
+            action,
+            config,
+            data_dir,
+        } => admin_cmd(config, data_dir, |admin| grant_cmd(admin, action)),
     }
 }
 
@@ -194,6 +293,7 @@ fn up_cmd(
 
     let store = TokenStore::open(&settings.tokens_db())?;
     const UP_TOKEN: &str = "pforte-up";
+    const UP_USER: &str = "admin";
     let url = settings.resource();
     println!("Pforte is up.");
     println!("  MCP URL:   {url}");
@@ -222,6 +322,28 @@ fn up_cmd(
             "    claude mcp add --transport http pforte {url} --header \"Authorization: Bearer {token}\""
         );
     }
+    let admin = Admin::new(Arc::new(SqliteStore::open(&settings.oauth_db())?));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    if !rt.block_on(admin.has_users())? {
+        let password = admin.generate_password();
+        rt.block_on(admin.add_user(UP_USER, &password))?;
+        println!(
+            "  Login:     user {UP_USER}, password {} (for Claude.ai and other OAuth clients;",
+            password.expose()
+        );
+        println!(
+            "             shown once; change it with `pforte user passwd {UP_USER} --data-dir {}`)",
+            data_dir.display()
+        );
+    } else {
+        println!(
+            "  Login:     the users created earlier (`pforte user list --data-dir {}`)",
+            data_dir.display()
+        );
+    }
+    drop(rt);
     if settings.tls_enabled() && settings.file.public_url.is_none() {
         println!(
             "  TLS:       self-signed certificate in {}",
@@ -233,6 +355,157 @@ fn up_cmd(
 
     let supervisor = background_service("mcp-service", child);
     server::run(settings, vec![Box::new(supervisor)])?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the OAuth store named by the config (or `--data-dir`) and runs `f` on its admin API.
+fn admin_cmd<F, Fut>(
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    f: F,
+) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce(Admin) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<ExitCode>>,
+{
+    let mut cfg = match GatewayConfig::load(config.as_deref(), env) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("pforte: bad configuration: {e}");
+            return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+        }
+    };
+    if let Some(dir) = data_dir {
+        cfg.data_dir = dir;
+    }
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let store: Arc<dyn pforte_oauth::store::Store> = match &cfg.redis_url {
+        Some(url) => Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?),
+        None => Arc::new(SqliteStore::open(&cfg.data_dir.join("oauth.db"))?),
+    };
+    let admin = Admin::new(store);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f(admin))
+}
+
+/// Reads a password: a hidden prompt on a terminal, else one line of stdin. Never an argument.
+fn read_password(prompt: &str) -> anyhow::Result<Secret> {
+    use std::io::{BufRead as _, IsTerminal as _};
+    let password = if std::io::stdin().is_terminal() {
+        let first = rpassword::prompt_password(prompt)?;
+        let again = rpassword::prompt_password("Again: ")?;
+        if first != again {
+            bail!("the passwords differ");
+        }
+        first
+    } else {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        line.trim_end_matches(['\r', '\n']).to_owned()
+    };
+    if password.chars().count() < 8 {
+        bail!("a password needs at least 8 characters");
+    }
+    Ok(Secret::new(password))
+}
+
+async fn user_cmd(admin: Admin, action: UserAction) -> anyhow::Result<ExitCode> {
+    match action {
+        UserAction::Add { username } => {
+            let password = read_password(&format!("Password for {username}: "))?;
+            admin.add_user(&username, &password).await?;
+            println!("added user {username:?}");
+        }
+        UserAction::Passwd { username } => {
+            let password = read_password(&format!("New password for {username}: "))?;
+            admin.set_password(&username, &password).await?;
+            println!("changed the password of {username:?}");
+        }
+        UserAction::List => {
+            for u in admin.list_users().await? {
+                println!("{:<32} created {}", u.username, u.created_at);
+            }
+        }
+        UserAction::Remove { username } => {
+            admin.remove_user(&username).await?;
+            println!("removed user {username:?} and revoked their grants");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn client_cmd(admin: Admin, action: ClientAction) -> anyhow::Result<ExitCode> {
+    match action {
+        ClientAction::List => {
+            for c in admin.list_clients().await? {
+                println!(
+                    "{:<40} {:<24} {:?} last used {} redirects {}",
+                    c.client_id,
+                    c.client_name.as_deref().unwrap_or("-"),
+                    c.auth_method,
+                    c.last_used_at,
+                    c.redirect_uris.join(" ")
+                );
+            }
+        }
+        ClientAction::Remove { client_id } => {
+            admin.remove_client(&client_id).await?;
+            println!("removed client {client_id:?} and revoked its grants");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn grant_cmd(admin: Admin, action: GrantAction) -> anyhow::Result<ExitCode> {
+    match action {
+        GrantAction::List { user, client, all } => {
+            let filter = GrantFilter {
+                username: user,
+                client_id: client,
+                include_inactive: all,
+            };
+            for g in admin.list_grants(&filter).await? {
+                let state = if g.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                println!(
+                    "{:<36} {:<8} user {:<16} client {:<40} scopes {}",
+                    g.family_id,
+                    state,
+                    g.username,
+                    g.client_id,
+                    g.scopes.join(" ")
+                );
+            }
+        }
+        GrantAction::Revoke {
+            id: Some(id),
+            user: None,
+            client: None,
+        } => {
+            admin.revoke_grant(&id).await?;
+            println!("revoked grant {id}");
+        }
+        GrantAction::Revoke {
+            id: None,
+            user,
+            client,
+        } if user.is_some() || client.is_some() => {
+            let n = admin
+                .revoke_grants(&GrantFilter {
+                    username: user,
+                    client_id: client,
+                    include_inactive: false,
+                })
+                .await?;
+            println!("revoked {n} grant(s)");
+        }
+        GrantAction::Revoke { .. } => bail!("name one grant id, or --user and/or --client"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

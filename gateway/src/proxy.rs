@@ -18,6 +18,7 @@ use crate::{
     clock::Clock,
     config::{MCP_PATH, Settings, normalise_origin},
     forward, metadata,
+    oauth::{self, AuthService},
     reject::{Rejection, Reply},
     tokens::TokenCache,
 };
@@ -36,31 +37,82 @@ pub struct RequestCtx {
 pub struct Gateway {
     settings: Arc<Settings>,
     tokens: TokenCache,
+    oauth: Arc<AuthService>,
     clock: Arc<dyn Clock>,
     resource_metadata: Bytes,
 }
 
 impl Gateway {
-    pub fn new(settings: Arc<Settings>, tokens: TokenCache, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(
+        settings: Arc<Settings>,
+        tokens: TokenCache,
+        oauth: Arc<AuthService>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let resource_metadata = Bytes::from(metadata::protected_resource(&settings).to_string());
         Self {
             settings,
             tokens,
+            oauth,
             clock,
             resource_metadata,
         }
     }
 
-    /// Authenticates the request's `Authorization` header.
-    fn authenticate(&self, req: &RequestHeader) -> Result<Principal, AuthFailure> {
+    /// Authenticates the request's `Authorization` header: a static token or an OAuth access
+    /// token, then the scopes every `/mcp` request needs.
+    async fn authenticate(&self, req: &RequestHeader) -> Result<Principal, AuthFailure> {
         let values = req.headers.get_all(http::header::AUTHORIZATION);
         let token =
             auth::bearer_token(values.iter().map(|v| v.as_bytes()))?.ok_or(AuthFailure::Missing)?;
-        if auth::looks_static(token) {
-            auth::authenticate_static(token, &self.tokens.get(), self.clock.now())
+        let principal = if auth::looks_static(token) {
+            auth::authenticate_static(token, &self.tokens.get(), self.clock.now())?
         } else {
-            Err(AuthFailure::Invalid)
+            self.oauth.authenticate(token).await?
+        };
+        auth::require_scopes(&principal, &self.settings.file.required_scopes)?;
+        Ok(principal)
+    }
+
+    /// Hands an authorization-server request to its router and writes the answer.
+    async fn serve_auth_server(&self, session: &mut Session, ctx: &RequestCtx) -> Result<bool> {
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = session.read_request_body().await? {
+            if body.len() + chunk.len() > oauth::MAX_AS_BODY {
+                let limit = oauth::MAX_AS_BODY as u64;
+                return self
+                    .refuse(session, Rejection::PayloadTooLarge { limit }, ctx)
+                    .await;
+            }
+            body.extend_from_slice(&chunk);
         }
+        let req = session.req_header();
+        let mut builder = http::Request::builder()
+            .method(req.method.clone())
+            .uri(req.uri.clone());
+        for (name, value) in &req.headers {
+            builder = builder.header(name, value);
+        }
+        let request = builder
+            .body(body.freeze())
+            .map_err(|e| Error::explain(ErrorType::InvalidHTTPHeader, e.to_string()))?;
+        let client_ip = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let response = self.oauth.call(request, client_ip).await;
+        let (parts, body) = response.into_parts();
+        let mut resp = ResponseHeader::build(parts.status, Some(parts.headers.len() + 2))?;
+        for (name, value) in &parts.headers {
+            if name != http::header::CONTENT_LENGTH {
+                resp.append_header(name.clone(), value.clone())?;
+            }
+        }
+        resp.insert_header("content-length", body.len().to_string())?;
+        resp.insert_header(forward::header::REQUEST_ID, ctx.request_id.as_str())?;
+        session.write_response_header(Box::new(resp), false).await?;
+        session.write_response_body(Some(body), true).await?;
+        Ok(true)
     }
 
     /// The Origin rule: absent passes (non-browser clients); present must be allowed.
@@ -113,6 +165,7 @@ impl Gateway {
 
 /// Which built-in route a path is.
 enum Route {
+    AuthServer,
     Health,
     Ready,
     ResourceMetadata,
@@ -121,6 +174,9 @@ enum Route {
 }
 
 fn route(path: &str) -> Route {
+    if oauth::is_as_path(path) {
+        return Route::AuthServer;
+    }
     match path {
         "/healthz" => Route::Health,
         "/readyz" => Route::Ready,
@@ -204,6 +260,7 @@ impl ProxyHttp for Gateway {
                 .await
             }
             Route::Unknown => self.refuse(session, Rejection::NotFound, ctx).await,
+            Route::AuthServer => self.serve_auth_server(session, ctx).await,
             Route::Mcp => {
                 if !self.origin_allowed(req) {
                     return self.refuse(session, Rejection::OriginForbidden, ctx).await;
@@ -219,7 +276,7 @@ impl ProxyHttp for Gateway {
                         .refuse(session, Rejection::PayloadTooLarge { limit }, ctx)
                         .await;
                 }
-                match self.authenticate(req) {
+                match self.authenticate(req).await {
                     Ok(principal) => {
                         ctx.principal = Some(principal);
                         Ok(false)

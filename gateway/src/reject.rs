@@ -94,6 +94,29 @@ impl Rejection {
 }
 
 fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str) -> Reply {
+    let mut challenge = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+    match failure {
+        AuthFailure::InsufficientScope(scope) => {
+            challenge.push_str(&format!(
+                ", error=\"insufficient_scope\", scope=\"{scope}\""
+            ));
+            let mut reply = Reply::json(
+                403,
+                &json!({"error": "insufficient_scope", "scope": scope, "request_id": request_id}),
+            );
+            reply.headers.push(("www-authenticate", challenge));
+            return reply;
+        }
+        AuthFailure::Unavailable => {
+            let mut reply = Reply::json(
+                503,
+                &json!({"error": "temporarily_unavailable", "message": "credentials cannot be checked right now", "request_id": request_id}),
+            );
+            reply.headers.push(("retry-after", "5".to_owned()));
+            return reply;
+        }
+        _ => {}
+    }
     // RFC 6750 §3: no error code when the request carried no credentials at all.
     let (code, description) = match failure {
         AuthFailure::Missing => (None, "a bearer token is required".to_owned()),
@@ -103,8 +126,10 @@ fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str
             "the token is unknown or revoked".to_owned(),
         ),
         AuthFailure::Expired => (Some("invalid_token"), "the token expired".to_owned()),
+        AuthFailure::InsufficientScope(_) | AuthFailure::Unavailable => {
+            (Some("invalid_token"), failure.to_string())
+        }
     };
-    let mut challenge = format!("Bearer resource_metadata=\"{resource_metadata}\"");
     if let Some(code) = code {
         challenge.push_str(&format!(
             ", error=\"{code}\", error_description=\"{description}\""

@@ -6,13 +6,20 @@ use std::{net::SocketAddr, sync::Arc};
 use async_trait::async_trait;
 use pingora::{
     listeners::tls::TlsSettings,
-    server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, configuration::ServerConf},
-    services::ServiceWithDependents,
+    server::{
+        RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch,
+        configuration::ServerConf,
+    },
+    services::{
+        ServiceWithDependents,
+        background::{BackgroundService, background_service},
+    },
 };
 
 use crate::{
     clock::SystemClock,
     config::Settings,
+    oauth::{AuthService, OAuthSetupError},
     proxy::Gateway,
     tokens::{StoreError, TokenCache, TokenStore},
 };
@@ -21,6 +28,8 @@ use crate::{
 pub enum ServeError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    OAuth(#[from] OAuthSetupError),
     #[error("pingora: {0}")]
     Pingora(String),
     #[error("no free port on {0}: {1}")]
@@ -62,6 +71,25 @@ impl ShutdownSignalWatch for Signals {
     }
 }
 
+/// Reaps unused clients and expired records every ten minutes.
+struct Maintenance(Arc<AuthService>);
+
+#[async_trait]
+impl BackgroundService for Maintenance {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            match self.0.server().maintenance().await {
+                Ok(report) => tracing::debug!(?report, "oauth maintenance"),
+                Err(e) => tracing::warn!(error = %e, "oauth maintenance failed"),
+            }
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                () = tokio::time::sleep(std::time::Duration::from_secs(600)) => {}
+            }
+        }
+    }
+}
+
 /// Builds the server and blocks until it is told to stop.
 pub fn run(
     settings: Settings,
@@ -71,6 +99,7 @@ pub fn run(
     let settings = Arc::new(settings);
     let store = TokenStore::open(&settings.tokens_db())?;
     let tokens = TokenCache::start(store, TOKEN_REFRESH)?;
+    let oauth = Arc::new(AuthService::open(&settings)?);
 
     let conf = ServerConf {
         threads: match settings.file.threads {
@@ -96,7 +125,8 @@ pub fn run(
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let gateway = Gateway::new(settings.clone(), tokens, Arc::new(SystemClock));
+    let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
+    let gateway = Gateway::new(settings.clone(), tokens, oauth, Arc::new(SystemClock));
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();
@@ -113,6 +143,7 @@ pub fn run(
         None => proxy.add_tcp(&listen),
     }
     server.add_service(proxy);
+    server.add_service(maintenance);
     for service in extra {
         server.add_boxed_service(service);
     }

@@ -1,0 +1,207 @@
+//! The OAuth 2.1 authorization server inside the gateway process: which paths are its, the
+//! in-process bridge from a pingora request to its axum router, and access-token validation
+//! for the `/mcp` path (no network round trip: a store lookup, cached ≤ 1 s).
+
+use std::{net::IpAddr, sync::Arc};
+
+use bytes::Bytes;
+use pforte_oauth::{
+    AuthServer, OAuthConfig, ValidationError, Validator,
+    http::ClientIp,
+    store::{
+        Store,
+        redis::{DEFAULT_PREFIX, RedisStore},
+        sqlite::SqliteStore,
+    },
+};
+use tower::ServiceExt as _;
+
+use crate::{
+    auth::{AuthFailure, AuthKind, Principal},
+    config::Settings,
+};
+
+/// Largest request body the authorization server accepts (forms and registration JSON).
+pub const MAX_AS_BODY: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OAuthSetupError {
+    #[error("oauth config: {0}")]
+    Config(#[from] pforte_oauth::config::ConfigError),
+    #[error("oauth store: {0}")]
+    Store(#[from] pforte_oauth::StoreError),
+    #[error("oauth server: {0}")]
+    Build(#[from] pforte_oauth::server::BuildError),
+    #[error("the oauth issuer {oauth:?} differs from the gateway's public URL {gateway:?}")]
+    IssuerMismatch { oauth: String, gateway: String },
+    #[error("starting a runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Whether a path is served by the authorization server.
+pub fn is_as_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/.well-known/oauth-authorization-server"
+            | "/.well-known/openid-configuration"
+            | "/authorize"
+            | "/token"
+            | "/register"
+            | "/revoke"
+    )
+}
+
+/// The authorization server's configuration for this gateway: the `[oauth]` table with the
+/// issuer, resource and scopes taken from the gateway's own settings, so they are identical.
+pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError> {
+    let mut cfg = settings.file.oauth.clone();
+    let base = OAuthConfig::new(settings.issuer())?;
+    cfg.issuer = base.issuer;
+    cfg.resource = base.resource;
+    cfg.scopes_supported = settings.file.scopes.clone();
+    // Browsers drop `Secure` cookies over plain http: only a loopback listener serves it.
+    if !settings.tls_enabled() && !settings.file.behind_tls_proxy {
+        cfg.cookie_secure = false;
+    }
+    cfg.validate()?;
+    if cfg.issuer != settings.issuer() {
+        return Err(OAuthSetupError::IssuerMismatch {
+            oauth: cfg.issuer,
+            gateway: settings.issuer().to_owned(),
+        });
+    }
+    Ok(cfg)
+}
+
+/// Opens the OAuth store configured for this gateway.
+pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, OAuthSetupError> {
+    Ok(match &settings.file.redis_url {
+        Some(url) => Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?),
+        None => Arc::new(SqliteStore::open(&settings.oauth_db())?),
+    })
+}
+
+/// The authorization server as the gateway uses it.
+pub struct AuthService {
+    server: Arc<AuthServer>,
+    router: axum::Router,
+    validator: Arc<Validator>,
+    /// The runtime the server was built on. It keeps running, so that anything the store
+    /// spawned while building (a redis connection's driver) stays alive.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for AuthService {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for AuthService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthService").finish_non_exhaustive()
+    }
+}
+
+impl AuthService {
+    /// Builds the server (loading or creating its key in the store) on a runtime of its own;
+    /// called before pingora starts its runtimes.
+    pub fn open(settings: &Settings) -> Result<Self, OAuthSetupError> {
+        let cfg = oauth_config(settings)?;
+        let store = open_store(settings)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("pforte-oauth-init")
+            .enable_all()
+            .build()
+            .map_err(OAuthSetupError::Runtime)?;
+        let server = rt.block_on(AuthServer::builder(cfg, store).build())?;
+        Ok(Self {
+            router: pforte_oauth::router(server.clone()),
+            validator: server.validator(),
+            server,
+            runtime: Some(rt),
+        })
+    }
+
+    pub fn server(&self) -> &Arc<AuthServer> {
+        &self.server
+    }
+
+    /// Validates an OAuth access token for this resource.
+    pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthFailure> {
+        match self.validator.validate(token).await {
+            Ok(p) => Ok(Principal {
+                subject: p.subject,
+                client: p.client_id,
+                kind: AuthKind::OAuth,
+                scopes: p.scopes,
+            }),
+            Err(ValidationError::Invalid) => Err(AuthFailure::Invalid),
+            Err(ValidationError::Expired) => Err(AuthFailure::Expired),
+            Err(ValidationError::InsufficientScope { required }) => {
+                Err(AuthFailure::InsufficientScope(required))
+            }
+            Err(ValidationError::Unavailable(e)) => {
+                tracing::warn!(error = %e, "oauth store unavailable during token validation");
+                Err(AuthFailure::Unavailable)
+            }
+        }
+    }
+
+    /// Runs one request through the router in-process. The client IP is handed over as a
+    /// request extension, so no header can spoof it.
+    pub async fn call(
+        &self,
+        request: http::Request<Bytes>,
+        client_ip: Option<IpAddr>,
+    ) -> http::Response<Bytes> {
+        let (mut parts, body) = request.into_parts();
+        if let Some(ip) = client_ip {
+            parts.extensions.insert(ClientIp(ip));
+        }
+        let request = http::Request::from_parts(parts, axum::body::Body::from(body));
+        let response = match self.router.clone().oneshot(request).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        };
+        let (parts, body) = response.into_parts();
+        match axum::body::to_bytes(body, 4 * 1024 * 1024).await {
+            Ok(bytes) => http::Response::from_parts(parts, bytes),
+            Err(e) => {
+                tracing::error!(error = %e, "authorization server response unreadable");
+                let mut resp =
+                    http::Response::new(Bytes::from_static(b"{\"error\":\"server_error\"}"));
+                *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                resp
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn as_paths() {
+        for p in [
+            "/authorize",
+            "/token",
+            "/register",
+            "/revoke",
+            "/.well-known/oauth-authorization-server",
+        ] {
+            assert!(is_as_path(p), "{p}");
+        }
+        for p in [
+            "/mcp",
+            "/authorize/x",
+            "/.well-known/oauth-protected-resource",
+        ] {
+            assert!(!is_as_path(p), "{p}");
+        }
+    }
+}
