@@ -493,7 +493,7 @@ mod tests {
             ("allowed_origins = [\"not an origin\"]", "allowed_origins"),
             ("[upstream]\nurl = \"https://svc/mcp\"", "upstream.url"),
             ("max_body_bytes = 10", "max_body_bytes"),
-            ("scopes = [\"a b\"]", "scopes"),
+            ("scopes = [\"a b\"]\nrequired_scopes = []", "scopes"),
         ] {
             let err = cfg(text).unwrap_err();
             assert!(err.to_string().starts_with(field), "{text}: {err}");
