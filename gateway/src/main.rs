@@ -264,7 +264,11 @@ fn up_cmd(
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let listen = server::resolve_port(listen)?;
     let service_listen = server::resolve_port(SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    let child = ServiceChild::start(&up::find_service_bin(), service_listen)?;
+    let child = ServiceChild::start(
+        &up::find_service_bin(),
+        service_listen,
+        &data_dir.join("service"),
+    )?;
 
     let mut cfg = GatewayConfig::load(None, env)?;
     cfg.listen = listen;

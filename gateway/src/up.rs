@@ -20,6 +20,7 @@ use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 pub struct ServiceChild {
     bin: PathBuf,
     listen: SocketAddr,
+    data_dir: PathBuf,
     child: Mutex<Option<Child>>,
 }
 
@@ -45,12 +46,14 @@ pub fn find_service_bin() -> PathBuf {
 }
 
 impl ServiceChild {
-    /// Starts mcp-service on `listen` and waits (up to 30 s) until it reports it is listening.
-    pub fn start(bin: &Path, listen: SocketAddr) -> Result<Self, ChildError> {
-        let child = spawn(bin, listen)?;
+    /// Starts mcp-service on `listen` with its documents under `data_dir`, and waits (up to
+    /// 30 s) until it reports it is listening.
+    pub fn start(bin: &Path, listen: SocketAddr, data_dir: &Path) -> Result<Self, ChildError> {
+        let child = spawn(bin, listen, data_dir)?;
         Ok(Self {
             bin: bin.to_owned(),
             listen,
+            data_dir: data_dir.to_owned(),
             child: Mutex::new(Some(child)),
         })
     }
@@ -81,9 +84,10 @@ impl ServiceChild {
     }
 }
 
-fn spawn(bin: &Path, listen: SocketAddr) -> Result<Child, ChildError> {
+fn spawn(bin: &Path, listen: SocketAddr, data_dir: &Path) -> Result<Child, ChildError> {
     let mut child = Command::new(bin)
         .args(["serve", "--listen", &listen.to_string()])
+        .env("MCP_SERVICE_DATA_DIR", data_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -132,9 +136,9 @@ impl BackgroundService for ServiceChild {
             };
             if let Some(status) = exited {
                 tracing::warn!(%status, "mcp-service exited; restarting it");
-                let bin = self.bin.clone();
-                let listen = self.listen;
-                match tokio::task::spawn_blocking(move || spawn(&bin, listen)).await {
+                let (bin, listen, data_dir) =
+                    (self.bin.clone(), self.listen, self.data_dir.clone());
+                match tokio::task::spawn_blocking(move || spawn(&bin, listen, &data_dir)).await {
                     Ok(Ok(child)) => {
                         if let Ok(mut guard) = self.child.lock() {
                             *guard = Some(child);
@@ -153,6 +157,7 @@ impl BackgroundService for ServiceChild {
                     let tmp = ServiceChild {
                         bin: PathBuf::new(),
                         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                        data_dir: PathBuf::new(),
                         child: Mutex::new(Some(child)),
                     };
                     tmp.stop(grace);
