@@ -66,22 +66,28 @@ impl ServiceChild {
         self.child.lock().ok().and_then(|mut g| g.take())
     }
 
-    /// Asks the child to stop (SIGTERM), then kills it after `grace`.
+    /// Stops the child (see [`stop_child`]).
     fn stop(&self, grace: Duration) {
-        let Some(mut child) = self.take() else { return };
-        if let Ok(pid) = i32::try_from(child.id()) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
+        if let Some(child) = self.take() {
+            stop_child(child, grace);
         }
-        let deadline = std::time::Instant::now() + grace;
-        while std::time::Instant::now() < deadline {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
     }
+}
+
+/// Asks a child to stop (SIGTERM), then kills it after `grace`.
+fn stop_child(mut child: Child, grace: Duration) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn spawn(bin: &Path, listen: SocketAddr, data_dir: &Path) -> Result<Child, ChildError> {
@@ -149,22 +155,10 @@ impl BackgroundService for ServiceChild {
                 }
             }
         }
-        let grace = Duration::from_secs(3);
-        let _ = tokio::task::spawn_blocking({
-            let this = self.take();
-            move || {
-                if let Some(child) = this {
-                    let tmp = ServiceChild {
-                        bin: PathBuf::new(),
-                        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                        data_dir: PathBuf::new(),
-                        child: Mutex::new(Some(child)),
-                    };
-                    tmp.stop(grace);
-                }
-            }
-        })
-        .await;
+        if let Some(child) = self.take() {
+            let _ = tokio::task::spawn_blocking(move || stop_child(child, Duration::from_secs(3)))
+                .await;
+        }
     }
 }
 
