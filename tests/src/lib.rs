@@ -222,6 +222,10 @@ pub struct GatewayOptions {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: u64,
     pub read_timeout_ms: u64,
+    /// `redis_url` in the config: the OAuth store lives in that redis instead of the data dir.
+    pub redis_url: Option<String>,
+    /// TOML appended after the generated config (tables only, e.g. `[oauth]\naccess_ttl_secs = 1`).
+    pub extra_toml: String,
 }
 
 impl GatewayOptions {
@@ -232,6 +236,8 @@ impl GatewayOptions {
             allowed_origins: vec!["https://claude.ai".to_owned()],
             max_body_bytes: 1024 * 1024,
             read_timeout_ms: 300_000,
+            redis_url: None,
+            extra_toml: String::new(),
         }
     }
 }
@@ -264,13 +270,18 @@ impl Gateway {
                     c.key.display().to_string()
                 )
             });
+            let redis = opts
+                .redis_url
+                .as_ref()
+                .map_or(String::new(), |u| format!("redis_url = {u:?}\n"));
             let config = format!(
-                "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nallowed_origins = {:?}\nmax_body_bytes = {}\nthreads = 2\n{tls}[upstream]\nurl = {:?}\nread_timeout_ms = {}\nconnect_timeout_ms = 1000\n",
+                "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nallowed_origins = {:?}\nmax_body_bytes = {}\nthreads = 2\n{redis}{tls}[upstream]\nurl = {:?}\nread_timeout_ms = {}\nconnect_timeout_ms = 1000\n{}",
                 dir.path().join("data").display().to_string(),
                 opts.allowed_origins,
                 opts.max_body_bytes,
                 opts.upstream,
                 opts.read_timeout_ms,
+                opts.extra_toml,
             );
             let config_path = dir.path().join("pforte.toml");
             std::fs::write(&config_path, config)?;
@@ -319,6 +330,44 @@ impl Gateway {
 
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    /// The config file this gateway was started with.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("pforte.toml")
+    }
+
+    /// Runs `pforte ARGS… --config <this gateway's config>` (the admin commands reach the same
+    /// store as the gateway, embedded or redis), feeding `stdin`; returns stdout.
+    pub fn admin_cmd(&self, args: &[&str], stdin: &str) -> anyhow::Result<String> {
+        use std::io::Write as _;
+        let mut child = Command::new(bin("pforte"))
+            .args(args)
+            .arg("--config")
+            .arg(self.config_path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .context("stdin")?
+            .write_all(stdin.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "pforte {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// Adds an OAuth user with `pforte user add` (password on stdin).
+    pub fn add_user(&self, name: &str, password: &str) -> anyhow::Result<()> {
+        self.admin_cmd(&["user", "add", name], &format!("{password}\n"))
+            .map(drop)
     }
 
     /// Runs `pforte token …` against this gateway's data dir and returns stdout.
@@ -408,3 +457,77 @@ pub async fn mcp_client(
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
+
+/// A real `redis-server` on a free loopback port, in a temp dir, without persistence; killed on
+/// drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts one. `None` (with a SKIP message) when `redis-server` is not installed, unless
+    /// `CI=true`, where that is a failure.
+    pub fn start() -> Option<Self> {
+        let Some(exe) = which("redis-server") else {
+            assert!(!in_ci(), "redis-server is missing under CI=true");
+            eprintln!("SKIP: redis-server is not installed (apt-get install redis-server)");
+            return None;
+        };
+        for _attempt in 0..3 {
+            let port = free_port();
+            let dir = tempfile::tempdir().expect("temp dir");
+            let mut child = Command::new(&exe)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning redis-server");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(Self {
+                        child,
+                        port,
+                        _dir: dir,
+                    });
+                }
+                if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server did not start");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first `name` executable on `PATH`.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+pub mod oauth;
