@@ -434,3 +434,50 @@ async fn get_streams_and_delete_work_through_the_gateway() {
     .await;
     assert_eq!(after.status(), 404, "a deleted session must be gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_supported_protocol_revision_works_through_the_gateway() {
+    use rmcp::{
+        ClientLifecycleMode, ClientServiceExt as _, ServiceExt as _,
+        model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion},
+        transport::{
+            StreamableHttpClientTransport,
+            streamable_http_client::StreamableHttpClientTransportConfig,
+        },
+    };
+    let svc = McpService::start(&[]).unwrap();
+    let gw = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
+    let token = gw.create_token("versions").await.unwrap();
+    for version in [
+        ProtocolVersion::V_2025_03_26,
+        ProtocolVersion::V_2025_06_18,
+        ProtocolVersion::V_2025_11_25,
+        ProtocolVersion::V_2026_07_28,
+    ] {
+        let config =
+            StreamableHttpClientTransportConfig::with_uri(gw.mcp_url()).auth_header(token.clone());
+        let transport = StreamableHttpClientTransport::with_client(gw.http(), config);
+        let mut info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("versions", "1"),
+        );
+        info.protocol_version = version.clone();
+        let client = if version == ProtocolVersion::V_2026_07_28 {
+            // No initialize: server/discover, then per-request `_meta` on every call.
+            let mode = ClientLifecycleMode::Discover {
+                preferred_versions: vec![version.clone()],
+            };
+            info.serve_with_lifecycle(transport, mode).await
+        } else {
+            info.serve(transport).await
+        }
+        .unwrap_or_else(|e| panic!("{version}: {e}"));
+        let me = whoami(&client).await;
+        assert_eq!(me["protocolVersion"], version.to_string(), "{me}");
+        assert_eq!(me["host"], "versions", "{version}: {me}");
+        assert_eq!(me["subject"], "operator");
+        client.cancel().await.unwrap();
+    }
+}
