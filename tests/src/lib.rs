@@ -464,7 +464,7 @@ pub fn in_ci() -> bool {
 pub struct RedisServer {
     child: Child,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -481,7 +481,7 @@ impl RedisServer {
             let dir = tempfile::tempdir().expect("temp dir");
             let mut child = Command::new(&exe)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
+                .args(["--save", "", "--appendonly", "no", "--rdbcompression", "no"])
                 .arg("--dir")
                 .arg(dir.path())
                 .stdin(Stdio::null())
@@ -495,7 +495,7 @@ impl RedisServer {
                     return Some(Self {
                         child,
                         port,
-                        _dir: dir,
+                        dir,
                     });
                 }
                 if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() >= deadline {
@@ -511,6 +511,20 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Everything redis holds, as bytes: `SAVE`, then the (uncompressed) RDB file.
+    pub fn dump(&self) -> anyhow::Result<Vec<u8>> {
+        use std::io::{Read as _, Write as _};
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+        conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+        conn.write_all(b"*1\r\n$4\r\nSAVE\r\n")?;
+        let mut reply = [0u8; 5];
+        conn.read_exact(&mut reply)?;
+        if &reply != b"+OK\r\n" {
+            bail!("SAVE answered {:?}", String::from_utf8_lossy(&reply));
+        }
+        Ok(std::fs::read(self.dir.path().join("dump.rdb"))?)
     }
 }
 

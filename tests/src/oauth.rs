@@ -277,7 +277,11 @@ pub async fn discover(http: &reqwest::Client, mcp_url: &str) -> anyhow::Result<D
         .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
         .send()
         .await?;
-    ensure!(resp.status() == 401, "unauthenticated /mcp: {}", resp.status());
+    ensure!(
+        resp.status() == 401,
+        "unauthenticated /mcp: {}",
+        resp.status()
+    );
     let challenge = resp
         .headers()
         .get("www-authenticate")
@@ -290,7 +294,13 @@ pub async fn discover(http: &reqwest::Client, mcp_url: &str) -> anyhow::Result<D
         .and_then(|s| s.split('"').next())
         .with_context(|| format!("no resource_metadata in {challenge:?}"))?
         .to_owned();
-    let prm: Value = http.get(&prm_url).send().await?.error_for_status()?.json().await?;
+    let prm: Value = http
+        .get(&prm_url)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
     let resource = prm["resource"].as_str().context("prm.resource")?.to_owned();
     ensure!(resource == mcp_url, "resource {resource} != {mcp_url}");
     let issuer = prm["authorization_servers"][0]
@@ -358,10 +368,7 @@ pub async fn register(
     let body: Value = resp.json().await?;
     ensure!(status == StatusCode::CREATED, "register: {status} {body}");
     Ok(Registered {
-        client_id: body["client_id"]
-            .as_str()
-            .context("client_id")?
-            .to_owned(),
+        client_id: body["client_id"].as_str().context("client_id")?.to_owned(),
         client_secret: body["client_secret"].as_str().map(str::to_owned),
         response: body,
     })
@@ -400,7 +407,12 @@ pub async fn browser_step(
     decision: &str,
 ) -> anyhow::Result<(Url, String)> {
     let mut page = browser.get(authorize).await?;
-    ensure!(page.status == 200, "authorize: {} {}", page.status, page.body);
+    ensure!(
+        page.status == 200,
+        "authorize: {} {}",
+        page.status,
+        page.body
+    );
     if page.body.contains("type=\"password\"") {
         let mut login = page.form()?;
         login.set("username", username)?;
@@ -408,7 +420,12 @@ pub async fn browser_step(
         let after = browser.submit(&login, None).await?;
         let next = after.see_other()?;
         page = browser.get(&next).await?;
-        ensure!(page.status == 200, "after login: {} {}", page.status, page.body);
+        ensure!(
+            page.status == 200,
+            "after login: {} {}",
+            page.status,
+            page.body
+        );
     }
     let consent = page.form()?;
     ensure!(

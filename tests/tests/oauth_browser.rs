@@ -30,8 +30,7 @@ fn chromium() -> Option<PathBuf> {
 }
 
 fn is_png(path: &Path) -> bool {
-    std::fs::read(path)
-        .is_ok_and(|b| b.len() > 2_000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
+    std::fs::read(path).is_ok_and(|b| b.len() > 2_000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,15 +126,28 @@ async fn chromium_renders_login_and_consent_without_console_errors() {
         "the inline stylesheet was not applied: {}",
         login["styled"]
     );
-    assert!(login["width"].as_u64().unwrap() <= 900, "no horizontal overflow");
+    assert!(
+        login["width"].as_u64().unwrap() <= 900,
+        "no horizontal overflow"
+    );
 
     // The consent page names the client, its redirect host and the scopes.
     let consent = &r["consent"];
     let text = consent["text"].as_str().unwrap();
-    for needle in ["Claude", "claude.ai", "mcp:read", "mcp:write", "Approve", "Deny"] {
+    for needle in [
+        "Claude",
+        "claude.ai",
+        "mcp:read",
+        "mcp:write",
+        "Approve",
+        "Deny",
+    ] {
         assert!(text.contains(needle), "{needle:?} missing from {text}");
     }
-    assert!(consent["width"].as_u64().unwrap() <= 900, "no horizontal overflow");
+    assert!(
+        consent["width"].as_u64().unwrap() <= 900,
+        "no horizontal overflow"
+    );
 
     // Approve took the browser to the client's redirect URI (CSP form-action allowed it).
     let cb = Url::parse(r["callback"].as_str().unwrap()).unwrap();

@@ -34,7 +34,7 @@ struct Stack {
     // Field order = drop order: the gateway stops before its upstream and its redis.
     gw: Gateway,
     _svc: McpService,
-    _redis: Option<RedisServer>,
+    redis: Option<RedisServer>,
     browser: Browser,
     d: Discovered,
 }
@@ -57,7 +57,7 @@ impl Stack {
         Some(Self {
             gw,
             _svc: svc,
-            _redis: redis,
+            redis,
             browser,
             d,
         })
@@ -117,6 +117,33 @@ impl Stack {
             .then(|| start.elapsed())
     }
 
+    /// Whether any of `secrets` appears in plain text in what the store keeps: the embedded
+    /// store's files (database and WAL), or redis's full dump.
+    fn stored_in_plain_text(&self, secrets: &[&str]) -> Vec<String> {
+        let mut blobs = Vec::new();
+        match &self.redis {
+            Some(r) => blobs.push(r.dump().unwrap()),
+            None => {
+                for e in std::fs::read_dir(self.gw.data_dir()).unwrap() {
+                    let p = e.unwrap().path();
+                    if p.is_file() {
+                        blobs.push(std::fs::read(p).unwrap());
+                    }
+                }
+            }
+        }
+        assert!(blobs.iter().map(Vec::len).sum::<usize>() > 0, "nothing stored?");
+        secrets
+            .iter()
+            .filter(|s| {
+                blobs
+                    .iter()
+                    .any(|b| b.windows(s.len()).any(|w| w == s.as_bytes()))
+            })
+            .map(|s| (*s).to_owned())
+            .collect()
+    }
+
     /// `whoami` through the gateway with an rmcp client on `token`.
     async fn whoami(&self, token: &str) -> Value {
         let client = self.gw.mcp_client(token, &[]).await.unwrap();
@@ -164,7 +191,10 @@ async fn connector_flow(kind: StoreKind) {
     ] {
         assert_eq!(meta[k], v.as_str(), "{k}");
     }
-    assert_eq!(meta["code_challenge_methods_supported"], serde_json::json!(["S256"]));
+    assert_eq!(
+        meta["code_challenge_methods_supported"],
+        serde_json::json!(["S256"])
+    );
     assert_eq!(meta["authorization_response_iss_parameter_supported"], true);
     assert_eq!(meta["client_id_metadata_document_supported"], true);
     let oidc: Value = http
@@ -219,12 +249,23 @@ async fn connector_flow(kind: StoreKind) {
     login.set("password", PASSWORD).unwrap();
     let after = s.browser.submit(&login, None).await.unwrap();
     let next = after.see_other().unwrap();
-    assert!(next.as_str().starts_with(&format!("{base}/authorize")), "{next}");
+    // A new session id on login (no session fixation).
+    let session_id = |c: &str| c.split(';').next().unwrap().to_owned();
+    let renewed = after.header("set-cookie").expect("a new session cookie on login");
+    assert!(renewed.starts_with("__Host-pforte_session="), "{renewed}");
+    assert_ne!(session_id(renewed), session_id(&cookie));
+    assert!(
+        next.as_str().starts_with(&format!("{base}/authorize")),
+        "{next}"
+    );
     let consent_page = s.browser.get(&next).await.unwrap();
     assert_eq!(consent_page.status, 200);
     let html = &consent_page.body;
     assert!(html.contains("Claude"), "consent names the client");
-    assert!(html.contains("claude.ai"), "consent names the redirect host");
+    assert!(
+        html.contains("claude.ai"),
+        "consent names the redirect host"
+    );
     assert!(
         html.contains("mcp:read") && html.contains("mcp:write"),
         "consent names the scopes"
@@ -320,6 +361,15 @@ async fn connector_flow(kind: StoreKind) {
     let again = refresh(http, &s.d, &client, &refresh2).await.unwrap();
     assert_eq!(again.status, 400);
     assert_eq!(again.error(), Some("invalid_grant"));
+
+    // At rest only hashes: no token, code, client secret or password in plain text.
+    let secret = client.client_secret.clone().unwrap();
+    let leaked = s.stored_in_plain_text(&[
+        &access, &refresh1, &access2, &refresh2, &code, &secret, PASSWORD,
+    ]);
+    assert!(leaked.is_empty(), "stored in plain text: {leaked:?}");
+    // (the check can see: the user name is stored as is)
+    assert!(!s.stored_in_plain_text(&[USER, &client.client_id]).is_empty());
 }
 
 on_both_stores!(
@@ -378,7 +428,9 @@ async fn grant_revoked_from_the_cli(kind: StoreKind) {
     };
     let (client, access, refresh_token) = s.tokens("cli-revoke").await;
     assert_eq!(s.status(&access).await, 200);
-    let listed = s.gw.admin_cmd(&["grant", "list", "--user", USER], "").unwrap();
+    let listed =
+        s.gw.admin_cmd(&["grant", "list", "--user", USER], "")
+            .unwrap();
     assert!(
         listed.contains("active") && listed.contains(&client.client_id),
         "{listed}"
@@ -537,5 +589,32 @@ async fn cimd_client_id_on_a_private_address_is_refused() {
         matches!(trap.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "the gateway connected to a private address"
     );
+}
 
+/// Registration is throttled per client IP, and the IP the authorization server sees is the TCP
+/// peer's: an `x-pforte-client-ip` header sent through the gateway cannot reset the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_is_throttled_per_ip_and_the_ip_header_cannot_be_spoofed() {
+    let s = Stack::start(
+        StoreKind::Embedded,
+        "[oauth.throttle.register_per_ip]\nburst = 3\nper_minute = 1\n",
+    )
+    .await
+    .unwrap();
+    let url = s.d.endpoint("registration_endpoint").unwrap();
+    let body = serde_json::json!({"redirect_uris": [CLAUDE_CALLBACK], "token_endpoint_auth_method": "client_secret_post"});
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        let resp = s
+            .http()
+            .post(url.clone())
+            .header("x-pforte-client-ip", format!("203.0.113.{i}"))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [201, 201, 201, 429, 429], "{statuses:?}");
 }

@@ -24,10 +24,7 @@ const MCP_SDK_VERSION: &str = "2.3.0";
 
 fn venv_dir() -> PathBuf {
     // bin_dir() is <target>/<profile>.
-    bin_dir()
-        .parent()
-        .expect("target dir")
-        .join("mcp-venv")
+    bin_dir().parent().expect("target dir").join("mcp-venv")
 }
 
 fn sdk_version(python: &Path) -> Option<String> {
@@ -176,7 +173,10 @@ async fn python_sdk_completes_oauth_against_pforte_up() {
         assert_eq!(me["authKind"], "oauth", "{key}: {me}");
     }
     assert_eq!(result["refreshed"], true, "the SDK refreshed its token");
-    assert_eq!(result["authorizations"], 1, "one browser round, then refresh");
+    assert_eq!(
+        result["authorizations"], 1,
+        "one browser round, then refresh"
+    );
     for p in [
         "client_id",
         "code_challenge",
