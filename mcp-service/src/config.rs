@@ -1,7 +1,10 @@
 //! mcp-service's one typed configuration: a TOML file plus `MCP_SERVICE_*` env overrides,
 //! validated before the service starts.
 
-use std::{net::SocketAddr, path::Path};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use serde::Deserialize;
 
@@ -36,6 +39,39 @@ pub struct ServiceConfig {
     pub allowed_hosts: Vec<String>,
     /// Largest accepted JSON-RPC POST body, in bytes.
     pub max_body_bytes: usize,
+    /// Where the embedded store keeps its files (`documents.sqlite3`).
+    pub data_dir: PathBuf,
+    /// Which document store: the embedded one or redis (shared by several replicas).
+    pub store: StoreKind,
+    /// The redis URL when `store = "redis"`.
+    pub redis_url: Option<String>,
+    /// Key prefix in redis.
+    pub redis_prefix: String,
+    /// Largest plan text accepted or produced, in bytes.
+    pub max_text_bytes: usize,
+    /// Register no write tool at all.
+    pub read_only: bool,
+}
+
+/// The document store backend.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// SQLite under `data_dir`.
+    #[default]
+    Sqlite,
+    Redis,
+}
+
+impl std::str::FromStr for StoreKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "sqlite" => Ok(StoreKind::Sqlite),
+            "redis" => Ok(StoreKind::Redis),
+            other => Err(format!("{other:?} is not a store (sqlite or redis)")),
+        }
+    }
 }
 
 impl Default for ServiceConfig {
@@ -44,6 +80,12 @@ impl Default for ServiceConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             max_body_bytes: 4 * 1024 * 1024,
+            data_dir: PathBuf::from(".mcp-service"),
+            store: StoreKind::Sqlite,
+            redis_url: None,
+            redis_prefix: crate::store::redis::DEFAULT_PREFIX.to_owned(),
+            max_text_bytes: 1024 * 1024,
+            read_only: false,
         }
     }
 }
@@ -87,6 +129,27 @@ impl ServiceConfig {
                 reason: format!("{v:?}: {e}"),
             })?;
         }
+        if let Some(v) = env("MCP_SERVICE_DATA_DIR").filter(|v| !v.trim().is_empty()) {
+            cfg.data_dir = PathBuf::from(v);
+        }
+        if let Some(v) = env("MCP_SERVICE_STORE") {
+            cfg.store = v.parse().map_err(|reason| ConfigError::Env {
+                name: "MCP_SERVICE_STORE",
+                reason,
+            })?;
+        }
+        if let Some(v) = env("MCP_SERVICE_REDIS_URL") {
+            cfg.redis_url = Some(v);
+        }
+        if let Some(v) = env("MCP_SERVICE_MAX_TEXT_BYTES") {
+            cfg.max_text_bytes = v.parse().map_err(|e| ConfigError::Env {
+                name: "MCP_SERVICE_MAX_TEXT_BYTES",
+                reason: format!("{v:?}: {e}"),
+            })?;
+        }
+        if let Some(v) = env("MCP_SERVICE_READ_ONLY") {
+            cfg.read_only = matches!(v.trim(), "1" | "true" | "yes");
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -102,7 +165,22 @@ impl ServiceConfig {
                 "max_body_bytes below 1024 cannot carry an MCP request".into(),
             ));
         }
+        if self.max_text_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "max_text_bytes must be positive".into(),
+            ));
+        }
+        if self.store == StoreKind::Redis && self.redis_url.is_none() {
+            return Err(ConfigError::Invalid(
+                "store = \"redis\" needs redis_url (or MCP_SERVICE_REDIS_URL)".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// Checks the settings again after command-line overrides.
+    pub fn revalidate(&self) -> Result<(), ConfigError> {
+        self.validate()
     }
 }
 
@@ -129,5 +207,29 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("MCP_SERVICE_LISTEN"));
+    }
+
+    #[test]
+    fn data_dir_store_and_cap_from_env() {
+        let cfg = ServiceConfig::load(None, |k| match k {
+            "MCP_SERVICE_DATA_DIR" => Some("/tmp/x".to_owned()),
+            "MCP_SERVICE_STORE" => Some("redis".to_owned()),
+            "MCP_SERVICE_REDIS_URL" => Some("redis://127.0.0.1:1/0".to_owned()),
+            "MCP_SERVICE_MAX_TEXT_BYTES" => Some("2048".to_owned()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(cfg.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(cfg.store, StoreKind::Redis);
+        assert_eq!(cfg.max_text_bytes, 2048);
+        assert_eq!(
+            ServiceConfig::default().data_dir,
+            PathBuf::from(".mcp-service")
+        );
+        let err = ServiceConfig::load(None, |k| {
+            (k == "MCP_SERVICE_STORE").then(|| "redis".to_owned())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("redis_url"), "{err}");
     }
 }

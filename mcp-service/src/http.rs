@@ -9,12 +9,14 @@ use rmcp::transport::streamable_http_server::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::ServiceConfig, server::PlanService};
+use crate::{config::ServiceConfig, server::PlanService, tools::Planner};
 
-/// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`.
-pub fn router(cfg: &ServiceConfig, cancel: CancellationToken) -> Router {
+/// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`. Every session shares the
+/// planner (engine and store).
+pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationToken) -> Router {
+    let read_only = cfg.read_only;
     let mcp = StreamableHttpService::new(
-        || Ok(PlanService::new()),
+        move || Ok(PlanService::new(Arc::clone(&planner), read_only)),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_allowed_hosts(cfg.allowed_hosts.clone())
@@ -30,10 +32,11 @@ pub fn router(cfg: &ServiceConfig, cancel: CancellationToken) -> Router {
 pub async fn serve(
     listener: TcpListener,
     cfg: &ServiceConfig,
+    planner: Arc<Planner>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let cancel = CancellationToken::new();
-    let app = router(cfg, cancel.child_token());
+    let app = router(cfg, planner, cancel.child_token());
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

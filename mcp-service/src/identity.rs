@@ -41,6 +41,18 @@ impl Identity {
         }
     }
 
+    /// The identity of an operator command run from a shell (`mcp-service doc import`):
+    /// the login name from `$USER`, when set.
+    pub fn operator_shell(env: impl Fn(&str) -> Option<String>) -> Self {
+        Self {
+            subject: env("USER").filter(|u| !u.trim().is_empty()),
+            client: None,
+            auth_kind: Some("local".to_owned()),
+            scopes: Vec::new(),
+            request_id: None,
+        }
+    }
+
     /// Reads the gateway's headers. Missing or non-UTF-8 values read as absent.
     pub fn from_headers(headers: &HeaderMap) -> Self {
         let get = |name: &str| {

@@ -5,10 +5,25 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use mcp_service::{config::ServiceConfig, http, server::PlanService};
+
+/// Settings every store-using command shares.
+#[derive(clap::Args)]
+struct StoreArgs {
+    /// TOML config file (env MCP_SERVICE_* overrides it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data dir of the embedded store (env MCP_SERVICE_DATA_DIR; default .mcp-service).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
 use rmcp::ServiceExt as _;
 
 #[derive(Parser)]
-#[command(name = "mcp-service", version, about = "Werkbaum plans over MCP (no auth: run it behind pforte)")]
+#[command(
+    name = "mcp-service",
+    version,
+    about = "Werkbaum plans over MCP (no auth: run it behind pforte)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,40 +33,63 @@ struct Cli {
 enum Command {
     /// Serve MCP over streamable HTTP at /mcp.
     Serve {
-        /// TOML config file (env MCP_SERVICE_* overrides it).
-        #[arg(long)]
-        config: Option<PathBuf>,
+        #[command(flatten)]
+        store: StoreArgs,
         /// Listen address; overrides the config. Port 0 picks a free port.
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Register no write tool at all (tools/list shows only reading tools).
+        #[arg(long)]
+        read_only: bool,
+        /// Largest plan text in bytes (default 1 MiB).
+        #[arg(long, value_name = "BYTES")]
+        max_text_bytes: Option<usize>,
         /// Validate the configuration and exit.
         #[arg(long)]
         check: bool,
     },
     /// Serve MCP over stdin/stdout.
     Stdio {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Register no write tool at all.
         #[arg(long)]
-        config: Option<PathBuf>,
+        read_only: bool,
     },
+    /// Operator commands on the document store.
+    Doc {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(subcommand)]
+        command: mcp_service::doc_cli::DocCommand,
+    },
+    /// Mirror a server document into a file (and git); the token comes from PFORTE_TOKEN.
+    PullDoc(mcp_service::pull_doc::PullDocArgs),
     /// Print the Werkbaum core's `inspect` JSON for a plan file.
     Inspect(mcp_service::plan_cli::InspectArgs),
     /// Print the Werkbaum core's `check` JSON for a plan file (exit 3 when a finding blocks).
     Check(mcp_service::plan_cli::CheckArgs),
 }
 
-fn load_config(file: Option<&std::path::Path>) -> Result<ServiceConfig, ExitCode> {
-    ServiceConfig::load(file, |k| std::env::var(k).ok()).map_err(|e| {
+fn load_config(store: &StoreArgs) -> Result<ServiceConfig, ExitCode> {
+    let bad = |e: mcp_service::config::ConfigError| {
         eprintln!("mcp-service: bad configuration: {e}");
         ExitCode::from(64)
-    })
+    };
+    let mut cfg =
+        ServiceConfig::load(store.config.as_deref(), |k| std::env::var(k).ok()).map_err(bad)?;
+    if let Some(dir) = &store.data_dir {
+        cfg.data_dir = dir.clone();
+    }
+    cfg.revalidate().map_err(bad)?;
+    Ok(cfg)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -68,21 +106,32 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match cli.command {
         Command::Serve {
-            config,
+            store,
             listen,
+            read_only,
+            max_text_bytes,
             check,
         } => {
-            let mut cfg = match load_config(config.as_deref()) {
+            let mut cfg = match load_config(&store) {
                 Ok(cfg) => cfg,
                 Err(code) => return Ok(code),
             };
             if let Some(listen) = listen {
                 cfg.listen = listen;
             }
+            cfg.read_only |= read_only;
+            if let Some(max) = max_text_bytes {
+                cfg.max_text_bytes = max;
+            }
+            if let Err(e) = cfg.revalidate() {
+                eprintln!("mcp-service: bad configuration: {e}");
+                return Ok(ExitCode::from(64));
+            }
             if check {
                 println!("configuration ok");
                 return Ok(ExitCode::SUCCESS);
             }
+            let planner = mcp_service::app::planner(&cfg).context("starting the service")?;
             runtime.block_on(async {
                 let listener = tokio::net::TcpListener::bind(cfg.listen)
                     .await
@@ -90,18 +139,29 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let addr = listener.local_addr()?;
                 // Tests and `pforte up` read this line to learn the port.
                 println!("mcp-service listening on http://{addr}/mcp");
-                http::serve(listener, &cfg, shutdown_signal()).await?;
+                http::serve(listener, &cfg, planner, shutdown_signal()).await?;
                 Ok(ExitCode::SUCCESS)
             })
         }
         Command::Inspect(args) => Ok(runtime.block_on(mcp_service::plan_cli::inspect(args))),
         Command::Check(args) => Ok(runtime.block_on(mcp_service::plan_cli::check(args))),
-        Command::Stdio { config } => {
-            if let Err(code) = load_config(config.as_deref()) {
-                return Ok(code);
-            }
+        Command::Doc { store, command } => {
+            let cfg = match load_config(&store) {
+                Ok(cfg) => cfg,
+                Err(code) => return Ok(code),
+            };
+            Ok(runtime.block_on(mcp_service::doc_cli::run(command, &cfg)))
+        }
+        Command::PullDoc(args) => Ok(runtime.block_on(mcp_service::pull_doc::run(args))),
+        Command::Stdio { store, read_only } => {
+            let mut cfg = match load_config(&store) {
+                Ok(cfg) => cfg,
+                Err(code) => return Ok(code),
+            };
+            cfg.read_only |= read_only;
+            let planner = mcp_service::app::planner(&cfg).context("starting the service")?;
             runtime.block_on(async {
-                let running = PlanService::new()
+                let running = PlanService::new(planner, cfg.read_only)
                     .serve(rmcp::transport::stdio())
                     .await
                     .context("starting the stdio session")?;

@@ -1,0 +1,163 @@
+//! The shared store test suite, run on the embedded (SQLite) and the redis backend.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::testing::RedisServer;
+use super::{Document, HistoryEntry, RedisStore, SqliteStore, Store, StoreError, WriteOutcome};
+
+fn doc(uuid: &str, title: &str, text: &str, version: u64) -> Document {
+    Document {
+        uuid: uuid.to_owned(),
+        title: title.to_owned(),
+        text: text.to_owned(),
+        version,
+        checksum: format!("sum-{text}"),
+        updated_at: 1000 + version,
+    }
+}
+
+fn entry(version: u64, who: &str) -> HistoryEntry {
+    HistoryEntry {
+        version,
+        time: 1000 + version,
+        author: format!("Agent · {who}"),
+        host: "Agent".to_owned(),
+        user: Some(who.to_owned()),
+        client_id: Some("tok".to_owned()),
+        subject: format!("write v{version}"),
+        ops: json!([{"op": "replace", "index": 0, "count": 1, "lines": [format!("v{version}")]}]),
+        checksum: format!("sum-v{version}"),
+    }
+}
+
+async fn run_suite(store: Arc<dyn Store>) {
+    create_get_list(&*store).await;
+    compare_and_set(&*store).await;
+    history_since(&*store).await;
+    concurrent_same_base_one_wins(Arc::clone(&store)).await;
+}
+
+async fn create_get_list(store: &dyn Store) {
+    let a = doc("a", "Beta", "- one\n", 1);
+    let b = doc("b", "Alpha", "- two\n", 1);
+    store.create(&a, &entry(1, "alice")).await.unwrap();
+    store.create(&b, &entry(1, "bob")).await.unwrap();
+    assert_eq!(
+        store.create(&a, &entry(1, "eve")).await.unwrap_err(),
+        StoreError::Exists("a".into())
+    );
+    assert_eq!(store.get("a").await.unwrap(), Some(a.clone()));
+    assert_eq!(store.get("nope").await.unwrap(), None);
+    let list = store.list().await.unwrap();
+    let titles: Vec<_> = list.iter().map(|d| d.title.as_str()).collect();
+    assert_eq!(titles, ["Alpha", "Beta"]);
+    assert_eq!(list[1].version, 1);
+    // Unicode and a text with every kind of line break survive byte-exactly.
+    let u = doc("u", "Ünïcode", "- [x] Grüße 🌳\r\n  - b\r- c", 1);
+    store.create(&u, &entry(1, "ü")).await.unwrap();
+    assert_eq!(store.get("u").await.unwrap().unwrap().text, u.text);
+}
+
+async fn compare_and_set(store: &dyn Store) {
+    let v2 = doc("a", "Beta", "- one\n- more\n", 2);
+    assert_eq!(
+        store.write(1, &v2, &entry(2, "alice")).await.unwrap(),
+        WriteOutcome::Written(v2.clone())
+    );
+    // Stale base: refused with the current document, nothing written.
+    let stale = doc("a", "Beta", "- lost\n", 2);
+    assert_eq!(
+        store.write(1, &stale, &entry(2, "bob")).await.unwrap(),
+        WriteOutcome::Conflict(v2.clone())
+    );
+    assert_eq!(store.get("a").await.unwrap(), Some(v2));
+    let ghost = doc("ghost", "G", "x", 2);
+    assert_eq!(
+        store.write(1, &ghost, &entry(2, "bob")).await.unwrap(),
+        WriteOutcome::NotFound
+    );
+    assert_eq!(store.history("ghost", None).await.unwrap(), None);
+}
+
+async fn history_since(store: &dyn Store) {
+    let v3 = doc("a", "Beta", "- three\n", 3);
+    store.write(2, &v3, &entry(3, "carol")).await.unwrap();
+    let all = store.history("a", None).await.unwrap().unwrap();
+    let versions: Vec<_> = all.iter().map(|e| e.version).collect();
+    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(all[0].author, "Agent · alice");
+    assert_eq!(all[2], entry(3, "carol"));
+    let since = store.history("a", Some(1)).await.unwrap().unwrap();
+    assert_eq!(since.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
+    assert!(
+        store
+            .history("a", Some(3))
+            .await
+            .unwrap()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn concurrent_same_base_one_wins(store: Arc<dyn Store>) {
+    let base = store.get("b").await.unwrap().unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let next = doc("b", "Alpha", &format!("- writer {i}\n"), base.version + 1);
+            tokio::spawn(async move {
+                store
+                    .write(
+                        base.version,
+                        &next,
+                        &entry(base.version + 1, &format!("w{i}")),
+                    )
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for t in tasks {
+        if let WriteOutcome::Written(d) = t.await.unwrap() {
+            won.push(d);
+        }
+    }
+    assert_eq!(won.len(), 1, "exactly one writer wins");
+    assert_eq!(store.get("b").await.unwrap().as_ref(), Some(&won[0]));
+    let h = store.history("b", None).await.unwrap().unwrap();
+    assert_eq!(h.iter().map(|e| e.version).collect::<Vec<_>>(), [1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_in_memory_passes_the_suite() {
+    run_suite(Arc::new(SqliteStore::in_memory().unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_file_passes_the_suite_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("docs.sqlite3");
+    run_suite(Arc::new(SqliteStore::open(&path).unwrap())).await;
+    let reopened = SqliteStore::open(&path).unwrap();
+    assert_eq!(reopened.get("a").await.unwrap().unwrap().version, 3);
+    assert_eq!(reopened.history("a", None).await.unwrap().unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_passes_the_suite() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    run_suite(Arc::new(
+        RedisStore::connect(&server.url(), "test:werkbaum:").unwrap(),
+    ))
+    .await;
+    // A second replica sees the same documents.
+    let other = RedisStore::connect(&server.url(), "test:werkbaum:").unwrap();
+    assert_eq!(other.get("a").await.unwrap().unwrap().version, 3);
+}
