@@ -104,6 +104,10 @@ pub struct GatewayConfig {
     pub oauth: pforte_oauth::OAuthConfig,
     /// Shared state for several gateways. Without it, the embedded store under `data_dir`.
     pub redis_url: Option<String>,
+    /// Rate limits per route class.
+    pub limits: crate::limit::Limits,
+    /// Proxies whose `X-Forwarded-For` is believed; the client IP is otherwise the socket's.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Default for GatewayConfig {
@@ -122,6 +126,8 @@ impl Default for GatewayConfig {
             threads: 0,
             oauth: pforte_oauth::OAuthConfig::default(),
             redis_url: None,
+            limits: crate::limit::Limits::default(),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -294,6 +300,18 @@ impl GatewayConfig {
         }
         if self.upstream.connect_timeout_ms == 0 {
             return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
+        }
+        for (name, policy) in [
+            ("limits.mcp", self.limits.mcp),
+            ("limits.unauthenticated", self.limits.unauthenticated),
+            ("limits.oauth", self.limits.oauth),
+        ] {
+            if !policy.is_valid() {
+                return Err(invalid(
+                    name,
+                    "rate, period_secs and burst must all be above 0",
+                ));
+            }
         }
         if self.max_body_bytes < 1024 {
             return Err(invalid(

@@ -49,6 +49,27 @@ pub fn trusted_headers(
     set
 }
 
+/// The client's IP: the socket peer, unless that peer is a trusted proxy — then the rightmost
+/// `X-Forwarded-For` entry that is not itself a trusted proxy.
+pub fn client_ip(
+    peer: Option<std::net::IpAddr>,
+    forwarded_for: Option<&str>,
+    trusted: &[std::net::IpAddr],
+) -> Option<std::net::IpAddr> {
+    let peer = peer?;
+    if !trusted.contains(&peer) {
+        return Some(peer);
+    }
+    let Some(chain) = forwarded_for else {
+        return Some(peer);
+    };
+    chain
+        .rsplit(',')
+        .filter_map(|hop| hop.trim().parse::<std::net::IpAddr>().ok())
+        .find(|ip| !trusted.contains(ip))
+        .or(Some(peer))
+}
+
 /// Maps the public path (`/mcp…`) onto the upstream's path prefix, keeping any query.
 pub fn upstream_path(
     public_path_and_query: &str,
@@ -116,6 +137,22 @@ mod tests {
         assert_eq!(get(header::SCOPES), Some("mcp:read mcp:write"));
         assert_eq!(get(header::REQUEST_ID), Some("rid"));
         assert_eq!(get(header::FORWARDED_FOR), Some("127.0.0.1"));
+    }
+
+    #[test]
+    fn client_ip_trusts_forwarded_for_only_from_trusted_proxies() {
+        let proxy: std::net::IpAddr = "10.0.0.2"
+            .parse()
+            .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+        let client: std::net::IpAddr = "203.0.113.7".parse().unwrap_or(proxy);
+        let spoof = "198.51.100.1, 203.0.113.7";
+        assert_eq!(client_ip(Some(client), Some(spoof), &[proxy]), Some(client));
+        assert_eq!(client_ip(Some(proxy), Some(spoof), &[proxy]), Some(client));
+        assert_eq!(
+            client_ip(Some(proxy), Some("203.0.113.7, 10.0.0.2"), &[proxy]),
+            Some(client)
+        );
+        assert_eq!(client_ip(Some(proxy), None, &[proxy]), Some(proxy));
     }
 
     #[test]

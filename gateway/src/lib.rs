@@ -5,6 +5,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod forward;
+pub mod limit;
 pub mod metadata;
 pub mod oauth;
 pub mod proxy;

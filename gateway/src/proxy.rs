@@ -17,7 +17,9 @@ use crate::{
     auth::{self, AuthFailure, Principal},
     clock::Clock,
     config::{MCP_PATH, Settings, normalise_origin},
-    forward, metadata,
+    forward,
+    limit::{Class, Decision, Policy, SharedLimiter},
+    metadata,
     oauth::{self, AuthService},
     reject::{Rejection, Reply},
     tokens::TokenCache,
@@ -28,6 +30,9 @@ use crate::{
 pub struct RequestCtx {
     pub request_id: String,
     pub principal: Option<Principal>,
+    client_ip: Option<std::net::IpAddr>,
+    /// The rate-limit decision for this request, reported in response headers.
+    rate: Option<(Class, Policy, Decision)>,
     body_bytes: u64,
     started: Instant,
 }
@@ -38,6 +43,7 @@ pub struct Gateway {
     settings: Arc<Settings>,
     tokens: TokenCache,
     oauth: Arc<AuthService>,
+    limiter: Arc<SharedLimiter>,
     clock: Arc<dyn Clock>,
     resource_metadata: Bytes,
 }
@@ -47,6 +53,7 @@ impl Gateway {
         settings: Arc<Settings>,
         tokens: TokenCache,
         oauth: Arc<AuthService>,
+        limiter: Arc<SharedLimiter>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         let resource_metadata = Bytes::from(metadata::protected_resource(&settings).to_string());
@@ -54,6 +61,7 @@ impl Gateway {
             settings,
             tokens,
             oauth,
+            limiter,
             clock,
             resource_metadata,
         }
@@ -113,6 +121,31 @@ impl Gateway {
         session.write_response_header(Box::new(resp), false).await?;
         session.write_response_body(Some(body), true).await?;
         Ok(true)
+    }
+
+    /// Decides on the rate limit of `class` for `key`; `Some(rejection)` when over it.
+    async fn over_limit(&self, class: Class, key: &str, ctx: &mut RequestCtx) -> Option<Rejection> {
+        let limits = &self.settings.file.limits;
+        if !limits.enabled {
+            return None;
+        }
+        let policy = limits.policy(class);
+        let decision = self
+            .limiter
+            .check(&format!("{}:{key}", class.name()), policy)
+            .await;
+        ctx.rate = Some((class, policy, decision));
+        (!decision.allowed).then_some(Rejection::RateLimited {
+            class,
+            policy,
+            decision,
+            oauth: class == Class::OAuth,
+        })
+    }
+
+    fn ip_key(ctx: &RequestCtx) -> String {
+        ctx.client_ip
+            .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
     }
 
     /// The Origin rule: absent passes (non-browser clients); present must be allowed.
@@ -216,12 +249,24 @@ impl ProxyHttp for Gateway {
         RequestCtx {
             request_id: uuid::Uuid::new_v4().to_string(),
             principal: None,
+            client_ip: None,
+            rate: None,
             body_bytes: 0,
             started: Instant::now(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let forwarded = session
+            .req_header()
+            .headers
+            .get(forward::header::FORWARDED_FOR)
+            .and_then(|v| v.to_str().ok());
+        ctx.client_ip = forward::client_ip(peer, forwarded, &self.settings.file.trusted_proxies);
         let req = session.req_header();
         let get = req.method == http::Method::GET || req.method == http::Method::HEAD;
         match route(req.uri.path()) {
@@ -260,7 +305,15 @@ impl ProxyHttp for Gateway {
                 .await
             }
             Route::Unknown => self.refuse(session, Rejection::NotFound, ctx).await,
-            Route::AuthServer => self.serve_auth_server(session, ctx).await,
+            Route::AuthServer => {
+                if req.method == http::Method::POST
+                    && let Some(rejection) =
+                        self.over_limit(Class::OAuth, &Self::ip_key(ctx), ctx).await
+                {
+                    return self.refuse(session, rejection, ctx).await;
+                }
+                self.serve_auth_server(session, ctx).await
+            }
             Route::Mcp => {
                 if !self.origin_allowed(req) {
                     return self.refuse(session, Rejection::OriginForbidden, ctx).await;
@@ -278,12 +331,26 @@ impl ProxyHttp for Gateway {
                 }
                 match self.authenticate(req).await {
                     Ok(principal) => {
+                        let key = format!(
+                            "{}:{}:{}",
+                            principal.kind.as_str(),
+                            principal.subject,
+                            principal.client
+                        );
                         ctx.principal = Some(principal);
+                        if let Some(rejection) = self.over_limit(Class::Mcp, &key, ctx).await {
+                            return self.refuse(session, rejection, ctx).await;
+                        }
                         Ok(false)
                     }
                     Err(failure) => {
-                        self.refuse(session, Rejection::Unauthorized(failure), ctx)
-                            .await
+                        let key = Self::ip_key(ctx);
+                        let rejection =
+                            match self.over_limit(Class::Unauthenticated, &key, ctx).await {
+                                Some(limited) => limited,
+                                None => Rejection::Unauthorized(failure),
+                            };
+                        self.refuse(session, rejection, ctx).await
                     }
                 }
             }
@@ -394,6 +461,11 @@ impl ProxyHttp for Gateway {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         upstream_response.insert_header(forward::header::REQUEST_ID, ctx.request_id.as_str())?;
+        if let Some((class, policy, decision)) = &ctx.rate {
+            for (name, value) in crate::limit::headers(*class, *policy, decision) {
+                upstream_response.insert_header(name, value)?;
+            }
+        }
         Ok(())
     }
 

@@ -4,19 +4,33 @@
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::auth::AuthFailure;
+use crate::{
+    auth::AuthFailure,
+    limit::{self, Class, Decision, Policy},
+};
 
 /// Every way the gateway answers instead of the upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
     Unauthorized(AuthFailure),
     OriginForbidden,
-    PayloadTooLarge { limit: u64 },
+    PayloadTooLarge {
+        limit: u64,
+    },
     NotFound,
-    MethodNotAllowed { allow: &'static str },
+    MethodNotAllowed {
+        allow: &'static str,
+    },
     UpstreamUnavailable,
     UpstreamTimeout,
     NotReady,
+    /// Over a rate limit; `oauth` selects the OAuth error format.
+    RateLimited {
+        class: Class,
+        policy: Policy,
+        decision: Decision,
+        oauth: bool,
+    },
     Internal,
 }
 
@@ -45,6 +59,25 @@ impl Rejection {
         let (status, error, message) = match self {
             Self::Unauthorized(failure) => {
                 return unauthorized(failure, resource_metadata, request_id);
+            }
+            Self::RateLimited {
+                class,
+                policy,
+                decision,
+                oauth,
+            } => {
+                let retry = decision.retry_after_ms.div_ceil(1000).max(1);
+                let body = if *oauth {
+                    json!({"error": "temporarily_unavailable", "error_description": format!("too many requests; retry in {retry} s")})
+                } else {
+                    json!({"error": "rate_limited", "message": format!("too many requests for {}; retry in {retry} s", class.name()), "retry_after": retry, "request_id": request_id})
+                };
+                let mut reply = Reply::json(429, &body);
+                reply.headers.push(("retry-after", retry.to_string()));
+                reply
+                    .headers
+                    .extend(limit::headers(*class, *policy, decision));
+                return reply;
             }
             Self::OriginForbidden => (
                 403,

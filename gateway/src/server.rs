@@ -19,6 +19,7 @@ use pingora::{
 use crate::{
     clock::SystemClock,
     config::Settings,
+    limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
     oauth::{AuthService, OAuthSetupError},
     proxy::Gateway,
     tokens::{StoreError, TokenCache, TokenStore},
@@ -126,7 +127,16 @@ pub fn run(
     server.bootstrap();
 
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
-    let gateway = Gateway::new(settings.clone(), tokens, oauth, Arc::new(SystemClock));
+    let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
+    let shared: Option<Arc<dyn Limiter>> = match &settings.file.redis_url {
+        Some(url) => Some(Arc::new(
+            RedisLimiter::connect(url, "pforte:limit:")
+                .map_err(|e| ServeError::Pingora(e.to_string()))?,
+        )),
+        None => None,
+    };
+    let limiter = Arc::new(SharedLimiter::new(shared, LocalLimiter::new(clock.clone())));
+    let gateway = Gateway::new(settings.clone(), tokens, oauth, limiter, clock);
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();

@@ -1,0 +1,338 @@
+//! Rate limits: the GCRA decision as a pure function of the stored state and `now`, policies
+//! per route class, and the in-process backend. (The redis backend lives in `limit/redis.rs`.)
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use crate::clock::Clock;
+
+pub mod redis;
+
+/// A limit: `rate` requests per `period_secs`, with bursts of up to `burst` at once.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub rate: u32,
+    pub period_secs: u32,
+    pub burst: u32,
+}
+
+impl Policy {
+    /// Milliseconds between two requests at the sustained rate (the GCRA emission interval).
+    pub fn interval_ms(&self) -> u64 {
+        (u64::from(self.period_secs) * 1000 / u64::from(self.rate.max(1))).max(1)
+    }
+    /// How far ahead of `now` the theoretical arrival time may run: `burst` intervals.
+    pub fn window_ms(&self) -> u64 {
+        self.interval_ms() * u64::from(self.burst.max(1))
+    }
+    pub fn is_valid(&self) -> bool {
+        self.rate > 0 && self.period_secs > 0 && self.burst > 0
+    }
+}
+
+/// The route classes that carry their own budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// `/mcp`, per principal (static token, or user + client).
+    Mcp,
+    /// Requests that failed authentication, per client IP.
+    Unauthenticated,
+    /// The authorization server's endpoints, per client IP.
+    OAuth,
+}
+
+impl Class {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mcp => "mcp",
+            Self::Unauthenticated => "unauthenticated",
+            Self::OAuth => "oauth",
+        }
+    }
+}
+
+/// The configured policies.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub enabled: bool,
+    pub mcp: Policy,
+    pub unauthenticated: Policy,
+    pub oauth: Policy,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            mcp: Policy {
+                rate: 600,
+                period_secs: 60,
+                burst: 60,
+            },
+            unauthenticated: Policy {
+                rate: 60,
+                period_secs: 60,
+                burst: 20,
+            },
+            oauth: Policy {
+                rate: 60,
+                period_secs: 60,
+                burst: 20,
+            },
+        }
+    }
+}
+
+impl Limits {
+    pub fn policy(&self, class: Class) -> Policy {
+        match class {
+            Class::Mcp => self.mcp,
+            Class::Unauthenticated => self.unauthenticated,
+            Class::OAuth => self.oauth,
+        }
+    }
+}
+
+/// What the limiter decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Requests still allowed right now.
+    pub remaining: u32,
+    /// Milliseconds until the budget is whole again.
+    pub reset_ms: u64,
+    /// When refused: milliseconds until one request will be allowed.
+    pub retry_after_ms: u64,
+}
+
+/// GCRA: given the stored theoretical arrival time (`tat_ms`, if any) and `now_ms`, decide and
+/// return the new TAT to store when allowed.
+pub fn gcra(policy: Policy, tat_ms: Option<u64>, now_ms: u64) -> (Decision, Option<u64>) {
+    let interval = policy.interval_ms();
+    let window = policy.window_ms();
+    let tat = tat_ms.unwrap_or(now_ms).max(now_ms);
+    let new_tat = tat + interval;
+    let ahead = new_tat - now_ms;
+    if ahead <= window {
+        let remaining = ((window - ahead) / interval) as u32;
+        (
+            Decision {
+                allowed: true,
+                remaining,
+                reset_ms: ahead,
+                retry_after_ms: 0,
+            },
+            Some(new_tat),
+        )
+    } else {
+        let current = tat - now_ms;
+        (
+            Decision {
+                allowed: false,
+                remaining: 0,
+                reset_ms: current,
+                retry_after_ms: ahead - window,
+            },
+            None,
+        )
+    }
+}
+
+/// Why a backend could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("rate-limit backend unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A place that holds limiter state: one process or shared.
+#[async_trait]
+pub trait Limiter: Send + Sync + std::fmt::Debug {
+    /// Decides on one request for `key` under `policy` (one round trip for shared backends).
+    async fn check(&self, key: &str, policy: Policy) -> Result<Decision, LimitError>;
+}
+
+/// In-process limiter state.
+#[derive(Debug)]
+pub struct LocalLimiter {
+    clock: Arc<dyn Clock>,
+    state: Mutex<HashMap<String, u64>>,
+}
+
+/// Entries kept before expired ones are swept.
+const SWEEP_AT: usize = 100_000;
+
+impl LocalLimiter {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            state: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn decide(&self, key: &str, policy: Policy) -> Decision {
+        let now = self.clock.now_ms();
+        let mut state = match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if state.len() >= SWEEP_AT {
+            state.retain(|_, tat| *tat > now);
+        }
+        let (decision, new_tat) = gcra(policy, state.get(key).copied(), now);
+        if let Some(tat) = new_tat {
+            state.insert(key.to_owned(), tat);
+        }
+        decision
+    }
+}
+
+#[async_trait]
+impl Limiter for LocalLimiter {
+    async fn check(&self, key: &str, policy: Policy) -> Result<Decision, LimitError> {
+        Ok(self.decide(key, policy))
+    }
+}
+
+/// The shared limiter with the in-process one as its fallback: when the shared backend is
+/// unavailable, decisions are made locally (and said so in the log) until it answers again.
+#[derive(Debug)]
+pub struct SharedLimiter {
+    primary: Option<Arc<dyn Limiter>>,
+    fallback: LocalLimiter,
+    degraded: std::sync::atomic::AtomicBool,
+}
+
+impl SharedLimiter {
+    pub fn new(primary: Option<Arc<dyn Limiter>>, fallback: LocalLimiter) -> Self {
+        Self {
+            primary,
+            fallback,
+            degraded: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether decisions are currently made locally because the shared backend failed.
+    pub fn degraded(&self) -> bool {
+        self.degraded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub async fn check(&self, key: &str, policy: Policy) -> Decision {
+        use std::sync::atomic::Ordering;
+        let Some(primary) = &self.primary else {
+            return self.fallback.decide(key, policy);
+        };
+        match primary.check(key, policy).await {
+            Ok(d) => {
+                if self.degraded.swap(false, Ordering::Relaxed) {
+                    tracing::warn!("rate limits shared again: the redis backend answers");
+                }
+                d
+            }
+            Err(e) => {
+                if !self.degraded.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "rate limits fall back to this process until redis answers");
+                }
+                self.fallback.decide(key, policy)
+            }
+        }
+    }
+}
+
+/// The IETF `RateLimit` and `RateLimit-Policy` header values for a decision.
+pub fn headers(class: Class, policy: Policy, d: &Decision) -> [(&'static str, String); 2] {
+    let name = class.name();
+    [
+        (
+            "ratelimit-policy",
+            format!(
+                "\"{name}\";q={};w={};burst={}",
+                policy.rate, policy.period_secs, policy.burst
+            ),
+        ),
+        (
+            "ratelimit",
+            format!(
+                "\"{name}\";r={};t={}",
+                d.remaining,
+                d.reset_ms.div_ceil(1000)
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const P: Policy = Policy {
+        rate: 60,
+        period_secs: 60,
+        burst: 5,
+    };
+
+    fn limiter() -> (ManualClock, LocalLimiter) {
+        let clock = ManualClock::at(1_000);
+        (clock.clone(), LocalLimiter::new(Arc::new(clock)))
+    }
+
+    #[test]
+    fn a_burst_passes_then_the_rate_holds() {
+        let (now, l) = limiter();
+        for i in 0..5 {
+            let d = l.decide("k", P);
+            assert!(d.allowed, "request {i} of the burst");
+            assert_eq!(d.remaining, 4 - i);
+        }
+        let refused = l.decide("k", P);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_ms, 1000);
+        now.advance_ms(999);
+        assert!(!l.decide("k", P).allowed);
+        now.advance_ms(1);
+        assert!(l.decide("k", P).allowed);
+        assert!(!l.decide("k", P).allowed);
+    }
+
+    #[test]
+    fn idle_time_refills_up_to_the_burst_only() {
+        let (now, l) = limiter();
+        for _ in 0..5 {
+            assert!(l.decide("k", P).allowed);
+        }
+        now.advance_ms(3_600_000);
+        let allowed = (0..10).filter(|_| l.decide("k", P).allowed).count();
+        assert_eq!(allowed, 5);
+    }
+
+    #[test]
+    fn keys_are_independent() {
+        let (_now, l) = limiter();
+        for _ in 0..5 {
+            assert!(l.decide("a", P).allowed);
+        }
+        assert!(!l.decide("a", P).allowed);
+        assert!(l.decide("b", P).allowed);
+    }
+
+    #[test]
+    fn header_values() {
+        let d = Decision {
+            allowed: true,
+            remaining: 3,
+            reset_ms: 2500,
+            retry_after_ms: 0,
+        };
+        let [policy, limit] = headers(Class::Mcp, P, &d);
+        assert_eq!(policy.1, "\"mcp\";q=60;w=60;burst=5");
+        assert_eq!(limit.1, "\"mcp\";r=3;t=3");
+    }
+}

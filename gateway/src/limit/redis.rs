@@ -1,0 +1,96 @@
+//! The shared rate-limit backend: GCRA in one redis Lua script — one round trip per decision,
+//! atomic, on the server's clock, so every gateway sees one budget.
+
+use async_trait::async_trait;
+use redis::{Script, aio::ConnectionManager};
+
+use super::{Decision, LimitError, Limiter, Policy};
+
+/// GCRA on the redis clock: `KEYS[1]` holds the theoretical arrival time in milliseconds.
+/// Returns `{allowed, ahead_ms, tat_ms - now_ms}` (`ahead_ms` = new TAT − now).
+const GCRA: &str = r"
+local interval = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval
+local ahead = new_tat - now
+if ahead <= window then
+  redis.call('SET', KEYS[1], new_tat, 'PX', ahead + 1000)
+  return {1, ahead, tat - now}
+end
+return {0, ahead, tat - now}
+";
+
+/// Rate-limit state in redis, keys under `prefix`.
+#[derive(Clone)]
+pub struct RedisLimiter {
+    conn: ConnectionManager,
+    prefix: String,
+    script: Script,
+}
+
+impl std::fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisLimiter {
+    /// Connects lazily: while redis is down every decision fails fast (and the caller falls
+    /// back to in-process limits).
+    pub fn connect(url: &str, prefix: &str) -> Result<Self, LimitError> {
+        let client =
+            redis::Client::open(url).map_err(|e| LimitError::Unavailable(e.to_string()))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
+            .set_response_timeout(Some(std::time::Duration::from_millis(500)))
+            .set_number_of_retries(0)
+            .set_max_delay(std::time::Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| LimitError::Unavailable(e.to_string()))?;
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            script: Script::new(GCRA),
+        })
+    }
+}
+
+#[async_trait]
+impl Limiter for RedisLimiter {
+    async fn check(&self, key: &str, policy: Policy) -> Result<Decision, LimitError> {
+        let interval = policy.interval_ms();
+        let window = policy.window_ms();
+        let mut conn = self.conn.clone();
+        let (allowed, ahead, current): (i64, i64, i64) = self
+            .script
+            .key(format!("{}{key}", self.prefix))
+            .arg(interval)
+            .arg(window)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| LimitError::Unavailable(e.to_string()))?;
+        let ahead = ahead.max(0) as u64;
+        let current = current.max(0) as u64;
+        Ok(if allowed == 1 {
+            Decision {
+                allowed: true,
+                remaining: (window.saturating_sub(ahead) / interval) as u32,
+                reset_ms: ahead,
+                retry_after_ms: 0,
+            }
+        } else {
+            Decision {
+                allowed: false,
+                remaining: 0,
+                reset_ms: current,
+                retry_after_ms: ahead.saturating_sub(window),
+            }
+        })
+    }
+}

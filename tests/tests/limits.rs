@@ -1,0 +1,147 @@
+//! Rate limits end to end: each route class answers 429 with `Retry-After` and the IETF
+//! `RateLimit` headers once its budget is spent, and the in-process and redis limiters pass
+//! one shared suite.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use pforte::{
+    clock::SystemClock,
+    limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter},
+};
+use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer};
+use serde_json::Value;
+
+/// One suite for every backend, on real time: a burst passes, the next request is refused
+/// with a retry hint, and keys do not share budgets.
+async fn limiter_suite(limiter: &dyn Limiter, prefix: &str) {
+    let policy = Policy {
+        rate: 1,
+        period_secs: 60,
+        burst: 3,
+    };
+    let key = format!("{prefix}:a");
+    for expected_remaining in [2, 1, 0] {
+        let d = limiter.check(&key, policy).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, expected_remaining);
+    }
+    let refused = limiter.check(&key, policy).await.unwrap();
+    assert!(!refused.allowed);
+    assert!(
+        (59_000..=60_000).contains(&refused.retry_after_ms),
+        "retry after {} ms",
+        refused.retry_after_ms
+    );
+    assert!(
+        limiter
+            .check(&format!("{prefix}:b"), policy)
+            .await
+            .unwrap()
+            .allowed
+    );
+}
+
+#[tokio::test]
+async fn in_process_limiter_passes_the_suite() {
+    limiter_suite(&LocalLimiter::new(Arc::new(SystemClock)), "local").await;
+}
+
+#[tokio::test]
+async fn redis_limiter_passes_the_suite() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let limiter = RedisLimiter::connect(&redis.url(), "test:limit:").unwrap();
+    limiter_suite(&limiter, "redis").await;
+}
+
+fn header(resp: &reqwest::Response, name: &str) -> String {
+    resp.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_route_class_has_its_budget() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.extra_toml = "[limits.mcp]\nrate = 4\nperiod_secs = 60\nburst = 4\n\
+                       [limits.oauth]\nrate = 2\nperiod_secs = 60\nburst = 2\n"
+        .to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    // create_token spends one /mcp request of this token's budget to see that it works.
+    let token = gw.create_token("limited").await.unwrap();
+    let http = gw.http();
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let resp = http
+            .get(gw.mcp_url())
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(resp.status(), 429);
+        assert_eq!(
+            header(&resp, "ratelimit-policy"),
+            "\"mcp\";q=4;w=60;burst=4"
+        );
+        remaining.push(header(&resp, "ratelimit"));
+    }
+    assert!(remaining[2].starts_with("\"mcp\";r=0;"), "{remaining:?}");
+    let limited = http
+        .get(gw.mcp_url())
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(limited.status(), 429);
+    let retry: u64 = header(&limited, "retry-after").parse().unwrap();
+    assert!((1..=15).contains(&retry), "retry-after {retry}");
+    assert!(header(&limited, "ratelimit").starts_with("\"mcp\";r=0;"));
+    let body: Value = limited.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited");
+    // Another principal has its own budget.
+    let other = gw.create_token("other").await.unwrap();
+    let resp = http
+        .get(gw.mcp_url())
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(resp.status(), 429);
+
+    // The authorization server's POSTs, per client IP, in the OAuth error format.
+    let register = |n: u32| {
+        http.post(format!("{}/register", gw.base))
+            .json(&serde_json::json!({"redirect_uris": [format!("http://127.0.0.1:{n}/cb")]}))
+            .send()
+    };
+    assert_ne!(register(1).await.unwrap().status(), 429);
+    assert_ne!(register(2).await.unwrap().status(), 429);
+    let limited = register(3).await.unwrap();
+    assert_eq!(limited.status(), 429);
+    assert!(!header(&limited, "retry-after").is_empty());
+    let body: Value = limited.json().await.unwrap();
+    assert_eq!(body["error"], "temporarily_unavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentication_is_limited_per_ip() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.extra_toml =
+        "[limits.unauthenticated]\nrate = 2\nperiod_secs = 60\nburst = 2\n".to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    let http = gw.http();
+    let attempt = || http.get(gw.mcp_url()).bearer_auth("pft_guess").send();
+    assert_eq!(attempt().await.unwrap().status(), 401);
+    assert_eq!(attempt().await.unwrap().status(), 401);
+    let limited = attempt().await.unwrap();
+    assert_eq!(limited.status(), 429);
+    assert_eq!(
+        header(&limited, "ratelimit-policy"),
+        "\"unauthenticated\";q=2;w=60;burst=2"
+    );
+}
