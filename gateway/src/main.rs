@@ -7,8 +7,7 @@ use clap::{Parser, Subcommand};
 use pforte::{
     clock::{Clock as _, SystemClock},
     config::{GatewayConfig, Settings},
-    server, tls,
-    tokens::TokenStore,
+    server, tls, tokens,
     up::{self, ServiceChild},
 };
 use pforte_oauth::{
@@ -295,7 +294,7 @@ fn up_cmd(
         }
     };
 
-    let store = TokenStore::open(&settings.tokens_db())?;
+    let store = tokens::open_source(settings.file.redis_url.as_deref(), &settings.tokens_db())?;
     const UP_TOKEN: &str = "pforte-up";
     const UP_USER: &str = "admin";
     let url = settings.resource();
@@ -383,15 +382,18 @@ where
         cfg.data_dir = dir;
     }
     std::fs::create_dir_all(&cfg.data_dir)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let store: Arc<dyn pforte_oauth::store::Store> = match &cfg.redis_url {
-        Some(url) => Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?),
+        Some(url) => {
+            let _in_runtime = rt.enter();
+            Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?)
+        }
         None => Arc::new(SqliteStore::open(&cfg.data_dir.join("oauth.db"))?),
     };
     let admin = Admin::new(store);
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(f(admin))
+    rt.block_on(f(admin))
 }
 
 /// Reads a password: a hidden prompt on a terminal, else one line of stdin. Never an argument.
@@ -547,7 +549,7 @@ fn token_cmd(
         cfg.data_dir = dir;
     }
     let db = cfg.data_dir.join("pforte.db");
-    let store = TokenStore::open(&db)?;
+    let store = tokens::open_source(cfg.redis_url.as_deref(), &db)?;
     let now = SystemClock.now();
     match action {
         TokenAction::Create {

@@ -110,13 +110,17 @@ impl AuthService {
     /// called before pingora starts its runtimes.
     pub fn open(settings: &Settings) -> Result<Self, OAuthSetupError> {
         let cfg = oauth_config(settings)?;
-        let store = open_store(settings)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name("pforte-oauth-init")
+            .thread_name("pforte-store")
             .enable_all()
             .build()
             .map_err(OAuthSetupError::Runtime)?;
+        // A redis connection manager needs a runtime to live on: this one.
+        let store = {
+            let _in_runtime = rt.enter();
+            open_store(settings)?
+        };
         let server = rt.block_on(AuthServer::builder(cfg, store).build())?;
         Ok(Self {
             router: pforte_oauth::router(server.clone()),
@@ -128,6 +132,12 @@ impl AuthService {
 
     pub fn server(&self) -> &Arc<AuthServer> {
         &self.server
+    }
+
+    /// The runtime that owns the store's background connections; other shared clients (the
+    /// redis rate limiter) are created on it too.
+    pub fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime.as_ref().map(|rt| rt.handle().clone())
     }
 
     /// Validates an OAuth access token for this resource.

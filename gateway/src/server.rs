@@ -22,7 +22,7 @@ use crate::{
     limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
     oauth::{AuthService, OAuthSetupError},
     proxy::Gateway,
-    tokens::{StoreError, TokenCache, TokenStore},
+    tokens::{self, StoreError, TokenCache},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +98,7 @@ pub fn run(
 ) -> Result<(), ServeError> {
     pingora::tls::install_default_crypto_provider();
     let settings = Arc::new(settings);
-    let store = TokenStore::open(&settings.tokens_db())?;
+    let store = tokens::open_source(settings.file.redis_url.as_deref(), &settings.tokens_db())?;
     let tokens = TokenCache::start(store, TOKEN_REFRESH)?;
     let oauth = Arc::new(AuthService::open(&settings)?);
 
@@ -128,12 +128,15 @@ pub fn run(
 
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
     let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
-    let shared: Option<Arc<dyn Limiter>> = match &settings.file.redis_url {
-        Some(url) => Some(Arc::new(
-            RedisLimiter::connect(url, "pforte:limit:")
-                .map_err(|e| ServeError::Pingora(e.to_string()))?,
-        )),
-        None => None,
+    let shared: Option<Arc<dyn Limiter>> = match (&settings.file.redis_url, oauth.runtime()) {
+        (Some(url), Some(rt)) => {
+            // The connection manager lives on the store runtime, not on a pingora one.
+            let _in_runtime = rt.enter();
+            let limiter = RedisLimiter::connect(url, "pforte:limit:")
+                .map_err(|e| ServeError::Pingora(e.to_string()))?;
+            Some(Arc::new(limiter))
+        }
+        _ => None,
     };
     let limiter = Arc::new(SharedLimiter::new(shared, LocalLimiter::new(clock.clone())));
     let gateway = Gateway::new(settings.clone(), tokens, oauth, limiter, clock);

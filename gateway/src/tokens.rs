@@ -39,6 +39,8 @@ pub enum StoreError {
     BadName,
     #[error("token store lock poisoned")]
     Poisoned,
+    #[error("token store (redis): {0}")]
+    Redis(String),
 }
 
 /// The prefix that makes a Pforte static token recognisable (e.g. to secret scanners).
@@ -50,7 +52,7 @@ pub fn hash_token(token: &str) -> [u8; 32] {
 }
 
 /// A fresh token: the prefix and 256 random bits, base64url.
-pub fn generate_token(rng: &mut impl rand::RngCore) -> String {
+pub fn generate_token(rng: &mut dyn rand::RngCore) -> String {
     let mut bytes = [0u8; 32];
     rng.fill_bytes(&mut bytes);
     format!(
@@ -59,11 +61,48 @@ pub fn generate_token(rng: &mut impl rand::RngCore) -> String {
     )
 }
 
-fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+pub mod redis;
+
+/// Where static tokens are kept: the embedded SQLite store, or redis when several gateways
+/// share one set. The admin CLI writes through it; the gateway's refresher reads through it.
+pub trait TokenSource: Send + std::fmt::Debug {
+    /// Creates a token and returns its plaintext — the only time it exists outside the client.
+    fn create(
+        &self,
+        name: &str,
+        scopes: &[String],
+        expires_at: Option<u64>,
+        now: u64,
+        rng: &mut dyn rand::RngCore,
+    ) -> Result<String, StoreError>;
+    /// Every token, newest first, revoked ones included.
+    fn list(&self) -> Result<Vec<StaticToken>, StoreError>;
+    /// Revokes the active token called `name`; `false` if there is none.
+    fn revoke(&self, name: &str, now: u64) -> Result<bool, StoreError>;
+    /// Whether an active token called `name` exists.
+    fn exists(&self, name: &str) -> Result<bool, StoreError>;
+    /// Every unrevoked token.
+    fn snapshot(&self) -> Result<TokenSet, StoreError>;
+    /// Changes whenever the set changes (cheap to ask).
+    fn version(&self) -> Result<i64, StoreError>;
+}
+
+/// Opens the token store the configuration names.
+pub fn open_source(
+    redis_url: Option<&str>,
+    sqlite_path: &Path,
+) -> Result<Box<dyn TokenSource>, StoreError> {
+    Ok(match redis_url {
+        Some(url) => Box::new(redis::RedisTokenStore::open(url)?),
+        None => Box::new(TokenStore::open(sqlite_path)?),
+    })
 }
 
 /// The durable token table.
@@ -115,7 +154,7 @@ impl TokenStore {
         scopes: &[String],
         expires_at: Option<u64>,
         now: u64,
-        rng: &mut impl rand::RngCore,
+        rng: &mut dyn rand::RngCore,
     ) -> Result<String, StoreError> {
         if !valid_name(name) {
             return Err(StoreError::BadName);
@@ -222,20 +261,48 @@ impl TokenStore {
     }
 }
 
-fn split_scopes(s: &str) -> Vec<String> {
+impl TokenSource for TokenStore {
+    fn create(
+        &self,
+        name: &str,
+        scopes: &[String],
+        expires_at: Option<u64>,
+        now: u64,
+        rng: &mut dyn rand::RngCore,
+    ) -> Result<String, StoreError> {
+        TokenStore::create(self, name, scopes, expires_at, now, rng)
+    }
+    fn list(&self) -> Result<Vec<StaticToken>, StoreError> {
+        TokenStore::list(self)
+    }
+    fn revoke(&self, name: &str, now: u64) -> Result<bool, StoreError> {
+        TokenStore::revoke(self, name, now)
+    }
+    fn exists(&self, name: &str) -> Result<bool, StoreError> {
+        TokenStore::exists(self, name)
+    }
+    fn snapshot(&self) -> Result<TokenSet, StoreError> {
+        TokenStore::snapshot(self)
+    }
+    fn version(&self) -> Result<i64, StoreError> {
+        self.data_version()
+    }
+}
+
+pub(crate) fn split_scopes(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_owned).collect()
 }
 
 #[derive(Debug, Clone)]
-struct Entry {
-    hash: [u8; 32],
-    token: StaticToken,
+pub(crate) struct Entry {
+    pub(crate) hash: [u8; 32],
+    pub(crate) token: StaticToken,
 }
 
 /// An immutable snapshot of the active tokens.
 #[derive(Debug, Clone, Default)]
 pub struct TokenSet {
-    entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry>,
 }
 
 impl TokenSet {
@@ -271,17 +338,25 @@ pub struct TokenCache {
 impl TokenCache {
     /// Loads the snapshot now and starts the refresher thread; it stops when every clone of the
     /// cache is dropped.
-    pub fn start(store: TokenStore, interval: Duration) -> Result<Self, StoreError> {
-        let current = Arc::new(RwLock::new(Arc::new(store.snapshot()?)));
+    /// A store that cannot be read at start (redis down) starts the cache empty; it fills as
+    /// soon as the store answers.
+    pub fn start(store: Box<dyn TokenSource>, interval: Duration) -> Result<Self, StoreError> {
+        let (initial, mut seen) = match (store.snapshot(), store.version()) {
+            (Ok(set), Ok(version)) => (set, version),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "static tokens unreadable at start; retrying in the background");
+                (TokenSet::default(), i64::MIN)
+            }
+        };
+        let current = Arc::new(RwLock::new(Arc::new(initial)));
         let weak = Arc::downgrade(&current);
-        let mut seen = store.data_version()?;
         std::thread::Builder::new()
             .name("pforte-token-refresh".into())
             .spawn(move || {
                 loop {
                     std::thread::sleep(interval);
                     let Some(current) = weak.upgrade() else { return };
-                    let version = match store.data_version() {
+                    let version = match store.version() {
                         Ok(v) => v,
                         Err(e) => {
                             tracing::warn!(error = %e, "token store unreadable; keeping the last snapshot");
@@ -408,7 +483,7 @@ mod tests {
     #[test]
     fn cache_follows_another_connection() {
         let (d, s) = store();
-        let cache = TokenCache::start(s, Duration::from_millis(20)).unwrap();
+        let cache = TokenCache::start(Box::new(s), Duration::from_millis(20)).unwrap();
         assert!(cache.get().is_empty());
         let admin = TokenStore::open(&d.path().join("t.db")).unwrap();
         let t = admin

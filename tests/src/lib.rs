@@ -226,6 +226,8 @@ pub struct GatewayOptions {
     pub redis_url: Option<String>,
     /// TOML appended after the generated config (tables only, e.g. `[oauth]\naccess_ttl_secs = 1`).
     pub extra_toml: String,
+    /// Top-level keys placed before any table (e.g. `public_url = "…"`).
+    pub top_toml: String,
 }
 
 impl GatewayOptions {
@@ -238,6 +240,7 @@ impl GatewayOptions {
             read_timeout_ms: 300_000,
             redis_url: None,
             extra_toml: String::new(),
+            top_toml: String::new(),
         }
     }
 }
@@ -275,10 +278,11 @@ impl Gateway {
                 .as_ref()
                 .map_or(String::new(), |u| format!("redis_url = {u:?}\n"));
             let config = format!(
-                "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nallowed_origins = {:?}\nmax_body_bytes = {}\nthreads = 2\n{redis}{tls}[upstream]\nurl = {:?}\nread_timeout_ms = {}\nconnect_timeout_ms = 1000\n{}",
+                "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nallowed_origins = {:?}\nmax_body_bytes = {}\nthreads = 2\n{redis}{}\n{tls}[upstream]\nurl = {:?}\nread_timeout_ms = {}\nconnect_timeout_ms = 1000\n{}",
                 dir.path().join("data").display().to_string(),
                 opts.allowed_origins,
                 opts.max_body_bytes,
+                opts.top_toml,
                 opts.upstream,
                 opts.read_timeout_ms,
                 opts.extra_toml,
@@ -492,11 +496,7 @@ impl RedisServer {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Some(Self {
-                        child,
-                        port,
-                        dir,
-                    });
+                    return Some(Self { child, port, dir });
                 }
                 if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() >= deadline {
                     let _ = child.kill();

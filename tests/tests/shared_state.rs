@@ -1,0 +1,426 @@
+//! Several gateways on one redis: tokens, clients, revocations and rate limits are shared; and a
+//! redis outage under load: static tokens keep working, OAuth fails closed with 503, limits
+//! fall back to the process, and everything recovers once redis is back — with nothing lost
+//! (AOF).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use pforte_tests::{
+    Gateway, GatewayOptions, McpService, RedisServer, eventually, free_port, http_client,
+    oauth::{
+        Browser, CLAUDE_CALLBACK, Pkce, authorize_url, browser_step, discover, exchange_code,
+        mcp_status, param, refresh, register_like_claude, revoke,
+    },
+    which,
+};
+use reqwest::StatusCode;
+
+const USER: &str = "alice";
+const PASSWORD: &str = "correct horse battery staple";
+
+/// Two gateways behind one public URL, sharing `redis_url`.
+async fn pair(redis_url: &str, upstream: &str, extra_toml: &str) -> (Gateway, Gateway) {
+    let mut a = GatewayOptions::new(upstream.to_owned());
+    a.redis_url = Some(redis_url.to_owned());
+    a.extra_toml = extra_toml.to_owned();
+    let gw_a = Gateway::start(a).await.unwrap();
+    // B serves the same public URL as A: in production both sit behind one load balancer.
+    let mut b = GatewayOptions::new(upstream.to_owned());
+    b.redis_url = Some(redis_url.to_owned());
+    b.extra_toml = extra_toml.to_owned();
+    b.top_toml = format!("public_url = {:?}", gw_a.base);
+    let gw_b = Gateway::start(b).await.unwrap();
+    (gw_a, gw_b)
+}
+
+/// A client of gateway B (its own certificate) that speaks to B's port.
+fn client_for(gw: &Gateway) -> reqwest::Client {
+    gw.http()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_share_tokens_clients_revocations_and_limits() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let svc = McpService::start(&[]).unwrap();
+    let limits = "[limits.mcp]\nrate = 200\nperiod_secs = 60\nburst = 200\n";
+    let (a, b) = pair(&redis.url(), &svc.url(), limits).await;
+    let (http_a, http_b) = (client_for(&a), client_for(&b));
+
+    // A static token created through A's configuration works on B.
+    let out = Command::new(pforte_tests::bin("pforte"))
+        .args(["token", "create", "shared", "--config"])
+        .arg(a.config_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let static_token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let works_on_b = eventually(Duration::from_secs(2), || {
+        let req = http_b.get(b.mcp_url()).bearer_auth(&static_token).send();
+        async move { req.await.is_ok_and(|r| r.status() != 401) }
+    })
+    .await;
+    assert!(works_on_b, "a static token created for A never worked on B");
+
+    // OAuth: registered, authorized and issued on A; used and refreshed on B.
+    a.add_user(USER, PASSWORD).unwrap();
+    let browser = Browser::for_gateway(&a);
+    let d = discover(&browser.http, &a.mcp_url()).await.unwrap();
+    let client = register_like_claude(&browser.http, &d).await.unwrap();
+    let pkce = Pkce::new("two-gateways");
+    let auth = authorize_url(
+        &d,
+        &client.client_id,
+        CLAUDE_CALLBACK,
+        &pkce,
+        "s1",
+        &[("resource", &d.resource)],
+    )
+    .unwrap();
+    let (cb, _) = browser_step(&browser, &auth, USER, PASSWORD, "approve")
+        .await
+        .unwrap();
+    let code = param(&cb, "code").unwrap();
+    let tok = exchange_code(
+        &http_a,
+        &d,
+        &client,
+        &code,
+        CLAUDE_CALLBACK,
+        &pkce.verifier,
+        &d.resource,
+    )
+    .await
+    .unwrap();
+    let access = tok.access().unwrap();
+    assert_ne!(
+        mcp_status(&http_b, &b.mcp_url(), &access).await,
+        StatusCode::UNAUTHORIZED
+    );
+    // The client registered on A refreshes on B (B's token endpoint, same store).
+    let d_b = {
+        let mut d_b = d.clone();
+        d_b.as_meta["token_endpoint"] = format!("{}/token", b.base).into();
+        d_b.as_meta["revocation_endpoint"] = format!("{}/revoke", b.base).into();
+        d_b
+    };
+    let refreshed = refresh(&http_b, &d_b, &client, &tok.refresh().unwrap())
+        .await
+        .unwrap();
+    let access2 = refreshed.access().unwrap();
+    assert_ne!(
+        mcp_status(&http_a, &a.mcp_url(), &access2).await,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Revoked on A, refused on B within a second.
+    revoke(&http_a, &d, &client, &access2, "access_token")
+        .await
+        .unwrap();
+    let revoked_at = Instant::now();
+    let refused = eventually(Duration::from_secs(1), || async {
+        mcp_status(&http_b, &b.mcp_url(), &access2).await == StatusCode::UNAUTHORIZED
+    })
+    .await;
+    assert!(
+        refused,
+        "B still accepted a token revoked on A after {:?}",
+        revoked_at.elapsed()
+    );
+
+    // One budget across both: 200 per minute (burst 200) for this principal, under load.
+    let out = Command::new(pforte_tests::bin("pforte"))
+        .args(["token", "create", "load", "--config"])
+        .arg(a.config_path())
+        .output()
+        .unwrap();
+    let load_token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(
+        eventually(Duration::from_secs(2), || {
+            let req = http_b.get(b.mcp_url()).bearer_auth(&load_token).send();
+            async move { req.await.is_ok_and(|r| r.status() != 401) }
+        })
+        .await
+    );
+    // The probe above spent one request of the budget.
+    let allowed = Arc::new(AtomicU64::new(1));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let (gw_url, http) = if w % 2 == 0 {
+            (a.mcp_url(), http_a.clone())
+        } else {
+            (b.mcp_url(), http_b.clone())
+        };
+        let (token, allowed) = (load_token.clone(), allowed.clone());
+        workers.push(tokio::spawn(async move {
+            for _ in 0..60 {
+                let status = http
+                    .get(&gw_url)
+                    .bearer_auth(&token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status();
+                if status != StatusCode::TOO_MANY_REQUESTS {
+                    allowed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let allowed = allowed.load(Ordering::Relaxed) as f64;
+    // GCRA's budget over the run: the burst plus what the rate refilled meanwhile (300 ms each).
+    let budget = 200.0 + (elapsed.as_millis() as f64 / 300.0).floor();
+    eprintln!("shared limit: {allowed} allowed of 481 sent in {elapsed:?}; budget {budget}");
+    assert!(
+        (allowed - budget).abs() <= budget * 0.02,
+        "allowed {allowed}, budget {budget}"
+    );
+}
+
+/// A redis with AOF (fsync always) on a fixed port and dir, to kill -9 and start again.
+struct AofRedis {
+    exe: std::path::PathBuf,
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl AofRedis {
+    fn start() -> Option<Self> {
+        let exe = which("redis-server").or_else(|| {
+            assert!(
+                !pforte_tests::in_ci(),
+                "redis-server is missing under CI=true"
+            );
+            eprintln!("SKIP: redis-server is not installed");
+            None
+        })?;
+        let mut r = Self {
+            exe,
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        };
+        r.launch();
+        Some(r)
+    }
+
+    fn launch(&mut self) {
+        let child = spawn_redis(&self.exe, self.port, self.dir.path());
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis did not come up");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+fn spawn_redis(exe: &Path, port: u16, dir: &Path) -> Child {
+    Command::new(exe)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "yes", "--appendfsync", "always"])
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+impl Drop for AofRedis {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_under_load() {
+    let Some(mut redis) = AofRedis::start() else {
+        return;
+    };
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.redis_url = Some(redis.url());
+    opts.extra_toml = "[limits.mcp]\nrate = 100000\nperiod_secs = 60\nburst = 100000\n".to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    let http = gw.http();
+    let t0 = Instant::now();
+    let stamp = |what: &str| eprintln!("[{:>6} ms] {what}", t0.elapsed().as_millis());
+
+    let out = Command::new(pforte_tests::bin("pforte"))
+        .args(["token", "create", "ops", "--config"])
+        .arg(gw.config_path())
+        .output()
+        .unwrap();
+    let static_token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(
+        eventually(Duration::from_secs(2), || {
+            let req = http.get(gw.mcp_url()).bearer_auth(&static_token).send();
+            async move { req.await.is_ok_and(|r| r.status() != 401) }
+        })
+        .await
+    );
+
+    gw.add_user(USER, PASSWORD).unwrap();
+    let browser = Browser::for_gateway(&gw);
+    let d = discover(&browser.http, &gw.mcp_url()).await.unwrap();
+    let client = register_like_claude(&browser.http, &d).await.unwrap();
+    let pkce = Pkce::new("outage");
+    let auth = authorize_url(&d, &client.client_id, CLAUDE_CALLBACK, &pkce, "s", &[]).unwrap();
+    let (cb, _) = browser_step(&browser, &auth, USER, PASSWORD, "approve")
+        .await
+        .unwrap();
+    let code = param(&cb, "code").unwrap();
+    let tok = exchange_code(
+        &http,
+        &d,
+        &client,
+        &code,
+        CLAUDE_CALLBACK,
+        &pkce.verifier,
+        &d.resource,
+    )
+    .await
+    .unwrap();
+    let access = tok.access().unwrap();
+    assert_ne!(
+        mcp_status(&http, &gw.mcp_url(), &access).await,
+        StatusCode::UNAUTHORIZED
+    );
+    stamp("static and OAuth tokens work");
+
+    // Bounded load of static-token requests for the whole outage.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (http, url, token) = (http.clone(), gw.mcp_url(), static_token.clone());
+        let (stop, ok, errors) = (stop.clone(), ok.clone(), errors.clone());
+        load.push(tokio::spawn(async move {
+            for _ in 0..20_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                match http.get(&url).bearer_auth(&token).send().await {
+                    Ok(r)
+                        if r.status() == 401
+                            || r.status() == 429
+                            || r.status().is_server_error() =>
+                    {
+                        errors.fetch_add(1, Ordering::Relaxed)
+                    }
+                    Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+
+    redis.kill9();
+    stamp("redis killed (SIGKILL)");
+    // Past the validator's 1 s cache, a new OAuth validation fails closed.
+    let closed = eventually(Duration::from_secs(5), || async {
+        mcp_status(&http, &gw.mcp_url(), &access).await == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    assert!(
+        closed,
+        "OAuth validation did not answer 503 while redis was down"
+    );
+    let resp = http
+        .get(gw.mcp_url())
+        .bearer_auth(&access)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert!(resp.headers().contains_key("retry-after"));
+    stamp("OAuth answers 503 with Retry-After");
+    let token_endpoint = http
+        .post(d.endpoint("token_endpoint").unwrap())
+        .form(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &tok.refresh().unwrap()),
+            ("client_id", &client.client_id),
+            (
+                "client_secret",
+                client.client_secret.as_deref().unwrap_or_default(),
+            ),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(token_endpoint.status(), 503);
+    stamp("the token endpoint answers 503");
+
+    redis.launch();
+    let restarted = Instant::now();
+    stamp("redis restarted from its AOF");
+    let recovered = eventually(Duration::from_secs(2), || async {
+        mcp_status(&http, &gw.mcp_url(), &access).await != StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    let took = restarted.elapsed();
+    assert!(
+        recovered,
+        "OAuth did not recover within 2 s of redis returning"
+    );
+    assert_ne!(
+        mcp_status(&http, &gw.mcp_url(), &access).await,
+        StatusCode::UNAUTHORIZED,
+        "the OAuth token was lost across the redis restart"
+    );
+    stamp(&format!(
+        "OAuth recovered {} ms after the restart; the token survived",
+        took.as_millis()
+    ));
+
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    let (ok, errors) = (ok.load(Ordering::Relaxed), errors.load(Ordering::Relaxed));
+    stamp(&format!("static-token load: {ok} ok, {errors} errors"));
+    assert!(ok > 0);
+    assert_eq!(errors, 0, "static-token requests failed during the outage");
+    drop(http_client(None));
+}
