@@ -157,7 +157,7 @@ impl TokenSource for RedisTokenStore {
                 revoked_at: r.revoked_at,
             })
             .collect();
-        tokens.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        tokens.sort_by_key(|t| std::cmp::Reverse(t.created_at));
         Ok(tokens)
     }
 
