@@ -208,6 +208,8 @@ pub struct SharedLimiter {
     primary: Option<Arc<dyn Limiter>>,
     fallback: LocalLimiter,
     degraded: std::sync::atomic::AtomicBool,
+    fallback_decisions: std::sync::atomic::AtomicU64,
+    refusals: std::sync::atomic::AtomicU64,
 }
 
 impl SharedLimiter {
@@ -216,7 +218,28 @@ impl SharedLimiter {
             primary,
             fallback,
             degraded: std::sync::atomic::AtomicBool::new(false),
+            fallback_decisions: std::sync::atomic::AtomicU64::new(0),
+            refusals: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Prometheus text for the limiter's state.
+    pub fn metrics(&self) -> String {
+        use std::sync::atomic::Ordering;
+        format!(
+            "# HELP pforte_ratelimit_degraded 1 while the shared (redis) limiter is unavailable and limits are per process.\n\
+             # TYPE pforte_ratelimit_degraded gauge\n\
+             pforte_ratelimit_degraded {}\n\
+             # HELP pforte_ratelimit_fallback_decisions_total Decisions made in-process because redis did not answer.\n\
+             # TYPE pforte_ratelimit_fallback_decisions_total counter\n\
+             pforte_ratelimit_fallback_decisions_total {}\n\
+             # HELP pforte_ratelimit_refusals_total Requests answered 429.\n\
+             # TYPE pforte_ratelimit_refusals_total counter\n\
+             pforte_ratelimit_refusals_total {}\n",
+            u8::from(self.degraded()),
+            self.fallback_decisions.load(Ordering::Relaxed),
+            self.refusals.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether decisions are currently made locally because the shared backend failed.
@@ -225,6 +248,15 @@ impl SharedLimiter {
     }
 
     pub async fn check(&self, key: &str, policy: Policy) -> Decision {
+        let decision = self.decide(key, policy).await;
+        if !decision.allowed {
+            self.refusals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        decision
+    }
+
+    async fn decide(&self, key: &str, policy: Policy) -> Decision {
         use std::sync::atomic::Ordering;
         let Some(primary) = &self.primary else {
             return self.fallback.decide(key, policy);
@@ -240,6 +272,7 @@ impl SharedLimiter {
                 if !self.degraded.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %e, "rate limits fall back to this process until redis answers");
                 }
+                self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
                 self.fallback.decide(key, policy)
             }
         }

@@ -199,6 +199,7 @@ impl Gateway {
 /// Which built-in route a path is.
 enum Route {
     AuthServer,
+    Metrics,
     Health,
     Ready,
     ResourceMetadata,
@@ -212,6 +213,7 @@ fn route(path: &str) -> Route {
     }
     match path {
         "/healthz" => Route::Health,
+        "/metrics" => Route::Metrics,
         "/readyz" => Route::Ready,
         "/.well-known/oauth-protected-resource" => Route::ResourceMetadata,
         p if p == format!("/.well-known/oauth-protected-resource{MCP_PATH}") => {
@@ -305,6 +307,15 @@ impl ProxyHttp for Gateway {
                 .await
             }
             Route::Unknown => self.refuse(session, Rejection::NotFound, ctx).await,
+            // Operators scrape from the machine itself; the public never sees it.
+            Route::Metrics if peer.is_some_and(|ip| ip.is_loopback()) => {
+                let mut reply = Reply::json(200, &serde_json::Value::Null);
+                reply.headers = vec![("content-type", "text/plain; version=0.0.4".to_owned())];
+                reply.body = Bytes::from(self.limiter.metrics());
+                self.send(session, reply, ctx).await?;
+                Ok(true)
+            }
+            Route::Metrics => self.refuse(session, Rejection::NotFound, ctx).await,
             Route::AuthServer => {
                 if req.method == http::Method::POST
                     && let Some(rejection) =

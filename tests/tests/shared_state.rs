@@ -375,6 +375,17 @@ async fn redis_outage_under_load() {
     assert_eq!(resp.status(), 503);
     assert!(resp.headers().contains_key("retry-after"));
     stamp("OAuth answers 503 with Retry-After");
+    let metrics_url = format!("{}/metrics", gw.base);
+    let metrics = http
+        .get(&metrics_url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("pforte_ratelimit_degraded 1"), "{metrics}");
+    stamp("the metric says limits are per process");
     let token_endpoint = http
         .post(d.endpoint("token_endpoint").unwrap())
         .form(&[
