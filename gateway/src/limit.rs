@@ -45,6 +45,8 @@ pub enum Class {
     Unauthenticated,
     /// The authorization server's endpoints, per client IP.
     OAuth,
+    /// One tool's own budget, per principal (`limits.tools`).
+    Tool,
 }
 
 impl Class {
@@ -53,6 +55,7 @@ impl Class {
             Self::Mcp => "mcp",
             Self::Unauthenticated => "unauthenticated",
             Self::OAuth => "oauth",
+            Self::Tool => "tool",
         }
     }
 }
@@ -65,6 +68,8 @@ pub struct Limits {
     pub mcp: Policy,
     pub unauthenticated: Policy,
     pub oauth: Policy,
+    /// Budgets of their own for named tools, keyed by the `Mcp-Name` request header.
+    pub tools: std::collections::BTreeMap<String, Policy>,
 }
 
 impl Default for Limits {
@@ -86,17 +91,24 @@ impl Default for Limits {
                 period_secs: 60,
                 burst: 20,
             },
+            tools: std::collections::BTreeMap::new(),
         }
     }
 }
 
 impl Limits {
+    /// The policy of a route class (`Tool` budgets are looked up by name, see `tool`).
     pub fn policy(&self, class: Class) -> Policy {
         match class {
-            Class::Mcp => self.mcp,
+            Class::Mcp | Class::Tool => self.mcp,
             Class::Unauthenticated => self.unauthenticated,
             Class::OAuth => self.oauth,
         }
+    }
+
+    /// The budget of the tool called `name`, if it has one.
+    pub fn tool(&self, name: &str) -> Option<Policy> {
+        self.tools.get(name).copied()
     }
 }
 

@@ -33,6 +33,7 @@ pub struct RequestCtx {
     client_ip: Option<std::net::IpAddr>,
     /// The rate-limit decision for this request, reported in response headers.
     rate: Option<(Class, Policy, Decision)>,
+
     body_bytes: u64,
     started: Instant,
 }
@@ -140,6 +141,25 @@ impl Gateway {
             policy,
             decision,
             oauth: class == Class::OAuth,
+        })
+    }
+
+    /// The budget of one tool, per principal; `None` when the tool has none or is within it.
+    async fn over_tool_limit(&self, tool: &str, ctx: &mut RequestCtx) -> Option<Rejection> {
+        let policy = self.settings.file.limits.tool(tool)?;
+        let principal = ctx.principal.as_ref()?;
+        let key = format!(
+            "tool:{tool}:{}:{}:{}",
+            principal.kind.as_str(),
+            principal.subject,
+            principal.client
+        );
+        let decision = self.limiter.check(&key, policy).await;
+        (!decision.allowed).then_some(Rejection::RateLimited {
+            class: Class::Tool,
+            policy,
+            decision,
+            oauth: false,
         })
     }
 
@@ -253,6 +273,7 @@ impl ProxyHttp for Gateway {
             principal: None,
             client_ip: None,
             rate: None,
+
             body_bytes: 0,
             started: Instant::now(),
         }
@@ -350,6 +371,13 @@ impl ProxyHttp for Gateway {
                         );
                         ctx.principal = Some(principal);
                         if let Some(rejection) = self.over_limit(Class::Mcp, &key, ctx).await {
+                            return self.refuse(session, rejection, ctx).await;
+                        }
+                        // Tool budgets key on `Mcp-Name` (sent by MCP 2026-07-28 clients).
+                        let tool = req.headers.get("mcp-name").and_then(|v| v.to_str().ok());
+                        if let Some(tool) = tool.map(str::to_owned)
+                            && let Some(rejection) = self.over_tool_limit(&tool, ctx).await
+                        {
                             return self.refuse(session, rejection, ctx).await;
                         }
                         Ok(false)

@@ -145,3 +145,71 @@ async fn failed_authentication_is_limited_per_ip() {
         "\"unauthenticated\";q=2;w=60;burst=2"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_can_have_its_own_budget() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.extra_toml = "[limits.tools.whoami]\nrate = 1\nperiod_secs = 60\nburst = 1\n".to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    let token = gw.create_token("tools").await.unwrap();
+    let http = gw.http();
+    let post = |body: &'static str, session: Option<String>, name: Option<&'static str>| {
+        let mut req = http
+            .post(gw.mcp_url())
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body);
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        if let Some(n) = name {
+            req = req.header("mcp-name", n);
+        }
+        req.send()
+    };
+    let init = post(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(init);
+    let ready = post(
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        Some(session.clone()),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(ready.status().is_success());
+    const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#;
+    // Named by the header (as MCP 2026-07-28 clients send it): the first call passes, the
+    // second is refused before anything reaches the service.
+    let first = post(CALL, Some(session.clone()), Some("whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.text().await.unwrap().contains("operator"));
+    let second = post(CALL, Some(session.clone()), Some("whoami"))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 429);
+    assert!(header(&second, "ratelimit-policy").starts_with("\"tool\";q=1;"));
+    // Other calls are not affected.
+    let list = post(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+        Some(session),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(list.status(), 200);
+}
