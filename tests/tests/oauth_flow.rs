@@ -132,7 +132,10 @@ impl Stack {
                 }
             }
         }
-        assert!(blobs.iter().map(Vec::len).sum::<usize>() > 0, "nothing stored?");
+        assert!(
+            blobs.iter().map(Vec::len).sum::<usize>() > 0,
+            "nothing stored?"
+        );
         secrets
             .iter()
             .filter(|s| {
@@ -251,7 +254,9 @@ async fn connector_flow(kind: StoreKind) {
     let next = after.see_other().unwrap();
     // A new session id on login (no session fixation).
     let session_id = |c: &str| c.split(';').next().unwrap().to_owned();
-    let renewed = after.header("set-cookie").expect("a new session cookie on login");
+    let renewed = after
+        .header("set-cookie")
+        .expect("a new session cookie on login");
     assert!(renewed.starts_with("__Host-pforte_session="), "{renewed}");
     assert_ne!(session_id(renewed), session_id(&cookie));
     assert!(
@@ -369,7 +374,10 @@ async fn connector_flow(kind: StoreKind) {
     ]);
     assert!(leaked.is_empty(), "stored in plain text: {leaked:?}");
     // (the check can see: the user name is stored as is)
-    assert!(!s.stored_in_plain_text(&[USER, &client.client_id]).is_empty());
+    assert!(
+        !s.stored_in_plain_text(&[USER, &client.client_id])
+            .is_empty()
+    );
 }
 
 on_both_stores!(
