@@ -20,7 +20,7 @@ import sys
 import time
 from html.parser import HTMLParser
 from importlib.metadata import version
-from urllib.parse import parse_qs, urljoin, urlparse
+from urllib.parse import parse_qs, urlencode, urljoin, urlparse
 
 import httpx2
 from mcp import Client
@@ -81,6 +81,14 @@ def parse_form(page_url: str, html: str) -> dict:
     return form
 
 
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+
+
+def form_body(fields: list[tuple[str, str]]) -> bytes:
+    """The body a browser sends for these fields, in document order (repeats allowed)."""
+    return urlencode(fields).encode()
+
+
 class BrowserStep:
     """The SDK's redirect_handler + callback_handler: a scripted user in a browser."""
 
@@ -102,7 +110,7 @@ class BrowserStep:
                 login = parse_form(page_url, page.text)
                 fields = [(n, self.username if n == "username" else self.password if n == "password" else v)
                           for n, v in login["fields"]]
-                resp = await browser.post(login["action"], data=fields)
+                resp = await browser.post(login["action"], content=form_body(fields), headers=FORM)
                 if resp.status_code != 303:
                     raise RuntimeError(f"login: {resp.status_code} {resp.text[:500]}")
                 page_url = urljoin(login["action"], resp.headers["location"])
@@ -113,7 +121,8 @@ class BrowserStep:
             approve = [b for b in consent["buttons"] if b[1] == "approve"]
             if not approve:
                 raise RuntimeError(f"no approve button: {consent}")
-            resp = await browser.post(consent["action"], data=consent["fields"] + approve)
+            resp = await browser.post(consent["action"], content=form_body(consent["fields"] + approve),
+                                     headers=FORM)
             if resp.status_code != 303:
                 raise RuntimeError(f"approve: {resp.status_code} {resp.text[:500]}")
             location = resp.headers["location"]
