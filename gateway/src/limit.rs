@@ -86,10 +86,11 @@ impl Default for Limits {
                 period_secs: 60,
                 burst: 20,
             },
+            // Claude.ai registers and refreshes from a few server addresses for all its users.
             oauth: Policy {
-                rate: 60,
+                rate: 600,
                 period_secs: 60,
-                burst: 20,
+                burst: 100,
             },
             tools: std::collections::BTreeMap::new(),
         }

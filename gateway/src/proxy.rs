@@ -219,6 +219,7 @@ impl Gateway {
 /// Which built-in route a path is.
 enum Route {
     AuthServer,
+    Favicon,
     Metrics,
     Health,
     Ready,
@@ -233,6 +234,8 @@ fn route(path: &str) -> Route {
     }
     match path {
         "/healthz" => Route::Health,
+        // Browsers ask for it on the login page; answer without an error in their console.
+        "/favicon.ico" => Route::Favicon,
         "/metrics" => Route::Metrics,
         "/readyz" => Route::Ready,
         "/.well-known/oauth-protected-resource" => Route::ResourceMetadata,
@@ -328,6 +331,13 @@ impl ProxyHttp for Gateway {
                 .await
             }
             Route::Unknown => self.refuse(session, Rejection::NotFound, ctx).await,
+            Route::Favicon => {
+                let mut reply = Reply::json(204, &serde_json::Value::Null);
+                reply.headers = vec![("cache-control", "public, max-age=86400".to_owned())];
+                reply.body = Bytes::new();
+                self.send(session, reply, ctx).await?;
+                Ok(true)
+            }
             // Operators scrape from the machine itself; the public never sees it.
             Route::Metrics if peer.is_some_and(|ip| ip.is_loopback()) => {
                 let mut reply = Reply::json(200, &serde_json::Value::Null);
