@@ -10,10 +10,10 @@ use mcp_service::{config::ServiceConfig, http, server::PlanService};
 #[derive(clap::Args)]
 struct StoreArgs {
     /// TOML config file (env MCP_SERVICE_* overrides it).
-    #[arg(long)]
+    #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// Data dir of the embedded store (env MCP_SERVICE_DATA_DIR; default .mcp-service).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
 }
 use rmcp::ServiceExt as _;
@@ -131,7 +131,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("configuration ok");
                 return Ok(ExitCode::SUCCESS);
             }
-            let planner = mcp_service::app::planner(&cfg).context("starting the service")?;
+            // The redis store's connection manager needs the runtime.
+            let planner = {
+                let _rt = runtime.enter();
+                mcp_service::app::planner(&cfg).context("starting the service")?
+            };
             runtime.block_on(async {
                 let listener = tokio::net::TcpListener::bind(cfg.listen)
                     .await
@@ -159,7 +163,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(code) => return Ok(code),
             };
             cfg.read_only |= read_only;
-            let planner = mcp_service::app::planner(&cfg).context("starting the service")?;
+            // The redis store's connection manager needs the runtime.
+            let planner = {
+                let _rt = runtime.enter();
+                mcp_service::app::planner(&cfg).context("starting the service")?
+            };
             runtime.block_on(async {
                 let running = PlanService::new(planner, cfg.read_only)
                     .serve(rmcp::transport::stdio())
