@@ -24,7 +24,7 @@ pub enum ToolError {
     },
     /// The base is stale: someone wrote since the agent's last read.
     #[error(
-        "conflict: your base is version {base_version} but document {} is at version {} \
+        "your base is version {base_version} but document {} is at version {} \
          (written by someone else since your read); nothing was written. Re-read the current \
          text below, redo your change on it and retry with the new base.",
         current.uuid, current.version
