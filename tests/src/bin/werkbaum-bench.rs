@@ -176,7 +176,7 @@ async fn main() -> anyhow::Result<()> {
     let mut samples = Vec::with_capacity(iterations);
     let started = Instant::now();
     for i in 0..iterations + 20 {
-        let status = if i % 2 == 0 { "~" } else { " " };
+        let status = if i.is_multiple_of(2) { "~" } else { " " };
         let t = Instant::now();
         let r = call(
             &c,
@@ -213,7 +213,7 @@ async fn main() -> anyhow::Result<()> {
                 i += 1;
                 let r = client
                     .call_tool(CallToolRequestParams::new("werkbaum_set_size").with_arguments(
-                        json!({"document": doc, "base": base, "id": 6 + w, "size": if i % 2 == 0 { "S" } else { "M" }})
+                        json!({"document": doc, "base": base, "id": 6 + w, "size": if i.is_multiple_of(2) { "S" } else { "M" }})
                             .as_object()
                             .cloned()
                             .unwrap_or_default(),

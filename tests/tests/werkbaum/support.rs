@@ -286,6 +286,6 @@ impl Rng {
         self.0
     }
     pub fn coin(&mut self) -> bool {
-        self.next() % 2 == 0
+        self.next().is_multiple_of(2)
     }
 }
