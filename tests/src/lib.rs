@@ -23,12 +23,14 @@ use rmcp::{
 
 /// The directory holding the workspace's built binaries (`target/debug` or `target/release`).
 pub fn bin_dir() -> PathBuf {
-    // Test executables live in target/<profile>/deps/.
+    // Test executables live in target/<profile>/deps/, benchmark binaries in target/<profile>/.
     let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_owned()
+    let dir = exe.parent().expect("exe dir");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("target dir").to_owned()
+    } else {
+        dir.to_owned()
+    }
 }
 
 /// Path to a workspace binary; panics with the fix when it was not built.
@@ -374,13 +376,13 @@ impl Gateway {
             .map(drop)
     }
 
-    /// Runs `pforte token …` against this gateway's data dir and returns stdout.
+    /// Runs `pforte token …` with this gateway's config (its data dir, or its redis).
     pub fn token_cmd(&self, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(bin("pforte"))
             .arg("token")
             .args(args)
-            .arg("--data-dir")
-            .arg(self.data_dir())
+            .arg("--config")
+            .arg(self.config_path())
             .output()?;
         if !out.status.success() {
             bail!(
@@ -398,7 +400,10 @@ impl Gateway {
         let url = self.mcp_url();
         let seen = eventually(Duration::from_secs(2), || {
             let req = client.get(&url).bearer_auth(&token).send();
-            async move { req.await.is_ok_and(|r| r.status() != 401) }
+            async move {
+                req.await
+                    .is_ok_and(|r| r.status() != 401 && r.status() != 429)
+            }
         })
         .await;
         if !seen {
