@@ -350,6 +350,7 @@ async fn conflicts_are_errors_with_the_current_text_and_history_names_authors() 
         a.text,
         b.text
     );
+    let a_lost = a.is_error;
     let (winner, loser) = if a.is_error { (b, a) } else { (a, b) };
     let won = winner.ok();
     let e = loser.err();
@@ -365,15 +366,24 @@ async fn conflicts_are_errors_with_the_current_text_and_history_names_authors() 
     assert_eq!(now["text"], current_text.as_str());
     assert_eq!(now["revision"]["version"], 2);
 
-    // The stale writer redoes its change on the current version.
+    // The stale writer redoes its own change on the current version.
     let fresh = json!({"version": e["current"]["version"], "checksum": e["current"]["checksum"]});
-    let r = call(
-        &other,
-        "werkbaum_set_size",
-        json!({"document": doc, "base": fresh, "id": "api", "size": "S"}),
-    )
-    .await
-    .ok();
+    let (client, tool, mut args) = if a_lost {
+        (
+            &claude,
+            "werkbaum_set_status",
+            json!({"id": "form", "status": "x"}),
+        )
+    } else {
+        (
+            &other,
+            "werkbaum_set_size",
+            json!({"id": "api", "size": "S"}),
+        )
+    };
+    args["document"] = json!(doc);
+    args["base"] = fresh;
+    let r = call(client, tool, args).await.ok();
     assert_eq!(r["version"], 3);
     // A mismatching checksum with the right version is stale too.
     let bad = json!({"version": 3, "checksum": "0".repeat(64)});
