@@ -107,7 +107,7 @@ pub struct GatewayConfig {
     /// Rate limits per route class.
     pub limits: crate::limit::Limits,
     /// Proxies whose `X-Forwarded-For` is believed; the client IP is otherwise the socket's.
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub trusted_proxies: Vec<crate::forward::TrustedProxy>,
 }
 
 impl Default for GatewayConfig {

@@ -49,15 +49,67 @@ pub fn trusted_headers(
     set
 }
 
+/// A trusted proxy: one address, or a network in CIDR notation (`172.18.0.0/16`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct TrustedProxy {
+    net: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl TryFrom<String> for TrustedProxy {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let (addr, prefix) = s.split_once('/').unwrap_or((&s, ""));
+        let net: std::net::IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an address or CIDR network"))?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            "" => max,
+            p => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{s:?}: prefix must be 0..={max}"))?,
+        };
+        Ok(Self { net, prefix })
+    }
+}
+
+impl TrustedProxy {
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        fn masked(bits: u128, prefix: u8, width: u8) -> u128 {
+            if prefix == 0 {
+                0
+            } else {
+                bits >> (width - prefix)
+            }
+        }
+        match (self.net, ip) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(i)) => {
+                masked(u32::from(n).into(), self.prefix, 32)
+                    == masked(u32::from(i).into(), self.prefix, 32)
+            }
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(i)) => {
+                masked(u128::from(n), self.prefix, 128) == masked(u128::from(i), self.prefix, 128)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The client's IP: the socket peer, unless that peer is a trusted proxy — then the rightmost
 /// `X-Forwarded-For` entry that is not itself a trusted proxy.
 pub fn client_ip(
     peer: Option<std::net::IpAddr>,
     forwarded_for: Option<&str>,
-    trusted: &[std::net::IpAddr],
+    trusted: &[TrustedProxy],
 ) -> Option<std::net::IpAddr> {
+    let is_trusted = |ip: std::net::IpAddr| trusted.iter().any(|t| t.contains(ip));
     let peer = peer?;
-    if !trusted.contains(&peer) {
+    if !is_trusted(peer) {
         return Some(peer);
     }
     let Some(chain) = forwarded_for else {
@@ -66,7 +118,7 @@ pub fn client_ip(
     chain
         .rsplit(',')
         .filter_map(|hop| hop.trim().parse::<std::net::IpAddr>().ok())
-        .find(|ip| !trusted.contains(ip))
+        .find(|ip| !is_trusted(*ip))
         .or(Some(peer))
 }
 
@@ -141,18 +193,39 @@ mod tests {
 
     #[test]
     fn client_ip_trusts_forwarded_for_only_from_trusted_proxies() {
-        let proxy: std::net::IpAddr = "10.0.0.2"
-            .parse()
-            .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
-        let client: std::net::IpAddr = "203.0.113.7".parse().unwrap_or(proxy);
+        let proxy = std::net::IpAddr::from([10, 0, 0, 2]);
+        let client = std::net::IpAddr::from([203, 0, 113, 7]);
+        let trusted = [
+            TrustedProxy::try_from("10.0.0.0/24".to_owned()).unwrap_or(TrustedProxy {
+                net: proxy,
+                prefix: 32,
+            }),
+        ];
         let spoof = "198.51.100.1, 203.0.113.7";
-        assert_eq!(client_ip(Some(client), Some(spoof), &[proxy]), Some(client));
-        assert_eq!(client_ip(Some(proxy), Some(spoof), &[proxy]), Some(client));
+        assert_eq!(client_ip(Some(client), Some(spoof), &trusted), Some(client));
+        assert_eq!(client_ip(Some(proxy), Some(spoof), &trusted), Some(client));
         assert_eq!(
-            client_ip(Some(proxy), Some("203.0.113.7, 10.0.0.2"), &[proxy]),
+            client_ip(Some(proxy), Some("203.0.113.7, 10.0.0.9"), &trusted),
             Some(client)
         );
-        assert_eq!(client_ip(Some(proxy), None, &[proxy]), Some(proxy));
+        assert_eq!(client_ip(Some(proxy), None, &trusted), Some(proxy));
+    }
+
+    #[test]
+    fn trusted_proxy_networks() {
+        let t = |s: &str| TrustedProxy::try_from(s.to_owned());
+        let none = TrustedProxy {
+            net: [0, 0, 0, 0].into(),
+            prefix: 32,
+        };
+        let net = t("172.18.0.0/16").unwrap_or(none);
+        assert!(net.contains([172, 18, 3, 4].into()));
+        assert!(!net.contains([172, 19, 0, 1].into()));
+        assert!(t("10.0.0.1").is_ok_and(|p| p.contains([10, 0, 0, 1].into())));
+        assert!(t("::1/128").is_ok_and(|p| p.contains(std::net::Ipv6Addr::LOCALHOST.into())));
+        assert!(t("10.0.0.0/33").is_err());
+        assert!(t("nope").is_err());
+        assert!(t("0.0.0.0/0").is_ok_and(|p| p.contains([8, 8, 8, 8].into())));
     }
 
     #[test]
