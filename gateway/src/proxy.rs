@@ -163,6 +163,37 @@ impl Gateway {
         })
     }
 
+    /// Which tool a `/mcp` request calls: the `Mcp-Name` header (MCP 2026-07-28), else the
+    /// JSON-RPC body. The body is read here with pingora's retry buffer on, so pingora forwards
+    /// it unchanged afterwards; that buffer holds 64 KiB, so a larger `tools/call` body must
+    /// name its tool in `Mcp-Name` (otherwise a padded body could slip past a tool budget).
+    async fn called_tool(&self, session: &mut Session) -> Result<ToolCall> {
+        let req = session.req_header();
+        if let Some(name) = req.headers.get("mcp-name").and_then(|v| v.to_str().ok()) {
+            return Ok(ToolCall::Named(name.to_owned()));
+        }
+        if req.method != http::Method::POST {
+            return Ok(ToolCall::None);
+        }
+        let declared = req
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_none_or(|n| n > BODY_PEEK_LIMIT) {
+            return Ok(ToolCall::Unknowable);
+        }
+        session.as_mut().enable_retry_buffering();
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = session.read_request_body().await? {
+            body.extend_from_slice(&chunk);
+            if body.len() > BODY_PEEK_LIMIT {
+                return Ok(ToolCall::Unknowable);
+            }
+        }
+        Ok(crate::limit::called_tool(&body).map_or(ToolCall::None, ToolCall::Named))
+    }
+
     fn ip_key(ctx: &RequestCtx) -> String {
         ctx.client_ip
             .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
@@ -214,6 +245,18 @@ impl Gateway {
         self.send(session, reply, ctx).await?;
         Ok(true)
     }
+}
+
+/// The most of a request body the gateway reads to find the called tool (pingora's retry
+/// buffer, which replays it to the upstream).
+const BODY_PEEK_LIMIT: usize = 64 * 1024;
+
+/// What a `/mcp` request calls, as far as tool budgets care.
+enum ToolCall {
+    Named(String),
+    None,
+    /// A POST too large (or of unknown length) to read for the tool name, without `Mcp-Name`.
+    Unknowable,
 }
 
 /// Which built-in route a path is.
@@ -383,11 +426,19 @@ impl ProxyHttp for Gateway {
                         if let Some(rejection) = self.over_limit(Class::Mcp, &key, ctx).await {
                             return self.refuse(session, rejection, ctx).await;
                         }
-                        // Tool budgets key on `Mcp-Name` (sent by MCP 2026-07-28 clients).
-                        let tool = req.headers.get("mcp-name").and_then(|v| v.to_str().ok());
-                        if let Some(tool) = tool.map(str::to_owned)
-                            && let Some(rejection) = self.over_tool_limit(&tool, ctx).await
-                        {
+                        if self.settings.file.limits.tools.is_empty() {
+                            return Ok(false);
+                        }
+                        let tool = match self.called_tool(session).await? {
+                            ToolCall::Named(tool) => tool,
+                            ToolCall::None => return Ok(false),
+                            ToolCall::Unknowable => {
+                                let limit = BODY_PEEK_LIMIT as u64;
+                                let rejection = Rejection::ToolUnnamed { limit };
+                                return self.refuse(session, rejection, ctx).await;
+                            }
+                        };
+                        if let Some(rejection) = self.over_tool_limit(&tool, ctx).await {
                             return self.refuse(session, rejection, ctx).await;
                         }
                         Ok(false)

@@ -24,6 +24,10 @@ pub enum Rejection {
     UpstreamUnavailable,
     UpstreamTimeout,
     NotReady,
+    /// Tool budgets are configured and a large `tools/call` body does not name its tool.
+    ToolUnnamed {
+        limit: u64,
+    },
     /// Over a rate limit; `oauth` selects the OAuth error format.
     RateLimited {
         class: Class,
@@ -90,6 +94,13 @@ impl Rejection {
                 format!("request bodies are limited to {limit} bytes"),
             ),
             Self::NotFound => (404, "not_found", "no such endpoint".to_owned()),
+            Self::ToolUnnamed { limit } => (
+                400,
+                "mcp_name_required",
+                format!(
+                    "POST bodies over {limit} bytes must name the called tool in the Mcp-Name header"
+                ),
+            ),
             Self::MethodNotAllowed { allow } => {
                 let mut reply = Reply::json(
                     405,

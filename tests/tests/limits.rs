@@ -191,18 +191,30 @@ async fn a_tool_can_have_its_own_budget() {
     .unwrap();
     assert!(ready.status().is_success());
     const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#;
-    // Named by the header (as MCP 2026-07-28 clients send it): the first call passes, the
-    // second is refused before anything reaches the service.
-    let first = post(CALL, Some(session.clone()), Some("whoami"))
-        .await
-        .unwrap();
+    // Found in the JSON-RPC body (no Mcp-Name): the first call passes, the second is refused.
+    let first = post(CALL, Some(session.clone()), None).await.unwrap();
     assert_eq!(first.status(), 200);
     assert!(first.text().await.unwrap().contains("operator"));
-    let second = post(CALL, Some(session.clone()), Some("whoami"))
-        .await
-        .unwrap();
+    let second = post(CALL, Some(session.clone()), None).await.unwrap();
     assert_eq!(second.status(), 429);
     assert!(header(&second, "ratelimit-policy").starts_with("\"tool\";q=1;"));
+    // Named by the header (as MCP 2026-07-28 clients send it): refused before the body is read.
+    let named = post(CALL, Some(session.clone()), Some("whoami"))
+        .await
+        .unwrap();
+    assert_eq!(named.status(), 429);
+    // A body too large to inspect must name its tool: padding cannot slip past a budget.
+    let padded: &'static str = Box::leak(
+        format!(
+            r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"whoami","arguments":{{}},"_pad":"{}"}}}}"#,
+            "x".repeat(70 * 1024)
+        )
+        .into_boxed_str(),
+    );
+    let big = post(padded, Some(session.clone()), None).await.unwrap();
+    assert_eq!(big.status(), 400);
+    let body: Value = big.json().await.unwrap();
+    assert_eq!(body["error"], "mcp_name_required");
     // Other calls are not affected.
     let list = post(
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
