@@ -168,12 +168,16 @@ impl Drop for Proc {
 pub struct McpService {
     pub proc: Proc,
     pub addr: SocketAddr,
+    /// Its documents, unless `extra_args` name a data dir of their own.
+    _data: tempfile::TempDir,
 }
 
 impl McpService {
     pub fn start(extra_args: &[&str]) -> anyhow::Result<Self> {
+        let data = tempfile::tempdir()?;
         let mut cmd = Command::new(bin("mcp-service"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        cmd.env("MCP_SERVICE_DATA_DIR", data.path())
+            .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra_args);
         let mut proc = Proc::spawn(cmd)?;
         let line = proc.wait_line("listening on", Duration::from_secs(30))?;
@@ -182,7 +186,11 @@ impl McpService {
             .trim_start_matches("http://")
             .trim_end_matches("/mcp")
             .parse()?;
-        Ok(Self { proc, addr })
+        Ok(Self {
+            proc,
+            addr,
+            _data: data,
+        })
     }
 
     pub fn url(&self) -> String {
