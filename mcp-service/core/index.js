@@ -43,10 +43,10 @@ function nodeOut(n, m) {
     effectiveStatus: m.effectiveStatus(n),
     size: n.size,
     assumedSize: m.assumedSize(n),
-    tags: n.tags.slice(),
-    marks: n.marks.slice(),
+    tags: n.tags,
+    marks: n.marks,
     taigaSlug: m.taigaSlug(n),
-    deps: n.deps.slice(),
+    deps: n.deps,
     desc: n.desc,
     url: n.url,
     focus: n.focus,
@@ -60,21 +60,25 @@ function nodeOut(n, m) {
   };
 }
 
-/** Output tree for a list of top nodes (iterative: no recursion on depth). */
+/** Output tree for a list of top nodes (iterative: no recursion on depth). Also returns the deepest relative depth. */
 function treeOut(tops, m) {
   const out = [];
-  const stack = [];
-  for (let i = tops.length - 1; i >= 0; i--) stack.push({ n: tops[i], into: null });
-  const holder = { children: out };
-  while (stack.length > 0) {
-    const { n, into } = stack.pop();
+  const nodeStack = [];
+  const intoStack = [];
+  const depthStack = [];
+  for (let i = tops.length - 1; i >= 0; i--) { nodeStack.push(tops[i]); intoStack.push(out); depthStack.push(0); }
+  let maxDepth = 0;
+  while (nodeStack.length > 0) {
+    const n = nodeStack.pop();
+    const into = intoStack.pop();
+    const d = depthStack.pop();
+    if (d > maxDepth) maxDepth = d;
     const o = nodeOut(n, m);
-    (into || holder).children.push(o);
-    for (let i = n.children.length - 1; i >= 0; i--) {
-      stack.push({ n: n.children[i], into: o });
-    }
+    into.push(o);
+    const ch = n.children;
+    for (let i = ch.length - 1; i >= 0; i--) { nodeStack.push(ch[i]); intoStack.push(o.children); depthStack.push(d + 1); }
   }
-  return out;
+  return { tree: out, maxDepth };
 }
 
 function pathOut(m) {
@@ -102,6 +106,7 @@ export function inspect(params) {
   }
   const { doc, model, warnings } = analyze(text, showDiscarded);
   const result = {};
+  let treeDepth = 0;
   if (include.includes('tree')) {
     let tops = model.roots;
     if (params.id !== undefined && params.id !== null) {
@@ -111,7 +116,9 @@ export function inspect(params) {
       }
       tops = [n];
     }
-    result.tree = treeOut(tops, model);
+    const t = treeOut(tops, model);
+    result.tree = t.tree;
+    treeDepth = t.maxDepth;
   } else if (params.id !== undefined && params.id !== null) {
     resolveNode(doc, params.id, 'id');
   }
@@ -124,8 +131,14 @@ export function inspect(params) {
     stations: model.stationLines.length,
     exact: model.exact,
   };
+  // {result:{tree:[node{children:[node…]}]}}: a node at relative depth d nests at 4 + 2d, its arrays at 5 + 2d;
+  // warnings and path nest at most 5 deep. Well below the 200 bound native JSON.stringify is safe.
+  if (treeDepth <= 90) SHALLOW.add(result);
   return result;
 }
+
+/** Results known to nest far less than 200 levels: written with native JSON.stringify directly. */
+const SHALLOW = new WeakSet();
 
 // ------------------------------------------------------------------ check
 
@@ -327,6 +340,7 @@ export function dispatch(method, paramsJson) {
       return errorJson('invalidParams', 'params must be a JSON object');
     }
     const result = METHODS[method](params);
+    if (SHALLOW.has(result)) return JSON.stringify({ result });
     return stringify({ result });
   } catch (e) {
     try {

@@ -35,7 +35,7 @@ const ID_RE = /(^|\s)#([\p{L}\p{N}._-]+)(?::(?=\s|$))?/u;
 const DEP_RE = /(^|\s):#([\p{L}\p{N}._-]+(?:,#[\p{L}\p{N}._-]+)*)/gu;
 const FOCUS_RE = /(^|\s)!!!(?=\s|$)/g;
 const WS_CHAR_RE = /\s/;
-const NEEDS_COLLAPSE_RE = /\s\s|[^\S ]/;
+const OTHER_WS_RE = /[^\S ]/; // whitespace other than a plain space
 const HEADER_RE = /^#([\p{L}\p{N}._-]+):?\s*$/u;
 
 /** Separator marker inside description parts. */
@@ -52,9 +52,9 @@ export function indentWidth(ws) {
  * Extract the fields of one tree line (§2). Returns null when the line yields
  * no node (empty label and no id), else the field record (without hierarchy).
  */
-export function extractLine(text) {
+export function extractLine(text, leadKnown) {
   // the indentation is split off by hand so that very long indentation is scanned once
-  const lead = leadingBlanks(text);
+  const lead = leadKnown === undefined ? leadingBlanks(text) : leadKnown;
   LINE_RE.lastIndex = lead; // sticky: matches right after the indentation
   const m = LINE_RE.exec(text);
   if (!m) return null; // cannot happen with [^]*
@@ -81,10 +81,31 @@ export function extractLine(text) {
   }
 
   const tags = [];
-  if (rest.indexOf('@') >= 0) rest = rest.replace(TAG_RE, (_, t) => { tags.push(t); return ''; });
+  if (rest.indexOf('@') >= 0) {
+    // exec loop instead of replace(re, fn): far fewer operations in an interpreter
+    TAG_RE.lastIndex = 0;
+    let out = '';
+    let pos = 0;
+    for (let tm; (tm = TAG_RE.exec(rest)) !== null;) {
+      tags.push(tm[1]);
+      out += rest.slice(pos, tm.index);
+      pos = tm.index + tm[0].length;
+    }
+    if (pos > 0) rest = out + rest.slice(pos);
+  }
 
   const marks = [];
-  if (rest.indexOf('&') >= 0) rest = rest.replace(MARK_RE, (_, lead, t) => { marks.push(t); return lead; });
+  if (rest.indexOf('&') >= 0) {
+    MARK_RE.lastIndex = 0;
+    let out = '';
+    let pos = 0;
+    for (let mm; (mm = MARK_RE.exec(rest)) !== null;) {
+      marks.push(mm[2]);
+      out += rest.slice(pos, mm.index) + mm[1];
+      pos = mm.index + mm[0].length;
+    }
+    if (pos > 0) rest = out + rest.slice(pos);
+  }
 
   let id = null;
   const hasHash = rest.indexOf('#') >= 0;
@@ -104,7 +125,16 @@ export function extractLine(text) {
   if (rest.indexOf('!!!') >= 0) rest = rest.replace(FOCUS_RE, (_, lead) => { focus = true; return lead; });
 
   // collapse whitespace runs; the test is a cheap single scan, the replace only runs when needed
-  let label = (NEEDS_COLLAPSE_RE.test(rest) ? rest.replace(/\s+/g, ' ') : rest).trim();
+  let label;
+  if (OTHER_WS_RE.test(rest)) label = rest.replace(/\s+/g, ' ').trim();
+  else if (rest.indexOf('  ') < 0) label = rest.trim();
+  else {
+    // only plain spaces: split on them and rejoin the non-empty words (no regex replace)
+    const words = rest.split(' ');
+    const kept = [];
+    for (let i = 0; i < words.length; i++) if (words[i] !== '') kept.push(words[i]);
+    label = kept.join(' ');
+  }
   let labelFromId = false;
   if (label === '') {
     if (id === null) return null;
@@ -138,9 +168,12 @@ export function parseDocument(text) {
   for (const lg of ll.tree) {
     const t = lg.text;
     const lead = leadingBlanks(t);
-    if (lead === t.length || (WS_CHAR_RE.test(t[lead]) && isBlank(t.slice(lead)))) continue;
+    if (lead === t.length) continue;
+    const c0 = t.charCodeAt(lead);
+    // only a non-ASCII or control character can be other whitespace
+    if ((c0 < 33 || c0 > 126) && WS_CHAR_RE.test(t[lead]) && isBlank(t.slice(lead))) continue;
     const q1 = t.charCodeAt(lead + 1);
-    if (t.charCodeAt(lead) === 34 && (q1 === 32 || q1 === 9)) {
+    if (c0 === 34 && (q1 === 32 || q1 === 9)) {
       const body = t.slice(lead + 2).trim();
       if (lastNode === null) {
         warnings.push({ type: 'descStray', line: lg.line });
@@ -152,7 +185,7 @@ export function parseDocument(text) {
       }
       continue;
     }
-    const f = extractLine(t);
+    const f = extractLine(t, lead);
     if (f === null) continue;
     const info = f.box === null ? null : STATUS[f.box.toLowerCase()];
     const node = {
@@ -212,8 +245,10 @@ export function parseDocument(text) {
   let block = null; // {node|null (skipped), ...}
   for (const d of ll.desc) {
     const s = d.text;
-    if (isSeparator(s)) continue;
-    if (isBlank(s)) {
+    const dl = leadingBlanks(s);
+    const dc = s.charCodeAt(dl);
+    if (dc === 45 && isSeparator(s)) continue;
+    if (dl === s.length || ((dc < 33 || dc > 126) && isBlank(s))) {
       if (block && block.node) {
         block.node.descParts.push(DESC_SEP);
         block.node.descLines.push(d.line);
@@ -231,7 +266,7 @@ export function parseDocument(text) {
       }
       continue;
     }
-    const hm = HEADER_RE.exec(s);
+    const hm = c === 35 ? HEADER_RE.exec(s) : null;
     if (hm) {
       const target = firstById.get(hm[1]) || null;
       if (target === null) warnings.push({ type: 'unknownDesc', line: d.line, id: hm[1] });
@@ -244,7 +279,11 @@ export function parseDocument(text) {
     block = null;
   }
 
+  const byNumber = (a, b) => a - b;
   for (const n of nodes) {
+    if (n.descLines.length > 1) n.descLines.sort(byNumber);
+    if (n.treeLines.length > 1) n.treeLines.sort(byNumber);
+    if (n.descParts.length === 0) continue; // desc stays null
     const out = [];
     for (const p of n.descParts) {
       if (p === DESC_SEP) {
@@ -253,8 +292,6 @@ export function parseDocument(text) {
     }
     while (out.length > 0 && out[out.length - 1] === DESC_SEP) out.pop();
     n.desc = out.length > 0 ? out.join('\n') : null;
-    n.descLines.sort((a, b) => a - b);
-    n.treeLines.sort((a, b) => a - b);
   }
 
   // unknownDep (pre-order = document order)

@@ -21,8 +21,9 @@ export function stripComment(line) {
 
 /** True when the line holds only blanks (after comment removal). */
 export function isBlank(s) {
-  return /^\s*$/.test(s);
+  return BLANK_RE.test(s);
 }
+const BLANK_RE = /^\s*$/;
 
 /** SEPARATOR_RE.test(s) without rescanning long indentation. */
 export function isSeparator(s) {
@@ -51,11 +52,20 @@ export function continuationCut(s) {
 }
 
 export function leadingBlanks(s) {
-  // native scan: much faster than a character loop in an interpreter
-  const i = s.search(NON_BLANK_RE);
-  return i < 0 ? s.length : i;
+  // short indentation by hand; long indentation with a native scan (much faster than a
+  // character loop in an interpreter)
+  const n = s.length;
+  let i = 0;
+  for (; i < 24; i++) {
+    if (i >= n) return n;
+    const c = s.charCodeAt(i);
+    if (c !== 32 && c !== 9) return i;
+  }
+  BLANKS_RE.lastIndex = i;
+  BLANKS_RE.test(s); // always matches (possibly empty)
+  return BLANKS_RE.lastIndex;
 }
-const NON_BLANK_RE = /[^ \t]/;
+const BLANKS_RE = /[ \t]*/y;
 
 /**
  * First pass (§1). Returns
