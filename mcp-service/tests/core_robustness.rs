@@ -11,9 +11,11 @@ use serde_json::{Value, json};
 
 /// The production default deadline: every hostile input must finish (or be cut) within it.
 const DEADLINE: Duration = Duration::from_secs(2);
-/// Time allowed on top of the deadline for the Rust side (encoding params, parsing the reply
-/// in a debug build) and for replacing a discarded runtime.
-const SLACK: Duration = Duration::from_secs(8);
+/// Time allowed on top of the deadline for the Rust side (encoding a 50 MB param, parsing the
+/// reply in a debug build) and for replacing a discarded runtime. Generous on purpose: the
+/// engine enforces the deadline on the JS side; this bound only proves nothing hangs, also on
+/// a loaded 2-core CI machine running the other tests of this file in parallel.
+const SLACK: Duration = Duration::from_secs(45);
 
 fn engine() -> Engine {
     Engine::new(EngineConfig {
