@@ -387,6 +387,18 @@ def semantic_check(doc: dict, project: Path, public: str) -> list[str]:
                         err(f"services.{MCP_SERVICE}.environment.MCP_SERVICE_LISTEN: {listen or 'unset'!r} "
                             "is loopback inside the container; the gateway cannot reach it (use 0.0.0.0:PORT)")
 
+    # Every URL in an environment that names a service host must reach it over a shared network.
+    for name, svc in services.items():
+        for key, value in env_of(svc or {}).items():
+            m = re.match(r"(?:redis|rediss|http)://(?:[^@/]*@)?([A-Za-z0-9_.-]+)", value)
+            if not m or m.group(1) in ("localhost", "127.0.0.1") or "." in m.group(1):
+                continue
+            host = m.group(1)
+            if host not in services:
+                err(f"services.{name}.environment.{key}: {host!r} is not a service")
+            elif not set(service_networks(svc or {})) & set(service_networks(services[host] or {})):
+                err(f"services.{name}.environment.{key}: {name!r} and {host!r} share no network")
+
     # Redis: healthcheck, persistent named volume, AOF.
     redis = services.get(REDIS)
     if redis is None:
