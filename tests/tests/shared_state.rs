@@ -149,15 +149,19 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
         .output()
         .unwrap();
     let load_token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    assert!(
-        eventually(Duration::from_secs(2), || {
-            let req = http_b.get(b.mcp_url()).bearer_auth(&load_token).send();
+    // Both gateways must know the token before the load starts (each probe spends one request).
+    let mut probes = 0;
+    for (gw, http) in [(&a, &http_a), (&b, &http_b)] {
+        let known = eventually(Duration::from_secs(2), || {
+            let req = http.get(gw.mcp_url()).bearer_auth(&load_token).send();
             async move { req.await.is_ok_and(|r| r.status() != 401) }
         })
-        .await
-    );
-    // The probe above spent one request of the budget.
-    let allowed = Arc::new(AtomicU64::new(1));
+        .await;
+        assert!(known, "a gateway never learned the new token");
+        probes += 1;
+    }
+    let allowed = Arc::new(AtomicU64::new(probes));
+    let unauthenticated = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
     for w in 0..8 {
@@ -166,7 +170,8 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
         } else {
             (b.mcp_url(), http_b.clone())
         };
-        let (token, allowed) = (load_token.clone(), allowed.clone());
+        let (token, allowed, unauthenticated) =
+            (load_token.clone(), allowed.clone(), unauthenticated.clone());
         workers.push(tokio::spawn(async move {
             for _ in 0..60 {
                 let status = http
@@ -176,9 +181,12 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
                     .await
                     .unwrap()
                     .status();
-                if status != StatusCode::TOO_MANY_REQUESTS {
-                    allowed.fetch_add(1, Ordering::Relaxed);
-                }
+                let counter = match status {
+                    StatusCode::TOO_MANY_REQUESTS => continue,
+                    StatusCode::UNAUTHORIZED => &unauthenticated,
+                    _ => &allowed,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
             }
         }));
     }
@@ -186,10 +194,15 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
         w.await.unwrap();
     }
     let elapsed = started.elapsed();
+    assert_eq!(
+        unauthenticated.load(Ordering::Relaxed),
+        0,
+        "the token was refused as unknown"
+    );
     let allowed = allowed.load(Ordering::Relaxed) as f64;
     // GCRA's budget over the run: the burst plus what the rate refilled meanwhile (300 ms each).
     let budget = 200.0 + (elapsed.as_millis() as f64 / 300.0).floor();
-    eprintln!("shared limit: {allowed} allowed of 481 sent in {elapsed:?}; budget {budget}");
+    eprintln!("shared limit: {allowed} allowed of 482 sent in {elapsed:?}; budget {budget}");
     assert!(
         (allowed - budget).abs() <= budget * 0.02,
         "allowed {allowed}, budget {budget}"
