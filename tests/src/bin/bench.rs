@@ -1,2 +1,606 @@
-//! Benchmark: direct vs gateway request rates.
-fn main() {}
+//! `pforte-bench`: tools/call `whoami` rate and latency direct to mcp-service vs through the
+//! gateway (plain HTTP and TLS, static token; rate limits off, and on with a budget the run never
+//! reaches), real release binaries on loopback, one table with ratios vs direct.
+//!
+//! Run: `cargo run --release -p pforte-tests --bin pforte-bench [-- --help]`. It builds `pforte`
+//! and `mcp-service` into its own target dir first (when started by cargo), starts them on
+//! 127.0.0.1, and stops them when done. Bounded: a fixed number of calls per mode and a time cap.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, mcp_client};
+use rmcp::model::CallToolRequestParams;
+
+const USAGE: &str = "\
+pforte-bench: tools/call `whoami` direct to mcp-service vs through pforte (http and https)
+
+usage: pforte-bench [--sessions N] [--calls N] [--warmup N] [--max-secs S] [--threads N] [--no-build]
+
+  --sessions N   concurrent rmcp client sessions per mode            (default 8)
+  --calls N      measured calls per mode, shared by the sessions     (default 2000)
+  --warmup N     unmeasured calls per mode before measuring          (default 200)
+  --max-secs S   time cap for the measured phase of one mode         (default 60)
+  --threads N    gateway worker threads (`threads` in pforte.toml)   (default 2)
+  --no-build     do not run `cargo build` for pforte and mcp-service first";
+
+#[derive(Debug, Clone)]
+struct Options {
+    sessions: usize,
+    calls: usize,
+    warmup: usize,
+    max_secs: u64,
+    threads: usize,
+    build: bool,
+}
+
+impl Options {
+    fn parse() -> anyhow::Result<Self> {
+        let mut o = Self {
+            sessions: 8,
+            calls: 2000,
+            warmup: 200,
+            max_secs: 60,
+            threads: 2,
+            build: true,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut num = |name: &str| -> anyhow::Result<u64> {
+                let v = args
+                    .next()
+                    .with_context(|| format!("{name} needs a value"))?;
+                v.parse()
+                    .with_context(|| format!("{name} {v:?} is not a number"))
+            };
+            match arg.as_str() {
+                "--sessions" => o.sessions = num("--sessions")?.clamp(1, 256) as usize,
+                "--calls" => o.calls = num("--calls")?.clamp(1, 1_000_000) as usize,
+                "--warmup" => o.warmup = num("--warmup")?.min(100_000) as usize,
+                "--max-secs" => o.max_secs = num("--max-secs")?.clamp(1, 3600),
+                "--threads" => o.threads = num("--threads")?.min(64) as usize,
+                "--no-build" => o.build = false,
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// The directory of this executable: `target/<profile>/`, where the sibling binaries live.
+fn bin_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("current exe")?;
+    let dir = exe.parent().context("exe has no parent dir")?;
+    // Run as a test or example it sits one level deeper, in deps/ or examples/.
+    Ok(match dir.file_name().and_then(|n| n.to_str()) {
+        Some("deps" | "examples") => dir.parent().unwrap_or(dir).to_owned(),
+        _ => dir.to_owned(),
+    })
+}
+
+/// Builds `pforte` and `mcp-service` with the profile and target dir of this executable, so the
+/// measured binaries are current. Only when started by cargo (which sets `CARGO`).
+fn build_siblings(dir: &Path) -> anyhow::Result<()> {
+    let Some(cargo) = std::env::var_os("CARGO") else {
+        return Ok(());
+    };
+    let target_dir = dir.parent().context("target dir")?;
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_owned(),
+        Some(p) => p.to_owned(),
+        None => bail!("cannot tell the cargo profile from {}", dir.display()),
+    };
+    if profile == "dev" {
+        eprintln!("warning: a debug build measures nothing useful; run with --release");
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("workspace dir")?
+        .join("Cargo.toml");
+    eprintln!("building pforte and mcp-service ({profile}) …");
+    // The same package set as the documented build command, so that cargo's feature unification
+    // matches it and reuses its artifacts instead of building every dependency a second time.
+    let mut cmd = Command::new(cargo);
+    // `cargo run` gave this process per-crate variables and a library path; a nested build that
+    // sees them re-runs some build scripts (and rebuilds their dependents). Undo them.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let user_setting = [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_",
+            "CARGO_PROFILE_",
+            "CARGO_NET_",
+            "CARGO_HTTP_",
+            "CARGO_REGISTR",
+            "CARGO_TERM_",
+            "CARGO_INCREMENTAL",
+        ]
+        .iter()
+        .any(|p| key.starts_with(p));
+        if (key.starts_with("CARGO_") && !user_setting) || key == "OUT_DIR" {
+            cmd.env_remove(key.as_ref());
+        }
+    }
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        let kept: Vec<PathBuf> = std::env::split_paths(&paths)
+            .filter(|p| !p.starts_with(target_dir) && !p.to_string_lossy().contains("/toolchains/"))
+            .collect();
+        match std::env::join_paths(&kept) {
+            Ok(v) if !kept.is_empty() => cmd.env("LD_LIBRARY_PATH", v),
+            _ => cmd.env_remove("LD_LIBRARY_PATH"),
+        };
+    }
+    let status = cmd
+        .args(["build", "--quiet", "--profile", &profile, "--bins"])
+        .args(["-p", "pforte", "-p", "mcp-service", "-p", "pforte-tests"])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build of pforte and mcp-service failed ({status})");
+    }
+    Ok(())
+}
+
+fn bin(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let p = dir.join(name);
+    if !p.exists() {
+        bail!(
+            "{} is missing: build it with `cargo build --release -p pforte -p mcp-service`",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// Spawns `cmd` with stdout captured line by line (the harness's `Proc`, stopped on drop) and
+/// stderr — the services' logs, including the gateway's access log — written to `log`.
+fn spawn_logged(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
+    use std::io::BufRead as _;
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(file)
+        .spawn()
+        .with_context(|| format!("spawning {cmd:?}"))?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Proc {
+        child,
+        stdout_lines: rx,
+    })
+}
+
+/// The last lines of a log file, for error messages.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Starts `mcp-service serve` on a kernel-chosen loopback port; returns it and its MCP URL.
+fn start_service(dir: &Path, work: &Path) -> anyhow::Result<(Proc, String)> {
+    let log = work.join("mcp-service.log");
+    let mut cmd = Command::new(bin(dir, "mcp-service")?);
+    cmd.env("MCP_SERVICE_DATA_DIR", work.join("mcp-service-data"))
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    let mut proc = spawn_logged(cmd, &log)?;
+    let line = proc
+        .wait_line("listening on", Duration::from_secs(30))
+        .with_context(|| format!("mcp-service did not start:\n{}", tail(&log)))?;
+    let url = line
+        .rsplit(' ')
+        .next()
+        .filter(|u| u.starts_with("http://"))
+        .with_context(|| format!("no URL in {line:?}"))?
+        .to_owned();
+    Ok((proc, url))
+}
+
+/// The gateway's rate limits during a run.
+#[derive(Debug, Clone, Copy)]
+enum Limits {
+    /// `[limits] enabled = false`: the proxy path alone.
+    Off,
+    /// Enabled (in-process limiter), with a budget far above what the run sends: the limiter
+    /// decides on every request but never refuses, so its cost shows.
+    OnUnreached,
+}
+
+impl Limits {
+    fn toml(self) -> &'static str {
+        match self {
+            Self::Off => "[limits]\nenabled = false\n",
+            Self::OnUnreached => {
+                "[limits]\nenabled = true\n\
+                 [limits.mcp]\nrate = 100000000\nperiod_secs = 60\nburst = 10000000\n"
+            }
+        }
+    }
+}
+
+/// A running `pforte serve` with a static token.
+struct Gateway {
+    _proc: Proc,
+    mcp_url: String,
+    cert_pem: Option<String>,
+    token: String,
+}
+
+impl Gateway {
+    fn http(&self) -> reqwest::Client {
+        http_client(self.cert_pem.as_deref())
+    }
+
+    async fn start(
+        dir: &Path,
+        work: &Path,
+        name: &str,
+        tls: bool,
+        upstream: &str,
+        threads: usize,
+        limits: Limits,
+    ) -> anyhow::Result<Self> {
+        let home = work.join(name);
+        std::fs::create_dir_all(&home)?;
+        let data_dir = home.join("data");
+        let cert = tls.then(|| TestCert::create(&home)).transpose()?;
+        let log = home.join("pforte.log");
+        // pingora binds its listeners itself: pick a free port, retry on the rare race.
+        for _attempt in 0..3 {
+            let port = free_port();
+            let tls_section = cert.as_ref().map_or(String::new(), |c| {
+                format!(
+                    "[tls]\ncert = {:?}\nkey = {:?}\n",
+                    c.cert.display().to_string(),
+                    c.key.display().to_string()
+                )
+            });
+            let config = format!(
+                "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nthreads = {threads}\n\
+                 {tls_section}[upstream]\nurl = {upstream:?}\n{}",
+                data_dir.display().to_string(),
+                limits.toml(),
+            );
+            let config_path = home.join("pforte.toml");
+            std::fs::write(&config_path, config)?;
+            let mut cmd = Command::new(bin(dir, "pforte")?);
+            cmd.arg("serve").arg("--config").arg(&config_path);
+            let mut proc = spawn_logged(cmd, &log)?;
+            let scheme = if tls { "https" } else { "http" };
+            let base = format!("{scheme}://127.0.0.1:{port}");
+            let http = http_client(cert.as_ref().map(|c| c.cert_pem.as_str()));
+            let health = format!("{base}/healthz");
+            let up = eventually(Duration::from_secs(20), || {
+                let req = http.get(&health).send();
+                async move { req.await.is_ok_and(|r| r.status() == 200) }
+            })
+            .await;
+            if !up {
+                if matches!(proc.child.try_wait(), Ok(None)) {
+                    bail!(
+                        "{name}: pforte runs but never became healthy:\n{}",
+                        tail(&log)
+                    );
+                }
+                continue; // It exited: most likely the port was taken meanwhile.
+            }
+            let out = Command::new(bin(dir, "pforte")?)
+                .args(["token", "create", "bench", "--data-dir"])
+                .arg(&data_dir)
+                .output()?;
+            if !out.status.success() {
+                bail!(
+                    "pforte token create failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let token = String::from_utf8(out.stdout)?.trim().to_owned();
+            let mcp_url = format!("{base}/mcp");
+            // The gateway reloads tokens within a second; wait until it knows this one.
+            let seen = eventually(Duration::from_secs(3), || {
+                let req = http.get(&mcp_url).bearer_auth(&token).send();
+                async move { req.await.is_ok_and(|r| r.status() != 401) }
+            })
+            .await;
+            if !seen {
+                bail!("{name}: the gateway did not accept the new token within 3 s");
+            }
+            let _ = proc.stdout_lines.try_iter().count();
+            return Ok(Self {
+                _proc: proc,
+                mcp_url,
+                cert_pem: cert.map(|c| c.cert_pem),
+                token,
+            });
+        }
+        bail!("{name}: pforte did not start:\n{}", tail(&log))
+    }
+}
+
+/// One mode's measured outcome.
+struct Outcome {
+    label: &'static str,
+    ok: usize,
+    errors: usize,
+    wall: Duration,
+    capped: bool,
+    /// Sorted latencies of the successful calls.
+    latencies: Vec<Duration>,
+}
+
+impl Outcome {
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+    /// Nearest-rank percentile in milliseconds.
+    fn pct_ms(&self, p: f64) -> f64 {
+        if self.latencies.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
+        let i = rank.clamp(1, self.latencies.len()) - 1;
+        self.latencies[i].as_secs_f64() * 1e3
+    }
+}
+
+/// Connects `opts.sessions` rmcp sessions to `url`, checks one `whoami`, warms up, then makes
+/// `opts.calls` calls shared by the sessions (or as many as fit in the time cap).
+async fn measure(
+    label: &'static str,
+    url: &str,
+    http: impl Fn() -> reqwest::Client,
+    token: &str,
+    expect_subject: Option<&str>,
+    opts: &Options,
+) -> anyhow::Result<Outcome> {
+    let mut clients = Vec::with_capacity(opts.sessions);
+    for _ in 0..opts.sessions {
+        // One HTTP client (connection pool) per session, as separate agents would have.
+        let client = mcp_client(url, http(), token, &[])
+            .await
+            .with_context(|| format!("{label}: connecting an rmcp session to {url}"))?;
+        clients.push(Arc::new(client));
+    }
+    // Sanity: the call works, and through the gateway it carries the gateway's identity.
+    let first = clients[0]
+        .call_tool(CallToolRequestParams::new("whoami"))
+        .await
+        .with_context(|| format!("{label}: whoami"))?;
+    let subject = first
+        .structured_content
+        .as_ref()
+        .and_then(|v| v.get("subject"))
+        .and_then(|v| v.as_str());
+    if subject != expect_subject {
+        bail!("{label}: whoami subject is {subject:?}, expected {expect_subject:?}");
+    }
+
+    let run = |n: usize, cap: Duration| {
+        let next = Arc::new(AtomicUsize::new(0));
+        let deadline = Instant::now() + cap;
+        let tasks: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let (c, next) = (Arc::clone(c), Arc::clone(&next));
+                tokio::spawn(async move {
+                    let mut lat = Vec::new();
+                    let mut errors = 0usize;
+                    let mut first_error = None;
+                    while next.fetch_add(1, Ordering::Relaxed) < n && Instant::now() < deadline {
+                        let t0 = Instant::now();
+                        match c.call_tool(CallToolRequestParams::new("whoami")).await {
+                            Ok(r) if r.is_error != Some(true) => lat.push(t0.elapsed()),
+                            Ok(r) => {
+                                errors += 1;
+                                first_error.get_or_insert_with(|| format!("tool error: {r:?}"));
+                            }
+                            Err(e) => {
+                                errors += 1;
+                                first_error.get_or_insert_with(|| e.to_string());
+                            }
+                        }
+                    }
+                    (lat, errors, first_error)
+                })
+            })
+            .collect();
+        async move {
+            let started = Instant::now();
+            let mut latencies = Vec::with_capacity(n);
+            let mut errors = 0;
+            let mut first_error = None;
+            for t in tasks {
+                let (lat, e, first) = t.await.context("bench task panicked")?;
+                latencies.extend(lat);
+                errors += e;
+                first_error = first_error.or(first);
+            }
+            let wall = started.elapsed();
+            if let Some(e) = &first_error {
+                eprintln!("{label}: {errors} failed calls; the first: {e}");
+            }
+            anyhow::Ok((latencies, errors, wall, Instant::now() >= deadline))
+        }
+    };
+
+    if opts.warmup > 0 {
+        run(opts.warmup, Duration::from_secs(opts.max_secs)).await?;
+    }
+    let (mut latencies, errors, wall, capped) =
+        run(opts.calls, Duration::from_secs(opts.max_secs)).await?;
+    latencies.sort_unstable();
+    for c in clients {
+        if let Ok(c) = Arc::try_unwrap(c) {
+            let _ = c.cancel().await;
+        }
+    }
+    Ok(Outcome {
+        label,
+        ok: latencies.len(),
+        errors,
+        wall,
+        capped,
+        latencies,
+    })
+}
+
+fn ratio(x: f64, base: f64) -> String {
+    if base > 0.0 && x.is_finite() && base.is_finite() {
+        format!("{:.2}x", x / base)
+    } else {
+        "-".to_owned()
+    }
+}
+
+fn print_table(outcomes: &[Outcome], opts: &Options) {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!();
+    println!(
+        "tools/call whoami · {} sessions · {} calls per mode after {} warm-up · loopback · {cpus} CPUs \
+         shared by client, gateway ({} threads) and service",
+        opts.sessions, opts.calls, opts.warmup, opts.threads
+    );
+    println!(
+        "gateway rate limits off, except \"limits on\": in-process GCRA deciding every call, \
+         with a budget the run never reaches"
+    );
+    println!();
+    println!(
+        "{:<26} {:>6} {:>6} {:>9} {:>8} {:>8}   {:>9} {:>8} {:>8}",
+        "mode", "calls", "errors", "req/s", "p50 ms", "p99 ms", "req/s÷dir", "p50÷dir", "p99÷dir"
+    );
+    println!("{}", "-".repeat(100));
+    let base = &outcomes[0];
+    for o in outcomes {
+        println!(
+            "{:<26} {:>6} {:>6} {:>9.0} {:>8.2} {:>8.2}   {:>9} {:>8} {:>8}{}",
+            o.label,
+            o.ok,
+            o.errors,
+            o.rate(),
+            o.pct_ms(50.0),
+            o.pct_ms(99.0),
+            ratio(o.rate(), base.rate()),
+            ratio(o.pct_ms(50.0), base.pct_ms(50.0)),
+            ratio(o.pct_ms(99.0), base.pct_ms(99.0)),
+            if o.capped { "  (time cap hit)" } else { "" },
+        );
+    }
+    println!();
+}
+
+async fn run(opts: Options) -> anyhow::Result<bool> {
+    let dir = bin_dir()?;
+    if opts.build {
+        build_siblings(&dir)?;
+    }
+    let work = tempfile::Builder::new().prefix("pforte-bench-").tempdir()?;
+    let w = work.path();
+    let (_svc, svc_url) = start_service(&dir, w)?;
+    let threads = opts.threads;
+    let plain = Gateway::start(&dir, w, "gw-http", false, &svc_url, threads, Limits::Off).await?;
+    let tls = Gateway::start(&dir, w, "gw-https", true, &svc_url, threads, Limits::Off).await?;
+    let tls_lim = Gateway::start(
+        &dir,
+        w,
+        "gw-https-lim",
+        true,
+        &svc_url,
+        threads,
+        Limits::OnUnreached,
+    )
+    .await?;
+    eprintln!("mcp-service {svc_url}; three gateways in front of it; measuring …");
+
+    // Direct mode sends the same Authorization header (the service ignores it), so the request
+    // bytes match the gateway modes' client side.
+    let mut outcomes = vec![
+        measure(
+            "direct (mcp-service)",
+            &svc_url,
+            || http_client(None),
+            &plain.token,
+            None,
+            &opts,
+        )
+        .await?,
+    ];
+    for (label, gw) in [
+        ("pforte http + token", &plain),
+        ("pforte https + token", &tls),
+        ("pforte https + limits on", &tls_lim),
+    ] {
+        let outcome = measure(
+            label,
+            &gw.mcp_url,
+            || gw.http(),
+            &gw.token,
+            Some("operator"),
+            &opts,
+        )
+        .await?;
+        outcomes.push(outcome);
+    }
+    print_table(&outcomes, &opts);
+    Ok(outcomes.iter().all(|o| o.errors == 0 && o.ok > 0))
+}
+
+fn main() -> std::process::ExitCode {
+    let opts = match Options::parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("pforte-bench: {e:#}");
+            return std::process::ExitCode::from(64);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pforte-bench: starting the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(opts)) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("pforte-bench: some calls failed (see the errors column)");
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("pforte-bench: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
