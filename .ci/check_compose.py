@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 SCALE_OVERRIDE = "deploy/compose.scale.yaml"
 SCALE_PUBLIC = "lb"
@@ -40,7 +41,7 @@ GATEWAY = "gateway"
 REDIS = "redis"
 
 
-def fail_tooling(msg: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+def fail_tooling(msg: str) -> NoReturn:
     print(f"check_compose: {msg}", file=sys.stderr)
     sys.exit(2)
 
