@@ -2,7 +2,7 @@
 
 use std::{future::Future, sync::Arc};
 
-use axum::{Router, routing::get};
+use axum::{Router, routing::get, serve::ListenerExt};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
@@ -28,7 +28,9 @@ pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationTo
         .route("/healthz", get(|| async { "ok\n" }))
 }
 
-/// Serves until `shutdown` resolves, then drains open requests.
+/// Serves until `shutdown` resolves, then drains open requests. Every accepted connection gets
+/// `TCP_NODELAY`: a JSON-RPC answer is one small write, and without it the kernel holds the
+/// tail of each response for the peer's delayed ACK (about 40 ms per call on loopback).
 pub async fn serve(
     listener: TcpListener,
     cfg: &ServiceConfig,
@@ -37,6 +39,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let cancel = CancellationToken::new();
     let app = router(cfg, planner, cancel.child_token());
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(%err, "could not set TCP_NODELAY on an accepted connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
