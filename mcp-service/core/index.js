@@ -22,12 +22,33 @@ function optBool(params, name, dflt) {
   return v;
 }
 
-/** Parse + model + editor warning list for one text. */
+/**
+ * The analysis of the last text seen, per view. An agent works on one document version for
+ * several calls (read, inspect a subtree, check before a write), and a text always yields the
+ * same analysis, so those calls reuse it instead of parsing again. Nothing downstream mutates
+ * an analysis. Bounded: one text, at most ANALYSIS_CACHE_MAX characters.
+ */
+const ANALYSIS_CACHE_MAX = 256 * 1024;
+let cachedText = null;
+const cachedAnalysis = [null, null]; // [hidden discarded roots, showDiscarded]
+
+/** Parse + model + editor warning list for one text (cached for the last text). */
 export function analyze(text, showDiscarded) {
-  const doc = parseDocument(text);
+  const view = showDiscarded ? 1 : 0;
+  if (text === cachedText && cachedAnalysis[view] !== null) return cachedAnalysis[view];
+  const doc = parseDocument(text, false);
   const model = buildModel(doc, { showDiscarded });
   const warnings = assembleWarnings(doc.warnings, model);
-  return { doc, model, warnings };
+  const analysis = { doc, model, warnings };
+  if (text.length <= ANALYSIS_CACHE_MAX) {
+    if (text !== cachedText) {
+      cachedText = text;
+      cachedAnalysis[0] = null;
+      cachedAnalysis[1] = null;
+    }
+    cachedAnalysis[view] = analysis;
+  }
+  return analysis;
 }
 
 function nodeOut(n, m) {

@@ -1,13 +1,9 @@
 //! Plan model: view filter, gates, effective status, assumed size, cheapest path, stations, loads, folding, mixedGate.
 
-import {
-  SIZES, SIZE_RANK, RANK_KEYS, isDone, isStarted, isRealized, isDiscarded, progressRank,
-} from './parser.js';
+import { SIZES, SIZE_RANK, RANK_KEYS } from './parser.js';
 
 /** Exhaustive search limit (§13). */
 export const SEARCH_LIMIT = 20000;
-
-function disjunctive(n) { return n.type === 'or' || n.type === 'xor'; }
 
 /** Gate of a child list = type of its first element (§4). */
 export function gateOf(list) {
@@ -18,21 +14,28 @@ export function gateOf(list) {
 /**
  * Build the model for one view (§18): discarded roots are removed unless
  * showDiscarded. Everything below works on the filtered forest.
+ *
+ * Per-node results live in arrays indexed by `node.idx` (never in Maps or Sets keyed by
+ * numbers: QuickJS hashes small integers badly, and lookups degrade to list scans).
  */
 export function buildModel(doc, options) {
   const showDiscarded = !!(options && options.showDiscarded);
-  const roots = showDiscarded ? doc.roots.slice() : doc.roots.filter((r) => !isDiscarded(r));
-  const keep = new Set(roots);
-  const N = doc.nodes.length;
+  const roots = [];
+  for (const r of doc.roots) if (showDiscarded || !r.discarded) roots.push(r);
+  const all = doc.nodes;
+  const N = all.length;
   const inView = new Uint8Array(N);
+  for (const r of roots) inView[r.idx] = 1;
   const nodes = [];
-  for (const n of doc.nodes) {
-    const ok = n.parent === null ? keep.has(n) : inView[n.parent.idx] === 1;
-    if (ok) { inView[n.idx] = 1; nodes.push(n); }
+  for (let i = 0; i < N; i++) {
+    const n = all[i];
+    if (inView[i] === 1 || (n.parent !== null && inView[n.parent.idx] === 1)) { inView[i] = 1; nodes.push(n); }
   }
-
-  const firstById = new Map();
-  for (const n of nodes) if (n.id !== null && !firstById.has(n.id)) firstById.set(n.id, n);
+  let firstById = doc.firstById;
+  if (nodes.length !== N) {
+    firstById = new Map();
+    for (const n of nodes) if (n.id !== null && !firstById.has(n.id)) firstById.set(n.id, n);
+  }
 
   const m = { doc, showDiscarded, roots, nodes, inView, firstById };
   computeEffective(m);
@@ -48,106 +51,121 @@ export function buildModel(doc, options) {
 // ---------------------------------------------------------------- §12
 function computeEffective(m) {
   const N = m.doc.nodes.length;
-  const rev = new Map(); // target idx → [dependent nodes]
+  const rev = new Array(N).fill(null); // target idx → dependent nodes
   for (const n of m.nodes) {
     for (const d of n.deps) {
       const t = m.firstById.get(d);
       if (!t) continue;
-      let list = rev.get(t.idx);
-      if (!list) { list = []; rev.set(t.idx, list); }
-      list.push(n);
+      if (rev[t.idx] === null) rev[t.idx] = [n];
+      else rev[t.idx].push(n);
     }
   }
   const eff = new Int8Array(N).fill(-1);
   const byRank = [[], [], [], [], [], []];
-  for (const n of m.nodes) byRank[progressRank(n)].push(n);
+  for (const n of m.nodes) byRank[n.rank].push(n);
+  const work = [];
   for (let r = 0; r < 6; r++) {
-    const work = [];
     for (const n of byRank[r]) if (eff[n.idx] < 0) { eff[n.idx] = r; work.push(n); }
     while (work.length > 0) {
-      const t = work.pop();
-      const list = rev.get(t.idx);
-      if (!list) continue;
+      const list = rev[work.pop().idx];
+      if (list === null) continue;
       for (const d of list) if (eff[d.idx] < 0) { eff[d.idx] = r; work.push(d); }
     }
   }
   m.effRank = eff;
-  m.effectiveStatus = (n) => (eff[n.idx] < progressRank(n) ? RANK_KEYS[eff[n.idx]] : n.status);
+  m.effectiveStatus = (n) => (eff[n.idx] < n.rank ? RANK_KEYS[eff[n.idx]] : n.status);
 }
 
 // ---------------------------------------------------------------- §13 sizes
-function chosenPool(list) {
-  const realized = list.filter(isRealized);
-  return realized.length > 0 ? realized : list;
-}
-
+/** Rank of the assumed size of every node (§13), children before parents. */
 function computeAssumed(m) {
-  const N = m.doc.nodes.length;
-  const assumed = new Int8Array(N).fill(-1);
   const nodes = m.doc.nodes; // subtree-local: compute for every node
-  for (let i = nodes.length - 1; i >= 0; i--) {
+  const N = nodes.length;
+  const assumed = new Int8Array(N).fill(-1);
+  for (let i = N - 1; i >= 0; i--) {
     const n = nodes[i];
-    if (n.size !== null) { assumed[n.idx] = SIZE_RANK[n.size]; continue; }
-    const counting = n.children.filter((c) => !c.optional && !isDiscarded(c));
-    if (counting.length === 0) { assumed[n.idx] = SIZE_RANK.M; continue; }
-    const disj = disjunctive(counting[0]);
-    let kids;
-    if (disj) {
-      const pool = chosenPool(counting);
-      kids = pool.some(isDone) ? [] : pool;
-    } else {
-      kids = counting.filter((c) => !isDone(c));
+    if (n.size !== null) { assumed[i] = SIZE_RANK[n.size]; continue; }
+    // counting = children neither optional nor discarded; the first decides the gate
+    let first = null;
+    let anyRealized = false;
+    let anyDoneRealized = false;
+    let anyDone = false;
+    let anyOpen = false;
+    for (const c of n.children) {
+      if (c.optional || c.discarded) continue;
+      if (first === null) first = c;
+      if (c.realized) { anyRealized = true; if (c.done) anyDoneRealized = true; }
+      if (c.done) anyDone = true; else anyOpen = true;
     }
-    if (kids.length === 0) { assumed[n.idx] = SIZE_RANK.XS; continue; }
-    if (disj) {
+    if (first === null) { assumed[i] = SIZE_RANK.M; continue; }
+    if (first.type === 'or' || first.type === 'xor') {
+      // pool = realized members if any, else all; a done pool member empties it
+      if (anyRealized ? anyDoneRealized : anyDone) { assumed[i] = SIZE_RANK.XS; continue; }
       let best = 99;
-      for (const k of kids) best = Math.min(best, assumed[k.idx]);
-      assumed[n.idx] = best;
+      for (const c of n.children) {
+        if (c.optional || c.discarded || (anyRealized && !c.realized)) continue;
+        if (assumed[c.idx] < best) best = assumed[c.idx];
+      }
+      assumed[i] = best;
     } else {
+      if (!anyOpen) { assumed[i] = SIZE_RANK.XS; continue; }
       let best = -1;
       let count = 0;
-      for (const k of kids) {
-        const a = assumed[k.idx];
+      for (const c of n.children) {
+        if (c.optional || c.discarded || c.done) continue;
+        const a = assumed[c.idx];
         if (a > best) { best = a; count = 1; } else if (a === best) count++;
       }
-      assumed[n.idx] = count >= 3 ? Math.min(best + 1, 5) : best;
+      assumed[i] = count >= 3 ? Math.min(best + 1, 5) : best;
     }
   }
   m.assumedRank = assumed;
   m.assumedSize = (n) => SIZES[assumed[n.idx]];
   const own = new Int32Array(N);
-  for (const n of nodes) own[n.idx] = isDone(n) ? 0 : assumed[n.idx] + 1;
+  for (let i = 0; i < N; i++) own[i] = nodes[i].done ? 0 : assumed[i] + 1;
   m.ownCost = own;
 }
 
 // ---------------------------------------------------------------- §13 path
+/** pathChildren (§13): not discarded, and not optional unless started. */
 function pathChildrenOf(n) {
-  return n.children.filter((c) => !isDiscarded(c) && (!c.optional || isStarted(c)));
+  const ch = n.children;
+  let all = true;
+  for (const c of ch) if (c.discarded || (c.optional && !(c.realized && !c.done))) { all = false; break; }
+  if (all) return ch; // the common case: no copy
+  const out = [];
+  for (const c of ch) if (!c.discarded && (!c.optional || (c.realized && !c.done))) out.push(c);
+  return out;
 }
+
+function isDisjunctive(n) { return n.type !== 'and'; }
 
 function computePath(m) {
   const own = m.ownCost;
-  const N = m.doc.nodes.length;
-  const pc = new Array(N);
+  const all = m.doc.nodes;
+  const N = all.length;
+  const pc = new Array(N).fill(null);
   for (const n of m.nodes) pc[n.idx] = pathChildrenOf(n);
-  m.pathChildren = (n) => pc[n.idx] || pathChildrenOf(n);
+  const kidsOf = (n) => (pc[n.idx] !== null ? pc[n.idx] : pathChildrenOf(n));
+  m.pathChildren = kidsOf;
 
-  // choice groups, keyed by parent idx
+  // choice groups (document order) and their local choices, by parent idx
   const groups = [];
-  const localChoice = new Map();
+  const localChoice = new Array(N).fill(null);
   for (const n of m.nodes) {
     const k = pc[n.idx];
-    if (k.length > 1 && disjunctive(k[0])) {
-      const pool = chosenPool(k);
+    if (k.length > 1 && isDisjunctive(k[0])) {
+      let pool = k;
+      for (const c of k) if (c.realized) { pool = k.filter((x) => x.realized); break; }
       let best = pool[0];
       for (const c of pool) if (own[c.idx] < own[best.idx]) best = c;
-      localChoice.set(n.idx, best);
+      localChoice[n.idx] = best;
       groups.push({ node: n, key: k[0], pool });
     }
   }
 
   // dependency resolution (view scope)
-  const depTargets = new Array(N);
+  const depTargets = new Array(N).fill(null);
   let anyDep = false;
   const targetStrings = new Set();
   for (const n of m.nodes) {
@@ -157,7 +175,7 @@ function computePath(m) {
     for (const d of n.deps) {
       targetStrings.add(d);
       const t = m.firstById.get(d);
-      if (t && !isDiscarded(t)) list.push(t);
+      if (t && !t.discarded) list.push(t);
     }
     depTargets[n.idx] = list;
   }
@@ -172,46 +190,52 @@ function computePath(m) {
       if (flag[n.idx] && n.parent !== null) flag[n.parent.idx] = 1;
     }
     for (const g of groups) {
-      if (g.pool.length >= 2 && g.pool.some((c) => flag[c.idx])) coupledGroups.push(g);
+      if (g.pool.length < 2) continue;
+      for (const c of g.pool) if (flag[c.idx]) { coupledGroups.push(g); break; }
     }
   }
 
   const needed = new Uint8Array(N);
+  const work = [];
+  const roots = m.roots;
+  /** Needed set for one assignment (choice by group node idx, null = local choices) and its cost. */
   const evaluate = (assign) => {
     needed.fill(0);
-    const work = [];
-    const add = (x) => { if (!needed[x.idx]) { needed[x.idx] = 1; work.push(x); } };
-    for (let i = m.roots.length - 1; i >= 0; i--) add(m.roots[i]);
+    for (let i = roots.length - 1; i >= 0; i--) {
+      const r = roots[i];
+      if (!needed[r.idx]) { needed[r.idx] = 1; work.push(r); }
+    }
     while (work.length > 0) {
       const n = work.pop();
-      const k = pc[n.idx] || pathChildrenOf(n);
+      const k = kidsOf(n);
       if (k.length > 0) {
-        if (disjunctive(k[0])) {
-          if (k.length === 1) add(k[0]);
-          else add((assign && assign.get(n.idx)) || localChoice.get(n.idx) || k[0]);
+        if (isDisjunctive(k[0])) {
+          let c = k[0];
+          if (k.length > 1) {
+            const a = assign === null ? null : assign[n.idx];
+            c = a !== null && a !== undefined ? a : (localChoice[n.idx] || k[0]);
+          }
+          if (!needed[c.idx]) { needed[c.idx] = 1; work.push(c); }
         } else {
-          for (const c of k) add(c);
+          for (const c of k) if (!needed[c.idx]) { needed[c.idx] = 1; work.push(c); }
         }
       }
       const dt = depTargets[n.idx];
-      if (dt) for (const t of dt) add(t);
+      if (dt !== null) for (const t of dt) if (!needed[t.idx]) { needed[t.idx] = 1; work.push(t); }
     }
     let cost = 0;
-    for (let i = 0; i < N; i++) {
-      if (!needed[i]) continue;
-      cost += margin(m.doc.nodes[i]);
-    }
+    for (let i = 0; i < N; i++) if (needed[i]) cost += margin(all[i]);
     return cost;
   };
+  /** D69 margin of a needed node: its own cost minus what its needed path children cost. */
   const margin = (n) => {
     let sub = 0;
-    const k = pc[n.idx] || pathChildrenOf(n);
-    for (const c of k) if (needed[c.idx]) sub += own[c.idx];
-    return Math.max(0, own[n.idx] - sub);
+    for (const c of kidsOf(n)) if (needed[c.idx]) sub += own[c.idx];
+    const v = own[n.idx] - sub;
+    return v > 0 ? v : 0;
   };
 
   let exact = true;
-  let bestAssign = null;
   let bestCost;
   let P = 1;
   for (const g of coupledGroups) { P *= g.pool.length; if (P > SEARCH_LIMIT) break; }
@@ -222,12 +246,13 @@ function computePath(m) {
     bestCost = evaluate(null);
   } else {
     const G = coupledGroups.length;
-    const digits = new Array(G).fill(0);
-    const assign = new Map();
+    const digits = new Int32Array(G);
+    const assign = new Array(N).fill(null);
+    let bestDigits = null;
     for (;;) {
-      for (let g = 0; g < G; g++) assign.set(coupledGroups[g].node.idx, coupledGroups[g].pool[digits[g]]);
+      for (let g = 0; g < G; g++) assign[coupledGroups[g].node.idx] = coupledGroups[g].pool[digits[g]];
       const c = evaluate(assign);
-      if (bestAssign === null || c < bestCost) { bestCost = c; bestAssign = new Map(assign); }
+      if (bestDigits === null || c < bestCost) { bestCost = c; bestDigits = digits.slice(); }
       let g = G - 1;
       while (g >= 0) {
         digits[g]++;
@@ -237,18 +262,15 @@ function computePath(m) {
       }
       if (g < 0) break;
     }
-    bestCost = evaluate(bestAssign);
+    for (let g = 0; g < G; g++) assign[coupledGroups[g].node.idx] = coupledGroups[g].pool[bestDigits[g]];
+    bestCost = evaluate(assign);
   }
 
-  const neededCopy = new Uint8Array(needed);
-  m.needed = neededCopy;
+  // `needed` now holds the chosen set; margins below read it
+  m.needed = needed;
   m.exact = exact;
   m.cost = bestCost;
-  m.margin = (n) => {
-    let sub = 0;
-    for (const c of (pc[n.idx] || pathChildrenOf(n))) if (neededCopy[c.idx]) sub += own[c.idx];
-    return Math.max(0, own[n.idx] - sub);
-  };
+  m.margin = margin;
   m.groups = groups;
   m.coupledGroups = coupledGroups;
 
@@ -257,7 +279,7 @@ function computePath(m) {
   const station = new Uint8Array(N);
   for (let i = m.nodes.length - 1; i >= 0; i--) {
     const n = m.nodes[i];
-    const open = neededCopy[n.idx] && !isDone(n);
+    const open = needed[n.idx] === 1 && !n.done;
     if (open && !openBelow[n.idx]) station[n.idx] = 1;
     if (n.parent !== null && (open || openBelow[n.idx])) openBelow[n.parent.idx] = 1;
   }
@@ -265,7 +287,7 @@ function computePath(m) {
   m.neededLines = [];
   m.stationLines = [];
   for (const n of m.nodes) {
-    if (neededCopy[n.idx]) m.neededLines.push(n.line);
+    if (needed[n.idx]) m.neededLines.push(n.line);
     if (station[n.idx]) m.stationLines.push(n.line);
   }
 }
@@ -273,18 +295,19 @@ function computePath(m) {
 // ---------------------------------------------------------------- §15
 function computeLoads(m) {
   const N = m.doc.nodes.length;
-  const owners = new Array(N);
-  const loads = new Map(); // tag → {tag, load, stations, firstLoad}
+  const owners = new Array(N).fill(null);
+  const loads = new Map(); // tag → {tag, load, stations, loadOrder}
   let order = 0;
   const entry = (t) => {
     let e = loads.get(t);
     if (!e) { e = { tag: t, load: 0, stations: 0, loadOrder: Infinity }; loads.set(t, e); }
     return e;
   };
+  const none = [];
   let total = 0;
   let totalStations = 0;
   for (const n of m.nodes) {
-    const own = n.tags.length > 0 ? n.tags : (n.parent !== null ? owners[n.parent.idx] : []);
+    const own = n.tags.length > 0 ? n.tags : (n.parent !== null ? owners[n.parent.idx] : none);
     owners[n.idx] = own;
     if (!m.needed[n.idx]) continue;
     const mg = m.margin(n);
@@ -320,30 +343,37 @@ function computeLoads(m) {
 
 // ---------------------------------------------------------------- §7 folding
 function computeCollapsed(m) {
-  const collapsed = new Set();
-  for (const n of m.nodes) if (n.fold === '>') collapsed.add(n.idx);
-  // clean[x] === epoch: x and all its ancestors are open. The epoch moves on
-  // whenever a node gets collapsed, so the shortcut never skips a collapsed node.
-  const clean = new Int32Array(m.doc.nodes.length).fill(-1);
-  let epoch = 0;
+  const N = m.doc.nodes.length;
+  const collapsed = new Uint8Array(N);
+  let rescue = false;
   for (const n of m.nodes) {
-    if (n.fold !== '<' && !n.focus) continue;
-    const path = [];
-    for (let a = n.parent; a !== null && clean[a.idx] !== epoch; a = a.parent) path.push(a);
-    path.reverse();
-    path.push(n);
-    for (let i = 0; i < path.length - 1; i++) {
-      const a = path[i];
-      if (!collapsed.has(a.idx)) continue;
-      collapsed.delete(a.idx);
-      for (const c of a.children) {
-        if (c !== path[i + 1] && c.children.length > 0 && !collapsed.has(c.idx)) { collapsed.add(c.idx); epoch++; }
-      }
-    }
-    collapsed.delete(n.idx);
-    for (const a of path) clean[a.idx] = epoch;
+    if (n.fold === '>') collapsed[n.idx] = 1;
+    if (n.fold === '<' || n.focus) rescue = true;
   }
-  m.collapsed = (n) => collapsed.has(n.idx) && n.children.length > 0;
+  if (rescue) {
+    // clean[x] === epoch: x and all its ancestors are open. The epoch moves on
+    // whenever a node gets collapsed, so the shortcut never skips a collapsed node.
+    const clean = new Int32Array(N).fill(-1);
+    let epoch = 0;
+    for (const n of m.nodes) {
+      if (n.fold !== '<' && !n.focus) continue;
+      const path = [];
+      for (let a = n.parent; a !== null && clean[a.idx] !== epoch; a = a.parent) path.push(a);
+      path.reverse();
+      path.push(n);
+      for (let i = 0; i < path.length - 1; i++) {
+        const a = path[i];
+        if (!collapsed[a.idx]) continue;
+        collapsed[a.idx] = 0;
+        for (const c of a.children) {
+          if (c !== path[i + 1] && c.children.length > 0 && !collapsed[c.idx]) { collapsed[c.idx] = 1; epoch++; }
+        }
+      }
+      collapsed[n.idx] = 0;
+      for (const a of path) clean[a.idx] = epoch;
+    }
+  }
+  m.collapsed = (n) => collapsed[n.idx] === 1 && n.children.length > 0;
 }
 
 // ---------------------------------------------------------------- §7 marks
@@ -353,7 +383,7 @@ function computeTaiga(m) {
   for (const n of m.nodes) {
     let own = null;
     for (const mk of n.marks) {
-      if (mk.startsWith('taiga.') && mk.length > 6) { own = mk.slice(6); break; }
+      if (mk.length > 6 && mk.startsWith('taiga.')) { own = mk.slice(6); break; }
     }
     slug[n.idx] = own !== null ? own : (n.parent !== null ? slug[n.parent.idx] : null);
   }
@@ -363,18 +393,22 @@ function computeTaiga(m) {
 // ---------------------------------------------------------------- §11 mixedGate
 function computeMixedGate(m) {
   const out = [];
-  const visible = (c) => m.showDiscarded || !isDiscarded(c);
+  const show = m.showDiscarded;
   // pre-order over visible nodes: a hidden discarded child hides its subtree
   const stack = [];
   for (let i = m.roots.length - 1; i >= 0; i--) stack.push(m.roots[i]);
   while (stack.length > 0) {
     const n = stack.pop();
-    const vis = n.children.filter(visible);
-    if (vis.length > 0) {
-      const t = vis[0].type;
-      if (vis.some((c) => c.type !== t)) out.push({ type: 'mixedGate', line: vis[0].line, label: n.label });
+    const ch = n.children;
+    let first = null;
+    let mixed = false;
+    for (const c of ch) {
+      if (!show && c.discarded) continue;
+      if (first === null) first = c;
+      else if (c.type !== first.type) mixed = true;
     }
-    for (let i = vis.length - 1; i >= 0; i--) stack.push(vis[i]);
+    if (mixed) out.push({ type: 'mixedGate', line: first.line, label: n.label });
+    for (let i = ch.length - 1; i >= 0; i--) if (show || !ch[i].discarded) stack.push(ch[i]);
   }
   m.mixedGate = out;
 }

@@ -1,6 +1,8 @@
 //! Tree-line extraction, hierarchy, ids, dependencies, descriptions and parser warnings.
 
-import { logicalLines, isBlank, isSeparator, leadingBlanks } from './text.js';
+import {
+  normalizeNewlines, commentColumns, continuationCut, isBlank, isSeparator, leadingBlanks,
+} from './text.js';
 
 /** Status table (§5): box char → key, progress rank, realized, done. */
 export const STATUS = {
@@ -23,19 +25,14 @@ export const RANK_KEYS = ['idee', 'geplant', 'arbeit', 'durchstich', 'fertig', '
 export const SIZES = ['XS', 'S', 'M', 'L', 'XL', 'XXL'];
 export const SIZE_RANK = { XS: 0, S: 1, M: 2, L: 3, XL: 4, XXL: 5 };
 
-// §2 step 1. `[^]` instead of `.` so that U+2028/2029 cannot make the match fail.
-const LINE_RE = /()([-|+]|=(?=[ \t]))?\s*(?:([><])(?=[ \t])\s*)?(?:\[([^\]])\]\s*)?(?:([><])(?=[ \t])\s*)?([^]*)$/y;
 /** Prefix part of LINE_RE (everything before the rest), used by the editor. */
 export const LINE_PREFIX_RE = /^([ \t]*)([-|+]|=(?=[ \t]))?\s*(?:([><])(?=[ \t])\s*)?(?:\[([^\]])\]\s*)?(?:([><])(?=[ \t])\s*)?/;
 export const URL_RE = /https?:\/\/\S+/i;
 export const SIZE_RE = /(^|\s)\((XXL|XS|XL|S|M|L)\)/gi;
-const TAG_RE = /@([\p{L}\p{N}._-]+)/gu;
-const MARK_RE = /(^|\s)&([\p{L}\p{N}._-]+)/gu;
-const ID_RE = /(^|\s)#([\p{L}\p{N}._-]+)(?::(?=\s|$))?/u;
 const DEP_RE = /(^|\s):#([\p{L}\p{N}._-]+(?:,#[\p{L}\p{N}._-]+)*)/gu;
 const FOCUS_RE = /(^|\s)!!!(?=\s|$)/g;
 const WS_CHAR_RE = /\s/;
-const OTHER_WS_RE = /[^\S ]/; // whitespace other than a plain space
+const INNER_WS_RE = /[^\S ]| {2}/; // whitespace other than a plain space, or a run of two
 const HEADER_RE = /^#([\p{L}\p{N}._-]+):?\s*$/u;
 
 /** Separator marker inside description parts. */
@@ -48,183 +45,328 @@ export function indentWidth(ws) {
   return ws.length + ws.split('\t').length - 1;
 }
 
+/** JS `\s` (WhiteSpace and LineTerminator) for one UTF-16 code unit; NaN (past the end) is not. */
+function isWs(c) {
+  if (c < 128) return c === 32 || (c >= 9 && c <= 13);
+  return c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029
+    || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
+}
+
+/** `[\p{L}\p{N}._-]+` at one position (sticky, unicode): the run's length, 0 when none. */
+const WORD_RE = /[\p{L}\p{N}._-]+/uy;
+function wordAt(s, i) {
+  WORD_RE.lastIndex = i;
+  return WORD_RE.test(s) ? WORD_RE.lastIndex - i : 0;
+}
+
+/** `\((XXL|XS|XL|S|M|L)\)` (ASCII case-insensitive) at `k`: the size, or null. */
+function sizeAt(s, k) {
+  // letters folded to lower case with | 32: x=120 s=115 m=109 l=108
+  const a = s.charCodeAt(k + 1) | 32;
+  const b = s.charCodeAt(k + 2);
+  if (b === 41) {
+    if (a === 115) return 'S';
+    if (a === 109) return 'M';
+    if (a === 108) return 'L';
+    return null;
+  }
+  if (a !== 120) return null;
+  const b2 = b | 32;
+  const c = s.charCodeAt(k + 3);
+  if (c === 41) return b2 === 115 ? 'XS' : (b2 === 108 ? 'XL' : null);
+  if (b2 === 120 && (c | 32) === 108 && s.charCodeAt(k + 4) === 41) return 'XXL';
+  return null;
+}
+
 /**
  * Extract the fields of one tree line (§2). Returns null when the line yields
- * no node (empty label and no id), else the field record (without hierarchy).
+ * no node (empty label and no id), else the node record (without hierarchy).
+ * The steps run in the sheet's order, each on the text the previous one left;
+ * the line regex of step 1 and the token searches are written as character
+ * scans and native searches, which an interpreter runs many times faster.
  */
 export function extractLine(text, leadKnown) {
-  // the indentation is split off by hand so that very long indentation is scanned once
   const lead = leadKnown === undefined ? leadingBlanks(text) : leadKnown;
-  LINE_RE.lastIndex = lead; // sticky: matches right after the indentation
-  const m = LINE_RE.exec(text);
-  if (!m) return null; // cannot happen with [^]*
-  const indent = text.slice(0, lead);
-  const sigil = m[2] || null;
-  const fold = m[3] || m[5] || null;
-  const box = m[4] === undefined ? null : m[4];
-  let rest = m[6];
+  // every field a node carries, so that all nodes share one shape
+  const n = {
+    idx: 0, line: 0, width: 0, indent: '', label: '', labelFromId: false, type: 'and', optional: false,
+    fold: null, statusCode: null, status: null, rank: 0, realized: false, done: false, discarded: false,
+    url: null, size: null, tags: null, marks: null, id: null, deps: null, focus: false, box: null,
+    descParts: null, descLines: null, treeLines: null, pieces: null, logical: text, children: null,
+    parent: null, depth: 0, desc: null, sizeConflict: false,
+  };
+  // 1. sigil, fold mark, box, fold mark: the line regex, scanned by hand. `\s` is tested
+  // inline for ASCII; isWs() only sees the rare other code units.
+  let p = lead;
+  let c = text.charCodeAt(p);
+  if (c === 45) c = text.charCodeAt(++p);
+  else if (c === 124) { n.type = 'or'; c = text.charCodeAt(++p); }
+  else if (c === 43) { n.optional = true; c = text.charCodeAt(++p); }
+  else if (c === 61) {
+    const d = text.charCodeAt(p + 1);
+    if (d === 32 || d === 9) { n.type = 'xor'; c = d; p++; }
+  }
+  while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
+  if (c === 62 || c === 60) {
+    const d = text.charCodeAt(p + 1);
+    if (d === 32 || d === 9) {
+      n.fold = c === 62 ? '>' : '<';
+      c = d;
+      p++;
+      while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
+    }
+  }
+  if (c === 91 && text.charCodeAt(p + 2) === 93 && text.charCodeAt(p + 1) !== 93) {
+    n.box = text[p + 1];
+    p += 3;
+    c = text.charCodeAt(p);
+    while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
+  }
+  if (c === 62 || c === 60) {
+    const d = text.charCodeAt(p + 1);
+    if (d === 32 || d === 9) {
+      if (n.fold === null) n.fold = c === 62 ? '>' : '<';
+      c = d;
+      p++;
+      while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
+    }
+  }
+  if (lead > 0) n.indent = text.slice(0, lead);
+  let rest = p === 0 ? text : text.slice(p);
 
-  let url = null;
-  const um = rest.indexOf('//') >= 0 ? URL_RE.exec(rest) : null;
-  if (um) {
-    url = um[0];
-    rest = rest.slice(0, um.index) + rest.slice(um.index + um[0].length);
+  // 2. URL
+  if (rest.indexOf('//') >= 0) {
+    const um = URL_RE.exec(rest);
+    if (um) {
+      n.url = um[0];
+      rest = rest.slice(0, um.index) + rest.slice(um.index + um[0].length);
+    }
   }
 
-  let size = null;
-  let last = null;
-  SIZE_RE.lastIndex = 0;
-  if (rest.indexOf('(') >= 0) for (let sm; (sm = SIZE_RE.exec(rest)) !== null;) last = { index: sm.index, len: sm[0].length, lead: sm[1], size: sm[2] };
-  if (last) {
-    size = last.size.toUpperCase();
-    rest = rest.slice(0, last.index) + last.lead + rest.slice(last.index + last.len);
+  // 3. size: the last `(X)` that starts the text or follows whitespace
+  for (let k = rest.lastIndexOf('('); k >= 0; k = k > 0 ? rest.lastIndexOf('(', k - 1) : -1) {
+    if (k > 0 && !isWs(rest.charCodeAt(k - 1))) continue;
+    const size = sizeAt(rest, k);
+    if (size === null) continue;
+    n.size = size;
+    rest = rest.slice(0, k) + rest.slice(k + size.length + 2);
+    break;
   }
 
+  // 4. tags: every `@word`, removed whole
   const tags = [];
-  if (rest.indexOf('@') >= 0) {
-    // exec loop instead of replace(re, fn): far fewer operations in an interpreter
-    TAG_RE.lastIndex = 0;
+  let at = rest.indexOf('@');
+  if (at >= 0) {
     let out = '';
     let pos = 0;
-    for (let tm; (tm = TAG_RE.exec(rest)) !== null;) {
-      tags.push(tm[1]);
-      out += rest.slice(pos, tm.index);
-      pos = tm.index + tm[0].length;
+    while (at >= 0) {
+      const len = wordAt(rest, at + 1);
+      if (len > 0) {
+        tags.push(rest.slice(at + 1, at + 1 + len));
+        out += rest.slice(pos, at);
+        pos = at + 1 + len;
+      }
+      at = rest.indexOf('@', len > 0 ? pos : at + 1);
     }
     if (pos > 0) rest = out + rest.slice(pos);
   }
+  n.tags = tags;
 
+  // 5. marks: every standalone `&word`, removed (its leading blank stays)
   const marks = [];
-  if (rest.indexOf('&') >= 0) {
-    MARK_RE.lastIndex = 0;
+  at = rest.indexOf('&');
+  if (at >= 0) {
     let out = '';
     let pos = 0;
-    for (let mm; (mm = MARK_RE.exec(rest)) !== null;) {
-      marks.push(mm[2]);
-      out += rest.slice(pos, mm.index) + mm[1];
-      pos = mm.index + mm[0].length;
+    while (at >= 0) {
+      let len = 0;
+      if (at === 0 || isWs(rest.charCodeAt(at - 1))) len = wordAt(rest, at + 1);
+      if (len > 0) {
+        marks.push(rest.slice(at + 1, at + 1 + len));
+        out += rest.slice(pos, at);
+        pos = at + 1 + len;
+      }
+      at = rest.indexOf('&', len > 0 ? pos : at + 1);
     }
     if (pos > 0) rest = out + rest.slice(pos);
   }
+  n.marks = marks;
 
-  let id = null;
-  const hasHash = rest.indexOf('#') >= 0;
-  const im = hasHash ? ID_RE.exec(rest) : null;
-  if (im) {
-    id = im[2];
-    rest = rest.slice(0, im.index) + im[1] + rest.slice(im.index + im[0].length);
+  // 6. id: the first standalone `#word`, with a colon that whitespace or the end follows
+  let h = rest.indexOf('#');
+  const hasHash = h >= 0;
+  for (; h >= 0; h = rest.indexOf('#', h + 1)) {
+    if (h > 0 && !isWs(rest.charCodeAt(h - 1))) continue;
+    const len = wordAt(rest, h + 1);
+    if (len === 0) continue;
+    n.id = rest.slice(h + 1, h + 1 + len);
+    let e = h + 1 + len;
+    if (rest.charCodeAt(e) === 58 && (e + 1 === rest.length || isWs(rest.charCodeAt(e + 1)))) e++;
+    rest = h === 0 ? rest.slice(e) : rest.slice(0, h) + rest.slice(e);
+    break;
   }
 
+  // 7. dependencies
   const deps = [];
   if (hasHash && rest.indexOf(':#') >= 0) rest = rest.replace(DEP_RE, (_, lead, list) => {
     for (const part of list.split(',')) deps.push(part.charCodeAt(0) === 35 ? part.slice(1) : part);
     return lead;
   });
+  n.deps = deps;
 
-  let focus = false;
-  if (rest.indexOf('!!!') >= 0) rest = rest.replace(FOCUS_RE, (_, lead) => { focus = true; return lead; });
+  // 8. focus
+  if (rest.indexOf('!!!') >= 0) rest = rest.replace(FOCUS_RE, (_, lead) => { n.focus = true; return lead; });
 
-  // collapse whitespace runs; the test is a cheap single scan, the replace only runs when needed
-  let label;
-  if (OTHER_WS_RE.test(rest)) label = rest.replace(/\s+/g, ' ').trim();
-  else if (rest.indexOf('  ') < 0) label = rest.trim();
-  else {
-    // only plain spaces: split on them and rejoin the non-empty words (no regex replace)
-    const words = rest.split(' ');
-    const kept = [];
-    for (let i = 0; i < words.length; i++) if (words[i] !== '') kept.push(words[i]);
-    label = kept.join(' ');
-  }
-  let labelFromId = false;
+  // 9. label: whitespace runs collapsed, trimmed (token removal mostly leaves blanks at the
+  // ends, which trim() takes; the regex replace only runs for inner runs or other whitespace)
+  let label = rest.trim();
+  if (INNER_WS_RE.test(label)) label = label.replace(/\s+/g, ' ');
   if (label === '') {
-    if (id === null) return null;
-    label = '#' + id;
-    labelFromId = true;
+    if (n.id === null) return null;
+    label = '#' + n.id;
+    n.labelFromId = true;
   }
+  n.label = label;
+  return n;
+}
 
-  let type = 'and';
-  let optional = false;
-  if (sigil === '+') optional = true;
-  else if (sigil === '|') type = 'or';
-  else if (sigil === '=') type = 'xor';
+/** A node's description (§10) from its parts: blank-line markers collapse, none at the end. */
+function assembleDesc(parts) {
+  let out = parts;
+  if (parts.indexOf(DESC_SEP) >= 0) {
+    out = [];
+    for (const p of parts) {
+      if (p === DESC_SEP) {
+        if (out.length > 0 && out[out.length - 1] !== DESC_SEP) out.push(DESC_SEP);
+      } else out.push(p);
+    }
+    while (out.length > 0 && out[out.length - 1] === DESC_SEP) out.pop();
+  }
+  return out.length > 0 ? out.join('\n') : null;
+}
 
-  return { indent, sigil, fold, box, url, size, tags, marks, id, deps, focus, label, labelFromId, type, optional };
+/** Split off and strip a physical line's comment, using the columns of `commentColumns`. */
+function lineAt(lines, cols, i) {
+  return cols === null || cols[i] < 0 ? lines[i] : lines[i].slice(0, cols[i]);
 }
 
 /**
  * Parse a whole document. Returns
  *   { lines, nodes (pre-order = document order), roots, warnings (parser order),
  *     firstById: Map id → first node, separatorLine, blocks: [{node|null, id, header, lines}] }
+ * With `lineMaps` false (inspect, check), the per-node line bookkeeping that only the editor
+ * needs (descLines, treeLines, pieces, blocks[].lines) is skipped and left null/empty.
  */
-export function parseDocument(text) {
-  const ll = logicalLines(text);
+export function parseDocument(text, lineMaps = true) {
+  const norm = normalizeNewlines(text);
+  const lines = norm.split('\n');
+  const cols = commentColumns(norm, lines);
   const nodes = [];
   const roots = [];
   const warnings = [];
   const firstById = new Map();
   const stack = [];
   let lastNode = null;
+  const total = lines.length;
+  let separatorLine = null;
 
-  for (const lg of ll.tree) {
-    const t = lg.text;
-    const lead = leadingBlanks(t);
-    if (lead === t.length) continue;
-    const c0 = t.charCodeAt(lead);
+  // ---- tree part (§1 logical lines, §2 extraction, §3 hierarchy)
+  let i = 0;
+  while (i < total) {
+    const s = cols === null || cols[i] < 0 ? lines[i] : lines[i].slice(0, cols[i]);
+    const lineNo = i + 1;
+    const len = s.length;
+    let lead = 0;
+    let c0 = s.charCodeAt(0);
+    while (c0 === 32 || c0 === 9) {
+      if (lead >= 24) { lead = leadingBlanks(s); c0 = s.charCodeAt(lead); break; }
+      c0 = s.charCodeAt(++lead);
+    }
+    if (c0 === 45 && s.charCodeAt(lead + 1) === 45 && s.charCodeAt(lead + 2) === 45 && isSeparator(s)) {
+      separatorLine = lineNo;
+      i++;
+      break;
+    }
+    // continuation (§1): only lines ending in a backslash or blanks can be one
+    let t = s;
+    let contLines = null;
+    let pieces = null;
+    let j = i;
+    const last = s.charCodeAt(len - 1);
+    if (last === 92 || last === 32 || last === 9) {
+      let logical = s;
+      for (;;) {
+        const cut = continuationCut(logical);
+        if (cut < 0) break;
+        logical = logical.slice(0, cut);
+        if (pieces === null) pieces = [{ pl: i, raw: 0, log: 0, len: s.length }];
+        const lp = pieces[pieces.length - 1];
+        lp.len = Math.max(0, cut - lp.log);
+        if (j + 1 >= total) break; // backslash on the very last line: dropped
+        j++;
+        const next = lineAt(lines, cols, j);
+        const nl = leadingBlanks(next);
+        const rest = next.slice(nl);
+        if (logical.length > 0 && rest.length > 0) {
+          const c = logical.charCodeAt(logical.length - 1);
+          if (c !== 32 && c !== 9) logical += ' ';
+        }
+        pieces.push({ pl: j, raw: nl, log: logical.length, len: rest.length });
+        logical += rest;
+        if (contLines === null) contLines = [];
+        contLines.push(j + 1);
+      }
+      t = logical;
+      c0 = t.charCodeAt(lead); // same indentation, but the first character may differ
+    }
+    i = j + 1;
+    if (lead >= t.length) continue;
     // only a non-ASCII or control character can be other whitespace
     if ((c0 < 33 || c0 > 126) && WS_CHAR_RE.test(t[lead]) && isBlank(t.slice(lead))) continue;
     const q1 = t.charCodeAt(lead + 1);
     if (c0 === 34 && (q1 === 32 || q1 === 9)) {
-      const body = t.slice(lead + 2).trim();
       if (lastNode === null) {
-        warnings.push({ type: 'descStray', line: lg.line });
+        warnings.push({ type: 'descStray', line: lineNo });
       } else {
-        lastNode.descParts.push(body);
-        lastNode.descLines.push(lg.line);
-        lastNode.treeLines.push(lg.line);
-        for (const c of lg.contLines) { lastNode.descLines.push(c); lastNode.treeLines.push(c); }
+        lastNode.descParts.push(t.slice(lead + 2).trim());
+        if (lineMaps) {
+          lastNode.descLines.push(lineNo);
+          lastNode.treeLines.push(lineNo);
+          if (contLines !== null) for (const c of contLines) { lastNode.descLines.push(c); lastNode.treeLines.push(c); }
+        }
       }
       continue;
     }
-    const f = extractLine(t, lead);
-    if (f === null) continue;
-    const info = f.box === null ? null : STATUS[f.box.toLowerCase()];
-    const node = {
-      idx: nodes.length,
-      line: lg.line,
-      width: indentWidth(f.indent),
-      indent: f.indent,
-      label: f.label,
-      labelFromId: f.labelFromId,
-      type: f.type,
-      optional: f.optional,
-      sigil: f.sigil,
-      fold: f.fold,
-      box: f.box,
-      statusCode: info ? f.box.toLowerCase() : null,
-      status: info ? info.key : null,
-      url: f.url,
-      size: f.size,
-      tags: f.tags,
-      marks: f.marks,
-      id: f.id,
-      deps: f.deps,
-      focus: f.focus,
-      descParts: [],
-      descLines: lg.contLines.slice(),
-      treeLines: lg.contLines.slice(),
-      pieces: lg.pieces,
-      logical: t,
-      children: [],
-      parent: null,
-      depth: 0,
-      desc: null,
-      sizeConflict: false,
-    };
-    if (f.box !== null && !info) warnings.push({ type: 'unknownStatus', line: lg.line, code: f.box });
-    if (f.id !== null) {
-      const first = firstById.get(f.id);
-      if (first) warnings.push({ type: 'duplicateId', line: lg.line, id: f.id, firstLine: first.line });
-      else firstById.set(f.id, node);
+    const node = extractLine(t, lead);
+    if (node === null) continue;
+    node.idx = nodes.length;
+    node.line = lineNo;
+    node.width = lead === 0 ? 0 : indentWidth(node.indent);
+    node.descParts = [];
+    node.children = [];
+    if (lineMaps) {
+      node.descLines = contLines === null ? [] : contLines.slice();
+      node.treeLines = contLines === null ? [] : contLines.slice();
+      node.pieces = pieces === null ? [{ pl: lineNo - 1, raw: 0, log: 0, len: t.length }] : pieces;
+    }
+    if (node.box !== null) {
+      const code = node.box.toLowerCase();
+      const info = STATUS[code];
+      if (info) {
+        node.statusCode = code;
+        node.status = info.key;
+        node.rank = info.rank;
+        node.realized = info.realized;
+        node.done = info.done;
+        node.discarded = code === '-';
+      } else {
+        warnings.push({ type: 'unknownStatus', line: lineNo, code: node.box });
+      }
+    }
+    if (node.id !== null) {
+      const first = firstById.get(node.id);
+      if (first) warnings.push({ type: 'duplicateId', line: lineNo, id: node.id, firstLine: first.line });
+      else firstById.set(node.id, node);
     }
     while (stack.length > 0 && stack[stack.length - 1].width >= node.width) stack.pop();
     if (stack.length > 0) {
@@ -240,104 +382,112 @@ export function parseDocument(text) {
     lastNode = node;
   }
 
-  // Long-form description part (§10).
+  // ---- long-form description part (§10)
   const blocks = [];
   let block = null; // {node|null (skipped), ...}
-  for (const d of ll.desc) {
-    const s = d.text;
-    const dl = leadingBlanks(s);
-    const dc = s.charCodeAt(dl);
-    if (dc === 45 && isSeparator(s)) continue;
-    if (dl === s.length || ((dc < 33 || dc > 126) && isBlank(s))) {
-      if (block && block.node) {
-        block.node.descParts.push(DESC_SEP);
-        block.node.descLines.push(d.line);
-        block.lines.push(d.line);
+  let into = null; // node whose description the current block feeds
+  for (; i < total; i++) {
+    const s = cols === null || cols[i] < 0 ? lines[i] : lines[i].slice(0, cols[i]);
+    const lineNo = i + 1;
+    const c = s.charCodeAt(0);
+    if (c === 32 || c === 9) {
+      // indented: description text, a blank line or a separator
+      const body = s.trim();
+      if (body === '') {
+        if (into !== null) {
+          into.descParts.push(DESC_SEP);
+          if (lineMaps) { into.descLines.push(lineNo); block.lines.push(lineNo); }
+        }
+      } else if (body.charCodeAt(0) === 45 && isSeparator(s)) {
+        // a separator inside the description part is ignored
+      } else if (block === null) {
+        warnings.push({ type: 'descStray', line: lineNo });
+      } else if (into !== null) {
+        into.descParts.push(body);
+        if (lineMaps) { into.descLines.push(lineNo); block.lines.push(lineNo); }
       }
       continue;
     }
-    const c = s.charCodeAt(0);
-    if (c === 32 || c === 9) {
-      if (block === null) warnings.push({ type: 'descStray', line: d.line });
-      else if (block.node) {
-        block.node.descParts.push(s.trim());
-        block.node.descLines.push(d.line);
-        block.lines.push(d.line);
+    if (s.length === 0 || (c === 45 && isSeparator(s)) || ((c < 33 || c > 126) && isBlank(s))) {
+      if (s.length === 0 || c !== 45) {
+        if (into !== null) {
+          into.descParts.push(DESC_SEP);
+          if (lineMaps) { into.descLines.push(lineNo); block.lines.push(lineNo); }
+        }
       }
       continue;
     }
     const hm = c === 35 ? HEADER_RE.exec(s) : null;
     if (hm) {
       const target = firstById.get(hm[1]) || null;
-      if (target === null) warnings.push({ type: 'unknownDesc', line: d.line, id: hm[1] });
-      else target.descLines.push(d.line);
-      block = { node: target, id: hm[1], header: d.line, lines: [d.line] };
+      if (target === null) warnings.push({ type: 'unknownDesc', line: lineNo, id: hm[1] });
+      else if (lineMaps) target.descLines.push(lineNo);
+      block = { node: target, id: hm[1], header: lineNo, lines: [lineNo] };
+      into = target;
       blocks.push(block);
       continue;
     }
-    warnings.push({ type: 'descStray', line: d.line });
+    warnings.push({ type: 'descStray', line: lineNo });
     block = null;
+    into = null;
   }
 
+  // one pass in document order: assembled descriptions, then unknownDep, xorConflict and
+  // sizeConflict; each warning list keeps document order and the lists are joined after
   const byNumber = (a, b) => a - b;
-  for (const n of nodes) {
-    if (n.descLines.length > 1) n.descLines.sort(byNumber);
-    if (n.treeLines.length > 1) n.treeLines.sort(byNumber);
-    if (n.descParts.length === 0) continue; // desc stays null
-    const out = [];
-    for (const p of n.descParts) {
-      if (p === DESC_SEP) {
-        if (out.length > 0 && out[out.length - 1] !== DESC_SEP) out.push(DESC_SEP);
-      } else out.push(p);
+  const depWarnings = [];
+  const xorWarnings = [];
+  const sizeWarnings = [];
+  for (let k = 0; k < nodes.length; k++) {
+    const n = nodes[k];
+    if (lineMaps) {
+      if (n.descLines.length > 1) n.descLines.sort(byNumber);
+      if (n.treeLines.length > 1) n.treeLines.sort(byNumber);
     }
-    while (out.length > 0 && out[out.length - 1] === DESC_SEP) out.pop();
-    n.desc = out.length > 0 ? out.join('\n') : null;
-  }
-
-  // unknownDep (pre-order = document order)
-  for (const n of nodes) {
-    for (const d of n.deps) if (!firstById.has(d)) warnings.push({ type: 'unknownDep', line: n.line, id: d });
-  }
-  // xorConflict
-  for (const n of nodes) {
+    const parts = n.descParts;
+    if (parts.length > 0) n.desc = assembleDesc(parts);
+    const deps = n.deps;
+    for (let d = 0; d < deps.length; d++) {
+      if (!firstById.has(deps[d])) depWarnings.push({ type: 'unknownDep', line: n.line, id: deps[d] });
+    }
     const ch = n.children;
-    if (ch.length === 0 || ch[0].type !== 'xor') continue;
-    let seen = false;
-    for (const c of ch) {
-      if (!isRealized(c)) continue;
-      if (seen) warnings.push({ type: 'xorConflict', line: c.line, label: c.label });
-      seen = true;
+    if (ch.length === 0) continue;
+    if (ch[0].type === 'xor') {
+      let seen = false;
+      for (const c of ch) {
+        if (!c.realized) continue;
+        if (seen) xorWarnings.push({ type: 'xorConflict', line: c.line, label: c.label });
+        seen = true;
+      }
+    }
+    if (n.size !== null && n.size !== 'XXL') {
+      const disj = ch[0].type !== 'and';
+      let any = false;
+      let need = disj ? Infinity : 0;
+      for (const c of ch) {
+        if (c.size === null || c.optional || c.discarded) continue;
+        any = true;
+        const v = 2 ** SIZE_RANK[c.size];
+        need = disj ? Math.min(need, v) : need + v;
+      }
+      if (any && need >= 2 ** (SIZE_RANK[n.size] + 1)) {
+        n.sizeConflict = true;
+        sizeWarnings.push({ type: 'sizeConflict', line: n.line, size: n.size });
+      }
     }
   }
-  // sizeConflict
-  for (const n of nodes) {
-    if (n.size === null || n.size === 'XXL' || n.children.length === 0) continue;
-    const counted = n.children.filter((c) => c.size !== null && !c.optional && !isDiscarded(c));
-    if (counted.length === 0) continue;
-    const disj = n.children[0].type !== 'and';
-    let need;
-    if (disj) {
-      need = Infinity;
-      for (const c of counted) need = Math.min(need, 2 ** SIZE_RANK[c.size]);
-    } else {
-      need = 0;
-      for (const c of counted) need += 2 ** SIZE_RANK[c.size];
-    }
-    const max = 2 ** (SIZE_RANK[n.size] + 1);
-    if (need >= max) {
-      n.sizeConflict = true;
-      warnings.push({ type: 'sizeConflict', line: n.line, size: n.size });
-    }
-  }
+  for (const w of depWarnings) warnings.push(w);
+  for (const w of xorWarnings) warnings.push(w);
+  for (const w of sizeWarnings) warnings.push(w);
 
-  return { lines: ll.lines, nodes, roots, warnings, firstById, separatorLine: ll.separatorLine, blocks };
+  return { lines, nodes, roots, warnings, firstById, separatorLine, blocks };
 }
 
 export function statusInfo(n) {
   return n.statusCode === null ? null : STATUS[n.statusCode];
 }
-export function isRealized(n) { const s = statusInfo(n); return !!s && s.realized; }
-export function isDone(n) { const s = statusInfo(n); return !!s && s.done; }
-export function isStarted(n) { const s = statusInfo(n); return !!s && s.realized && !s.done; }
-export function isDiscarded(n) { return n.statusCode === '-'; }
-export function progressRank(n) { const s = statusInfo(n); return s ? s.rank : 0; }
+export function isRealized(n) { return n.realized; }
+export function isDone(n) { return n.done; }
+export function isStarted(n) { return n.realized && !n.done; }
+export function isDiscarded(n) { return n.discarded; }
+export function progressRank(n) { return n.rank; }

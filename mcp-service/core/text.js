@@ -5,12 +5,37 @@ export const SEPARATOR_RE = /^[ \t]*-{3,}[ \t]*$/;
 
 /** Replace CRLF and lone CR by LF (upstream parse() would throw on CR). */
 export function normalizeNewlines(text) {
-  return text.indexOf('\r') < 0 ? text : text.replace(/\r\n?/g, '\n');
+  // split() scans with a native character search; indexOf() compares at every position
+  return text.split('\r').length === 1 ? text : text.replace(/\r\n?/g, '\n');
 }
 
 /** Physical lines of a (normalised) text, split on LF only. */
 export function physicalLines(text) {
   return normalizeNewlines(text).split('\n');
+}
+
+/**
+ * Column of the first `%%` of every physical line (§1), -1 for a line without one, or null
+ * when the text has no comment at all. `lines` must be `text.split('\n')`. One native split
+ * finds every `%%`; the lines are walked once to place them.
+ */
+export function commentColumns(text, lines) {
+  const parts = text.split('%%');
+  if (parts.length === 1) return null;
+  const cols = new Int32Array(lines.length).fill(-1);
+  let at = parts[0].length; // offset of the next `%%`
+  let k = 1;
+  let start = 0;
+  for (let i = 0; i < lines.length && k < parts.length; i++) {
+    const end = start + lines[i].length;
+    if (at < end) {
+      cols[i] = at - start;
+      // skip the other `%%` of this line
+      while (k < parts.length && at < end) { at += 2 + parts[k].length; k++; }
+    }
+    start = end + 1;
+  }
+  return cols;
 }
 
 /** Cut everything from the first `%%` (§1). */

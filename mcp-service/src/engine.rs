@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 pub use bundle::{CoreSource, ENTRY};
-use worker::{Job, Slot};
+use worker::{Form, Job, Reply, Slot};
 
 /// Why a call into the core failed. `Core` is the core's own, precise answer; every other
 /// variant is a failure of the engine or of its limits.
@@ -193,13 +194,15 @@ impl Engine {
         &self,
         method: &str,
         params: &Value,
-    ) -> Result<oneshot::Receiver<Result<Value, EngineError>>, EngineError> {
+        form: Form,
+    ) -> Result<oneshot::Receiver<Result<Reply, EngineError>>, EngineError> {
         let params = serde_json::to_string(params)
             .map_err(|e| EngineError::Engine(format!("cannot encode params: {e}")))?;
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Call {
             method: method.to_owned(),
             params,
+            form,
             reply,
         })?;
         Ok(rx)
@@ -208,25 +211,41 @@ impl Engine {
     /// Calls a core method with JSON params; returns the contract's `result` or the core's
     /// error as `EngineError::Core`.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, EngineError> {
-        let rx = self.enqueue_call(method, &params)?;
-        rx.await
-            .map_err(|_| EngineError::Engine("a worker dropped the call".to_owned()))?
+        let rx = self.enqueue_call(method, &params, Form::Value)?;
+        into_value(rx.await)
+    }
+
+    /// Like [`Engine::call`], but returns the result's JSON text as the core wrote it
+    /// (validated, not parsed into a tree): for callers that pass it on or read it into their
+    /// own types.
+    pub async fn call_raw(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<Box<RawValue>, EngineError> {
+        let rx = self.enqueue_call(method, &params, Form::Raw)?;
+        match rx.await {
+            Ok(Ok(Reply::Raw(raw))) => Ok(raw),
+            Ok(Ok(Reply::Value(_))) => Err(EngineError::Engine(
+                "a worker answered in the wrong form".to_owned(),
+            )),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(dropped()),
+        }
     }
 
     /// Like [`Engine::call`], for synchronous callers. Must not be called from inside an async
     /// task (it blocks the thread until the worker answers).
     pub fn call_blocking(&self, method: &str, params: Value) -> Result<Value, EngineError> {
-        let rx = self.enqueue_call(method, &params)?;
-        rx.blocking_recv()
-            .map_err(|_| EngineError::Engine("a worker dropped the call".to_owned()))?
+        let rx = self.enqueue_call(method, &params, Form::Value)?;
+        into_value(rx.blocking_recv())
     }
 
     /// Memory figures of one runtime of the pool (whichever worker is free), after a GC.
     pub async fn memory_usage(&self) -> Result<RuntimeMemory, EngineError> {
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Memory { reply })?;
-        rx.await
-            .map_err(|_| EngineError::Engine("a worker dropped the call".to_owned()))?
+        rx.await.map_err(|_| dropped())?
     }
 
     /// `inspect(text, {id?, include?})`.
@@ -253,6 +272,21 @@ impl Engine {
             params["against"] = Value::from(against);
         }
         self.call("check", params).await
+    }
+}
+
+fn dropped() -> EngineError {
+    EngineError::Engine("a worker dropped the call".to_owned())
+}
+
+fn into_value<E>(received: Result<Result<Reply, EngineError>, E>) -> Result<Value, EngineError> {
+    match received {
+        Ok(Ok(Reply::Value(v))) => Ok(v),
+        Ok(Ok(Reply::Raw(_))) => Err(EngineError::Engine(
+            "a worker answered in the wrong form".to_owned(),
+        )),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(dropped()),
     }
 }
 
@@ -303,6 +337,17 @@ export function dispatch(method, paramsJson) {
         let engine = Engine::new(stub_config()).unwrap();
         let r = engine.call("echo", json!({"a": [1, "ü"]})).await.unwrap();
         assert_eq!(r, json!({"method": "echo", "params": {"a": [1, "ü"]}}));
+    }
+
+    #[tokio::test]
+    async fn raw_results_are_the_core_text_validated() {
+        let engine = Engine::new(stub_config()).unwrap();
+        let raw = engine.call_raw("echo", json!({"a": [1, "ü"]})).await.unwrap();
+        assert_eq!(raw.get(), r#"{"method":"echo","params":{"a":[1,"ü"]}}"#);
+        let err = engine.call_raw("fail", json!({"id": "x"})).await.unwrap_err();
+        assert_eq!(err.core_code(), Some("unknownNode"));
+        let err = engine.call_raw("bad", json!({})).await.unwrap_err();
+        assert!(matches!(err, EngineError::Engine(_)), "{err:?}");
     }
 
     #[tokio::test]

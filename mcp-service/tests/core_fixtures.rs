@@ -175,3 +175,39 @@ async fn subtree_inspect_by_id() {
         .unwrap_err();
     assert_eq!(err.core_code(), Some("unknownNode"));
 }
+
+/// The core caches the analysis of the last text per runtime. Answers must not depend on what
+/// the runtime saw before: every call interleaved on one runtime equals the same call on a
+/// fresh one.
+#[tokio::test]
+async fn answers_do_not_depend_on_earlier_calls() {
+    let Some(dir) = fixtures_dir() else { return };
+    let fresh = || {
+        Engine::new(EngineConfig {
+            pool_size: 1,
+            deadline: Duration::from_secs(30),
+            ..EngineConfig::default()
+        })
+        .unwrap()
+    };
+    let a = std::fs::read_to_string(dir.join("example-werkbaum.werkbaum")).unwrap();
+    let b = std::fs::read_to_string(dir.join("example-plan-1.werkbaum")).unwrap();
+    let calls = [
+        ("inspect", json!({ "text": a })),
+        ("inspect", json!({ "text": a, "showDiscarded": true })),
+        ("inspect", json!({ "text": a, "include": ["path"] })),
+        ("check", json!({ "text": a, "against": b })),
+        ("inspect", json!({ "text": a, "id": 1, "include": ["tree"] })),
+        ("check", json!({ "text": b, "against": a })),
+        ("inspect", json!({ "text": b })),
+        ("inspect", json!({ "text": a, "showDiscarded": true })),
+        ("setStatus", json!({ "text": a, "id": 1, "status": "x" })),
+        ("inspect", json!({ "text": a })),
+    ];
+    let shared = fresh();
+    for (method, params) in &calls {
+        let got = shared.call(method, params.clone()).await;
+        let want = fresh().call(method, params.clone()).await;
+        assert_eq!(got, want, "{method} {params}");
+    }
+}

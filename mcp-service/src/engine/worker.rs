@@ -11,15 +11,34 @@ use rquickjs::loader::bundle::Bundle;
 use rquickjs::{CatchResultExt, CaughtError, Context, Function, Module, Persistent, Runtime};
 use tokio::sync::oneshot;
 
+use serde_json::value::RawValue;
+
 use super::bundle::{Bytecode, ENTRY};
 use super::{EngineError, Limits, RuntimeMemory};
+
+/// The form in which a caller wants the core's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// A parsed `serde_json::Value` (parsed on the worker thread, off the async executor).
+    Value,
+    /// The result's JSON text as the core wrote it, validated but not parsed into a tree.
+    Raw,
+}
+
+/// A core result in the form the caller asked for.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Value(serde_json::Value),
+    Raw(Box<RawValue>),
+}
 
 /// A unit of work for a worker.
 pub(crate) enum Job {
     Call {
         method: String,
         params: String,
-        reply: oneshot::Sender<Result<serde_json::Value, EngineError>>,
+        form: Form,
+        reply: oneshot::Sender<Result<Reply, EngineError>>,
     },
     Memory {
         reply: oneshot::Sender<Result<RuntimeMemory, EngineError>>,
@@ -244,8 +263,27 @@ fn json_depth(raw: &str) -> usize {
     max
 }
 
-/// Turns the core's reply string into the result or the core's own error.
-pub(crate) fn parse_reply(raw: &str) -> Result<serde_json::Value, EngineError> {
+/// The envelope of a reply, read without building the result's tree.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<CoreErrorBody>,
+}
+
+#[derive(serde::Deserialize)]
+struct CoreErrorBody {
+    #[serde(default)]
+    code: Option<serde_json::Value>,
+    #[serde(default)]
+    message: Option<serde_json::Value>,
+}
+
+/// Turns the core's reply string into the result (in the requested form) or the core's own
+/// error. The nesting depth is bounded first: serde_json recurses per level when it parses,
+/// validates or drops a value.
+pub(crate) fn parse_reply(raw: &str, form: Form) -> Result<Reply, EngineError> {
     let depth = json_depth(raw);
     if depth > MAX_REPLY_DEPTH {
         return Err(EngineError::Engine(format!(
@@ -255,35 +293,38 @@ pub(crate) fn parse_reply(raw: &str) -> Result<serde_json::Value, EngineError> {
     let mut de = serde_json::Deserializer::from_str(raw);
     // The depth was checked above; serde_json's own limit (128) is too low for plan trees.
     de.disable_recursion_limit();
-    let reply: serde_json::Value = serde::Deserialize::deserialize(&mut de)
-        .map_err(|e| EngineError::Engine(format!("the core's reply is not JSON: {e}")))?;
-    let serde_json::Value::Object(mut map) = reply else {
-        return Err(EngineError::Engine(
-            "the core's reply is not an object".to_owned(),
-        ));
-    };
-    if let Some(error) = map.remove("error") {
-        let field = |k: &str| {
-            error
-                .get(k)
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
+    let envelope: Envelope<'_> = serde::Deserialize::deserialize(&mut de)
+        .and_then(|envelope| de.end().map(|()| envelope))
+        .map_err(|e| EngineError::Engine(format!("the core's reply is not a JSON object: {e}")))?;
+    if let Some(error) = envelope.error {
+        let text = |v: Option<serde_json::Value>| match v {
+            Some(serde_json::Value::String(s)) => s,
+            _ => String::new(),
         };
-        let code = field("code");
+        let code = text(error.code);
         if code.is_empty() {
-            return Err(EngineError::Engine(format!(
-                "the core's error has no code: {error}"
-            )));
+            return Err(EngineError::Engine(
+                "the core's error has no code".to_owned(),
+            ));
         }
         return Err(EngineError::Core {
             code,
-            message: field("message"),
+            message: text(error.message),
         });
     }
-    map.remove("result").ok_or_else(|| {
+    let result = envelope.result.ok_or_else(|| {
         EngineError::Engine("the core's reply has neither `result` nor `error`".to_owned())
-    })
+    })?;
+    match form {
+        Form::Raw => Ok(Reply::Raw(result.to_owned())),
+        Form::Value => {
+            let mut de = serde_json::Deserializer::from_str(result.get());
+            de.disable_recursion_limit();
+            serde::Deserialize::deserialize(&mut de)
+                .map(Reply::Value)
+                .map_err(|e| EngineError::Engine(format!("the core's result is not JSON: {e}")))
+        }
+    }
 }
 
 /// The worker loop: owns one slot, rebuilds it after any engine-level failure.
@@ -309,6 +350,7 @@ pub(crate) fn run(
             Job::Call {
                 method,
                 params,
+                form,
                 reply,
             } => {
                 if reply.is_closed() {
@@ -326,7 +368,7 @@ pub(crate) fn run(
                 }))
                 .unwrap_or_else(|_| Err(EngineError::Engine("the engine panicked".to_owned())));
                 let result = match outcome {
-                    Ok(raw) => match parse_reply(&raw) {
+                    Ok(raw) => match parse_reply(&raw, form) {
                         // The core caught an unexpected exception itself (its catch-all code
                         // `internal`): the runtime may have hit a limit, so it is replaced; a
                         // caught limit error is still reported as that limit.
@@ -378,30 +420,51 @@ mod tests {
         assert_eq!(json_depth("1"), 0);
     }
 
+    fn value(raw: &str) -> Result<serde_json::Value, EngineError> {
+        match parse_reply(raw, Form::Value)? {
+            Reply::Value(v) => Ok(v),
+            Reply::Raw(_) => panic!("asked for a value"),
+        }
+    }
+
     #[test]
     fn replies_are_parsed_per_contract() {
+        assert_eq!(value(r#"{"result":{"x":1}}"#).unwrap(), json!({"x": 1}));
         assert_eq!(
-            parse_reply(r#"{"result":{"x":1}}"#).unwrap(),
-            json!({"x": 1})
-        );
-        assert_eq!(
-            parse_reply(r#"{"error":{"code":"unknownNode","message":"m"}}"#).unwrap_err(),
+            value(r#"{"error":{"code":"unknownNode","message":"m"}}"#).unwrap_err(),
             EngineError::Core {
                 code: "unknownNode".into(),
                 message: "m".into()
             }
         );
-        assert!(matches!(parse_reply("[]"), Err(EngineError::Engine(_))));
-        assert!(matches!(parse_reply("{}"), Err(EngineError::Engine(_))));
+        assert!(matches!(value("[]"), Err(EngineError::Engine(_))));
+        assert!(matches!(value("{}"), Err(EngineError::Engine(_))));
         assert!(matches!(
-            parse_reply(r#"{"error":{}}"#),
+            value(r#"{"result":1} x"#),
+            Err(EngineError::Engine(_))
+        ));
+        assert!(matches!(
+            value(r#"{"error":{}}"#),
+            Err(EngineError::Engine(_))
+        ));
+        assert!(matches!(
+            value(r#"{"error":"nope"}"#),
             Err(EngineError::Engine(_))
         ));
         let deep = format!("{{\"result\":{}1{}}}", "[".repeat(1000), "]".repeat(1000));
-        assert!(parse_reply(&deep).is_ok());
+        assert!(value(&deep).is_ok());
         let too_deep = format!("{{\"result\":{}1{}}}", "[".repeat(3000), "]".repeat(3000));
+        assert!(matches!(value(&too_deep), Err(EngineError::Engine(_))));
+    }
+
+    #[test]
+    fn raw_replies_keep_the_core_text() {
+        let Ok(Reply::Raw(raw)) = parse_reply(r#"{"result": {"b":1, "a":[2]} }"#, Form::Raw) else {
+            panic!("a raw reply");
+        };
+        assert_eq!(raw.get(), r#"{"b":1, "a":[2]}"#);
         assert!(matches!(
-            parse_reply(&too_deep),
+            parse_reply(r#"{"result": {"b":1,} }"#, Form::Raw),
             Err(EngineError::Engine(_))
         ));
     }
