@@ -26,7 +26,8 @@ function optBool(params, name, dflt) {
  * The analysis of the last text seen, per view. An agent works on one document version for
  * several calls (read, inspect a subtree, check before a write), and a text always yields the
  * same analysis, so those calls reuse it instead of parsing again. Nothing downstream mutates
- * an analysis. Bounded: one text, at most ANALYSIS_CACHE_MAX characters.
+ * an analysis (the output node objects built from it are kept with it too; serialising them
+ * does not change them). Bounded: one text, at most ANALYSIS_CACHE_MAX characters.
  */
 const ANALYSIS_CACHE_MAX = 256 * 1024;
 let cachedText = null;
@@ -81,25 +82,41 @@ function nodeOut(n, m) {
   };
 }
 
-/** Output tree for a list of top nodes (iterative: no recursion on depth). Also returns the deepest relative depth. */
-function treeOut(tops, m) {
-  const out = [];
-  const nodeStack = [];
-  const intoStack = [];
-  const depthStack = [];
-  for (let i = tops.length - 1; i >= 0; i--) { nodeStack.push(tops[i]); intoStack.push(out); depthStack.push(0); }
-  let maxDepth = 0;
-  while (nodeStack.length > 0) {
-    const n = nodeStack.pop();
-    const into = intoStack.pop();
-    const d = depthStack.pop();
-    if (d > maxDepth) maxDepth = d;
+/**
+ * Output node objects of the whole view, built once per analysis (they depend on nothing
+ * else): `nodes[idx]` with children linked, and `below[idx]`, the deepest depth in idx's subtree.
+ * Pre-order means a parent's object exists before its children's. No recursion on depth.
+ */
+function outputNodes(analysis) {
+  if (analysis.out !== undefined) return analysis.out;
+  const m = analysis.model;
+  const N = m.doc.nodes.length;
+  const nodes = new Array(N).fill(null);
+  const below = new Int32Array(N);
+  for (const n of m.nodes) {
     const o = nodeOut(n, m);
-    into.push(o);
-    const ch = n.children;
-    for (let i = ch.length - 1; i >= 0; i--) { nodeStack.push(ch[i]); intoStack.push(o.children); depthStack.push(d + 1); }
+    nodes[n.idx] = o;
+    below[n.idx] = n.depth;
+    if (n.parent !== null) nodes[n.parent.idx].children.push(o);
   }
-  return { tree: out, maxDepth };
+  for (let i = m.nodes.length - 1; i >= 0; i--) {
+    const n = m.nodes[i];
+    if (n.parent !== null && below[n.idx] > below[n.parent.idx]) below[n.parent.idx] = below[n.idx];
+  }
+  analysis.out = { nodes, below };
+  return analysis.out;
+}
+
+/** Output tree for a list of top nodes, and the deepest depth relative to them. */
+function treeOut(tops, analysis) {
+  const { nodes, below } = outputNodes(analysis);
+  const tree = [];
+  let maxDepth = 0;
+  for (const t of tops) {
+    tree.push(nodes[t.idx]);
+    if (below[t.idx] - t.depth > maxDepth) maxDepth = below[t.idx] - t.depth;
+  }
+  return { tree, maxDepth };
 }
 
 function pathOut(m) {
@@ -125,7 +142,8 @@ export function inspect(params) {
     }
     include = params.include;
   }
-  const { doc, model, warnings } = analyze(text, showDiscarded);
+  const analysis = analyze(text, showDiscarded);
+  const { doc, model, warnings } = analysis;
   const result = {};
   let treeDepth = 0;
   if (include.includes('tree')) {
@@ -137,7 +155,7 @@ export function inspect(params) {
       }
       tops = [n];
     }
-    const t = treeOut(tops, model);
+    const t = treeOut(tops, analysis);
     result.tree = t.tree;
     treeDepth = t.maxDepth;
   } else if (params.id !== undefined && params.id !== null) {

@@ -196,6 +196,7 @@ function computePath(m) {
   }
 
   const needed = new Uint8Array(N);
+  const margins = new Int32Array(N); // margin of every needed node in the last evaluation
   const work = [];
   const roots = m.roots;
   /** Needed set for one assignment (choice by group node idx, null = local choices) and its cost. */
@@ -224,7 +225,12 @@ function computePath(m) {
       if (dt !== null) for (const t of dt) if (!needed[t.idx]) { needed[t.idx] = 1; work.push(t); }
     }
     let cost = 0;
-    for (let i = 0; i < N; i++) if (needed[i]) cost += margin(all[i]);
+    for (let i = 0; i < N; i++) {
+      if (!needed[i]) { margins[i] = 0; continue; }
+      const v = margin(all[i]);
+      margins[i] = v;
+      cost += v;
+    }
     return cost;
   };
   /** D69 margin of a needed node: its own cost minus what its needed path children cost. */
@@ -270,7 +276,7 @@ function computePath(m) {
   m.needed = needed;
   m.exact = exact;
   m.cost = bestCost;
-  m.margin = margin;
+  m.margin = (n) => margins[n.idx];
   m.groups = groups;
   m.coupledGroups = coupledGroups;
 
@@ -394,21 +400,21 @@ function computeTaiga(m) {
 function computeMixedGate(m) {
   const out = [];
   const show = m.showDiscarded;
-  // pre-order over visible nodes: a hidden discarded child hides its subtree
-  const stack = [];
-  for (let i = m.roots.length - 1; i >= 0; i--) stack.push(m.roots[i]);
-  while (stack.length > 0) {
-    const n = stack.pop();
-    const ch = n.children;
+  // document order = pre-order; a hidden discarded node hides its subtree
+  const hidden = new Uint8Array(m.doc.nodes.length);
+  for (const n of m.nodes) {
+    if (n.parent !== null && (hidden[n.parent.idx] === 1 || (!show && n.discarded))) {
+      hidden[n.idx] = 1;
+      continue;
+    }
     let first = null;
     let mixed = false;
-    for (const c of ch) {
+    for (const c of n.children) {
       if (!show && c.discarded) continue;
       if (first === null) first = c;
       else if (c.type !== first.type) mixed = true;
     }
     if (mixed) out.push({ type: 'mixedGate', line: first.line, label: n.label });
-    for (let i = ch.length - 1; i >= 0; i--) if (show || !ch[i].discarded) stack.push(ch[i]);
   }
   m.mixedGate = out;
 }

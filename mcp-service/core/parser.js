@@ -166,7 +166,8 @@ export function extractLine(text, leadKnown) {
         out += rest.slice(pos, at);
         pos = at + 1 + len;
       }
-      at = rest.indexOf('@', len > 0 ? pos : at + 1);
+      const from = len > 0 ? pos : at + 1;
+      at = from < rest.length ? rest.indexOf('@', from) : -1;
     }
     if (pos > 0) rest = out + rest.slice(pos);
   }

@@ -342,9 +342,15 @@ export function dispatch(method, paramsJson) {
     #[tokio::test]
     async fn raw_results_are_the_core_text_validated() {
         let engine = Engine::new(stub_config()).unwrap();
-        let raw = engine.call_raw("echo", json!({"a": [1, "ü"]})).await.unwrap();
+        let raw = engine
+            .call_raw("echo", json!({"a": [1, "ü"]}))
+            .await
+            .unwrap();
         assert_eq!(raw.get(), r#"{"method":"echo","params":{"a":[1,"ü"]}}"#);
-        let err = engine.call_raw("fail", json!({"id": "x"})).await.unwrap_err();
+        let err = engine
+            .call_raw("fail", json!({"id": "x"}))
+            .await
+            .unwrap_err();
         assert_eq!(err.core_code(), Some("unknownNode"));
         let err = engine.call_raw("bad", json!({})).await.unwrap_err();
         assert!(matches!(err, EngineError::Engine(_)), "{err:?}");

@@ -197,7 +197,10 @@ async fn answers_do_not_depend_on_earlier_calls() {
         ("inspect", json!({ "text": a, "showDiscarded": true })),
         ("inspect", json!({ "text": a, "include": ["path"] })),
         ("check", json!({ "text": a, "against": b })),
-        ("inspect", json!({ "text": a, "id": 1, "include": ["tree"] })),
+        (
+            "inspect",
+            json!({ "text": a, "id": 1, "include": ["tree"] }),
+        ),
         ("check", json!({ "text": b, "against": a })),
         ("inspect", json!({ "text": b })),
         ("inspect", json!({ "text": a, "showDiscarded": true })),

@@ -82,23 +82,6 @@ fn generated_plan(n: usize) -> String {
     text
 }
 
-struct Stats {
-    p50: Duration,
-    p99: Duration,
-}
-
-fn stats(mut samples: Vec<Duration>) -> Stats {
-    samples.sort();
-    let pick = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples.get(i).copied().unwrap_or_default()
-    };
-    Stats {
-        p50: pick(0.5),
-        p99: pick(0.99),
-    }
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -113,99 +96,178 @@ enum Mode {
     Cold,
 }
 
-/// How the engine hands back the result.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Out {
-    /// `Engine::call_raw`: the result's JSON text, validated.
-    Raw,
-    /// `Engine::call`: parsed into a `serde_json::Value`.
-    Value,
-}
-
-fn params_for(text: &str, mode: Mode, i: usize, extra: &serde_json::Value) -> serde_json::Value {
-    let mut p = extra.clone();
-    p["text"] = match mode {
-        Mode::Warm => json!(text),
-        Mode::Cold => json!(format!("{text}\n%% core-bench call {i}\n")),
-    };
-    p
-}
-
-async fn bench_engine(
-    engine: &Engine,
-    text: &str,
-    runs: usize,
-    mode: Mode,
-    out: Out,
-    extra: serde_json::Value,
-) -> Result<Stats, String> {
-    let warmup = (runs / 10).max(3);
-    let mut samples = Vec::with_capacity(runs);
-    for i in 0..warmup + runs {
-        let params = params_for(text, mode, i, &extra);
-        let t = Instant::now();
-        match out {
-            Out::Raw => engine.call_raw("inspect", params).await.map(drop),
-            Out::Value => engine.call("inspect", params).await.map(drop),
-        }
-        .map_err(|e| format!("inspect: {e}"))?;
-        if i >= warmup {
-            samples.push(t.elapsed());
+impl Mode {
+    fn text(self, text: &str, i: usize) -> String {
+        match self {
+            Mode::Warm => text.to_owned(),
+            Mode::Cold => format!("{text}\n%% core-bench call {i}\n"),
         }
     }
-    Ok(stats(samples))
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Warm => "warm",
+            Mode::Cold => "cold",
+        }
+    }
 }
 
+/// One `inspect` through the engine: `call_raw` (validated result JSON) or `call` (parsed
+/// into a `serde_json::Value`). Returns the elapsed time.
+async fn engine_call(
+    engine: &Engine,
+    params: serde_json::Value,
+    raw: bool,
+) -> Result<Duration, String> {
+    let t = Instant::now();
+    if raw {
+        engine.call_raw("inspect", params).await.map(drop)
+    } else {
+        engine.call("inspect", params).await.map(drop)
+    }
+    .map_err(|e| format!("inspect: {e}"))?;
+    Ok(t.elapsed())
+}
+
+/// The same core under node, driven line by line so that its calls interleave with the
+/// engine's: a request is `NAME MODE N`, the answer the milliseconds of that one `inspect`
+/// (params encoded before the clock starts, result parsed before it stops).
 const NODE_DRIVER: &str = r#"
 import { pathToFileURL } from 'node:url';
 import { readFileSync } from 'node:fs';
-const [coreDir, ...jobs] = process.argv.slice(2);
+import { createInterface } from 'node:readline';
+const [coreDir, ...pairs] = process.argv.slice(2);
 const { dispatch } = await import(pathToFileURL(coreDir + '/index.js').href);
-const out = {};
-for (let i = 0; i < jobs.length; i += 4) {
-  const [name, file, runs, mode] = [jobs[i], jobs[i + 1], Number(jobs[i + 2]), jobs[i + 3]];
-  const text = readFileSync(file, 'utf8');
-  const warmup = Math.max(3, runs / 10);
-  const t = [];
-  for (let k = 0; k < warmup + runs; k++) {
-    const params = JSON.stringify({ text: mode === 'cold' ? text + '\n%% core-bench call ' + k + '\n' : text });
-    const s = process.hrtime.bigint();
-    const r = dispatch('inspect', params);
-    JSON.parse(r);
-    if (k >= warmup) t.push(Number(process.hrtime.bigint() - s) / 1e6);
-  }
-  t.sort((a, b) => a - b);
-  const q = (p) => t[Math.round((t.length - 1) * p)];
-  out[name] = { p50: q(0.5), p99: q(0.99) };
+const texts = {};
+for (let i = 0; i < pairs.length; i += 2) texts[pairs[i]] = readFileSync(pairs[i + 1], 'utf8');
+for await (const line of createInterface({ input: process.stdin })) {
+  const [name, mode, n] = line.split(' ');
+  const text = mode === 'cold' ? texts[name] + '\n%% core-bench call ' + n + '\n' : texts[name];
+  const params = JSON.stringify({ text });
+  const s = process.hrtime.bigint();
+  JSON.parse(dispatch('inspect', params));
+  process.stdout.write(String(Number(process.hrtime.bigint() - s) / 1e6) + '\n');
 }
-console.log(JSON.stringify(out));
 "#;
 
-/// Runs the same core under node; `None` when node is missing or fails.
-fn bench_node(core_dir: &Path, jobs: &[(&str, &str, usize, Mode)]) -> Option<serde_json::Value> {
-    let dir = std::env::temp_dir().join(format!("pforte-core-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let driver = dir.join("driver.mjs");
-    std::fs::write(&driver, NODE_DRIVER).ok()?;
-    let mut cmd = std::process::Command::new("node");
-    cmd.arg(&driver).arg(core_dir);
-    for (name, text, runs, mode) in jobs {
-        let file = dir.join(format!("{name}.werkbaum"));
-        std::fs::write(&file, text).ok()?;
-        let mode = if *mode == Mode::Cold { "cold" } else { "warm" };
-        cmd.arg(name).arg(&file).arg(runs.to_string()).arg(mode);
+/// A running node driver; `None` from `start` when node is missing or fails.
+struct Node {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    dir: PathBuf,
+}
+
+impl Node {
+    fn start(core_dir: &Path, texts: &[(&str, &str)]) -> Option<Node> {
+        use std::process::{Command, Stdio};
+        let dir = std::env::temp_dir().join(format!("pforte-core-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let driver = dir.join("driver.mjs");
+        std::fs::write(&driver, NODE_DRIVER).ok()?;
+        let mut cmd = Command::new("node");
+        cmd.arg(&driver).arg(core_dir);
+        for (name, text) in texts {
+            let file = dir.join(format!("{name}.werkbaum"));
+            std::fs::write(&file, text).ok()?;
+            cmd.arg(name).arg(&file);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .ok()?;
+        let stdin = child.stdin.take()?;
+        let stdout = std::io::BufReader::new(child.stdout.take()?);
+        Some(Node {
+            child,
+            stdin,
+            stdout,
+            dir,
+        })
     }
-    let output = cmd.output().ok();
-    let _ = std::fs::remove_dir_all(&dir);
-    let output = output?;
-    if !output.status.success() {
-        eprintln!(
-            "node failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-        return None;
+
+    fn call(&mut self, name: &str, mode: Mode, i: usize) -> Option<f64> {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{name} {} {i}", mode.name()).ok()?;
+        self.stdin.flush().ok()?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).ok()?;
+        line.trim().parse().ok()
     }
-    serde_json::from_slice(&output.stdout).ok()
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// p50/p99 of one row: engine raw, engine Value, node (ms).
+#[derive(Default)]
+struct Row {
+    raw: Vec<Duration>,
+    value: Vec<Duration>,
+    node: Vec<f64>,
+}
+
+/// Calls per block: the engine (raw), the engine (Value) and node take turns in blocks, so all
+/// three see the same machine conditions over the run, and a block is long enough that one
+/// side does not run on caches the other just evicted.
+const BLOCK: usize = 10;
+
+/// Runs `runs` calls of each kind (after a tenth as warm-up), in alternating blocks.
+async fn bench_row(
+    engine: &Engine,
+    node: &mut Option<Node>,
+    (name, text): (&str, &str),
+    mode: Mode,
+    runs: usize,
+) -> Result<Row, String> {
+    let warmup = (runs / 10).max(3);
+    let mut row = Row::default();
+    let mut i = 0;
+    while i < warmup + runs {
+        let block = BLOCK.min(warmup + runs - i);
+        for k in i..i + block {
+            let raw = engine_call(engine, json!({ "text": mode.text(text, 2 * k) }), true).await?;
+            if k >= warmup {
+                row.raw.push(raw);
+            }
+        }
+        for k in i..i + block {
+            let value =
+                engine_call(engine, json!({ "text": mode.text(text, 2 * k + 1) }), false).await?;
+            if k >= warmup {
+                row.value.push(value);
+            }
+        }
+        for k in i..i + block {
+            let n = node.as_mut().and_then(|n| n.call(name, mode, k));
+            if node.is_some() && n.is_none() {
+                eprintln!("node stopped answering: no comparison");
+                *node = None;
+            }
+            if k >= warmup {
+                row.node.extend(n);
+            }
+        }
+        i += block;
+    }
+    Ok(row)
+}
+
+fn pick(mut v: Vec<f64>, q: f64) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+    v.get(i).copied()
+}
+
+fn ms_all(v: &[Duration]) -> Vec<f64> {
+    v.iter().map(|d| ms(*d)).collect()
 }
 
 async fn run() -> Result<(), String> {
@@ -239,138 +301,82 @@ async fn run() -> Result<(), String> {
         .map_err(|e| format!("10k plan: {e}"))?["summary"]["nodes"]
         .clone();
     let big_runs = (args.runs / 10).max(10);
-    let none = json!({});
-    let wb_warm = bench_engine(
-        &engine,
-        &werkbaum,
-        args.runs,
-        Mode::Warm,
-        Out::Raw,
-        none.clone(),
-    )
-    .await?;
-    let wb_warm_v = bench_engine(
-        &engine,
-        &werkbaum,
-        args.runs,
-        Mode::Warm,
-        Out::Value,
-        none.clone(),
-    )
-    .await?;
+    let mut node = Node::start(&core_dir, &[("werkbaum", &werkbaum), ("big", &big)]);
+    let wb = ("werkbaum", werkbaum.as_str());
+    let wb_warm = bench_row(&engine, &mut node, wb, Mode::Warm, args.runs).await?;
     let cached = engine.memory_usage().await.map_err(|e| e.to_string())?;
-    let wb_cold = bench_engine(
+    let wb_cold = bench_row(&engine, &mut node, wb, Mode::Cold, args.runs).await?;
+    let big_cold = bench_row(
         &engine,
-        &werkbaum,
-        args.runs,
+        &mut node,
+        ("big", big.as_str()),
         Mode::Cold,
-        Out::Raw,
-        none.clone(),
-    )
-    .await?;
-    let wb_cold_v = bench_engine(
-        &engine,
-        &werkbaum,
-        args.runs,
-        Mode::Cold,
-        Out::Value,
-        none.clone(),
-    )
-    .await?;
-    let big_cold =
-        bench_engine(&engine, &big, big_runs, Mode::Cold, Out::Raw, none.clone()).await?;
-    let big_cold_v = bench_engine(
-        &engine,
-        &big,
         big_runs,
-        Mode::Cold,
-        Out::Value,
-        none.clone(),
     )
     .await?;
-    let wb_summary = bench_engine(
-        &engine,
-        &werkbaum,
-        args.runs,
-        Mode::Cold,
-        Out::Raw,
-        json!({"include": []}),
-    )
-    .await?;
-    let trivial = bench_engine(&engine, "R\n", args.runs, Mode::Warm, Out::Raw, none).await?;
+    let mut summary = Vec::with_capacity(args.runs);
+    for i in 0..args.runs {
+        let params = json!({ "text": Mode::Cold.text(&werkbaum, i), "include": [] });
+        summary.push(engine_call(&engine, params, true).await?);
+    }
+    let mut trivial = Vec::with_capacity(args.runs);
+    for _ in 0..args.runs {
+        trivial.push(engine_call(&engine, json!({ "text": "R\n" }), true).await?);
+    }
     let after = engine.memory_usage().await.map_err(|e| e.to_string())?;
+    let have_node = node.is_some();
+    drop(node);
 
-    let node = bench_node(
-        &core_dir,
-        &[
-            ("wb_warm", &werkbaum, args.runs, Mode::Warm),
-            ("wb_cold", &werkbaum, args.runs, Mode::Cold),
-            ("big_cold", &big, big_runs, Mode::Cold),
-        ],
-    );
-
-    println!("core-bench: inspect (full: tree, warnings, path), 1 runtime, loaded and warmed up");
+    println!("core-bench: inspect (full: tree, warnings, path); 1 runtime, loaded and warmed up;");
     println!(
-        "  engine = Engine::call_raw (params in, validated result JSON out); +Value = Engine::call"
+        "  engine, +Value and node calls take turns in blocks of {BLOCK} (same machine conditions)"
     );
     println!(
-        "  warm = the same text every call (the core's analysis cache answers); cold = a new text"
+        "  engine = Engine::call_raw: params in, validated result JSON out; +Value = Engine::call"
     );
-    println!("  every call (a distinct comment line appended), so every call parses and models");
+    println!("  warm = the same text every call (the core's analysis cache answers); cold = a new");
+    println!("  text every call (a distinct comment line appended): every call parses and models");
     println!("engine start (compile + 1 runtime): {:.1} ms", ms(startup));
     println!(
         "{:<34} {:>11} {:>11} {:>12} {:>11} {:>11} {:>9}",
         "plan", "engine p50", "engine p99", "+Value p50", "node p50", "node p99", "p50 ratio"
     );
-    let rows = [
-        (
-            format!("werkbaum.werkbaum warm ({})", args.runs),
-            "wb_warm",
-            &wb_warm,
-            &wb_warm_v,
-        ),
-        (
-            format!("werkbaum.werkbaum cold ({})", args.runs),
-            "wb_cold",
-            &wb_cold,
-            &wb_cold_v,
-        ),
+    let mut p50 = Vec::new();
+    for (label, row) in [
+        (format!("werkbaum.werkbaum warm ({})", args.runs), &wb_warm),
+        (format!("werkbaum.werkbaum cold ({})", args.runs), &wb_cold),
         (
             format!("generated {big_nodes} nodes cold ({big_runs})"),
-            "big_cold",
             &big_cold,
-            &big_cold_v,
         ),
-    ];
-    for (label, key, s, v) in rows {
-        let (np50, np99) = node
-            .as_ref()
-            .and_then(|n| Some((n[key]["p50"].as_f64()?, n[key]["p99"].as_f64()?)))
-            .map_or((None, None), |(a, b)| (Some(a), Some(b)));
+    ] {
+        let raw50 = pick(ms_all(&row.raw), 0.5).unwrap_or_default();
+        let raw99 = pick(ms_all(&row.raw), 0.99).unwrap_or_default();
+        let val50 = pick(ms_all(&row.value), 0.5).unwrap_or_default();
+        let n50 = pick(row.node.clone(), 0.5);
+        let n99 = pick(row.node.clone(), 0.99);
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2} ms"));
-        let ratio = np50.map_or("-".to_owned(), |n| format!("{:.1}x", ms(s.p50) / n));
+        let ratio = n50.map_or("-".to_owned(), |n| format!("{:.1}x", raw50 / n));
         println!(
-            "{label:<34} {:>8.2} ms {:>8.2} ms {:>9.2} ms {:>11} {:>11} {ratio:>9}",
-            ms(s.p50),
-            ms(s.p99),
-            ms(v.p50),
-            fmt(np50),
-            fmt(np99),
+            "{label:<34} {raw50:>8.2} ms {raw99:>8.2} ms {val50:>9.2} ms {:>11} {:>11} {ratio:>9}",
+            fmt(n50),
+            fmt(n99),
         );
+        p50.push(raw50);
     }
     println!(
         "{:<34} {:>8.2} ms {:>8.2} ms   (parse + model only: no tree/warnings/path output)",
         "werkbaum.werkbaum cold, include []",
-        ms(wb_summary.p50),
-        ms(wb_summary.p99)
+        pick(ms_all(&summary), 0.5).unwrap_or_default(),
+        pick(ms_all(&summary), 0.99).unwrap_or_default()
     );
     println!(
         "{:<34} {:>8.3} ms {:>8.3} ms   (round-trip overhead of the engine)",
         "one-line plan",
-        ms(trivial.p50),
-        ms(trivial.p99)
+        pick(ms_all(&trivial), 0.5).unwrap_or_default(),
+        pick(ms_all(&trivial), 0.99).unwrap_or_default()
     );
-    if node.is_none() {
+    if !have_node {
         println!("(node not available: no comparison)");
     }
     let mib = |b: i64| b as f64 / (1024.0 * 1024.0);
@@ -383,9 +389,9 @@ async fn run() -> Result<(), String> {
     );
     println!(
         "targets: werkbaum warm p50 <= 5 ms: {} (cold: {:.2} ms); 10,000 nodes p50 <= 300 ms: {}; <= 4 MiB per runtime: {}",
-        verdict(ms(wb_warm.p50) <= 5.0),
-        ms(wb_cold.p50),
-        verdict(ms(big_cold.p50) <= 300.0),
+        verdict(p50[0] <= 5.0),
+        p50[1],
+        verdict(p50[2] <= 300.0),
         verdict(
             mib(after
                 .malloc_size
