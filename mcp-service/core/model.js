@@ -5,12 +5,6 @@ import { SIZES, SIZE_RANK, RANK_KEYS } from './parser.js';
 /** Exhaustive search limit (§13). */
 export const SEARCH_LIMIT = 20000;
 
-/** Gate of a child list = type of its first element (§4). */
-export function gateOf(list) {
-  if (list.length === 0) return null;
-  return list[0].type;
-}
-
 /**
  * Build the model for one view (§18): discarded roots are removed unless
  * showDiscarded. Everything below works on the filtered forest.

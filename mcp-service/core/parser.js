@@ -25,8 +25,6 @@ export const RANK_KEYS = ['idee', 'geplant', 'arbeit', 'durchstich', 'fertig', '
 export const SIZES = ['XS', 'S', 'M', 'L', 'XL', 'XXL'];
 export const SIZE_RANK = { XS: 0, S: 1, M: 2, L: 3, XL: 4, XXL: 5 };
 
-/** Prefix part of LINE_RE (everything before the rest), used by the editor. */
-export const LINE_PREFIX_RE = /^([ \t]*)([-|+]|=(?=[ \t]))?\s*(?:([><])(?=[ \t])\s*)?(?:\[([^\]])\]\s*)?(?:([><])(?=[ \t])\s*)?/;
 export const URL_RE = /https?:\/\/\S+/i;
 export const SIZE_RE = /(^|\s)\((XXL|XS|XL|S|M|L)\)/gi;
 const DEP_RE = /(^|\s):#([\p{L}\p{N}._-]+(?:,#[\p{L}\p{N}._-]+)*)/gu;
@@ -483,12 +481,3 @@ export function parseDocument(text, lineMaps = true) {
 
   return { lines, nodes, roots, warnings, firstById, separatorLine, blocks };
 }
-
-export function statusInfo(n) {
-  return n.statusCode === null ? null : STATUS[n.statusCode];
-}
-export function isRealized(n) { return n.realized; }
-export function isDone(n) { return n.done; }
-export function isStarted(n) { return n.realized && !n.done; }
-export function isDiscarded(n) { return n.discarded; }
-export function progressRank(n) { return n.rank; }

@@ -1,4 +1,4 @@
-//! Line normalisation (CRLF/CR to LF), comments, continuation and logical lines.
+//! Line normalisation (CRLF/CR to LF), comments, separators, continuation and logical offsets.
 
 /** Separator that switches to the description part (§10). */
 export const SEPARATOR_RE = /^[ \t]*-{3,}[ \t]*$/;
@@ -7,11 +7,6 @@ export const SEPARATOR_RE = /^[ \t]*-{3,}[ \t]*$/;
 export function normalizeNewlines(text) {
   // split() scans with a native character search; indexOf() compares at every position
   return text.split('\r').length === 1 ? text : text.replace(/\r\n?/g, '\n');
-}
-
-/** Physical lines of a (normalised) text, split on LF only. */
-export function physicalLines(text) {
-  return normalizeNewlines(text).split('\n');
 }
 
 /**
@@ -91,63 +86,6 @@ export function leadingBlanks(s) {
   return BLANKS_RE.lastIndex;
 }
 const BLANKS_RE = /[ \t]*/y;
-
-/**
- * First pass (§1). Returns
- *   { lines: physical lines (LF-normalised),
- *     tree: [{ text, line, contLines, pieces }],   // logical lines of the tree part
- *     desc: [{ text, line }],                       // comment-free physical lines of the description part
- *     separatorLine: 1-based line of the first separator or null }
- * `pieces` map logical-text offsets back to physical positions:
- *   { pl: 0-based physical line, raw: start column, log: start offset in text, len }.
- */
-export function logicalLines(text) {
-  const lines = physicalLines(text);
-  const tree = [];
-  const desc = [];
-  let separatorLine = null;
-  const n = lines.length;
-  let i = 0;
-  while (i < n) {
-    const s = stripComment(lines[i]);
-    if (separatorLine !== null) {
-      desc.push({ text: s, line: i + 1 });
-      i++;
-      continue;
-    }
-    if (isSeparator(s)) {
-      separatorLine = i + 1;
-      i++;
-      continue;
-    }
-    let logical = s;
-    const pieces = [{ pl: i, raw: 0, log: 0, len: s.length }];
-    const contLines = [];
-    let j = i;
-    for (;;) {
-      const cut = continuationCut(logical);
-      if (cut < 0) break;
-      logical = logical.slice(0, cut);
-      const last = pieces[pieces.length - 1];
-      last.len = Math.max(0, cut - last.log);
-      if (j + 1 >= n) break; // backslash on the very last line: dropped
-      j++;
-      const next = stripComment(lines[j]);
-      const lead = leadingBlanks(next);
-      const rest = next.slice(lead);
-      if (logical.length > 0 && rest.length > 0) {
-        const c = logical.charCodeAt(logical.length - 1);
-        if (c !== 32 && c !== 9) logical += ' ';
-      }
-      pieces.push({ pl: j, raw: lead, log: logical.length, len: rest.length });
-      logical += rest;
-      contLines.push(j + 1);
-    }
-    tree.push({ text: logical, line: i + 1, contLines, pieces });
-    i = j + 1;
-  }
-  return { lines, tree, desc, separatorLine };
-}
 
 /** Map an offset in a logical line back to {pl, col} in the physical lines. */
 export function mapLogicalOffset(pieces, pos) {

@@ -16,8 +16,6 @@ pub mod redis;
 pub mod sqlite;
 #[cfg(test)]
 mod suite;
-#[cfg(test)]
-pub(crate) mod testing;
 
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;

@@ -44,14 +44,6 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
-/// A port that was free a moment ago on 127.0.0.1 (for pingora, which binds itself).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 /// Polls `cond` every 10 ms until it holds or `limit` passes.
 pub async fn eventually<F, Fut>(limit: Duration, mut cond: F) -> bool
 where
@@ -470,91 +462,6 @@ pub async fn mcp_client(
     Ok(info.serve(transport).await?)
 }
 
-/// Whether the CI environment demands that optional inputs exist.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// A real `redis-server` on a free loopback port, in a temp dir, without persistence; killed on
-/// drop.
-#[derive(Debug)]
-pub struct RedisServer {
-    child: Child,
-    pub port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    /// Starts one. `None` (with a SKIP message) when `redis-server` is not installed, unless
-    /// `CI=true`, where that is a failure.
-    pub fn start() -> Option<Self> {
-        let Some(exe) = which("redis-server") else {
-            assert!(!in_ci(), "redis-server is missing under CI=true");
-            eprintln!("SKIP: redis-server is not installed (apt-get install redis-server)");
-            return None;
-        };
-        for _attempt in 0..3 {
-            let port = free_port();
-            let dir = tempfile::tempdir().expect("temp dir");
-            let mut child = Command::new(&exe)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--rdbcompression", "no"])
-                .arg("--dir")
-                .arg(dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawning redis-server");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Some(Self { child, port, dir });
-                }
-                if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() >= deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("redis-server did not start");
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    /// Everything redis holds, as bytes: `SAVE`, then the (uncompressed) RDB file.
-    pub fn dump(&self) -> anyhow::Result<Vec<u8>> {
-        use std::io::{Read as _, Write as _};
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
-        conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-        conn.write_all(b"*1\r\n$4\r\nSAVE\r\n")?;
-        let mut reply = [0u8; 5];
-        conn.read_exact(&mut reply)?;
-        if &reply != b"+OK\r\n" {
-            bail!("SAVE answered {:?}", String::from_utf8_lossy(&reply));
-        }
-        Ok(std::fs::read(self.dir.path().join("dump.rdb"))?)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The first `name` executable on `PATH`.
-pub fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    })
-}
+pub use pforte_test_redis::{RedisServer, free_port, in_ci, which};
 
 pub mod oauth;

@@ -1,5 +1,6 @@
-//! core-bench: latency of `inspect` through the core engine (warm), the same core under `node`
-//! when installed, and memory per runtime.
+//! core-bench: latency of `inspect` through the core engine, warm (same text) and cold (a new
+//! text every call), side by side with the same core under `node` when installed; memory per
+//! runtime.
 //!
 //! `cargo run --release -p mcp-service --bin core-bench [-- --core DIR --plan FILE --runs N]`
 

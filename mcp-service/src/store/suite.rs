@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::testing::RedisServer;
 use super::{Document, HistoryEntry, RedisStore, SqliteStore, Store, StoreError, WriteOutcome};
+use pforte_test_redis::RedisServer;
 
 fn doc(uuid: &str, title: &str, text: &str, version: u64) -> Document {
     Document {

@@ -564,7 +564,7 @@ impl Store for RedisStore {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::store::testing::RedisServer;
+    use pforte_test_redis::RedisServer;
 
     #[tokio::test]
     async fn redis_passes_the_store_suite() {
