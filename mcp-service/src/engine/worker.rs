@@ -281,18 +281,11 @@ struct CoreErrorBody {
 }
 
 /// Turns the core's reply string into the result (in the requested form) or the core's own
-/// error. The nesting depth is bounded first: serde_json recurses per level when it parses,
-/// validates or drops a value.
+/// error. The envelope is read with serde_json's default nesting limit; the result is skipped
+/// over as raw text (an iterative scan, any depth). Only a result parsed into a `Value` has its
+/// depth bounded first: parsing and dropping a `Value` recurse per level.
 pub(crate) fn parse_reply(raw: &str, form: Form) -> Result<Reply, EngineError> {
-    let depth = json_depth(raw);
-    if depth > MAX_REPLY_DEPTH {
-        return Err(EngineError::Engine(format!(
-            "the core's reply is nested {depth} levels deep, more than {MAX_REPLY_DEPTH}"
-        )));
-    }
     let mut de = serde_json::Deserializer::from_str(raw);
-    // The depth was checked above; serde_json's own limit (128) is too low for plan trees.
-    de.disable_recursion_limit();
     let envelope: Envelope<'_> = serde::Deserialize::deserialize(&mut de)
         .and_then(|envelope| de.end().map(|()| envelope))
         .map_err(|e| EngineError::Engine(format!("the core's reply is not a JSON object: {e}")))?;
@@ -318,6 +311,12 @@ pub(crate) fn parse_reply(raw: &str, form: Form) -> Result<Reply, EngineError> {
     match form {
         Form::Raw => Ok(Reply::Raw(result.to_owned())),
         Form::Value => {
+            let depth = json_depth(result.get());
+            if depth > MAX_REPLY_DEPTH {
+                return Err(EngineError::Engine(format!(
+                    "the core's result is nested {depth} levels deep, more than {MAX_REPLY_DEPTH}"
+                )));
+            }
             let mut de = serde_json::Deserializer::from_str(result.get());
             de.disable_recursion_limit();
             serde::Deserialize::deserialize(&mut de)
@@ -465,6 +464,23 @@ mod tests {
         assert_eq!(raw.get(), r#"{"b":1, "a":[2]}"#);
         assert!(matches!(
             parse_reply(r#"{"result": {"b":1,} }"#, Form::Raw),
+            Err(EngineError::Engine(_))
+        ));
+        // raw results may nest deeper than a Value may
+        let deep = format!("{{\"result\":{}1{}}}", "[".repeat(5000), "]".repeat(5000));
+        assert!(matches!(parse_reply(&deep, Form::Raw), Ok(Reply::Raw(_))));
+        assert!(matches!(
+            parse_reply(&deep, Form::Value),
+            Err(EngineError::Engine(_))
+        ));
+        // a deep error body stays within serde_json's own limit instead of the stack
+        let deep_error = format!(
+            "{{\"error\":{{\"code\":{}1{}}}}}",
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
+        assert!(matches!(
+            parse_reply(&deep_error, Form::Raw),
             Err(EngineError::Engine(_))
         ));
     }
