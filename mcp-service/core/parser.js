@@ -15,6 +15,13 @@ export const STATUS = {
   '-': { key: 'verworfen', rank: 0, realized: false, done: false },
   '!': { key: 'highrisk', rank: 1, realized: false, done: false },
 };
+/** Box char as written (either case) → status info with its canonical `code`. */
+const BOX_STATUS = new Map();
+for (const c of Object.keys(STATUS)) {
+  const info = Object.assign({ code: c }, STATUS[c]);
+  BOX_STATUS.set(c, info);
+  BOX_STATUS.set(c.toUpperCase(), info);
+}
 /** Status key → canonical box char. */
 export const STATUS_BY_KEY = {};
 for (const c of Object.keys(STATUS)) STATUS_BY_KEY[STATUS[c].key] = c;
@@ -276,9 +283,11 @@ export function parseDocument(text, lineMaps = true) {
     const lineNo = i + 1;
     const len = s.length;
     let lead = 0;
+    let tabs = 0; // -1: unknown (long indentation, scanned natively)
     let c0 = s.charCodeAt(0);
     while (c0 === 32 || c0 === 9) {
-      if (lead >= 24) { lead = leadingBlanks(s); c0 = s.charCodeAt(lead); break; }
+      if (lead >= 24) { lead = leadingBlanks(s); c0 = s.charCodeAt(lead); tabs = -1; break; }
+      if (c0 === 9) tabs++;
       c0 = s.charCodeAt(++lead);
     }
     if (c0 === 45 && s.charCodeAt(lead + 1) === 45 && s.charCodeAt(lead + 2) === 45 && isSeparator(s)) {
@@ -340,7 +349,7 @@ export function parseDocument(text, lineMaps = true) {
     if (node === null) continue;
     node.idx = nodes.length;
     node.line = lineNo;
-    node.width = lead === 0 ? 0 : indentWidth(node.indent);
+    node.width = tabs >= 0 ? lead + tabs : indentWidth(node.indent);
     node.descParts = [];
     node.children = [];
     if (lineMaps) {
@@ -349,9 +358,9 @@ export function parseDocument(text, lineMaps = true) {
       node.pieces = pieces === null ? [{ pl: lineNo - 1, raw: 0, log: 0, len: t.length }] : pieces;
     }
     if (node.box !== null) {
-      const code = node.box.toLowerCase();
-      const info = STATUS[code];
-      if (info) {
+      const info = BOX_STATUS.get(node.box);
+      if (info !== undefined) {
+        const code = info.code;
         node.statusCode = code;
         node.status = info.key;
         node.rank = info.rank;
