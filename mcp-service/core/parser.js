@@ -57,6 +57,18 @@ function isWs(c) {
     || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
 }
 
+/** Space or tab (the sheet's `(?=[ \t])`). */
+function isBlankChar(c) {
+  return c === 32 || c === 9;
+}
+
+/** Index of the first code unit at or after `p` that is not `\s`. */
+function skipWs(s, p) {
+  let c = s.charCodeAt(p);
+  while (c === 32 || (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c))) c = s.charCodeAt(++p);
+  return p;
+}
+
 /** `[\p{L}\p{N}._-]+` at one position (sticky, unicode): the run's length, 0 when none. */
 const WORD_RE = /[\p{L}\p{N}._-]+/uy;
 function wordAt(s, i) {
@@ -100,41 +112,28 @@ export function extractLine(text, leadKnown) {
     descParts: null, descLines: null, treeLines: null, pieces: null, logical: text, children: null,
     parent: null, depth: 0, desc: null, sizeConflict: false,
   };
-  // 1. sigil, fold mark, box, fold mark: the line regex, scanned by hand. `\s` is tested
-  // inline for ASCII; isWs() only sees the rare other code units.
+  // 1. sigil, fold mark, box, fold mark: the line regex, scanned by hand
   let p = lead;
   let c = text.charCodeAt(p);
-  if (c === 45) c = text.charCodeAt(++p);
-  else if (c === 124) { n.type = 'or'; c = text.charCodeAt(++p); }
-  else if (c === 43) { n.optional = true; c = text.charCodeAt(++p); }
-  else if (c === 61) {
-    const d = text.charCodeAt(p + 1);
-    if (d === 32 || d === 9) { n.type = 'xor'; c = d; p++; }
-  }
-  while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
-  if (c === 62 || c === 60) {
-    const d = text.charCodeAt(p + 1);
-    if (d === 32 || d === 9) {
-      n.fold = c === 62 ? '>' : '<';
-      c = d;
-      p++;
-      while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
-    }
+  if (c === 45) p++;
+  else if (c === 124) { n.type = 'or'; p++; }
+  else if (c === 43) { n.optional = true; p++; }
+  else if (c === 61 && isBlankChar(text.charCodeAt(p + 1))) { n.type = 'xor'; p++; }
+  p = skipWs(text, p);
+  c = text.charCodeAt(p);
+  if ((c === 62 || c === 60) && isBlankChar(text.charCodeAt(p + 1))) {
+    n.fold = c === 62 ? '>' : '<';
+    p = skipWs(text, p + 1);
+    c = text.charCodeAt(p);
   }
   if (c === 91 && text.charCodeAt(p + 2) === 93 && text.charCodeAt(p + 1) !== 93) {
     n.box = text[p + 1];
-    p += 3;
+    p = skipWs(text, p + 3);
     c = text.charCodeAt(p);
-    while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
   }
-  if (c === 62 || c === 60) {
-    const d = text.charCodeAt(p + 1);
-    if (d === 32 || d === 9) {
-      if (n.fold === null) n.fold = c === 62 ? '>' : '<';
-      c = d;
-      p++;
-      while (c === 32 || (c !== c ? false : (c < 33 ? c >= 9 && c <= 13 : c > 127 && isWs(c)))) c = text.charCodeAt(++p);
-    }
+  if ((c === 62 || c === 60) && isBlankChar(text.charCodeAt(p + 1))) {
+    if (n.fold === null) n.fold = c === 62 ? '>' : '<';
+    p = skipWs(text, p + 1);
   }
   if (lead > 0) n.indent = text.slice(0, lead);
   let rest = p === 0 ? text : text.slice(p);
