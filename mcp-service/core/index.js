@@ -23,32 +23,26 @@ function optBool(params, name, dflt) {
 }
 
 /**
- * The analysis of the last text seen, per view. An agent works on one document version for
- * several calls (read, inspect a subtree, check before a write), and a text always yields the
- * same analysis, so those calls reuse it instead of parsing again. Nothing downstream mutates
- * an analysis (the output node objects built from it are kept with it too; serialising them
- * does not change them). Bounded: one text, at most ANALYSIS_CACHE_MAX characters.
+ * The analysis of the last text seen (with its view). An agent works on one document version
+ * for several calls (read, inspect a subtree, check before a write), and a text always yields
+ * the same analysis, so those calls reuse it instead of parsing again. Nothing downstream
+ * mutates an analysis (the output node objects built from it are kept with it too; serialising
+ * them does not change them). Bounded to one analysis of a modest plan, which keeps a runtime
+ * within its 4 MiB budget: werkbaum.werkbaum (67 KB, 233 nodes) holds about 1.1 MiB.
  */
-const ANALYSIS_CACHE_MAX = 256 * 1024;
-let cachedText = null;
-const cachedAnalysis = [null, null]; // [hidden discarded roots, showDiscarded]
+const CACHE_MAX_CHARS = 128 * 1024;
+const CACHE_MAX_NODES = 500;
+let cached = null; // { text, showDiscarded, analysis }
 
-/** Parse + model + editor warning list for one text (cached for the last text). */
+/** Parse + model + editor warning list for one text (the last one is cached). */
 export function analyze(text, showDiscarded) {
-  const view = showDiscarded ? 1 : 0;
-  if (text === cachedText && cachedAnalysis[view] !== null) return cachedAnalysis[view];
+  if (cached !== null && cached.text === text && cached.showDiscarded === showDiscarded) return cached.analysis;
   const doc = parseDocument(text, false);
   const model = buildModel(doc, { showDiscarded });
   const warnings = assembleWarnings(doc.warnings, model);
-  const analysis = { doc, model, warnings };
-  if (text.length <= ANALYSIS_CACHE_MAX) {
-    if (text !== cachedText) {
-      cachedText = text;
-      cachedAnalysis[0] = null;
-      cachedAnalysis[1] = null;
-    }
-    cachedAnalysis[view] = analysis;
-  }
+  const analysis = { doc, model, warnings, out: undefined }; // out: see outputNodes()
+  const fits = text.length <= CACHE_MAX_CHARS && doc.nodes.length <= CACHE_MAX_NODES;
+  cached = fits ? { text, showDiscarded, analysis } : null;
   return analysis;
 }
 
