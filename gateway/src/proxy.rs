@@ -309,6 +309,14 @@ fn classify(e: &Error) -> Option<Rejection> {
     }
 }
 
+/// Whether a failed request was the client's doing: it went away, sent something unusable, or
+/// sent too large a body. pingora would log each at ERROR; the gateway's own `request` line
+/// (info) already carries the error, so only failures on the gateway's or upstream's side keep
+/// pingora's ERROR line.
+fn is_client_side(e: &Error) -> bool {
+    matches!(classify(e), None | Some(Rejection::PayloadTooLarge { .. }))
+}
+
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
@@ -599,6 +607,10 @@ impl ProxyHttp for Gateway {
         }
     }
 
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {
+        is_client_side(error)
+    }
+
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let req = session.req_header();
@@ -637,6 +649,24 @@ mod tests {
             Route::ResourceMetadata
         ));
         assert!(matches!(route("/healthz"), Route::Health));
+    }
+
+    #[test]
+    fn only_failures_on_the_client_side_lose_pingoras_error_line() {
+        assert!(is_client_side(
+            &Error::new(ErrorType::ConnectionClosed).into_down()
+        ));
+        assert!(is_client_side(
+            &Error::new(ErrorType::ReadError).into_down()
+        ));
+        assert!(is_client_side(&Error::new(ErrorType::HTTPStatus(413))));
+        assert!(!is_client_side(
+            &Error::new(ErrorType::ConnectRefused).into_up()
+        ));
+        assert!(!is_client_side(
+            &Error::new(ErrorType::ReadTimedout).into_up()
+        ));
+        assert!(!is_client_side(&Error::new(ErrorType::InternalError)));
     }
 
     #[test]
