@@ -278,7 +278,7 @@ export function parseDocument(text, lineMaps = true) {
   // ---- tree part (§1 logical lines, §2 extraction, §3 hierarchy)
   let i = 0;
   while (i < total) {
-    const s = cols === null || cols[i] < 0 ? lines[i] : lines[i].slice(0, cols[i]);
+    const s = lineAt(lines, cols, i);
     const lineNo = i + 1;
     const len = s.length;
     let lead = 0;
@@ -394,7 +394,7 @@ export function parseDocument(text, lineMaps = true) {
   let block = null; // {node|null (skipped), ...}
   let into = null; // node whose description the current block feeds
   for (; i < total; i++) {
-    const s = cols === null || cols[i] < 0 ? lines[i] : lines[i].slice(0, cols[i]);
+    const s = lineAt(lines, cols, i);
     const lineNo = i + 1;
     const c = s.charCodeAt(0);
     if (c === 32 || c === 9) {
