@@ -105,11 +105,9 @@ impl Gateway {
         let request = builder
             .body(body.freeze())
             .map_err(|e| Error::explain(ErrorType::InvalidHTTPHeader, e.to_string()))?;
-        let client_ip = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip());
-        let response = self.oauth.call(request, client_ip).await;
+        // The resolved client (socket, or X-Forwarded-For from a trusted proxy), never the raw
+        // peer: behind a proxy the peer is the proxy, and every user would share its throttles.
+        let response = self.oauth.call(request, ctx.client_ip).await;
         let (parts, body) = response.into_parts();
         let mut resp = ResponseHeader::build(parts.status, Some(parts.headers.len() + 2))?;
         for (name, value) in &parts.headers {
@@ -531,10 +529,7 @@ impl ProxyHttp for Gateway {
         for name in &stripped {
             upstream_request.remove_header(name);
         }
-        let client_ip = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip().to_string());
+        let client_ip = ctx.client_ip.map(|ip| ip.to_string());
         let proto = if self.settings.tls_enabled() || self.settings.file.behind_tls_proxy {
             "https"
         } else {
