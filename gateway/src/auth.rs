@@ -81,9 +81,9 @@ pub fn bearer_token<'a>(
     let value = std::str::from_utf8(value)
         .map_err(|_| AuthFailure::Malformed("header is not ASCII"))?
         .trim();
-    let (scheme, token) = value
-        .split_once(' ')
-        .ok_or(AuthFailure::Malformed("expected \"Bearer <token>\""))?;
+    let (scheme, token) = value.split_once(' ').ok_or(AuthFailure::Malformed(
+        "expected the Bearer scheme, one space and a token",
+    ))?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err(AuthFailure::Malformed("only the Bearer scheme is accepted"));
     }

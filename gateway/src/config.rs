@@ -108,6 +108,15 @@ pub struct GatewayConfig {
     pub limits: crate::limit::Limits,
     /// Proxies whose `X-Forwarded-For` is believed; the client IP is otherwise the socket's.
     pub trusted_proxies: Vec<crate::forward::TrustedProxy>,
+    /// Per-tool authorization: every `POST /mcp` is read, tools need the scopes their
+    /// annotations imply (or `[tools.NAME]` says), `tools/list` shows what may be called.
+    /// Off only for measuring what it costs.
+    pub tool_policy: bool,
+    /// Operator rules per tool: `[tools.NAME] scopes = [...]`, `users = [...]`, `deny = true`.
+    pub tools: std::collections::BTreeMap<String, crate::policy::ToolRule>,
+    /// Where the audit log goes: a path, `"stdout"` or `"off"`; `<data_dir>/audit.jsonl` by
+    /// default.
+    pub audit_log: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -128,6 +137,9 @@ impl Default for GatewayConfig {
             redis_url: None,
             limits: crate::limit::Limits::default(),
             trusted_proxies: Vec::new(),
+            tool_policy: true,
+            tools: std::collections::BTreeMap::new(),
+            audit_log: None,
         }
     }
 }
@@ -152,6 +164,9 @@ pub struct Settings {
     pub upstream: Upstream,
     /// Normalised allowed origins (`scheme://host[:port]`, lower-case, default ports removed).
     pub allowed_origins: Vec<String>,
+    /// The gateway's own origins: the public URL's, and for a loopback public URL the same port
+    /// under every loopback name (a page can only send those from this machine).
+    pub own_origins: Vec<String>,
 }
 
 impl Settings {
@@ -179,6 +194,58 @@ impl Settings {
     pub fn oauth_db(&self) -> PathBuf {
         self.file.data_dir.join("oauth.db")
     }
+    /// Whether a browser `Origin` (normalised) may call `/mcp`.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        self.own_origins.iter().any(|o| o == origin)
+            || self.allowed_origins.iter().any(|o| o == origin)
+    }
+    /// The policy the `/mcp` admission applies.
+    pub fn policy(&self) -> crate::policy::Policy {
+        crate::policy::Policy {
+            rules: self.file.tools.clone(),
+            baseline: self.file.required_scopes.clone(),
+        }
+    }
+    /// Where the audit log goes (`None`: off).
+    pub fn audit_target(&self) -> Option<AuditTarget> {
+        match self.file.audit_log.as_deref() {
+            Some("off") => None,
+            Some("stdout") => Some(AuditTarget::Stdout),
+            Some(path) => Some(AuditTarget::File(PathBuf::from(path))),
+            None => Some(AuditTarget::File(self.file.data_dir.join("audit.jsonl"))),
+        }
+    }
+}
+
+/// Where audit lines are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditTarget {
+    Stdout,
+    File(PathBuf),
+}
+
+/// The public origin and, when its host is a loopback name, its twins under the other names.
+fn own_origins(base_url: &str) -> Vec<String> {
+    let mut origins = vec![base_url.to_owned()];
+    let Ok(uri) = base_url.parse::<Uri>() else {
+        return origins;
+    };
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return origins;
+    };
+    if is_loopback_host(authority.host()) {
+        let port = authority
+            .port()
+            .map(|p| format!(":{p}"))
+            .unwrap_or_default();
+        for host in ["localhost", "127.0.0.1", "[::1]"] {
+            let origin = format!("{scheme}://{host}{port}");
+            if !origins.contains(&origin) {
+                origins.push(origin);
+            }
+        }
+    }
+    origins
 }
 
 impl GatewayConfig {
@@ -341,6 +408,25 @@ impl GatewayConfig {
                 format!("{s:?} is not one of the configured scopes"),
             ));
         }
+        for (tool, rule) in &self.tools {
+            if let Some(s) = rule
+                .scopes
+                .iter()
+                .flatten()
+                .find(|s| !self.scopes.contains(s))
+            {
+                return Err(invalid(
+                    "tools",
+                    format!("[tools.{tool}] scope {s:?} is not one of the configured scopes"),
+                ));
+            }
+        }
+        if matches!(self.audit_log.as_deref(), Some("")) {
+            return Err(invalid(
+                "audit_log",
+                "give a file path, \"stdout\" or \"off\"",
+            ));
+        }
         if self.scopes.is_empty() || self.scopes.iter().any(|s| !is_scope_token(s)) {
             return Err(invalid(
                 "scopes",
@@ -348,6 +434,7 @@ impl GatewayConfig {
             ));
         }
         Ok(Settings {
+            own_origins: own_origins(&base_url),
             base_url,
             upstream,
             allowed_origins,
@@ -516,6 +603,26 @@ mod tests {
             let err = cfg(text).unwrap_err();
             assert!(err.to_string().starts_with(field), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn own_origins_include_loopback_twins() {
+        let s = cfg("listen = \"127.0.0.1:9000\"").unwrap();
+        assert!(s.origin_allowed("http://127.0.0.1:9000"));
+        assert!(s.origin_allowed("http://localhost:9000"));
+        assert!(!s.origin_allowed("http://localhost:9001"));
+        assert!(!s.origin_allowed("http://evil.example:9000"));
+        let s = cfg("listen = \"0.0.0.0:8080\"\nbehind_tls_proxy = true\npublic_url = \"https://mcp.example.com\"").unwrap();
+        assert_eq!(s.own_origins, vec!["https://mcp.example.com".to_owned()]);
+    }
+
+    #[test]
+    fn tool_rules_name_known_scopes() {
+        let s =
+            cfg("[tools.werkbaum_history]\nusers = [\"alice\"]\n[tools.x]\ndeny = true").unwrap();
+        assert_eq!(s.policy().rules.len(), 2);
+        let err = cfg("[tools.x]\nscopes = [\"mcp:admin\"]").unwrap_err();
+        assert!(err.to_string().starts_with("tools"), "{err}");
     }
 
     #[test]

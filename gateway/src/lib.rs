@@ -1,16 +1,21 @@
 //! Pforte, the auth gateway in front of MCP services: configuration, credentials, the request
 //! decisions, and the pingora proxy that applies them.
 
+pub mod audit;
 pub mod auth;
+pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod forward;
 pub mod limit;
+pub mod mcp;
 pub mod metadata;
 pub mod oauth;
+pub mod policy;
 pub mod proxy;
 pub mod reject;
 pub mod server;
+pub mod sessions;
 pub mod tls;
 pub mod tokens;
 pub mod up;

@@ -68,7 +68,7 @@ pub struct Limits {
     pub mcp: Policy,
     pub unauthenticated: Policy,
     pub oauth: Policy,
-    /// Budgets of their own for named tools (by `Mcp-Name`, else the JSON-RPC body).
+    /// Budgets of their own for named tools (by the name in the JSON-RPC body).
     pub tools: std::collections::BTreeMap<String, Policy>,
 }
 
@@ -156,15 +156,6 @@ pub fn gcra(policy: Policy, tat_ms: Option<u64>, now_ms: u64) -> (Decision, Opti
             None,
         )
     }
-}
-
-/// The tool a JSON-RPC body calls, if it is a `tools/call`.
-pub fn called_tool(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    if v.get("method")?.as_str()? != "tools/call" {
-        return None;
-    }
-    v.get("params")?.get("name")?.as_str().map(str::to_owned)
 }
 
 /// Why a backend could not decide.
@@ -376,18 +367,6 @@ mod tests {
         }
         assert!(!l.decide("a", P).allowed);
         assert!(l.decide("b", P).allowed);
-    }
-
-    #[test]
-    fn finds_the_called_tool() {
-        let call =
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"werkbaum_write"}}"#;
-        assert_eq!(called_tool(call).as_deref(), Some("werkbaum_write"));
-        assert_eq!(
-            called_tool(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
-            None
-        );
-        assert_eq!(called_tool(b"not json"), None);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The pingora phases. Each phase is thin: it reads the request, asks a plain function
-//! (`auth`, `forward`, `reject`, `metadata`) for the decision, and applies it.
+//! (`auth`, `mcp`, `policy`, `forward`, `reject`, `metadata`) or the admission pipeline
+//! (`proxy/admission.rs`) for the decision, and applies it.
 
 use std::{sync::Arc, time::Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pingora::{
     Error, ErrorSource, ErrorType, Result,
     http::{RequestHeader, ResponseHeader},
@@ -14,28 +15,73 @@ use pingora::{
 use std::time::Duration;
 
 use crate::{
+    audit::{AuditLog, AuditPrincipal, AuditRecord},
     auth::{self, AuthFailure, Principal},
+    catalog::{self, Catalog},
     clock::Clock,
-    config::{MCP_PATH, Settings, normalise_origin},
+    config::{MCP_PATH, Settings},
     forward,
     limit::{Class, Decision, Policy, SharedLimiter},
+    mcp::Message,
     metadata,
     oauth::{self, AuthService},
+    policy,
     reject::{Rejection, Reply},
+    sessions::Sessions,
     tokens::TokenCache,
 };
+
+mod admission;
+mod cors;
 
 /// Per-request state shared by the phases.
 #[derive(Debug)]
 pub struct RequestCtx {
     pub request_id: String,
     pub principal: Option<Principal>,
+    /// `kind:subject:client`, formatted once when the request is authenticated.
+    principal_key: String,
     client_ip: Option<std::net::IpAddr>,
     /// The rate-limit decision for this request, reported in response headers.
     rate: Option<(Class, Policy, Decision)>,
-
+    /// An allowed foreign browser origin: answers carry CORS headers for it.
+    cors_origin: Option<String>,
+    /// Why the gateway refused the request, for the audit log.
+    refused: Option<&'static str>,
+    mcp: Exchange,
     body_bytes: u64,
     started: Instant,
+}
+
+/// What the gateway keeps of one `/mcp` exchange between phases.
+#[derive(Debug, Default)]
+struct Exchange {
+    /// The request is for `/mcp` (audited).
+    route: bool,
+    /// The body is read whole and admitted before it goes upstream.
+    inspect: bool,
+    /// Body chunks held until the body is whole.
+    held: BytesMut,
+    message: Option<Message>,
+    /// A refusal decided in the body phase, answered by `fail_to_proxy`.
+    rejection: Option<Rejection>,
+    /// A `tools/list` answer to filter for the principal.
+    filter_list: bool,
+    list_is_sse: bool,
+    list_held: BytesMut,
+    /// An `initialize`: the answer's `Mcp-Session-Id` is bound to the principal.
+    opens_session: bool,
+    /// A `DELETE` of this session: its record goes when the upstream agrees.
+    ends_session: Option<String>,
+}
+
+/// What the `/mcp` admission consults besides credentials: the upstream's tool catalog, the
+/// session records, and the audit log.
+#[derive(Debug)]
+pub struct McpEdge {
+    pub catalog: Arc<Catalog>,
+    pub sessions: Arc<Sessions>,
+    pub audit: Option<Arc<AuditLog>>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
@@ -47,7 +93,12 @@ pub struct Gateway {
     limiter: Arc<SharedLimiter>,
     clock: Arc<dyn Clock>,
     resource_metadata: Bytes,
+    policy: policy::Policy,
+    edge: McpEdge,
 }
+
+/// The largest `tools/list` answer the gateway holds to filter.
+const MAX_LIST_ANSWER: usize = 8 * 1024 * 1024;
 
 impl Gateway {
     pub fn new(
@@ -56,15 +107,18 @@ impl Gateway {
         oauth: Arc<AuthService>,
         limiter: Arc<SharedLimiter>,
         clock: Arc<dyn Clock>,
+        edge: McpEdge,
     ) -> Self {
         let resource_metadata = Bytes::from(metadata::protected_resource(&settings).to_string());
         Self {
+            policy: settings.policy(),
             settings,
             tokens,
             oauth,
             limiter,
             clock,
             resource_metadata,
+            edge,
         }
     }
 
@@ -84,7 +138,7 @@ impl Gateway {
     }
 
     /// Hands an authorization-server request to its router and writes the answer.
-    async fn serve_auth_server(&self, session: &mut Session, ctx: &RequestCtx) -> Result<bool> {
+    async fn serve_auth_server(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let mut body = bytes::BytesMut::new();
         while let Some(chunk) = session.read_request_body().await? {
             if body.len() + chunk.len() > oauth::MAX_AS_BODY {
@@ -122,91 +176,9 @@ impl Gateway {
         Ok(true)
     }
 
-    /// Decides on the rate limit of `class` for `key`; `Some(rejection)` when over it.
-    async fn over_limit(&self, class: Class, key: &str, ctx: &mut RequestCtx) -> Option<Rejection> {
-        let limits = &self.settings.file.limits;
-        if !limits.enabled {
-            return None;
-        }
-        let policy = limits.policy(class);
-        let decision = self
-            .limiter
-            .check(&format!("{}:{key}", class.name()), policy)
-            .await;
-        ctx.rate = Some((class, policy, decision));
-        (!decision.allowed).then_some(Rejection::RateLimited {
-            class,
-            policy,
-            decision,
-            oauth: class == Class::OAuth,
-        })
-    }
-
-    /// The budget of one tool, per principal; `None` when the tool has none or is within it.
-    async fn over_tool_limit(&self, tool: &str, ctx: &mut RequestCtx) -> Option<Rejection> {
-        let policy = self.settings.file.limits.tool(tool)?;
-        let principal = ctx.principal.as_ref()?;
-        let key = format!(
-            "tool:{tool}:{}:{}:{}",
-            principal.kind.as_str(),
-            principal.subject,
-            principal.client
-        );
-        let decision = self.limiter.check(&key, policy).await;
-        (!decision.allowed).then_some(Rejection::RateLimited {
-            class: Class::Tool,
-            policy,
-            decision,
-            oauth: false,
-        })
-    }
-
-    /// Which tool a `/mcp` request calls: the `Mcp-Name` header (MCP 2026-07-28), else the
-    /// JSON-RPC body. The body is read here with pingora's retry buffer on, so pingora forwards
-    /// it unchanged afterwards; that buffer holds 64 KiB, so a larger `tools/call` body must
-    /// name its tool in `Mcp-Name` (otherwise a padded body could slip past a tool budget).
-    async fn called_tool(&self, session: &mut Session) -> Result<ToolCall> {
-        let req = session.req_header();
-        if let Some(name) = req.headers.get("mcp-name").and_then(|v| v.to_str().ok()) {
-            return Ok(ToolCall::Named(name.to_owned()));
-        }
-        if req.method != http::Method::POST {
-            return Ok(ToolCall::None);
-        }
-        let declared = req
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_none_or(|n| n > BODY_PEEK_LIMIT) {
-            return Ok(ToolCall::Unknowable);
-        }
-        session.as_mut().enable_retry_buffering();
-        let mut body = bytes::BytesMut::new();
-        while let Some(chunk) = session.read_request_body().await? {
-            body.extend_from_slice(&chunk);
-            if body.len() > BODY_PEEK_LIMIT {
-                return Ok(ToolCall::Unknowable);
-            }
-        }
-        Ok(crate::limit::called_tool(&body).map_or(ToolCall::None, ToolCall::Named))
-    }
-
     fn ip_key(ctx: &RequestCtx) -> String {
         ctx.client_ip
             .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
-    }
-
-    /// The Origin rule: absent passes (non-browser clients); present must be allowed.
-    fn origin_allowed(&self, req: &RequestHeader) -> bool {
-        match req.headers.get(http::header::ORIGIN) {
-            None => true,
-            Some(v) => v
-                .to_str()
-                .ok()
-                .and_then(normalise_origin)
-                .is_some_and(|o| self.settings.allowed_origins.contains(&o)),
-        }
     }
 
     async fn upstream_ready(&self) -> bool {
@@ -222,9 +194,14 @@ impl Gateway {
     }
 
     async fn send(&self, session: &mut Session, reply: Reply, ctx: &RequestCtx) -> Result<()> {
-        let mut resp = ResponseHeader::build(reply.status, Some(reply.headers.len() + 3))?;
+        let mut resp = ResponseHeader::build(reply.status, Some(reply.headers.len() + 6))?;
         for (name, value) in &reply.headers {
             resp.insert_header(*name, value.as_str())?;
+        }
+        if let Some(origin) = &ctx.cors_origin {
+            for (name, value) in cors::response_headers(origin) {
+                resp.insert_header(name, value)?;
+            }
         }
         resp.insert_header("content-length", reply.body.len().to_string())?;
         resp.insert_header(forward::header::REQUEST_ID, ctx.request_id.as_str())?;
@@ -237,26 +214,76 @@ impl Gateway {
         &self,
         session: &mut Session,
         rejection: Rejection,
-        ctx: &RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<bool> {
+        ctx.refused = Some(rejection.reason());
         let reply = rejection.reply(&self.settings.resource_metadata_url(), &ctx.request_id);
         self.send(session, reply, ctx).await?;
         Ok(true)
     }
+
+    /// Answers a CORS preflight of `/mcp` without credentials: 204 for an allowed origin.
+    async fn preflight(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        match self.check_origin(session.req_header()) {
+            Ok(Some(origin)) => {
+                let reply = Reply {
+                    status: 204,
+                    headers: cors::preflight_headers(&origin),
+                    body: Bytes::new(),
+                };
+                self.send(session, reply, ctx).await?;
+                Ok(true)
+            }
+            // Same-origin pages need no preflight; no CORS headers for them either.
+            Ok(None) => {
+                let reply = Reply {
+                    status: 204,
+                    headers: vec![("allow", cors::ALLOW_METHODS.to_owned())],
+                    body: Bytes::new(),
+                };
+                self.send(session, reply, ctx).await?;
+                Ok(true)
+            }
+            Err(rejection) => self.refuse(session, rejection, ctx).await,
+        }
+    }
+
+    /// The audit line of one `/mcp` request: every request that names a tool, resource or
+    /// prompt, and every refusal.
+    fn audit(&self, session: &Session, ctx: &RequestCtx, status: u16) {
+        let Some(log) = &self.edge.audit else { return };
+        let target = ctx.mcp.message.as_ref().and_then(|m| m.target.as_deref());
+        if target.is_none() && ctx.refused.is_none() {
+            return;
+        }
+        let method = match &ctx.mcp.message {
+            Some(m) if !m.method.is_empty() => m.method.as_str(),
+            Some(_) => "response",
+            None => session.req_header().method.as_str(),
+        };
+        let record = AuditRecord {
+            time: crate::audit::timestamp(self.clock.now_ms()),
+            request_id: &ctx.request_id,
+            route: MCP_PATH,
+            principal: ctx.principal.as_ref().map(|p| AuditPrincipal {
+                kind: p.kind.as_str(),
+                subject: &p.subject,
+                client: &p.client,
+            }),
+            method,
+            name: target,
+            decision: if ctx.refused.is_some() {
+                "denied"
+            } else {
+                "allowed"
+            },
+            reason: ctx.refused,
+            upstream_status: ctx.refused.is_none().then_some(status),
+            duration_ms: ctx.started.elapsed().as_millis() as u64,
+        };
+        log.record(&record);
+    }
 }
-
-/// The most of a request body the gateway reads to find the called tool (pingora's retry
-/// buffer, which replays it to the upstream).
-const BODY_PEEK_LIMIT: usize = 64 * 1024;
-
-/// What a `/mcp` request calls, as far as tool budgets care.
-enum ToolCall {
-    Named(String),
-    None,
-    /// A POST too large (or of unknown length) to read for the tool name, without `Mcp-Name`.
-    Unknowable,
-}
-
 /// Which built-in route a path is.
 enum Route {
     AuthServer,
@@ -323,9 +350,12 @@ impl ProxyHttp for Gateway {
         RequestCtx {
             request_id: uuid::Uuid::new_v4().to_string(),
             principal: None,
+            principal_key: String::new(),
             client_ip: None,
             rate: None,
-
+            cors_origin: None,
+            refused: None,
+            mcp: Exchange::default(),
             body_bytes: 0,
             started: Instant::now(),
         }
@@ -397,67 +427,24 @@ impl ProxyHttp for Gateway {
             }
             Route::Metrics => self.refuse(session, Rejection::NotFound, ctx).await,
             Route::AuthServer => {
-                if req.method == http::Method::POST
-                    && let Some(rejection) =
-                        self.over_limit(Class::OAuth, &Self::ip_key(ctx), ctx).await
-                {
-                    return self.refuse(session, rejection, ctx).await;
+                if req.method == http::Method::POST {
+                    let key = Self::ip_key(ctx);
+                    match self.limit(Class::OAuth, &key).await {
+                        Ok(rate) => ctx.rate = rate,
+                        Err(rejection) => return self.refuse(session, rejection, ctx).await,
+                    }
                 }
                 self.serve_auth_server(session, ctx).await
             }
+            Route::Mcp if cors::is_preflight(&req.method, &req.headers) => {
+                ctx.mcp.route = true;
+                self.preflight(session, ctx).await
+            }
             Route::Mcp => {
-                if !self.origin_allowed(req) {
-                    return self.refuse(session, Rejection::OriginForbidden, ctx).await;
-                }
-                let limit = self.settings.file.max_body_bytes;
-                let declared = req
-                    .headers
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok());
-                if declared.is_some_and(|n| n > limit) {
-                    return self
-                        .refuse(session, Rejection::PayloadTooLarge { limit }, ctx)
-                        .await;
-                }
-                match self.authenticate(req).await {
-                    Ok(principal) => {
-                        let key = format!(
-                            "{}:{}:{}",
-                            principal.kind.as_str(),
-                            principal.subject,
-                            principal.client
-                        );
-                        ctx.principal = Some(principal);
-                        if let Some(rejection) = self.over_limit(Class::Mcp, &key, ctx).await {
-                            return self.refuse(session, rejection, ctx).await;
-                        }
-                        if self.settings.file.limits.tools.is_empty() {
-                            return Ok(false);
-                        }
-                        let tool = match self.called_tool(session).await? {
-                            ToolCall::Named(tool) => tool,
-                            ToolCall::None => return Ok(false),
-                            ToolCall::Unknowable => {
-                                let limit = BODY_PEEK_LIMIT as u64;
-                                let rejection = Rejection::ToolUnnamed { limit };
-                                return self.refuse(session, rejection, ctx).await;
-                            }
-                        };
-                        if let Some(rejection) = self.over_tool_limit(&tool, ctx).await {
-                            return self.refuse(session, rejection, ctx).await;
-                        }
-                        Ok(false)
-                    }
-                    Err(failure) => {
-                        let key = Self::ip_key(ctx);
-                        let rejection =
-                            match self.over_limit(Class::Unauthenticated, &key, ctx).await {
-                                Some(limited) => limited,
-                                None => Rejection::Unauthorized(failure),
-                            };
-                        self.refuse(session, rejection, ctx).await
-                    }
+                ctx.mcp.route = true;
+                match self.admit_headers(session.req_header(), ctx).await {
+                    Ok(()) => Ok(false),
+                    Err(rejection) => self.refuse(session, rejection, ctx).await,
                 }
             }
         }
@@ -465,9 +452,9 @@ impl ProxyHttp for Gateway {
 
     async fn request_body_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         body: &mut Option<Bytes>,
-        _end_of_stream: bool,
+        end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         if let Some(chunk) = body {
@@ -476,7 +463,38 @@ impl ProxyHttp for Gateway {
                 return Error::e_explain(ErrorType::HTTPStatus(413), "request body over the limit");
             }
         }
-        Ok(())
+        if !ctx.mcp.inspect {
+            return Ok(());
+        }
+        if !end_of_stream {
+            // Hold the chunk: nothing reaches the upstream before the whole body is admitted.
+            if let Some(chunk) = body.take() {
+                ctx.mcp.held.extend_from_slice(&chunk);
+            }
+            *body = Some(Bytes::new());
+            return Ok(());
+        }
+        ctx.mcp.inspect = false;
+        // The usual single-chunk body is read where it lies; only a split one is joined, once.
+        let whole = match body.take() {
+            Some(chunk) if ctx.mcp.held.is_empty() => chunk,
+            chunk => {
+                if let Some(chunk) = chunk {
+                    ctx.mcp.held.extend_from_slice(&chunk);
+                }
+                std::mem::take(&mut ctx.mcp.held).freeze()
+            }
+        };
+        match self.admit_body(session.req_header(), &whole, ctx).await {
+            Ok(()) => {
+                *body = Some(whole);
+                Ok(())
+            }
+            Err(rejection) => {
+                ctx.mcp.rejection = Some(rejection);
+                Error::e_explain(ErrorType::Custom("refused"), "refused by the /mcp policy")
+            }
+        }
     }
 
     async fn upstream_peer(
@@ -563,6 +581,40 @@ impl ProxyHttp for Gateway {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        let ok = upstream_response.status.is_success();
+        if ctx.mcp.opens_session
+            && ok
+            && let Some(id) = upstream_response
+                .headers
+                .get(admission::SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+        {
+            self.edge.sessions.bind(id, &ctx.principal_key).await;
+        }
+        if let Some(id) = ctx.mcp.ends_session.take()
+            && ok
+        {
+            self.edge.sessions.forget(&id).await;
+        }
+        if ctx.mcp.filter_list {
+            if ok {
+                ctx.mcp.list_is_sse = upstream_response
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with("text/event-stream"));
+                // The filtered answer has another length; it goes out chunked.
+                upstream_response.remove_header(&http::header::CONTENT_LENGTH);
+                upstream_response.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+            } else {
+                ctx.mcp.filter_list = false;
+            }
+        }
+        if let Some(origin) = &ctx.cors_origin {
+            for (name, value) in cors::response_headers(origin) {
+                upstream_response.insert_header(name, value)?;
+            }
+        }
         upstream_response.insert_header(forward::header::REQUEST_ID, ctx.request_id.as_str())?;
         if let Some((class, policy, decision)) = &ctx.rate {
             for (name, value) in crate::limit::headers(*class, *policy, decision) {
@@ -572,20 +624,70 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<Option<Duration>> {
+        if !ctx.mcp.filter_list {
+            return Ok(None);
+        }
+        if let Some(chunk) = body.take() {
+            if ctx.mcp.list_held.len() + chunk.len() > MAX_LIST_ANSWER {
+                return Error::e_explain(
+                    ErrorType::Custom("list too large"),
+                    "tools/list answer over the filter's limit",
+                );
+            }
+            ctx.mcp.list_held.extend_from_slice(&chunk);
+        }
+        if !end_of_stream {
+            return Ok(None);
+        }
+        ctx.mcp.filter_list = false;
+        let held = std::mem::take(&mut ctx.mcp.list_held).freeze();
+        let Some(principal) = &ctx.principal else {
+            return Error::e_explain(ErrorType::InternalError, "tools/list without a principal");
+        };
+        let keep = |name: &str, annotation: policy::Annotation| {
+            self.policy.may_list(principal, name, annotation)
+        };
+        *body = match catalog::filter_tools_list(&held, ctx.mcp.list_is_sse, keep) {
+            Ok(Some(filtered)) => Some(filtered),
+            Ok(None) => Some(held),
+            Err(e) => {
+                return Error::e_explain(
+                    ErrorType::Custom("tools/list unreadable"),
+                    format!("cannot filter the tools/list answer: {e}"),
+                );
+            }
+        };
+        Ok(None)
+    }
+
     async fn fail_to_proxy(
         &self,
         session: &mut Session,
         e: &Error,
         ctx: &mut Self::CTX,
     ) -> FailToProxy {
-        let rejection = match classify(e) {
-            Some(Rejection::PayloadTooLarge { .. }) => Some(Rejection::PayloadTooLarge {
-                limit: self.settings.file.max_body_bytes,
-            }),
-            other => other,
+        // The connection closes after a failed proxy attempt; say so, so that no client sends
+        // its next request into a closing socket.
+        session.set_keepalive(None);
+        let rejection = match ctx.mcp.rejection.take() {
+            Some(rejection) => Some(rejection),
+            None => match classify(e) {
+                Some(Rejection::PayloadTooLarge { .. }) => Some(Rejection::PayloadTooLarge {
+                    limit: self.settings.file.max_body_bytes,
+                }),
+                other => other,
+            },
         };
         let code = match rejection {
             Some(rejection) if session.response_written().is_none() => {
+                ctx.refused = Some(rejection.reason());
                 let reply =
                     rejection.reply(&self.settings.resource_metadata_url(), &ctx.request_id);
                 let status = reply.status;
@@ -602,12 +704,15 @@ impl ProxyHttp for Gateway {
         }
     }
 
-    fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {
-        is_client_side(error)
+    fn suppress_error_log(&self, _session: &Session, ctx: &Self::CTX, error: &Error) -> bool {
+        ctx.refused.is_some() || is_client_side(error)
     }
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        if ctx.mcp.route {
+            self.audit(session, ctx, status);
+        }
         let req = session.req_header();
         let (subject, client) = ctx
             .principal

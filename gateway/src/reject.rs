@@ -7,6 +7,8 @@ use serde_json::json;
 use crate::{
     auth::AuthFailure,
     limit::{self, Class, Decision, Policy},
+    mcp::{self, Malformed, Mismatch},
+    policy::Denial,
 };
 
 /// Every way the gateway answers instead of the upstream.
@@ -24,10 +26,17 @@ pub enum Rejection {
     UpstreamUnavailable,
     UpstreamTimeout,
     NotReady,
-    /// Tool budgets are configured and a large `tools/call` body does not name its tool.
-    ToolUnnamed {
-        limit: u64,
+    /// The body is not one JSON-RPC message; `id` is the request's id as JSON text, if known.
+    Malformed(Malformed),
+    /// `Mcp-Method` / `Mcp-Name` contradict the body.
+    HeaderMismatch {
+        mismatch: Mismatch,
+        id: String,
     },
+    /// The policy refuses the message.
+    Forbidden(Denial),
+    /// An `Mcp-Session-Id` this principal did not open (answered as if unknown).
+    SessionNotFound,
     /// Over a rate limit; `oauth` selects the OAuth error format.
     RateLimited {
         class: Class,
@@ -58,6 +67,28 @@ impl Reply {
 }
 
 impl Rejection {
+    /// A short, stable code for the audit log.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unauthorized(AuthFailure::InsufficientScope(_)) => "insufficient_scope",
+            Self::Unauthorized(AuthFailure::Unavailable) => "unavailable",
+            Self::Unauthorized(_) => "unauthenticated",
+            Self::OriginForbidden => "origin_forbidden",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
+            Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::UpstreamTimeout => "upstream_timeout",
+            Self::NotReady => "not_ready",
+            Self::Malformed(_) => "malformed",
+            Self::HeaderMismatch { .. } => "header_mismatch",
+            Self::Forbidden(denial) => denial.reason(),
+            Self::SessionNotFound => "session_foreign",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Internal => "internal",
+        }
+    }
+
     /// Renders the rejection. `resource_metadata` is the RFC 9728 URL for `WWW-Authenticate`.
     pub fn reply(&self, resource_metadata: &str, request_id: &str) -> Reply {
         let (status, error, message) = match self {
@@ -94,13 +125,17 @@ impl Rejection {
                 format!("request bodies are limited to {limit} bytes"),
             ),
             Self::NotFound => (404, "not_found", "no such endpoint".to_owned()),
-            Self::ToolUnnamed { limit } => (
-                400,
-                "mcp_name_required",
-                format!(
-                    "POST bodies over {limit} bytes must name the called tool in the Mcp-Name header"
-                ),
-            ),
+            Self::Malformed(why) => {
+                return jsonrpc_error(400, "null", why.code(), &why.to_string());
+            }
+            Self::HeaderMismatch { mismatch, id } => {
+                let message = format!("header mismatch: {mismatch}");
+                return jsonrpc_error(400, id, mcp::HEADER_MISMATCH, &message);
+            }
+            Self::SessionNotFound => {
+                return jsonrpc_error(404, "null", -32001, "Session not found");
+            }
+            Self::Forbidden(denial) => return forbidden(denial, resource_metadata, request_id),
             Self::MethodNotAllowed { allow } => {
                 let mut reply = Reply::json(
                     405,
@@ -137,13 +172,74 @@ impl Rejection {
     }
 }
 
+/// A JSON-RPC error answer: `id` is JSON text (`null` when the request's id is unknown).
+fn jsonrpc_error(status: u16, id: &str, code: i64, message: &str) -> Reply {
+    let id: serde_json::Value = serde_json::from_str(id).unwrap_or(serde_json::Value::Null);
+    Reply::json(
+        status,
+        &json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
+    )
+}
+
+/// A value for a quoted-string parameter of `WWW-Authenticate`: only RFC 6750's characters for
+/// `error_description` and `scope` (`%x20-21 / %x23-5B / %x5D-7E`), so no quote or backslash
+/// ever needs escaping; anything else becomes `?`.
+fn quoted(value: &str) -> String {
+    let safe: String = value
+        .chars()
+        .map(|c| match c {
+            ' ' | '!' | '#'..='[' | ']'..='~' => c,
+            _ => '?',
+        })
+        .collect();
+    format!("\"{safe}\"")
+}
+
+/// The challenge for a call beyond the principal's scopes: every scope the call needs, so a
+/// client can step up in one re-authorization (RFC 6750 §3.1, MCP 2025-11-25).
+fn step_up_challenge(resource_metadata: &str, needed: &str) -> String {
+    format!(
+        "Bearer error=\"insufficient_scope\", scope={}, resource_metadata={}",
+        quoted(needed),
+        quoted(resource_metadata)
+    )
+}
+
+fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Reply {
+    match denial {
+        Denial::InsufficientScope {
+            needed,
+            missing,
+            tool,
+        } => {
+            let needed = needed.join(" ");
+            let missing = missing.join(" ");
+            let message = match tool {
+                Some(tool) => format!("calling {tool} needs scope {missing}"),
+                None => format!("this request needs scope {missing}"),
+            };
+            let mut reply = Reply::json(
+                403,
+                &json!({"error": "insufficient_scope", "scope": needed, "missing_scope": missing, "tool": tool, "message": message, "request_id": request_id}),
+            );
+            reply.headers.push((
+                "www-authenticate",
+                step_up_challenge(resource_metadata, &needed),
+            ));
+            reply
+        }
+        Denial::ToolDenied(tool) | Denial::UserNotAllowed(tool) => Reply::json(
+            403,
+            &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("the tool {tool} is not available to this principal"), "request_id": request_id}),
+        ),
+    }
+}
+
 fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str) -> Reply {
-    let mut challenge = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+    let mut challenge = format!("Bearer resource_metadata={}", quoted(resource_metadata));
     match failure {
         AuthFailure::InsufficientScope(scope) => {
-            challenge.push_str(&format!(
-                ", error=\"insufficient_scope\", scope=\"{scope}\""
-            ));
+            let challenge = step_up_challenge(resource_metadata, scope);
             let mut reply = Reply::json(
                 403,
                 &json!({"error": "insufficient_scope", "scope": scope, "request_id": request_id}),
@@ -176,7 +272,8 @@ fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str
     };
     if let Some(code) = code {
         challenge.push_str(&format!(
-            ", error=\"{code}\", error_description=\"{description}\""
+            ", error=\"{code}\", error_description={}",
+            quoted(&description)
         ));
     }
     let mut reply = Reply::json(

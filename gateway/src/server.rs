@@ -17,11 +17,13 @@ use pingora::{
 };
 
 use crate::{
+    catalog::Catalog,
     clock::SystemClock,
     config::Settings,
     limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
     oauth::{AuthService, OAuthSetupError},
-    proxy::Gateway,
+    proxy::{Gateway, McpEdge},
+    sessions::Sessions,
     tokens::{self, StoreError, TokenCache},
 };
 
@@ -139,7 +141,12 @@ pub fn run(
         _ => None,
     };
     let limiter = Arc::new(SharedLimiter::new(shared, LocalLimiter::new(clock.clone())));
-    let gateway = Gateway::new(settings.clone(), tokens, oauth, limiter, clock);
+    let edge = McpEdge {
+        catalog: Arc::new(Catalog::default()),
+        sessions: Arc::new(Sessions::default()),
+        audit: None,
+    };
+    let gateway = Gateway::new(settings.clone(), tokens, oauth, limiter, clock, edge);
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();

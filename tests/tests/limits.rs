@@ -151,6 +151,7 @@ async fn a_tool_can_have_its_own_budget() {
     let svc = McpService::start(&[]).unwrap();
     let mut opts = GatewayOptions::new(svc.url());
     opts.extra_toml = "[limits.tools.whoami]\nrate = 1\nperiod_secs = 60\nburst = 1\n".to_owned();
+    opts.max_body_bytes = 2 * 1024 * 1024;
     let gw = Gateway::start(opts).await.unwrap();
     let token = gw.create_token("tools").await.unwrap();
     let http = gw.http();
@@ -198,23 +199,28 @@ async fn a_tool_can_have_its_own_budget() {
     let second = post(CALL, Some(session.clone()), None).await.unwrap();
     assert_eq!(second.status(), 429);
     assert!(header(&second, "ratelimit-policy").starts_with("\"tool\";q=1;"));
-    // Named by the header (as MCP 2026-07-28 clients send it): refused before the body is read.
+    // Named by the header too (as MCP 2026-07-28 clients send it): the body decides, still 429.
     let named = post(CALL, Some(session.clone()), Some("whoami"))
         .await
         .unwrap();
     assert_eq!(named.status(), 429);
-    // A body too large to inspect must name its tool: padding cannot slip past a budget.
+    // A header naming another tool than the body is refused, not believed.
+    let lying = post(CALL, Some(session.clone()), Some("werkbaum_read"))
+        .await
+        .unwrap();
+    assert_eq!(lying.status(), 400);
+    let body: Value = lying.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32020);
+    // However large the body (here 1 MiB of padding), the tool is read from it: still 429.
     let padded: &'static str = Box::leak(
         format!(
-            r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"whoami","arguments":{{}},"_pad":"{}"}}}}"#,
-            "x".repeat(70 * 1024)
+            r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"arguments":{{"_pad":"{}"}},"name":"whoami"}}}}"#,
+            "x".repeat(1024 * 1024)
         )
         .into_boxed_str(),
     );
     let big = post(padded, Some(session.clone()), None).await.unwrap();
-    assert_eq!(big.status(), 400);
-    let body: Value = big.json().await.unwrap();
-    assert_eq!(body["error"], "mcp_name_required");
+    assert_eq!(big.status(), 429);
     // Other calls are not affected.
     let list = post(
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,

@@ -1,0 +1,328 @@
+//! Who may do what on `/mcp`: the scopes an MCP message needs (from the tool's annotations and
+//! the operator's `[tools.NAME]` rules) and the decision for one principal. Pure: the message,
+//! what the catalog knows of the tool and the principal in, a decision out.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::{auth::Principal, mcp::Message};
+
+/// The scope of everything that only reads.
+pub const READ: &str = "mcp:read";
+/// The scope of tools that change something (and of anything not known to only read).
+pub const WRITE: &str = "mcp:write";
+
+/// An operator's rule for one tool (`[tools.NAME]`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolRule {
+    /// The scopes a call needs, instead of the ones its annotations imply.
+    pub scopes: Option<Vec<String>>,
+    /// OAuth subjects allowed to call it; empty means everyone with the scopes.
+    pub users: Vec<String>,
+    /// Nobody may call it, and it is not listed.
+    pub deny: bool,
+}
+
+/// What the gateway knows of a tool from the upstream's catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Annotation {
+    /// `readOnlyHint: true`.
+    ReadOnly,
+    /// Listed without `readOnlyHint: true`: it may change things.
+    Writes,
+    /// Not in the catalog.
+    Unknown,
+}
+
+/// Why a message is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// The principal lacks scopes: `needed` is every scope the call needs (for a step-up
+    /// challenge), `missing` those it lacks.
+    InsufficientScope {
+        needed: Vec<String>,
+        missing: Vec<String>,
+        tool: Option<String>,
+    },
+    /// `[tools.NAME] deny = true`.
+    ToolDenied(String),
+    /// `[tools.NAME] users` does not name this principal.
+    UserNotAllowed(String),
+}
+
+impl Denial {
+    /// A short, stable code for logs and the audit log.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InsufficientScope { .. } => "insufficient_scope",
+            Self::ToolDenied(_) => "tool_denied",
+            Self::UserNotAllowed(_) => "user_not_allowed",
+        }
+    }
+}
+
+/// The policy: the operator's tool rules and the scopes every request needs.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub rules: BTreeMap<String, ToolRule>,
+    /// `required_scopes`: what every `/mcp` request needs, whatever it is.
+    pub baseline: Vec<String>,
+}
+
+impl Policy {
+    /// The scopes calling `tool` needs, beyond the baseline.
+    fn tool_scopes(&self, tool: &str, annotation: Annotation) -> Vec<&str> {
+        match self.rules.get(tool).and_then(|r| r.scopes.as_ref()) {
+            Some(scopes) => scopes.iter().map(String::as_str).collect(),
+            None if annotation == Annotation::ReadOnly => vec![READ],
+            None => vec![WRITE],
+        }
+    }
+
+    /// The scopes a message needs, beyond the baseline. `annotation` is what the catalog says
+    /// of the called tool (ignored for other messages).
+    fn message_scopes<'a>(&'a self, message: &'a Message, annotation: Annotation) -> Vec<&'a str> {
+        if let Some(tool) = message.tool() {
+            return self.tool_scopes(tool, annotation);
+        }
+        match message.method.as_str() {
+            // Reading and session housekeeping; answers to the server's own requests.
+            "initialize" | "ping" | "tools/list" | "logging/setLevel" => vec![READ],
+            m if m.starts_with("resources/")
+                || m.starts_with("prompts/")
+                || m.starts_with("completion/")
+                || m.starts_with("notifications/") =>
+            {
+                vec![READ]
+            }
+            "" => vec![READ],
+            // Anything else (a method this gateway does not know) might change something.
+            _ => vec![WRITE],
+        }
+    }
+
+    /// Decides on one message for `principal`.
+    pub fn decide(
+        &self,
+        principal: &Principal,
+        message: &Message,
+        annotation: Annotation,
+    ) -> Result<(), Denial> {
+        if let Some(tool) = message.tool() {
+            self.tool_allowed(principal, tool)?;
+        }
+        let mut needed: Vec<String> = self.baseline.clone();
+        for scope in self.message_scopes(message, annotation) {
+            if !needed.iter().any(|s| s == scope) {
+                needed.push(scope.to_owned());
+            }
+        }
+        let missing: Vec<String> = needed
+            .iter()
+            .filter(|s| !principal.scopes.contains(s))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(Denial::InsufficientScope {
+                needed,
+                missing,
+                tool: message.tool().map(str::to_owned),
+            })
+        }
+    }
+
+    /// The `deny` and `users` rules of a tool.
+    fn tool_allowed(&self, principal: &Principal, tool: &str) -> Result<(), Denial> {
+        let Some(rule) = self.rules.get(tool) else {
+            return Ok(());
+        };
+        if rule.deny {
+            return Err(Denial::ToolDenied(tool.to_owned()));
+        }
+        if !rule.users.is_empty() && !rule.users.contains(&principal.subject) {
+            return Err(Denial::UserNotAllowed(tool.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Whether `tools/list` shows `tool` to `principal`: exactly when a call would be allowed.
+    pub fn may_list(&self, principal: &Principal, tool: &str, annotation: Annotation) -> bool {
+        self.tool_allowed(principal, tool).is_ok()
+            && self
+                .tool_scopes(tool, annotation)
+                .iter()
+                .all(|s| principal.scopes.iter().any(|p| p == s))
+    }
+
+    /// Whether `tools/list` can be passed on unfiltered for `principal`: no rule restricts a
+    /// tool and the principal holds every scope any tool could need.
+    pub fn lists_everything(&self, principal: &Principal) -> bool {
+        self.rules.is_empty()
+            && [READ, WRITE]
+                .iter()
+                .all(|s| principal.scopes.iter().any(|p| p == s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{auth::AuthKind, mcp};
+
+    fn who(subject: &str, scopes: &[&str]) -> Principal {
+        Principal {
+            subject: subject.to_owned(),
+            client: "c".to_owned(),
+            kind: AuthKind::OAuth,
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    fn call(tool: &str) -> Message {
+        mcp::inspect(
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    }
+
+    fn msg(method: &str) -> Message {
+        mcp::inspect(format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#).as_bytes())
+            .unwrap()
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            rules: BTreeMap::new(),
+            baseline: vec![READ.to_owned()],
+        }
+    }
+
+    #[test]
+    fn read_tools_need_read_and_the_rest_write() {
+        let p = policy();
+        let reader = who("alice", &[READ]);
+        assert_eq!(
+            p.decide(&reader, &call("whoami"), Annotation::ReadOnly),
+            Ok(())
+        );
+        for annotation in [Annotation::Writes, Annotation::Unknown] {
+            let denial = p
+                .decide(&reader, &call("werkbaum_create"), annotation)
+                .unwrap_err();
+            assert_eq!(
+                denial,
+                Denial::InsufficientScope {
+                    needed: vec![READ.to_owned(), WRITE.to_owned()],
+                    missing: vec![WRITE.to_owned()],
+                    tool: Some("werkbaum_create".to_owned()),
+                }
+            );
+        }
+        let writer = who("alice", &[READ, WRITE]);
+        assert_eq!(
+            p.decide(&writer, &call("werkbaum_create"), Annotation::Writes),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn everything_but_tool_calls_needs_read() {
+        let p = policy();
+        let reader = who("alice", &[READ]);
+        for m in [
+            "initialize",
+            "ping",
+            "tools/list",
+            "resources/list",
+            "resources/read",
+            "resources/templates/list",
+            "prompts/list",
+            "prompts/get",
+            "completion/complete",
+            "notifications/initialized",
+        ] {
+            assert_eq!(
+                p.decide(&reader, &msg(m), Annotation::Unknown),
+                Ok(()),
+                "{m}"
+            );
+        }
+        let answer = mcp::inspect(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
+        assert_eq!(p.decide(&reader, &answer, Annotation::Unknown), Ok(()));
+        assert!(
+            p.decide(&reader, &msg("tasks/cancel"), Annotation::Unknown)
+                .is_err()
+        );
+        assert!(
+            p.decide(&who("x", &[]), &msg("ping"), Annotation::Unknown)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn operator_rules_override() {
+        let mut p = policy();
+        p.rules.insert(
+            "werkbaum_history".to_owned(),
+            ToolRule {
+                users: vec!["alice".to_owned()],
+                ..ToolRule::default()
+            },
+        );
+        p.rules.insert(
+            "werkbaum_delete".to_owned(),
+            ToolRule {
+                deny: true,
+                ..ToolRule::default()
+            },
+        );
+        p.rules.insert(
+            "werkbaum_inspect".to_owned(),
+            ToolRule {
+                scopes: Some(vec!["mcp:admin".to_owned()]),
+                ..ToolRule::default()
+            },
+        );
+        let alice = who("alice", &[READ, WRITE]);
+        let bob = who("bob", &[READ, WRITE]);
+        let history = call("werkbaum_history");
+        assert_eq!(p.decide(&alice, &history, Annotation::ReadOnly), Ok(()));
+        assert_eq!(
+            p.decide(&bob, &history, Annotation::ReadOnly),
+            Err(Denial::UserNotAllowed("werkbaum_history".to_owned()))
+        );
+        assert!(!p.may_list(&bob, "werkbaum_history", Annotation::ReadOnly));
+        assert!(p.may_list(&alice, "werkbaum_history", Annotation::ReadOnly));
+        assert_eq!(
+            p.decide(&alice, &call("werkbaum_delete"), Annotation::Writes),
+            Err(Denial::ToolDenied("werkbaum_delete".to_owned()))
+        );
+        assert!(!p.may_list(&alice, "werkbaum_delete", Annotation::Writes));
+        let denial = p
+            .decide(&alice, &call("werkbaum_inspect"), Annotation::ReadOnly)
+            .unwrap_err();
+        assert!(
+            matches!(denial, Denial::InsufficientScope { ref missing, .. } if missing == &["mcp:admin".to_owned()])
+        );
+        assert!(!p.lists_everything(&alice));
+    }
+
+    #[test]
+    fn listing_follows_calling() {
+        let p = policy();
+        let reader = who("alice", &[READ]);
+        assert!(p.may_list(&reader, "whoami", Annotation::ReadOnly));
+        assert!(!p.may_list(&reader, "werkbaum_create", Annotation::Writes));
+        assert!(!p.may_list(&reader, "new_tool", Annotation::Unknown));
+        assert!(!p.lists_everything(&reader));
+        assert!(p.lists_everything(&who("a", &[READ, WRITE])));
+    }
+}

@@ -1,0 +1,230 @@
+//! The `/mcp` admission: one pipeline of small steps, each returning early with the
+//! `Rejection` that answers the request. The header steps run before anything reaches the
+//! upstream (origin → size → authenticate → session binding → per-principal limit); the body
+//! steps run once the JSON-RPC body is whole, before a byte of it is forwarded
+//! (parse → header match → policy → tool budget).
+
+use pingora::http::RequestHeader;
+
+use super::{Gateway, RequestCtx};
+use crate::{
+    auth::{AuthFailure, Principal},
+    catalog::Lookup,
+    config::normalise_origin,
+    limit::{Class, Decision, Policy as LimitPolicy},
+    mcp::{self, Message},
+    policy::Annotation,
+    reject::Rejection,
+    sessions::Ownership,
+};
+
+/// The header that names an MCP session.
+pub const SESSION_ID: &str = "mcp-session-id";
+
+/// The key that names a principal in limits and session records: `kind:subject:client`.
+pub fn principal_key(p: &Principal) -> String {
+    format!("{}:{}:{}", p.kind.as_str(), p.subject, p.client)
+}
+
+impl Gateway {
+    /// The header half of the pipeline, applied in `request_filter`.
+    pub(super) async fn admit_headers(
+        &self,
+        req: &RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
+        ctx.cors_origin = self.check_origin(req)?;
+        check_declared_size(req, self.settings.file.max_body_bytes)?;
+        let principal = self.authenticate_counting_failures(req, ctx).await?;
+        ctx.principal_key = principal_key(&principal);
+        ctx.principal = Some(principal);
+        self.check_session(req, ctx).await?;
+        ctx.rate = self.limit(Class::Mcp, &ctx.principal_key).await?;
+        let policy_or_budgets =
+            self.settings.file.tool_policy || !self.settings.file.limits.tools.is_empty();
+        ctx.mcp.inspect = req.method == http::Method::POST && policy_or_budgets;
+        Ok(())
+    }
+
+    /// The body half of the pipeline, applied in `request_body_filter` on the whole body.
+    pub(super) async fn admit_body(
+        &self,
+        req: &RequestHeader,
+        body: &[u8],
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
+        let message = mcp::inspect(body).map_err(Rejection::Malformed)?;
+        let message = ctx.mcp.message.insert(message);
+        check_mcp_headers(req, message)?;
+        let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
+        if self.settings.file.tool_policy {
+            self.authorize(principal, message).await?;
+            ctx.mcp.filter_list =
+                message.method == "tools/list" && !self.policy.lists_everything(principal);
+            ctx.mcp.opens_session = message.method == "initialize";
+        }
+        if let Some(tool) = message.tool() {
+            self.tool_budget(tool, &ctx.principal_key).await?;
+        }
+        Ok(())
+    }
+
+    /// Origin: absent passes (non-browser clients); present must be the gateway's own or an
+    /// allowed one. Returns the origin to answer with CORS headers (allowed foreign ones only).
+    pub(super) fn check_origin(&self, req: &RequestHeader) -> Result<Option<String>, Rejection> {
+        let Some(value) = req.headers.get(http::header::ORIGIN) else {
+            return Ok(None);
+        };
+        let origin = value
+            .to_str()
+            .ok()
+            .and_then(normalise_origin)
+            .ok_or(Rejection::OriginForbidden)?;
+        if self.settings.allowed_origins.contains(&origin) {
+            Ok(Some(origin))
+        } else if self.settings.origin_allowed(&origin) {
+            Ok(None)
+        } else {
+            Err(Rejection::OriginForbidden)
+        }
+    }
+
+    /// A static token or an OAuth access token, then the baseline scopes. A failure spends the
+    /// client IP's unauthenticated budget, and past it the answer is 429.
+    async fn authenticate_counting_failures(
+        &self,
+        req: &RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<Principal, Rejection> {
+        match self.authenticate(req).await {
+            Ok(principal) => Ok(principal),
+            // A valid token without the baseline scope is authenticated: no IP budget spent.
+            Err(failure @ AuthFailure::InsufficientScope(_)) => {
+                Err(Rejection::Unauthorized(failure))
+            }
+            Err(failure) => {
+                let key = Self::ip_key(ctx);
+                ctx.rate = self.limit(Class::Unauthenticated, &key).await?;
+                Err(Rejection::Unauthorized(failure))
+            }
+        }
+    }
+
+    /// A session belongs to the principal that opened it; another principal's credential gets
+    /// the answer for an unknown session. A session the gateway never saw (opened before a
+    /// restart without shared state) is bound to its first caller.
+    async fn check_session(
+        &self,
+        req: &RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
+        let Some(id) = req.headers.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
+            return Ok(());
+        };
+        let owner = &ctx.principal_key;
+        match self.edge.sessions.check(id, owner).await {
+            Ok(Ownership::Owner) => {}
+            Ok(Ownership::Unknown) => self.edge.sessions.bind(id, owner).await,
+            Ok(Ownership::Foreign) => return Err(Rejection::SessionNotFound),
+            Err(e) => {
+                tracing::warn!(error = %e, "session records unavailable");
+                return Err(Rejection::Unauthorized(AuthFailure::Unavailable));
+            }
+        }
+        if req.method == http::Method::DELETE {
+            ctx.mcp.ends_session = Some(id.to_owned());
+        }
+        Ok(())
+    }
+
+    /// The policy's decision on one message; a tool's annotation comes from the catalog.
+    async fn authorize(&self, principal: &Principal, message: &Message) -> Result<(), Rejection> {
+        let annotation = match message.tool() {
+            Some(tool) => match self.edge.catalog.tool_or_refresh(tool).await {
+                Lookup::ReadOnly => Annotation::ReadOnly,
+                Lookup::Writes => Annotation::Writes,
+                Lookup::Unknown => Annotation::Unknown,
+            },
+            None => Annotation::Unknown,
+        };
+        self.policy
+            .decide(principal, message, annotation)
+            .map_err(Rejection::Forbidden)
+    }
+
+    /// One rate-limit decision; over it is a refusal, within it the decision for the response
+    /// headers (`None` with limits off).
+    pub(super) async fn limit(
+        &self,
+        class: Class,
+        key: &str,
+    ) -> Result<Option<(Class, LimitPolicy, Decision)>, Rejection> {
+        let limits = &self.settings.file.limits;
+        if !limits.enabled {
+            return Ok(None);
+        }
+        let policy = limits.policy(class);
+        let decision = self
+            .limiter
+            .check(&format!("{}:{key}", class.name()), policy)
+            .await;
+        if decision.allowed {
+            Ok(Some((class, policy, decision)))
+        } else {
+            Err(Rejection::RateLimited {
+                class,
+                policy,
+                decision,
+                oauth: class == Class::OAuth,
+            })
+        }
+    }
+
+    /// The budget of one tool, per principal (`limits.tools`), by the name in the body.
+    async fn tool_budget(&self, tool: &str, principal_key: &str) -> Result<(), Rejection> {
+        let Some(policy) = self.settings.file.limits.tool(tool) else {
+            return Ok(());
+        };
+        if !self.settings.file.limits.enabled {
+            return Ok(());
+        }
+        let decision = self
+            .limiter
+            .check(&format!("tool:{tool}:{principal_key}"), policy)
+            .await;
+        if decision.allowed {
+            Ok(())
+        } else {
+            Err(Rejection::RateLimited {
+                class: Class::Tool,
+                policy,
+                decision,
+                oauth: false,
+            })
+        }
+    }
+}
+
+/// A declared body over the limit is refused before it is read (also with
+/// `Expect: 100-continue`: the refusal replaces the 100).
+fn check_declared_size(req: &RequestHeader, limit: u64) -> Result<(), Rejection> {
+    let declared = req
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit => Err(Rejection::PayloadTooLarge { limit }),
+        _ => Ok(()),
+    }
+}
+
+/// `Mcp-Method` / `Mcp-Name`, when sent, must say what the body says.
+fn check_mcp_headers(req: &RequestHeader, message: &Message) -> Result<(), Rejection> {
+    let method = req.headers.get("mcp-method").map(|v| v.as_bytes());
+    let name = req.headers.get("mcp-name").map(|v| v.as_bytes());
+    mcp::check_headers(message, method, name).map_err(|mismatch| Rejection::HeaderMismatch {
+        mismatch,
+        id: message.id.clone(),
+    })
+}
