@@ -395,7 +395,14 @@ impl Gateway {
 
     /// Creates a static token and returns it once the running gateway has picked it up.
     pub async fn create_token(&self, name: &str) -> anyhow::Result<String> {
-        let token = self.token_cmd(&["create", name])?.trim().to_owned();
+        self.create_token_with(name, &[]).await
+    }
+
+    /// Like `create_token`, with more arguments for `token create` (e.g. `--scope mcp:read`).
+    pub async fn create_token_with(&self, name: &str, args: &[&str]) -> anyhow::Result<String> {
+        let mut all = vec!["create", name];
+        all.extend_from_slice(args);
+        let token = self.token_cmd(&all)?.trim().to_owned();
         let client = self.http();
         let url = self.mcp_url();
         let seen = eventually(Duration::from_secs(2), || {

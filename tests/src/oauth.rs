@@ -552,3 +552,38 @@ pub async fn mcp_status(http: &reqwest::Client, mcp_url: &str, token: &str) -> S
         .await
         .map_or(StatusCode::SERVICE_UNAVAILABLE, |r| r.status())
 }
+
+/// An OAuth access token for `user` with `scope` (space-separated), through the real flow:
+/// discovery, registration like Claude.ai, authorize, login, consent, code exchange.
+pub async fn access_token(
+    gw: &Gateway,
+    user: &str,
+    password: &str,
+    scope: &str,
+) -> anyhow::Result<String> {
+    let browser = Browser::for_gateway(gw);
+    let d = discover(&browser.http, &gw.mcp_url()).await?;
+    let client = register_like_claude(&browser.http, &d).await?;
+    let pkce = Pkce::new(user);
+    let auth = authorize_url(
+        &d,
+        &client.client_id,
+        CLAUDE_CALLBACK,
+        &pkce,
+        "state",
+        &[("resource", &d.resource), ("scope", scope)],
+    )?;
+    let (cb, _) = browser_step(&browser, &auth, user, password, "approve").await?;
+    let code = param(&cb, "code").context("no code in the callback")?;
+    exchange_code(
+        &browser.http,
+        &d,
+        &client,
+        &code,
+        CLAUDE_CALLBACK,
+        &pkce.verifier,
+        &d.resource,
+    )
+    .await?
+    .access()
+}

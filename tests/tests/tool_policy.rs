@@ -1,0 +1,480 @@
+//! MCP-aware authorization end to end, with the real gateway and mcp-service: per-tool scopes
+//! from the service's annotations, `tools/list` filtered per principal, the step-up challenge,
+//! `[tools.NAME]` rules, header/body agreement, batches, session ownership, the audit log and
+//! the CORS door. Static tokens through rmcp's client, OAuth tokens through the real flow.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+
+use pforte_tests::{Gateway, GatewayOptions, McpService, oauth};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// The tools annotated `readOnlyHint: true`.
+const READ_TOOLS: [&str; 5] = [
+    "werkbaum_check",
+    "werkbaum_history",
+    "werkbaum_inspect",
+    "werkbaum_read",
+    "whoami",
+];
+/// Every other tool: they need `mcp:write`.
+const WRITE_TOOLS: [&str; 8] = [
+    "werkbaum_add_node",
+    "werkbaum_apply_ops",
+    "werkbaum_create",
+    "werkbaum_move_node",
+    "werkbaum_remove_node",
+    "werkbaum_set_size",
+    "werkbaum_set_status",
+    "werkbaum_write",
+];
+
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A hand-driven MCP session over plain HTTP requests, for what rmcp's client never sends.
+struct Raw {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    session: Option<String>,
+}
+
+impl Raw {
+    async fn open(gw: &Gateway, token: &str) -> Self {
+        let mut raw = Self {
+            http: gw.http(),
+            url: gw.mcp_url(),
+            token: token.to_owned(),
+            session: None,
+        };
+        let init = raw
+            .post(
+                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+                &[],
+            )
+            .await;
+        assert_eq!(init.status(), 200, "initialize");
+        raw.session = Some(
+            init.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+        let ready = raw
+            .post(
+                &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+                &[],
+            )
+            .await;
+        assert!(ready.status().is_success());
+        raw
+    }
+
+    fn request(&self, headers: &[(&str, &str)]) -> reqwest::RequestBuilder {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req
+    }
+
+    async fn post(&self, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+        self.post_text(body.to_string(), headers).await
+    }
+
+    async fn post_text(&self, body: String, headers: &[(&str, &str)]) -> reqwest::Response {
+        self.request(headers).body(body).send().await.unwrap()
+    }
+
+    async fn call(&self, tool: &str, arguments: Value) -> reqwest::Response {
+        self.post(
+            &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
+            &[],
+        )
+        .await
+    }
+
+    /// `tools/list` through the gateway: the names it shows.
+    async fn tool_names(&self) -> BTreeSet<String> {
+        let resp = self
+            .post(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}), &[])
+            .await;
+        assert_eq!(resp.status(), 200);
+        let answer = json_rpc_answer(resp).await;
+        answer["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+/// The JSON-RPC answer in a response, whether plain JSON or one SSE `data:` event.
+async fn json_rpc_answer(resp: reqwest::Response) -> Value {
+    let sse = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+    let text = resp.text().await.unwrap();
+    if !sse {
+        return serde_json::from_str(&text).unwrap();
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("result").is_some() || v.get("error").is_some())
+        .expect("an answer event")
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The 403 of a call beyond the token's scopes: a step-up challenge naming every scope needed.
+async fn assert_step_up(resp: reqwest::Response, tool: &str) {
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{tool}");
+    let challenge = resp.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(challenge.starts_with("Bearer "), "{challenge}");
+    assert!(
+        challenge.contains("error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains("scope=\"mcp:read mcp:write\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains("resource_metadata=\"https://127.0.0.1:"),
+        "{challenge}"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["tool"], tool);
+    assert_eq!(body["missing_scope"], "mcp:write");
+}
+
+async fn start(extra_toml: &str) -> (Gateway, McpService) {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.extra_toml = extra_toml.to_owned();
+    opts.max_body_bytes = 2 * 1024 * 1024;
+    (Gateway::start(opts).await.unwrap(), svc)
+}
+
+#[tokio::test]
+async fn a_read_only_static_token_sees_and_calls_only_the_read_tools() {
+    let (gw, _svc) = start("").await;
+    let ro = gw
+        .create_token_with("ci", &["--scope", "mcp:read"])
+        .await
+        .unwrap();
+    // A real client: rmcp lists and calls.
+    let client = gw.mcp_client(&ro, &[]).await.unwrap();
+    let listed: BTreeSet<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(listed, names(&READ_TOOLS));
+    let me = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("whoami"))
+        .await
+        .unwrap();
+    assert_ne!(me.is_error, Some(true));
+    client.cancel().await.unwrap();
+
+    let raw = Raw::open(&gw, &ro).await;
+    for tool in WRITE_TOOLS {
+        assert_step_up(raw.call(tool, json!({})).await, tool).await;
+    }
+    for tool in READ_TOOLS {
+        let resp = raw.call(tool, json!({})).await;
+        assert_eq!(resp.status(), 200, "{tool}");
+    }
+    // However much padding precedes the name, the body is read: still refused.
+    let padded = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"arguments":{{"pad":"{}"}},"name":"werkbaum_create"}}}}"#,
+        "x".repeat(1024 * 1024)
+    );
+    assert_step_up(raw.post_text(padded, &[]).await, "werkbaum_create").await;
+    // A token with both scopes sees all thirteen.
+    let rw = gw.create_token("rw").await.unwrap();
+    let all = Raw::open(&gw, &rw).await.tool_names().await;
+    assert_eq!(all.len(), READ_TOOLS.len() + WRITE_TOOLS.len());
+}
+
+#[tokio::test]
+async fn headers_must_say_what_the_body_says_and_batches_are_refused() {
+    let (gw, _svc) =
+        start("[limits.tools.werkbaum_create]\nrate = 1\nperiod_secs = 3600\nburst = 1\n").await;
+    let rw = gw.create_token("rw").await.unwrap();
+    let raw = Raw::open(&gw, &rw).await;
+    let whoami = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}});
+    let create = json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"werkbaum_create","arguments":{}}});
+    // base64 of "whoami" and of "werkbaum_create".
+    let b64_whoami = "=?base64?d2hvYW1p?=";
+    let b64_create = "=?base64?d2Vya2JhdW1fY3JlYXRl?=";
+    for (body, name) in [
+        (&create, "whoami"),
+        (&create, b64_whoami),
+        (&whoami, "werkbaum_create"),
+        (&whoami, b64_create),
+    ] {
+        let resp = raw.post(body, &[("mcp-name", name)]).await;
+        assert_eq!(resp.status(), 400, "{name}");
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+        assert_eq!(answer["id"], body["id"]);
+    }
+    let wrong_method = raw.post(&whoami, &[("mcp-method", "tools/list")]).await;
+    assert_eq!(wrong_method.status(), 400);
+    // Agreeing headers, in either form, pass.
+    let ok = raw
+        .post(
+            &whoami,
+            &[("mcp-method", "tools/call"), ("mcp-name", b64_whoami)],
+        )
+        .await;
+    assert_eq!(ok.status(), 200);
+    // The budget of werkbaum_create counts the body's name: the second create is 429 even when
+    // the header would claim another tool (that is a 400 above, never a free pass).
+    let first = raw.post(&create, &[("mcp-name", "werkbaum_create")]).await;
+    assert_eq!(first.status(), 200);
+    let second = raw.post(&create, &[]).await;
+    assert_eq!(second.status(), 429);
+    // Batches (removed in 2025-06-18) are refused with a JSON-RPC error.
+    let batch = raw.post_text(format!("[{whoami},{whoami}]"), &[]).await;
+    assert_eq!(batch.status(), 400);
+    let answer: Value = batch.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], -32600);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("batch")
+    );
+    let garbage = raw.post_text("{not json".to_owned(), &[]).await;
+    assert_eq!(garbage.status(), 400);
+    let answer: Value = garbage.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], -32700);
+}
+
+#[tokio::test]
+async fn a_session_belongs_to_the_principal_that_opened_it() {
+    let (gw, _svc) = start("").await;
+    let a = gw.create_token("a").await.unwrap();
+    let b = gw.create_token("b").await.unwrap();
+    let owner = Raw::open(&gw, &a).await;
+    let thief = Raw {
+        http: gw.http(),
+        url: gw.mcp_url(),
+        token: b.clone(),
+        session: owner.session.clone(),
+    };
+    let stolen = thief.call("whoami", json!({})).await;
+    assert_eq!(stolen.status(), 404);
+    let stream = thief
+        .http
+        .get(&thief.url)
+        .bearer_auth(&b)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", owner.session.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 404);
+    // The owner's session is untouched.
+    assert_eq!(owner.call("whoami", json!({})).await.status(), 200);
+}
+
+#[tokio::test]
+async fn oauth_grants_and_tool_rules_decide_and_the_audit_log_records_it() {
+    let (gw, _svc) = start("[tools.werkbaum_history]\nusers = [\"alice\"]\n").await;
+    gw.add_user("alice", PASSWORD).unwrap();
+    gw.add_user("bob", PASSWORD).unwrap();
+    let alice_ro = oauth::access_token(&gw, "alice", PASSWORD, "mcp:read")
+        .await
+        .unwrap();
+    let alice = oauth::access_token(&gw, "alice", PASSWORD, "mcp:read mcp:write")
+        .await
+        .unwrap();
+    let bob = oauth::access_token(&gw, "bob", PASSWORD, "mcp:read mcp:write")
+        .await
+        .unwrap();
+
+    let ro = Raw::open(&gw, &alice_ro).await;
+    assert_eq!(ro.tool_names().await, names(&READ_TOOLS));
+    for tool in WRITE_TOOLS {
+        assert_step_up(ro.call(tool, json!({})).await, tool).await;
+    }
+    assert_eq!(ro.call("whoami", json!({})).await.status(), 200);
+
+    let history = json!({"document": "00000000-0000-4000-8000-000000000000"});
+    let alice_session = Raw::open(&gw, &alice).await;
+    assert_eq!(
+        alice_session
+            .call("werkbaum_history", history.clone())
+            .await
+            .status(),
+        200
+    );
+    let bob_session = Raw::open(&gw, &bob).await;
+    let refused = bob_session.call("werkbaum_history", history).await;
+    assert_eq!(refused.status(), 403);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["reason"], "user_not_allowed");
+    let bobs = bob_session.tool_names().await;
+    assert!(!bobs.contains("werkbaum_history"));
+    assert_eq!(bobs.len(), READ_TOOLS.len() + WRITE_TOOLS.len() - 1);
+
+    // The audit log: one line per named call and per refusal; never arguments or tokens.
+    let path = gw.data_dir().join("audit.jsonl");
+    let found = pforte_tests::eventually(std::time::Duration::from_secs(5), || {
+        let path = path.clone();
+        async move { std::fs::read_to_string(&path).is_ok_and(|t| t.contains("user_not_allowed")) }
+    })
+    .await;
+    assert!(found, "audit log at {}", path.display());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains(&alice) && !text.contains(&bob) && !text.contains("00000000-0000"));
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let allowed = lines
+        .iter()
+        .find(|l| l["name"] == "werkbaum_history" && l["decision"] == "allowed")
+        .expect("alice's call");
+    assert_eq!(allowed["principal"]["subject"], "alice");
+    assert_eq!(allowed["principal"]["kind"], "oauth");
+    assert_eq!(allowed["method"], "tools/call");
+    assert_eq!(allowed["route"], "/mcp");
+    assert_eq!(allowed["upstream_status"], 200);
+    assert!(
+        allowed["request_id"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    );
+    assert!(allowed["duration_ms"].is_u64() && allowed["time"].is_string());
+    let denied = lines
+        .iter()
+        .find(|l| l["name"] == "werkbaum_history" && l["decision"] == "denied")
+        .expect("bob's refusal");
+    assert_eq!(denied["principal"]["subject"], "bob");
+    assert_eq!(denied["reason"], "user_not_allowed");
+    let step_up = lines
+        .iter()
+        .find(|l| l["name"] == "werkbaum_create" && l["decision"] == "denied")
+        .expect("the read-only grant's refusal");
+    assert_eq!(step_up["reason"], "insufficient_scope");
+}
+
+#[tokio::test]
+async fn cors_only_where_configured_and_the_own_origin_always_passes() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.allowed_origins = vec!["https://app.example".to_owned()];
+    let gw = Gateway::start(opts).await.unwrap();
+    let http = gw.http();
+    let preflight = |origin: &'static str| {
+        http.request(reqwest::Method::OPTIONS, gw.mcp_url())
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type, mcp-session-id",
+            )
+            .send()
+    };
+    let ok = preflight("https://app.example").await.unwrap();
+    assert_eq!(ok.status(), 204);
+    let h = ok.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://app.example");
+    let allow = h["access-control-allow-headers"].to_str().unwrap();
+    for name in [
+        "Authorization",
+        "Mcp-Session-Id",
+        "MCP-Protocol-Version",
+        "Mcp-Method",
+        "Mcp-Name",
+        "Last-Event-ID",
+    ] {
+        assert!(allow.contains(name), "{allow}");
+    }
+    assert!(
+        h["access-control-expose-headers"]
+            .to_str()
+            .unwrap()
+            .contains("WWW-Authenticate")
+    );
+    assert_eq!(h["vary"], "Origin");
+    let foreign = preflight("https://evil.example").await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    assert!(
+        foreign
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+
+    // A real request from the allowed origin carries the CORS headers, even when refused.
+    let unauthenticated = http
+        .post(gw.mcp_url())
+        .header("origin", "https://app.example")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status(), 401);
+    assert_eq!(
+        unauthenticated.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let token = gw.create_token("web").await.unwrap();
+    let mut raw = Raw::open(&gw, &token).await;
+    let own = gw.base.replace("127.0.0.1", "localhost");
+    for origin in [gw.base.clone(), own] {
+        let resp = raw
+            .request(&[("origin", origin.as_str())])
+            .body(json!({"jsonrpc":"2.0","id":3,"method":"ping"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{origin}");
+        assert!(resp.headers().get("access-control-allow-origin").is_none());
+    }
+    raw.session = None;
+}
+
+#[tokio::test]
+async fn no_allowed_origins_means_no_cors_headers() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.allowed_origins = Vec::new();
+    let gw = Gateway::start(opts).await.unwrap();
+    let resp = gw
+        .http()
+        .request(reqwest::Method::OPTIONS, gw.mcp_url())
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+}
