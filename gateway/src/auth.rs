@@ -28,6 +28,8 @@ pub struct Principal {
     pub subject: String,
     /// The OAuth client id, or the static token's name.
     pub client: String,
+    /// The OAuth client's registered name (`client_name`), when it has one.
+    pub client_name: Option<String>,
     pub kind: AuthKind,
     pub scopes: Vec<String>,
 }
@@ -123,6 +125,7 @@ pub fn authenticate_static(
     Ok(Principal {
         subject: OPERATOR.to_owned(),
         client: found.name.clone(),
+        client_name: None,
         kind: AuthKind::Static,
         scopes: found.scopes.clone(),
     })

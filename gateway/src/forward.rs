@@ -7,6 +7,8 @@ use crate::auth::Principal;
 pub mod header {
     pub const SUBJECT: &str = "x-pforte-subject";
     pub const CLIENT: &str = "x-pforte-client";
+    /// The OAuth client's registered name, percent-encoded UTF-8 (absent without a name).
+    pub const CLIENT_NAME: &str = "x-pforte-client-name";
     pub const AUTH_KIND: &str = "x-pforte-auth-kind";
     pub const SCOPES: &str = "x-pforte-scopes";
     pub const REQUEST_ID: &str = "x-request-id";
@@ -46,7 +48,23 @@ pub fn trusted_headers(
     if let Some(ip) = client_ip {
         set.push((header::FORWARDED_FOR, ip.to_owned()));
     }
+    if let Some(name) = &principal.client_name {
+        set.push((header::CLIENT_NAME, percent_encode(name)));
+    }
     set
+}
+
+/// Every byte outside RFC 3986's unreserved set as `%XX`: any name fits in a header value.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A trusted proxy: one address, or a network in CIDR notation (`172.18.0.0/16`).
@@ -178,6 +196,7 @@ mod tests {
         let p = Principal {
             subject: "operator".into(),
             client: "laptop".into(),
+            client_name: Some("Claude für Teams".into()),
             kind: AuthKind::Static,
             scopes: vec!["mcp:read".into(), "mcp:write".into()],
         };
@@ -189,6 +208,7 @@ mod tests {
         assert_eq!(get(header::SCOPES), Some("mcp:read mcp:write"));
         assert_eq!(get(header::REQUEST_ID), Some("rid"));
         assert_eq!(get(header::FORWARDED_FOR), Some("127.0.0.1"));
+        assert_eq!(get(header::CLIENT_NAME), Some("Claude%20f%C3%BCr%20Teams"));
     }
 
     #[test]

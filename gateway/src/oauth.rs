@@ -84,6 +84,9 @@ pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, OAuthSetupError
 /// The authorization server as the gateway uses it.
 pub struct AuthService {
     server: Arc<AuthServer>,
+    store: Arc<dyn Store>,
+    /// Registered client names by client id, with when they were read (ms).
+    client_names: std::sync::Mutex<std::collections::HashMap<String, (Option<String>, u64)>>,
     router: axum::Router,
     validator: Arc<Validator>,
     /// The runtime the server was built on. It keeps running, so that anything the store
@@ -121,8 +124,10 @@ impl AuthService {
             let _in_runtime = rt.enter();
             open_store(settings)?
         };
-        let server = rt.block_on(AuthServer::builder(cfg, store).build())?;
+        let server = rt.block_on(AuthServer::builder(cfg, store.clone()).build())?;
         Ok(Self {
+            store,
+            client_names: std::sync::Mutex::new(std::collections::HashMap::new()),
             router: pforte_oauth::router(server.clone()),
             validator: server.validator(),
             server,
@@ -144,6 +149,7 @@ impl AuthService {
     pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthFailure> {
         match self.validator.validate(token).await {
             Ok(p) => Ok(Principal {
+                client_name: self.client_name(&p.client_id).await,
                 subject: p.subject,
                 client: p.client_id,
                 kind: AuthKind::OAuth,
@@ -159,6 +165,33 @@ impl AuthService {
                 Err(AuthFailure::Unavailable)
             }
         }
+    }
+
+    /// The client's registered name, read from the store at most once a minute per client.
+    async fn client_name(&self, client_id: &str) -> Option<String> {
+        const TTL_MS: u64 = 60_000;
+        const MAX: usize = 10_000;
+        let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+        if let Ok(names) = self.client_names.lock()
+            && let Some((name, at)) = names.get(client_id)
+            && now.saturating_sub(*at) < TTL_MS
+        {
+            return name.clone();
+        }
+        let name = match self.store.get_client(client_id).await {
+            Ok(record) => record.and_then(|r| r.client_name),
+            Err(e) => {
+                tracing::debug!(error = %e, "client name unavailable");
+                return None;
+            }
+        };
+        if let Ok(mut names) = self.client_names.lock() {
+            if names.len() >= MAX {
+                names.clear();
+            }
+            names.insert(client_id.to_owned(), (name.clone(), now));
+        }
+        name
     }
 
     /// Runs one request through the router in-process. The client IP is handed over as a

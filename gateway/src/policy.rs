@@ -178,6 +178,7 @@ mod tests {
         Principal {
             subject: subject.to_owned(),
             client: "c".to_owned(),
+            client_name: None,
             kind: AuthKind::OAuth,
             scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
         }
