@@ -340,4 +340,52 @@ mod tests {
             assert_eq!(body["request_id"], "rid");
         }
     }
+
+    /// `Bearer` 1*SP auth-param *( "," *SP auth-param ), each `token "=" quoted-string` whose
+    /// content is RFC 6750's `%x20-21 / %x23-5B / %x5D-7E` (so no escapes at all).
+    fn strict_challenge(h: &str) -> bool {
+        let Some(rest) = h.strip_prefix("Bearer ") else {
+            return false;
+        };
+        rest.split(", ").all(|param| {
+            let Some((name, value)) = param.split_once('=') else {
+                return false;
+            };
+            let token =
+                !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            let quoted = value.len() >= 2
+                && value.starts_with('"')
+                && value.ends_with('"')
+                && value[1..value.len() - 1]
+                    .bytes()
+                    .all(|b| matches!(b, 0x20 | 0x21 | 0x23..=0x5B | 0x5D..=0x7E));
+            token && quoted
+        })
+    }
+
+    #[test]
+    fn challenges_parse_with_a_strict_grammar() {
+        let failures = [
+            AuthFailure::Missing,
+            AuthFailure::Malformed("expected \"Bearer <token>\" \\ here"),
+            AuthFailure::Invalid,
+            AuthFailure::Expired,
+            AuthFailure::InsufficientScope("mcp:read".to_owned()),
+        ];
+        let mut rejections: Vec<Rejection> =
+            failures.into_iter().map(Rejection::Unauthorized).collect();
+        rejections.push(Rejection::Forbidden(Denial::InsufficientScope {
+            needed: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
+            missing: vec!["mcp:write".to_owned()],
+            tool: Some("werkbaum_create".to_owned()),
+        }));
+        for rejection in rejections {
+            let r = rejection.reply(
+                "https://gw.example/.well-known/oauth-protected-resource/mcp\"x",
+                "r",
+            );
+            let h = header(&r, "www-authenticate").unwrap_or_default();
+            assert!(strict_challenge(h), "{rejection:?}: {h}");
+        }
+    }
 }
