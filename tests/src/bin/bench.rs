@@ -1,6 +1,7 @@
 //! `pforte-bench`: tools/call `whoami` rate and latency direct to mcp-service vs through the
 //! gateway (plain HTTP and TLS, static token; rate limits off, and on with a budget the run never
-//! reaches), real release binaries on loopback, one table with ratios vs direct.
+//! reaches; per-tool policy on, and off to show what it costs), real release binaries on
+//! loopback, modes interleaved in rounds, one table with ratios vs direct.
 //!
 //! Run: `cargo run --release -p pforte-tests --bin pforte-bench [-- --help]`. It builds `pforte`
 //! and `mcp-service` into its own target dir first (when started by cargo), starts them on
@@ -23,10 +24,11 @@ use rmcp::model::CallToolRequestParams;
 const USAGE: &str = "\
 pforte-bench: tools/call `whoami` direct to mcp-service vs through pforte (http and https)
 
-usage: pforte-bench [--sessions N] [--calls N] [--warmup N] [--max-secs S] [--threads N] [--no-build]
+usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-secs S] [--threads N] [--no-build]
 
   --sessions N   concurrent rmcp client sessions per mode            (default 8)
   --calls N      measured calls per mode, shared by the sessions     (default 2000)
+  --rounds N     the modes take turns N times, calls split evenly     (default 3)
   --warmup N     unmeasured calls per mode before measuring          (default 200)
   --max-secs S   time cap for the measured phase of one mode         (default 60)
   --threads N    gateway worker threads (`threads` in pforte.toml)   (default 2)
@@ -36,6 +38,7 @@ usage: pforte-bench [--sessions N] [--calls N] [--warmup N] [--max-secs S] [--th
 struct Options {
     sessions: usize,
     calls: usize,
+    rounds: usize,
     warmup: usize,
     max_secs: u64,
     threads: usize,
@@ -47,6 +50,7 @@ impl Options {
         let mut o = Self {
             sessions: 8,
             calls: 2000,
+            rounds: 3,
             warmup: 200,
             max_secs: 60,
             threads: 2,
@@ -64,6 +68,7 @@ impl Options {
             match arg.as_str() {
                 "--sessions" => o.sessions = num("--sessions")?.clamp(1, 256) as usize,
                 "--calls" => o.calls = num("--calls")?.clamp(1, 1_000_000) as usize,
+                "--rounds" => o.rounds = num("--rounds")?.clamp(1, 100) as usize,
                 "--warmup" => o.warmup = num("--warmup")?.min(100_000) as usize,
                 "--max-secs" => o.max_secs = num("--max-secs")?.clamp(1, 3600),
                 "--threads" => o.threads = num("--threads")?.min(64) as usize,
@@ -267,6 +272,7 @@ impl Gateway {
         upstream: &str,
         threads: usize,
         limits: Limits,
+        policy: bool,
     ) -> anyhow::Result<Self> {
         let home = work.join(name);
         std::fs::create_dir_all(&home)?;
@@ -285,6 +291,7 @@ impl Gateway {
             });
             let config = format!(
                 "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nthreads = {threads}\n\
+                 tool_policy = {policy}\naudit_log = \"off\"\n\
                  {tls_section}[upstream]\nurl = {upstream:?}\n{}",
                 data_dir.display().to_string(),
                 limits.toml(),
@@ -357,6 +364,16 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// Adds another round of the same mode.
+    fn merge(&mut self, other: Self) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.wall += other.wall;
+        self.capped |= other.capped;
+        self.latencies.extend(other.latencies);
+        self.latencies.sort_unstable();
+    }
+
     fn rate(&self) -> f64 {
         self.ok as f64 / self.wall.as_secs_f64().max(1e-9)
     }
@@ -484,13 +501,14 @@ fn print_table(outcomes: &[Outcome], opts: &Options) {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!();
     println!(
-        "tools/call whoami · {} sessions · {} calls per mode after {} warm-up · loopback · {cpus} CPUs \
-         shared by client, gateway ({} threads) and service",
-        opts.sessions, opts.calls, opts.warmup, opts.threads
+        "tools/call whoami · {} sessions · {} calls per mode in {} interleaved rounds (warm-up {} \
+         each) · loopback · {cpus} CPUs shared by client, gateway ({} threads) and service",
+        opts.sessions, opts.calls, opts.rounds, opts.warmup, opts.threads
     );
     println!(
         "gateway rate limits off, except \"limits on\": in-process GCRA deciding every call, \
-         with a budget the run never reaches"
+         with a budget the run never reaches; per-tool policy on (every body parsed, catalog \
+         lookup, scope decision), except \"policy off\"; audit log off"
     );
     println!();
     println!(
@@ -526,48 +544,49 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
     let w = work.path();
     let (_svc, svc_url) = start_service(&dir, w)?;
     let threads = opts.threads;
-    let plain = Gateway::start(&dir, w, "gw-http", false, &svc_url, threads, Limits::Off).await?;
-    let tls = Gateway::start(&dir, w, "gw-https", true, &svc_url, threads, Limits::Off).await?;
-    let tls_lim = Gateway::start(
-        &dir,
-        w,
-        "gw-https-lim",
-        true,
-        &svc_url,
-        threads,
-        Limits::OnUnreached,
-    )
-    .await?;
-    eprintln!("mcp-service {svc_url}; three gateways in front of it; measuring …");
+    let start = |name, tls, limits, policy| {
+        Gateway::start(&dir, w, name, tls, &svc_url, threads, limits, policy)
+    };
+    let plain = start("gw-http", false, Limits::Off, true).await?;
+    let tls = start("gw-https", true, Limits::Off, true).await?;
+    let tls_lim = start("gw-https-lim", true, Limits::OnUnreached, true).await?;
+    let tls_nopol = start("gw-https-nopolicy", true, Limits::Off, false).await?;
+    eprintln!("mcp-service {svc_url}; four gateways in front of it; measuring …");
 
     // Direct mode sends the same Authorization header (the service ignores it), so the request
-    // bytes match the gateway modes' client side.
-    let mut outcomes = vec![
-        measure(
-            "direct (mcp-service)",
-            &svc_url,
-            || http_client(None),
-            &plain.token,
-            None,
-            &opts,
-        )
-        .await?,
+    // bytes match the gateway modes' client side. The modes take turns, `rounds` times, so
+    // that the machine's drifting speed affects them alike.
+    let modes: [(&'static str, Option<&Gateway>); 5] = [
+        ("direct (mcp-service)", None),
+        ("pforte http + token", Some(&plain)),
+        ("pforte https + token", Some(&tls)),
+        ("pforte https + limits on", Some(&tls_lim)),
+        ("pforte https, policy off", Some(&tls_nopol)),
     ];
-    for (label, gw) in [
-        ("pforte http + token", &plain),
-        ("pforte https + token", &tls),
-        ("pforte https + limits on", &tls_lim),
-    ] {
-        let outcome = measure(
-            label,
-            &gw.mcp_url,
-            || gw.http(),
-            &gw.token,
-            Some("operator"),
-            &opts,
-        )
-        .await?;
-        outcomes.push(outcome);
+    let per_round = Options {
+        calls: opts.calls.div_ceil(opts.rounds),
+        ..opts.clone()
+    };
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for round in 0..opts.rounds {
+        for (i, (label, gw)) in modes.iter().enumerate() {
+            let outcome = match gw {
+                None => {
+                    let http = || http_client(None);
+                    measure(label, &svc_url, http, &plain.token, None, &per_round).await?
+                }
+                Some(gw) => {
+                    let http = || gw.http();
+                    let subject = Some("operator");
+                    measure(label, &gw.mcp_url, http, &gw.token, subject, &per_round).await?
+                }
+            };
+            if round == 0 {
+                outcomes.push(outcome);
+            } else {
+                outcomes[i].merge(outcome);
+            }
+        }
     }
     print_table(&outcomes, &opts);
     Ok(outcomes.iter().all(|o| o.errors == 0 && o.ok > 0))
