@@ -251,6 +251,14 @@ impl Limits {
     }
 }
 
+/// What a benchmarked gateway has switched on.
+#[derive(Debug, Clone, Copy)]
+struct Knobs {
+    limits: Limits,
+    /// `tool_policy`: every body parsed, scopes decided per tool.
+    policy: bool,
+}
+
 /// A running `pforte serve` with a static token.
 struct Gateway {
     _proc: Proc,
@@ -271,8 +279,7 @@ impl Gateway {
         tls: bool,
         upstream: &str,
         threads: usize,
-        limits: Limits,
-        policy: bool,
+        Knobs { limits, policy }: Knobs,
     ) -> anyhow::Result<Self> {
         let home = work.join(name);
         std::fs::create_dir_all(&home)?;
@@ -545,7 +552,7 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
     let (_svc, svc_url) = start_service(&dir, w)?;
     let threads = opts.threads;
     let start = |name, tls, limits, policy| {
-        Gateway::start(&dir, w, name, tls, &svc_url, threads, limits, policy)
+        Gateway::start(&dir, w, name, tls, &svc_url, threads, Knobs { limits, policy })
     };
     let plain = start("gw-http", false, Limits::Off, true).await?;
     let tls = start("gw-https", true, Limits::Off, true).await?;
