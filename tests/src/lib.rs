@@ -412,6 +412,30 @@ impl Gateway {
         Ok(token)
     }
 
+    /// Creates a static token with exactly `scopes` (`--scope` each) and returns it once the
+    /// running gateway accepts it.
+    pub async fn create_scoped_token(&self, name: &str, scopes: &[&str]) -> anyhow::Result<String> {
+        let mut args = vec!["create", name];
+        for s in scopes {
+            args.extend(["--scope", s]);
+        }
+        let token = self.token_cmd(&args)?.trim().to_owned();
+        let client = self.http();
+        let url = self.mcp_url();
+        let seen = eventually(Duration::from_secs(2), || {
+            let req = client.get(&url).bearer_auth(&token).send();
+            async move {
+                req.await
+                    .is_ok_and(|r| r.status() != 401 && r.status() != 429)
+            }
+        })
+        .await;
+        if !seen {
+            bail!("the gateway did not accept the new token {name:?} within 2 s");
+        }
+        Ok(token)
+    }
+
     /// A reqwest client that trusts this gateway's certificate (and only it).
     pub fn http(&self) -> reqwest::Client {
         http_client(self.cert.as_ref().map(|c| c.cert_pem.as_str()))
@@ -647,6 +671,161 @@ pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// A running `pforte up` (gateway + mcp-service, plain HTTP on a loopback port) with its own
+/// data dir, and what its first-run banner printed.
+#[derive(Debug)]
+pub struct PforteUp {
+    pub proc: Proc,
+    pub dir: tempfile::TempDir,
+    /// The banner's "MCP URL:".
+    pub mcp_url: String,
+    /// The generated first user and password from the banner's "Login:".
+    pub user: String,
+    pub password: String,
+}
+
+impl PforteUp {
+    /// Starts `pforte up --listen 127.0.0.1:0` and waits until `/readyz` answers 200.
+    pub async fn start() -> anyhow::Result<Self> {
+        fn field<'a>(banner: &'a [String], label: &str) -> anyhow::Result<&'a str> {
+            banner
+                .iter()
+                .find_map(|l| l.trim().strip_prefix(label))
+                .map(str::trim)
+                .with_context(|| format!("no {label:?} in {banner:#?}"))
+        }
+        let dir = tempfile::tempdir()?;
+        let mut cmd = Command::new(bin("pforte"));
+        cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"));
+        let mut proc = Proc::spawn(cmd)?;
+        let banner = proc.lines_until("Press Ctrl-C", Duration::from_secs(60))?;
+        let mcp_url = field(&banner, "MCP URL:")?.to_owned();
+        // "Login:     user admin, password XXXX (for Claude.ai …"
+        let login = field(&banner, "Login:")?;
+        let (user, password) = login
+            .strip_prefix("user ")
+            .and_then(|l| l.split_once(", password "))
+            .and_then(|(u, rest)| Some((u.to_owned(), rest.split(' ').next()?.to_owned())))
+            .with_context(|| format!("no generated login in {login:?}"))?;
+        let ready_url = mcp_url.replace("/mcp", "/readyz");
+        let ready = eventually(Duration::from_secs(30), || {
+            let req = http_client(None).get(&ready_url).send();
+            async move { req.await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        if !ready {
+            bail!("pforte up never became ready");
+        }
+        Ok(Self {
+            proc,
+            dir,
+            mcp_url,
+            user,
+            password,
+        })
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+}
+
+/// Runs `python SCRIPT ARGS…` with `stdin`, waiting up to `limit`; returns the last stdout line
+/// parsed as JSON. Fails with the script's stderr when it fails, hangs or prints no JSON.
+pub async fn run_python_json(
+    python: &Path,
+    script: &Path,
+    args: &[&str],
+    stdin: &str,
+    limit: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    use std::io::Write as _;
+    let logs = tempfile::tempdir()?;
+    let stderr_path = logs.path().join("stderr.log");
+    let stdout_path = logs.path().join("stdout.log");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&stdout_path)?)
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(stdin.as_bytes())?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{} did not finish within {limit:?}:\n{}",
+                script.display(),
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stdout = std::fs::read_to_string(&stdout_path)?;
+    let stderr = std::fs::read_to_string(&stderr_path)?;
+    if !status.success() {
+        bail!("{} failed: {status}\n{stderr}", script.display());
+    }
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .with_context(|| format!("no JSON on the last line:\n{stdout}\n{stderr}"))
+}
+
+/// A `WWW-Authenticate` challenge's scheme and auth-params (`key=value` or `key="value"`, in
+/// any order), or None when it is not one challenge of that shape.
+pub fn parse_challenge(header: &str) -> Option<(String, HashMap<String, String>)> {
+    let (scheme, mut rest) = header.trim().split_once(' ')?;
+    let mut params = HashMap::new();
+    loop {
+        rest = rest.trim_start_matches([' ', ',']);
+        if rest.is_empty() {
+            return Some((scheme.to_owned(), params));
+        }
+        let (key, after) = rest.split_once('=')?;
+        let (value, tail) = if let Some(quoted) = after.strip_prefix('"') {
+            let end = quoted.find('"')?;
+            (&quoted[..end], &quoted[end + 1..])
+        } else {
+            after.split_at(after.find(',').unwrap_or(after.len()))
+        };
+        params.insert(key.trim().to_ascii_lowercase(), value.to_owned());
+        rest = tail;
+    }
+}
+
 pub use pforte_test_redis::{RedisServer, free_port, in_ci, which};
 
 pub mod oauth;
+
+#[cfg(test)]
+mod tests {
+    use super::parse_challenge;
+
+    #[test]
+    fn challenges_parse_in_any_order() {
+        let (scheme, p) = parse_challenge(
+            r#"Bearer resource_metadata="https://h/.well-known/x", error="insufficient_scope", scope="mcp:read mcp:write""#,
+        )
+        .unwrap();
+        assert_eq!(scheme, "Bearer");
+        assert_eq!(p["error"], "insufficient_scope");
+        assert_eq!(p["scope"], "mcp:read mcp:write");
+        assert_eq!(p["resource_metadata"], "https://h/.well-known/x");
+        let (_, p) = parse_challenge("Bearer error=invalid_token,realm=\"a, b\"").unwrap();
+        assert_eq!(p["error"], "invalid_token");
+        assert_eq!(p["realm"], "a, b");
+        assert!(parse_challenge("Bearer").is_none());
+        assert!(parse_challenge(r#"Bearer scope="unterminated"#).is_none());
+    }
+}

@@ -26,7 +26,7 @@ use std::{
 
 use pforte_tests::{
     EverythingServer, Gateway, GatewayOptions, conformance_packages, conformance_script,
-    http_client, in_ci, mcp_client, node22,
+    http_client, in_ci, mcp_client, node22, parse_challenge,
 };
 use serde_json::{Value, json};
 
@@ -141,17 +141,9 @@ async fn the_conformance_suite_passes_through_the_gateway_as_it_does_directly() 
     let everything = EverythingServer::start(&node, &packages).unwrap();
     let gw = gateway(everything.url()).await;
     let token = gw
-        .token_cmd(&[
-            "create",
-            "conformance",
-            "--scope",
-            "mcp:read",
-            "--scope",
-            "mcp:write",
-        ])
-        .unwrap()
-        .trim()
-        .to_owned();
+        .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
 
     let direct = run_suite(&node, &packages, &everything.url(), None);
     let through = run_suite(&node, &packages, &gw.mcp_url(), Some(&token));
@@ -275,10 +267,9 @@ async fn a_read_only_token_sees_and_calls_only_the_read_annotated_tools() {
 
     let gw = gateway(everything.url()).await;
     let token = gw
-        .token_cmd(&["create", "reader", "--scope", "mcp:read"])
-        .unwrap()
-        .trim()
-        .to_owned();
+        .create_scoped_token("reader", &["mcp:read"])
+        .await
+        .unwrap();
 
     // tools/list through the gateway: exactly the read-annotated tools.
     let client = gw.mcp_client(&token, &[]).await.unwrap();
@@ -351,10 +342,20 @@ async fn a_read_only_token_sees_and_calls_only_the_read_annotated_tools() {
             .to_owned();
         let body = resp.text().await.unwrap();
         assert_eq!(status, 403, "{tool}: {status} {challenge:?} {body}");
+        let (scheme, params) = parse_challenge(&challenge)
+            .unwrap_or_else(|| panic!("{tool}: one challenge: {challenge:?}"));
+        let challenged: BTreeSet<&str> = params
+            .get("scope")
+            .map_or("", String::as_str)
+            .split_whitespace()
+            .collect();
+        // The call needs mcp:write, and may name mcp:read beside it (every scope it needs).
         assert!(
-            challenge.starts_with(r#"Bearer error="insufficient_scope""#)
-                && challenge.contains(r#"scope="mcp:write""#)
-                && challenge.contains("resource_metadata=\""),
+            scheme.eq_ignore_ascii_case("bearer")
+                && params.get("error").map(String::as_str) == Some("insufficient_scope")
+                && params.contains_key("resource_metadata")
+                && challenged.contains("mcp:write")
+                && challenged.is_subset(&BTreeSet::from(["mcp:read", "mcp:write"])),
             "{tool}: {challenge}"
         );
         assert!(
