@@ -122,11 +122,7 @@ const GATEWAY_PASSES: &[(&str, &str)] = &[
 /// Checks that fail through the gateway today although they should pass, each with its reason.
 /// Like the runner's own `--expected-failures` baseline, an entry that starts passing fails the
 /// test: remove it then.
-const KNOWN_GATEWAY_FAILURES: &[(&str, &str, &str)] = &[(
-    "dns-rebinding-protection",
-    "localhost-host-valid-accepted",
-    "a request whose Origin is the gateway's own origin gets 403 (issue 10, point 7)",
-)];
+const KNOWN_GATEWAY_FAILURES: &[(&str, &str, &str)] = &[];
 
 /// A gateway in front of `upstream` over plain HTTP on loopback (the runner's DNS-rebinding
 /// check sends `Origin: http://<host of the URL>`, the gateway's own origin), limits off (the
