@@ -2,6 +2,7 @@
 //! decisions, and the pingora proxy that applies them.
 
 pub mod auth;
+pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod forward;
