@@ -12,6 +12,7 @@ pub mod oauth;
 pub mod proxy;
 pub mod reject;
 pub mod server;
+pub mod sessions;
 pub mod tls;
 pub mod tokens;
 pub mod up;
