@@ -1,6 +1,7 @@
 //! Pforte, the auth gateway in front of MCP services: configuration, credentials, the request
 //! decisions, and the pingora proxy that applies them.
 
+pub mod audit;
 pub mod auth;
 pub mod catalog;
 pub mod clock;
