@@ -239,38 +239,32 @@ impl Catalog {
     }
 
     /// Keeps the catalog fresh until `shutdown` turns true (or forever without one): refresh at
-    /// start with backoff until the upstream answers, then every `ttl`; a GET stream on the
-    /// catalog's session triggers a refresh on `notifications/tools/list_changed`; when the
-    /// stream drops (or the session is gone) the session is initialised again.
+    /// start with backoff until the upstream answers, then every `ttl`; a GET stream held open
+    /// on the catalog's session triggers a refresh on `notifications/tools/list_changed`; when
+    /// the stream drops (or the session is gone) the session is initialised again.
     pub async fn run(self: Arc<Self>, mut shutdown: Option<watch::Receiver<bool>>) {
         if let Ok(mut rt) = self.runtime.lock() {
             *rt = tokio::runtime::Handle::try_current().ok();
         }
         let mut backoff = self.opts.backoff_min;
         loop {
-            if self.refresh().await.is_err() {
-                if !self.pause(backoff, &mut shutdown).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(self.opts.backoff_max);
-                continue;
-            }
-            let until = tokio::time::Instant::now() + self.opts.ttl;
-            let outcome = tokio::select! {
-                outcome = self.listen(until) => outcome,
-                () = stopped(&mut shutdown) => return,
-            };
-            match outcome {
-                Listen::ListChanged | Listen::Due => backoff = self.opts.backoff_min,
-                Listen::Dropped => {
-                    // Re-initialise: the upstream may have restarted and forgotten us.
-                    self.set_session(None);
-                    if !self.pause(backoff, &mut shutdown).await {
-                        return;
+            if self.refresh().await.is_ok() {
+                let follow = tokio::select! {
+                    follow = self.follow() => follow,
+                    () = stopped(&mut shutdown) => return,
+                };
+                match follow {
+                    // The stream ran for a while: the upstream is healthy.
+                    Follow::Dropped { lasted } if lasted >= self.opts.backoff_max => {
+                        backoff = self.opts.backoff_min;
                     }
-                    backoff = (backoff * 2).min(self.opts.backoff_max);
+                    Follow::Dropped { .. } => {}
                 }
             }
+            if !self.pause(backoff, &mut shutdown).await {
+                return;
+            }
+            backoff = (backoff * 2).min(self.opts.backoff_max);
         }
     }
 
@@ -282,10 +276,24 @@ impl Catalog {
         }
     }
 
-    /// Holds the GET stream open until `until`, a list_changed, or its end.
-    async fn listen(&self, until: tokio::time::Instant) -> Listen {
+    /// Holds the GET stream of the catalog's session open, refreshing on `list_changed` and
+    /// every `ttl`, until the stream drops (then the session is forgotten, so that the next
+    /// refresh initialises a new one). Without a stream on this upstream (GET not allowed), it
+    /// refreshes every `ttl` for ever.
+    async fn follow(&self) -> Follow {
+        let started = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval_at(started + self.opts.ttl, self.opts.ttl);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let Some(session) = self.session() else {
-            return Listen::Dropped;
+            return Follow::Dropped {
+                lasted: Duration::ZERO,
+            };
+        };
+        let dropped = |this: &Self| {
+            this.forget_session(&session);
+            Follow::Dropped {
+                lasted: started.elapsed(),
+            }
         };
         let request = self
             .http
@@ -295,35 +303,33 @@ impl Catalog {
             .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
             .header(header::SUBJECT, SUBJECT)
             .header(header::AUTH_KIND, "gateway");
-        let stream = async {
-            let mut response = match request.send().await {
-                Ok(r) => r,
-                Err(_) => return Listen::Dropped,
-            };
-            match response.status() {
-                s if s.is_success() => {}
-                reqwest::StatusCode::NOT_FOUND => return Listen::Dropped,
+        let mut response = match request.send().await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) if r.status() != reqwest::StatusCode::NOT_FOUND => {
                 // No server-initiated stream on this upstream: the periodic refresh remains.
-                _ => {
-                    tokio::time::sleep_until(until).await;
-                    return Listen::Due;
+                tracing::debug!(status = %r.status(), "catalog: upstream offers no GET stream");
+                loop {
+                    tick.tick().await;
+                    let _ = self.refresh().await;
                 }
             }
-            let mut reader = sse::EventReader::default();
-            loop {
-                match response.chunk().await {
+            _ => return dropped(self),
+        };
+        let mut reader = sse::EventReader::default();
+        loop {
+            tokio::select! {
+                chunk = response.chunk() => match chunk {
                     Ok(Some(chunk)) => {
                         if reader.push(&chunk).iter().any(|d| is_list_changed(d)) {
-                            return Listen::ListChanged;
+                            let _ = self.refresh().await;
                         }
                     }
-                    Ok(None) | Err(_) => return Listen::Dropped,
+                    Ok(None) | Err(_) => return dropped(self),
+                },
+                _ = tick.tick() => {
+                    let _ = self.refresh().await;
                 }
             }
-        };
-        tokio::select! {
-            outcome = stream => outcome,
-            () = tokio::time::sleep_until(until) => Listen::Due,
         }
     }
 
@@ -361,6 +367,15 @@ impl Catalog {
 
     fn session(&self) -> Option<String> {
         self.session.lock().ok().and_then(|s| s.clone())
+    }
+
+    /// Forgets the catalog's session if it still is `session`.
+    fn forget_session(&self, session: &str) {
+        if let Ok(mut s) = self.session.lock()
+            && s.as_deref() == Some(session)
+        {
+            *s = None;
+        }
     }
 
     fn set_session(&self, session: Option<String>) {
@@ -548,12 +563,10 @@ fn is_list_changed(data: &[u8]) -> bool {
     })
 }
 
-/// How a GET-stream listen ended.
+/// How following the GET stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Listen {
-    ListChanged,
-    Due,
-    Dropped,
+enum Follow {
+    Dropped { lasted: Duration },
 }
 
 /// Resolves once `shutdown` is true; never without a watch.
