@@ -143,8 +143,10 @@ impl Catalog {
     /// A catalog of the MCP endpoint at `upstream_url` (e.g. `http://127.0.0.1:8080/mcp`). It
     /// starts empty: every lookup is `Unknown` until the first refresh.
     pub fn new(upstream_url: String, opts: CatalogOptions) -> Result<Self, CatalogError> {
+        // Straight to the upstream: no redirects, and no HTTP(S)_PROXY from the environment.
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .connect_timeout(opts.request_timeout)
             .build()?;
         Ok(Self {
@@ -178,21 +180,22 @@ impl Catalog {
         }
         let now = self.now_ms();
         let last = self.last_miss_ms.load(Ordering::Acquire);
-        if !miss_may_refresh((last != 0).then_some(last), now, self.opts.miss_refresh)
-            || self
+        let may = miss_may_refresh((last != 0).then_some(last), now, self.opts.miss_refresh);
+        let claimed = may
+            && self
                 .last_miss_ms
                 .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            // Throttled, or another miss just claimed this refresh: wait for one in flight.
-            if self.miss_in_flight.load(Ordering::Acquire) {
-                self.wait_refresh(self.refreshed.subscribe()).await;
-            }
-            return self.tool(name);
-        }
+                .is_ok();
+        // Subscribed before the refresh starts, so that its end is seen.
         let mut rx = self.refreshed.subscribe();
         rx.borrow_and_update();
-        self.spawn_miss_refresh();
+        if claimed {
+            self.spawn_miss_refresh();
+        } else if !may && !self.miss_in_flight.load(Ordering::Acquire) {
+            // Throttled and nothing in flight: answer from the snapshot.
+            return Lookup::Unknown;
+        }
+        // Our refresh, or the one another miss just started: wait for it, bounded.
         self.wait_refresh(rx).await;
         self.tool(name)
     }

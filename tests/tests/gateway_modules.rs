@@ -223,6 +223,7 @@ struct Script {
     tools: Mutex<Vec<(String, Option<bool>)>>,
     sessions: Mutex<BTreeSet<String>>,
     initializes: AtomicU64,
+    lists: AtomicU64,
     streams: AtomicU64,
     /// `true`: a list_changed; `false`: close the streams.
     events: Mutex<Option<tokio::sync::broadcast::Sender<bool>>>,
@@ -283,6 +284,7 @@ fn scripted_post(s: &Script, headers: &HeaderMap, body: &[u8]) -> Response {
         _ if !known_session(s, headers) => StatusCode::NOT_FOUND.into_response(),
         "notifications/initialized" => StatusCode::ACCEPTED.into_response(),
         "tools/list" => {
+            s.lists.fetch_add(1, Ordering::SeqCst);
             // Two tools per page; the cursor is the index of the next one.
             let start: usize = msg["params"]["cursor"]
                 .as_str()
@@ -392,6 +394,28 @@ async fn catalog_follows_pages_list_changed_and_a_lost_session() {
         .await
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_share_one_refresh() {
+    let script = Arc::new(Script::default());
+    *script.tools.lock().unwrap() = vec![("a".into(), Some(true))];
+    let url = scripted(Arc::clone(&script)).await;
+    let catalog = Arc::new(Catalog::new(url, fast()).unwrap());
+    let misses: Vec<_> = (0..20)
+        .map(|_| {
+            let c = Arc::clone(&catalog);
+            tokio::spawn(async move { c.tool_or_refresh("zzz").await })
+        })
+        .collect();
+    for miss in misses {
+        assert_eq!(miss.await.unwrap(), Lookup::Unknown);
+    }
+    assert_eq!(script.initializes.load(Ordering::SeqCst), 1);
+    assert_eq!(script.lists.load(Ordering::SeqCst), 1);
+    assert_eq!(catalog.generation(), 1);
+    // The refresh taught the catalog the tools it has.
+    assert_eq!(catalog.tool("a"), Lookup::ReadOnly);
 }
 
 // ---------------------------------------------------------------------------------------------
