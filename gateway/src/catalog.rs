@@ -281,8 +281,9 @@ impl Catalog {
 
     /// Holds the GET stream of the catalog's session open, refreshing on `list_changed` and
     /// every `ttl`, until the stream drops (then the session is forgotten, so that the next
-    /// refresh initialises a new one). Without a stream on this upstream (GET not allowed), it
-    /// refreshes every `ttl` for ever.
+    /// refresh initialises a new one) or a refresh had to open a new session. Without a stream
+    /// on this upstream (GET answered 405), it refreshes every `ttl` for ever; another refusal
+    /// is retried after a `ttl`.
     async fn follow(&self) -> Follow {
         let started = tokio::time::Instant::now();
         let mut tick = tokio::time::interval_at(started + self.opts.ttl, self.opts.ttl);
@@ -308,13 +309,21 @@ impl Catalog {
             .header(header::AUTH_KIND, "gateway");
         let mut response = match request.send().await {
             Ok(r) if r.status().is_success() => r,
-            Ok(r) if r.status() != reqwest::StatusCode::NOT_FOUND => {
+            Ok(r) if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => {
                 // No server-initiated stream on this upstream: the periodic refresh remains.
-                tracing::debug!(status = %r.status(), "catalog: upstream offers no GET stream");
+                tracing::debug!("catalog: the upstream offers no GET stream");
                 loop {
                     tick.tick().await;
                     let _ = self.refresh().await;
                 }
+            }
+            Ok(r) if r.status() != reqwest::StatusCode::NOT_FOUND => {
+                // Some other refusal: try the stream again after a ttl (`run` refreshes then).
+                tracing::debug!(status = %r.status(), "catalog: GET stream refused");
+                tick.tick().await;
+                return Follow::Dropped {
+                    lasted: started.elapsed(),
+                };
             }
             _ => return dropped(self),
         };
@@ -331,6 +340,10 @@ impl Catalog {
                 },
                 _ = tick.tick() => {
                     let _ = self.refresh().await;
+                    if self.session().as_deref() != Some(session.as_str()) {
+                        // The refresh needed a new session: this stream belongs to the old one.
+                        return Follow::Dropped { lasted: started.elapsed() };
+                    }
                 }
             }
         }

@@ -225,6 +225,8 @@ struct Script {
     initializes: AtomicU64,
     lists: AtomicU64,
     streams: AtomicU64,
+    /// GET answers 405 (no server-initiated stream).
+    no_stream: std::sync::atomic::AtomicBool,
     /// `true`: a list_changed; `false`: close the streams.
     events: Mutex<Option<tokio::sync::broadcast::Sender<bool>>>,
 }
@@ -311,6 +313,9 @@ fn scripted_post(s: &Script, headers: &HeaderMap, body: &[u8]) -> Response {
 }
 
 fn scripted_get(s: &Script, headers: &HeaderMap) -> Response {
+    if s.no_stream.load(Ordering::SeqCst) {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
     if !known_session(s, headers) {
         return StatusCode::NOT_FOUND.into_response();
     }
@@ -389,6 +394,41 @@ async fn catalog_follows_pages_list_changed_and_a_lost_session() {
         .await
     );
     assert_eq!(script.initializes.load(Ordering::SeqCst), 2);
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), runner)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_without_a_get_stream_refreshes_every_ttl() {
+    let script = Arc::new(Script::default());
+    script.no_stream.store(true, Ordering::SeqCst);
+    *script.tools.lock().unwrap() = vec![("a".into(), Some(true))];
+    let url = scripted(Arc::clone(&script)).await;
+    let opts = CatalogOptions {
+        ttl: Duration::from_millis(100),
+        ..fast()
+    };
+    let catalog = Arc::new(Catalog::new(url, opts).unwrap());
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let runner = tokio::spawn(Arc::clone(&catalog).run(Some(shutdown)));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            catalog.tool("a") == Lookup::ReadOnly
+        })
+        .await
+    );
+    script.tools.lock().unwrap().push(("b".into(), None));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            catalog.tool("b") == Lookup::Writes
+        })
+        .await
+    );
+    // One session throughout.
+    assert_eq!(script.initializes.load(Ordering::SeqCst), 1);
     stop.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(5), runner)
         .await
