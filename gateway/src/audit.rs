@@ -1,37 +1,539 @@
-//! Placeholder until the audit module lands.
+//! The audit log: one JSON object per line for every MCP request that names a tool, resource or
+//! prompt, and for every refusal. Never arguments, never tokens.
+//!
+//! The request path only formats the line and hands it to a writer thread through a bounded
+//! channel ([`AuditLog::record`] never blocks: when the channel is full the line is dropped and
+//! counted, see [`AuditLog::dropped`]). [`AuditLog::reopen`] (SIGHUP via
+//! [`AuditLog::spawn_sighup_reopen`] or [`SighupReopen`]) makes the writer reopen its path, for
+//! log rotation.
+//!
+//! ```json
+//! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"/mcp","principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","upstream_status":null,"duration_ms":0}
+//! ```
 
-#[derive(Debug, serde::Serialize)]
+use std::{
+    fs::File,
+    io::{BufWriter, Write as _},
+    os::unix::fs::OpenOptionsExt as _,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{self, SyncSender, TrySendError},
+    },
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use pingora::{server::ShutdownWatch, services::background::BackgroundService};
+use serde::{Serialize, Serializer};
+
+use crate::auth::Principal;
+
+/// Short codes for `reason` on denials.
+pub mod reason {
+    pub const UNAUTHENTICATED: &str = "unauthenticated";
+    pub const INSUFFICIENT_SCOPE: &str = "insufficient_scope";
+    pub const TOOL_DENIED: &str = "tool_denied";
+    pub const USER_NOT_ALLOWED: &str = "user_not_allowed";
+    pub const RATE_LIMITED: &str = "rate_limited";
+    pub const HEADER_MISMATCH: &str = "header_mismatch";
+    pub const SESSION_FOREIGN: &str = "session_foreign";
+}
+
+/// Default capacity of the channel to the writer, in lines.
+pub const DEFAULT_CAPACITY: usize = 8192;
+
+/// The outcome recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditDecision {
+    Allowed,
+    Denied,
+}
+
+/// Who made the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct AuditPrincipal<'a> {
+    /// `static` or `oauth`.
     pub kind: &'a str,
+    /// The user (OAuth) or `operator` (static tokens).
     pub subject: &'a str,
+    /// The OAuth client id or the static token's name.
     pub client: &'a str,
 }
 
-#[derive(Debug, serde::Serialize)]
+impl<'a> From<&'a Principal> for AuditPrincipal<'a> {
+    fn from(p: &'a Principal) -> Self {
+        Self {
+            kind: p.kind.as_str(),
+            subject: &p.subject,
+            client: &p.client,
+        }
+    }
+}
+
+/// One audit line. Every key is always present (`null` when it does not apply).
+#[derive(Debug, Clone, Serialize)]
 pub struct AuditRecord<'a> {
-    pub time: String,
+    /// When the request arrived, milliseconds since the Unix epoch; written as RFC 3339 UTC
+    /// with milliseconds.
+    #[serde(rename = "time", serialize_with = "serialize_time")]
+    pub time_ms: u64,
     pub request_id: &'a str,
+    /// `/mcp` for now.
     pub route: &'a str,
+    /// `None` when unauthenticated.
     pub principal: Option<AuditPrincipal<'a>>,
+    /// The JSON-RPC method, or the HTTP method for GET / DELETE.
     pub method: &'a str,
+    /// The tool or prompt name or the resource URI, when the request names one.
     pub name: Option<&'a str>,
-    pub decision: &'a str,
+    pub decision: AuditDecision,
+    /// For denials: a code from [`reason`].
     pub reason: Option<&'a str>,
     pub upstream_status: Option<u16>,
     pub duration_ms: u64,
 }
 
-#[derive(Debug)]
-pub struct AuditLog;
+fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339_ms(*ms))
+}
 
-impl AuditLog {
-    pub fn record(&self, rec: &AuditRecord<'_>) {
-        if let Ok(line) = serde_json::to_string(rec) {
-            println!("{line}");
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch.
+pub fn rfc3339_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// The proleptic Gregorian date of `days` since 1970-01-01 (era arithmetic on 400-year cycles).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// Where audit lines go (config `audit_log`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditSink {
+    Off,
+    Stdout,
+    /// A file, appended to; created 0600. The caller resolves the default
+    /// (`<data_dir>/audit.jsonl`) and relative paths.
+    File(PathBuf),
+}
+
+impl std::str::FromStr for AuditSink {
+    type Err = AuditError;
+
+    /// `"off"`, `"stdout"`, or a path.
+    fn from_str(s: &str) -> Result<Self, AuditError> {
+        match s {
+            "off" => Ok(Self::Off),
+            "stdout" => Ok(Self::Stdout),
+            "" => Err(AuditError::EmptyPath),
+            path => Ok(Self::File(PathBuf::from(path))),
         }
     }
 }
 
-pub fn timestamp(ms: u64) -> String {
-    ms.to_string()
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("audit_log: empty path (use \"off\", \"stdout\" or a file path)")]
+    EmptyPath,
+    #[error("cannot open the audit log {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the audit log writer: {0}")]
+    Thread(std::io::Error),
+    #[error("cannot listen for SIGHUP: {0}")]
+    Signal(std::io::Error),
+}
+
+enum Msg {
+    Line(Vec<u8>),
+    Reopen,
+    Flush(mpsc::Sender<()>),
+    #[cfg(test)]
+    Hold(mpsc::Sender<()>, mpsc::Receiver<()>),
+}
+
+#[derive(Debug)]
+struct Inner {
+    tx: SyncSender<Msg>,
+    dropped: AtomicU64,
+    /// Seconds (monotonic, since `start`) of the last "dropped" warning, plus one.
+    warned: AtomicU64,
+    start: std::time::Instant,
+}
+
+/// The audit log. Cheap to clone; the writer thread ends when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct AuditLog {
+    inner: Option<Arc<Inner>>,
+}
+
+impl AuditLog {
+    /// Opens `sink` (creating the file 0600, appending) and starts its writer thread.
+    pub fn open(sink: &AuditSink) -> Result<Self, AuditError> {
+        Self::open_with_capacity(sink, DEFAULT_CAPACITY)
+    }
+
+    /// [`AuditLog::open`] with a channel of `capacity` lines.
+    pub fn open_with_capacity(sink: &AuditSink, capacity: usize) -> Result<Self, AuditError> {
+        let out = match sink {
+            AuditSink::Off => return Ok(Self { inner: None }),
+            AuditSink::Stdout => Output::Stdout(BufWriter::new(std::io::stdout())),
+            AuditSink::File(path) => Output::File {
+                file: BufWriter::new(open_file(path)?),
+                path: path.clone(),
+            },
+        };
+        let (tx, rx) = mpsc::sync_channel(capacity.max(1));
+        std::thread::Builder::new()
+            .name("pforte-audit".into())
+            .spawn(move || writer(out, rx))
+            .map_err(AuditError::Thread)?;
+        Ok(Self {
+            inner: Some(Arc::new(Inner {
+                tx,
+                dropped: AtomicU64::new(0),
+                warned: AtomicU64::new(0),
+                start: std::time::Instant::now(),
+            })),
+        })
+    }
+
+    /// Whether lines go anywhere.
+    pub fn is_enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Formats `rec` and queues it for the writer; never blocks (a full queue drops the line).
+    pub fn record(&self, rec: &AuditRecord<'_>) {
+        let Some(inner) = &self.inner else {
+            return;
+        };
+        let mut line = match serde_json::to_vec(rec) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::warn!(error = %e, "audit record not serialisable");
+                return;
+            }
+        };
+        line.push(b'\n');
+        match inner.tx.try_send(Msg::Line(line)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                let total = inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                let now = inner.start.elapsed().as_secs() + 1;
+                let last = inner.warned.load(Ordering::Relaxed);
+                if now > last
+                    && inner
+                        .warned
+                        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    tracing::warn!(dropped = total, "audit log queue full: lines dropped");
+                }
+            }
+        }
+    }
+
+    /// Lines dropped so far because the writer could not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.dropped.load(Ordering::Relaxed))
+    }
+
+    /// Makes the writer reopen its path after the lines queued so far (log rotation). Waits
+    /// for room in the queue, so call it off the request path.
+    pub fn reopen(&self) {
+        if let Some(inner) = &self.inner {
+            let _ = inner.tx.send(Msg::Reopen);
+        }
+    }
+
+    /// Blocks until everything queued so far is written (tests, shutdown).
+    pub fn flush(&self) {
+        if let Some(inner) = &self.inner {
+            let (ack, done) = mpsc::channel();
+            if inner.tx.send(Msg::Flush(ack)).is_ok() {
+                let _ = done.recv_timeout(Duration::from_secs(10));
+            }
+        }
+    }
+
+    /// Reopens on every SIGHUP, from a task on the current tokio runtime. The handler is
+    /// installed when this returns `Ok` (a SIGHUP from then on does not kill the process).
+    pub fn spawn_sighup_reopen(&self) -> Result<(), AuditError> {
+        let hup = hangup()?;
+        let log = self.clone();
+        tokio::spawn(reopen_loop(log, hup, None));
+        Ok(())
+    }
+}
+
+fn hangup() -> Result<tokio::signal::unix::Signal, AuditError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::hangup()).map_err(AuditError::Signal)
+}
+
+async fn reopen_loop(
+    log: AuditLog,
+    mut hup: tokio::signal::unix::Signal,
+    mut shutdown: Option<ShutdownWatch>,
+) {
+    loop {
+        let got = match &mut shutdown {
+            Some(stop) => tokio::select! {
+                got = hup.recv() => got,
+                _ = stop.changed() => return,
+            },
+            None => hup.recv().await,
+        };
+        if got.is_none() {
+            return;
+        }
+        tracing::info!("SIGHUP: reopening the audit log");
+        let log = log.clone();
+        // `reopen` may wait for room in the queue: not on the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || log.reopen()).await;
+    }
+}
+
+/// The SIGHUP reopen as a pingora background service (runs until shutdown).
+#[derive(Debug, Clone)]
+pub struct SighupReopen(pub AuditLog);
+
+#[async_trait]
+impl BackgroundService for SighupReopen {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        if !self.0.is_enabled() {
+            return;
+        }
+        match hangup() {
+            Ok(hup) => reopen_loop(self.0.clone(), hup, Some(shutdown)).await,
+            Err(e) => tracing::warn!(error = %e, "audit log: no reopen on SIGHUP"),
+        }
+    }
+}
+
+fn open_file(path: &Path) -> Result<File, AuditError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| AuditError::Open {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+enum Output {
+    Stdout(BufWriter<std::io::Stdout>),
+    File {
+        file: BufWriter<File>,
+        path: PathBuf,
+    },
+}
+
+impl Output {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Stdout(w) => w.write_all(line),
+            Self::File { file, .. } => file.write_all(line),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Stdout(w) => w.flush(),
+            Self::File { file, .. } => file.flush(),
+        }
+    }
+
+    fn reopen(&mut self) {
+        if let Self::File { file, path } = self {
+            let _ = file.flush();
+            match open_file(path) {
+                Ok(new) => *file = BufWriter::new(new),
+                Err(e) => {
+                    tracing::warn!(error = %e, "audit log: reopen failed, keeping the old file")
+                }
+            }
+        }
+    }
+}
+
+/// The writer thread: writes what arrives, flushing whenever the queue runs empty.
+fn writer(mut out: Output, rx: mpsc::Receiver<Msg>) {
+    let mut failing = false;
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            match msg {
+                Msg::Line(line) => {
+                    let result = out.write(&line);
+                    report(&mut failing, result);
+                }
+                Msg::Reopen => out.reopen(),
+                Msg::Flush(ack) => {
+                    report(&mut failing, out.flush());
+                    let _ = ack.send(());
+                }
+                #[cfg(test)]
+                Msg::Hold(entered, release) => {
+                    let _ = entered.send(());
+                    let _ = release.recv();
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        report(&mut failing, out.flush());
+    }
+    let _ = out.flush();
+}
+
+/// Logs a write failure once per failing stretch.
+fn report(failing: &mut bool, result: std::io::Result<()>) {
+    match result {
+        Ok(()) => *failing = false,
+        Err(e) => {
+            if !*failing {
+                tracing::error!(error = %e, "audit log write failed");
+            }
+            *failing = true;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn record(name: Option<&str>) -> AuditRecord<'_> {
+        AuditRecord {
+            time_ms: 1_764_623_321_123,
+            request_id: "r1",
+            route: "/mcp",
+            principal: Some(AuditPrincipal {
+                kind: "oauth",
+                subject: "alice",
+                client: "c1",
+            }),
+            method: "tools/call",
+            name,
+            decision: AuditDecision::Allowed,
+            reason: None,
+            upstream_status: Some(200),
+            duration_ms: 3,
+        }
+    }
+
+    #[test]
+    fn time_is_rfc3339_utc_with_milliseconds() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(1_764_623_321_123), "2025-12-01T21:08:41.123Z");
+        assert_eq!(rfc3339_ms(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn record_serialises_every_key() {
+        let line = serde_json::to_value(record(Some("whoami"))).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({
+                "time": "2025-12-01T21:08:41.123Z", "request_id": "r1", "route": "/mcp",
+                "principal": {"kind": "oauth", "subject": "alice", "client": "c1"},
+                "method": "tools/call", "name": "whoami", "decision": "allowed",
+                "reason": null, "upstream_status": 200, "duration_ms": 3,
+            })
+        );
+        let mut denied = record(None);
+        denied.principal = None;
+        denied.decision = AuditDecision::Denied;
+        denied.reason = Some(reason::UNAUTHENTICATED);
+        denied.upstream_status = None;
+        let v = serde_json::to_value(denied).unwrap();
+        assert_eq!(v["principal"], serde_json::Value::Null);
+        assert_eq!(v["decision"], "denied");
+        assert_eq!(v["reason"], "unauthenticated");
+        assert_eq!(v.as_object().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn sinks_parse() {
+        assert_eq!("off".parse::<AuditSink>().unwrap(), AuditSink::Off);
+        assert_eq!("stdout".parse::<AuditSink>().unwrap(), AuditSink::Stdout);
+        assert_eq!(
+            "/var/log/a.jsonl".parse::<AuditSink>().unwrap(),
+            AuditSink::File("/var/log/a.jsonl".into())
+        );
+        assert!("".parse::<AuditSink>().is_err());
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open_with_capacity(&AuditSink::File(path.clone()), 4).unwrap();
+        // Hold the writer so nothing drains.
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let inner = log.inner.as_ref().unwrap();
+        inner.tx.send(Msg::Hold(entered_tx, release_rx)).unwrap();
+        entered.recv().unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..100 {
+            log.record(&record(Some("whoami")));
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(log.dropped(), 96);
+        release.send(()).unwrap();
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4);
+    }
+
+    #[test]
+    fn off_records_nothing() {
+        let log = AuditLog::open(&AuditSink::Off).unwrap();
+        assert!(!log.is_enabled());
+        log.record(&record(None));
+        log.reopen();
+        log.flush();
+        assert_eq!(log.dropped(), 0);
+    }
+
+    #[test]
+    fn an_unopenable_path_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir").join("audit.jsonl");
+        let err = AuditLog::open(&AuditSink::File(path.clone())).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("cannot open the audit log"), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
+    }
 }

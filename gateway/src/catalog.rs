@@ -1,32 +1,686 @@
-//! Placeholder until the catalog module lands: knows no tool.
+//! The upstream's tool catalog, learned by the gateway itself as an MCP client of its upstream
+//! (streamable HTTP): which tools exist and which only read (`annotations.readOnlyHint`).
+//!
+//! The proxy asks [`Catalog::tool`] on every `tools/call` (a lock-free snapshot read) and
+//! [`Catalog::tool_or_refresh`] on a miss; [`Catalog::run`] (or the pingora background service
+//! [`CatalogService`]) keeps the snapshot fresh: at start (retrying until the upstream answers),
+//! every `ttl`, and at once on `notifications/tools/list_changed` from the catalog's own GET
+//! stream. [`filter_tools_list`] rewrites `tools/list` answers for a principal.
 
-/// What the catalog knows of a tool.
+mod filter;
+mod sse;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::{server::ShutdownWatch, services::background::BackgroundService};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+pub use filter::{FilterError, filter_tools_list};
+
+use crate::forward::header;
+
+/// The protocol revision the catalog client speaks.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+/// The subject the catalog's own calls carry (`x-pforte-subject`, attribution only).
+pub const SUBJECT: &str = "pforte-gateway";
+const SESSION_HEADER: &str = "mcp-session-id";
+const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+/// Upper bound on `tools/list` pages followed in one refresh (a loop guard).
+const MAX_PAGES: usize = 100;
+
+/// What the catalog knows about a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
+    /// Annotated `readOnlyHint: true`.
     ReadOnly,
+    /// Listed without `readOnlyHint: true` (absent counts as writing).
     Writes,
+    /// Not in the catalog (or the catalog is not loaded yet).
     Unknown,
 }
 
-#[derive(Debug, Default)]
-pub struct Catalog {
-    _private: (),
+/// Timing of the catalog.
+#[derive(Debug, Clone)]
+pub struct CatalogOptions {
+    /// Periodic refresh interval (default 60 s).
+    pub ttl: Duration,
+    /// After a miss-triggered refresh, further misses within this interval don't refresh
+    /// again (default 5 s).
+    pub miss_refresh: Duration,
+    /// How long [`Catalog::tool_or_refresh`] waits for the refresh (default 2 s).
+    pub miss_wait: Duration,
+    /// Timeout of each HTTP request to the upstream (default 10 s; the GET stream has none).
+    pub request_timeout: Duration,
+    /// Retry backoff while the upstream is unreachable: from `backoff_min`, doubling up to
+    /// `backoff_max` (defaults 200 ms, 10 s).
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
 }
 
-impl Catalog {
-    pub async fn tool_or_refresh(&self, _name: &str) -> Lookup {
-        Lookup::Unknown
+impl Default for CatalogOptions {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(60),
+            miss_refresh: Duration::from_secs(5),
+            miss_wait: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
+        }
     }
 }
 
+/// Why a refresh failed.
 #[derive(Debug, thiserror::Error)]
-#[error("unreadable")]
-pub struct FilterError;
+pub enum CatalogError {
+    #[error("catalog: upstream request failed: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("catalog: upstream answered {0}")]
+    Status(reqwest::StatusCode),
+    #[error("catalog: the catalog's MCP session is gone")]
+    SessionGone,
+    #[error("catalog: upstream answer unusable: {0}")]
+    Protocol(String),
+    #[error("catalog: upstream error {code}: {message}")]
+    JsonRpc { code: i64, message: String },
+}
 
-pub fn filter_tools_list(
-    _body: &[u8],
-    _sse: bool,
-    _keep: impl Fn(&str, crate::policy::Annotation) -> bool,
-) -> Result<Option<bytes::Bytes>, FilterError> {
-    Ok(None)
+/// The current tool set.
+#[derive(Debug, Default)]
+struct Snapshot {
+    /// Tool name → read-only.
+    tools: HashMap<Box<str>, bool>,
+}
+
+/// The upstream's tool catalog. Share it as `Arc<Catalog>`.
+#[derive(Debug)]
+pub struct Catalog {
+    url: String,
+    opts: CatalogOptions,
+    http: reqwest::Client,
+    snapshot: ArcSwap<Snapshot>,
+    /// The catalog's MCP session with the upstream.
+    session: Mutex<Option<String>>,
+    /// Serialises refreshes (the periodic loop, a list_changed, a miss).
+    refresh_lock: tokio::sync::Mutex<()>,
+    /// A miss-triggered refresh is running.
+    miss_in_flight: AtomicBool,
+    /// Milliseconds since `epoch` of the last miss-triggered refresh (0: never).
+    last_miss_ms: AtomicU64,
+    epoch: Instant,
+    /// Counts completed refreshes (successful or not); watchers wait on it.
+    refreshed: watch::Sender<u64>,
+    loaded: AtomicU64,
+    /// The runtime the catalog's network work runs on (set by `run`).
+    runtime: Mutex<Option<tokio::runtime::Handle>>,
+}
+
+/// Whether a miss at `now_ms` may start a refresh, given the last miss-triggered one.
+pub fn miss_may_refresh(last_ms: Option<u64>, now_ms: u64, interval: Duration) -> bool {
+    last_ms.is_none_or(|last| now_ms.saturating_sub(last) >= interval.as_millis() as u64)
+}
+
+/// Whether the snapshot answer for `name` is `read_only` (`None`: not listed).
+fn lookup(read_only: Option<bool>) -> Lookup {
+    match read_only {
+        Some(true) => Lookup::ReadOnly,
+        Some(false) => Lookup::Writes,
+        None => Lookup::Unknown,
+    }
+}
+
+impl Catalog {
+    /// A catalog of the MCP endpoint at `upstream_url` (e.g. `http://127.0.0.1:8080/mcp`). It
+    /// starts empty: every lookup is `Unknown` until the first refresh.
+    pub fn new(upstream_url: String, opts: CatalogOptions) -> Result<Self, CatalogError> {
+        // Straight to the upstream: no redirects, and no HTTP(S)_PROXY from the environment.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(opts.request_timeout)
+            .build()?;
+        Ok(Self {
+            url: upstream_url,
+            opts,
+            http,
+            snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            session: Mutex::new(None),
+            refresh_lock: tokio::sync::Mutex::new(()),
+            miss_in_flight: AtomicBool::new(false),
+            last_miss_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            refreshed: watch::Sender::new(0),
+            loaded: AtomicU64::new(0),
+            runtime: Mutex::new(None),
+        })
+    }
+
+    /// The tool `name` in the current snapshot. Lock-free; no I/O.
+    pub fn tool(&self, name: &str) -> Lookup {
+        lookup(self.snapshot.load().tools.get(name).copied())
+    }
+
+    /// Like [`Catalog::tool`], but a miss refreshes the catalog (one refresh at a time; not
+    /// again within `miss_refresh` of the last miss-triggered one) and waits for it at most
+    /// `miss_wait` before answering `Unknown`.
+    pub async fn tool_or_refresh(self: &Arc<Self>, name: &str) -> Lookup {
+        let found = self.tool(name);
+        if found != Lookup::Unknown {
+            return found;
+        }
+        let now = self.now_ms();
+        let last = self.last_miss_ms.load(Ordering::Acquire);
+        let may = miss_may_refresh((last != 0).then_some(last), now, self.opts.miss_refresh);
+        let claimed = may
+            && self
+                .last_miss_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+        // Subscribed before the refresh starts, so that its end is seen.
+        let mut rx = self.refreshed.subscribe();
+        rx.borrow_and_update();
+        if claimed {
+            self.spawn_miss_refresh();
+        } else if !may && !self.miss_in_flight.load(Ordering::Acquire) {
+            // Throttled and nothing in flight: answer from the snapshot.
+            return Lookup::Unknown;
+        }
+        // Our refresh, or the one another miss just started: wait for it, bounded.
+        self.wait_refresh(rx).await;
+        self.tool(name)
+    }
+
+    /// Number of tools in the current snapshot.
+    pub fn len(&self) -> usize {
+        self.snapshot.load().tools.len()
+    }
+
+    /// Whether the snapshot is empty (e.g. never loaded).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of successful refreshes so far.
+    pub fn generation(&self) -> u64 {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// Learns the tool list now: re-uses the catalog's session, initialises a new one when
+    /// there is none or the upstream forgot it. Returns the number of tools.
+    pub async fn refresh(&self) -> Result<usize, CatalogError> {
+        let _one = self.refresh_lock.lock().await;
+        let result = match self.list_on_session().await {
+            Err(CatalogError::SessionGone) => {
+                self.set_session(None);
+                self.list_on_session().await
+            }
+            other => other,
+        };
+        let result = result.map(|tools| {
+            let n = tools.len();
+            self.snapshot.store(Arc::new(Snapshot { tools }));
+            self.loaded.fetch_add(1, Ordering::AcqRel);
+            n
+        });
+        self.refreshed.send_modify(|n| *n += 1);
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, upstream = %self.url, "tool catalog refresh failed");
+        } else {
+            tracing::debug!(tools = self.len(), "tool catalog refreshed");
+        }
+        result
+    }
+
+    /// Keeps the catalog fresh until `shutdown` turns true (or forever without one): refresh at
+    /// start with backoff until the upstream answers, then every `ttl`; a GET stream held open
+    /// on the catalog's session triggers a refresh on `notifications/tools/list_changed`; when
+    /// the stream drops (or the session is gone) the session is initialised again.
+    pub async fn run(self: Arc<Self>, mut shutdown: Option<watch::Receiver<bool>>) {
+        if let Ok(mut rt) = self.runtime.lock() {
+            *rt = tokio::runtime::Handle::try_current().ok();
+        }
+        let mut backoff = self.opts.backoff_min;
+        loop {
+            if self.refresh().await.is_ok() {
+                let follow = tokio::select! {
+                    follow = self.follow() => follow,
+                    () = stopped(&mut shutdown) => return,
+                };
+                match follow {
+                    // The stream ran for a while: the upstream is healthy.
+                    Follow::Dropped { lasted } if lasted >= self.opts.backoff_max => {
+                        backoff = self.opts.backoff_min;
+                    }
+                    Follow::Dropped { .. } => {}
+                }
+            }
+            if !self.pause(backoff, &mut shutdown).await {
+                return;
+            }
+            backoff = (backoff * 2).min(self.opts.backoff_max);
+        }
+    }
+
+    /// Sleeps `d` unless shutdown comes first (then `false`).
+    async fn pause(&self, d: Duration, shutdown: &mut Option<watch::Receiver<bool>>) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(d) => true,
+            () = stopped(shutdown) => false,
+        }
+    }
+
+    /// Holds the GET stream of the catalog's session open, refreshing on `list_changed` and
+    /// every `ttl`, until the stream drops (then the session is forgotten, so that the next
+    /// refresh initialises a new one) or a refresh had to open a new session. Without a stream
+    /// on this upstream (GET answered 405), it refreshes every `ttl` for ever; another refusal
+    /// is retried after a `ttl`.
+    async fn follow(&self) -> Follow {
+        let started = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval_at(started + self.opts.ttl, self.opts.ttl);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let Some(session) = self.session() else {
+            return Follow::Dropped {
+                lasted: Duration::ZERO,
+            };
+        };
+        let dropped = |this: &Self| {
+            this.forget_session(&session);
+            Follow::Dropped {
+                lasted: started.elapsed(),
+            }
+        };
+        let request = self
+            .http
+            .get(&self.url)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .header(SESSION_HEADER, &session)
+            .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
+            .header(header::SUBJECT, SUBJECT)
+            .header(header::AUTH_KIND, "gateway");
+        let mut response = match request.send().await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => {
+                // No server-initiated stream on this upstream: the periodic refresh remains.
+                tracing::debug!("catalog: the upstream offers no GET stream");
+                loop {
+                    tick.tick().await;
+                    let _ = self.refresh().await;
+                }
+            }
+            Ok(r) if r.status() != reqwest::StatusCode::NOT_FOUND => {
+                // Some other refusal: try the stream again after a ttl (`run` refreshes then).
+                tracing::debug!(status = %r.status(), "catalog: GET stream refused");
+                tick.tick().await;
+                return Follow::Dropped {
+                    lasted: started.elapsed(),
+                };
+            }
+            _ => return dropped(self),
+        };
+        let mut reader = sse::EventReader::default();
+        loop {
+            tokio::select! {
+                chunk = response.chunk() => match chunk {
+                    Ok(Some(chunk)) => {
+                        if reader.push(&chunk).iter().any(|d| is_list_changed(d)) {
+                            let _ = self.refresh().await;
+                        }
+                    }
+                    Ok(None) | Err(_) => return dropped(self),
+                },
+                _ = tick.tick() => {
+                    let _ = self.refresh().await;
+                    if self.session().as_deref() != Some(session.as_str()) {
+                        // The refresh needed a new session: this stream belongs to the old one.
+                        return Follow::Dropped { lasted: started.elapsed() };
+                    }
+                }
+            }
+        }
+    }
+
+    fn spawn_miss_refresh(self: &Arc<Self>) {
+        if self.miss_in_flight.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = Arc::clone(self);
+        let work = async move {
+            let _ = this.refresh().await;
+            this.miss_in_flight.store(false, Ordering::Release);
+        };
+        let handle = self
+            .runtime
+            .lock()
+            .ok()
+            .and_then(|rt| rt.clone())
+            .or_else(|| tokio::runtime::Handle::try_current().ok());
+        match handle {
+            Some(rt) => {
+                rt.spawn(work);
+            }
+            None => self.miss_in_flight.store(false, Ordering::Release),
+        }
+    }
+
+    async fn wait_refresh(&self, mut rx: watch::Receiver<u64>) {
+        let _ = tokio::time::timeout(self.opts.miss_wait, rx.changed()).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        // Never 0, which means "never".
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    fn session(&self) -> Option<String> {
+        self.session.lock().ok().and_then(|s| s.clone())
+    }
+
+    /// Forgets the catalog's session if it still is `session`.
+    fn forget_session(&self, session: &str) {
+        if let Ok(mut s) = self.session.lock()
+            && s.as_deref() == Some(session)
+        {
+            *s = None;
+        }
+    }
+
+    fn set_session(&self, session: Option<String>) {
+        if let Ok(mut s) = self.session.lock() {
+            *s = session;
+        }
+    }
+
+    /// `tools/list` (all pages) on the current session, initialising one first if needed.
+    async fn list_on_session(&self) -> Result<HashMap<Box<str>, bool>, CatalogError> {
+        let session = match self.session() {
+            Some(s) => s,
+            None => {
+                let s = self.initialize().await?;
+                self.set_session(Some(s.clone()));
+                s
+            }
+        };
+        let mut tools = HashMap::new();
+        let mut cursor: Option<String> = None;
+        for page in 0..MAX_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let id = 2 + page as u64;
+            let (result, _) = self.call(Some(&session), id, "tools/list", params).await?;
+            cursor = read_tools_page(&result, &mut tools)?;
+            if cursor.is_none() {
+                return Ok(tools);
+            }
+        }
+        Err(CatalogError::Protocol(format!(
+            "tools/list has more than {MAX_PAGES} pages"
+        )))
+    }
+
+    /// `initialize` + `notifications/initialized`; the new session id.
+    async fn initialize(&self) -> Result<String, CatalogError> {
+        let params = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": { "name": SUBJECT, "version": env!("CARGO_PKG_VERSION") },
+        });
+        let (_, session) = self.call(None, 1, "initialize", params).await?;
+        let session = session.ok_or_else(|| {
+            CatalogError::Protocol("initialize answered without Mcp-Session-Id".into())
+        })?;
+        let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        let response = self.post(Some(&session), &note).send().await?;
+        if !response.status().is_success() {
+            return Err(CatalogError::Status(response.status()));
+        }
+        Ok(session)
+    }
+
+    fn post(&self, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .timeout(self.opts.request_timeout)
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            )
+            .header(header::SUBJECT, SUBJECT)
+            .header(header::AUTH_KIND, "gateway")
+            .json(body);
+        if let Some(s) = session {
+            request = request
+                .header(SESSION_HEADER, s)
+                .header(PROTOCOL_HEADER, PROTOCOL_VERSION);
+        }
+        request
+    }
+
+    /// One JSON-RPC request; its `result` and the session id the answer carried.
+    async fn call(
+        &self,
+        session: Option<&str>,
+        id: u64,
+        method: &str,
+        params: Value,
+    ) -> Result<(Value, Option<String>), CatalogError> {
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let response = self.post(session, &body).send().await?;
+        let status = response.status();
+        if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
+            return Err(CatalogError::SessionGone);
+        }
+        if !status.is_success() {
+            return Err(CatalogError::Status(status));
+        }
+        let new_session = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let is_sse = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+        let message = if is_sse {
+            read_sse_response(response, id).await?
+        } else {
+            serde_json::from_slice(&response.bytes().await?)
+                .map_err(|e| CatalogError::Protocol(e.to_string()))?
+        };
+        Ok((into_result(message)?, new_session))
+    }
+}
+
+/// Reads SSE events until the JSON-RPC response with `id` arrives.
+async fn read_sse_response(
+    mut response: reqwest::Response,
+    id: u64,
+) -> Result<Value, CatalogError> {
+    let mut reader = sse::EventReader::default();
+    let matches = |data: &[u8]| -> Option<Value> {
+        let v: Value = serde_json::from_slice(data).ok()?;
+        (v.get("id").and_then(Value::as_u64) == Some(id)
+            && (v.get("result").is_some() || v.get("error").is_some()))
+        .then_some(v)
+    };
+    while let Some(chunk) = response.chunk().await? {
+        if let Some(v) = reader.push(&chunk).iter().find_map(|d| matches(d)) {
+            return Ok(v);
+        }
+    }
+    reader
+        .finish()
+        .and_then(|d| matches(&d))
+        .ok_or_else(|| CatalogError::Protocol(format!("the stream ended without response {id}")))
+}
+
+/// The `result` of a JSON-RPC response, or its error.
+fn into_result(mut message: Value) -> Result<Value, CatalogError> {
+    if let Some(error) = message.get("error") {
+        return Err(CatalogError::JsonRpc {
+            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+        });
+    }
+    message
+        .get_mut("result")
+        .map(Value::take)
+        .ok_or_else(|| CatalogError::Protocol("response without result".into()))
+}
+
+/// Adds one `tools/list` result page to `tools`; its `nextCursor`.
+fn read_tools_page(
+    result: &Value,
+    tools: &mut HashMap<Box<str>, bool>,
+) -> Result<Option<String>, CatalogError> {
+    let list = result
+        .get("tools")
+        .and_then(Value::as_array)
+        .ok_or_else(|| CatalogError::Protocol("tools/list result without tools".into()))?;
+    for tool in list {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let read_only = tool
+            .pointer("/annotations/readOnlyHint")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        tools.insert(name.into(), read_only);
+    }
+    Ok(result
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned))
+}
+
+/// Whether an SSE event's data is `notifications/tools/list_changed`.
+fn is_list_changed(data: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(data).is_ok_and(|v| {
+        v.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed")
+    })
+}
+
+/// How following the GET stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Follow {
+    Dropped { lasted: Duration },
+}
+
+/// Resolves once `shutdown` is true; never without a watch.
+async fn stopped(shutdown: &mut Option<watch::Receiver<bool>>) {
+    match shutdown {
+        Some(rx) => {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The catalog as a pingora background service: runs [`Catalog::run`] until shutdown.
+#[derive(Debug)]
+pub struct CatalogService(pub Arc<Catalog>);
+
+#[async_trait]
+impl BackgroundService for CatalogService {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        Arc::clone(&self.0).run(Some(shutdown)).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn miss_refresh_throttle() {
+        let five = Duration::from_secs(5);
+        assert!(miss_may_refresh(None, 0, five));
+        assert!(!miss_may_refresh(Some(1_000), 5_999, five));
+        assert!(miss_may_refresh(Some(1_000), 6_000, five));
+        // A clock that went backwards does not refresh.
+        assert!(!miss_may_refresh(Some(9_000), 1_000, five));
+    }
+
+    #[test]
+    fn pages_take_name_and_read_only_hint() {
+        let mut tools = HashMap::new();
+        let page = json!({
+            "tools": [
+                { "name": "r", "annotations": { "readOnlyHint": true } },
+                { "name": "w", "annotations": { "readOnlyHint": false } },
+                { "name": "plain" },
+                { "name": "odd", "annotations": { "readOnlyHint": "yes" } },
+                { "title": "nameless" },
+            ],
+            "nextCursor": "c2",
+        });
+        assert_eq!(
+            read_tools_page(&page, &mut tools).unwrap().as_deref(),
+            Some("c2")
+        );
+        assert_eq!(tools.len(), 4);
+        assert_eq!(lookup(tools.get("r").copied()), Lookup::ReadOnly);
+        assert_eq!(lookup(tools.get("w").copied()), Lookup::Writes);
+        assert_eq!(lookup(tools.get("plain").copied()), Lookup::Writes);
+        assert_eq!(lookup(tools.get("odd").copied()), Lookup::Writes);
+        assert_eq!(lookup(tools.get("nope").copied()), Lookup::Unknown);
+        let last = json!({ "tools": [] });
+        assert_eq!(read_tools_page(&last, &mut tools).unwrap(), None);
+        assert!(read_tools_page(&json!({}), &mut tools).is_err());
+    }
+
+    #[test]
+    fn results_and_errors() {
+        let ok = json!({ "jsonrpc": "2.0", "id": 1, "result": { "a": 1 } });
+        assert_eq!(into_result(ok).unwrap(), json!({ "a": 1 }));
+        let err = json!({ "jsonrpc": "2.0", "id": 1, "error": { "code": -32601, "message": "m" } });
+        assert!(matches!(
+            into_result(err),
+            Err(CatalogError::JsonRpc { code: -32601, .. })
+        ));
+        assert!(is_list_changed(
+            br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#
+        ));
+        assert!(!is_list_changed(b""));
+    }
+
+    #[tokio::test]
+    async fn empty_catalog_answers_unknown_within_the_bound() {
+        // Nothing listens on this port: the refresh fails fast, the answer is Unknown.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let opts = CatalogOptions {
+            miss_wait: Duration::from_millis(500),
+            ..CatalogOptions::default()
+        };
+        let catalog = Arc::new(Catalog::new(format!("http://127.0.0.1:{port}/mcp"), opts).unwrap());
+        assert_eq!(catalog.tool("x"), Lookup::Unknown);
+        let started = Instant::now();
+        assert_eq!(catalog.tool_or_refresh("x").await, Lookup::Unknown);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(catalog.generation(), 0);
+    }
 }

@@ -206,22 +206,15 @@ impl Settings {
             baseline: self.file.required_scopes.clone(),
         }
     }
-    /// Where the audit log goes (`None`: off).
-    pub fn audit_target(&self) -> Option<AuditTarget> {
+    /// Where the audit log goes.
+    pub fn audit_sink(&self) -> crate::audit::AuditSink {
         match self.file.audit_log.as_deref() {
-            Some("off") => None,
-            Some("stdout") => Some(AuditTarget::Stdout),
-            Some(path) => Some(AuditTarget::File(PathBuf::from(path))),
-            None => Some(AuditTarget::File(self.file.data_dir.join("audit.jsonl"))),
+            None => crate::audit::AuditSink::File(self.file.data_dir.join("audit.jsonl")),
+            Some(text) => text
+                .parse()
+                .unwrap_or_else(|_| crate::audit::AuditSink::File(PathBuf::from(text))),
         }
     }
-}
-
-/// Where audit lines are written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuditTarget {
-    Stdout,
-    File(PathBuf),
 }
 
 /// The public origin and, when its host is a loopback name, its twins under the other names.
@@ -421,7 +414,9 @@ impl GatewayConfig {
                 ));
             }
         }
-        if matches!(self.audit_log.as_deref(), Some("")) {
+        if let Some(text) = &self.audit_log
+            && text.parse::<crate::audit::AuditSink>().is_err()
+        {
             return Err(invalid(
                 "audit_log",
                 "give a file path, \"stdout\" or \"off\"",

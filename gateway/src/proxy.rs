@@ -15,7 +15,7 @@ use pingora::{
 use std::time::Duration;
 
 use crate::{
-    audit::{AuditLog, AuditPrincipal, AuditRecord},
+    audit::{AuditDecision, AuditLog, AuditPrincipal, AuditRecord},
     auth::{self, AuthFailure, Principal},
     catalog::{self, Catalog},
     clock::Clock,
@@ -51,6 +51,8 @@ pub struct RequestCtx {
     mcp: Exchange,
     body_bytes: u64,
     started: Instant,
+    /// Wall-clock arrival, milliseconds since the epoch (the audit line's time).
+    arrived_ms: u64,
 }
 
 /// What the gateway keeps of one `/mcp` exchange between phases.
@@ -81,7 +83,7 @@ struct Exchange {
 pub struct McpEdge {
     pub catalog: Arc<Catalog>,
     pub sessions: Arc<Sessions>,
-    pub audit: Option<Arc<AuditLog>>,
+    pub audit: Option<AuditLog>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
@@ -262,20 +264,16 @@ impl Gateway {
             None => session.req_header().method.as_str(),
         };
         let record = AuditRecord {
-            time: crate::audit::timestamp(self.clock.now_ms()),
+            time_ms: ctx.arrived_ms,
             request_id: &ctx.request_id,
             route: MCP_PATH,
-            principal: ctx.principal.as_ref().map(|p| AuditPrincipal {
-                kind: p.kind.as_str(),
-                subject: &p.subject,
-                client: &p.client,
-            }),
+            principal: ctx.principal.as_ref().map(AuditPrincipal::from),
             method,
             name: target,
             decision: if ctx.refused.is_some() {
-                "denied"
+                AuditDecision::Denied
             } else {
-                "allowed"
+                AuditDecision::Allowed
             },
             reason: ctx.refused,
             upstream_status: ctx.refused.is_none().then_some(status),
@@ -358,6 +356,7 @@ impl ProxyHttp for Gateway {
             mcp: Exchange::default(),
             body_bytes: 0,
             started: Instant::now(),
+            arrived_ms: self.clock.now_ms(),
         }
     }
 
@@ -588,13 +587,15 @@ impl ProxyHttp for Gateway {
                 .headers
                 .get(admission::SESSION_ID)
                 .and_then(|v| v.to_str().ok())
+            && let Err(e) = self.edge.sessions.bind(id, &ctx.principal_key).await
         {
-            self.edge.sessions.bind(id, &ctx.principal_key).await;
+            tracing::warn!(request_id = %ctx.request_id, error = %e, "could not record the session's owner");
         }
         if let Some(id) = ctx.mcp.ends_session.take()
             && ok
+            && let Err(e) = self.edge.sessions.forget(&id).await
         {
-            self.edge.sessions.forget(&id).await;
+            tracing::debug!(error = %e, "could not forget an ended session");
         }
         if ctx.mcp.filter_list {
             if ok {

@@ -17,13 +17,14 @@ use pingora::{
 };
 
 use crate::{
-    catalog::Catalog,
+    audit::{AuditLog, AuditSink, SighupReopen},
+    catalog::{Catalog, CatalogOptions, CatalogService},
     clock::SystemClock,
     config::Settings,
     limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
-    sessions::Sessions,
+    sessions::{SessionOptions, Sessions},
     tokens::{self, StoreError, TokenCache},
 };
 
@@ -141,10 +142,36 @@ pub fn run(
         _ => None,
     };
     let limiter = Arc::new(SharedLimiter::new(shared, LocalLimiter::new(clock.clone())));
+    let catalog = Arc::new(
+        Catalog::new(
+            settings.file.upstream.url.clone(),
+            CatalogOptions::default(),
+        )
+        .map_err(|e| ServeError::Pingora(format!("the tool catalog client: {e}")))?,
+    );
+    let sessions = match (&settings.file.redis_url, oauth.runtime()) {
+        (Some(url), Some(rt)) => {
+            let _in_runtime = rt.enter();
+            Sessions::redis(url, "pforte:", SessionOptions::default())
+                .map_err(|e| ServeError::Pingora(e.to_string()))?
+        }
+        _ => Sessions::local(clock.clone(), SessionOptions::default()),
+    };
+    let audit = match settings.audit_sink() {
+        AuditSink::Off => None,
+        sink => Some(AuditLog::open(&sink).map_err(|e| ServeError::Pingora(e.to_string()))?),
+    };
+    let mut background = vec![background_service(
+        "tool catalog",
+        CatalogService(catalog.clone()),
+    )];
+    let audit_reopen = audit
+        .clone()
+        .map(|log| background_service("audit log reopen", SighupReopen(log)));
     let edge = McpEdge {
-        catalog: Arc::new(Catalog::default()),
-        sessions: Arc::new(Sessions::default()),
-        audit: None,
+        catalog,
+        sessions: Arc::new(sessions),
+        audit,
     };
     let gateway = Gateway::new(settings.clone(), tokens, oauth, limiter, clock, edge);
     let mut proxy =
@@ -164,6 +191,12 @@ pub fn run(
     }
     server.add_service(proxy);
     server.add_service(maintenance);
+    for service in background.drain(..) {
+        server.add_service(service);
+    }
+    if let Some(service) = audit_reopen {
+        server.add_service(service);
+    }
     for service in extra {
         server.add_boxed_service(service);
     }

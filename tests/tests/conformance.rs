@@ -304,7 +304,6 @@ async fn post(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs per-tool authorization (issue 10)"]
 async fn a_read_only_token_sees_and_calls_only_the_read_annotated_tools() {
     let Some((node, packages)) = tools() else {
         return;

@@ -30,7 +30,6 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs per-tool authorization (issue 10)"]
 async fn the_python_sdk_steps_up_from_read_to_write() {
     let python = match python_with_mcp_sdk(MCP_SDK_VERSION) {
         Ok(p) => p,

@@ -122,10 +122,14 @@ impl Gateway {
             return Ok(());
         };
         let owner = &ctx.principal_key;
-        match self.edge.sessions.check(id, owner).await {
-            Ok(Ownership::Owner) => {}
+        let ownership = match self.edge.sessions.check(id, owner).await {
             Ok(Ownership::Unknown) => self.edge.sessions.bind(id, owner).await,
-            Ok(Ownership::Foreign) => return Err(Rejection::SessionNotFound),
+            other => other,
+        };
+        match ownership {
+            Ok(Ownership::Owner) => {}
+            // Two principals racing for an unknown id: the first binding wins.
+            Ok(Ownership::Foreign | Ownership::Unknown) => return Err(Rejection::SessionNotFound),
             Err(e) => {
                 tracing::warn!(error = %e, "session records unavailable");
                 return Err(Rejection::Unauthorized(AuthFailure::Unavailable));

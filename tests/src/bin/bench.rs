@@ -552,7 +552,15 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
     let (_svc, svc_url) = start_service(&dir, w)?;
     let threads = opts.threads;
     let start = |name, tls, limits, policy| {
-        Gateway::start(&dir, w, name, tls, &svc_url, threads, Knobs { limits, policy })
+        Gateway::start(
+            &dir,
+            w,
+            name,
+            tls,
+            &svc_url,
+            threads,
+            Knobs { limits, policy },
+        )
     };
     let plain = start("gw-http", false, Limits::Off, true).await?;
     let tls = start("gw-https", true, Limits::Off, true).await?;

@@ -1,0 +1,317 @@
+//! Filtering a `tools/list` answer down to the tools a principal may call, in either framing
+//! the streamable-HTTP transport uses (one JSON body, or SSE events carrying JSON-RPC messages).
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::sse;
+use crate::policy::Annotation;
+
+/// Why a `tools/list` answer could not be filtered. The proxy must not forward the answer
+/// unfiltered then (fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    #[error("the tools/list answer is not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the tools/list answer's result.tools is not an array")]
+    Shape,
+}
+
+/// Rewrites a `tools/list` answer so that only tools with `keep(name, annotation)` remain; the
+/// annotation is read from the listed tool itself (`annotations.readOnlyHint`).
+///
+/// JSON (`content_type_is_sse == false`): the body is a JSON-RPC response (or an array of them);
+/// `result.tools` is filtered. SSE: every `data:` event whose data is a JSON-RPC response with
+/// `result.tools` is rewritten (its data lines become one `data: ` line at the place of the
+/// first); every other event and line (`id:`, `event:`, `retry:`, comments, other messages,
+/// the terminators) is kept byte for byte. Tools without a string `name` are dropped.
+///
+/// Returns `None` when nothing had to change (forward the body as it is). A rewritten message
+/// is re-serialised compactly; object keys may come out in another order.
+pub fn filter_tools_list(
+    body: &[u8],
+    content_type_is_sse: bool,
+    keep: impl Fn(&str, Annotation) -> bool,
+) -> Result<Option<Bytes>, FilterError> {
+    if content_type_is_sse {
+        filter_sse(body, &keep)
+    } else {
+        let mut message: Value = serde_json::from_slice(body)?;
+        Ok(if filter_message(&mut message, &keep)? {
+            Some(Bytes::from(serde_json::to_vec(&message)?))
+        } else {
+            None
+        })
+    }
+}
+
+/// Filters `result.tools` of a JSON-RPC response (or of each in an array) in place; whether
+/// anything was removed.
+fn filter_message(
+    message: &mut Value,
+    keep: &impl Fn(&str, Annotation) -> bool,
+) -> Result<bool, FilterError> {
+    if let Value::Array(items) = message {
+        let mut changed = false;
+        for item in items {
+            changed |= filter_message(item, keep)?;
+        }
+        return Ok(changed);
+    }
+    let Some(tools) = message.get_mut("result").and_then(|r| r.get_mut("tools")) else {
+        return Ok(false);
+    };
+    let Value::Array(tools) = tools else {
+        return Err(FilterError::Shape);
+    };
+    let before = tools.len();
+    tools.retain(|tool| {
+        let read_only = tool
+            .get("annotations")
+            .and_then(|a| a.get("readOnlyHint"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        let annotation = if read_only {
+            Annotation::ReadOnly
+        } else {
+            Annotation::Writes
+        };
+        tool.get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|name| keep(name, annotation))
+    });
+    Ok(tools.len() != before)
+}
+
+fn filter_sse(
+    body: &[u8],
+    keep: &impl Fn(&str, Annotation) -> bool,
+) -> Result<Option<Bytes>, FilterError> {
+    let all: Vec<sse::Line<'_>> = sse::lines(body).collect();
+    let mut out: Option<Vec<u8>> = None;
+    // Byte offset in `body` up to which `out` (once it exists) is complete.
+    let mut copied = 0;
+    let mut offset = 0;
+    for event in all.split_inclusive(|l| l.content.is_empty()) {
+        let event_len: usize = event.iter().map(|l| l.content.len() + l.end.len()).sum();
+        if let Some(rewritten) = rewrite_event(event, keep)? {
+            let out = out.get_or_insert_with(|| Vec::with_capacity(body.len()));
+            out.extend_from_slice(&body[copied..offset]);
+            out.extend_from_slice(&rewritten);
+            copied = offset + event_len;
+        }
+        offset += event_len;
+    }
+    Ok(out.map(|mut out| {
+        out.extend_from_slice(&body[copied..]);
+        Bytes::from(out)
+    }))
+}
+
+/// The event rewritten when its data is a `tools/list` response that lost tools.
+fn rewrite_event(
+    event: &[sse::Line<'_>],
+    keep: &impl Fn(&str, Annotation) -> bool,
+) -> Result<Option<Vec<u8>>, FilterError> {
+    let mut data: Option<Vec<u8>> = None;
+    for value in event.iter().filter_map(sse::Line::data) {
+        match &mut data {
+            Some(d) => {
+                d.push(b'\n');
+                d.extend_from_slice(value);
+            }
+            None => data = Some(value.to_vec()),
+        }
+    }
+    let Some(data) = data else {
+        return Ok(None);
+    };
+    // Data that is not JSON is some other message: not ours to judge, kept as it is.
+    let Ok(mut message) = serde_json::from_slice::<Value>(&data) else {
+        return Ok(None);
+    };
+    if !filter_message(&mut message, keep)? {
+        return Ok(None);
+    }
+    let json = serde_json::to_vec(&message)?;
+    let mut out = Vec::with_capacity(json.len() + 64);
+    let mut wrote_data = false;
+    for line in event {
+        if line.data().is_some() {
+            if !wrote_data {
+                wrote_data = true;
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(&json);
+                // An unterminated last data line still needs to end before the next field.
+                out.extend_from_slice(if line.end.is_empty() { b"\n" } else { line.end });
+            }
+        } else {
+            out.extend_from_slice(line.content);
+            out.extend_from_slice(line.end);
+        }
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Captured from the real mcp-service: `initialize`, then `tools/list` (rmcp 0.x output,
+    /// SSE-framed with the priming event and `id:` after `data:`), and the same message as JSON.
+    const REAL_SSE: &[u8] = include_bytes!("testdata/tools_list.sse");
+    const REAL_JSON: &[u8] = include_bytes!("testdata/tools_list.json");
+
+    const READ: [&str; 5] = [
+        "werkbaum_read",
+        "werkbaum_inspect",
+        "werkbaum_check",
+        "werkbaum_history",
+        "whoami",
+    ];
+
+    fn names(message: &[u8]) -> Vec<String> {
+        let v: Value = serde_json::from_slice(message).unwrap();
+        v["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    /// Keeps the read tools, and checks that the annotation read from the answer agrees.
+    fn read_only(name: &str, annotation: Annotation) -> bool {
+        let read = READ.contains(&name);
+        assert_eq!(read, annotation == Annotation::ReadOnly, "{name}");
+        read
+    }
+
+    #[test]
+    fn real_json_answer_keeps_the_read_tools() {
+        assert_eq!(names(REAL_JSON).len(), 13);
+        let out = filter_tools_list(REAL_JSON, false, read_only)
+            .unwrap()
+            .unwrap();
+        let mut want: Vec<String> = READ.iter().map(|s| (*s).to_owned()).collect();
+        want.sort();
+        assert_eq!(sorted(names(&out)), want);
+        // Everything else of the message is intact.
+        let (a, b): (Value, Value) = (
+            serde_json::from_slice(REAL_JSON).unwrap(),
+            serde_json::from_slice(&out).unwrap(),
+        );
+        assert_eq!(a["id"], b["id"]);
+        assert_eq!(a["jsonrpc"], b["jsonrpc"]);
+        let whoami = |v: &Value| {
+            v["result"]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == "whoami")
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(whoami(&a), whoami(&b));
+    }
+
+    #[test]
+    fn nothing_to_remove_is_none() {
+        assert!(
+            filter_tools_list(REAL_JSON, false, |_, _| true)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            filter_tools_list(REAL_SSE, true, |_, _| true)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn real_sse_answer_rewrites_only_the_data_line() {
+        let out = filter_tools_list(REAL_SSE, true, read_only)
+            .unwrap()
+            .unwrap();
+        let text = std::str::from_utf8(&out).unwrap();
+        // The priming event and the trailing id line are untouched.
+        assert!(text.starts_with("data: \nid: 0/0\nretry: 3000\n\ndata: {"));
+        assert!(text.ends_with("}\nid: 1/0\n\n"));
+        let data_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("data: {")).collect();
+        assert_eq!(data_lines.len(), 1);
+        let message = data_lines[0].strip_prefix("data: ").unwrap();
+        assert_eq!(sorted(names(message.as_bytes())).len(), 5);
+        assert!(
+            names(message.as_bytes())
+                .iter()
+                .all(|n| READ.contains(&n.as_str()))
+        );
+    }
+
+    #[test]
+    fn sse_multi_line_data_crlf_comments_and_other_messages() {
+        let body = b": comment\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n\
+id: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata:\"result\":{\"tools\":[{\"name\":\"a\"},{\"name\":\"b\"},{\"title\":\"nameless\"}]}}\r\nretry: 10\r\n\r\n\
+data: not json\r\n\r\n";
+        let out = filter_tools_list(body, true, |n, _| n == "a")
+            .unwrap()
+            .unwrap();
+        let want = b": comment\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n\
+id: 7\r\ndata: {\"id\":3,\"jsonrpc\":\"2.0\",\"result\":{\"tools\":[{\"name\":\"a\"}]}}\r\nretry: 10\r\n\r\n\
+data: not json\r\n\r\n";
+        assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(want));
+    }
+
+    #[test]
+    fn sse_unterminated_last_event_is_filtered_too() {
+        let body = b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"a\"},{\"name\":\"b\"}]}}";
+        let out = filter_tools_list(body, true, |n, _| n == "b")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            &out[..],
+            b"data: {\"id\":1,\"jsonrpc\":\"2.0\",\"result\":{\"tools\":[{\"name\":\"b\"}]}}\n"
+        );
+    }
+
+    #[test]
+    fn errors_and_other_shapes() {
+        assert!(matches!(
+            filter_tools_list(b"{nope", false, |_, _| true),
+            Err(FilterError::Json(_))
+        ));
+        let bad = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":{"name":"a"}}}"#;
+        assert!(matches!(
+            filter_tools_list(bad, false, |_, _| true),
+            Err(FilterError::Shape)
+        ));
+        let mut sse_bad = b"data: ".to_vec();
+        sse_bad.extend_from_slice(bad);
+        sse_bad.extend_from_slice(b"\n\n");
+        assert!(matches!(
+            filter_tools_list(&sse_bad, true, |_, _| true),
+            Err(FilterError::Shape)
+        ));
+        // A JSON-RPC error answer has nothing to filter.
+        let err = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#;
+        assert!(
+            filter_tools_list(err, false, |_, _| false)
+                .unwrap()
+                .is_none()
+        );
+        // An array of responses is filtered element by element.
+        let arr = br#"[{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a"},{"name":"b"}]}}]"#;
+        let out = filter_tools_list(arr, false, |n, _| n == "a")
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v[0]["result"]["tools"].as_array().unwrap().len(), 1);
+    }
+}
