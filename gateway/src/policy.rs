@@ -89,7 +89,12 @@ impl Policy {
         }
         match message.method.as_str() {
             // Reading and session housekeeping; answers to the server's own requests.
-            "initialize" | "ping" | "tools/list" | "logging/setLevel" => vec![READ],
+            // Session setup and discovery (`server/discover`: MCP 2026-07-28), listing, the
+            // caller's own log level and tasks (cancelling one's own task changes no data).
+            "initialize" | "server/discover" | "ping" | "tools/list" | "logging/setLevel" => {
+                vec![READ]
+            }
+            m if m.starts_with("tasks/") => vec![READ],
             m if m.starts_with("resources/")
                 || m.starts_with("prompts/")
                 || m.starts_with("completion/")
@@ -258,8 +263,20 @@ mod tests {
         }
         let answer = mcp::inspect(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
         assert_eq!(p.decide(&reader, &answer, Annotation::Unknown), Ok(()));
+        for m in [
+            "server/discover",
+            "tasks/get",
+            "tasks/cancel",
+            "logging/setLevel",
+        ] {
+            assert_eq!(
+                p.decide(&reader, &msg(m), Annotation::Unknown),
+                Ok(()),
+                "{m}"
+            );
+        }
         assert!(
-            p.decide(&reader, &msg("tasks/cancel"), Annotation::Unknown)
+            p.decide(&reader, &msg("admin/reset"), Annotation::Unknown)
                 .is_err()
         );
         assert!(
