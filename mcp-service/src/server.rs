@@ -36,7 +36,7 @@ use crate::{
             AddNodeInput, ApplyOpsInput, CheckInput, CreateInput, HistoryInput, InspectInput,
             MoveNodeInput, ReadInput, RemoveNodeInput, SetSizeInput, SetStatusInput, WriteInput,
         },
-        schema,
+        render, schema,
     },
 };
 
@@ -173,23 +173,7 @@ impl PlanService {
             host_version: host.as_ref().map(|h| h.version.clone()),
             protocol_version: ctx.protocol_version().map(|v| v.to_string()),
         };
-        let client = match (&identity.client, &identity.client_name) {
-            (Some(id), Some(name)) => format!("{id} (\"{name}\")"),
-            (Some(id), None) => id.clone(),
-            (None, Some(name)) => format!("\"{name}\""),
-            (None, None) => "-".to_owned(),
-        };
-        let text = format!(
-            "subject: {}\nclient: {client}\nauth: {}\nscopes: {}\nhost: {}",
-            identity.subject.as_deref().unwrap_or("-"),
-            identity.auth_kind.as_deref().unwrap_or("-"),
-            if identity.scopes.is_empty() {
-                "-".to_owned()
-            } else {
-                identity.scopes.join(" ")
-            },
-            host.as_ref().map(|h| h.name.as_str()).unwrap_or("-"),
-        );
+        let text = render::render_whoami(&report);
         let mut result = CallToolResult::structured(answer::to_value(&report));
         result.content = vec![ContentBlock::text(text)];
         Ok(result)

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::answer::Revision;
+use super::answer::{Revision, WhoamiAnswer};
 
 pub fn revision_line(rev: &Revision) -> String {
     match (&rev.document, rev.version) {
@@ -190,4 +190,57 @@ fn render_node(out: &mut String, n: &Value, depth: usize) {
             format!(" {{{}}}", flags.join(","))
         }
     );
+}
+
+/// `whoami`'s text: one line per fact, the client as `id ("registered name")`.
+pub fn render_whoami(me: &WhoamiAnswer) -> String {
+    let client = match (&me.client, &me.client_name) {
+        (Some(id), Some(name)) => format!("{id} (\"{name}\")"),
+        (Some(id), None) => id.clone(),
+        (None, Some(name)) => format!("\"{name}\""),
+        (None, None) => "-".to_owned(),
+    };
+    format!(
+        "subject: {}\nclient: {client}\nauth: {}\nscopes: {}\nhost: {}",
+        me.subject.as_deref().unwrap_or("-"),
+        me.auth_kind.as_deref().unwrap_or("-"),
+        if me.scopes.is_empty() {
+            "-".to_owned()
+        } else {
+            me.scopes.join(" ")
+        },
+        me.host.as_deref().unwrap_or("-"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whoami_shows_the_client_name_beside_its_id() {
+        let mut me = WhoamiAnswer {
+            subject: Some("alice".into()),
+            client: Some("c-7f3a".into()),
+            client_name: Some("Claude".into()),
+            auth_kind: Some("oauth".into()),
+            scopes: vec!["mcp:read".into(), "mcp:write".into()],
+            request_id: None,
+            host: Some("claude-ai".into()),
+            host_version: None,
+            protocol_version: None,
+        };
+        assert_eq!(
+            render_whoami(&me),
+            "subject: alice\nclient: c-7f3a (\"Claude\")\nauth: oauth\nscopes: mcp:read mcp:write\nhost: claude-ai"
+        );
+        let structured = super::super::answer::to_value(&me);
+        assert_eq!(structured["client"], "c-7f3a");
+        assert_eq!(structured["clientName"], "Claude");
+        me.client_name = None;
+        me.scopes.clear();
+        assert!(render_whoami(&me).contains("client: c-7f3a\nauth: oauth\nscopes: -"));
+        let structured = super::super::answer::to_value(&me);
+        assert!(structured["clientName"].is_null());
+    }
 }
