@@ -307,7 +307,7 @@ pub fn output_schema<T: JsonSchema + std::any::Any>() -> Arc<JsonObject> {
     if let Some(defs) = defs {
         schema.insert("$defs".into(), defs);
     }
-    Arc::new(schema)
+    Arc::new(super::schema::compact_output(&schema))
 }
 
 /// Serializes an answer struct (plain data: this cannot fail in practice).

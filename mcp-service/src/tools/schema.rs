@@ -25,6 +25,20 @@ pub fn compact_input(schema: &Map<String, Value>) -> Map<String, Value> {
     }
 }
 
+/// Compacts a tool's output schema: no `$schema`, `format`, `minimum: 0` or `default: false`
+/// (output schemas are sent on every `tools/list` too, though hosts do not hand them to the
+/// model).
+pub fn compact_output(schema: &Map<String, Value>) -> Map<String, Value> {
+    let mut schema = schema.clone();
+    schema.remove("$schema");
+    let mut root = Value::Object(schema);
+    strip_formats(&mut root);
+    match root {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
 /// Drops `format`, `minimum: 0` and `default: false` everywhere: the type and the description
 /// say it (iteratively; schemas are shallow but this is cheap).
 fn strip_formats(v: &mut Value) {
