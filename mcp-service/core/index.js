@@ -157,6 +157,7 @@ export function inspect(params) {
   }
   if (include.includes('warnings')) result.warnings = warnings;
   if (include.includes('path')) result.path = pathOut(model);
+  result.notices = noticesOf(doc);
   result.summary = {
     nodes: model.nodes.length,
     warnings: warnings.length,
@@ -172,6 +173,37 @@ export function inspect(params) {
 
 /** Results known to nest far less than 200 levels: written with native JSON.stringify directly. */
 const SHALLOW = new WeakSet();
+
+// ------------------------------------------------------------------ notices
+
+/** True when a node line uses any of the notation: sigil, status box, size, id or a token. */
+function usesNotation(n) {
+  return n.sigil || n.box !== null || n.size !== null || n.id !== null || n.fold !== null || n.focus
+    || (n.deps !== null && n.deps.length > 0) || (n.tags !== null && n.tags.length > 0)
+    || (n.marks !== null && n.marks.length > 0);
+}
+
+const WORDS_RE = /\S+/g;
+
+/**
+ * Notices: not warnings (those stay exactly upstream's) but a hint that the text is not a plan:
+ * more than half of its node lines are prose — no notation at all and a label of two or more
+ * words. One-word bare lines (`a`, `R`) are terse plans, not prose.
+ */
+function noticesOf(doc) {
+  const nodes = doc.nodes.length;
+  let prose = 0;
+  for (const n of doc.nodes) {
+    if (!usesNotation(n) && (n.label.match(WORDS_RE) || []).length >= 2) prose++;
+  }
+  if (nodes === 0 || prose * 2 <= nodes) return [];
+  return [{
+    type: 'notAPlan',
+    nodes,
+    prose,
+    text: `${prose} of ${nodes} node lines are plain prose (no sigil, status box, size, id or token): this does not look like a Werkbaum plan (see werkbaum://guide).`,
+  }];
+}
 
 // ------------------------------------------------------------------ check
 
@@ -238,7 +270,7 @@ export function check(params) {
     findings.push(f);
   }
 
-  // newly [^] nodes
+  // newly [^] nodes: only against a before (without one, no node is newly set)
   let prodBefore = null;
   if (before) {
     const ownB = siblingKeys(before.doc);
@@ -251,7 +283,7 @@ export function check(params) {
   let ownC = null;
   let pathIndexB = null;
   const prodFindings = [];
-  for (const n of cur.doc.nodes) {
+  for (const n of before ? cur.doc.nodes : []) {
     if (n.statusCode !== '^') continue;
     let wasProd = false;
     if (prodBefore) {
@@ -281,7 +313,7 @@ export function check(params) {
   const keyed = all.map((f, i) => ({ f, i, l: typeof f.line === 'number' ? f.line : 0 }));
   keyed.sort((a, b) => (a.l - b.l) || (a.i - b.i));
   const sorted = keyed.map((k) => k.f);
-  return { findings: sorted, blocking: sorted.some((f) => f.blocking), warnings: cur.warnings };
+  return { findings: sorted, blocking: sorted.some((f) => f.blocking), warnings: cur.warnings, notices: noticesOf(cur.doc) };
 }
 
 // ------------------------------------------------------------------ dispatch

@@ -110,15 +110,15 @@ export function extractLine(text, leadKnown) {
     fold: null, statusCode: null, status: null, rank: 0, realized: false, done: false, discarded: false,
     url: null, size: null, tags: null, marks: null, id: null, deps: null, focus: false, box: null,
     descParts: null, descLines: null, treeLines: null, pieces: null, logical: text, children: null,
-    parent: null, depth: 0, desc: null, sizeConflict: false,
+    parent: null, depth: 0, desc: null, sizeConflict: false, sigil: false,
   };
   // 1. sigil, fold mark, box, fold mark: the line regex, scanned by hand
   let p = lead;
   let c = text.charCodeAt(p);
-  if (c === 45) p++;
-  else if (c === 124) { n.type = 'or'; p++; }
-  else if (c === 43) { n.optional = true; p++; }
-  else if (c === 61 && isBlankChar(text.charCodeAt(p + 1))) { n.type = 'xor'; p++; }
+  if (c === 45) { n.sigil = true; p++; }
+  else if (c === 124) { n.type = 'or'; n.sigil = true; p++; }
+  else if (c === 43) { n.optional = true; n.sigil = true; p++; }
+  else if (c === 61 && isBlankChar(text.charCodeAt(p + 1))) { n.type = 'xor'; n.sigil = true; p++; }
   p = skipWs(text, p);
   c = text.charCodeAt(p);
   if ((c === 62 || c === 60) && isBlankChar(text.charCodeAt(p + 1))) {

@@ -10,6 +10,8 @@ use serde::Serialize;
 pub mod header {
     pub const SUBJECT: &str = "x-pforte-subject";
     pub const CLIENT: &str = "x-pforte-client";
+    /// The OAuth client's registered name, percent-encoded UTF-8 (absent without a name).
+    pub const CLIENT_NAME: &str = "x-pforte-client-name";
     pub const AUTH_KIND: &str = "x-pforte-auth-kind";
     pub const SCOPES: &str = "x-pforte-scopes";
     pub const REQUEST_ID: &str = "x-request-id";
@@ -23,6 +25,8 @@ pub struct Identity {
     pub subject: Option<String>,
     /// The OAuth client id or the static token's name.
     pub client: Option<String>,
+    /// The OAuth client's registered name (`client_name` at registration).
+    pub client_name: Option<String>,
     /// `static`, `oauth`, or `local` (stdio: no gateway in front).
     pub auth_kind: Option<String>,
     pub scopes: Vec<String>,
@@ -35,6 +39,7 @@ impl Identity {
         Self {
             subject: None,
             client: None,
+            client_name: None,
             auth_kind: Some("local".to_owned()),
             scopes: Vec::new(),
             request_id: None,
@@ -47,6 +52,7 @@ impl Identity {
         Self {
             subject: env("USER").filter(|u| !u.trim().is_empty()),
             client: None,
+            client_name: None,
             auth_kind: Some("local".to_owned()),
             scopes: Vec::new(),
             request_id: None,
@@ -66,6 +72,10 @@ impl Identity {
         Self {
             subject: get(header::SUBJECT),
             client: get(header::CLIENT),
+            client_name: get(header::CLIENT_NAME)
+                .and_then(|v| percent_decode(&v))
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty()),
             auth_kind: get(header::AUTH_KIND),
             scopes: get(header::SCOPES)
                 .map(|s| s.split_whitespace().map(str::to_owned).collect())
@@ -82,6 +92,27 @@ impl Identity {
             .map(|parts| Self::from_headers(&parts.headers))
             .unwrap_or_else(Self::local)
     }
+}
+
+/// Decodes `%XX` escapes into UTF-8; `None` for a malformed escape or invalid UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
@@ -103,6 +134,30 @@ mod tests {
         assert_eq!(id.auth_kind.as_deref(), Some("oauth"));
         assert_eq!(id.scopes, ["mcp:read", "mcp:write"]);
         assert_eq!(id.request_id.as_deref(), Some("r-1"));
+        assert_eq!(id.client_name, None);
+    }
+
+    #[test]
+    fn client_name_is_percent_decoded() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CLIENT, "c-1".parse().unwrap());
+        h.insert(
+            header::CLIENT_NAME,
+            "Claude%20Desktop%20%E2%80%94%20M%C3%BCller%25"
+                .parse()
+                .unwrap(),
+        );
+        let id = Identity::from_headers(&h);
+        assert_eq!(id.client_name.as_deref(), Some("Claude Desktop — Müller%"));
+        assert_eq!(percent_decode("a%2"), None);
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%FF"), None); // not UTF-8
+        assert_eq!(
+            percent_decode("plain-name_1.0~"),
+            Some("plain-name_1.0~".into())
+        );
+        h.insert(header::CLIENT_NAME, "%ZZ".parse().unwrap());
+        assert_eq!(Identity::from_headers(&h).client_name, None);
     }
 
     #[test]

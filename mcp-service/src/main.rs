@@ -67,7 +67,8 @@ enum Command {
     PullDoc(mcp_service::pull_doc::PullDocArgs),
     /// Print the Werkbaum core's `inspect` JSON for a plan file.
     Inspect(mcp_service::plan_cli::InspectArgs),
-    /// Print the Werkbaum core's `check` JSON for a plan file (exit 3 when a finding blocks).
+    /// Print the Werkbaum core's `check` JSON for a plan file: alone, or with --against as a
+    /// delta (exit 0 no blocking finding, 3 blocking, 64 usage, 1 other errors).
     Check(mcp_service::plan_cli::CheckArgs),
 }
 
@@ -86,7 +87,19 @@ fn load_config(store: &StoreArgs) -> Result<ServiceConfig, ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help / --version print to stdout and succeed; any other parse error is a
+            // usage error: 64 (EX_USAGE), as `check`'s documented exit codes say.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(mcp_service::plan_cli::EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

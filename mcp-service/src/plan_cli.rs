@@ -1,8 +1,14 @@
 //! `mcp-service inspect` and `mcp-service check`: run the Werkbaum core on plan files from a
 //! shell or a CI job and print the contract's JSON (pretty).
 //!
-//! Exit codes: 0 ok; 1 an error (unreadable file, the core rejected the call, engine failure),
-//! with the reason on stderr; 3 `check` found blocking findings (the JSON is still printed).
+//! `check FILE` checks the file on its own: every warning is a finding, structural ones
+//! (mixedGate, unknownStatus, descStray, duplicateId) block, and no `[^]` node counts as newly
+//! set (there is no before). `check FILE --against OLD` reports only what FILE newly
+//! introduces, including nodes newly set to `[^]`.
+//!
+//! Exit codes: 0 no blocking finding; 3 a blocking finding (the JSON is still printed); 64 a
+//! usage error (bad arguments); 1 any other error (unreadable file, the core rejected the call,
+//! engine failure), with the reason on stderr.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,6 +19,8 @@ use crate::engine::{CoreSource, Engine, EngineConfig, EngineError};
 
 /// Exit code of `check` when a finding blocks.
 pub const EXIT_BLOCKING: u8 = 3;
+/// Exit code of a usage error (EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
 
 /// Arguments of `mcp-service inspect`.
 #[derive(Debug, clap::Args)]
@@ -204,6 +212,54 @@ mod tests {
             .await,
             ExitCode::FAILURE
         );
+    }
+
+    /// A CI job checking the shared plan files on their own: no `[^]` node is "newly set",
+    /// so every fixture exits 0 — except upstream's `example-werkbaum`, which really has a
+    /// duplicate id (`#123` on lines 13 and 101) and blocks on it (3).
+    #[tokio::test]
+    async fn check_alone_on_every_fixture() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/werkbaum");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v == "true"),
+                "fixtures folder {} is missing",
+                dir.display()
+            );
+            return;
+        };
+        let mut seen = 0;
+        for entry in entries {
+            let file = entry.unwrap().path();
+            if file.extension().is_none_or(|e| e != "werkbaum") {
+                continue;
+            }
+            seen += 1;
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            let args = CheckArgs {
+                file,
+                against: None,
+                allow_warnings: false,
+                allow_prod: false,
+                core: None,
+            };
+            let r = check_value(&args).await.unwrap();
+            assert!(
+                r["findings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|f| f["type"] != "prodStatus"),
+                "{name}"
+            );
+            let want = if name == "example-werkbaum.werkbaum" {
+                ExitCode::from(EXIT_BLOCKING)
+            } else {
+                ExitCode::SUCCESS
+            };
+            assert_eq!(check(args).await, want, "{name}");
+        }
+        assert_eq!(seen, 6);
     }
 
     #[tokio::test]

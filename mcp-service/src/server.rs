@@ -26,31 +26,73 @@ use crate::{
     identity::Identity,
     prompts,
     tools::{
-        Answer, Caller, DOC_URI_TEMPLATE, Edit, Planner, ToolError, doc_uri,
+        Answer, Caller, DOC_URI_TEMPLATE, Edit, Planner, ToolError,
+        answer::{
+            self, CheckAnswer, CreateAnswer, EditAnswer, HistoryAnswer, InspectAnswer, ReadAnswer,
+            WhoamiAnswer, output_schema,
+        },
+        doc_uri,
         input::{
             AddNodeInput, ApplyOpsInput, CheckInput, CreateInput, HistoryInput, InspectInput,
             MoveNodeInput, ReadInput, RemoveNodeInput, SetSizeInput, SetStatusInput, WriteInput,
         },
+        render, schema,
     },
 };
 
-/// The tools that change a plan (text form) or a document; absent in read-only mode.
-pub const WRITE_TOOLS: [&str; 8] = [
-    "werkbaum_set_status",
-    "werkbaum_apply_ops",
-    "werkbaum_write",
-    "werkbaum_add_node",
-    "werkbaum_move_node",
-    "werkbaum_set_size",
-    "werkbaum_remove_node",
-    "werkbaum_create",
-];
+/// What every session learns at `initialize`: the two forms, `base` and the guard rails,
+/// said once here (and in `werkbaum://guide`) instead of in every tool description.
+pub const INSTRUCTIONS: &str = "Werkbaum plans (plain-text work breakdowns). Read werkbaum://guide \
+     for the notation, the status keys and every field the tools return; ask werkbaum_inspect \
+     instead of interpreting a plan yourself.\n\
+     Two forms, exactly one per call: `text` (a plan you read yourself, e.g. a local file: \
+     edits return the new text, checksum and findings; nothing is stored, save it yourself \
+     unless `blocking`) or `document` (a uuid of this server, werkbaum://doc/{uuid}: writes \
+     need `base: {version, checksum}` from your last read; a stale base is a `conflict` error \
+     carrying the current text; redo your change on it). Every answer has a `revision`.\n\
+     Guard rails: an edit that introduces structural warnings (mixedGate, unknownStatus, \
+     descStray, duplicateId) or newly sets a node to [^] (production) is blocked (document \
+     form: nothing is written) unless the call passes `allowWarnings` / `allowProd`; the answer \
+     lists the new warnings as `findings`. Prefer the node verbs to werkbaum_write: they leave \
+     every other line byte-identical.";
 
-const WRITE_NOTE: &str = " Give `text` (a local plan; the answer carries the new text, findings \
-     and `blocking` — save it yourself only when not blocking) or `document` with `base: \
-     {version, checksum}` from your last read (a stale base is a `conflict` error carrying the \
-     current text; nothing is written). Guard rails: new structural warnings and a node newly \
-     set to [^] block unless `allowWarnings` / `allowProd`; the answer lists the warning delta.";
+/// The names of the tools that change a plan: every tool not annotated `readOnlyHint: true`.
+/// The gateway derives `mcp:write` from the same annotations.
+pub fn write_tools(router: &ToolRouter<PlanService>) -> Vec<String> {
+    router
+        .list_all()
+        .into_iter()
+        .filter(|t| t.annotations.as_ref().and_then(|a| a.read_only_hint) != Some(true))
+        .map(|t| t.name.into_owned())
+        .collect()
+}
+
+/// Every input schema closed (`additionalProperties: false`: unknown arguments are refused)
+/// and compact.
+fn close_input_schemas(router: &mut ToolRouter<PlanService>) {
+    for route in router.map.values_mut() {
+        route.attr.input_schema = Arc::new(schema::compact_input(&route.attr.input_schema));
+    }
+}
+
+/// The arguments a tool's input schema does not name, or `None` when all are known.
+pub fn unknown_arguments(
+    schema: &rmcp::model::JsonObject,
+    arguments: Option<&rmcp::model::JsonObject>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let accepted: Vec<String> = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    let unknown: Vec<String> = arguments
+        .into_iter()
+        .flat_map(|a| a.keys())
+        .filter(|k| !accepted.contains(k))
+        .cloned()
+        .collect();
+    (!unknown.is_empty()).then_some((unknown, accepted))
+}
 
 /// The Werkbaum MCP service. Cheap to clone; one instance per MCP session.
 #[derive(Clone)]
@@ -86,15 +128,21 @@ fn caller(ctx: &RequestContext<RoleServer>) -> Caller {
     )
 }
 
+/// The tool catalog (every tool, annotated and with closed input schemas).
+pub fn catalog() -> ToolRouter<PlanService> {
+    let mut router = PlanService::tool_router();
+    close_input_schemas(&mut router);
+    router
+}
+
 #[tool_router]
 impl PlanService {
     /// A session's service; in read-only mode no write tool is registered at all.
     pub fn new(planner: Arc<Planner>, read_only: bool) -> Self {
-        let mut tool_router = Self::tool_router();
-        annotate_write_tools(&mut tool_router);
+        let mut tool_router = catalog();
         if read_only {
-            for name in WRITE_TOOLS {
-                tool_router.remove_route(name);
+            for name in write_tools(&tool_router) {
+                tool_router.remove_route(&name);
             }
         }
         Self {
@@ -105,43 +153,36 @@ impl PlanService {
 
     /// An operator's first diagnostic: who the gateway says is calling, and from which host.
     #[tool(
-        description = "Report the caller identity this service received from the gateway \
-                       (subject, client, auth kind, scopes) and the MCP host name from the handshake.",
+        title = "Who am I",
+        description = "The caller identity the gateway forwarded (subject, client id and name, \
+                       auth kind, scopes) and the MCP host.",
+        output_schema = output_schema::<WhoamiAnswer>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn whoami(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
         let identity = Identity::of_request(&ctx);
         let host = ctx.client_info();
-        let report = json!({
-            "subject": identity.subject,
-            "client": identity.client,
-            "authKind": identity.auth_kind,
-            "scopes": identity.scopes,
-            "requestId": identity.request_id,
-            "host": host.as_ref().map(|h| h.name.clone()),
-            "hostVersion": host.as_ref().map(|h| h.version.clone()),
-            "protocolVersion": ctx.protocol_version().map(|v| v.to_string()),
-        });
-        let text = format!(
-            "subject: {}\nclient: {}\nauth: {}\nscopes: {}\nhost: {}",
-            identity.subject.as_deref().unwrap_or("-"),
-            identity.client.as_deref().unwrap_or("-"),
-            identity.auth_kind.as_deref().unwrap_or("-"),
-            if identity.scopes.is_empty() {
-                "-".to_owned()
-            } else {
-                identity.scopes.join(" ")
-            },
-            host.as_ref().map(|h| h.name.as_str()).unwrap_or("-"),
-        );
-        let mut result = CallToolResult::structured(report);
+        let report = WhoamiAnswer {
+            subject: identity.subject.clone(),
+            client: identity.client.clone(),
+            client_name: identity.client_name.clone(),
+            auth_kind: identity.auth_kind.clone(),
+            scopes: identity.scopes.clone(),
+            request_id: identity.request_id.clone(),
+            host: host.as_ref().map(|h| h.name.clone()),
+            host_version: host.as_ref().map(|h| h.version.clone()),
+            protocol_version: ctx.protocol_version().map(|v| v.to_string()),
+        };
+        let text = render::render_whoami(&report);
+        let mut result = CallToolResult::structured(answer::to_value(&report));
         result.content = vec![ContentBlock::text(text)];
         Ok(result)
     }
 
     #[tool(
-        description = "Read a Werkbaum plan: its text, revision stamp ({document, version, \
-                       checksum} or {checksum}) and summary figures. Give `text` or `document`.",
+        title = "Read a plan",
+        description = "Read a plan: its text, revision and summary figures.",
+        output_schema = output_schema::<ReadAnswer>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn werkbaum_read(
@@ -152,11 +193,11 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Ask what a plan means, computed exactly as the Werkbaum editor does: the \
-                       tree (status, effective status, sizes, assumed sizes, needsBreakdown, \
-                       needed/station flags), warnings and the cheapest path with stations and \
-                       assignee loads. `id` restricts the tree to a subtree; `include` picks \
-                       sections. Give `text` or `document`.",
+        title = "Inspect a plan",
+        description = "What a plan means, computed as the Werkbaum editor does: the tree \
+                       (statuses, effective statuses, sizes, flags), warnings, the cheapest path \
+                       and notices (e.g. the text is not a plan).",
+        output_schema = output_schema::<InspectAnswer>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn werkbaum_inspect(
@@ -167,10 +208,11 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Check a plan: its warnings as findings, each with `blocking` (new \
-                       structural warnings and nodes newly set to [^] block). With `against` \
-                       (an earlier text) only what the plan newly introduces is reported. \
-                       Give `text` or `document`.",
+        title = "Check a plan",
+        description = "Check a plan; writes nothing. Alone: every warning is a finding \
+                       (structural ones block). With `against` (an earlier text): only what is \
+                       new, including nodes newly set to [^].",
+        output_schema = output_schema::<CheckAnswer>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn werkbaum_check(
@@ -181,12 +223,13 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Set a node's status box ([?] idea, [ ] planned, [~] in progress, [/] \
-                       first cut, [x] done, [^] production, [-] discarded, [!] high risk); \
-                       only that line changes.",
+        title = "Set a node's status",
+        description = "Set a node's status; only its box changes.",
+        output_schema = output_schema::<EditAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = false,
+            idempotent_hint = true,
             open_world_hint = false
         )
     )]
@@ -203,11 +246,13 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Apply line operations ({op: insert|replace|delete, index, count?, \
-                       lines?} on text.split(\"\\n\"), in order).",
+        title = "Apply line operations",
+        description = "Apply line operations to text.split(\"\\n\"), in order.",
+        output_schema = output_schema::<EditAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = true,
+            idempotent_hint = false,
             open_world_hint = false
         )
     )]
@@ -221,11 +266,13 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Replace the whole plan text with `newText` (prefer the node verbs; they \
-                       leave every other line byte-identical).",
+        title = "Replace the whole text",
+        description = "Replace the whole plan text with `newText` (prefer the node verbs).",
+        output_schema = output_schema::<EditAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = true,
+            idempotent_hint = true,
             open_world_hint = false
         )
     )]
@@ -239,11 +286,14 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Add one node line under `parent` (null: a root), after the child `after` \
-                       or as the last child; indentation is chosen for you.",
+        title = "Add a node",
+        description = "Add one node line under `parent`, after the child `after` or last; \
+                       indentation is chosen for you.",
+        output_schema = output_schema::<EditAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = false,
+            idempotent_hint = false,
             open_world_hint = false
         )
     )]
@@ -261,11 +311,14 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Move a node with its whole subtree (descriptions and continuation lines \
-                       included, re-indented) under `parent` (null: a root), after `after`.",
+        title = "Move a node",
+        description = "Move a node with its subtree (descriptions and continuation lines \
+                       included, re-indented) under `parent`, after `after` or last.",
+        output_schema = output_schema::<EditAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = false,
+            idempotent_hint = true,
             open_world_hint = false
         )
     )]
@@ -283,10 +336,13 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Set a node's size (XS, S, M, L, XL, XXL) or remove it (null).",
+        title = "Set a node's size",
+        description = "Set a node's size or remove it (null).",
+        output_schema = output_schema::<EditAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = false,
+            idempotent_hint = true,
             open_world_hint = false
         )
     )]
@@ -303,11 +359,14 @@ impl PlanService {
     }
 
     #[tool(
+        title = "Remove a node",
         description = "Remove a node: `discard: true` marks it [-]; `discard: false` deletes its \
                        subtree and its description blocks.",
+        output_schema = output_schema::<EditAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = true,
+            idempotent_hint = false,
             open_world_hint = false
         )
     )]
@@ -324,12 +383,14 @@ impl PlanService {
     }
 
     #[tool(
-        description = "Create a shared plan document on this server (version 1) from `title` \
-                       and `text`; returns its uuid, version and checksum. The same guard \
-                       rails apply (structural warnings and [^] nodes block unless allowed).",
+        title = "Create a shared plan",
+        description = "Create a document on this server (version 1); returns its uuid, version \
+                       and checksum. Its [^] nodes count as newly set.",
+        output_schema = output_schema::<CreateAnswer>(),
         annotations(
             read_only_hint = false,
             destructive_hint = false,
+            idempotent_hint = false,
             open_world_hint = false
         )
     )]
@@ -342,9 +403,10 @@ impl PlanService {
     }
 
     #[tool(
-        description = "List a document's versions, oldest first: version, time, author \
-                       (host · user), what changed and the line operations. `since`: only \
-                       versions after that one.",
+        title = "Document history",
+        description = "List a document's versions, oldest first: time, author (host · user), \
+                       what changed and the line operations.",
+        output_schema = output_schema::<HistoryAnswer>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn werkbaum_history(
@@ -359,19 +421,6 @@ fn store_failure(e: &ToolError) -> McpError {
     McpError::internal_error(e.to_string(), None)
 }
 
-/// Tool descriptions of write tools end with the shared note on forms and guard rails.
-fn annotate_write_tools(router: &mut ToolRouter<PlanService>) {
-    for name in WRITE_TOOLS {
-        if name == "werkbaum_create" {
-            continue;
-        }
-        if let Some(route) = router.map.get_mut(name) {
-            let d = route.attr.description.clone().unwrap_or_default();
-            route.attr.description = Some(format!("{d}{WRITE_NOTE}").into());
-        }
-    }
-}
-
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for PlanService {
     fn get_info(&self) -> ServerConfig {
@@ -383,13 +432,25 @@ impl ServerHandler for PlanService {
                 .build(),
         );
         info.server_info = Implementation::new("pforte-werkbaum", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some(
-            "Werkbaum plans as MCP resources, tools and prompts. Read werkbaum://guide first; \
-             shared documents are werkbaum://doc/{uuid}. Ask werkbaum_inspect instead of \
-             interpreting the notation yourself; write with the node verbs and the base you read."
-                .to_owned(),
-        );
+        info.instructions = Some(INSTRUCTIONS.to_owned());
         info
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, McpError> {
+        if let Some(tool) = self.tool_router.get(&request.name)
+            && let Some((unknown, accepted)) =
+                unknown_arguments(&tool.input_schema, request.arguments.as_ref())
+        {
+            return Ok(ToolError::UnknownArguments { unknown, accepted }
+                .into_result()
+                .into());
+        }
+        let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(tcc).await
     }
 
     async fn list_resources(
@@ -504,5 +565,162 @@ impl ServerHandler for PlanService {
         prompts::get(&request.name, &args)
             .map(Into::into)
             .map_err(|e| McpError::invalid_params(e.to_string(), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// What hosts hand to the model: name, title, description and inputSchema of every tool.
+    fn model_bytes() -> usize {
+        let tools: Vec<_> = catalog()
+            .list_all()
+            .into_iter()
+            .map(|t| {
+                json!({
+                    "name": t.name, "title": t.title,
+                    "description": t.description, "inputSchema": t.input_schema,
+                })
+            })
+            .collect();
+        assert_eq!(tools.len(), 13);
+        serde_json::to_string(&tools).unwrap().len()
+    }
+
+    #[test]
+    fn what_the_model_reads_stays_under_10_000_bytes() {
+        let bytes = model_bytes();
+        println!("tools/list as the model reads it: {bytes} bytes");
+        assert!(bytes <= 10_000, "{bytes} bytes");
+    }
+
+    /// (name, readOnly, destructive, idempotent) of every tool; the gateway derives `mcp:read`
+    /// / `mcp:write` from `readOnlyHint`, so this table is part of the authorization contract.
+    const ANNOTATIONS: [(&str, bool, Option<bool>, Option<bool>); 13] = [
+        ("werkbaum_add_node", false, Some(false), Some(false)),
+        ("werkbaum_apply_ops", false, Some(true), Some(false)),
+        ("werkbaum_check", true, None, None),
+        ("werkbaum_create", false, Some(false), Some(false)),
+        ("werkbaum_history", true, None, None),
+        ("werkbaum_inspect", true, None, None),
+        ("werkbaum_move_node", false, Some(false), Some(true)),
+        ("werkbaum_read", true, None, None),
+        ("werkbaum_remove_node", false, Some(true), Some(false)),
+        ("werkbaum_set_size", false, Some(false), Some(true)),
+        ("werkbaum_set_status", false, Some(false), Some(true)),
+        ("werkbaum_write", false, Some(true), Some(true)),
+        ("whoami", true, None, None),
+    ];
+
+    #[test]
+    fn every_tool_has_a_title_an_output_schema_and_pinned_annotations() {
+        let tools = catalog().list_all();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        let pinned: Vec<&str> = ANNOTATIONS.iter().map(|a| a.0).collect();
+        assert_eq!(names, pinned);
+        for (tool, (name, read_only, destructive, idempotent)) in tools.iter().zip(ANNOTATIONS) {
+            let title = tool.title.as_deref().unwrap_or_default();
+            assert!(
+                !title.is_empty() && title != name,
+                "{name}: title {title:?}"
+            );
+            let out = tool.output_schema.as_ref().unwrap();
+            assert_eq!(out["type"], "object", "{name}");
+            let a = tool.annotations.as_ref().unwrap();
+            assert_eq!(a.read_only_hint, Some(read_only), "{name}");
+            assert_eq!(a.destructive_hint, destructive, "{name}");
+            assert_eq!(a.idempotent_hint, idempotent, "{name}");
+            assert_eq!(a.open_world_hint, Some(false), "{name}");
+            assert_eq!(
+                tool.input_schema.get("additionalProperties"),
+                Some(&serde_json::Value::Bool(false)),
+                "{name}"
+            );
+            let d = tool.description.as_deref().unwrap_or_default();
+            assert!(
+                !d.contains("Give `text`") && d.len() <= 300,
+                "{name}: the shared explanation lives in the instructions: {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn read_and_write_tools_follow_the_annotations() {
+        let router = catalog();
+        let mut write = write_tools(&router);
+        write.sort();
+        assert_eq!(
+            write,
+            [
+                "werkbaum_add_node",
+                "werkbaum_apply_ops",
+                "werkbaum_create",
+                "werkbaum_move_node",
+                "werkbaum_remove_node",
+                "werkbaum_set_size",
+                "werkbaum_set_status",
+                "werkbaum_write",
+            ]
+        );
+        let read: Vec<String> = router
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .filter(|n| !write.contains(n))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                "werkbaum_check",
+                "werkbaum_history",
+                "werkbaum_inspect",
+                "werkbaum_read",
+                "whoami"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_arguments_are_named_with_the_accepted_ones() {
+        let router = catalog();
+        let schema = &router.get("werkbaum_inspect").unwrap().input_schema;
+        let args = json!({"txt": "x", "text": "y", "depth": 2});
+        let (unknown, accepted) = unknown_arguments(schema, args.as_object()).unwrap();
+        assert_eq!(unknown, ["depth", "txt"]);
+        assert_eq!(accepted, ["document", "id", "include", "text"]);
+        assert!(unknown_arguments(schema, json!({"text": "y"}).as_object()).is_none());
+        assert!(unknown_arguments(schema, None).is_none());
+        let e = ToolError::UnknownArguments { unknown, accepted };
+        assert_eq!(e.code(), "unknownArguments");
+        assert_eq!(
+            e.to_string(),
+            "unknown arguments `depth`, `txt`; this tool accepts `document`, `id`, `include`, \
+             `text`"
+        );
+        let whoami = &router.get("whoami").unwrap().input_schema;
+        let (unknown, _) = unknown_arguments(whoami, json!({"x": 1}).as_object()).unwrap();
+        assert_eq!(unknown, ["x"]);
+        // The check tool offers only what it uses.
+        let check = &router.get("werkbaum_check").unwrap().input_schema;
+        let (unknown, _) =
+            unknown_arguments(check, json!({"allowProd": true}).as_object()).unwrap();
+        assert_eq!(unknown, ["allowProd"]);
+    }
+
+    #[test]
+    fn the_shared_explanation_lives_in_instructions_and_the_guide() {
+        for needle in [
+            "`text`",
+            "`document`",
+            "`base",
+            "allowWarnings",
+            "allowProd",
+            "[^]",
+        ] {
+            assert!(INSTRUCTIONS.contains(needle), "instructions lack {needle}");
+            assert!(guide::TEXT.contains(needle), "guide lacks {needle}");
+        }
     }
 }

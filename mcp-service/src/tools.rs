@@ -5,9 +5,18 @@
 //!
 //! Plan semantics come from the core only: this module never looks inside a plan's text except
 //! to hash it, measure it and compare it for equality.
+//!
+//! By concern: `input` (arguments and their schemas), `schema` (the published input schemas,
+//! closed and compact), `answer` (typed answers, which derive each tool's `outputSchema`),
+//! `edit` (the edits, computed by the core), `render` (the text renderings) and `error` (the
+//! one place failures become tool errors).
 
+pub mod answer;
+mod edit;
 pub mod error;
 pub mod input;
+pub mod render;
+pub mod schema;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -18,10 +27,18 @@ use sha2::{Digest as _, Sha256};
 use crate::clock::{Clock, Ids, rfc3339};
 use crate::engine::Engine;
 use crate::store::{Document, DocumentSummary, HistoryEntry, Store, WriteOutcome};
+use answer::{
+    CheckAnswer, CreateAnswer, EditAnswer, Finding, HistoryAnswer, HistoryItem, InspectAnswer,
+    Notice, PathInfo, ReadAnswer, Revision, Summary, Warning, to_value,
+};
+pub use edit::Edit;
+use edit::compute_ops;
 pub use error::ToolError;
 use input::{
-    Allow, Base, CheckInput, CreateInput, HistoryInput, InspectInput, LineOp, NodeRef, Size,
-    Source, Status, WriteCommon,
+    Allow, Base, CheckInput, CreateInput, HistoryInput, InspectInput, Source, WriteCommon,
+};
+use render::{
+    blocking_summary, render_findings, render_inspect, render_notices, revision_line, summary_line,
 };
 
 /// The URI of a document resource.
@@ -68,154 +85,30 @@ impl Caller {
     }
 }
 
-/// A tool's answer: `structuredContent` plus a text rendering.
+/// A tool's answer: `structuredContent` (a typed answer from `answer`, serialized) plus a text
+/// rendering.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub structured: Value,
     pub text: String,
 }
 
-/// A change to a plan, one per write tool.
-#[derive(Debug, Clone)]
-pub enum Edit {
-    SetStatus {
-        id: NodeRef,
-        status: Status,
-    },
-    ApplyOps(Vec<LineOp>),
-    Write(String),
-    AddNode {
-        parent: Option<NodeRef>,
-        line: String,
-        after: Option<NodeRef>,
-    },
-    MoveNode {
-        id: NodeRef,
-        parent: Option<NodeRef>,
-        after: Option<NodeRef>,
-    },
-    SetSize {
-        id: NodeRef,
-        size: Option<Size>,
-    },
-    RemoveNode {
-        id: NodeRef,
-        discard: bool,
-    },
-}
-
-fn opt_ref(r: Option<&NodeRef>) -> Value {
-    r.map_or(Value::Null, NodeRef::to_json)
-}
-
-impl Edit {
-    /// One line saying what the edit does, for the history.
-    pub fn subject(&self) -> String {
-        match self {
-            Edit::SetStatus { id, status } => {
-                format!("set_status {} [{}]", id.display(), status.code())
-            }
-            Edit::ApplyOps(ops) => format!("apply_ops ({} ops)", ops.len()),
-            Edit::Write(_) => "write (whole text)".to_owned(),
-            Edit::AddNode { parent, line, .. } => format!(
-                "add_node under {}: {}",
-                parent
-                    .as_ref()
-                    .map_or("the root".to_owned(), NodeRef::display),
-                line.trim()
-            ),
-            Edit::MoveNode { id, parent, .. } => format!(
-                "move_node {} under {}",
-                id.display(),
-                parent
-                    .as_ref()
-                    .map_or("the root".to_owned(), NodeRef::display)
-            ),
-            Edit::SetSize { id, size } => format!(
-                "set_size {} {}",
-                id.display(),
-                size.map_or("none", Size::code)
-            ),
-            Edit::RemoveNode { id, discard } => format!(
-                "remove_node {}{}",
-                id.display(),
-                if *discard { " (discard)" } else { " (delete)" }
-            ),
+impl Answer {
+    fn new<T: serde::Serialize>(answer: &T, text: String) -> Self {
+        Self {
+            structured: to_value(answer),
+            text,
         }
     }
-
-    /// The text after the edit and the line ops from `before` to it, all computed by the core.
-    async fn apply(&self, engine: &Engine, before: &str) -> Result<(String, Value), ToolError> {
-        let (method, params) = match self {
-            Edit::SetStatus { id, status } => (
-                "setStatus",
-                json!({"text": before, "id": id.to_json(), "status": status.code()}),
-            ),
-            Edit::SetSize { id, size } => (
-                "setSize",
-                json!({"text": before, "id": id.to_json(), "size": size.map(Size::code)}),
-            ),
-            Edit::AddNode {
-                parent,
-                line,
-                after,
-            } => {
-                let mut p =
-                    json!({"text": before, "parent": opt_ref(parent.as_ref()), "line": line});
-                if let Some(after) = after {
-                    p["after"] = after.to_json();
-                }
-                ("addNode", p)
-            }
-            Edit::MoveNode { id, parent, after } => {
-                let mut p =
-                    json!({"text": before, "id": id.to_json(), "parent": opt_ref(parent.as_ref())});
-                if let Some(after) = after {
-                    p["after"] = after.to_json();
-                }
-                ("moveNode", p)
-            }
-            Edit::RemoveNode { id, discard } => (
-                "removeNode",
-                json!({"text": before, "id": id.to_json(), "discard": discard}),
-            ),
-            Edit::ApplyOps(ops) => {
-                let r = engine
-                    .call("applyOps", json!({"text": before, "ops": ops}))
-                    .await?;
-                let after = text_field(&r, "text")?;
-                let ops = compute_ops(engine, before, &after).await?;
-                return Ok((after, ops));
-            }
-            Edit::Write(new_text) => {
-                let ops = compute_ops(engine, before, new_text).await?;
-                return Ok((new_text.clone(), ops));
-            }
-        };
-        let r = engine.call(method, params).await?;
-        Ok((
-            text_field(&r, "text")?,
-            r.get("ops").cloned().unwrap_or(json!([])),
-        ))
-    }
 }
 
-fn text_field(v: &Value, key: &str) -> Result<String, ToolError> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            ToolError::Engine(crate::engine::EngineError::Engine(format!(
-                "the core's answer lacks {key}"
-            )))
-        })
-}
-
-async fn compute_ops(engine: &Engine, before: &str, after: &str) -> Result<Value, ToolError> {
-    let r = engine
-        .call("computeOps", json!({"before": before, "after": after}))
-        .await?;
-    Ok(r.get("ops").cloned().unwrap_or(json!([])))
+/// A part of the core's answer as a typed value; a mismatch is an engine failure.
+fn typed<T: serde::de::DeserializeOwned>(v: &Value, key: &str) -> Result<T, ToolError> {
+    serde_json::from_value(v.get(key).cloned().unwrap_or(Value::Null)).map_err(|e| {
+        ToolError::Engine(crate::engine::EngineError::Engine(format!(
+            "the core's {key} does not have the documented shape: {e}"
+        )))
+    })
 }
 
 /// A resolved plan: a text the agent sent or a stored document.
@@ -234,30 +127,30 @@ impl Loaded {
     }
 
     /// The stamp: `{checksum}` for a text, `{document, version, checksum}` for a document.
-    fn revision(&self) -> Value {
+    fn revision(&self) -> Revision {
         match self {
-            Loaded::Text { checksum, .. } => json!({ "checksum": checksum }),
+            Loaded::Text { checksum, .. } => Revision {
+                document: None,
+                version: None,
+                checksum: checksum.clone(),
+            },
             Loaded::Doc(d) => revision_of(d),
         }
     }
 }
 
-fn revision_of(d: &Document) -> Value {
-    json!({ "document": d.uuid, "version": d.version, "checksum": d.checksum })
+fn revision_of(d: &Document) -> Revision {
+    Revision {
+        document: Some(d.uuid.clone()),
+        version: Some(d.version),
+        checksum: d.checksum.clone(),
+    }
 }
 
-fn revision_line(rev: &Value) -> String {
-    match rev.get("document").and_then(Value::as_str) {
-        Some(doc) => format!(
-            "revision: document {doc} version {} checksum {}",
-            rev["version"],
-            rev["checksum"].as_str().unwrap_or("")
-        ),
-        None => format!(
-            "revision: text checksum {}",
-            rev["checksum"].as_str().unwrap_or("")
-        ),
-    }
+/// The guard rails' verdict on an edited text.
+struct Verdict {
+    findings: Vec<Finding>,
+    blocking: bool,
 }
 
 /// The service's plan operations over an engine and a store.
@@ -338,12 +231,12 @@ impl Planner {
         }
     }
 
-    async fn summary(&self, text: &str) -> Result<Value, ToolError> {
+    async fn summary(&self, text: &str) -> Result<Summary, ToolError> {
         let r = self
             .engine
             .call("inspect", json!({"text": text, "include": []}))
             .await?;
-        Ok(r.get("summary").cloned().unwrap_or(Value::Null))
+        typed(&r, "summary")
     }
 
     /// `werkbaum_read`: the text with its revision and the core's summary figures.
@@ -351,28 +244,32 @@ impl Planner {
         let loaded = self.load(source).await?;
         let summary = self.summary(loaded.text()).await?;
         let revision = loaded.revision();
-        let mut structured = json!({
-            "revision": revision,
-            "summary": summary,
-            "text": loaded.text(),
-        });
         let mut text = String::new();
-        if let Loaded::Doc(d) = &loaded {
-            structured["title"] = json!(d.title);
-            structured["uri"] = json!(doc_uri(&d.uuid));
-            let _ = writeln!(text, "\"{}\"", d.title);
-        }
+        let (title, uri) = match &loaded {
+            Loaded::Doc(d) => {
+                let _ = writeln!(text, "\"{}\"", d.title);
+                (Some(d.title.clone()), Some(doc_uri(&d.uuid)))
+            }
+            Loaded::Text { .. } => (None, None),
+        };
+        let answer = ReadAnswer {
+            revision,
+            summary,
+            text: loaded.text().to_owned(),
+            title,
+            uri,
+        };
         let _ = writeln!(
             text,
             "{}\nsummary: {}\n-----\n{}",
-            revision_line(&revision),
-            summary_line(&summary),
+            revision_line(&answer.revision),
+            summary_line(&to_value(&answer.summary)),
             loaded.text()
         );
-        Ok(Answer { structured, text })
+        Ok(Answer::new(&answer, text))
     }
 
-    /// `werkbaum_inspect`: the core's tree, warnings and cheapest path.
+    /// `werkbaum_inspect`: the core's tree, warnings and cheapest path, and its notices.
     pub async fn inspect(&self, input: InspectInput) -> Result<Answer, ToolError> {
         let loaded = self.load(input.source).await?;
         let mut params = json!({ "text": loaded.text() });
@@ -385,37 +282,43 @@ impl Planner {
         let mut result = self.engine.call("inspect", params).await?;
         let revision = loaded.revision();
         let text = render_inspect(&result, &revision);
-        result["revision"] = revision;
-        Ok(Answer {
-            structured: result,
-            text,
-        })
+        let answer = InspectAnswer {
+            revision,
+            summary: typed(&result, "summary")?,
+            tree: result.get_mut("tree").map(Value::take),
+            warnings: typed::<Option<Vec<Warning>>>(&result, "warnings")?,
+            path: typed::<Option<PathInfo>>(&result, "path")?,
+            notices: typed::<Option<Vec<Notice>>>(&result, "notices")?.unwrap_or_default(),
+        };
+        Ok(Answer::new(&answer, text))
     }
 
-    /// `werkbaum_check`: the warning delta against `against` with blocking verdicts.
+    /// `werkbaum_check`: the text's findings with blocking verdicts — on its own (every
+    /// warning; no node is newly `[^]`), or with `against` only what it newly introduces.
+    /// Writes nothing.
     pub async fn check(&self, input: CheckInput) -> Result<Answer, ToolError> {
         let loaded = self.load(input.source).await?;
-        let mut params = json!({
-            "text": loaded.text(),
-            "allowWarnings": input.allow.allow_warnings,
-            "allowProd": input.allow.allow_prod,
-        });
+        let mut params = json!({ "text": loaded.text() });
         if let Some(against) = &input.against {
             self.cap("against", against)?;
             params["against"] = json!(against);
         }
-        let mut result = self.engine.call("check", params).await?;
+        let result = self.engine.call("check", params).await?;
         let revision = loaded.revision();
         let mut text = format!("{}\n", revision_line(&revision));
         text.push_str(&render_findings(
             &result["findings"],
             result["blocking"].as_bool(),
         ));
-        result["revision"] = revision;
-        Ok(Answer {
-            structured: result,
-            text,
-        })
+        text.push_str(&render_notices(&result["notices"]));
+        let answer = CheckAnswer {
+            revision,
+            findings: typed(&result, "findings")?,
+            blocking: typed(&result, "blocking")?,
+            warnings: typed(&result, "warnings")?,
+            notices: typed::<Option<Vec<Notice>>>(&result, "notices")?.unwrap_or_default(),
+        };
+        Ok(Answer::new(&answer, text))
     }
 
     /// Every write tool: edit through the core, guard rails from `check`, then (document form)
@@ -454,7 +357,8 @@ impl Planner {
         let before = loaded.text();
         let (after, ops) = edit.apply(&self.engine, before).await?;
         self.cap("the edited text", &after)?;
-        let (findings, blocking) = self.guard(&after, Some(before), allow).await?;
+        let Verdict { findings, blocking } = self.guard(&after, before, allow).await?;
+        let findings_json = to_value(&findings);
         let revision = loaded.revision();
         let doc = match loaded {
             Loaded::Text { .. } => {
@@ -468,27 +372,29 @@ impl Planner {
                         ""
                     }
                 );
-                text.push_str(&render_findings(&findings, Some(blocking)));
+                text.push_str(&render_findings(&findings_json, Some(blocking)));
                 let _ = write!(text, "-----\n{after}");
-                return Ok(Answer {
-                    structured: json!({
-                        "revision": revision,
-                        "text": after,
-                        "checksum": new_checksum,
-                        "ops": ops,
-                        "findings": findings,
-                        "blocking": blocking,
-                    }),
-                    text,
-                });
+                let answer = EditAnswer {
+                    revision,
+                    written: None,
+                    text: Some(after),
+                    document: None,
+                    version: None,
+                    checksum: new_checksum,
+                    author: None,
+                    ops,
+                    findings,
+                    blocking,
+                };
+                return Ok(Answer::new(&answer, text));
             }
             Loaded::Doc(doc) => doc,
         };
         if blocking {
             return Err(ToolError::Blocked {
-                summary: blocking_summary(&findings),
-                findings,
-                revision,
+                summary: blocking_summary(&findings_json),
+                findings: findings_json,
+                revision: to_value(&revision),
             });
         }
         if after == doc.text {
@@ -496,19 +402,19 @@ impl Planner {
                 "{}\nunchanged: the edit leaves the text as it is; nothing was written\n",
                 revision_line(&revision)
             );
-            return Ok(Answer {
-                structured: json!({
-                    "revision": revision,
-                    "written": false,
-                    "document": doc.uuid,
-                    "version": doc.version,
-                    "checksum": doc.checksum,
-                    "ops": ops,
-                    "findings": findings,
-                    "blocking": false,
-                }),
-                text,
-            });
+            let answer = EditAnswer {
+                revision,
+                written: Some(false),
+                text: None,
+                document: Some(doc.uuid),
+                version: Some(doc.version),
+                checksum: doc.checksum,
+                author: None,
+                ops,
+                findings,
+                blocking: false,
+            };
+            return Ok(Answer::new(&answer, text));
         }
         let now = self.clock.now_millis();
         let next = Document {
@@ -525,21 +431,20 @@ impl Planner {
                     "written: document {} version {} checksum {} (by {}; {})\n",
                     d.uuid, d.version, d.checksum, entry.author, entry.subject
                 );
-                text.push_str(&render_findings(&findings, Some(false)));
-                Ok(Answer {
-                    structured: json!({
-                        "revision": revision,
-                        "written": true,
-                        "document": d.uuid,
-                        "version": d.version,
-                        "checksum": d.checksum,
-                        "author": entry.author,
-                        "ops": ops,
-                        "findings": findings,
-                        "blocking": false,
-                    }),
-                    text,
-                })
+                text.push_str(&render_findings(&findings_json, Some(false)));
+                let answer = EditAnswer {
+                    revision,
+                    written: Some(true),
+                    text: None,
+                    document: Some(d.uuid),
+                    version: Some(d.version),
+                    checksum: d.checksum,
+                    author: Some(entry.author),
+                    ops,
+                    findings,
+                    blocking: false,
+                };
+                Ok(Answer::new(&answer, text))
             }
             WriteOutcome::Conflict(current) => Err(ToolError::Conflict {
                 base_version: doc.version,
@@ -549,24 +454,20 @@ impl Planner {
         }
     }
 
-    /// The core's `check` of `after` against `before`: (findings, blocking).
-    async fn guard(
-        &self,
-        after: &str,
-        before: Option<&str>,
-        allow: Allow,
-    ) -> Result<(Value, bool), ToolError> {
-        let mut params = json!({
+    /// The core's `check` of `after` against `before` (`""` for a new document: every `[^]`
+    /// node is then newly set).
+    async fn guard(&self, after: &str, before: &str, allow: Allow) -> Result<Verdict, ToolError> {
+        let params = json!({
             "text": after,
+            "against": before,
             "allowWarnings": allow.allow_warnings,
             "allowProd": allow.allow_prod,
         });
-        if let Some(before) = before {
-            params["against"] = json!(before);
-        }
         let r = self.engine.call("check", params).await?;
-        let blocking = r.get("blocking").and_then(Value::as_bool).unwrap_or(true);
-        Ok((r.get("findings").cloned().unwrap_or(json!([])), blocking))
+        Ok(Verdict {
+            findings: typed(&r, "findings")?,
+            blocking: r.get("blocking").and_then(Value::as_bool).unwrap_or(true),
+        })
     }
 
     fn entry(
@@ -600,11 +501,12 @@ impl Planner {
             ));
         }
         self.cap("text", &input.text)?;
-        let (findings, blocking) = self.guard(&input.text, None, input.allow).await?;
+        let Verdict { findings, blocking } = self.guard(&input.text, "", input.allow).await?;
+        let findings_json = to_value(&findings);
         if blocking {
             return Err(ToolError::Blocked {
-                summary: blocking_summary(&findings),
-                findings,
+                summary: blocking_summary(&findings_json),
+                findings: findings_json,
                 revision: json!({ "checksum": checksum(&input.text) }),
             });
         }
@@ -627,22 +529,20 @@ impl Planner {
             doc.checksum,
             doc_uri(&doc.uuid)
         );
-        text.push_str(&render_findings(&findings, Some(false)));
-        Ok(Answer {
-            structured: json!({
-                "revision": revision_of(&doc),
-                "written": true,
-                "document": doc.uuid,
-                "title": doc.title,
-                "uri": doc_uri(&doc.uuid),
-                "version": 1,
-                "checksum": doc.checksum,
-                "author": entry.author,
-                "findings": findings,
-                "blocking": false,
-            }),
-            text,
-        })
+        text.push_str(&render_findings(&findings_json, Some(false)));
+        let answer = CreateAnswer {
+            revision: revision_of(&doc),
+            written: true,
+            uri: doc_uri(&doc.uuid),
+            document: doc.uuid,
+            title: doc.title,
+            version: 1,
+            checksum: doc.checksum,
+            author: entry.author,
+            findings,
+            blocking: false,
+        };
+        Ok(Answer::new(&answer, text))
     }
 
     /// `werkbaum_history`: versions with authors, oldest first.
@@ -655,8 +555,8 @@ impl Planner {
             .ok_or_else(|| ToolError::UnknownDocument(input.document.clone()))?;
         let revision = revision_of(&doc);
         let mut text = format!("{}\n", revision_line(&revision));
-        let list: Vec<Value> = entries
-            .iter()
+        let list: Vec<HistoryItem> = entries
+            .into_iter()
             .map(|e| {
                 let _ = writeln!(
                     text,
@@ -666,30 +566,28 @@ impl Planner {
                     e.author,
                     e.subject
                 );
-                json!({
-                    "version": e.version,
-                    "time": rfc3339(e.time),
-                    "author": e.author,
-                    "host": e.host,
-                    "user": e.user,
-                    "clientId": e.client_id,
-                    "subject": e.subject,
-                    "checksum": e.checksum,
-                    "ops": e.ops,
-                })
+                HistoryItem {
+                    version: e.version,
+                    time: rfc3339(e.time),
+                    author: e.author,
+                    host: e.host,
+                    user: e.user,
+                    client_id: e.client_id,
+                    subject: e.subject,
+                    checksum: e.checksum,
+                    ops: e.ops,
+                }
             })
             .collect();
         if list.is_empty() {
             text.push_str("no versions after that one\n");
         }
-        Ok(Answer {
-            structured: json!({
-                "revision": revision,
-                "title": doc.title,
-                "entries": list,
-            }),
-            text,
-        })
+        let answer = HistoryAnswer {
+            revision,
+            title: doc.title,
+            entries: list,
+        };
+        Ok(Answer::new(&answer, text))
     }
 }
 
@@ -701,164 +599,4 @@ fn stale_check(doc: &Document, base: &Base) -> Result<(), ToolError> {
         base_version: base.version,
         current: Box::new(doc.clone()),
     })
-}
-
-fn summary_line(s: &Value) -> String {
-    format!(
-        "{} nodes, {} warnings, {} needed, {} stations, exact {}",
-        s["nodes"], s["warnings"], s["needed"], s["stations"], s["exact"]
-    )
-}
-
-fn blocking_summary(findings: &Value) -> String {
-    let parts: Vec<String> = findings
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| f["blocking"].as_bool() == Some(true))
-        .map(|f| {
-            format!(
-                "{} at line {}: {}",
-                f["type"].as_str().unwrap_or("?"),
-                f["line"],
-                f["text"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    parts.join("; ")
-}
-
-fn render_findings(findings: &Value, blocking: Option<bool>) -> String {
-    let list = findings.as_array().map(Vec::as_slice).unwrap_or_default();
-    let mut out = String::new();
-    if list.is_empty() {
-        out.push_str("findings: none (no new warnings)\n");
-        return out;
-    }
-    let _ = writeln!(
-        out,
-        "findings ({}{}):",
-        list.len(),
-        if blocking == Some(true) {
-            ", blocking"
-        } else {
-            ""
-        }
-    );
-    for f in list {
-        let line = f
-            .get("line")
-            .filter(|l| !l.is_null())
-            .map_or(String::new(), |l| format!(" line {l}"));
-        let _ = writeln!(
-            out,
-            "- {}{}{}: {}{}",
-            if f["blocking"].as_bool() == Some(true) {
-                "BLOCKING "
-            } else {
-                ""
-            },
-            f["type"].as_str().unwrap_or("?"),
-            line,
-            f["text"].as_str().unwrap_or(""),
-            f.get("reason")
-                .and_then(Value::as_str)
-                .map_or(String::new(), |r| format!(" ({r})"))
-        );
-    }
-    out
-}
-
-fn render_inspect(result: &Value, revision: &Value) -> String {
-    let mut out = format!("{}\n", revision_line(revision));
-    let _ = writeln!(out, "summary: {}", summary_line(&result["summary"]));
-    if let Some(tree) = result.get("tree").and_then(Value::as_array) {
-        out.push_str("tree (line: [status→effective] label (size|assumed) #id flags):\n");
-        // Iterative walk: trees can be very deep.
-        let mut stack: Vec<(&Value, usize)> = tree.iter().rev().map(|n| (n, 0)).collect();
-        while let Some((node, depth)) = stack.pop() {
-            render_node(&mut out, node, depth);
-            if let Some(children) = node.get("children").and_then(Value::as_array) {
-                stack.extend(children.iter().rev().map(|c| (c, depth + 1)));
-            }
-        }
-    }
-    if let Some(warnings) = result.get("warnings").and_then(Value::as_array) {
-        let _ = writeln!(out, "warnings ({}):", warnings.len());
-        for w in warnings {
-            let line = w
-                .get("line")
-                .filter(|l| !l.is_null())
-                .map_or(String::new(), |l| format!(" line {l}"));
-            let _ = writeln!(
-                out,
-                "- {}{}: {}",
-                w["type"].as_str().unwrap_or("?"),
-                line,
-                w["text"].as_str().unwrap_or("")
-            );
-        }
-    }
-    if let Some(path) = result.get("path").filter(|p| p.is_object()) {
-        let _ = writeln!(
-            out,
-            "cheapest path: needed lines {}, stations {}, cost {}, exact {}",
-            path["needed"], path["stations"], path["cost"], path["exact"]
-        );
-        if let Some(o) = path.get("overloadedAssignee").filter(|o| !o.is_null()) {
-            let _ = writeln!(out, "overloaded assignee: {o}");
-        }
-    }
-    out
-}
-
-fn render_node(out: &mut String, n: &Value, depth: usize) {
-    let status = n["statusCode"].as_str().unwrap_or("");
-    let eff = match (n["status"].as_str(), n["effectiveStatus"].as_str()) {
-        (Some(s), Some(e)) if s != e => format!("→{e}"),
-        (None, Some(e)) => format!("→{e}"),
-        _ => String::new(),
-    };
-    let size = match n["size"].as_str() {
-        Some(s) => s.to_owned(),
-        None => format!("{}?", n["assumedSize"].as_str().unwrap_or("")),
-    };
-    let mut flags = Vec::new();
-    for (key, flag) in [
-        ("needed", "needed"),
-        ("station", "station"),
-        ("needsBreakdown", "needs-breakdown"),
-        ("sizeConflict", "size-conflict"),
-        ("optional", "optional"),
-    ] {
-        if n[key].as_bool() == Some(true) {
-            flags.push(flag);
-        }
-    }
-    let tags: Vec<&str> = n["tags"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let _ = writeln!(
-        out,
-        "{}{}: [{status}{eff}] {} ({size}){}{}{}",
-        "  ".repeat(depth),
-        n["line"],
-        n["label"].as_str().unwrap_or(""),
-        n["id"]
-            .as_str()
-            .map_or(String::new(), |id| format!(" #{id}")),
-        if tags.is_empty() {
-            String::new()
-        } else {
-            format!(" @{}", tags.join(" @"))
-        },
-        if flags.is_empty() {
-            String::new()
-        } else {
-            format!(" {{{}}}", flags.join(","))
-        }
-    );
 }

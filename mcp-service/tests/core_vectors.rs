@@ -99,3 +99,38 @@ async fn every_core_vector_passes() {
         failures.join("\n")
     );
 }
+
+/// The not-a-plan notice fires on no vector text (they are terse plans, not prose) except the
+/// one vector written to show it.
+#[tokio::test]
+async fn no_vector_text_gets_a_notice() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("core/tests");
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let mut seen = 0;
+    for file in std::fs::read_dir(&dir).unwrap() {
+        let file = file.unwrap().path();
+        if file.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let cases: Vec<Value> =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        for case in cases {
+            let name = case["name"].as_str().unwrap_or_default();
+            if name.contains("notAPlan") {
+                continue;
+            }
+            for key in ["text", "against", "before", "after"] {
+                let Some(text) = case["params"][key].as_str() else {
+                    continue;
+                };
+                seen += 1;
+                let r = engine
+                    .call("inspect", serde_json::json!({ "text": text }))
+                    .await
+                    .unwrap();
+                assert_eq!(r["notices"], serde_json::json!([]), "{name} ({key})");
+            }
+        }
+    }
+    assert!(seen > 200, "only {seen} vector texts");
+}

@@ -1,6 +1,7 @@
 //! Werkbaum over MCP through the gateway with an rmcp client: every tool in text and document
 //! form on the shared fixture plans, revision stamps, guard rails, conflicts, attribution,
-//! resources, prompts, read-only mode and precise errors for bad input.
+//! resources, prompts, read-only mode and precise errors for bad input. Every answer of the
+//! fixtures test is validated against the tool's published `outputSchema`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "werkbaum/support.rs"]
@@ -11,7 +12,36 @@ use rmcp::model::{
     ResourceContents,
 };
 use serde_json::{Value, json};
-use support::{Stack, base_of, call, create, fixture, ids, sha256, try_call};
+use support::{Client, Stack, base_of, call, create, fixture, ids, sha256, try_call};
+
+/// The published output schemas of the session's tools, as validators.
+async fn validators(c: &Client) -> std::collections::HashMap<String, jsonschema::Validator> {
+    c.list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| {
+            let schema = Value::Object(t.output_schema.expect("an outputSchema").as_ref().clone());
+            (
+                t.name.to_string(),
+                jsonschema::validator_for(&schema).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `call(…).ok()`, with the answer validated against the tool's `outputSchema`.
+async fn vcall(
+    c: &Client,
+    v: &std::collections::HashMap<String, jsonschema::Validator>,
+    tool: &str,
+    args: Value,
+) -> Value {
+    let r = call(c, tool, args).await.ok();
+    let errors: Vec<String> = v[tool].iter_errors(&r).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{tool}: {errors:?}");
+    r
+}
 
 /// The figures issue 4 fixes for the shared fixtures: nodes, warnings, needed, stations.
 const FIGURES: [(&str, u64, u64, u64, u64); 6] = [
@@ -46,15 +76,15 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
     let Some(_) = support::fixtures() else { return };
     let stack = Stack::start(&[]).await;
     let c = stack.client().await;
+    let v = validators(&c).await;
+    vcall(&c, &v, "whoami", json!({})).await;
     for (name, nodes, warnings, needed, stations) in FIGURES {
         let text = fixture(name).unwrap();
         let sum = sha256(&text);
         // --- reading tools, text form: stamped with the input's checksum.
-        let r = call(&c, "werkbaum_read", json!({"text": text})).await.ok();
+        let r = vcall(&c, &v, "werkbaum_read", json!({"text": text})).await;
         assert_eq!(r["revision"], json!({"checksum": sum}), "{name}");
-        let r = call(&c, "werkbaum_inspect", json!({"text": text}))
-            .await
-            .ok();
+        let r = vcall(&c, &v, "werkbaum_inspect", json!({"text": text})).await;
         let s = &r["summary"];
         assert_eq!(
             (
@@ -76,23 +106,38 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
         assert_eq!(r["revision"]["checksum"], sum);
         let tree = r["tree"].clone();
         let (leaf, leaf_line) = first_leaf(&tree);
-        let r = call(&c, "werkbaum_check", json!({"text": text, "against": text}))
-            .await
-            .ok();
+        let r = vcall(
+            &c,
+            &v,
+            "werkbaum_check",
+            json!({"text": text, "against": text}),
+        )
+        .await;
         assert_eq!(
             r["findings"],
             json!([]),
             "{name}: nothing new against itself"
         );
         assert_eq!(r["revision"]["checksum"], sum);
+        // On its own: content warnings are reported, no [^] node is "newly set", and only
+        // upstream's example-werkbaum blocks (a real duplicate id, #123).
+        let r = vcall(&c, &v, "werkbaum_check", json!({"text": text})).await;
+        assert_eq!(
+            r["blocking"],
+            name == "example-werkbaum.werkbaum",
+            "{name}: {}",
+            r["findings"]
+        );
+        assert_eq!(r["findings"].as_array().unwrap().len() as u64, warnings);
+        assert_eq!(r["notices"], json!([]), "{name}");
         // A subtree and one section only.
-        let r = call(
+        let r = vcall(
             &c,
+            &v,
             "werkbaum_inspect",
             json!({"text": text, "id": leaf, "include": ["tree"]}),
         )
-        .await
-        .ok();
+        .await;
         assert_eq!(r["tree"][0]["line"], leaf_line);
         assert!(r.get("warnings").is_none() && r.get("path").is_none());
 
@@ -124,7 +169,7 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
             a["text"] = json!(text);
             a["allowWarnings"] = json!(allow);
             a["allowProd"] = json!(allow);
-            let r = call(&c, tool, a).await.ok();
+            let r = vcall(&c, &v, tool, a).await;
             assert_eq!(r["revision"], json!({"checksum": sum}), "{name} {tool}");
             assert_eq!(r["blocking"], false, "{name} {tool}: {r}");
             let new = r["text"].as_str().unwrap();
@@ -134,26 +179,22 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
 
         // --- document form: create, read, inspect, check, every write with its base, history.
         let (doc, mut base) = create(&c, name, &text, true).await;
-        let r = call(&c, "werkbaum_read", json!({"document": doc}))
-            .await
-            .ok();
+        let r = vcall(&c, &v, "werkbaum_read", json!({"document": doc})).await;
         assert_eq!(r["text"], text.as_str());
         assert_eq!(
             r["revision"],
             json!({"document": doc, "version": 1, "checksum": sum})
         );
-        let r = call(
+        let r = vcall(
             &c,
+            &v,
             "werkbaum_inspect",
             json!({"document": doc, "include": ["warnings"]}),
         )
-        .await
-        .ok();
+        .await;
         assert_eq!(r["summary"]["nodes"], nodes);
         assert_eq!(r["revision"]["version"], 1);
-        let r = call(&c, "werkbaum_check", json!({"document": doc}))
-            .await
-            .ok();
+        let r = vcall(&c, &v, "werkbaum_check", json!({"document": doc})).await;
         assert_eq!(r["revision"]["document"], doc.as_str());
         let doc_edits = [
             ("werkbaum_set_status", json!({"id": leaf, "status": "!"})),
@@ -182,7 +223,7 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
             a["base"] = base.clone();
             a["allowWarnings"] = json!(allow);
             a["allowProd"] = json!(allow);
-            let r = call(&c, tool, a).await.ok();
+            let r = vcall(&c, &v, tool, a).await;
             assert_eq!(r["revision"]["version"], base["version"], "{name} {tool}");
             assert_eq!(r["revision"]["checksum"], base["checksum"], "{name} {tool}");
             if r["written"] == true {
@@ -191,23 +232,19 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
             assert_eq!(r["version"], version, "{name} {tool}: {r}");
             base = json!({"version": r["version"], "checksum": r["checksum"]});
         }
-        let current = call(&c, "werkbaum_read", json!({"document": doc}))
-            .await
-            .ok();
+        let current = vcall(&c, &v, "werkbaum_read", json!({"document": doc})).await;
         let new_text = format!("{}%% written whole\n", current["text"].as_str().unwrap());
-        let r = call(
+        let r = vcall(
             &c,
+            &v,
             "werkbaum_write",
             json!({"document": doc, "base": base, "newText": new_text}),
         )
-        .await
-        .ok();
+        .await;
         version += 1;
         assert_eq!(r["version"], version);
         assert_eq!(r["checksum"], sha256(&new_text));
-        let h = call(&c, "werkbaum_history", json!({"document": doc}))
-            .await
-            .ok();
+        let h = vcall(&c, &v, "werkbaum_history", json!({"document": doc})).await;
         let versions: Vec<u64> = h["entries"]
             .as_array()
             .unwrap()
@@ -216,13 +253,13 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
             .collect();
         assert_eq!(versions, (1..=version).collect::<Vec<_>>(), "{name}");
         assert_eq!(h["revision"]["version"], version);
-        let since = call(
+        let since = vcall(
             &c,
+            &v,
             "werkbaum_history",
             json!({"document": doc, "since": version - 1}),
         )
-        .await
-        .ok();
+        .await;
         assert_eq!(since["entries"].as_array().unwrap().len(), 1);
     }
 }
@@ -604,13 +641,44 @@ async fn bad_input_gets_precise_errors_and_writes_nothing() {
     let r = call(
         &c,
         "werkbaum_set_status",
-        json!({"document": doc, "base": base, "id": "form", "status": "done"}),
+        json!({"document": doc, "base": base, "id": "form", "status": "finished"}),
     )
     .await;
     assert!(
-        r.is_error && r.text.contains("unknown variant `done`"),
+        r.is_error
+            && r.text.contains("unknown status \"finished\"")
+            && r.text.contains("done")
+            && r.text.contains("fertig"),
         "{}",
         r.text
+    );
+    // Unknown arguments are named, with the accepted ones; nothing runs.
+    let e = call(&c, "werkbaum_inspect", json!({"txt": PLAN}))
+        .await
+        .err();
+    assert_eq!(code(e.clone()), "unknownArguments");
+    assert_eq!(e["unknown"], json!(["txt"]));
+    assert_eq!(e["accepted"], json!(["document", "id", "include", "text"]));
+    assert!(e["message"].as_str().unwrap().contains("`txt`"), "{e}");
+    let e = call(
+        &c,
+        "werkbaum_set_status",
+        json!({"document": doc, "base": base, "id": "form", "status": "x", "force": true, "why": 1}),
+    )
+    .await
+    .err();
+    assert_eq!(e["unknown"], json!(["force", "why"]));
+    let e = call(
+        &c,
+        "werkbaum_check",
+        json!({"text": PLAN, "allowWarnings": true}),
+    )
+    .await
+    .err();
+    assert_eq!(
+        e["unknown"],
+        json!(["allowWarnings"]),
+        "check offers only what it uses"
     );
     let r = call(
         &c,
@@ -721,4 +789,76 @@ async fn raw_post(stack: &Stack, body: Vec<u8>) -> (u16, String) {
 #[allow(dead_code)]
 fn _ids_used(v: &Value) -> Vec<String> {
     ids(v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_by_code_key_or_english_name_and_a_compact_catalog() {
+    let stack = Stack::start(&[]).await;
+    let c = stack.client().await;
+    for status in ["x", "fertig", "done", "Done"] {
+        let r = call(
+            &c,
+            "werkbaum_set_status",
+            json!({"text": PLAN, "id": "form", "status": status}),
+        )
+        .await
+        .ok();
+        assert!(
+            r["text"]
+                .as_str()
+                .unwrap()
+                .contains("- [x] Design the form"),
+            "{status}: {r}"
+        );
+    }
+    let r = call(
+        &c,
+        "werkbaum_set_status",
+        json!({"text": PLAN, "id": "form", "status": "in progress"}),
+    )
+    .await
+    .ok();
+    assert!(
+        r["text"]
+            .as_str()
+            .unwrap()
+            .contains("- [~] Design the form")
+    );
+
+    // The catalog as the model reads it, through the gateway.
+    let tools = c.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 13);
+    let model: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            assert!(t.title.is_some(), "{} has no title", t.name);
+            assert!(t.output_schema.is_some(), "{} has no outputSchema", t.name);
+            assert_eq!(
+                t.input_schema.get("additionalProperties"),
+                Some(&Value::Bool(false)),
+                "{}",
+                t.name
+            );
+            json!({"name": t.name, "title": t.title, "description": t.description, "inputSchema": t.input_schema})
+        })
+        .collect();
+    let bytes = serde_json::to_string(&model).unwrap().len();
+    assert!(bytes <= 10_000, "{bytes} bytes");
+    let info = c.peer_info().unwrap();
+    let instructions = info.instructions.as_deref().unwrap();
+    assert!(
+        instructions.contains("`base: {version, checksum}`"),
+        "{instructions}"
+    );
+
+    // Prose: inspect says it is not a plan, in notices (warnings stay upstream's).
+    let r = call(
+        &c,
+        "werkbaum_inspect",
+        json!({"text": "hello world\nthis is a letter to a friend.\n"}),
+    )
+    .await
+    .ok();
+    assert_eq!(r["notices"][0]["type"], "notAPlan", "{r}");
+    assert_eq!(r["warnings"], json!([]));
 }

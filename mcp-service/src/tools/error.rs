@@ -14,6 +14,17 @@ pub enum ToolError {
     /// The arguments are well-typed but do not fit together (text and document, missing base).
     #[error("{0}")]
     InvalidInput(String),
+    /// Arguments the tool's input schema does not name.
+    #[error(
+        "unknown argument{} {}; this tool accepts {}",
+        if unknown.len() == 1 { "" } else { "s" },
+        quoted(unknown),
+        quoted(accepted)
+    )]
+    UnknownArguments {
+        unknown: Vec<String>,
+        accepted: Vec<String>,
+    },
     #[error("no document {0} on this server (see resources/list)")]
     UnknownDocument(String),
     #[error("{what} is {bytes} bytes; the limit is {limit} bytes")]
@@ -53,6 +64,18 @@ pub enum ToolError {
     Store(StoreError),
 }
 
+/// `` `a`, `b` `` (or "nothing" for none).
+fn quoted(names: &[String]) -> String {
+    if names.is_empty() {
+        return "no arguments".to_owned();
+    }
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl From<EngineError> for ToolError {
     fn from(e: EngineError) -> Self {
         match e {
@@ -73,6 +96,7 @@ impl ToolError {
     pub fn code(&self) -> &str {
         match self {
             ToolError::InvalidInput(_) => "invalidInput",
+            ToolError::UnknownArguments { .. } => "unknownArguments",
             ToolError::UnknownDocument(_) => "unknownDocument",
             ToolError::TooLarge { .. } => "textTooLarge",
             ToolError::Conflict { .. } => "conflict",
@@ -105,6 +129,10 @@ impl ToolError {
             } => {
                 error["findings"] = findings.clone();
                 error["revision"] = revision.clone();
+            }
+            ToolError::UnknownArguments { unknown, accepted } => {
+                error["unknown"] = json!(unknown);
+                error["accepted"] = json!(accepted);
             }
             ToolError::TooLarge { bytes, limit, .. } => {
                 error["bytes"] = json!(bytes);

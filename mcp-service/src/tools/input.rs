@@ -5,21 +5,38 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// `{version, checksum}` of the document as the agent last read it.
+// `{version, checksum}` of the document as the agent last read it (no doc comments: the
+// property's description says it, once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(inline)]
 pub struct Base {
-    /// The document version of the agent's last read.
     pub version: u64,
-    /// The SHA-256 hex checksum of the agent's last read.
     pub checksum: String,
 }
 
-/// A node reference: its id (with or without `#`) or its 1-based line number.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// A node: its id (`#` optional) or its 1-based line number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum NodeRef {
     Line(u64),
     Id(String),
+}
+
+impl JsonSchema for NodeRef {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NodeRef".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": ["string", "integer"],
+            "description": "Node id (`#` optional) or 1-based line."
+        })
+    }
 }
 
 impl NodeRef {
@@ -39,47 +56,106 @@ impl NodeRef {
     }
 }
 
-/// A Werkbaum status box.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// A Werkbaum status. Accepted as the box code (`x`), the notation's scale key (`fertig`) or an
+/// English name (`done`); written as the box code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    /// `[?]` idea
-    #[serde(rename = "?")]
     Idea,
-    /// `[ ]` planned
-    #[serde(rename = " ")]
     Planned,
-    /// `[~]` in progress
-    #[serde(rename = "~")]
     InProgress,
-    /// `[/]` first cut through
-    #[serde(rename = "/")]
     FirstCut,
-    /// `[x]` done
-    #[serde(rename = "x")]
     Done,
-    /// `[^]` in production (blocked unless allowProd)
-    #[serde(rename = "^")]
     Prod,
-    /// `[-]` discarded
-    #[serde(rename = "-")]
     Discarded,
-    /// `[!]` high risk
-    #[serde(rename = "!")]
     HighRisk,
 }
 
 impl Status {
+    pub const ALL: [Status; 8] = [
+        Status::Idea,
+        Status::Planned,
+        Status::InProgress,
+        Status::FirstCut,
+        Status::Done,
+        Status::Prod,
+        Status::Discarded,
+        Status::HighRisk,
+    ];
+
+    /// The box character.
     pub fn code(self) -> &'static str {
+        self.names().0
+    }
+
+    /// (box code, scale key, English name).
+    pub fn names(self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Status::Idea => "?",
-            Status::Planned => " ",
-            Status::InProgress => "~",
-            Status::FirstCut => "/",
-            Status::Done => "x",
-            Status::Prod => "^",
-            Status::Discarded => "-",
-            Status::HighRisk => "!",
+            Status::Idea => ("?", "idee", "idea"),
+            Status::Planned => (" ", "geplant", "planned"),
+            Status::InProgress => ("~", "arbeit", "in progress"),
+            Status::FirstCut => ("/", "durchstich", "first cut"),
+            Status::Done => ("x", "fertig", "done"),
+            Status::Prod => ("^", "prod", "production"),
+            Status::Discarded => ("-", "verworfen", "discarded"),
+            Status::HighRisk => ("!", "highrisk", "high risk"),
         }
+    }
+
+    /// A box code (either case), a scale key or an English name (case, blanks, `-` and `_`
+    /// do not matter).
+    pub fn parse(s: &str) -> Option<Status> {
+        let squash = |t: &str| -> String {
+            t.chars()
+                .filter(|c| !matches!(c, ' ' | '-' | '_'))
+                .flat_map(char::to_lowercase)
+                .collect()
+        };
+        let wanted = squash(s);
+        Status::ALL.into_iter().find(|st| {
+            let (code, key, english) = st.names();
+            s == code
+                || (code == "x" && s == "X")
+                || (!wanted.is_empty() && (wanted == key || wanted == squash(english)))
+        })
+    }
+}
+
+impl Serialize for Status {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.code())
+    }
+}
+
+impl<'de> Deserialize<'de> for Status {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Status::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown status {s:?}: give a box code ({}), a scale key ({}) or an English name                  ({})",
+                Status::ALL.map(|st| format!("{:?}", st.names().0)).join(", "),
+                Status::ALL.map(|st| st.names().1).join(", "),
+                Status::ALL.map(|st| st.names().2).join(", "),
+            ))
+        })
+    }
+}
+
+impl JsonSchema for Status {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Status".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut values: Vec<&str> = Vec::new();
+        for st in Status::ALL {
+            let (code, key, english) = st.names();
+            values.extend([code, key, english]);
+        }
+        schemars::json_schema!({
+            "type": "string",
+            "enum": values,
+            "description": "Box code, scale key or English name (see werkbaum://guide)."
+        })
     }
 }
 
@@ -107,7 +183,7 @@ impl Size {
     }
 }
 
-/// A section of the `inspect` answer.
+// A section of the `inspect` answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Include {
@@ -116,7 +192,7 @@ pub enum Include {
     Path,
 }
 
-/// The kind of a line operation.
+// The kind of a line operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OpKind {
@@ -125,17 +201,17 @@ pub enum OpKind {
     Delete,
 }
 
-/// One line operation on `text.split("\n")`, applied in order.
+// One line operation on `text.split("\n")`, applied in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LineOp {
     pub op: OpKind,
-    /// 0-based line index at the moment this op applies.
+    /// 0-based line index when this op applies.
     pub index: u64,
-    /// Lines to replace or delete (replace: default lines.length; delete: default 1).
+    /// Lines replaced (default: as many as `lines`) or deleted (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
-    /// Lines to insert or to replace with (no `\n` inside).
+    /// Lines to insert or replace with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lines: Option<Vec<String>>,
 }
@@ -144,10 +220,10 @@ pub struct LineOp {
 /// this server) — exactly one.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct Source {
-    /// The plan text, when the agent works on a local file. Give `text` or `document`, not both.
+    // the plan text (the forms are explained once, in the server's instructions)
     #[serde(default)]
     pub text: Option<String>,
-    /// The uuid of a document on this server. Give `text` or `document`, not both.
+    /// Document uuid.
     #[serde(default)]
     pub document: Option<String>,
 }
@@ -156,13 +232,25 @@ pub struct Source {
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Allow {
-    /// Write even if the change introduces structural warnings (mixedGate, unknownStatus,
-    /// descStray, duplicateId).
+    /// Allow new structural warnings.
     #[serde(default)]
     pub allow_warnings: bool,
-    /// Write even if the change sets a node to `[^]` (production).
+    /// Allow nodes newly set to [^].
     #[serde(default)]
     pub allow_prod: bool,
+}
+
+/// The schema of a required node reference that may be `null`.
+fn nullable_node(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": ["string", "integer", "null"] })
+}
+
+/// The schema of a required size that may be `null`.
+fn nullable_size(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": ["string", "null"],
+        "enum": ["XS", "S", "M", "L", "XL", "XXL", null]
+    })
 }
 
 /// A required field that may be `null`: serde reports an absent key as a missing field
@@ -185,24 +273,21 @@ pub struct ReadInput {
 pub struct InspectInput {
     #[serde(flatten)]
     pub source: Source,
-    /// Restrict the tree to this node's subtree (id or line number).
+    /// Only this node's subtree.
     #[serde(default)]
     pub id: Option<NodeRef>,
-    /// Sections to return (default all three).
+    /// Sections to return (default all).
     #[serde(default)]
     pub include: Option<Vec<Include>>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct CheckInput {
     #[serde(flatten)]
     pub source: Source,
-    /// The previous text: report only what the plan newly introduces against it.
+    /// An earlier text: report only what the plan newly introduces against it.
     #[serde(default)]
     pub against: Option<String>,
-    #[serde(flatten)]
-    pub allow: Allow,
 }
 
 /// Fields every write tool shares besides its own.
@@ -211,7 +296,7 @@ pub struct CheckInput {
 pub struct WriteCommon {
     #[serde(flatten)]
     pub source: Source,
-    /// Required with `document`: the version and checksum of your last read.
+    /// With `document`: your last read's version and checksum.
     #[serde(default)]
     pub base: Option<Base>,
     #[serde(flatten)]
@@ -222,9 +307,9 @@ pub struct WriteCommon {
 pub struct SetStatusInput {
     #[serde(flatten)]
     pub common: WriteCommon,
-    /// The node (id or line number).
+    // the node
     pub id: NodeRef,
-    /// The new status box character.
+    // the new status (its schema says how to give it)
     pub status: Status,
 }
 
@@ -232,7 +317,7 @@ pub struct SetStatusInput {
 pub struct ApplyOpsInput {
     #[serde(flatten)]
     pub common: WriteCommon,
-    /// Line operations, applied in order.
+    // applied in order
     pub ops: Vec<LineOp>,
 }
 
@@ -249,13 +334,13 @@ pub struct WriteInput {
 pub struct AddNodeInput {
     #[serde(flatten)]
     pub common: WriteCommon,
-    /// The parent node (id or line number); null adds a root.
+    /// The parent node; null adds a root.
     #[serde(deserialize_with = "nullable")]
-    #[schemars(required)]
+    #[schemars(required, schema_with = "nullable_node")]
     pub parent: Option<NodeRef>,
     /// One node line without indentation, e.g. `- [ ] Write the tests (S) #tests`.
     pub line: String,
-    /// Insert after this child of `parent` (default: after the last child).
+    /// Insert after this child of `parent` (default: last).
     #[serde(default)]
     pub after: Option<NodeRef>,
 }
@@ -264,11 +349,11 @@ pub struct AddNodeInput {
 pub struct MoveNodeInput {
     #[serde(flatten)]
     pub common: WriteCommon,
-    /// The node to move (its subtree moves with it).
+    // the node to move
     pub id: NodeRef,
-    /// The new parent (id or line number); null makes it a root.
+    /// The new parent; null makes it a root.
     #[serde(deserialize_with = "nullable")]
-    #[schemars(required)]
+    #[schemars(required, schema_with = "nullable_node")]
     pub parent: Option<NodeRef>,
     /// Place after this child of `parent` (default: last).
     #[serde(default)]
@@ -279,11 +364,11 @@ pub struct MoveNodeInput {
 pub struct SetSizeInput {
     #[serde(flatten)]
     pub common: WriteCommon,
-    /// The node (id or line number).
+    // the node
     pub id: NodeRef,
     /// The new size, or null to remove it.
     #[serde(deserialize_with = "nullable")]
-    #[schemars(required)]
+    #[schemars(required, schema_with = "nullable_size")]
     pub size: Option<Size>,
 }
 
@@ -291,7 +376,7 @@ pub struct SetSizeInput {
 pub struct RemoveNodeInput {
     #[serde(flatten)]
     pub common: WriteCommon,
-    /// The node (id or line number).
+    // the node
     pub id: NodeRef,
     /// true: mark it `[-]` (discarded); false: delete its subtree and description blocks.
     pub discard: bool,
@@ -329,8 +414,66 @@ mod tests {
         assert!(text.contains("\"XXL\"") && text.contains("null"), "{text}");
         let required = s["required"].as_array().unwrap();
         assert!(required.contains(&json!("size")) && required.contains(&json!("id")));
+        assert_eq!(s["properties"]["size"]["type"], json!(["string", "null"]));
+        let s = serde_json::to_value(schemars::schema_for!(AddNodeInput)).unwrap();
+        assert_eq!(
+            s["properties"]["parent"]["type"],
+            json!(["string", "integer", "null"])
+        );
         let s = serde_json::to_value(schemars::schema_for!(SetStatusInput)).unwrap();
         assert!(s.to_string().contains("\"^\""));
+    }
+
+    #[test]
+    fn statuses_by_code_key_or_english_name() {
+        for (given, code) in [
+            ("x", "x"),
+            ("X", "x"),
+            ("fertig", "x"),
+            ("done", "x"),
+            ("Done", "x"),
+            (" ", " "),
+            ("planned", " "),
+            ("geplant", " "),
+            ("in progress", "~"),
+            ("in-progress", "~"),
+            ("in_progress", "~"),
+            ("arbeit", "~"),
+            ("first cut", "/"),
+            ("durchstich", "/"),
+            ("^", "^"),
+            ("production", "^"),
+            ("prod", "^"),
+            ("-", "-"),
+            ("discarded", "-"),
+            ("verworfen", "-"),
+            ("high risk", "!"),
+            ("highrisk", "!"),
+            ("?", "?"),
+            ("idea", "?"),
+            ("idee", "?"),
+        ] {
+            let s: Status = serde_json::from_value(json!(given)).unwrap();
+            assert_eq!(s.code(), code, "{given:?}");
+        }
+        for bad in ["", "  ", "finished", "xx", "y"] {
+            let e = serde_json::from_value::<Status>(json!(bad)).unwrap_err();
+            let m = e.to_string();
+            assert!(
+                m.contains("fertig") && m.contains("done") && m.contains("\"x\""),
+                "{m}"
+            );
+        }
+        // Every accepted spelling of each status is in the schema's enum.
+        let schema = serde_json::to_value(schemars::schema_for!(Status)).unwrap();
+        let values = schema["enum"].as_array().unwrap();
+        assert_eq!(values.len(), 24);
+        for st in Status::ALL {
+            let (code, key, english) = st.names();
+            for v in [code, key, english] {
+                assert!(values.contains(&json!(v)), "{v}");
+            }
+        }
     }
 
     #[test]
@@ -344,6 +487,6 @@ mod tests {
         assert!(e.to_string().contains("missing field `size`"), "{e}");
         let e = serde_json::from_value::<SetStatusInput>(json!({"id": "a", "status": "q"}))
             .unwrap_err();
-        assert!(e.to_string().contains("unknown variant"), "{e}");
+        assert!(e.to_string().contains("unknown status \"q\""), "{e}");
     }
 }
