@@ -264,7 +264,10 @@ export function check(params) {
     newWarnings = cur.warnings;
   }
   for (const w of newWarnings) {
-    const structural = STRUCTURAL.has(w.type);
+    // On its own (no `against`), a duplicate id is reported but does not block: the notation
+    // gives it one meaning (the first node keeps the id), and upstream's own example plans
+    // carry one. A delta that introduces a duplicate still blocks.
+    const structural = STRUCTURAL.has(w.type) && (hasAgainst || w.type !== 'duplicateId');
     const f = Object.assign({}, w, { blocking: structural && !allowWarnings });
     if (structural) f.reason = allowWarnings ? 'structural warning, allowed by allowWarnings' : 'new structural warning';
     findings.push(f);

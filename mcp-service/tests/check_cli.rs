@@ -32,6 +32,8 @@ fn exit_codes() {
         "R\n  - [ ] Shipped (S)\n  - [ ] Next (S)\n",
     );
     let dup = write("dup.werkbaum", "- a #x\n- b #x\n");
+    let stray = write("stray.werkbaum", "- [@] a\n");
+    let single = write("single.werkbaum", "- a #x\n");
     assert_eq!(check(&[&prod]), 0, "an existing [^] is not newly set");
     assert_eq!(
         check(&[&prod, "--against", &empty]),
@@ -39,8 +41,18 @@ fn exit_codes() {
         "newly set against OLD"
     );
     assert_eq!(check(&[&prod, "--against", &prod]), 0);
-    assert_eq!(check(&[&dup]), 3, "a structural warning blocks");
-    assert_eq!(check(&[&dup, "--allow-warnings"]), 0);
+    assert_eq!(check(&[&stray]), 3, "a structural warning blocks");
+    assert_eq!(check(&[&stray, "--allow-warnings"]), 0);
+    assert_eq!(
+        check(&[&dup]),
+        0,
+        "a duplicate id on its own is reported, not blocking"
+    );
+    assert_eq!(
+        check(&[&dup, "--against", &single]),
+        3,
+        "a newly introduced duplicate id blocks"
+    );
     assert_eq!(check(&[]), 64, "no FILE");
     assert_eq!(check(&[&prod, "--frobnicate"]), 64);
     assert_eq!(check(&["--help"]), 0);
