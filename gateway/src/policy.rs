@@ -118,26 +118,26 @@ impl Policy {
         if let Some(tool) = message.tool() {
             self.tool_allowed(principal, tool)?;
         }
-        let mut needed: Vec<String> = self.baseline.clone();
+        let mut needed: Vec<&str> = self.baseline.iter().map(String::as_str).collect();
         for scope in self.message_scopes(message, annotation) {
-            if !needed.iter().any(|s| s == scope) {
-                needed.push(scope.to_owned());
+            if !needed.contains(&scope) {
+                needed.push(scope);
             }
         }
-        let missing: Vec<String> = needed
-            .iter()
-            .filter(|s| !principal.scopes.contains(s))
-            .cloned()
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(Denial::InsufficientScope {
-                needed,
-                missing,
-                tool: message.tool().map(str::to_owned),
-            })
+        let held = |s: &&str| principal.scopes.iter().any(|p| p == s);
+        if needed.iter().all(held) {
+            return Ok(());
         }
+        let missing = needed
+            .iter()
+            .filter(|s| !held(s))
+            .map(|s| (*s).to_owned())
+            .collect();
+        Err(Denial::InsufficientScope {
+            needed: needed.into_iter().map(str::to_owned).collect(),
+            missing,
+            tool: message.tool().map(str::to_owned),
+        })
     }
 
     /// The `deny` and `users` rules of a tool.

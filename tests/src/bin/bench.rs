@@ -582,9 +582,12 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
         calls: opts.calls.div_ceil(opts.rounds),
         ..opts.clone()
     };
-    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut slots: Vec<Option<Outcome>> = modes.iter().map(|_| None).collect();
     for round in 0..opts.rounds {
-        for (i, (label, gw)) in modes.iter().enumerate() {
+        // Each round starts one mode later, so that no mode always runs right after another.
+        for k in 0..modes.len() {
+            let i = (k + round) % modes.len();
+            let (label, gw) = &modes[i];
             let outcome = match gw {
                 None => {
                     let http = || http_client(None);
@@ -596,13 +599,13 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
                     measure(label, &gw.mcp_url, http, &gw.token, subject, &per_round).await?
                 }
             };
-            if round == 0 {
-                outcomes.push(outcome);
-            } else {
-                outcomes[i].merge(outcome);
+            match slots[i].as_mut() {
+                Some(o) => o.merge(outcome),
+                None => slots[i] = Some(outcome),
             }
         }
     }
+    let outcomes: Vec<Outcome> = slots.into_iter().flatten().collect();
     print_table(&outcomes, &opts);
     Ok(outcomes.iter().all(|o| o.errors == 0 && o.ok > 0))
 }
