@@ -8,6 +8,7 @@ pub mod forward;
 pub mod limit;
 pub mod metadata;
 pub mod oauth;
+pub mod preflight;
 pub mod proxy;
 pub mod reject;
 pub mod server;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use pforte::{
     clock::{Clock as _, SystemClock},
     config::{GatewayConfig, Settings},
-    server, tls, tokens,
+    preflight, server, tls, tokens,
     up::{self, ServiceChild},
 };
 use pforte_oauth::{
@@ -164,8 +164,29 @@ enum TokenAction {
     Revoke { name: String },
 }
 
+/// Pingora reports a listener or TLS file it cannot use by panicking on one of its threads; those
+/// are operator errors: one line and exit 1, not a backtrace and a process that listens nowhere.
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if preflight::is_startup_panic(message) {
+            let first = message.lines().next().unwrap_or(message);
+            eprintln!("pforte: cannot start: {first}");
+            std::process::exit(1);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    install_panic_hook();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -198,10 +219,23 @@ fn settings(config: Option<&std::path::Path>) -> Result<Settings, ExitCode> {
             })?;
             cfg.validate()
         })
+        .map_err(|e| e.to_string())
+        .and_then(|s| match preflight::check(&s) {
+            Ok(()) => Ok(s),
+            Err(e) => Err(e.to_string()),
+        })
         .map_err(|e| {
             eprintln!("pforte: bad configuration: {e}");
             ExitCode::from(EXIT_BAD_CONFIG)
         })
+}
+
+/// Binds the public listener once before anything prints success; one line when it cannot.
+fn can_listen(addr: SocketAddr) -> Result<(), ExitCode> {
+    preflight::check_bind(addr).map_err(|e| {
+        eprintln!("pforte: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -222,6 +256,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(s) => s,
                 Err(code) => return Ok(code),
             };
+            if let Err(code) = can_listen(s.file.listen) {
+                return Ok(code);
+            }
             println!("pforte listening on {} (MCP: {})", s.base_url, s.resource());
             server::run(s, Vec::new())?;
             Ok(ExitCode::SUCCESS)
@@ -259,6 +296,9 @@ fn up_cmd(
     data_dir: PathBuf,
     public_url: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    if let Err(code) = can_listen(listen) {
+        return Ok(code);
+    }
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let listen = server::resolve_port(listen)?;
@@ -286,7 +326,11 @@ fn up_cmd(
         }
         cfg.tls = Some(tls::ensure_self_signed(&data_dir, &names)?);
     }
-    let settings = match cfg.validate() {
+    let settings = match cfg
+        .validate()
+        .map_err(|e| e.to_string())
+        .and_then(|s| preflight::check(&s).map(|()| s).map_err(|e| e.to_string()))
+    {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pforte: bad configuration: {e}");
