@@ -108,6 +108,8 @@ pub struct GatewayConfig {
     pub limits: crate::limit::Limits,
     /// Proxies whose `X-Forwarded-For` is believed; the client IP is otherwise the socket's.
     pub trusted_proxies: Vec<crate::forward::TrustedProxy>,
+    /// `text` (default) or `json`: one JSON object per log line.
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Default for GatewayConfig {
@@ -128,6 +130,7 @@ impl Default for GatewayConfig {
             redis_url: None,
             limits: crate::limit::Limits::default(),
             trusted_proxies: Vec::new(),
+            log_format: crate::logging::LogFormat::Text,
         }
     }
 }
@@ -261,6 +264,9 @@ impl GatewayConfig {
         }
         if let Some(v) = env("PFORTE_MAX_BODY_BYTES") {
             self.max_body_bytes = parse("PFORTE_MAX_BODY_BYTES", v)?;
+        }
+        if let Some(v) = env("PFORTE_LOG_FORMAT") {
+            self.log_format = parse("PFORTE_LOG_FORMAT", v)?;
         }
         Ok(())
     }

@@ -2,10 +2,12 @@
 //! decisions, and the pingora proxy that applies them.
 
 pub mod auth;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod forward;
 pub mod limit;
+pub mod logging;
 pub mod metadata;
 pub mod oauth;
 pub mod preflight;

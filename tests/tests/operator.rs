@@ -187,3 +187,241 @@ fn serve_and_up_on_a_port_in_use_exit_with_one_line() {
     assert!(!data.exists(), "up created its data dir before failing");
     drop(held);
 }
+
+/// Runs `pforte serve` with stderr redirected to a file, sends an unauthenticated `/mcp`
+/// request, stops it with SIGINT and returns what it logged.
+fn serve_log(format: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let log_path = dir.path().join("pforte.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut cmd = pforte(&["serve", "--config", config.to_str().unwrap()]);
+    if let Some(f) = format {
+        cmd.env("PFORTE_LOG_FORMAT", f);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        use std::io::BufRead as _;
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut first).unwrap();
+    }
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let http = pforte_tests::http_client(None);
+        let ok = pforte_tests::eventually(Duration::from_secs(20), || {
+            let req = http.get(format!("{base}/mcp")).send();
+            async move { req.await.is_ok_and(|r| r.status() == 401) }
+        })
+        .await;
+        assert!(ok, "the gateway never answered 401 on /mcp");
+    });
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "serve did not stop after SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    std::fs::read_to_string(&log_path).unwrap()
+}
+
+#[test]
+fn redirected_logs_have_no_colour_and_say_start_and_stop() {
+    let log = serve_log(None);
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape in a redirected log:\n{log}"
+    );
+    assert!(log.contains("pforte started"), "{log}");
+    assert!(
+        log.contains("request") && log.contains("status=401"),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .last()
+            .unwrap_or("")
+            .contains("stopped after SIGINT"),
+        "{log}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_with_the_request_fields() {
+    let log = serve_log(Some("json"));
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let request = lines
+        .iter()
+        .find(|v| v["message"] == "request")
+        .unwrap_or_else(|| panic!("no request line in {log}"));
+    assert_eq!(request["status"], 401, "{request}");
+    for field in ["request_id", "method", "path", "ms"] {
+        assert!(request.get(field).is_some(), "{field} missing: {request}");
+    }
+    assert!(
+        lines.iter().any(|v| v["message"] == "stopped after SIGINT"),
+        "{log}"
+    );
+}
+
+#[test]
+fn reading_admin_commands_refuse_a_missing_store_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("typo");
+    let t = typo.to_str().unwrap();
+    for args in [
+        vec!["token", "list", "--data-dir", t],
+        vec!["--data-dir", t, "token", "list"],
+        vec!["--data-dir", t, "token", "revoke", "x"],
+        vec!["user", "list", "--data-dir", t],
+        vec!["user", "remove", "alice", "--data-dir", t],
+        vec!["client", "list", "--json", "--data-dir", t],
+        vec!["grant", "list", "--data-dir", t],
+        vec!["grant", "revoke", "--user", "alice", "--data-dir", t],
+    ] {
+        let out = run(pforte(&args), Duration::from_secs(20));
+        assert_eq!(out.code, Some(66), "{args:?}: {}", out.stderr);
+        assert_eq!(
+            out.stderr.trim(),
+            format!("pforte: no Pforte store at {t} — pass the --data-dir the gateway uses"),
+            "{args:?}"
+        );
+        assert!(!typo.exists(), "{args:?} created {t}");
+    }
+    // Run from an empty directory without flags: refused, and no ./.pforte appears.
+    let mut cmd = pforte(&["token", "list"]);
+    cmd.current_dir(dir.path()).env_remove("PFORTE_DATA_DIR");
+    let out = run(cmd, Duration::from_secs(20));
+    assert_eq!(out.code, Some(66), "{}", out.stderr);
+    assert!(!dir.path().join(".pforte").exists());
+
+    let out = run(
+        pforte(&["mcp-service-is-not-a-command"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(64), "usage errors exit 64: {}", out.stderr);
+}
+
+#[test]
+fn adding_commands_create_a_store_and_say_so_then_lists_read_well() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("new");
+    let d = data.to_str().unwrap();
+    let out = run(
+        pforte(&[
+            "--data-dir",
+            d,
+            "token",
+            "create",
+            "laptop",
+            "--expires",
+            "90d",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.trim().starts_with("pft_"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains(&format!(
+            "created a new, empty store at {d}; no gateway uses it yet"
+        )),
+        "{}",
+        out.stderr
+    );
+    // The second add finds the store: no note.
+    let out = run(
+        pforte(&["token", "create", "desk", "--data-dir", d]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!out.stderr.contains("created a new"), "{}", out.stderr);
+
+    let out = run(
+        pforte(&["--data-dir", d, "token", "list"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("name "), "{}", out.stdout);
+    let laptop = lines.iter().find(|l| l.starts_with("laptop")).unwrap();
+    // `2026-12-01 19:03Z` and `2027-03-01 (in 90 d)`.
+    let iso = laptop
+        .split_whitespace()
+        .any(|w| w.len() == 10 && w.as_bytes()[4] == b'-' && w.as_bytes()[7] == b'-');
+    assert!(
+        iso && laptop.contains("Z ") && laptop.contains("(in 90 d)"),
+        "{laptop}"
+    );
+    let desk = lines.iter().find(|l| l.starts_with("desk")).unwrap();
+    assert!(desk.contains("never"), "{desk}");
+
+    let out = run(
+        pforte(&["token", "list", "--json", "--data-dir", d]),
+        Duration::from_secs(20),
+    );
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 2, "{list}");
+    assert!(
+        list[0]["created_at"].as_str().unwrap().ends_with('Z'),
+        "{list}"
+    );
+
+    // The OAuth lists on the same store: headers or a "no …" line, never silence.
+    let out = run(
+        pforte(&["client", "list", "--data-dir", d]),
+        Duration::from_secs(20),
+    );
+    assert_eq!((out.code, out.stdout.as_str()), (Some(0), "no clients\n"));
+    let out = run(
+        pforte(&["--data-dir", d, "user", "list", "--json"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.stdout.trim(), "[]");
+    let out = run(
+        pforte(&["token", "revoke", "nosuch", "--data-dir", d]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+}
+
+#[test]
+fn up_without_mcp_service_says_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    // The build dir has mcp-service beside pforte: run a copy of pforte alone.
+    let lonely = dir.path().join("pforte");
+    std::fs::copy(bin("pforte"), &lonely).unwrap();
+    let mut cmd2 = Command::new(&lonely);
+    cmd2.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("up"))
+        .env_remove("PFORTE_MCP_SERVICE_BIN")
+        .env("PATH", dir.path().join("empty-path"));
+    let out = run(cmd2, Duration::from_secs(20));
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains(&lonely.with_file_name("mcp-service").display().to_string())
+            && out.stderr.contains("on PATH"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+}
