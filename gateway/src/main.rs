@@ -263,6 +263,9 @@ fn main() -> ExitCode {
         }
     };
     install_panic_hook();
+    if let Err(failure) = load_file_env() {
+        return failure.report();
+    }
     // `serve` logs in the configured format; it starts logging once its config is loaded.
     if !matches!(cli.command, Command::Serve) {
         let format = env("PFORTE_LOG_FORMAT")
@@ -276,8 +279,39 @@ fn main() -> ExitCode {
     }
 }
 
+/// Values of `PFORTE_*` variables given as `PFORTE_*_FILE` (a secret such as a redis URL with
+/// its password, mounted as a file): read once at start.
+static FILE_ENV: std::sync::OnceLock<std::collections::HashMap<String, String>> =
+    std::sync::OnceLock::new();
+
+/// Reads every `PFORTE_X_FILE` into `PFORTE_X` (unless `PFORTE_X` itself is set).
+fn load_file_env() -> Result<(), Failure> {
+    let mut map = std::collections::HashMap::new();
+    for (key, path) in std::env::vars() {
+        let Some(name) = key
+            .strip_suffix("_FILE")
+            .filter(|n| n.starts_with("PFORTE_"))
+        else {
+            continue;
+        };
+        if std::env::var_os(name).is_some() {
+            continue;
+        }
+        let value = std::fs::read_to_string(&path)
+            .map_err(|e| Failure::Usage(format!("{key}={path}: {e}")))?;
+        map.insert(
+            name.to_owned(),
+            value.trim_end_matches(['\r', '\n']).to_owned(),
+        );
+    }
+    let _ = FILE_ENV.set(map);
+    Ok(())
+}
+
 fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+    std::env::var(name)
+        .ok()
+        .or_else(|| FILE_ENV.get().and_then(|m| m.get(name).cloned()))
 }
 
 fn bad_config(e: impl std::fmt::Display) -> Failure {

@@ -425,3 +425,29 @@ fn up_without_mcp_service_says_where_it_looked() {
     );
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
 }
+
+#[test]
+fn file_variables_are_read_and_a_missing_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let url_file = dir.path().join("url");
+    std::fs::write(&url_file, "http://not-redis\n").unwrap();
+    let mut cmd = pforte(&["check", "--config", config.to_str().unwrap()]);
+    cmd.env_remove("PFORTE_REDIS_URL")
+        .env("PFORTE_REDIS_URL_FILE", &url_file);
+    let out = run(cmd, Duration::from_secs(20));
+    // The file's value is used: it is not a redis URL, so check refuses it.
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains("redis_url"), "{}", out.stderr);
+
+    let mut cmd = pforte(&["check", "--config", config.to_str().unwrap()]);
+    cmd.env_remove("PFORTE_REDIS_URL")
+        .env("PFORTE_REDIS_URL_FILE", dir.path().join("nosuch"));
+    let out = run(cmd, Duration::from_secs(20));
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("PFORTE_REDIS_URL_FILE"),
+        "{}",
+        out.stderr
+    );
+}
