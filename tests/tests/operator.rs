@@ -451,3 +451,156 @@ fn file_variables_are_read_and_a_missing_one_is_named() {
         out.stderr
     );
 }
+
+#[test]
+fn help_describes_every_subcommand_and_flag() {
+    let out = run(pforte(&["--help"]), Duration::from_secs(20));
+    assert_eq!(out.code, Some(0));
+    for word in [
+        "serve",
+        "check",
+        "up",
+        "user",
+        "client",
+        "grant",
+        "token",
+        "--config",
+        "--data-dir",
+        "Exit codes",
+    ] {
+        assert!(out.stdout.contains(word), "{word} missing:\n{}", out.stdout);
+    }
+    let out = run(
+        pforte(&["token", "list", "--help"]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.stdout.contains("--json") && out.stdout.contains("--data-dir"),
+        "{}",
+        out.stdout
+    );
+    // Every subcommand has a line of its own help text.
+    for cmd in [&["user"][..], &["client"], &["grant"], &["token"]] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let out = run(pforte(&args), Duration::from_secs(20));
+        let commands = out
+            .stdout
+            .split("Commands:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{args:?}: {}", out.stdout));
+        for line in commands.lines().take_while(|l| !l.trim().is_empty()) {
+            assert!(
+                line.split_whitespace().count() >= 2,
+                "{args:?}: undocumented {line:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn doc_commands_refuse_a_missing_store_and_speak_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("typo");
+    let svc = |args: &[&str]| {
+        let mut cmd = Command::new(bin("mcp-service"));
+        cmd.args(args)
+            .arg("--data-dir")
+            .arg(&typo)
+            .env_remove("MCP_SERVICE_DATA_DIR");
+        run(cmd, Duration::from_secs(30))
+    };
+    for args in [&["doc", "list"][..], &["doc", "export", "nosuch"]] {
+        let out = svc(args);
+        assert_eq!(out.code, Some(66), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("no document store at"),
+            "{}",
+            out.stderr
+        );
+        assert!(!typo.exists(), "{args:?} created the store");
+    }
+    let plan = dir.path().join("plan.werkbaum");
+    std::fs::write(&plan, "Zeta plan\n").unwrap();
+    let out = svc(&["doc", "import", plan.to_str().unwrap(), "--title", "Zeta"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("created a new, empty store"),
+        "{}",
+        out.stderr
+    );
+    let out = svc(&["doc", "import", plan.to_str().unwrap(), "--title", "Alpha"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!out.stderr.contains("created a new"), "{}", out.stderr);
+
+    let out = svc(&["doc", "list"]);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("title"), "{}", out.stdout);
+    assert!(
+        lines[1].starts_with("Alpha") && lines[2].starts_with("Zeta"),
+        "{}",
+        out.stdout
+    );
+    assert!(lines[1].contains("Z "), "an ISO time: {}", lines[1]);
+
+    let out = svc(&["doc", "export", "nosuch"]);
+    assert_eq!(out.code, Some(66), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("resources/list") && out.stderr.contains("doc list"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn mcp_service_does_not_dump_the_handshake_at_the_default_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("svc.log");
+    let mut child = Command::new(bin("mcp-service"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        use std::io::BufRead as _;
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut first).unwrap();
+    }
+    let url = first.trim().rsplit(' ').next().unwrap().to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(async {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "handshake-dump-probe", "version": "1.0"}
+            }
+        });
+        reqwest::Client::new()
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert!(status.is_success(), "{status}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        !log.contains("handshake-dump-probe"),
+        "handshake logged:\n{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape in a redirected log:\n{log}"
+    );
+}
