@@ -14,7 +14,12 @@ usage: python3 .ci/check_compose.py compose.yaml [OVERRIDE.yaml ...] [--public S
    - mcp-service sits only on internal networks and shares one with the gateway, and accepts
      the Host the gateway forwards (MCP_SERVICE_ALLOWED_HOSTS);
    - every build context, Dockerfile, build target and bind-mounted file exists;
-   - redis has a healthcheck, a named volume at /data and AOF persistence.
+   - redis has a healthcheck, a named volume at /data and AOF persistence;
+   - redis requires a password (`--requirepass`, or a config file with `requirepass` that the
+     init step writes into a volume) and sits only on networks no service but the gateway (and
+     the scaling variant's gateways) joins: mcp-service parses untrusted text and must not reach it;
+   - mcp-service keeps its documents on a named volume mounted at MCP_SERVICE_DATA_DIR;
+   - the gateway has a healthcheck on /readyz.
 
 Given only compose.yaml, it also checks the scaling variant (compose.yaml +
 deploy/compose.scale.yaml, public service `lb`) when that override exists.
@@ -419,6 +424,60 @@ def semantic_check(doc: dict, project: Path, public: str) -> list[str]:
         joined = " ".join(cmd)
         if not re.search(r"--appendonly\s+yes", joined):
             err(f"services.{REDIS}.command: needs `--appendonly yes` (AOF) so a restart loses no token")
+
+        # A password: on the command line, or in a config file on a volume the init step fills.
+        conf_mount = None
+        if len(cmd) > 1 and cmd[0] == "redis-server" and not cmd[1].startswith("-"):
+            conf = cmd[1]
+            for kind, src, target in mounts:
+                if kind == "volume" and src and conf.startswith(target.rstrip("/") + "/"):
+                    conf_mount = src
+        writers = [n for n, svc in services.items()
+                   if n != REDIS and conf_mount
+                   and any(src == conf_mount and not target.endswith(":ro")
+                           for _, src, target in volume_mounts(svc or {}))]
+        if "--requirepass" not in cmd and not (conf_mount and writers):
+            err(f"services.{REDIS}.command: redis must require a password: `--requirepass`, or a config "
+                "file (with requirepass) on a named volume that the init step writes")
+        hc_text = " ".join(str(t) for t in (test or []))
+        if "redis-cli" in hc_text and "PONG" not in hc_text:
+            err(f"services.{REDIS}.healthcheck: with a password `redis-cli ping` exits 0 on NOAUTH; "
+                "authenticate and match PONG")
+        # Only gateways on redis's networks.
+        for net in service_networks(redis):
+            if not (networks.get(net) or {}).get("internal", False):
+                err(f"services.{REDIS}.networks: {net!r} is not internal (set internal: true)")
+            others = [n for n, svc in services.items()
+                      if n not in (REDIS, GATEWAY) and net in service_networks(svc or {})]
+            if others:
+                err(f"services.{REDIS}.networks: {net!r} is also joined by {others}; only the gateway "
+                    "may reach redis (one HSET + INCR there mints a token)")
+        gw = services.get(GATEWAY) or {}
+        gw_env = env_of(gw)
+        url = gw_env.get("PFORTE_REDIS_URL", "")
+        if url and not re.match(r"rediss?://[^@/]*:[^@/]+@", url):
+            err(f"services.{GATEWAY}.environment.PFORTE_REDIS_URL: {url!r} has no password; redis requires "
+                "one (use PFORTE_REDIS_URL_FILE with the file the init step writes)")
+        if not url and not gw_env.get("PFORTE_REDIS_URL_FILE"):
+            err(f"services.{GATEWAY}.environment: neither PFORTE_REDIS_URL nor PFORTE_REDIS_URL_FILE names redis")
+
+    # mcp-service: its documents on its own named volume.
+    if mcp is not None:
+        data_dir = env_of(mcp).get("MCP_SERVICE_DATA_DIR", "")
+        if not data_dir:
+            err(f"services.{MCP_SERVICE}.environment.MCP_SERVICE_DATA_DIR: unset; the documents would land "
+                "in the container's working dir and vanish with it")
+        elif not any(kind == "volume" and src and src in volumes and target.rstrip("/") == data_dir.rstrip("/")
+                     for kind, src, target in volume_mounts(mcp)):
+            err(f"services.{MCP_SERVICE}.volumes: no named volume mounted at MCP_SERVICE_DATA_DIR ({data_dir})")
+
+    # The gateway's healthcheck: /readyz, so "running" means serving.
+    gw = services.get(GATEWAY)
+    if gw is not None:
+        hc = gw.get("healthcheck") or {}
+        test = " ".join(str(t) for t in (hc.get("test") or []))
+        if hc.get("disable") or "/readyz" not in test:
+            err(f"services.{GATEWAY}.healthcheck: needs a test on /readyz (e.g. curl -fsSk https://127.0.0.1:8443/readyz)")
 
     return errors
 

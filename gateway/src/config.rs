@@ -117,6 +117,8 @@ pub struct GatewayConfig {
     /// Where the audit log goes: a path, `"stdout"` or `"off"`; `<data_dir>/audit.jsonl` by
     /// default.
     pub audit_log: Option<String>,
+    /// `text` (default) or `json`: one JSON object per log line.
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Default for GatewayConfig {
@@ -140,6 +142,7 @@ impl Default for GatewayConfig {
             tool_policy: true,
             tools: std::collections::BTreeMap::new(),
             audit_log: None,
+            log_format: crate::logging::LogFormat::Text,
         }
     }
 }
@@ -321,6 +324,9 @@ impl GatewayConfig {
         }
         if let Some(v) = env("PFORTE_MAX_BODY_BYTES") {
             self.max_body_bytes = parse("PFORTE_MAX_BODY_BYTES", v)?;
+        }
+        if let Some(v) = env("PFORTE_LOG_FORMAT") {
+            self.log_format = parse("PFORTE_LOG_FORMAT", v)?;
         }
         Ok(())
     }

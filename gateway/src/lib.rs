@@ -4,14 +4,17 @@
 pub mod audit;
 pub mod auth;
 pub mod catalog;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod forward;
 pub mod limit;
+pub mod logging;
 pub mod mcp;
 pub mod metadata;
 pub mod oauth;
 pub mod policy;
+pub mod preflight;
 pub mod proxy;
 pub mod reject;
 pub mod server;

@@ -1,17 +1,22 @@
 //! The `pforte` binary: command-line parsing and process wiring only.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pforte::{
+    cli,
     clock::{Clock as _, SystemClock},
     config::{GatewayConfig, Settings},
-    server, tls, tokens,
+    logging, preflight, server, tls, tokens,
     up::{self, ServiceChild},
 };
 use pforte_oauth::{
-    admin::{Admin, GrantFilter},
+    admin::{Admin, AdminError, GrantFilter},
     crypto::Secret,
     store::{
         redis::{DEFAULT_PREFIX, RedisStore},
@@ -21,39 +26,45 @@ use pforte_oauth::{
 use pingora::services::background::background_service;
 use std::sync::Arc;
 
-/// Exit code for a configuration that does not validate (EX_USAGE).
-const EXIT_BAD_CONFIG: u8 = 64;
-
 #[derive(Parser)]
 #[command(
     name = "pforte",
     version,
-    about = "The auth gateway in front of MCP services"
+    about = "The auth gateway in front of MCP services",
+    after_help = "Exit codes: 0 ok, 64 usage or configuration error, 66 no store in the data dir, \
+                  69 store unavailable (redis down, database locked), 1 anything else.\n\
+                  --config and --data-dir go before or after the subcommand."
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Config file (TOML); PFORTE_* environment variables override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data dir of the embedded store (overrides the config's data_dir; `up` default .pforte).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+/// `--json` for list commands.
+#[derive(clap::Args, Clone, Copy)]
+struct ListArgs {
+    /// Print a JSON array instead of a table (times in RFC 3339 UTC).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the gateway.
-    Serve {
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
-    /// Validate a configuration and exit (64 when it is bad).
-    Check {
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
-    /// Run the whole stack locally: gateway + mcp-service, embedded store, first token.
+    /// Run the gateway (binds the listener first; one line and exit 1 when it cannot).
+    Serve,
+    /// Validate a configuration, its TLS files and its [oauth] table, and exit (64 when bad).
+    Check,
+    /// Run the whole stack locally: gateway + mcp-service, embedded store, first token and user.
     Up {
         /// Public listener. Off loopback, a self-signed certificate is generated.
         #[arg(long, default_value = "127.0.0.1:8787")]
         listen: SocketAddr,
-        #[arg(long, default_value = ".pforte")]
-        data_dir: PathBuf,
         /// The URL clients use, when it differs from the listen address.
         #[arg(long)]
         public_url: Option<String>,
@@ -62,85 +73,81 @@ enum Command {
     User {
         #[command(subcommand)]
         action: UserAction,
-        #[arg(long, global = true)]
-        config: Option<PathBuf>,
-        #[arg(long, global = true)]
-        data_dir: Option<PathBuf>,
     },
     /// Manage registered OAuth clients.
     Client {
         #[command(subcommand)]
         action: ClientAction,
-        #[arg(long, global = true)]
-        config: Option<PathBuf>,
-        #[arg(long, global = true)]
-        data_dir: Option<PathBuf>,
     },
     /// Inspect and revoke OAuth grants (a user's consent to a client, with its tokens).
     Grant {
         #[command(subcommand)]
         action: GrantAction,
-        #[arg(long, global = true)]
-        config: Option<PathBuf>,
-        #[arg(long, global = true)]
-        data_dir: Option<PathBuf>,
     },
     /// Manage static bearer tokens.
     Token {
         #[command(subcommand)]
         action: TokenAction,
-        /// Config file naming the data dir.
-        #[arg(long, global = true)]
-        config: Option<PathBuf>,
-        /// Data dir (overrides the config).
-        #[arg(long, global = true)]
-        data_dir: Option<PathBuf>,
     },
 }
 
 #[derive(Subcommand)]
 enum UserAction {
     /// Add a user; the password is read from a prompt, or from stdin when it is not a terminal.
+    /// Creates the store if the data dir has none (and says so).
     Add {
+        /// 1-64 letters, digits, '.', '_', '-', '@'.
         username: String,
     },
     /// Change a user's password (prompt or stdin).
     Passwd {
+        /// An existing user.
         username: String,
     },
-    List,
+    /// List users with their creation and password-change times.
+    List(ListArgs),
     /// Remove a user and revoke their grants.
     Remove {
+        /// An existing user.
         username: String,
     },
 }
 
 #[derive(Subcommand)]
 enum ClientAction {
-    List,
+    /// List registered clients: id, name, authentication method, redirect URIs, last use.
+    List(ListArgs),
     /// Remove a client and revoke its grants.
     Remove {
+        /// The client_id as `client list` shows it.
         client_id: String,
     },
 }
 
 #[derive(Subcommand)]
 enum GrantAction {
-    /// List grants, optionally for one user or client.
+    /// List active grants, optionally for one user or client.
     List {
+        /// Only this user's grants.
         #[arg(long)]
         user: Option<String>,
+        /// Only this client's grants.
         #[arg(long)]
         client: Option<String>,
         /// Include revoked and expired grants.
         #[arg(long)]
         all: bool,
+        #[command(flatten)]
+        list: ListArgs,
     },
     /// Revoke grants: one by id, or every grant of a user and/or client.
     Revoke {
+        /// The grant id as `grant list` shows it.
         id: Option<String>,
+        /// Every grant of this user.
         #[arg(long)]
         user: Option<String>,
+        /// Every grant of this client.
         #[arg(long)]
         client: Option<String>,
     },
@@ -148,8 +155,9 @@ enum GrantAction {
 
 #[derive(Subcommand)]
 enum TokenAction {
-    /// Create a token and print it once.
+    /// Create a token and print it once. Creates the store if the data dir has none (and says so).
     Create {
+        /// 1-64 letters, digits, '.', '_', '-'.
         name: String,
         /// Scope to grant; repeat for several. Default: every configured scope.
         #[arg(long = "scope")]
@@ -159,117 +167,240 @@ enum TokenAction {
         expires: Option<String>,
     },
     /// List tokens (never their values).
-    List,
+    List(ListArgs),
     /// Revoke a token; a running gateway refuses it within a second.
-    Revoke { name: String },
+    Revoke {
+        /// The token's name.
+        name: String,
+    },
+}
+
+/// How a command failed, and so how the process exits.
+#[derive(Debug)]
+enum Failure {
+    /// Usage or configuration (64).
+    Usage(String),
+    /// The data dir holds no store (66).
+    NoStore(PathBuf),
+    /// The store cannot be used right now (69).
+    Unavailable(String),
+    /// Anything else (1).
+    Other(anyhow::Error),
+}
+
+impl Failure {
+    fn report(self) -> ExitCode {
+        let (code, line) = match self {
+            Self::Usage(m) => (cli::exit::USAGE, m),
+            Self::NoStore(dir) => (cli::exit::NO_STORE, cli::no_store_message(&dir)),
+            Self::Unavailable(m) => (cli::exit::UNAVAILABLE, m),
+            Self::Other(e) => (cli::exit::OTHER, format!("{e:#}")),
+        };
+        eprintln!("pforte: {line}");
+        ExitCode::from(code)
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Other(e)
+    }
+}
+
+impl From<AdminError> for Failure {
+    fn from(e: AdminError) -> Self {
+        match e {
+            AdminError::Store(e) => Self::Unavailable(e.to_string()),
+            other => Self::Other(other.into()),
+        }
+    }
+}
+
+impl From<tokens::StoreError> for Failure {
+    fn from(e: tokens::StoreError) -> Self {
+        use tokens::StoreError as E;
+        match e {
+            E::Sqlite(_) | E::Redis(_) | E::Poisoned | E::DataDir { .. } => {
+                Self::Unavailable(e.to_string())
+            }
+            other => Self::Other(other.into()),
+        }
+    }
+}
+
+type CmdResult = Result<(), Failure>;
+
+/// Pingora reports a listener or TLS file it cannot use by panicking on one of its threads; those
+/// are operator errors: one line and exit 1, not a backtrace and a process that listens nowhere.
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if preflight::is_startup_panic(message) {
+            let first = message.lines().next().unwrap_or(message);
+            eprintln!("pforte: cannot start: {first}");
+            std::process::exit(1);
+        }
+        default(info);
+    }));
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,pingora_core=warn,pingora_proxy=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(cli::exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    install_panic_hook();
+    if let Err(failure) = load_file_env() {
+        return failure.report();
+    }
+    // `serve` logs in the configured format; it starts logging once its config is loaded.
+    if !matches!(cli.command, Command::Serve) {
+        let format = env("PFORTE_LOG_FORMAT")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default();
+        logging::init(format);
+    }
     match run(cli) {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("pforte: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(failure) => failure.report(),
     }
+}
+
+/// Values of `PFORTE_*` variables given as `PFORTE_*_FILE` (a secret such as a redis URL with
+/// its password, mounted as a file): read once at start.
+static FILE_ENV: std::sync::OnceLock<std::collections::HashMap<String, String>> =
+    std::sync::OnceLock::new();
+
+/// Reads every `PFORTE_X_FILE` into `PFORTE_X` (unless `PFORTE_X` itself is set).
+fn load_file_env() -> Result<(), Failure> {
+    let mut map = std::collections::HashMap::new();
+    for (key, path) in std::env::vars() {
+        let Some(name) = key
+            .strip_suffix("_FILE")
+            .filter(|n| n.starts_with("PFORTE_"))
+        else {
+            continue;
+        };
+        if std::env::var_os(name).is_some() {
+            continue;
+        }
+        let value = std::fs::read_to_string(&path)
+            .map_err(|e| Failure::Usage(format!("{key}={path}: {e}")))?;
+        map.insert(
+            name.to_owned(),
+            value.trim_end_matches(['\r', '\n']).to_owned(),
+        );
+    }
+    let _ = FILE_ENV.set(map);
+    Ok(())
 }
 
 fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+    std::env::var(name)
+        .ok()
+        .or_else(|| FILE_ENV.get().and_then(|m| m.get(name).cloned()))
 }
 
-/// Loads and validates, printing the reason and choosing exit 64 on failure.
-fn settings(config: Option<&std::path::Path>) -> Result<Settings, ExitCode> {
-    GatewayConfig::load(config, env)
-        .and_then(|mut cfg| {
-            cfg.listen = server::resolve_port(cfg.listen).map_err(|e| {
-                pforte::config::ConfigError::Invalid {
-                    field: "listen",
-                    reason: e.to_string(),
-                }
-            })?;
-            cfg.validate()
-        })
-        .map_err(|e| {
-            eprintln!("pforte: bad configuration: {e}");
-            ExitCode::from(EXIT_BAD_CONFIG)
-        })
+fn bad_config(e: impl std::fmt::Display) -> Failure {
+    Failure::Usage(format!("bad configuration: {e}"))
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
-        Command::Check { config } => match settings(config.as_deref()) {
-            Ok(s) => {
-                println!(
-                    "configuration ok: {} → {}",
-                    s.resource(),
-                    s.file.upstream.url
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(code) => Ok(code),
-        },
-        Command::Serve { config } => {
-            let s = match settings(config.as_deref()) {
-                Ok(s) => s,
-                Err(code) => return Ok(code),
-            };
-            println!("pforte listening on {} (MCP: {})", s.base_url, s.resource());
-            server::run(s, Vec::new())?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Up {
-            listen,
-            data_dir,
-            public_url,
-        } => up_cmd(listen, data_dir, public_url),
-        Command::Token {
-            action,
-            config,
-            data_dir,
-        } => token_cmd(action, config, data_dir),
-        Command::User {
-            action,
-            config,
-            data_dir,
-        } => admin_cmd(config, data_dir, |admin| user_cmd(admin, action)),
-        Command::Client {
-            action,
-            config,
-            data_dir,
-        } => admin_cmd(config, data_dir, |admin| client_cmd(admin, action)),
-        Command::Grant {
-            action,
-            config,
-            data_dir,
-        } => admin_cmd(config, data_dir, |admin| grant_cmd(admin, action)),
+/// Loads and validates everything `serve` would, without listening.
+fn settings(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Settings, Failure> {
+    let mut cfg = GatewayConfig::load(config, env).map_err(bad_config)?;
+    if let Some(dir) = data_dir {
+        cfg.data_dir = dir;
     }
+    cfg.listen = server::resolve_port(cfg.listen).map_err(bad_config)?;
+    let settings = cfg.validate().map_err(bad_config)?;
+    preflight::check(&settings).map_err(bad_config)?;
+    Ok(settings)
+}
+
+/// Binds the public listener once before anything prints success; one line when it cannot.
+fn can_listen(addr: SocketAddr) -> CmdResult {
+    preflight::check_bind(addr).map_err(|e| Failure::Other(e.into()))
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    let (config, data_dir) = (cli.config, cli.data_dir);
+    let done = match cli.command {
+        Command::Check => {
+            let s = settings(config.as_deref(), data_dir)?;
+            println!(
+                "configuration ok: {} → {}",
+                s.resource(),
+                s.file.upstream.url
+            );
+            Ok(())
+        }
+        Command::Serve => {
+            let s = settings(config.as_deref(), data_dir)?;
+            logging::init(s.file.log_format);
+            can_listen(s.file.listen)?;
+            println!("pforte listening on {} (MCP: {})", s.base_url, s.resource());
+            server::run(s, Vec::new()).map_err(|e| Failure::Other(e.into()))
+        }
+        Command::Up { listen, public_url } => {
+            return up_cmd(
+                listen,
+                config,
+                data_dir.unwrap_or_else(|| PathBuf::from(".pforte")),
+                public_url,
+            )
+            .map_err(Failure::from);
+        }
+        Command::Token { action } => token_cmd(action, config, data_dir),
+        Command::User { action } => {
+            let adds = matches!(action, UserAction::Add { .. });
+            admin_cmd(config, data_dir, adds, |admin, now| {
+                user_cmd(admin, action, now)
+            })
+        }
+        Command::Client { action } => admin_cmd(config, data_dir, false, |admin, now| {
+            client_cmd(admin, action, now)
+        }),
+        Command::Grant { action } => admin_cmd(config, data_dir, false, |admin, now| {
+            grant_cmd(admin, action, now)
+        }),
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 fn up_cmd(
     listen: SocketAddr,
+    config: Option<PathBuf>,
     data_dir: PathBuf,
     public_url: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    if let Err(e) = preflight::check_bind(listen) {
+        eprintln!("pforte: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let listen = server::resolve_port(listen)?;
     let service_listen = server::resolve_port(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let child = ServiceChild::start(
-        &up::find_service_bin(),
+        &up::find_service_bin()?,
         service_listen,
         &data_dir.join("service"),
     )?;
 
-    let mut cfg = GatewayConfig::load(None, env)?;
+    let mut cfg = GatewayConfig::load(config.as_deref(), env)?;
     cfg.listen = listen;
     cfg.data_dir = data_dir.clone();
     cfg.public_url = public_url.or(cfg.public_url);
@@ -286,11 +417,15 @@ fn up_cmd(
         }
         cfg.tls = Some(tls::ensure_self_signed(&data_dir, &names)?);
     }
-    let settings = match cfg.validate() {
+    let settings = match cfg
+        .validate()
+        .map_err(|e| e.to_string())
+        .and_then(|s| preflight::check(&s).map(|()| s).map_err(|e| e.to_string()))
+    {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pforte: bad configuration: {e}");
-            return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+            return Ok(ExitCode::from(cli::exit::USAGE));
         }
     };
 
@@ -361,39 +496,86 @@ fn up_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The store a command works on: the config's data dir (or `--data-dir`), or redis.
+struct StoreSite {
+    cfg: GatewayConfig,
+    /// True when the embedded store did not exist before this command.
+    created: bool,
+}
+
+/// Finds the store. A reading command on a dir without one is refused (66) and creates
+/// nothing; an adding command may create it and says so afterwards.
+fn store_site(
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    adds: bool,
+) -> Result<StoreSite, Failure> {
+    let mut cfg = GatewayConfig::load(config.as_deref(), env).map_err(bad_config)?;
+    if let Some(dir) = data_dir {
+        cfg.data_dir = dir;
+    }
+    let embedded = cfg.redis_url.is_none();
+    let missing = embedded && !cli::has_store(&cfg.data_dir);
+    if missing && !adds {
+        return Err(Failure::NoStore(cfg.data_dir));
+    }
+    Ok(StoreSite {
+        cfg,
+        created: missing,
+    })
+}
+
+impl StoreSite {
+    fn announce(&self) {
+        if self.created {
+            eprintln!("pforte: {}", cli::new_store_message(&self.cfg.data_dir));
+        }
+    }
+}
+
 /// Opens the OAuth store named by the config (or `--data-dir`) and runs `f` on its admin API.
 fn admin_cmd<F, Fut>(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
+    adds: bool,
     f: F,
-) -> anyhow::Result<ExitCode>
+) -> CmdResult
 where
-    F: FnOnce(Admin) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<ExitCode>>,
+    F: FnOnce(Admin, u64) -> Fut,
+    Fut: std::future::Future<Output = CmdResult>,
 {
-    let mut cfg = match GatewayConfig::load(config.as_deref(), env) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            eprintln!("pforte: bad configuration: {e}");
-            return Ok(ExitCode::from(EXIT_BAD_CONFIG));
-        }
-    };
-    if let Some(dir) = data_dir {
-        cfg.data_dir = dir;
-    }
-    std::fs::create_dir_all(&cfg.data_dir)?;
+    let site = store_site(config, data_dir, adds)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?;
-    let store: Arc<dyn pforte_oauth::store::Store> = match &cfg.redis_url {
+        .build()
+        .map_err(|e| Failure::Other(e.into()))?;
+    let store: Arc<dyn pforte_oauth::store::Store> = match &site.cfg.redis_url {
         Some(url) => {
             let _in_runtime = rt.enter();
-            Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?)
+            Arc::new(
+                RedisStore::connect(url, DEFAULT_PREFIX)
+                    .map_err(|e| Failure::Unavailable(e.to_string()))?,
+            )
         }
-        None => Arc::new(SqliteStore::open(&cfg.data_dir.join("oauth.db"))?),
+        None => {
+            if site.created {
+                std::fs::create_dir_all(&site.cfg.data_dir).map_err(|e| {
+                    Failure::Unavailable(format!(
+                        "cannot create {}: {e}",
+                        site.cfg.data_dir.display()
+                    ))
+                })?;
+            }
+            Arc::new(
+                SqliteStore::open(&site.cfg.data_dir.join("oauth.db"))
+                    .map_err(|e| Failure::Unavailable(e.to_string()))?,
+            )
+        }
     };
     let admin = Admin::new(store);
-    rt.block_on(f(admin))
+    rt.block_on(f(admin, SystemClock.now()))?;
+    site.announce();
+    Ok(())
 }
 
 /// Reads a password: a hidden prompt on a terminal, else one line of stdin. Never an argument.
@@ -417,7 +599,24 @@ fn read_password(prompt: &str) -> anyhow::Result<Secret> {
     Ok(Secret::new(password))
 }
 
-async fn user_cmd(admin: Admin, action: UserAction) -> anyhow::Result<ExitCode> {
+/// Prints a list: a JSON array with `--json`, else an aligned table (or the `empty` line).
+fn print_list(
+    list: ListArgs,
+    json: Vec<serde_json::Value>,
+    headers: &[&str],
+    rows: Vec<Vec<String>>,
+    empty: &str,
+) -> CmdResult {
+    if list.json {
+        let text = serde_json::to_string_pretty(&json).map_err(|e| Failure::Other(e.into()))?;
+        println!("{text}");
+    } else {
+        print!("{}", cli::table(headers, &rows, empty));
+    }
+    Ok(())
+}
+
+async fn user_cmd(admin: Admin, action: UserAction, now: u64) -> CmdResult {
     match action {
         UserAction::Add { username } => {
             let password = read_password(&format!("Password for {username}: "))?;
@@ -429,64 +628,167 @@ async fn user_cmd(admin: Admin, action: UserAction) -> anyhow::Result<ExitCode> 
             admin.set_password(&username, &password).await?;
             println!("changed the password of {username:?}");
         }
-        UserAction::List => {
-            for u in admin.list_users().await? {
-                println!("{:<32} created {}", u.username, u.created_at);
-            }
+        UserAction::List(list) => {
+            let users = admin.list_users().await?;
+            let json = users
+                .iter()
+                .map(|u| {
+                    serde_json::json!({
+                        "username": u.username,
+                        "created_at": cli::rfc3339(u.created_at),
+                        "password_changed_at": cli::rfc3339(u.updated_at),
+                    })
+                })
+                .collect();
+            let rows = users
+                .iter()
+                .map(|u| {
+                    vec![
+                        u.username.clone(),
+                        cli::utc_minute(u.created_at),
+                        format!(
+                            "{} ({})",
+                            cli::utc_minute(u.updated_at),
+                            cli::relative(u.updated_at, now)
+                        ),
+                    ]
+                })
+                .collect();
+            print_list(
+                list,
+                json,
+                &["user", "created", "password changed"],
+                rows,
+                "no users",
+            )?;
         }
         UserAction::Remove { username } => {
             admin.remove_user(&username).await?;
             println!("removed user {username:?} and revoked their grants");
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-async fn client_cmd(admin: Admin, action: ClientAction) -> anyhow::Result<ExitCode> {
+async fn client_cmd(admin: Admin, action: ClientAction, now: u64) -> CmdResult {
     match action {
-        ClientAction::List => {
-            for c in admin.list_clients().await? {
-                println!(
-                    "{:<40} {:<24} {:?} last used {} redirects {}",
-                    c.client_id,
-                    c.client_name.as_deref().unwrap_or("-"),
-                    c.auth_method,
-                    c.last_used_at,
-                    c.redirect_uris.join(" ")
-                );
-            }
+        ClientAction::List(list) => {
+            let clients = admin.list_clients().await?;
+            let json = clients
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "client_id": c.client_id,
+                        "client_name": c.client_name,
+                        "auth_method": c.auth_method.as_str(),
+                        "redirect_uris": c.redirect_uris,
+                        "created_at": cli::rfc3339(c.created_at),
+                        "last_used_at": cli::rfc3339(c.last_used_at),
+                    })
+                })
+                .collect();
+            let rows = clients
+                .iter()
+                .map(|c| {
+                    vec![
+                        c.client_id.clone(),
+                        c.client_name.clone().unwrap_or_else(|| "-".to_owned()),
+                        c.auth_method.as_str().to_owned(),
+                        cli::utc_minute(c.created_at),
+                        format!(
+                            "{} ({})",
+                            cli::utc_minute(c.last_used_at),
+                            cli::relative(c.last_used_at, now)
+                        ),
+                        c.redirect_uris.join(" "),
+                    ]
+                })
+                .collect();
+            print_list(
+                list,
+                json,
+                &[
+                    "client",
+                    "name",
+                    "auth",
+                    "registered",
+                    "last used",
+                    "redirect URIs",
+                ],
+                rows,
+                "no clients",
+            )?;
         }
         ClientAction::Remove { client_id } => {
             admin.remove_client(&client_id).await?;
             println!("removed client {client_id:?} and revoked its grants");
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-async fn grant_cmd(admin: Admin, action: GrantAction) -> anyhow::Result<ExitCode> {
+async fn grant_cmd(admin: Admin, action: GrantAction, now: u64) -> CmdResult {
     match action {
-        GrantAction::List { user, client, all } => {
+        GrantAction::List {
+            user,
+            client,
+            all,
+            list,
+        } => {
             let filter = GrantFilter {
                 username: user,
                 client_id: client,
                 include_inactive: all,
             };
-            for g in admin.list_grants(&filter).await? {
-                let state = if g.revoked_at.is_some() {
+            let grants = admin.list_grants(&filter).await?;
+            let state = |g: &pforte_oauth::model::GrantRecord| {
+                if g.revoked_at.is_some() {
                     "revoked"
+                } else if g.expires_at <= now {
+                    "expired"
                 } else {
                     "active"
-                };
-                println!(
-                    "{:<36} {:<8} user {:<16} client {:<40} scopes {}",
-                    g.family_id,
-                    state,
-                    g.username,
-                    g.client_id,
-                    g.scopes.join(" ")
-                );
-            }
+                }
+            };
+            let json = grants
+                .iter()
+                .map(|g| {
+                    serde_json::json!({
+                        "id": g.family_id,
+                        "state": state(g),
+                        "username": g.username,
+                        "client_id": g.client_id,
+                        "scopes": g.scopes,
+                        "created_at": cli::rfc3339(g.created_at),
+                        "last_used_at": cli::rfc3339(g.last_used_at),
+                        "expires_at": cli::rfc3339(g.expires_at),
+                        "revoked_at": g.revoked_at.map(cli::rfc3339),
+                    })
+                })
+                .collect();
+            let rows = grants
+                .iter()
+                .map(|g| {
+                    vec![
+                        g.family_id.clone(),
+                        state(g).to_owned(),
+                        g.username.clone(),
+                        g.client_id.clone(),
+                        cli::utc_minute(g.created_at),
+                        cli::expiry(Some(g.expires_at), now),
+                        g.scopes.join(" "),
+                    ]
+                })
+                .collect();
+            print_list(
+                list,
+                json,
+                &[
+                    "grant", "state", "user", "client", "created", "expires", "scopes",
+                ],
+                rows,
+                "no grants",
+            )?;
         }
         GrantAction::Revoke {
             id: Some(id),
@@ -510,9 +812,13 @@ async fn grant_cmd(admin: Admin, action: GrantAction) -> anyhow::Result<ExitCode
                 .await?;
             println!("revoked {n} grant(s)");
         }
-        GrantAction::Revoke { .. } => bail!("name one grant id, or --user and/or --client"),
+        GrantAction::Revoke { .. } => {
+            return Err(Failure::Usage(
+                "name one grant id, or --user and/or --client".to_owned(),
+            ));
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Parses `90d`, `12h`, `30m`, `45s` into seconds.
@@ -533,21 +839,10 @@ fn parse_lifetime(s: &str) -> anyhow::Result<u64> {
         .context("lifetime out of range")
 }
 
-fn token_cmd(
-    action: TokenAction,
-    config: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
-    let mut cfg = match GatewayConfig::load(config.as_deref(), env) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            eprintln!("pforte: bad configuration: {e}");
-            return Ok(ExitCode::from(EXIT_BAD_CONFIG));
-        }
-    };
-    if let Some(dir) = data_dir {
-        cfg.data_dir = dir;
-    }
+fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<PathBuf>) -> CmdResult {
+    let adds = matches!(action, TokenAction::Create { .. });
+    let site = store_site(config, data_dir, adds)?;
+    let cfg = &site.cfg;
     let db = cfg.data_dir.join("pforte.db");
     let store = tokens::open_source(cfg.redis_url.as_deref(), &db)?;
     let now = SystemClock.now();
@@ -563,15 +858,16 @@ fn token_cmd(
                 scopes
             };
             if let Some(unknown) = scopes.iter().find(|s| !cfg.scopes.contains(s)) {
-                bail!(
+                return Err(Failure::Usage(format!(
                     "unknown scope {unknown:?}; configured scopes: {}",
                     cfg.scopes.join(" ")
-                );
+                )));
             }
             let expires_at = expires
                 .as_deref()
                 .map(parse_lifetime)
-                .transpose()?
+                .transpose()
+                .map_err(|e| Failure::Usage(format!("--expires {e:#}")))?
                 .map(|secs| now + secs);
             let token = store.create(&name, &scopes, expires_at, now, &mut rand::rng())?;
             eprintln!(
@@ -580,40 +876,58 @@ fn token_cmd(
             );
             println!("{token}");
         }
-        TokenAction::List => {
-            println!(
-                "{:<24} {:<10} {:<24} {:<12} scopes",
-                "name", "state", "created", "expires"
-            );
-            for t in store.list()? {
-                let state = match (t.revoked_at, t.expires_at) {
-                    (Some(_), _) => "revoked",
-                    (None, Some(at)) if at <= now => "expired",
-                    _ => "active",
-                };
-                let expires = t.expires_at.map_or("never".to_owned(), |at| {
-                    format!("in {}h", at.saturating_sub(now) / 3600)
-                });
-                println!(
-                    "{:<24} {:<10} {:<24} {:<12} {}",
-                    t.name,
-                    state,
-                    t.created_at,
-                    expires,
-                    t.scopes.join(" ")
-                );
-            }
+        TokenAction::List(list) => {
+            let tokens = store.list()?;
+            let state = |t: &tokens::StaticToken| match (t.revoked_at, t.expires_at) {
+                (Some(_), _) => "revoked",
+                (None, Some(at)) if at <= now => "expired",
+                _ => "active",
+            };
+            let json = tokens
+                .iter()
+                .map(|t| {
+                    serde_json::json!({
+                        "name": t.name,
+                        "state": state(t),
+                        "scopes": t.scopes,
+                        "created_at": cli::rfc3339(t.created_at),
+                        "expires_at": t.expires_at.map(cli::rfc3339),
+                        "revoked_at": t.revoked_at.map(cli::rfc3339),
+                    })
+                })
+                .collect();
+            let rows = tokens
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.name.clone(),
+                        state(t).to_owned(),
+                        cli::utc_minute(t.created_at),
+                        cli::expiry(t.expires_at, now),
+                        t.scopes.join(" "),
+                    ]
+                })
+                .collect();
+            print_list(
+                list,
+                json,
+                &["name", "state", "created", "expires", "scopes"],
+                rows,
+                "no tokens",
+            )?;
         }
         TokenAction::Revoke { name } => {
             if store.revoke(&name, now)? {
                 println!("revoked {name:?}");
             } else {
-                eprintln!("pforte: no active token named {name:?}");
-                return Ok(ExitCode::FAILURE);
+                return Err(Failure::Other(anyhow::anyhow!(
+                    "no active token named {name:?}"
+                )));
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    site.announce();
+    Ok(())
 }
 
 #[cfg(test)]

@@ -54,8 +54,9 @@ pub fn resolve_port(addr: SocketAddr) -> Result<SocketAddr, ServeError> {
 }
 
 /// Ctrl-C and SIGTERM both stop the gateway gracefully (grace period 0): background services
-/// see the shutdown signal and can stop their children.
-struct Signals;
+/// see the shutdown signal and can stop their children. The signal's name is kept for the
+/// "stopped after …" line.
+struct Signals(Arc<std::sync::OnceLock<&'static str>>);
 
 #[async_trait]
 impl ShutdownSignalWatch for Signals {
@@ -67,10 +68,12 @@ impl ShutdownSignalWatch for Signals {
         ) else {
             return std::future::pending().await;
         };
-        tokio::select! {
-            _ = int.recv() => {},
-            _ = term.recv() => {},
-        }
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        };
+        let _ = self.0.set(name);
+        tracing::info!(signal = name, "stopping");
         ShutdownSignal::GracefulTerminate
     }
 }
@@ -200,9 +203,19 @@ pub fn run(
     for service in extra {
         server.add_boxed_service(service);
     }
-    tracing::info!(listen = %listen, public = %settings.base_url, "pforte serving");
+    tracing::info!(
+        listen = %listen,
+        public = %settings.base_url,
+        version = env!("CARGO_PKG_VERSION"),
+        "pforte started"
+    );
+    let signal = Arc::new(std::sync::OnceLock::new());
     server.run(RunArgs {
-        shutdown_signal: Box::new(Signals),
+        shutdown_signal: Box::new(Signals(signal.clone())),
     });
+    match signal.get() {
+        Some(name) => tracing::info!("stopped after {name}"),
+        None => tracing::info!("stopped"),
+    }
     Ok(())
 }

@@ -26,23 +26,37 @@ pub struct ServiceChild {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChildError {
-    #[error("starting {bin}: {source}")]
+    #[error("starting {bin}")]
     Spawn { bin: String, source: std::io::Error },
+    #[error(
+        "mcp-service not found: looked beside pforte ({beside}) and on PATH; install it there \
+         or set PFORTE_MCP_SERVICE_BIN"
+    )]
+    NotFound { beside: String },
     #[error("mcp-service exited before it was ready: {0}")]
     NotReady(String),
 }
 
 /// Finds the `mcp-service` binary: `PFORTE_MCP_SERVICE_BIN`, else beside this executable,
-/// else on `PATH`.
-pub fn find_service_bin() -> PathBuf {
+/// else on `PATH`; the error names both places it looked.
+pub fn find_service_bin() -> Result<PathBuf, ChildError> {
     if let Some(p) = std::env::var_os("PFORTE_MCP_SERVICE_BIN") {
-        return PathBuf::from(p);
+        return Ok(PathBuf::from(p));
     }
-    std::env::current_exe()
+    let beside = std::env::current_exe()
         .ok()
-        .map(|exe| exe.with_file_name("mcp-service"))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("mcp-service"))
+        .map(|exe| exe.with_file_name("mcp-service"));
+    if let Some(p) = beside.as_ref().filter(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    let on_path = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("mcp-service"))
+        .find(|p| p.is_file());
+    on_path.ok_or_else(|| ChildError::NotFound {
+        beside: beside.map_or_else(|| "beside pforte".to_owned(), |p| p.display().to_string()),
+    })
 }
 
 impl ServiceChild {

@@ -100,10 +100,14 @@ fn main() -> ExitCode {
             };
         }
     };
+    // rmcp logs every client's whole `initialize` handshake at info: kept to warnings unless
+    // RUST_LOG asks for it. Colour only on a terminal (not in compose, systemd or `> log`).
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,rmcp=warn".into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {

@@ -1,0 +1,224 @@
+//! Start-up checks that `pforte check`, `pforte serve` and `pforte up` share: everything that
+//! would otherwise fail inside pingora's threads (a certificate that is not PEM, a key that does
+//! not belong to it, an `[oauth]` table or a tool budget that does not validate, a listener that
+//! cannot bind) is found here, before anything prints success, and named in one line.
+
+use std::{
+    io::ErrorKind,
+    net::{SocketAddr, TcpListener},
+};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+
+use crate::{
+    config::{Settings, TlsFiles},
+    limit::Limits,
+};
+
+/// Why the gateway cannot start with these settings. Every variant names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    #[error("tls.cert {path}: {reason}")]
+    Cert { path: String, reason: String },
+    #[error("tls.key {path}: {reason}")]
+    Key { path: String, reason: String },
+    #[error("tls: the key {key} does not belong to the certificate {cert}")]
+    KeyMismatch { cert: String, key: String },
+    #[error("{0}")]
+    OAuth(String),
+    #[error("limits.tools.{tool}: {reason}")]
+    Tool { tool: String, reason: String },
+}
+
+/// Every check that needs no listener: the same function for `check`, `serve` and `up`.
+pub fn check(settings: &Settings) -> Result<(), PreflightError> {
+    check_tools(&settings.file.limits)?;
+    crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
+    if let Some(files) = &settings.file.tls {
+        check_tls(files)?;
+    }
+    Ok(())
+}
+
+/// Tool budgets: a tool name as MCP spells them and a policy that allows something.
+pub fn check_tools(limits: &Limits) -> Result<(), PreflightError> {
+    for (tool, policy) in &limits.tools {
+        let err = |reason: &str| PreflightError::Tool {
+            tool: tool.clone(),
+            reason: reason.to_owned(),
+        };
+        let name_ok = (1..=128).contains(&tool.len())
+            && tool
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !name_ok {
+            return Err(err(
+                "a tool name is 1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.'",
+            ));
+        }
+        if !policy.is_valid() {
+            return Err(err("rate, period_secs and burst must all be above 0"));
+        }
+    }
+    Ok(())
+}
+
+/// Loads the certificate chain and key as the TLS listener will, and checks that they match.
+pub fn check_tls(files: &TlsFiles) -> Result<(), PreflightError> {
+    let cert_path = files.cert.display().to_string();
+    let key_path = files.key.display().to_string();
+    let cert_err = |reason: String| PreflightError::Cert {
+        path: cert_path.clone(),
+        reason,
+    };
+    let certs = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| cert_err(pem_reason(&e)))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| cert_err(pem_reason(&e)))?;
+    if certs.is_empty() {
+        return Err(cert_err(
+            "no PEM certificate (BEGIN CERTIFICATE) in it".into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| PreflightError::Key {
+        path: key_path.clone(),
+        reason: pem_reason(&e),
+    })?;
+    let provider = rustls::crypto::ring::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| PreflightError::Key {
+            path: key_path.clone(),
+            reason: format!("unusable key: {e}"),
+        })?;
+    let certified = rustls::sign::CertifiedKey::new(certs, signing);
+    match certified.keys_match() {
+        Ok(()) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(_)) => Err(PreflightError::KeyMismatch {
+            cert: cert_path,
+            key: key_path,
+        }),
+        Err(e) => Err(cert_err(format!("unusable certificate: {e}"))),
+    }
+}
+
+fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error;
+    match e {
+        Error::NoItemsFound => "no PEM item of the expected kind in it".into(),
+        Error::Io(io) => io.to_string(),
+        other => format!("not valid PEM ({other:?})"),
+    }
+}
+
+/// Why the listener cannot bind, as one line the operator can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("{0} is in use; pass --listen")]
+    InUse(SocketAddr),
+    #[error("{0} is not an address of this machine; pass --listen")]
+    NotAvailable(SocketAddr),
+    #[error("cannot listen on {0}: {1}")]
+    Other(SocketAddr, std::io::Error),
+}
+
+/// Binds `addr` once and lets go, so that a listener that cannot start is reported before
+/// anything prints success (pingora binds later, on its own threads, and retries in-use
+/// addresses forever).
+pub fn check_bind(addr: SocketAddr) -> Result<(), BindError> {
+    match TcpListener::bind(addr) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(bind_error(addr, e)),
+    }
+}
+
+/// The one line for a failed bind.
+pub fn bind_error(addr: SocketAddr, e: std::io::Error) -> BindError {
+    match e.kind() {
+        ErrorKind::AddrInUse => BindError::InUse(addr),
+        ErrorKind::AddrNotAvailable => BindError::NotAvailable(addr),
+        _ => BindError::Other(addr, e),
+    }
+}
+
+/// Whether a panic message is one of pingora's start-up failures (listener or TLS files), which
+/// are operator errors: `main` prints them as one line and exits instead of a backtrace.
+pub fn is_startup_panic(message: &str) -> bool {
+    message.starts_with("Failed to build listeners")
+        || message.starts_with("Failed to load provided certificates")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::limit::Policy;
+    use std::path::Path;
+
+    fn files(dir: &Path, cert: &str, key: &str) -> TlsFiles {
+        std::fs::write(dir.join("c.pem"), cert).unwrap();
+        std::fs::write(dir.join("k.pem"), key).unwrap();
+        TlsFiles {
+            cert: dir.join("c.pem"),
+            key: dir.join("k.pem"),
+        }
+    }
+
+    #[test]
+    fn tls_files_are_parsed_and_matched() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let b = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let good = files(dir.path(), &a.cert.pem(), &a.signing_key.serialize_pem());
+        check_tls(&good).unwrap();
+
+        let not_pem = files(dir.path(), "hello", &a.signing_key.serialize_pem());
+        let e = check_tls(&not_pem).unwrap_err().to_string();
+        assert!(e.starts_with("tls.cert "), "{e}");
+
+        let no_key = files(dir.path(), &a.cert.pem(), &a.cert.pem());
+        let e = check_tls(&no_key).unwrap_err().to_string();
+        assert!(e.starts_with("tls.key "), "{e}");
+
+        let mismatch = files(dir.path(), &a.cert.pem(), &b.signing_key.serialize_pem());
+        let e = check_tls(&mismatch).unwrap_err().to_string();
+        assert!(e.contains("does not belong"), "{e}");
+    }
+
+    #[test]
+    fn tool_budgets_are_checked() {
+        let ok = Policy {
+            rate: 1,
+            period_secs: 60,
+            burst: 1,
+        };
+        let zero = Policy { rate: 0, ..ok };
+        let mut limits = Limits::default();
+        limits.tools.insert("werkbaum_write".into(), ok);
+        check_tools(&limits).unwrap();
+        limits.tools.insert("bad name".into(), ok);
+        assert!(check_tools(&limits).is_err());
+        limits.tools.remove("bad name");
+        limits.tools.insert("x".into(), zero);
+        let e = check_tools(&limits).unwrap_err().to_string();
+        assert!(e.starts_with("limits.tools.x:"), "{e}");
+    }
+
+    #[test]
+    fn bind_errors_are_one_line() {
+        let held = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        assert_eq!(
+            check_bind(addr).unwrap_err().to_string(),
+            format!("{addr} is in use; pass --listen")
+        );
+        drop(held);
+        check_bind(addr).unwrap();
+        let e = check_bind("192.0.2.1:8787".parse().unwrap()).unwrap_err();
+        assert!(matches!(e, BindError::NotAvailable(_)), "{e}");
+        assert!(is_startup_panic("Failed to build listeners: x"));
+        assert!(!is_startup_panic("index out of bounds"));
+    }
+}
