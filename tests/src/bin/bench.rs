@@ -261,7 +261,7 @@ struct Knobs {
 
 /// A running `pforte serve` with a static token.
 struct Gateway {
-    _proc: Proc,
+    proc: Proc,
     mcp_url: String,
     cert_pem: Option<String>,
     token: String,
@@ -349,7 +349,7 @@ impl Gateway {
             }
             let _ = proc.stdout_lines.try_iter().count();
             return Ok(Self {
-                _proc: proc,
+                proc,
                 mcp_url,
                 cert_pem: cert.map(|c| c.cert_pem),
                 token,
@@ -368,6 +368,9 @@ struct Outcome {
     capped: bool,
     /// Sorted latencies of the successful calls.
     latencies: Vec<Duration>,
+    /// CPU time the measured process (the gateway, or the service when direct) spent on the
+    /// measured calls: a cost per call that the machine's drifting speed affects far less.
+    cpu: Duration,
 }
 
 impl Outcome {
@@ -377,8 +380,14 @@ impl Outcome {
         self.errors += other.errors;
         self.wall += other.wall;
         self.capped |= other.capped;
+        self.cpu += other.cpu;
         self.latencies.extend(other.latencies);
         self.latencies.sort_unstable();
+    }
+
+    /// Microseconds of the measured process's CPU per successful call.
+    fn cpu_us_per_call(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / (self.ok.max(1) as f64)
     }
 
     fn rate(&self) -> f64 {
@@ -403,6 +412,7 @@ async fn measure(
     http: impl Fn() -> reqwest::Client,
     token: &str,
     expect_subject: Option<&str>,
+    pid: u32,
     opts: &Options,
 ) -> anyhow::Result<Outcome> {
     let mut clients = Vec::with_capacity(opts.sessions);
@@ -478,8 +488,10 @@ async fn measure(
     if opts.warmup > 0 {
         run(opts.warmup, Duration::from_secs(opts.max_secs)).await?;
     }
+    let cpu_before = cpu_time(pid)?;
     let (mut latencies, errors, wall, capped) =
         run(opts.calls, Duration::from_secs(opts.max_secs)).await?;
+    let cpu = cpu_time(pid)?.saturating_sub(cpu_before);
     latencies.sort_unstable();
     for c in clients {
         if let Ok(c) = Arc::try_unwrap(c) {
@@ -493,7 +505,31 @@ async fn measure(
         wall,
         capped,
         latencies,
+        cpu,
     })
+}
+
+/// User + system CPU time of process `pid` (all its threads), from `/proc/PID/stat`.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may contain blanks; the fields after its closing parenthesis are fixed.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("unreadable /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5), i.e. 12 and 13 after the name.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .map(|&i| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    // USER_HZ is 100 on Linux for every architecture this runs on.
+    Ok(Duration::from_millis(ticks * 10))
 }
 
 fn ratio(x: f64, base: f64) -> String {
@@ -519,26 +555,41 @@ fn print_table(outcomes: &[Outcome], opts: &Options) {
     );
     println!();
     println!(
-        "{:<26} {:>6} {:>6} {:>9} {:>8} {:>8}   {:>9} {:>8} {:>8}",
-        "mode", "calls", "errors", "req/s", "p50 ms", "p99 ms", "req/s÷dir", "p50÷dir", "p99÷dir"
+        "{:<26} {:>6} {:>6} {:>9} {:>8} {:>8} {:>10}   {:>9} {:>8} {:>8}",
+        "mode",
+        "calls",
+        "errors",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu µs/call",
+        "req/s÷dir",
+        "p50÷dir",
+        "p99÷dir"
     );
-    println!("{}", "-".repeat(100));
+    println!("{}", "-".repeat(112));
     let base = &outcomes[0];
     for o in outcomes {
         println!(
-            "{:<26} {:>6} {:>6} {:>9.0} {:>8.2} {:>8.2}   {:>9} {:>8} {:>8}{}",
+            "{:<26} {:>6} {:>6} {:>9.0} {:>8.2} {:>8.2} {:>10.0}   {:>9} {:>8} {:>8}{}",
             o.label,
             o.ok,
             o.errors,
             o.rate(),
             o.pct_ms(50.0),
             o.pct_ms(99.0),
+            o.cpu_us_per_call(),
             ratio(o.rate(), base.rate()),
             ratio(o.pct_ms(50.0), base.pct_ms(50.0)),
             ratio(o.pct_ms(99.0), base.pct_ms(99.0)),
             if o.capped { "  (time cap hit)" } else { "" },
         );
     }
+    println!();
+    println!(
+        "cpu µs/call: CPU time of the measured process (the service when direct, else the \
+         gateway) per call, from /proc (10 ms ticks)"
+    );
     println!();
 }
 
@@ -549,7 +600,7 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
     }
     let work = tempfile::Builder::new().prefix("pforte-bench-").tempdir()?;
     let w = work.path();
-    let (_svc, svc_url) = start_service(&dir, w)?;
+    let (svc, svc_url) = start_service(&dir, w)?;
     let threads = opts.threads;
     let start = |name, tls, limits, policy| {
         Gateway::start(
@@ -591,12 +642,15 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
             let outcome = match gw {
                 None => {
                     let http = || http_client(None);
-                    measure(label, &svc_url, http, &plain.token, None, &per_round).await?
+                    let pid = svc.child.id();
+                    measure(label, &svc_url, http, &plain.token, None, pid, &per_round).await?
                 }
                 Some(gw) => {
                     let http = || gw.http();
                     let subject = Some("operator");
-                    measure(label, &gw.mcp_url, http, &gw.token, subject, &per_round).await?
+                    let pid = gw.proc.child.id();
+                    let url = &gw.mcp_url;
+                    measure(label, url, http, &gw.token, subject, pid, &per_round).await?
                 }
             };
             match slots[i].as_mut() {
