@@ -338,15 +338,25 @@ impl BackgroundService for SighupReopen {
 }
 
 fn open_file(path: &Path) -> Result<File, AuditError> {
+    let fail = |source| AuditError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    // The data dir may not exist yet (with redis, no store file creates it): make it 0700.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(fail)?;
+    }
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
         .open(path)
-        .map_err(|source| AuditError::Open {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(fail)
 }
 
 enum Output {
