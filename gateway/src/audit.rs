@@ -343,7 +343,10 @@ fn open_file(path: &Path) -> Result<File, AuditError> {
         source,
     };
     // The data dir may not exist yet (with redis, no store file creates it): make it 0700.
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
         use std::os::unix::fs::DirBuilderExt as _;
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -540,7 +543,9 @@ mod tests {
     #[test]
     fn an_unopenable_path_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("missing-dir").join("audit.jsonl");
+        // A missing directory is created; a file where the directory should be is not.
+        std::fs::write(dir.path().join("not-a-dir"), "").unwrap();
+        let path = dir.path().join("not-a-dir").join("audit.jsonl");
         let err = AuditLog::open(&AuditSink::File(path.clone())).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("cannot open the audit log"), "{text}");

@@ -656,7 +656,8 @@ async fn audit_reopens_on_sighup() {
 #[test]
 fn audit_open_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let err = AuditLog::open(&AuditSink::File(dir.path().join("no/such/dir.jsonl"))).unwrap_err();
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    let err = AuditLog::open(&AuditSink::File(dir.path().join("file/audit.jsonl"))).unwrap_err();
     assert!(
         err.to_string().contains("cannot open the audit log"),
         "{err}"
