@@ -150,6 +150,15 @@ fn revoke_grants_where(
     Ok(())
 }
 
+fn insert_grant(tx: &rusqlite::Transaction<'_>, g: &GrantRecord, gdata: &str) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO oauth_grants (family_id, data, client_id, username, last_used_at, expires_at, revoked_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![g.family_id, gdata, g.client_id, g.username, i(g.last_used_at), i(g.expires_at), g.revoked_at.map(i)],
+    )?;
+    Ok(())
+}
+
 fn insert_tokens(
     tx: &rusqlite::Transaction<'_>,
     access: &AccessRecord,
@@ -380,14 +389,28 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn consume_code(&self, code_hash: &str) -> StoreResult<bool> {
+    async fn redeem_code(
+        &self,
+        code_hash: &str,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+        refresh: &RefreshRecord,
+    ) -> StoreResult<bool> {
         let h = code_hash.to_owned();
+        let (g, a, r, gdata) = (grant.clone(), access.clone(), refresh.clone(), enc(grant)?);
         self.run(move |c| {
-            let n = c.execute(
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let n = tx.execute(
                 "UPDATE oauth_codes SET used = 1 WHERE hash = ?1 AND used = 0",
                 [&h],
             )?;
-            Ok(n == 1)
+            if n != 1 {
+                return Ok(false);
+            }
+            insert_grant(&tx, &g, &gdata)?;
+            insert_tokens(&tx, &a, &r)?;
+            tx.commit()?;
+            Ok(true)
         })
         .await
     }
@@ -401,11 +424,7 @@ impl Store for SqliteStore {
         let (g, a, r, gdata) = (grant.clone(), access.clone(), refresh.clone(), enc(grant)?);
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.execute(
-                "INSERT INTO oauth_grants (family_id, data, client_id, username, last_used_at, expires_at, revoked_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![g.family_id, gdata, g.client_id, g.username, i(g.last_used_at), i(g.expires_at), g.revoked_at.map(i)],
-            )?;
+            insert_grant(&tx, &g, &gdata)?;
             insert_tokens(&tx, &a, &r)?;
             tx.commit()?;
             Ok(())
