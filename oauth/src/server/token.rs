@@ -15,9 +15,19 @@ impl AuthServer {
         body: &str,
         authorization: Option<&str>,
     ) -> Result<TokenResponse, OAuthError> {
+        self.token_from(body, authorization, None).await
+    }
+
+    /// [`AuthServer::token`] for a request from `client_ip` (its metadata-fetch budget).
+    pub async fn token_from(
+        &self,
+        body: &str,
+        authorization: Option<&str>,
+        client_ip: Option<std::net::IpAddr>,
+    ) -> Result<TokenResponse, OAuthError> {
         let params = Params::parse(body);
         let grant = token::grant_type(&params)?;
-        let client = self.authenticate(&params, authorization).await?;
+        let client = self.authenticate(&params, authorization, client_ip).await?;
         match grant {
             GrantType::AuthorizationCode => self.redeem_code(&client, &params).await,
             GrantType::RefreshToken => self.refresh(&client, &params).await,
