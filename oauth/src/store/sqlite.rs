@@ -81,9 +81,18 @@ fn u(v: i64) -> u64 {
 impl SqliteStore {
     /// Opens (creating if needed) the database file, in WAL mode with a busy timeout, and
     /// creates the tables. Blocking: call before serving or from `spawn_blocking`.
+    ///
+    /// It holds the server key and password hashes: its directory is made 0700 and the file
+    /// 0600 (also when they already existed), so SQLite's `-wal`/`-shm` are 0600 as well.
     pub fn open(path: &Path) -> StoreResult<Self> {
+        let private = |e: std::io::Error| {
+            StoreError::Unavailable(format!("making {} owner-only: {e}", path.display()))
+        };
+        crate::private_fs::private_sqlite(path).map_err(private)?;
         let conn = Connection::open(path)?;
-        Self::init(conn)
+        let store = Self::init(conn)?;
+        crate::private_fs::sqlite_companions(path).map_err(private)?;
+        Ok(store)
     }
 
     /// A private in-memory database (tests).
@@ -635,6 +644,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("oauth.db")).unwrap();
         crate::store::suite::run(&store).await;
+    }
+
+    #[tokio::test]
+    async fn database_and_its_companions_are_owner_only() {
+        use crate::private_fs::mode_of;
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.join("oauth.db");
+        let store = SqliteStore::open(&path).unwrap();
+        crate::store::suite::run(&store).await;
+        assert_eq!(mode_of(&dir).unwrap(), 0o700, "data dir tightened");
+        for f in ["oauth.db", "oauth.db-wal", "oauth.db-shm"] {
+            assert_eq!(mode_of(&dir.join(f)).unwrap(), 0o600, "{f}");
+        }
     }
 
     #[tokio::test]
