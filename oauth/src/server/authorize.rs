@@ -257,6 +257,7 @@ impl AuthServer {
         request: &str,
         session_id: &str,
         username: &str,
+        already_granted: Vec<String>,
     ) -> AuthorizeOutcome {
         let url = Url::parse(&req.redirect_uri).ok();
         let redirect_host = url
@@ -282,12 +283,38 @@ impl AuthServer {
                     .iter()
                     .map(|s| (s.clone(), describe(s)))
                     .collect(),
+                already_granted,
                 username: username.to_owned(),
                 request: request.to_owned(),
                 csrf: self.key.csrf_token(session_id),
             }),
             status: 200,
         }
+    }
+
+    /// Scopes `username` already granted `client_id` (active, unexpired grants).
+    async fn granted_scopes(
+        &self,
+        username: &str,
+        client_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let now = self.now();
+        let mut held: Vec<String> = self
+            .store
+            .list_grants()
+            .await?
+            .into_iter()
+            .filter(|g| {
+                g.username == username
+                    && g.client_id == client_id
+                    && g.revoked_at.is_none()
+                    && g.expires_at > now
+            })
+            .flat_map(|g| g.scopes)
+            .collect();
+        held.sort();
+        held.dedup();
+        Ok(held)
     }
 
     /// The logged-in user of a session, if the user still exists.
@@ -325,7 +352,13 @@ impl AuthServer {
         if let Some((id, rec)) = &session {
             match self.session_user(rec).await {
                 Ok(Some(user)) => {
-                    return self.consent_page(&client, &req, &request, id, &user).into();
+                    let held = match self.granted_scopes(&user, &client.client_id).await {
+                        Ok(held) => held,
+                        Err(e) => return unavailable(&e).into(),
+                    };
+                    return self
+                        .consent_page(&client, &req, &request, id, &user, held)
+                        .into();
                 }
                 Ok(None) => {
                     return self

@@ -1157,3 +1157,62 @@ async fn admin_remove_user_revokes_their_tokens() {
     );
     assert!(admin.add_user("bob", &Secret::new("short")).await.is_err());
 }
+
+/// Step-up: a client holding `mcp:read` asks again for `mcp:read mcp:write`; the consent page
+/// shows what is being added apart from what is already allowed, and the new grant and its
+/// tokens carry the larger scope.
+#[tokio::test]
+async fn step_up_consent_shows_the_added_scope_and_widens_the_grant() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let approve = |cookie: String, csrf: String, request: String| {
+        let body = q(&[
+            ("step", "consent"),
+            ("csrf", &csrf),
+            ("request", &request),
+            ("decision", "approve"),
+        ]);
+        let s = h.s.clone();
+        async move { s.authorize_post(&body, Some(&cookie), None).await.outcome }
+    };
+    let code_of = |out: AuthorizeOutcome| match out {
+        AuthorizeOutcome::Redirect { location } => {
+            get(&query_of(&location), "code").unwrap().to_owned()
+        }
+        other => panic!("{other:?}"),
+    };
+    let read_only = h.auth_query(&cid, &[("scope", "mcp:read")]);
+    let (cookie, csrf, request) = h.login(&read_only, "correct horse").await.unwrap();
+    let code = code_of(approve(cookie.clone(), csrf, request).await);
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    assert_eq!(t.scope, "mcp:read");
+
+    let wider = h.auth_query(&cid, &[("scope", "mcp:read mcp:write")]);
+    let r = h.s.authorize_get(&wider, Some(&cookie), None).await;
+    let AuthorizeOutcome::Page {
+        page: Page::Consent(c),
+        ..
+    } = r.outcome
+    else {
+        panic!("{:?}", r.outcome)
+    };
+    assert_eq!(c.already_granted, ["mcp:read"]);
+    let html = crate::pages::consent(&c);
+    assert!(
+        html.contains("adds: <code>mcp:write</code> — use tools that make changes"),
+        "{html}"
+    );
+    assert!(html.contains("Already allowed:"), "{html}");
+    let added_at = html.find("adds:").unwrap();
+    let kept_at = html.find("Already allowed:").unwrap();
+    assert!(added_at < kept_at, "the addition comes first");
+    let code = code_of(approve(cookie, c.csrf, c.request).await);
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    assert_eq!(t.scope, "mcp:read mcp:write");
+    let p =
+        h.s.validator()
+            .validate(t.access_token.expose())
+            .await
+            .unwrap();
+    assert!(p.scopes.iter().any(|s| s == "mcp:write"), "{:?}", p.scopes);
+}
