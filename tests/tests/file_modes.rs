@@ -32,8 +32,25 @@ async fn up_keeps_the_data_dir_owner_only() {
         .arg(&data)
         .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"));
     let mut proc = Proc::spawn(cmd).unwrap();
-    proc.lines_until("Press Ctrl-C", Duration::from_secs(30))
+    let banner = proc
+        .lines_until("Press Ctrl-C", Duration::from_secs(30))
         .unwrap();
+    let url = banner
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("MCP URL:"))
+        .map(str::trim)
+        .expect("MCP URL in the banner")
+        .to_owned();
+    // Ready: both processes have opened their stores (and a SIGINT now stops both).
+    let ready = url.replace("/mcp", "/readyz");
+    assert!(
+        pforte_tests::eventually(Duration::from_secs(20), || {
+            let req = pforte_tests::http_client(None).get(&ready).send();
+            async move { req.await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await,
+        "pforte up never became ready"
+    );
     let mut entries = Vec::new();
     walk(&data, &mut entries);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
