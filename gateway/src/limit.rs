@@ -2,7 +2,7 @@
 //! per route class, and the in-process backend. (The redis backend lives in `limit/redis.rs`.)
 
 use std::{
-    collections::HashMap,
+    net::IpAddr,
     sync::{Arc, Mutex},
 };
 
@@ -172,21 +172,34 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     async fn check(&self, key: &str, policy: Policy) -> Result<Decision, LimitError>;
 }
 
-/// In-process limiter state.
+/// The rate-limit key of a client IP: IPv4 as is, IPv6 by its /64 (a host usually owns a
+/// whole /64; a bucket per /128 would be no limit), `unknown` when there is none.
+pub fn ip_key(ip: Option<IpAddr>) -> String {
+    pforte_oauth::ratelimit::ip_key(ip)
+}
+
+/// In-process limiter state: at most `max_keys` TATs. When full, expired ones and then those
+/// closest to a whole budget are dropped until a tenth is free, so the sweep runs at most once
+/// per `max_keys / 10` new keys (amortised O(1) per decision) and memory stays bounded.
 #[derive(Debug)]
 pub struct LocalLimiter {
     clock: Arc<dyn Clock>,
-    state: Mutex<HashMap<String, u64>>,
+    state: Mutex<pforte_oauth::ratelimit::TatTable<String>>,
 }
 
-/// Entries kept before expired ones are swept.
-const SWEEP_AT: usize = 100_000;
+/// Keys held at most.
+const MAX_KEYS: usize = 100_000;
 
 impl LocalLimiter {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_capacity(clock, MAX_KEYS)
+    }
+
+    /// A limiter holding at most `max_keys` keys.
+    pub fn with_capacity(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
         Self {
             clock,
-            state: Mutex::new(HashMap::new()),
+            state: Mutex::new(pforte_oauth::ratelimit::TatTable::new(max_keys)),
         }
     }
 
@@ -196,14 +209,24 @@ impl LocalLimiter {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if state.len() >= SWEEP_AT {
-            state.retain(|_, tat| *tat > now);
-        }
-        let (decision, new_tat) = gcra(policy, state.get(key).copied(), now);
+        let key = key.to_owned();
+        let (decision, new_tat) = gcra(policy, state.get(&key), now);
         if let Some(tat) = new_tat {
-            state.insert(key.to_owned(), tat);
+            state.insert(key, tat, now);
         }
         decision
+    }
+
+    /// Keys currently held.
+    pub fn len(&self) -> usize {
+        match self.state.lock() {
+            Ok(g) => g.len(),
+            Err(poisoned) => poisoned.into_inner().len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -316,6 +339,7 @@ pub fn headers(class: Class, policy: Policy, d: &Decision) -> [(&'static str, St
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::clock::ManualClock;
 
@@ -367,6 +391,55 @@ mod tests {
         }
         assert!(!l.decide("a", P).allowed);
         assert!(l.decide("b", P).allowed);
+    }
+
+    /// A flood of distinct keys keeps memory bounded and never resets a busy key's budget (the
+    /// amortised sweep itself: `pforte_oauth::ratelimit` `table_sweeps_are_amortised`).
+    #[test]
+    fn memory_is_bounded_and_busy_keys_survive_a_flood() {
+        let clock = ManualClock::at(1_000);
+        let l = LocalLimiter::with_capacity(Arc::new(clock.clone()), 1_000);
+        for _ in 0..5 {
+            assert!(l.decide("busy", P).allowed);
+        }
+        assert!(!l.decide("busy", P).allowed);
+        for i in 0..20_000 {
+            l.decide(&format!("flood-{i}"), P);
+            assert!(l.len() <= 1_000, "bounded");
+        }
+        assert!(
+            !l.decide("busy", P).allowed,
+            "the busy key's budget was kept"
+        );
+        // After a sweep a tenth is free: new keys fill it up to the bound again.
+        let start = l.len();
+        for i in 0..(1_000 - start) {
+            l.decide(&format!("more-{i}"), P);
+        }
+        assert_eq!(l.len(), 1_000);
+    }
+
+    #[test]
+    fn ipv6_clients_are_keyed_by_their_slash_64() {
+        let a: IpAddr = "2001:db8:aa:bb::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:aa:bb:1234:5678:9abc:def0".parse().unwrap();
+        let c: IpAddr = "2001:db8:aa:bc::1".parse().unwrap();
+        assert_eq!(ip_key(Some(a)), ip_key(Some(b)));
+        assert_ne!(ip_key(Some(a)), ip_key(Some(c)));
+        assert_eq!(ip_key(Some("192.0.2.1".parse().unwrap())), "192.0.2.1");
+        assert_eq!(ip_key(None), "unknown");
+        let (_now, l) = limiter();
+        for i in 0..5 {
+            assert!(
+                l.decide(&ip_key(Some(format!("2001:db8::{i}").parse().unwrap())), P)
+                    .allowed
+            );
+        }
+        assert!(
+            !l.decide(&ip_key(Some("2001:db8::ffff".parse().unwrap())), P)
+                .allowed,
+            "one /64, one budget"
+        );
     }
 
     #[test]

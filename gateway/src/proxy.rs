@@ -178,9 +178,9 @@ impl Gateway {
         Ok(true)
     }
 
+    /// The client IP as a limit key (IPv6 by its /64).
     fn ip_key(ctx: &RequestCtx) -> String {
-        ctx.client_ip
-            .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
+        crate::limit::ip_key(ctx.client_ip)
     }
 
     async fn upstream_ready(&self) -> bool {

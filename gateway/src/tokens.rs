@@ -127,17 +127,18 @@ CREATE UNIQUE INDEX IF NOT EXISTS static_tokens_active_name
 impl TokenStore {
     /// Opens (and creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
+        // The data dir 0700, the database and its -wal/-shm 0600 (also when they existed).
+        let private = |source| StoreError::DataDir {
+            path: path.display().to_string(),
+            source,
+        };
+        pforte_oauth::private_fs::private_sqlite(path).map_err(private)?;
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA)?;
+        pforte_oauth::private_fs::sqlite_companions(path).map_err(private)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -478,6 +479,27 @@ mod tests {
             s.create("a b", &[], None, 1, &mut rand::rng()),
             Err(StoreError::BadName)
         ));
+    }
+
+    #[test]
+    fn data_dir_and_database_files_are_owner_only() {
+        use pforte_oauth::private_fs::mode_of;
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let s = TokenStore::open(&data.join("pforte.db")).unwrap();
+        s.create("ci", &["mcp:read".to_owned()], None, 100, &mut rand::rng())
+            .unwrap();
+        assert_eq!(
+            mode_of(&data).unwrap(),
+            0o700,
+            "an existing data dir is tightened"
+        );
+        for f in ["pforte.db", "pforte.db-wal", "pforte.db-shm"] {
+            assert_eq!(mode_of(&data.join(f)).unwrap(), 0o600, "{f}");
+        }
     }
 
     #[test]

@@ -30,9 +30,11 @@ pub enum StartError {
 pub fn open_store(cfg: &ServiceConfig) -> Result<Arc<dyn Store>, StartError> {
     match cfg.store {
         StoreKind::Sqlite => {
-            std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StartError::DataDir {
-                path: cfg.data_dir.display().to_string(),
-                source,
+            crate::store::sqlite::private_dir(&cfg.data_dir).map_err(|source| {
+                StartError::DataDir {
+                    path: cfg.data_dir.display().to_string(),
+                    source,
+                }
             })?;
             Ok(Arc::new(SqliteStore::open(
                 &cfg.data_dir.join(SQLITE_FILE),

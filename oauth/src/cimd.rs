@@ -120,11 +120,15 @@ impl DocumentFetcher for HttpFetcher {
 
 const MAX_CACHED: usize = 1024;
 
-/// Resolves metadata-document clients, caching valid documents per their cache headers.
+/// A cached outcome: the valid client, or why fetching or validating it failed.
+type Cached = (Result<Client, CimdError>, u64);
+
+/// Resolves metadata-document clients, caching valid documents per their cache headers and
+/// failures for `failure_cache_secs` (so repeating a bad `client_id` does not fetch again).
 pub struct CimdResolver {
     fetcher: Arc<dyn DocumentFetcher>,
     cfg: CimdConfig,
-    cache: Mutex<HashMap<String, (Client, u64)>>,
+    cache: Mutex<HashMap<String, Cached>>,
 }
 
 impl CimdResolver {
@@ -136,30 +140,50 @@ impl CimdResolver {
         }
     }
 
-    /// The client described by the document at `client_id`.
+    /// The cached outcome for `client_id`, if one is still fresh (no fetch).
+    pub fn cached(&self, client_id: &str, now_ms: u64) -> Option<Result<Client, CimdError>> {
+        let cache = self.cache.lock().ok()?;
+        let (outcome, until) = cache.get(client_id)?;
+        (*until > now_ms).then(|| outcome.clone())
+    }
+
+    /// The client described by the document at `client_id` (from the cache, else fetched).
     pub async fn resolve(&self, client_id: &str, now_ms: u64) -> Result<Client, CimdError> {
         let url = cimd::parse_client_id_url(client_id)?;
-        if let Ok(cache) = self.cache.lock()
-            && let Some((client, until)) = cache.get(client_id)
-            && *until > now_ms
-        {
-            return Ok(client.clone());
+        if let Some(cached) = self.cached(client_id, now_ms) {
+            return cached;
         }
-        let doc = self.fetcher.fetch(&url).await?;
-        let client = cimd::validate_document(client_id, &doc.body)?;
-        let secs = cimd::cache_lifetime(doc.cache_control.as_deref(), &self.cfg);
+        let outcome = match self.fetcher.fetch(&url).await {
+            Ok(doc) => cimd::validate_document(client_id, &doc.body).map(|client| {
+                (
+                    client,
+                    cimd::cache_lifetime(doc.cache_control.as_deref(), &self.cfg),
+                )
+            }),
+            Err(e) => Err(e),
+        };
+        let (outcome, secs) = match outcome {
+            Ok((client, secs)) => (Ok(client), secs),
+            Err(e) => {
+                tracing::info!(client_id, error = %e, "client metadata document refused");
+                (Err(e), self.cfg.failure_cache_secs)
+            }
+        };
         if secs > 0
             && let Ok(mut cache) = self.cache.lock()
         {
             if cache.len() >= MAX_CACHED {
                 cache.retain(|_, (_, until)| *until > now_ms);
-                if cache.len() >= MAX_CACHED {
-                    cache.clear();
-                }
             }
-            cache.insert(client_id.to_owned(), (client.clone(), now_ms + secs * 1000));
+            // Still full of fresh entries: this one is not cached (never clear them all).
+            if cache.len() < MAX_CACHED || cache.contains_key(client_id) {
+                cache.insert(
+                    client_id.to_owned(),
+                    (outcome.clone(), now_ms + secs * 1000),
+                );
+            }
         }
-        Ok(client)
+        outcome
     }
 }
 
@@ -201,6 +225,47 @@ mod tests {
         assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
         r.resolve(ID, 60_000).await.unwrap();
         assert_eq!(fake.calls.load(Ordering::SeqCst), 2);
+    }
+
+    struct Failing(AtomicUsize);
+
+    #[async_trait]
+    impl DocumentFetcher for Failing {
+        async fn fetch(&self, _url: &Url) -> Result<FetchedDocument, CimdError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Err(CimdError::RefusedAddress("10.0.0.1".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn failures_are_cached_briefly_per_url() {
+        let fake = Arc::new(Failing(AtomicUsize::new(0)));
+        let r = CimdResolver::new(fake.clone(), CimdConfig::default());
+        for t in [0, 1_000, 59_999] {
+            assert!(r.resolve(ID, t).await.is_err());
+        }
+        assert_eq!(fake.0.load(Ordering::SeqCst), 1, "one fetch per minute");
+        assert!(r.cached(ID, 30_000).is_some_and(|c| c.is_err()));
+        assert!(r.resolve("https://other.example/c.json", 0).await.is_err());
+        assert_eq!(fake.0.load(Ordering::SeqCst), 2, "per URL");
+        assert!(r.resolve(ID, 60_000).await.is_err());
+        assert_eq!(
+            fake.0.load(Ordering::SeqCst),
+            3,
+            "fetched again after a minute"
+        );
+    }
+
+    #[test]
+    fn public_reasons_name_no_address() {
+        for e in [
+            CimdError::RefusedAddress("10.0.0.1".into()),
+            CimdError::Fetch(
+                "DNS: failed to lookup address information: Name or service not known".into(),
+            ),
+        ] {
+            assert_eq!(e.public_reason(), "fetch failed");
+        }
     }
 
     #[tokio::test]

@@ -59,6 +59,8 @@ pub struct CimdConfig {
     pub max_cache_secs: u64,
     /// Cache lifetime when the response carries no max-age, in seconds.
     pub default_cache_secs: u64,
+    /// How long a failed fetch is remembered per URL (no new attempt meanwhile), in seconds.
+    pub failure_cache_secs: u64,
 }
 
 /// A GCRA quota: `burst` requests at once, refilling at `per_minute`.
@@ -69,13 +71,24 @@ pub struct Quota {
     pub per_minute: u32,
 }
 
-/// Throttles for the unauthenticated endpoints.
+/// Throttles for the unauthenticated endpoints. Logins count failures only, so a user who
+/// signs in from several devices is never throttled by their own successes, and nobody can
+/// lock a user out from elsewhere (there is no per-username bucket).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ThrottleConfig {
+    /// Failed logins per client IP, across usernames.
     pub login_per_ip: Quota,
-    pub login_per_username: Quota,
+    /// Failed logins per (username, client IP); a successful login resets it.
+    #[serde(alias = "login_per_username")]
+    pub login_per_user_and_ip: Quota,
+    /// Password verifications (argon2id, 19 MiB each) running at once, across all clients.
+    pub max_concurrent_logins: u32,
     pub register_per_ip: Quota,
+    /// `GET /authorize` per client IP.
+    pub authorize_per_ip: Quota,
+    /// Client ID Metadata Document fetches (cache misses) per client IP.
+    pub cimd_fetch_per_ip: Quota,
 }
 
 /// argon2id cost parameters.
@@ -130,6 +143,7 @@ impl Default for CimdConfig {
             max_document_bytes: 5 * 1024,
             max_cache_secs: 86_400,
             default_cache_secs: 300,
+            failure_cache_secs: 60,
         }
     }
 }
@@ -141,11 +155,20 @@ impl Default for ThrottleConfig {
                 burst: 10,
                 per_minute: 10,
             },
-            login_per_username: Quota {
+            login_per_user_and_ip: Quota {
                 burst: 5,
                 per_minute: 5,
             },
+            max_concurrent_logins: 4,
             register_per_ip: Quota {
+                burst: 10,
+                per_minute: 10,
+            },
+            authorize_per_ip: Quota {
+                burst: 60,
+                per_minute: 60,
+            },
+            cimd_fetch_per_ip: Quota {
                 burst: 10,
                 per_minute: 10,
             },
@@ -202,6 +225,10 @@ impl OAuthConfig {
             ("session_ttl_secs", self.session_ttl_secs),
             ("client_reap_after_secs", self.client_reap_after_secs),
             ("cimd.fetch_timeout_ms", self.cimd.fetch_timeout_ms),
+            (
+                "throttle.max_concurrent_logins",
+                u64::from(self.throttle.max_concurrent_logins),
+            ),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));

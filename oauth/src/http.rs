@@ -106,6 +106,7 @@ async fn metadata(State(s): State<Arc<AuthServer>>) -> Response {
 
 async fn authorize_get(
     State(s): State<Arc<AuthServer>>,
+    PeerIp(ip): PeerIp,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -114,6 +115,7 @@ async fn authorize_get(
         .authorize_get(
             q.as_deref().unwrap_or_default(),
             cookie(&headers, cfg.cookie_name()),
+            ip,
         )
         .await;
     response::authorize(out, cfg)
@@ -132,9 +134,14 @@ async fn authorize_post(
     response::authorize(out, cfg)
 }
 
-async fn token(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: String) -> Response {
+async fn token(
+    State(s): State<Arc<AuthServer>>,
+    PeerIp(ip): PeerIp,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     match s
-        .token(&body, header(&headers, http::header::AUTHORIZATION))
+        .token_from(&body, header(&headers, http::header::AUTHORIZATION), ip)
         .await
     {
         Ok(t) => response::token(&t),
@@ -149,9 +156,14 @@ async fn register(State(s): State<Arc<AuthServer>>, PeerIp(ip): PeerIp, body: By
     }
 }
 
-async fn revoke(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: String) -> Response {
+async fn revoke(
+    State(s): State<Arc<AuthServer>>,
+    PeerIp(ip): PeerIp,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     match s
-        .revoke(&body, header(&headers, http::header::AUTHORIZATION))
+        .revoke_from(&body, header(&headers, http::header::AUTHORIZATION), ip)
         .await
     {
         Ok(()) => response::revoked(),

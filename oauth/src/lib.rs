@@ -10,6 +10,7 @@ pub mod error;
 pub mod http;
 pub mod model;
 pub mod pages;
+pub mod private_fs;
 pub mod protocol;
 pub mod ratelimit;
 pub mod server;

@@ -25,8 +25,11 @@ pub struct ConsentView {
     pub redirect_host: String,
     /// The redirect URI's origin (allowed as a CSP form-action target).
     pub redirect_origin: String,
-    /// (scope, description)
+    /// (scope, description) of every scope requested.
     pub scopes: Vec<(String, String)>,
+    /// The requested scopes this client already holds for this user (an active grant); the
+    /// page then lists the others separately as what is being added (step-up).
+    pub already_granted: Vec<String>,
     pub username: String,
     pub request: String,
     pub csrf: String,
@@ -146,11 +149,22 @@ pub fn login(v: &LoginView) -> String {
 
 /// The consent form.
 pub fn consent(v: &ConsentView) -> String {
-    let scopes: String = v
+    let item =
+        |(s, d): &(String, String)| format!("<li><code>{}</code> — {}</li>", escape(s), escape(d));
+    let (kept, added): (Vec<_>, Vec<_>) = v
         .scopes
         .iter()
-        .map(|(s, d)| format!("<li><code>{}</code> — {}</li>", escape(s), escape(d)))
-        .collect();
+        .partition(|(s, _)| v.already_granted.contains(s));
+    let scopes: String = if kept.is_empty() {
+        added.into_iter().map(item).collect()
+    } else {
+        let added: String = added
+            .into_iter()
+            .map(|(s, d)| format!("<li>adds: <code>{}</code> — {}</li>", escape(s), escape(d)))
+            .collect();
+        let kept: String = kept.into_iter().map(item).collect();
+        format!("{added}</ul><p class=\"muted\">Already allowed:</p><ul>{kept}")
+    };
     let body = format!(
         "<h1>Allow access?</h1>\
          <p><strong>{}</strong> wants to use your Pforte account <strong>{}</strong>.</p>\

@@ -12,7 +12,7 @@ use crate::error::{OAuthError, StoreError};
 use crate::model::{AuthMethod, ClientRecord};
 use crate::protocol::cimd::{CimdError, is_document_client_id};
 use crate::protocol::{Client, Params, metadata, registration};
-use crate::ratelimit::{GcraLimiter, LimitClass, RateDecision, RateLimiter};
+use crate::ratelimit::{GcraLimiter, LimitClass, RateDecision, RateLimiter, ip_key};
 use crate::store::Store;
 use crate::validator::Validator;
 
@@ -46,6 +46,8 @@ pub struct AuthServer {
     pub(crate) cimd: CimdResolver,
     pub(crate) key: ServerKey,
     pub(crate) validator: Arc<Validator>,
+    /// Permits for password verifications running at once (`throttle.max_concurrent_logins`).
+    pub(crate) logins: tokio::sync::Semaphore,
     dummy_hash: tokio::sync::OnceCell<String>,
 }
 
@@ -96,7 +98,9 @@ impl AuthServerBuilder {
             &self.cfg,
             self.clock.clone(),
         ));
+        let logins = tokio::sync::Semaphore::new(self.cfg.throttle.max_concurrent_logins as usize);
         Ok(Arc::new(AuthServer {
+            logins,
             cimd: CimdResolver::new(fetcher, self.cfg.cimd.clone()),
             cfg: Arc::new(self.cfg),
             store: self.store,
@@ -114,6 +118,10 @@ impl AuthServerBuilder {
 pub(crate) enum ClientLookup {
     Unknown,
     Document(CimdError),
+    /// This client IP fetched too many metadata documents lately.
+    Throttled {
+        retry_after_secs: u64,
+    },
     Store(StoreError),
 }
 
@@ -153,11 +161,26 @@ impl AuthServer {
         self.clock.now()
     }
 
-    pub(crate) async fn client(&self, client_id: &str) -> Result<Client, ClientLookup> {
+    /// The client `client_id`; a metadata-document client is fetched (on a cache miss) within
+    /// the fetch budget of `client_ip`.
+    pub(crate) async fn client(
+        &self,
+        client_id: &str,
+        client_ip: Option<IpAddr>,
+    ) -> Result<Client, ClientLookup> {
         if is_document_client_id(client_id) {
+            let now_ms = self.clock.now_ms();
+            if let Some(cached) = self.cimd.cached(client_id, now_ms) {
+                return cached.map_err(ClientLookup::Document);
+            }
+            if let Err(retry_after_secs) =
+                self.take(LimitClass::CimdFetch, &ip_key(client_ip)).await
+            {
+                return Err(ClientLookup::Throttled { retry_after_secs });
+            }
             return self
                 .cimd
-                .resolve(client_id, self.clock.now_ms())
+                .resolve(client_id, now_ms)
                 .await
                 .map_err(ClientLookup::Document);
         }
@@ -169,11 +192,16 @@ impl AuthServer {
     }
 
     pub(crate) async fn throttle(&self, class: LimitClass, key: &str) -> Result<(), OAuthError> {
+        self.take(class, key)
+            .await
+            .map_err(|retry_after_secs| OAuthError::RateLimited { retry_after_secs })
+    }
+
+    /// Takes one unit of `key`'s budget; `Err(retry_after_secs)` when there is none.
+    pub(crate) async fn take(&self, class: LimitClass, key: &str) -> Result<(), u64> {
         match self.limiter.check(class, key, self.clock.now_ms()).await {
             RateDecision::Allow => Ok(()),
-            RateDecision::Deny { retry_after_ms } => Err(OAuthError::RateLimited {
-                retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
-            }),
+            RateDecision::Deny { retry_after_ms } => Err(retry_after_ms.div_ceil(1000).max(1)),
         }
     }
 
@@ -199,10 +227,8 @@ impl AuthServer {
         body: &[u8],
         client_ip: Option<IpAddr>,
     ) -> Result<serde_json::Value, OAuthError> {
-        let ip = client_ip
-            .map(|i| i.to_string())
-            .unwrap_or_else(|| "unknown".into());
-        self.throttle(LimitClass::Register, &ip).await?;
+        self.throttle(LimitClass::Register, &ip_key(client_ip))
+            .await?;
         let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
             OAuthError::InvalidClientMetadata("the request body is not JSON".into())
         })?;
@@ -234,8 +260,18 @@ impl AuthServer {
     /// RFC 7009 revocation: access or refresh token; unknown tokens and tokens of other
     /// clients are ignored (200); a refresh token revokes its whole grant.
     pub async fn revoke(&self, body: &str, authorization: Option<&str>) -> Result<(), OAuthError> {
+        self.revoke_from(body, authorization, None).await
+    }
+
+    /// [`AuthServer::revoke`] for a request from `client_ip` (its metadata-fetch budget).
+    pub async fn revoke_from(
+        &self,
+        body: &str,
+        authorization: Option<&str>,
+        client_ip: Option<IpAddr>,
+    ) -> Result<(), OAuthError> {
         let params = Params::parse(body);
-        let client = self.authenticate(&params, authorization).await?;
+        let client = self.authenticate(&params, authorization, client_ip).await?;
         let Some(token) = params.single("token").map_err(OAuthError::InvalidRequest)? else {
             return Err(OAuthError::InvalidRequest("token is required".into()));
         };
@@ -262,15 +298,24 @@ impl AuthServer {
         &self,
         params: &Params,
         authorization: Option<&str>,
+        client_ip: Option<IpAddr>,
     ) -> Result<Client, OAuthError> {
         let presented = crate::protocol::token::presented_credentials(params, authorization)?;
-        let client = match self.client(&presented.client_id).await {
+        let client = match self.client(&presented.client_id, client_ip).await {
             Ok(c) => c,
             Err(ClientLookup::Store(e)) => return Err(e.into()),
             Err(ClientLookup::Unknown) => {
                 return Err(OAuthError::InvalidClient("unknown client".into()));
             }
-            Err(ClientLookup::Document(e)) => return Err(OAuthError::InvalidClient(e.to_string())),
+            Err(ClientLookup::Throttled { retry_after_secs }) => {
+                return Err(OAuthError::RateLimited { retry_after_secs });
+            }
+            Err(ClientLookup::Document(e)) => {
+                return Err(OAuthError::InvalidClient(format!(
+                    "the client's metadata document could not be used ({})",
+                    e.public_reason()
+                )));
+            }
         };
         crate::protocol::token::authenticate(&presented, &client)?;
         Ok(client)

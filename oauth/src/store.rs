@@ -58,8 +58,17 @@ pub trait Store: Send + Sync + 'static {
 
     async fn put_code(&self, code: &CodeRecord) -> StoreResult<()>;
     async fn get_code(&self, code_hash: &str) -> StoreResult<Option<CodeRecord>>;
-    /// Marks the code used; true only for the one call that flipped it.
-    async fn consume_code(&self, code_hash: &str) -> StoreResult<bool>;
+    /// Atomically: if the code is unused, marks it used and creates its grant with the first
+    /// token pair; true only for the one call that did. After any call returned, the code is
+    /// used and (if some call returned true) its grant exists, so a replay that lost the race
+    /// can revoke it: there is no moment where the code is spent but its grant not yet there.
+    async fn redeem_code(
+        &self,
+        code_hash: &str,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+        refresh: &RefreshRecord,
+    ) -> StoreResult<bool>;
 
     /// Creates a grant with its first token pair (authorization-code grant), atomically.
     async fn create_grant(

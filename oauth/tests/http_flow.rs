@@ -527,7 +527,7 @@ async fn secure_host_cookie_by_default() {
     ]);
     let resp = r.http.get(auth).send().await.unwrap();
     let cookie = resp.headers()["set-cookie"].to_str().unwrap();
-    assert!(cookie.starts_with("__Host-pforte_session=pfs_"), "{cookie}");
+    assert!(cookie.starts_with("__Host-pforte_session=pfa_"), "{cookie}");
     assert!(
         cookie.contains("; Path=/; HttpOnly; SameSite=Lax") && cookie.ends_with("; Secure"),
         "{cookie}"

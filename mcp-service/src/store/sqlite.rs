@@ -34,6 +34,41 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// Creates `dir` as 0700 or tightens it; a directory this process may not chmod (a volume it
+/// does not own) is left as it is with a warning.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    if let Err(e) = tighten(dir, 0o700) {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not make the data directory owner-only (0700)");
+    }
+    Ok(())
+}
+
+/// Creates `path` as 0600 if missing, else tightens it to 0600.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    tighten(path, 0o600)
+}
+
+fn tighten(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let current = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    if current != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
 fn unavailable(e: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(format!("sqlite: {e}"))
 }
@@ -74,8 +109,26 @@ fn entry_json(entry: &HistoryEntry) -> StoreResult<String> {
 impl SqliteStore {
     /// Opens (creating if needed) the database file and its tables. Blocking: call before
     /// serving or from `spawn_blocking`.
+    ///
+    /// The directory is made 0700 and the file 0600 (also when they existed), so SQLite's
+    /// `-wal`/`-shm` (created with the main file's mode) are owner-only too.
     pub fn open(path: &Path) -> StoreResult<Self> {
-        Self::init(Connection::open(path).map_err(unavailable)?)
+        let private =
+            |e: std::io::Error| StoreError::Unavailable(format!("{}: {e}", path.display()));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            private_dir(dir).map_err(private)?;
+        }
+        private_file(path).map_err(private)?;
+        let store = Self::init(Connection::open(path).map_err(unavailable)?)?;
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            let companion = Path::new(&name);
+            if companion.exists() {
+                tighten(companion, 0o600).map_err(private)?;
+            }
+        }
+        Ok(store)
     }
 
     /// A private in-memory database (tests).

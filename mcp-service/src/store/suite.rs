@@ -148,6 +148,25 @@ async fn sqlite_file_passes_the_suite_and_survives_reopen() {
     assert_eq!(reopened.history("a", None).await.unwrap().unwrap().len(), 3);
 }
 
+/// The document store and its `-wal`/`-shm` are 0600 in a 0700 directory, also when the
+/// directory already existed with a wider mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_files_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("service");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("docs.sqlite3");
+    run_suite(Arc::new(SqliteStore::open(&path).unwrap())).await;
+    let _reopened = SqliteStore::open(&path).unwrap();
+    assert_eq!(mode(&dir), 0o700);
+    for f in ["docs.sqlite3", "docs.sqlite3-wal", "docs.sqlite3-shm"] {
+        assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_passes_the_suite() {
     let Some(server) = RedisServer::start() else {

@@ -168,6 +168,11 @@ pub(crate) fn authorize(out: AuthorizeResponse, cfg: &OAuthConfig) -> Response {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
+    if let Some(secs) = out.retry_after
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
     if let Some(cookie) = out.set_session {
         let secure = if cfg.cookie_secure { "; Secure" } else { "" };
         let value = format!(

@@ -10,7 +10,7 @@ use crate::config::CimdConfig;
 use crate::model::AuthMethod;
 
 /// Why a metadata-document client could not be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CimdError {
     #[error("client_id is not a valid metadata document URL")]
     InvalidUrl,
@@ -22,6 +22,20 @@ pub enum CimdError {
     TooLarge(usize),
     #[error("metadata document is invalid: {0}")]
     Invalid(String),
+}
+
+impl CimdError {
+    /// What a page or an error response may say: the class of the failure only. Never the
+    /// address a name resolved to or the resolver's words (that would make the server a DNS
+    /// oracle for internal names); a refused address reads like any other failed fetch.
+    pub fn public_reason(&self) -> &'static str {
+        match self {
+            CimdError::InvalidUrl => "invalid URL",
+            CimdError::RefusedAddress(_) | CimdError::Fetch(_) => "fetch failed",
+            CimdError::TooLarge(_) => "document too large",
+            CimdError::Invalid(_) => "invalid document",
+        }
+    }
 }
 
 /// Whether `client_id` is meant as a metadata document URL (starts with `https://`).

@@ -10,9 +10,13 @@ use crate::model::{CodeRecord, SessionRecord};
 use crate::pages::{ConsentView, ErrorView, LoginView};
 use crate::protocol::authorize::{self, AuthorizeFailure, AuthorizeRequest};
 use crate::protocol::{Client, Params};
-use crate::ratelimit::LimitClass;
+use crate::ratelimit::{LimitClass, ip_key};
 
+/// A logged-in session: its hash is a row in the store.
 const SESSION_PREFIX: &str = "pfs_";
+/// An anonymous session (before login): a random cookie value the store never sees; the
+/// login form's CSRF token is its MAC, so a cookie-less `GET /authorize` stores nothing.
+const ANON_PREFIX: &str = "pfa_";
 
 /// A page to render.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +63,8 @@ pub struct SessionCookie(pub Secret);
 pub struct AuthorizeResponse {
     pub outcome: AuthorizeOutcome,
     pub set_session: Option<SessionCookie>,
+    /// Seconds for `Retry-After` (throttled answers, status 429).
+    pub retry_after: Option<u64>,
 }
 
 impl From<AuthorizeOutcome> for AuthorizeResponse {
@@ -66,8 +72,25 @@ impl From<AuthorizeOutcome> for AuthorizeResponse {
         AuthorizeResponse {
             outcome,
             set_session: None,
+            retry_after: None,
         }
     }
+}
+
+impl AuthorizeResponse {
+    fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+}
+
+fn too_many(retry_after_secs: u64) -> AuthorizeResponse {
+    AuthorizeResponse::from(error_page(
+        429,
+        "Too many requests",
+        format!("Too many requests from your network. Try again in {retry_after_secs} s."),
+    ))
+    .retry_after(retry_after_secs)
 }
 
 fn error_page(status: u16, title: &str, message: impl Into<String>) -> AuthorizeOutcome {
@@ -89,6 +112,15 @@ fn unavailable(e: &StoreError) -> AuthorizeOutcome {
     )
 }
 
+/// What a password check found.
+enum Verified {
+    Yes(String),
+    No,
+    /// No verification slot became free in time.
+    Busy,
+    Unavailable(StoreError),
+}
+
 /// Human descriptions of the scopes on the consent page.
 fn describe(scope: &str) -> String {
     match scope {
@@ -102,42 +134,78 @@ impl AuthServer {
     async fn check_request(
         &self,
         params: &Params,
-    ) -> Result<(Client, AuthorizeRequest), AuthorizeOutcome> {
+        client_ip: Option<IpAddr>,
+    ) -> Result<(Client, AuthorizeRequest), AuthorizeResponse> {
         let client_id = authorize::client_id(params).map_err(|f| self.failure(f))?;
-        let client = match self.client(client_id).await {
+        let client = match self.client(client_id, client_ip).await {
             Ok(c) => c,
             Err(ClientLookup::Unknown) => {
                 return Err(error_page(
                     400,
                     "Unknown application",
                     "This application is not registered here.",
-                ));
+                )
+                .into());
             }
             Err(ClientLookup::Document(e)) => {
                 return Err(error_page(
                     400,
                     "Unknown application",
-                    format!("The application's metadata could not be used: {e}."),
-                ));
+                    format!(
+                        "The application's metadata could not be fetched ({}).",
+                        e.public_reason()
+                    ),
+                )
+                .into());
             }
-            Err(ClientLookup::Store(e)) => return Err(unavailable(&e)),
+            Err(ClientLookup::Throttled { retry_after_secs }) => {
+                return Err(too_many(retry_after_secs));
+            }
+            Err(ClientLookup::Store(e)) => return Err(unavailable(&e).into()),
         };
         let req = authorize::validate(params, &client, &self.cfg).map_err(|f| self.failure(f))?;
         Ok((client, req))
     }
 
-    fn failure(&self, f: AuthorizeFailure) -> AuthorizeOutcome {
+    fn failure(&self, f: AuthorizeFailure) -> AuthorizeResponse {
         match f {
-            AuthorizeFailure::ErrorPage(msg) => error_page(400, "Invalid request", msg),
-            AuthorizeFailure::Redirect { location, .. } => AuthorizeOutcome::Redirect { location },
+            AuthorizeFailure::ErrorPage(msg) => error_page(400, "Invalid request", msg).into(),
+            AuthorizeFailure::Redirect { location, .. } => {
+                AuthorizeOutcome::Redirect { location }.into()
+            }
         }
     }
 
+    /// The session a cookie names: an anonymous one (never stored, not logged in) or a stored
+    /// logged-in one that has not expired.
     async fn session(
         &self,
         cookie: Option<&str>,
     ) -> Result<Option<(String, SessionRecord)>, StoreError> {
-        let Some(id) = cookie.filter(|c| c.starts_with(SESSION_PREFIX) && c.len() < 100) else {
+        let well_formed = |c: &&str| {
+            c.len() < 100
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        if let Some(id) = cookie
+            .filter(|c| c.starts_with(ANON_PREFIX))
+            .filter(well_formed)
+        {
+            let now = self.now();
+            return Ok(Some((
+                id.to_owned(),
+                SessionRecord {
+                    session_hash: String::new(),
+                    username: None,
+                    created_at: now,
+                    expires_at: now + self.cfg.session_ttl_secs,
+                },
+            )));
+        }
+        let Some(id) = cookie
+            .filter(|c| c.starts_with(SESSION_PREFIX))
+            .filter(well_formed)
+        else {
             return Ok(None);
         };
         let rec = self.store.get_session(&crypto::hash_secret(id)).await?;
@@ -146,13 +214,14 @@ impl AuthServer {
             .map(|r| (id.to_owned(), r)))
     }
 
-    async fn new_session(&self, username: Option<String>) -> Result<Secret, StoreError> {
+    /// A new logged-in session, stored.
+    async fn new_session(&self, username: String) -> Result<Secret, StoreError> {
         let id = crypto::random_token(self.entropy.as_ref(), SESSION_PREFIX);
         let now = self.now();
         self.store
             .put_session(&SessionRecord {
                 session_hash: crypto::hash_secret(id.expose()),
-                username,
+                username: Some(username),
                 created_at: now,
                 expires_at: now + self.cfg.session_ttl_secs,
             })
@@ -188,6 +257,7 @@ impl AuthServer {
         request: &str,
         session_id: &str,
         username: &str,
+        already_granted: Vec<String>,
     ) -> AuthorizeOutcome {
         let url = Url::parse(&req.redirect_uri).ok();
         let redirect_host = url
@@ -213,12 +283,38 @@ impl AuthServer {
                     .iter()
                     .map(|s| (s.clone(), describe(s)))
                     .collect(),
+                already_granted,
                 username: username.to_owned(),
                 request: request.to_owned(),
                 csrf: self.key.csrf_token(session_id),
             }),
             status: 200,
         }
+    }
+
+    /// Scopes `username` already granted `client_id` (active, unexpired grants).
+    async fn granted_scopes(
+        &self,
+        username: &str,
+        client_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let now = self.now();
+        let mut held: Vec<String> = self
+            .store
+            .list_grants()
+            .await?
+            .into_iter()
+            .filter(|g| {
+                g.username == username
+                    && g.client_id == client_id
+                    && g.revoked_at.is_none()
+                    && g.expires_at > now
+            })
+            .flat_map(|g| g.scopes)
+            .collect();
+        held.sort();
+        held.dedup();
+        Ok(held)
     }
 
     /// The logged-in user of a session, if the user still exists.
@@ -231,15 +327,22 @@ impl AuthServer {
 
     /// GET `/authorize?<query>`: an error page, an error redirect, the login page or the
     /// consent page (when the session is logged in).
+    ///
+    /// Throttled per client IP (`throttle.authorize_per_ip`); stores nothing: before login the
+    /// session is an anonymous cookie the store never sees.
     pub async fn authorize_get(
         &self,
         query: &str,
         session_cookie: Option<&str>,
+        client_ip: Option<IpAddr>,
     ) -> AuthorizeResponse {
+        if let Err(retry) = self.take(LimitClass::Authorize, &ip_key(client_ip)).await {
+            return too_many(retry);
+        }
         let params = Params::parse(query);
-        let (client, req) = match self.check_request(&params).await {
+        let (client, req) = match self.check_request(&params, client_ip).await {
             Ok(ok) => ok,
-            Err(outcome) => return outcome.into(),
+            Err(response) => return response,
         };
         let request = params.encode();
         let session = match self.session(session_cookie).await {
@@ -249,7 +352,13 @@ impl AuthServer {
         if let Some((id, rec)) = &session {
             match self.session_user(rec).await {
                 Ok(Some(user)) => {
-                    return self.consent_page(&client, &req, &request, id, &user).into();
+                    let held = match self.granted_scopes(&user, &client.client_id).await {
+                        Ok(held) => held,
+                        Err(e) => return unavailable(&e).into(),
+                    };
+                    return self
+                        .consent_page(&client, &req, &request, id, &user, held)
+                        .into();
                 }
                 Ok(None) => {
                     return self
@@ -259,12 +368,11 @@ impl AuthServer {
                 Err(e) => return unavailable(&e).into(),
             }
         }
-        match self.new_session(None).await {
-            Ok(id) => AuthorizeResponse {
-                outcome: self.login_page(&client, &request, id.expose(), None, None, 200),
-                set_session: Some(SessionCookie(id)),
-            },
-            Err(e) => unavailable(&e).into(),
+        let id = crypto::random_token(self.entropy.as_ref(), ANON_PREFIX);
+        AuthorizeResponse {
+            outcome: self.login_page(&client, &request, id.expose(), None, None, 200),
+            set_session: Some(SessionCookie(id)),
+            retry_after: None,
         }
     }
 
@@ -294,9 +402,9 @@ impl AuthServer {
         }
         let request = field("request").unwrap_or_default().to_owned();
         let params = Params::parse(&request);
-        let (client, req) = match self.check_request(&params).await {
+        let (client, req) = match self.check_request(&params, client_ip).await {
             Ok(ok) => ok,
-            Err(outcome) => return outcome.into(),
+            Err(response) => return response,
         };
         match field("step") {
             Some("login") => self.login(&client, &request, &id, &form, client_ip).await,
@@ -344,27 +452,92 @@ impl AuthServer {
         if username.is_empty() || password.expose().is_empty() {
             return page("Enter your username and password.", 400);
         }
-        // Throttle before any hashing: per IP and per username.
-        let ip = client_ip
-            .map(|i| i.to_string())
-            .unwrap_or_else(|| "unknown".into());
+        // Before any hashing, one unit of the IP's and of the (user, IP) budget; a right
+        // password gives both back, so only failures count and nobody can lock a user out
+        // from elsewhere.
+        let ip = ip_key(client_ip);
         let user_key: String = username.to_lowercase().chars().take(64).collect();
-        for (class, key) in [
-            (LimitClass::LoginIp, ip.as_str()),
-            (LimitClass::LoginUsername, user_key.as_str()),
-        ] {
-            if let Err(OAuthError::RateLimited { retry_after_secs }) =
-                self.throttle(class, key).await
-            {
-                return page(
-                    &format!("Too many sign-in attempts. Try again in {retry_after_secs} s."),
-                    429,
-                );
-            }
+        let user_ip = format!("{user_key}\u{0}{ip}");
+        let throttled = |retry: u64| {
+            page(
+                &format!("Too many failed sign-in attempts. Try again in {retry} s."),
+                429,
+            )
+            .retry_after(retry)
+        };
+        if let Err(retry) = self.take(LimitClass::LoginIp, &ip).await {
+            return throttled(retry);
         }
-        let user = match self.store.get_user(&username).await {
+        if let Err(retry) = self.take(LimitClass::LoginUserIp, &user_ip).await {
+            self.limiter
+                .refund(LimitClass::LoginIp, &ip, self.clock.now_ms())
+                .await;
+            return throttled(retry);
+        }
+        let verified = self.verify_login(&username, &password).await;
+        let give_back = |reset_user: bool| async move {
+            let now_ms = self.clock.now_ms();
+            self.limiter.refund(LimitClass::LoginIp, &ip, now_ms).await;
+            if reset_user {
+                self.limiter.reset(LimitClass::LoginUserIp, &user_ip).await;
+            } else {
+                self.limiter
+                    .refund(LimitClass::LoginUserIp, &user_ip, now_ms)
+                    .await;
+            }
+        };
+        let user = match verified {
+            Verified::Yes(user) => {
+                give_back(true).await;
+                user
+            }
+            Verified::No => {
+                tracing::info!(client_id = %client.client_id, "login failed");
+                return page("Wrong username or password.", 401);
+            }
+            Verified::Busy => {
+                give_back(false).await;
+                return throttled(1);
+            }
+            Verified::Unavailable(e) => {
+                give_back(false).await;
+                return unavailable(&e).into();
+            }
+        };
+        // New session id on login (no fixation); a stored old one is dropped.
+        if session_id.starts_with(SESSION_PREFIX)
+            && let Err(e) = self
+                .store
+                .delete_session(&crypto::hash_secret(session_id))
+                .await
+        {
+            return unavailable(&e).into();
+        }
+        match self.new_session(user.clone()).await {
+            Ok(id) => {
+                tracing::info!(user = %user, client_id = %client.client_id, "login");
+                AuthorizeResponse {
+                    outcome: AuthorizeOutcome::Redirect {
+                        location: format!("/authorize?{request}"),
+                    },
+                    set_session: Some(SessionCookie(id)),
+                    retry_after: None,
+                }
+            }
+            Err(e) => unavailable(&e).into(),
+        }
+    }
+
+    /// Verifies a password (argon2id, at most `max_concurrent_logins` at once); an unknown
+    /// user is verified against a dummy hash, so both take the same time.
+    async fn verify_login(&self, username: &str, password: &Secret) -> Verified {
+        let wait = std::time::Duration::from_secs(10);
+        let Ok(Ok(_permit)) = tokio::time::timeout(wait, self.logins.acquire()).await else {
+            return Verified::Busy;
+        };
+        let user = match self.store.get_user(username).await {
             Ok(u) => u,
-            Err(e) => return unavailable(&e).into(),
+            Err(e) => return Verified::Unavailable(e),
         };
         let phc = match &user {
             Some(u) => u.password_hash.clone(),
@@ -374,29 +547,9 @@ impl AuthServer {
         let ok = tokio::task::spawn_blocking(move || crypto::verify_password(pw.expose(), &phc))
             .await
             .unwrap_or(false);
-        let Some(user) = user.filter(|_| ok) else {
-            tracing::info!(client_id = %client.client_id, "login failed");
-            return page("Wrong username or password.", 401);
-        };
-        // New session id on login (no fixation); the anonymous one is dropped.
-        if let Err(e) = self
-            .store
-            .delete_session(&crypto::hash_secret(session_id))
-            .await
-        {
-            return unavailable(&e).into();
-        }
-        match self.new_session(Some(user.username.clone())).await {
-            Ok(id) => {
-                tracing::info!(user = %user.username, client_id = %client.client_id, "login");
-                AuthorizeResponse {
-                    outcome: AuthorizeOutcome::Redirect {
-                        location: format!("/authorize?{request}"),
-                    },
-                    set_session: Some(SessionCookie(id)),
-                }
-            }
-            Err(e) => unavailable(&e).into(),
+        match user.filter(|_| ok) {
+            Some(u) => Verified::Yes(u.username),
+            None => Verified::No,
         }
     }
 

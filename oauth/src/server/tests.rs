@@ -132,7 +132,7 @@ impl H {
         query: &str,
         password: &str,
     ) -> Result<(String, String, String), AuthorizeOutcome> {
-        let r = self.s.authorize_get(query, None).await;
+        let r = self.s.authorize_get(query, None, None).await;
         let cookie = r.set_session.clone().unwrap().0.expose().to_owned();
         let AuthorizeOutcome::Page {
             page: Page::Login(login),
@@ -156,7 +156,7 @@ impl H {
         let cookie = r.set_session.unwrap().0.expose().to_owned();
         let r = self
             .s
-            .authorize_get(&location["/authorize?".len()..], Some(&cookie))
+            .authorize_get(&location["/authorize?".len()..], Some(&cookie), None)
             .await;
         let AuthorizeOutcome::Page {
             page: Page::Consent(c),
@@ -348,6 +348,7 @@ async fn pkce_missing_plain_wrong_and_verifier_without_challenge() {
                 &[("code_challenge", ""), ("code_challenge_method", "")],
             ),
             None,
+            None,
         )
         .await;
     assert_eq!(redirect_error(&missing.outcome), "invalid_request");
@@ -360,6 +361,7 @@ async fn pkce_missing_plain_wrong_and_verifier_without_challenge() {
                     ("code_challenge_method", "plain"),
                 ],
             ),
+            None,
             None,
         )
         .await;
@@ -393,11 +395,12 @@ async fn unregistered_redirect_and_unknown_client_show_error_page() {
         h.s.authorize_get(
             &h.auth_query(&cid, &[("redirect_uri", "https://evil.example/cb")]),
             None,
+            None,
         )
         .await;
     assert!(is_error_page(&r.outcome));
     let r =
-        h.s.authorize_get(&h.auth_query("pfc_unknown", &[]), None)
+        h.s.authorize_get(&h.auth_query("pfc_unknown", &[]), None, None)
             .await;
     assert!(is_error_page(&r.outcome));
 }
@@ -565,6 +568,7 @@ async fn wrong_resource_is_invalid_target() {
         h.s.authorize_get(
             &h.auth_query(&cid, &[("resource", "https://elsewhere.example/mcp")]),
             None,
+            None,
         )
         .await;
     assert_eq!(redirect_error(&r.outcome), "invalid_target");
@@ -588,8 +592,12 @@ async fn unknown_scope_is_invalid_scope_and_subset_is_kept() {
     let h = harness().await;
     let (cid, _) = h.register("none").await;
     let r =
-        h.s.authorize_get(&h.auth_query(&cid, &[("scope", "mcp:read admin")]), None)
-            .await;
+        h.s.authorize_get(
+            &h.auth_query(&cid, &[("scope", "mcp:read admin")]),
+            None,
+            None,
+        )
+        .await;
     assert_eq!(redirect_error(&r.outcome), "invalid_scope");
     let AuthorizeOutcome::Redirect { location } = h
         .decide(&h.auth_query(&cid, &[("scope", "mcp:read")]), "approve")
@@ -757,6 +765,7 @@ async fn cimd_client_flow_and_lying_document() {
         h.s.authorize_get(
             &h.auth_query(id, &[("redirect_uri", "https://evil.example/cb")]),
             None,
+            None,
         )
         .await;
     assert!(is_error_page(&r.outcome));
@@ -768,6 +777,7 @@ async fn cimd_client_flow_and_lying_document() {
     let r =
         h.s.authorize_get(
             &h.auth_query(id, &[("redirect_uri", "http://127.0.0.1/callback")]),
+            None,
             None,
         )
         .await;
@@ -782,42 +792,285 @@ async fn cimd_private_address_is_refused() {
         h.s.authorize_get(
             &h.auth_query(id, &[("redirect_uri", "http://127.0.0.1/callback")]),
             None,
+            None,
         )
         .await;
     match r.outcome {
         AuthorizeOutcome::Page {
             page: Page::Error(e),
             ..
-        } => assert!(e.message.contains("refused address"), "{}", e.message),
+        } => {
+            // The reason class only: no address, no resolver text (no DNS oracle).
+            assert_eq!(
+                e.message,
+                "The application's metadata could not be fetched (fetch failed)."
+            );
+        }
         other => panic!("{other:?}"),
     }
 }
 
+/// A tiny deterministic generator for the property tests (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn ip(s: &str) -> Option<std::net::IpAddr> {
+    Some(s.parse().unwrap())
+}
+
+/// A login form from `GET /authorize`: (anonymous cookie, csrf, request).
+async fn login_form(h: &H, cid: &str, from: Option<std::net::IpAddr>) -> (String, String, String) {
+    let r = h.s.authorize_get(&h.auth_query(cid, &[]), None, from).await;
+    let cookie = r.set_session.clone().unwrap().0.expose().to_owned();
+    let AuthorizeOutcome::Page {
+        page: Page::Login(login),
+        ..
+    } = r.outcome
+    else {
+        panic!("{:?}", r.outcome)
+    };
+    (cookie, login.csrf, login.request)
+}
+
+async fn try_login(
+    h: &H,
+    form: &(String, String, String),
+    user: &str,
+    password: &str,
+    from: Option<std::net::IpAddr>,
+) -> AuthorizeResponse {
+    let body = q(&[
+        ("step", "login"),
+        ("csrf", &form.1),
+        ("request", &form.2),
+        ("username", user),
+        ("password", password),
+    ]);
+    h.s.authorize_post(&body, Some(&form.0), from).await
+}
+
+fn status(r: &AuthorizeResponse) -> u16 {
+    match &r.outcome {
+        AuthorizeOutcome::Page { status, .. } => *status,
+        AuthorizeOutcome::Redirect { .. } => 303,
+    }
+}
+
+/// Property: however many wrong passwords one IP sends for a user, at whatever pace, the right
+/// password from another IP always works; and every 429 says when to retry.
 #[tokio::test]
-async fn login_throttled_per_username_before_hashing() {
+async fn wrong_passwords_from_one_ip_never_lock_the_user_out_elsewhere() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let attacker = ip("198.51.100.66");
+    let attack_form = login_form(&h, &cid, attacker).await;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut refused = 0;
+    for round in 0..40 {
+        for _ in 0..rng.below(30) {
+            let r = try_login(&h, &attack_form, "alice", "guess", attacker).await;
+            match status(&r) {
+                401 => {}
+                429 => {
+                    refused += 1;
+                    assert!(r.retry_after.is_some_and(|s| s >= 1), "Retry-After on 429");
+                }
+                other => panic!("attacker got {other}"),
+            }
+            h.clock.advance_ms(rng.below(3_000));
+        }
+        let owner = ip(&format!("203.0.113.{}", 1 + round % 200));
+        let form = login_form(&h, &cid, owner).await;
+        let r = try_login(&h, &form, "alice", "correct horse", owner).await;
+        assert_eq!(status(&r), 303, "round {round}: the owner signs in");
+    }
+    assert!(refused > 0, "the attacker was throttled");
+}
+
+/// A user signing in on six devices within a minute (one network) is never throttled: only
+/// failures count.
+#[tokio::test]
+async fn six_successful_logins_within_a_minute_all_succeed() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let home = ip("192.0.2.10");
+    for device in 0..6 {
+        let form = login_form(&h, &cid, home).await;
+        let r = try_login(&h, &form, "alice", "correct horse", home).await;
+        assert_eq!(status(&r), 303, "device {device}");
+        h.clock.advance_secs(5);
+    }
+    // A success resets its (user, IP) bucket: failures before it do not add up across it.
+    let form = login_form(&h, &cid, home).await;
+    for _ in 0..10 {
+        for _ in 0..4 {
+            assert_eq!(
+                status(&try_login(&h, &form, "alice", "typo", home).await),
+                401
+            );
+        }
+        assert_eq!(
+            status(&try_login(&h, &form, "alice", "correct horse", home).await),
+            303
+        );
+        h.clock.advance_secs(30);
+    }
+}
+
+/// Property: one IP never gets more than `burst + per_minute` password verifications in any
+/// minute, whichever usernames it tries.
+#[tokio::test]
+async fn one_ip_cannot_try_more_than_n_passwords_a_minute_across_usernames() {
     let mut cfg = config();
-    cfg.throttle.login_per_username = Quota {
-        burst: 2,
-        per_minute: 1,
+    let quota = cfg.throttle.login_per_ip;
+    cfg.throttle.authorize_per_ip = Quota {
+        burst: 1000,
+        per_minute: 1000,
     };
     let h = harness_with(cfg, None).await;
     let (cid, _) = h.register("none").await;
-    for _ in 0..2 {
-        assert!(matches!(
-            h.login(&h.auth_query(&cid, &[]), "bad password").await,
-            Err(AuthorizeOutcome::Page { status: 401, .. })
-        ));
+    let from = ip("2001:db8:7:7::1");
+    let form = login_form(&h, &cid, from).await;
+    let mut rng = Rng(42);
+    let mut verified: Vec<u64> = Vec::new();
+    for i in 0..400 {
+        let user = format!("user{}", rng.below(1000));
+        // Another address in the same /64 is the same client.
+        let same_net = ip(&format!("2001:db8:7:7::{:x}", 1 + i));
+        let r = try_login(&h, &form, &user, "password", same_net).await;
+        match status(&r) {
+            401 => verified.push(h.clock.now_ms()),
+            429 => assert!(r.retry_after.is_some()),
+            other => panic!("{other}"),
+        }
+        h.clock.advance_ms(rng.below(1_500));
     }
-    // now even the right password is throttled
-    assert!(matches!(
-        h.login(&h.auth_query(&cid, &[]), "correct horse").await,
-        Err(AuthorizeOutcome::Page { status: 429, .. })
-    ));
-    h.clock.advance_secs(60);
+    let n = (quota.burst + quota.per_minute) as usize;
+    for (i, t) in verified.iter().enumerate() {
+        let in_window = verified[i..]
+            .iter()
+            .take_while(|u| **u < t + 60_000)
+            .count();
+        assert!(
+            in_window <= n,
+            "{in_window} verifications within a minute (max {n})"
+        );
+    }
+    assert!(verified.len() > n, "the budget refills");
+}
+
+/// Cookie-less `GET /authorize` stores nothing and is throttled per IP: 300 of them grow the
+/// store by far less than 256 KiB and meet a 429 with `Retry-After`.
+#[tokio::test]
+async fn cookieless_authorize_gets_store_nothing_and_are_throttled() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("oauth.db");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
+    let clock = Arc::new(ManualClock::at(T0));
+    let s = AuthServer::builder(config(), store.clone())
+        .clock(clock.clone())
+        .build()
+        .await
+        .unwrap();
+    Admin::new(store.clone())
+        .with_hashing(CHEAP)
+        .with_clock(clock.clone())
+        .add_user("alice", &Secret::new("correct horse"))
+        .await
+        .unwrap();
+    let h = H { s, clock, store };
+    let (cid, _) = h.register("none").await;
+    let size = || {
+        ["oauth.db", "oauth.db-wal", "oauth.db-shm"]
+            .iter()
+            .map(|f| std::fs::metadata(dir.path().join(f)).map_or(0, |m| m.len()))
+            .sum::<u64>()
+    };
+    let before = size();
+    let from = ip("198.51.100.7");
+    let mut throttled = 0;
+    for _ in 0..300 {
+        let r =
+            h.s.authorize_get(&h.auth_query(&cid, &[]), None, from)
+                .await;
+        if status(&r) == 429 {
+            throttled += 1;
+            assert!(r.retry_after.is_some_and(|s| s >= 1));
+        }
+    }
+    let grown = size().saturating_sub(before);
+    assert!(grown < 256 * 1024, "store grew by {grown} bytes");
+    assert!(throttled > 0, "300 GETs from one IP meet a 429");
+    let other =
+        h.s.authorize_get(&h.auth_query(&cid, &[]), None, ip("198.51.100.8"))
+            .await;
+    assert_eq!(status(&other), 200, "another IP is not affected");
+    // The anonymous session still carries the login through.
     assert!(
         h.login(&h.auth_query(&cid, &[]), "correct horse")
             .await
             .is_ok()
+    );
+}
+
+/// Metadata-document fetches have a budget per client IP, and a failed fetch is not repeated
+/// for the same URL for a while.
+#[tokio::test]
+async fn cimd_fetches_are_budgeted_per_ip_and_failures_cached() {
+    struct Refusing(std::sync::atomic::AtomicUsize);
+    #[async_trait]
+    impl DocumentFetcher for Refusing {
+        async fn fetch(&self, _url: &Url) -> Result<FetchedDocument, CimdError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err(CimdError::RefusedAddress("10.1.2.3".into()))
+        }
+    }
+    let fetcher = Arc::new(Refusing(std::sync::atomic::AtomicUsize::new(0)));
+    let mut cfg = config();
+    cfg.throttle.cimd_fetch_per_ip = Quota {
+        burst: 3,
+        per_minute: 1,
+    };
+    let h = harness_with(cfg, Some(fetcher.clone())).await;
+    let from = ip("198.51.100.9");
+    let fetches = || fetcher.0.load(std::sync::atomic::Ordering::SeqCst);
+    let query = |n: u32| {
+        h.auth_query(
+            &format!("https://app{n}.example/client.json"),
+            &[("redirect_uri", "http://127.0.0.1/callback")],
+        )
+    };
+    for _ in 0..5 {
+        let r = h.s.authorize_get(&query(0), None, from).await;
+        assert_eq!(status(&r), 400);
+    }
+    assert_eq!(fetches(), 1, "the failure is cached per URL");
+    for n in 1..=2 {
+        assert_eq!(status(&h.s.authorize_get(&query(n), None, from).await), 400);
+    }
+    assert_eq!(fetches(), 3);
+    let r = h.s.authorize_get(&query(3), None, from).await;
+    assert_eq!(status(&r), 429, "over the fetch budget");
+    assert!(r.retry_after.is_some());
+    assert_eq!(fetches(), 3, "no fetch over the budget");
+    assert_eq!(
+        status(
+            &h.s.authorize_get(&query(3), None, ip("198.51.100.10"))
+                .await
+        ),
+        400,
+        "another IP has its own budget"
     );
 }
 
@@ -903,4 +1156,63 @@ async fn admin_remove_user_revokes_their_tokens() {
             .is_err()
     );
     assert!(admin.add_user("bob", &Secret::new("short")).await.is_err());
+}
+
+/// Step-up: a client holding `mcp:read` asks again for `mcp:read mcp:write`; the consent page
+/// shows what is being added apart from what is already allowed, and the new grant and its
+/// tokens carry the larger scope.
+#[tokio::test]
+async fn step_up_consent_shows_the_added_scope_and_widens_the_grant() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let approve = |cookie: String, csrf: String, request: String| {
+        let body = q(&[
+            ("step", "consent"),
+            ("csrf", &csrf),
+            ("request", &request),
+            ("decision", "approve"),
+        ]);
+        let s = h.s.clone();
+        async move { s.authorize_post(&body, Some(&cookie), None).await.outcome }
+    };
+    let code_of = |out: AuthorizeOutcome| match out {
+        AuthorizeOutcome::Redirect { location } => {
+            get(&query_of(&location), "code").unwrap().to_owned()
+        }
+        other => panic!("{other:?}"),
+    };
+    let read_only = h.auth_query(&cid, &[("scope", "mcp:read")]);
+    let (cookie, csrf, request) = h.login(&read_only, "correct horse").await.unwrap();
+    let code = code_of(approve(cookie.clone(), csrf, request).await);
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    assert_eq!(t.scope, "mcp:read");
+
+    let wider = h.auth_query(&cid, &[("scope", "mcp:read mcp:write")]);
+    let r = h.s.authorize_get(&wider, Some(&cookie), None).await;
+    let AuthorizeOutcome::Page {
+        page: Page::Consent(c),
+        ..
+    } = r.outcome
+    else {
+        panic!("{:?}", r.outcome)
+    };
+    assert_eq!(c.already_granted, ["mcp:read"]);
+    let html = crate::pages::consent(&c);
+    assert!(
+        html.contains("adds: <code>mcp:write</code> — use tools that make changes"),
+        "{html}"
+    );
+    assert!(html.contains("Already allowed:"), "{html}");
+    let added_at = html.find("adds:").unwrap();
+    let kept_at = html.find("Already allowed:").unwrap();
+    assert!(added_at < kept_at, "the addition comes first");
+    let code = code_of(approve(cookie, c.csrf, c.request).await);
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    assert_eq!(t.scope, "mcp:read mcp:write");
+    let p =
+        h.s.validator()
+            .validate(t.access_token.expose())
+            .await
+            .unwrap();
+    assert!(p.scopes.iter().any(|s| s == "mcp:write"), "{:?}", p.scopes);
 }

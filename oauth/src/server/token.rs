@@ -15,9 +15,19 @@ impl AuthServer {
         body: &str,
         authorization: Option<&str>,
     ) -> Result<TokenResponse, OAuthError> {
+        self.token_from(body, authorization, None).await
+    }
+
+    /// [`AuthServer::token`] for a request from `client_ip` (its metadata-fetch budget).
+    pub async fn token_from(
+        &self,
+        body: &str,
+        authorization: Option<&str>,
+        client_ip: Option<std::net::IpAddr>,
+    ) -> Result<TokenResponse, OAuthError> {
         let params = Params::parse(body);
         let grant = token::grant_type(&params)?;
-        let client = self.authenticate(&params, authorization).await?;
+        let client = self.authenticate(&params, authorization, client_ip).await?;
         match grant {
             GrantType::AuthorizationCode => self.redeem_code(&client, &params).await,
             GrantType::RefreshToken => self.refresh(&client, &params).await,
@@ -43,9 +53,6 @@ impl AuthServer {
             return Err(self.replayed(&record, now).await);
         }
         token::check_code(&record, &client.client_id, params, now)?;
-        if !self.store.consume_code(&hash).await? {
-            return Err(self.replayed(&record, now).await);
-        }
         let access = crypto::random_token(self.entropy.as_ref(), ACCESS_PREFIX);
         let refresh = self.new_refresh();
         let grant = GrantRecord {
@@ -60,7 +67,10 @@ impl AuthServer {
             revoked_at: None,
         };
         let (a, r) = self.token_records(&grant, &access, &refresh, &record.scopes, now);
-        self.store.create_grant(&grant, &a, &r).await?;
+        // One atomic step: a replay that lost the race finds the grant and revokes it.
+        if !self.store.redeem_code(&hash, &grant, &a, &r).await? {
+            return Err(self.replayed(&record, now).await);
+        }
         self.store.touch_client(&client.client_id, now).await?;
         tracing::info!(user = %grant.username, client_id = %grant.client_id, grant = %grant.family_id, "tokens issued");
         Ok(TokenResponse {

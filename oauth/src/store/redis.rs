@@ -34,12 +34,22 @@ pub const DEFAULT_PREFIX: &str = "pforte:oauth:";
 /// Keys outlive the expiry they carry by this much.
 const TTL_SLACK_SECS: u64 = 3600;
 
-const CONSUME_CODE: &str = r"
-if redis.call('HGET', KEYS[1], 'used') == '0' then
-  redis.call('HSET', KEYS[1], 'used', '1')
-  return 1
-end
-return 0";
+// KEYS: code, grant, access, refresh, the grants set. ARGV: grant data, last_used_at,
+// expires_at, grant ttl, family id, access data, access revoked, access ttl, refresh data,
+// refresh ttl, revoked_at ('' for none). Marking the code used and creating its grant is one
+// step: a replay never finds the code spent while the grant is missing.
+const REDEEM_CODE: &str = r"
+if redis.call('HGET', KEYS[1], 'used') ~= '0' then return 0 end
+redis.call('HSET', KEYS[1], 'used', '1')
+redis.call('HSET', KEYS[2], 'data', ARGV[1], 'last_used_at', ARGV[2], 'expires_at', ARGV[3])
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'revoked_at', ARGV[11]) end
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('SADD', KEYS[5], ARGV[5])
+redis.call('HSET', KEYS[3], 'data', ARGV[6], 'family_id', ARGV[5], 'revoked', ARGV[7])
+redis.call('EXPIRE', KEYS[3], ARGV[8])
+redis.call('HSET', KEYS[4], 'data', ARGV[9], 'family_id', ARGV[5])
+redis.call('EXPIRE', KEYS[4], ARGV[10])
+return 1";
 
 const REVOKE_GRANT: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'revoked_at') == 0 then
@@ -82,7 +92,7 @@ end
 return {'ok'}";
 
 struct Scripts {
-    consume_code: Script,
+    redeem_code: Script,
     revoke_grant: Script,
     get_access: Script,
     rotate: Script,
@@ -134,7 +144,7 @@ impl RedisStore {
             conn,
             prefix: prefix.to_owned(),
             scripts: Arc::new(Scripts {
-                consume_code: Script::new(CONSUME_CODE),
+                redeem_code: Script::new(REDEEM_CODE),
                 revoke_grant: Script::new(REVOKE_GRANT),
                 get_access: Script::new(GET_ACCESS),
                 rotate: Script::new(ROTATE),
@@ -341,12 +351,33 @@ impl Store for RedisStore {
         .transpose()
     }
 
-    async fn consume_code(&self, code_hash: &str) -> StoreResult<bool> {
+    async fn redeem_code(
+        &self,
+        code_hash: &str,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+        refresh: &RefreshRecord,
+    ) -> StoreResult<bool> {
         let mut c = self.c();
         let n: i64 = self
             .scripts
-            .consume_code
+            .redeem_code
             .key(self.k("code", code_hash))
+            .key(self.k("grant", &grant.family_id))
+            .key(self.k("access", &access.token_hash))
+            .key(self.k("refresh", &refresh.token_hash))
+            .key(self.set_key("grants"))
+            .arg(enc(grant)?)
+            .arg(grant.last_used_at)
+            .arg(grant.expires_at)
+            .arg(ttl(grant.expires_at, grant.created_at))
+            .arg(&grant.family_id)
+            .arg(enc(access)?)
+            .arg(if access.revoked { "1" } else { "0" })
+            .arg(ttl(access.expires_at, access.issued_at))
+            .arg(enc(refresh)?)
+            .arg(ttl(refresh.expires_at, refresh.issued_at))
+            .arg(grant.revoked_at.map(|r| r.to_string()).unwrap_or_default())
             .invoke_async(&mut c)
             .await?;
         Ok(n == 1)

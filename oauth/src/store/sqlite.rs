@@ -81,9 +81,18 @@ fn u(v: i64) -> u64 {
 impl SqliteStore {
     /// Opens (creating if needed) the database file, in WAL mode with a busy timeout, and
     /// creates the tables. Blocking: call before serving or from `spawn_blocking`.
+    ///
+    /// It holds the server key and password hashes: its directory is made 0700 and the file
+    /// 0600 (also when they already existed), so SQLite's `-wal`/`-shm` are 0600 as well.
     pub fn open(path: &Path) -> StoreResult<Self> {
+        let private = |e: std::io::Error| {
+            StoreError::Unavailable(format!("making {} owner-only: {e}", path.display()))
+        };
+        crate::private_fs::private_sqlite(path).map_err(private)?;
         let conn = Connection::open(path)?;
-        Self::init(conn)
+        let store = Self::init(conn)?;
+        crate::private_fs::sqlite_companions(path).map_err(private)?;
+        Ok(store)
     }
 
     /// A private in-memory database (tests).
@@ -147,6 +156,15 @@ fn revoke_grants_where(
         "UPDATE oauth_grants SET revoked_at = ?1 WHERE {column} = ?2 AND revoked_at IS NULL"
     );
     tx.execute(&sql, params![i(now), value])?;
+    Ok(())
+}
+
+fn insert_grant(tx: &rusqlite::Transaction<'_>, g: &GrantRecord, gdata: &str) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO oauth_grants (family_id, data, client_id, username, last_used_at, expires_at, revoked_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![g.family_id, gdata, g.client_id, g.username, i(g.last_used_at), i(g.expires_at), g.revoked_at.map(i)],
+    )?;
     Ok(())
 }
 
@@ -380,14 +398,28 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn consume_code(&self, code_hash: &str) -> StoreResult<bool> {
+    async fn redeem_code(
+        &self,
+        code_hash: &str,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+        refresh: &RefreshRecord,
+    ) -> StoreResult<bool> {
         let h = code_hash.to_owned();
+        let (g, a, r, gdata) = (grant.clone(), access.clone(), refresh.clone(), enc(grant)?);
         self.run(move |c| {
-            let n = c.execute(
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let n = tx.execute(
                 "UPDATE oauth_codes SET used = 1 WHERE hash = ?1 AND used = 0",
                 [&h],
             )?;
-            Ok(n == 1)
+            if n != 1 {
+                return Ok(false);
+            }
+            insert_grant(&tx, &g, &gdata)?;
+            insert_tokens(&tx, &a, &r)?;
+            tx.commit()?;
+            Ok(true)
         })
         .await
     }
@@ -401,11 +433,7 @@ impl Store for SqliteStore {
         let (g, a, r, gdata) = (grant.clone(), access.clone(), refresh.clone(), enc(grant)?);
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.execute(
-                "INSERT INTO oauth_grants (family_id, data, client_id, username, last_used_at, expires_at, revoked_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![g.family_id, gdata, g.client_id, g.username, i(g.last_used_at), i(g.expires_at), g.revoked_at.map(i)],
-            )?;
+            insert_grant(&tx, &g, &gdata)?;
             insert_tokens(&tx, &a, &r)?;
             tx.commit()?;
             Ok(())
@@ -616,6 +644,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("oauth.db")).unwrap();
         crate::store::suite::run(&store).await;
+    }
+
+    #[tokio::test]
+    async fn database_and_its_companions_are_owner_only() {
+        use crate::private_fs::mode_of;
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.join("oauth.db");
+        let store = SqliteStore::open(&path).unwrap();
+        crate::store::suite::run(&store).await;
+        assert_eq!(mode_of(&dir).unwrap(), 0o700, "data dir tightened");
+        for f in ["oauth.db", "oauth.db-wal", "oauth.db-shm"] {
+            assert_eq!(mode_of(&dir.join(f)).unwrap(), 0o600, "{f}");
+        }
     }
 
     #[tokio::test]

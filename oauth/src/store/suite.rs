@@ -161,13 +161,86 @@ async fn codes<S: Store>(s: &S) {
     };
     s.put_code(&code).await.unwrap();
     assert_eq!(s.get_code("h1").await.unwrap().unwrap(), code);
-    assert!(s.consume_code("h1").await.unwrap(), "first use consumes");
-    assert!(!s.consume_code("h1").await.unwrap(), "second use does not");
+    let g = grant("fam-code", "c-new", "bob");
+    let (a, r) = (access("code-a", &g), refresh("code-r", &g, NOW + 1000));
+    assert!(
+        s.redeem_code("h1", &g, &a, &r).await.unwrap(),
+        "first use redeems"
+    );
+    assert_eq!(s.get_grant("fam-code").await.unwrap().unwrap(), g);
+    assert_eq!(s.get_access("code-a").await.unwrap().unwrap(), (a, false));
+    let (a2, r2) = (access("code-a2", &g), refresh("code-r2", &g, NOW + 1000));
+    assert!(
+        !s.redeem_code("h1", &g, &a2, &r2).await.unwrap(),
+        "second use does not"
+    );
+    assert!(
+        s.get_access("code-a2").await.unwrap().is_none(),
+        "no second pair"
+    );
     assert!(s.get_code("h1").await.unwrap().unwrap().used);
-    assert!(!s.consume_code("missing").await.unwrap());
+    let gm = grant("fam-missing", "c-new", "bob");
+    assert!(
+        !s.redeem_code(
+            "missing",
+            &gm,
+            &access("m-a", &gm),
+            &refresh("m-r", &gm, NOW)
+        )
+        .await
+        .unwrap()
+    );
+    assert!(s.get_grant("fam-missing").await.unwrap().is_none());
+    code_race(s).await;
+}
+
+/// Concurrent redemptions of one code: exactly one wins, and every loser finds the winner's
+/// grant already there, so revoking it (what a replay does) kills the winner's tokens.
+async fn code_race<S: Store>(s: &S) {
+    for round in 0..20 {
+        let fam = format!("race-fam-{round}");
+        let code = CodeRecord {
+            code_hash: format!("race-{round}"),
+            family_id: fam.clone(),
+            used: false,
+            ..s.get_code("h1").await.unwrap().unwrap()
+        };
+        s.put_code(&code).await.unwrap();
+        let g = grant(&fam, "c-new", "bob");
+        let attempt = |i: usize| {
+            let g = g.clone();
+            let hash = code.code_hash.clone();
+            async move {
+                let a = access(&format!("race-a-{round}-{i}"), &g);
+                let r = refresh(&format!("race-r-{round}-{i}"), &g, NOW + 1000);
+                let won = s.redeem_code(&hash, &g, &a, &r).await.unwrap();
+                // A loser is a replay: it revokes the grant at once.
+                let revoked = !won && s.revoke_grant(&g.family_id, NOW + 1).await.unwrap();
+                (won, revoked, a.token_hash)
+            }
+        };
+        let results = tokio::join!(attempt(0), attempt(1), attempt(2), attempt(3));
+        let results = [results.0, results.1, results.2, results.3];
+        let winners: Vec<_> = results.iter().filter(|r| r.0).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one redemption wins"
+        );
+        assert!(
+            results.iter().any(|r| r.1),
+            "round {round}: a loser found the grant to revoke"
+        );
+        let (_, grant_revoked) = s.get_access(&winners[0].2).await.unwrap().unwrap();
+        assert!(
+            grant_revoked,
+            "round {round}: the winner's tokens do not survive"
+        );
+    }
 }
 
 async fn grants_and_rotation<S: Store>(s: &S) {
+    let before = s.list_grants().await.unwrap().len();
     let g = grant("fam1", "c-new", "bob");
     let (a0, r0) = (access("a0", &g), refresh("r0", &g, NOW + 1000));
     s.create_grant(&g, &a0, &r0).await.unwrap();
@@ -232,7 +305,7 @@ async fn grants_and_rotation<S: Store>(s: &S) {
             .unwrap(),
         RotateOutcome::FamilyRevoked
     );
-    assert_eq!(s.list_grants().await.unwrap().len(), 1);
+    assert_eq!(s.list_grants().await.unwrap().len(), before + 1);
 }
 
 async fn revocation_cascades<S: Store>(s: &S) {

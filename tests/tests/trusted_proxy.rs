@@ -1,0 +1,145 @@
+//! End to end behind a trusted proxy: a gateway with `trusted_proxies = ["127.0.0.1"]` takes
+//! the client IP from `X-Forwarded-For`, and the authorization server's throttles see that IP
+//! (not the proxy's): registrations from many clients all pass, and one client over the login
+//! throttle is refused while another is not.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use pforte_tests::{
+    Gateway, GatewayOptions, McpService,
+    oauth::{CLAUDE_CALLBACK, Form, Pkce, authorize_url, discover, register_like_claude},
+};
+use reqwest::StatusCode;
+
+const USER: &str = "alice";
+const PASSWORD: &str = "correct horse battery staple";
+
+async fn proxied_gateway(extra_toml: &str) -> (Gateway, McpService) {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.tls = false;
+    opts.top_toml = "trusted_proxies = [\"127.0.0.1\"]\n".to_owned();
+    opts.extra_toml = extra_toml.to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    (gw, svc)
+}
+
+/// Twelve registrations, each from another client behind the proxy: all 201 (the default
+/// budget is 10 per IP; before the fix the proxy's own IP was the key: 10 × 201, then 429).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_are_throttled_per_forwarded_client() {
+    let (gw, _svc) = proxied_gateway("").await;
+    let http = gw.http();
+    let d = discover(&http, &gw.mcp_url()).await.unwrap();
+    let url = d.endpoint("registration_endpoint").unwrap();
+    let body = serde_json::json!({"redirect_uris": [CLAUDE_CALLBACK], "token_endpoint_auth_method": "client_secret_post"});
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        let resp = http
+            .post(url.clone())
+            .header("x-forwarded-for", format!("198.51.100.{}", i + 1))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [201; 12], "{statuses:?}");
+    // One client alone still has its budget of 10.
+    let mut one = Vec::new();
+    for _ in 0..11 {
+        let resp = http
+            .post(url.clone())
+            .header("x-forwarded-for", "203.0.113.50")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        one.push(resp.status().as_u16());
+    }
+    assert_eq!(&one[..10], [201; 10], "{one:?}");
+    assert_eq!(one[10], 429, "{one:?}");
+}
+
+/// A cookie-keeping client that sends every request as coming from `client_ip` through the
+/// trusted proxy.
+struct Client {
+    http: reqwest::Client,
+    ip: &'static str,
+}
+
+impl Client {
+    fn new(ip: &'static str) -> Self {
+        let http = reqwest::Client::builder()
+            .cookie_store(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        Self { http, ip }
+    }
+
+    async fn login_form(&self, authorize: &url::Url) -> Form {
+        let resp = self
+            .http
+            .get(authorize.clone())
+            .header("x-forwarded-for", self.ip)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let html = resp.text().await.unwrap();
+        Form::parse(authorize, &html).unwrap()
+    }
+
+    async fn sign_in(&self, form: &Form, password: &str) -> reqwest::Response {
+        let mut form = form.clone();
+        form.set("username", USER).unwrap();
+        form.set("password", password).unwrap();
+        self.http
+            .post(form.action.clone())
+            .header("x-forwarded-for", self.ip)
+            .form(&form.body(None).unwrap())
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// One forwarded client guessing passwords is throttled (429 with `Retry-After`); another
+/// client behind the same proxy signs in with the right password at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_throttle_keys_the_forwarded_client_not_the_proxy() {
+    let (gw, _svc) =
+        proxied_gateway("[oauth.throttle.login_per_ip]\nburst = 3\nper_minute = 1\n").await;
+    gw.add_user(USER, PASSWORD).unwrap();
+    let http = gw.http();
+    let d = discover(&http, &gw.mcp_url()).await.unwrap();
+    let reg = register_like_claude(&http, &d).await.unwrap();
+    let pkce = Pkce::new("trusted-proxy");
+    let authorize = authorize_url(&d, &reg.client_id, CLAUDE_CALLBACK, &pkce, "s", &[]).unwrap();
+
+    let attacker = Client::new("198.51.100.66");
+    let form = attacker.login_form(&authorize).await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let resp = attacker.sign_in(&form, "wrong").await;
+        if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+            let retry: u64 = resp.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(retry >= 1);
+        }
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429], "{statuses:?}");
+
+    let owner = Client::new("203.0.113.7");
+    let form = owner.login_form(&authorize).await;
+    let resp = owner.sign_in(&form, PASSWORD).await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::SEE_OTHER,
+        "another client signs in"
+    );
+}
