@@ -481,3 +481,32 @@ async fn every_supported_protocol_revision_works_through_the_gateway() {
         client.cancel().await.unwrap();
     }
 }
+
+/// An oversize body announced with `Expect: 100-continue` gets its final 413 at once, never a
+/// `100 Continue` followed by a closed connection (raw HTTP/1.1, so nothing answers for us).
+#[tokio::test]
+async fn oversize_bodies_with_expect_100_continue_get_413_not_100() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.tls = false;
+    let gw = Gateway::start(opts).await.unwrap();
+    let token = gw.create_token("big").await.unwrap();
+    let addr = gw.base.trim_start_matches("http://").to_owned();
+    for auth in [format!("Authorization: Bearer {token}\r\n"), String::new()] {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
+             Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            5 * 1024 * 1024
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .expect("an answer without the body")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
+}
