@@ -102,30 +102,11 @@ fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch.
 pub fn rfc3339_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
+    let (y, m, d, hh, mm, ss) = crate::clock::utc_fields(ms / 1000);
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
+        "{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{:03}Z",
         ms % 1000
     )
-}
-
-/// The proleptic Gregorian date of `days` since 1970-01-01 (era arithmetic on 400-year cycles).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 /// Where audit lines go (config `audit_log`).

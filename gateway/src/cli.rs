@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::clock::utc_fields;
+
 /// Exit codes of the `pforte` binary (sysexits.h where one fits).
 pub mod exit {
     /// A usage error or a configuration that does not validate (EX_USAGE).
@@ -40,46 +42,21 @@ pub fn new_store_message(dir: &Path) -> String {
     )
 }
 
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month as u32, day as u32)
-}
-
-fn split(secs: u64) -> ((i64, u32, u32), u64, u64, u64) {
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-    let rest = secs % 86_400;
-    (
-        civil_from_days(days),
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60,
-    )
-}
-
 /// `2026-12-01 19:03Z`
 pub fn utc_minute(secs: u64) -> String {
-    let ((y, m, d), hh, mm, _) = split(secs);
+    let (y, m, d, hh, mm, _) = utc_fields(secs);
     format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}Z")
 }
 
 /// `2027-03-01`
 pub fn utc_date(secs: u64) -> String {
-    let ((y, m, d), ..) = split(secs);
+    let (y, m, d, ..) = utc_fields(secs);
     format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// RFC 3339, for `--json`: `2026-12-01T19:03:07Z`
 pub fn rfc3339(secs: u64) -> String {
-    let ((y, m, d), hh, mm, ss) = split(secs);
+    let (y, m, d, hh, mm, ss) = utc_fields(secs);
     format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z")
 }
 

@@ -18,6 +18,29 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// A UTC wall-clock time split into fields: year, month, day, hour, minute, second.
+pub fn utc_fields(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let rest = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    (y, m, d, rest / 3_600, rest % 3_600 / 60, rest % 60)
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar (era
+/// arithmetic on 400-year cycles).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month as u32, day as u32)
+}
+
 /// The system clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

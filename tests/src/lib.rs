@@ -422,25 +422,8 @@ impl Gateway {
     /// Creates a static token with exactly `scopes` (`--scope` each) and returns it once the
     /// running gateway accepts it.
     pub async fn create_scoped_token(&self, name: &str, scopes: &[&str]) -> anyhow::Result<String> {
-        let mut args = vec!["create", name];
-        for s in scopes {
-            args.extend(["--scope", s]);
-        }
-        let token = self.token_cmd(&args)?.trim().to_owned();
-        let client = self.http();
-        let url = self.mcp_url();
-        let seen = eventually(Duration::from_secs(2), || {
-            let req = client.get(&url).bearer_auth(&token).send();
-            async move {
-                req.await
-                    .is_ok_and(|r| r.status() != 401 && r.status() != 429)
-            }
-        })
-        .await;
-        if !seen {
-            bail!("the gateway did not accept the new token {name:?} within 2 s");
-        }
-        Ok(token)
+        let args: Vec<&str> = scopes.iter().flat_map(|s| ["--scope", s]).collect();
+        self.create_token_with(name, &args).await
     }
 
     /// A reqwest client that trusts this gateway's certificate (and only it).

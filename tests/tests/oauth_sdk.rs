@@ -16,68 +16,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pforte_tests::{Proc, bin, bin_dir, eventually, http_client, in_ci};
+use pforte_tests::{Proc, bin, eventually, http_client, in_ci};
 use serde_json::Value;
 
 /// The SDK version this check was written against (`pip index versions mcp`).
 const MCP_SDK_VERSION: &str = "2.3.0";
 
-fn venv_dir() -> PathBuf {
-    // bin_dir() is <target>/<profile>.
-    bin_dir().parent().expect("target dir").join("mcp-venv")
-}
-
-fn sdk_version(python: &Path) -> Option<String> {
-    let out = Command::new(python)
-        .args([
-            "-c",
-            "from importlib.metadata import version; print(version('mcp'))",
-        ])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// A Python with the pinned SDK, or why there is none.
+/// A Python with the pinned SDK, or why there is none (the shared venv under `target/`).
 fn python_with_sdk() -> Result<PathBuf, String> {
-    if let Ok(p) = std::env::var("PFORTE_MCP_PYTHON") {
-        return Ok(PathBuf::from(p));
-    }
-    let venv = venv_dir();
-    let python = venv.join("bin").join("python");
-    if sdk_version(&python).as_deref() == Some(MCP_SDK_VERSION) {
-        return Ok(python);
-    }
-    if in_ci() {
-        return Err(format!(
-            "the MCP Python SDK {MCP_SDK_VERSION} is not installed in {} (.ci/run installs it)",
-            venv.display()
-        ));
-    }
-    eprintln!(
-        "installing mcp=={MCP_SDK_VERSION} into {} (once)",
-        venv.display()
-    );
-    let ok = Command::new("python3")
-        .arg("-m")
-        .arg("venv")
-        .arg(&venv)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new(venv.join("bin").join("pip"))
-            .args(["install", "-q", &format!("mcp=={MCP_SDK_VERSION}")])
-            .status()
-            .is_ok_and(|s| s.success());
-    if ok && sdk_version(&python).as_deref() == Some(MCP_SDK_VERSION) {
-        Ok(python)
-    } else {
-        Err(format!(
-            "could not install mcp=={MCP_SDK_VERSION} into {} (no python3-venv or no network?)",
-            venv.display()
-        ))
-    }
+    pforte_tests::python_with_mcp_sdk(MCP_SDK_VERSION)
 }
 
 fn banner_field<'a>(banner: &'a [String], label: &str) -> &'a str {
