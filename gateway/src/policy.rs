@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::{auth::Principal, mcp::Message};
+use crate::{
+    auth::Principal,
+    mcp::{Kind, Message},
+};
 
 /// The scope of everything that only reads.
 pub const READ: &str = "mcp:read";
@@ -87,6 +90,10 @@ impl Policy {
         if let Some(tool) = message.tool() {
             return self.tool_scopes(tool, annotation);
         }
+        if message.kind == Kind::Response {
+            // The client's answer to the server's own request (sampling, elicitation, roots).
+            return vec![READ];
+        }
         match message.method.as_str() {
             // Reading and session housekeeping; answers to the server's own requests.
             // Session setup and discovery (`server/discover`: MCP 2026-07-28), listing, the
@@ -102,7 +109,6 @@ impl Policy {
             {
                 vec![READ]
             }
-            "" => vec![READ],
             // Anything else (a method this gateway does not know) might change something.
             _ => vec![WRITE],
         }

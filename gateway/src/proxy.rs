@@ -22,7 +22,7 @@ use crate::{
     config::{MCP_PATH, Settings},
     forward,
     limit::{Class, Decision, Policy, SharedLimiter},
-    mcp::Message,
+    mcp::{Kind, Message},
     metadata,
     oauth::{self, AuthService},
     policy,
@@ -259,8 +259,8 @@ impl Gateway {
             return;
         }
         let method = match &ctx.mcp.message {
-            Some(m) if !m.method.is_empty() => m.method.as_str(),
-            Some(_) => "response",
+            Some(m) if m.kind == Kind::Response => "response",
+            Some(m) => m.method.as_str(),
             None => session.req_header().method.as_str(),
         };
         let record = AuditRecord {
