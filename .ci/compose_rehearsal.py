@@ -109,7 +109,12 @@ def dockerfile_env(target: str) -> dict[str, str]:
 class Rehearsal:
     def __init__(self, compose: dict, bin_dir: Path, scratch: Path):
         self.compose = compose
-        self.bin_dir = bin_dir
+        # The images' files, where their users can reach them whatever the clone's permissions.
+        self.bin_dir = scratch / "image"
+        self.bin_dir.mkdir(exist_ok=True)
+        for name in ("pforte", "mcp-service"):
+            shutil.copy2(bin_dir / name, self.bin_dir / name)
+        shutil.copy2(ROOT / "deploy/tls-init.sh", self.bin_dir / "pforte-tls-init")
         self.scratch = scratch
         self.services = compose["services"]
         self.procs: dict[str, subprocess.Popen] = {}
@@ -180,7 +185,7 @@ class Rehearsal:
         env = dockerfile_env(target)
         entry = svc.get("entrypoint")
         if entry == ["/usr/local/bin/pforte-tls-init"]:
-            argv = ["sh", str(ROOT / "deploy/tls-init.sh")]
+            argv = ["sh", str(self.bin_dir / "pforte-tls-init")]
         elif target == "gateway":
             argv = [str(self.bin_dir / "pforte"), *command]
         else:
