@@ -18,8 +18,8 @@ service names. All services share that namespace: the network separation compose
 
 The run: tls-init → redis (until healthy) → mcp-service → `gateway check` → gateway (until its
 healthcheck passes) → docs/deploy.md's `pforte token create` and `pforte user add alice` inside
-the gateway's environment → an MCP call with the token → the whole OAuth flow of a Claude.ai-style
-client for alice → every service stopped and started again on the same volumes (tls-init keeps
+the gateway's environment → `whoami` with the token (subject operator, client laptop) → the whole
+OAuth flow of a Claude.ai-style client for alice, and `whoami` with its token → every service stopped and started again on the same volumes (tls-init keeps
 its certificate and password; the token and the OAuth client still work).
 Exit status: 0 every step passed, 1 a step failed (it says which), 2 cannot rehearse here.
 """
@@ -357,6 +357,30 @@ class Client:
         return self.request("POST", url, body, {"content-type": "application/x-www-form-urlencoded"})
 
 
+def whoami(client: Client, url: str, token: str) -> str:
+    """docs/deploy.md's end-to-end check: initialize, then the `whoami` tool; returns its text."""
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json",
+               "accept": "application/json, text/event-stream"}
+    body = json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "compose-rehearsal", "version": "1"}},
+    }).encode()
+    status, got, text = client.request("POST", url, body, headers)
+    session = got.get("mcp-session-id")
+    if status != 200 or not session:
+        raise Failed(f"initialize: {status} {text[:300]}")
+    headers |= {"mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    client.request("POST", url, json.dumps(note).encode(), headers)
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "whoami", "arguments": {}}}
+    status, _, text = client.request("POST", url, json.dumps(call).encode(), headers | {"mcp-name": "whoami"})
+    if status != 200:
+        raise Failed(f"whoami: {status} {text[:300]}")
+    return text
+
+
 def mcp_initialize(client: Client, url: str, token: str, within: float = 3.0) -> None:
     """An MCP initialize with `token`; a token made a moment ago reaches the gateway within its
     refresh interval (0.1 s), so a 401 is retried for `within` seconds."""
@@ -460,12 +484,17 @@ def rehearse(bin_dir: Path, scratch: Path) -> None:
         if not token:
             raise Failed(f"token create printed no token: {out!r}")
         mcp_initialize(client, f"{public}/mcp", token)
+        said = whoami(client, f"{public}/mcp", token)
+        if "operator" not in said or "laptop" not in said:
+            raise Failed(f"whoami with the laptop token: {said[:400]}")
         say("docs/deploy.md: pforte user add alice (password on stdin)")
         password = "rehearsal-" + base64.b16encode(os.urandom(8)).decode()
         r.exec_in("gateway", ["user", "add", "alice"], stdin=password + "\n")
         say("OAuth: discovery, registration, login as alice, consent, token")
         access, _ = oauth_flow(client, public, "alice", password)
         mcp_initialize(client, f"{public}/mcp", access)
+        if "alice" not in whoami(client, f"{public}/mcp", access):
+            raise Failed("whoami with alice's OAuth token does not name alice")
 
         say("restart: every service stopped and started on the same volumes")
         r.stop_all()
