@@ -19,8 +19,9 @@ service names. All services share that namespace: the network separation compose
 The run: tls-init → redis (until healthy) → mcp-service → `gateway check` → gateway (until its
 healthcheck passes) → docs/deploy.md's `pforte token create` and `pforte user add alice` inside
 the gateway's environment → `whoami` with the token (subject operator, client laptop) → the whole
-OAuth flow of a Claude.ai-style client for alice, and `whoami` with its token → every service stopped and started again on the same volumes (tls-init keeps
-its certificate and password; the token and the OAuth client still work).
+OAuth flow of a Claude.ai-style client for alice, and `whoami` with its token → every service
+stopped and started again on the same volumes (tls-init keeps its certificate and password; the
+token and the OAuth client still work).
 Exit status: 0 every step passed, 1 a step failed (it says which), 2 cannot rehearse here.
 """
 
