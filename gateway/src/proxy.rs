@@ -302,6 +302,7 @@ impl Gateway {
         log.record(&record);
     }
 }
+
 /// Whether an upstream answer is an event stream.
 fn is_event_stream(resp: &ResponseHeader) -> bool {
     resp.headers
