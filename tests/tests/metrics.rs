@@ -86,15 +86,33 @@ fn get(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
     samples.get(series).copied().unwrap_or(0.0)
 }
 
-/// Asserts that each series grew from `before` to `after`.
-fn moved(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, series: &[&str]) {
-    for s in series {
+/// Scrapes until each series has grown past `before` (a request is counted when it ends, just
+/// after its answer went out) and returns that scrape; fails naming the series that did not.
+async fn moved(
+    scrape: &Scraper,
+    before: &BTreeMap<String, f64>,
+    series: &[&str],
+) -> BTreeMap<String, f64> {
+    let grown = |after: &BTreeMap<String, f64>| {
+        series
+            .iter()
+            .filter(|s| get(after, s) <= get(before, s))
+            .map(|s| format!("{s}: {} → {}", get(before, s), get(after, s)))
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let after = scrape.samples().await;
+        let stuck = grown(&after);
+        if stuck.is_empty() {
+            return after;
+        }
         assert!(
-            get(after, s) > get(before, s),
-            "{s} did not move: {} → {}",
-            get(before, s),
-            get(after, s)
+            std::time::Instant::now() < deadline,
+            "did not move:\n{}",
+            stuck.join("\n")
         );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -124,16 +142,16 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
     // 1. A 401: no token.
     let resp = http.get(gw.mcp_url()).send().await.unwrap();
     assert_eq!(resp.status(), 401);
-    let after = scrape.samples().await;
-    moved(
+    let after = moved(
+        &scrape,
         &before,
-        &after,
         &[
             "pforte_http_requests_total{route=\"mcp\",method=\"GET\",status=\"4xx\"}",
             "pforte_auth_total{kind=\"none\",reason=\"missing\"}",
             "pforte_http_request_duration_seconds_count{route=\"mcp\"}",
         ],
-    );
+    )
+    .await;
     let before = after;
 
     // 2. A 200: a static token's tools/call, through a session, then its event stream.
@@ -181,24 +199,30 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
     assert_eq!(call.status(), 200);
     let body = call.text().await.unwrap();
     assert!(body.contains("operator"), "{body}");
-    let after = scrape.samples().await;
-    moved(
+    let after = moved(
+        &scrape,
         &before,
-        &after,
         &[
             "pforte_http_requests_total{route=\"mcp\",method=\"POST\",status=\"2xx\"}",
             "pforte_auth_total{kind=\"static\",reason=\"ok\"}",
             "pforte_tool_calls_total{tool=\"whoami\",decision=\"allowed\"}",
             "pforte_upstream_first_byte_seconds_count",
         ],
-    );
+    )
+    .await;
     assert!(
         !after
             .keys()
             .any(|k| k.contains(&session) || k.contains("operator")),
         "a session id or subject became a label"
     );
-    assert_eq!(get(&after, OPEN_STREAMS), 0.0, "POST answers have ended");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            scrape.value(OPEN_STREAMS).await == 0.0
+        })
+        .await,
+        "the POST answers' streams did not end"
+    );
     let before = after;
 
     // The server-to-client stream stays open until the client lets go.
@@ -255,10 +279,9 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
     login.set("password", "not the password").unwrap();
     let refused = browser.submit(&login, None).await.unwrap();
     assert_eq!(refused.status, 401, "{}", refused.body);
-    let after = scrape.samples().await;
-    moved(
+    let after = moved(
+        &scrape,
         &before,
-        &after,
         &[
             "pforte_oauth_events_total{event=\"registration\"}",
             "pforte_oauth_events_total{event=\"login_failed\"}",
@@ -266,7 +289,8 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
             "pforte_http_requests_total{route=\"oauth\",method=\"GET\",status=\"2xx\"}",
             "pforte_http_requests_total{route=\"well_known\",method=\"GET\",status=\"2xx\"}",
         ],
-    );
+    )
+    .await;
     assert_eq!(
         get(&after, "pforte_oauth_events_total{event=\"login_ok\"}"),
         get(&before, "pforte_oauth_events_total{event=\"login_ok\"}")
@@ -279,10 +303,9 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         .unwrap();
     assert_eq!(mcp_status(&http, &gw.mcp_url(), &access).await, 200);
     assert_eq!(mcp_status(&http, &gw.mcp_url(), &access).await, 200);
-    let after = scrape.samples().await;
-    moved(
+    let after = moved(
+        &scrape,
         &before,
-        &after,
         &[
             "pforte_oauth_events_total{event=\"login_ok\"}",
             "pforte_oauth_events_total{event=\"code_issued\"}",
@@ -291,7 +314,8 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
             "pforte_token_validation_cache_total{result=\"miss\"}",
             "pforte_token_validation_cache_total{result=\"hit\"}",
         ],
-    );
+    )
+    .await;
     assert!(
         !after.keys().any(|k| k.contains("alice")),
         "a user became a label"
@@ -310,16 +334,16 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         statuses.push(resp.status().as_u16());
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
-    let after = scrape.samples().await;
-    moved(
+    let after = moved(
+        &scrape,
         &before,
-        &after,
         &[
             "pforte_ratelimit_refusals_total",
             "pforte_http_requests_total{route=\"mcp\",method=\"GET\",status=\"4xx\"}",
             "pforte_auth_total{kind=\"static\",reason=\"ok\"}",
         ],
-    );
+    )
+    .await;
     assert_eq!(get(&after, "pforte_ratelimit_degraded"), 0.0);
 
     // metrics_listen: the same families, /metrics only.
@@ -377,9 +401,7 @@ async fn an_unreachable_upstream_counts_as_a_connect_error() {
         http: gw.http(),
         url: format!("{}/metrics", gw.base),
     };
-    let before = scrape
-        .value("pforte_upstream_errors_total{kind=\"connect\"}")
-        .await;
+    let before = scrape.samples().await;
     let resp = gw
         .http()
         .get(gw.mcp_url())
@@ -388,12 +410,13 @@ async fn an_unreachable_upstream_counts_as_a_connect_error() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 502);
-    let after = scrape.samples().await;
-    assert!(get(&after, "pforte_upstream_errors_total{kind=\"connect\"}") > before);
-    assert!(
-        get(
-            &after,
-            "pforte_http_requests_total{route=\"mcp\",method=\"GET\",status=\"5xx\"}"
-        ) >= 1.0
-    );
+    moved(
+        &scrape,
+        &before,
+        &[
+            "pforte_upstream_errors_total{kind=\"connect\"}",
+            "pforte_http_requests_total{route=\"mcp\",method=\"GET\",status=\"5xx\"}",
+        ],
+    )
+    .await;
 }
