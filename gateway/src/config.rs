@@ -119,6 +119,9 @@ pub struct GatewayConfig {
     pub audit_log: Option<String>,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: crate::logging::LogFormat,
+    /// A second listener that serves only `GET /metrics`, for scraping from another host. Off by
+    /// default: the public listener answers `/metrics` to loopback peers only.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for GatewayConfig {
@@ -143,6 +146,7 @@ impl Default for GatewayConfig {
             tools: std::collections::BTreeMap::new(),
             audit_log: None,
             log_format: crate::logging::LogFormat::Text,
+            metrics_listen: None,
         }
     }
 }
@@ -218,6 +222,25 @@ impl Settings {
                 .unwrap_or_else(|_| crate::audit::AuditSink::File(PathBuf::from(text))),
         }
     }
+}
+
+/// `metrics_listen`: a fixed port, and not the public listener's.
+fn check_metrics_listen(addr: SocketAddr, listen: SocketAddr) -> Result<(), ConfigError> {
+    if addr.port() == 0 {
+        return Err(invalid(
+            "metrics_listen",
+            "give a fixed port (a scraper has to know it)",
+        ));
+    }
+    let overlaps =
+        addr.ip() == listen.ip() || addr.ip().is_unspecified() || listen.ip().is_unspecified();
+    if addr.port() == listen.port() && overlaps {
+        return Err(invalid(
+            "metrics_listen",
+            format!("{addr} is the public listener {listen}; give another port"),
+        ));
+    }
+    Ok(())
 }
 
 /// The public origin and, when its host is a loopback name, its twins under the other names.
@@ -325,6 +348,9 @@ impl GatewayConfig {
         if let Some(v) = env("PFORTE_MAX_BODY_BYTES") {
             self.max_body_bytes = parse("PFORTE_MAX_BODY_BYTES", v)?;
         }
+        if let Some(v) = env("PFORTE_METRICS_LISTEN") {
+            self.metrics_listen = Some(parse("PFORTE_METRICS_LISTEN", v)?);
+        }
         if let Some(v) = env("PFORTE_LOG_FORMAT") {
             self.log_format = parse("PFORTE_LOG_FORMAT", v)?;
         }
@@ -363,6 +389,9 @@ impl GatewayConfig {
                 "redis_url",
                 "expected redis://host:port[/db] or rediss://…",
             ));
+        }
+        if let Some(addr) = self.metrics_listen {
+            check_metrics_listen(addr, self.listen)?;
         }
         if self.upstream.connect_timeout_ms == 0 {
             return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
@@ -578,6 +607,29 @@ mod tests {
         );
         assert_eq!(s.upstream.authority, "127.0.0.1:8080");
         assert_eq!(s.upstream.path, "/mcp");
+    }
+
+    #[test]
+    fn metrics_listen_needs_its_own_fixed_port() {
+        let s = cfg("listen = \"127.0.0.1:9000\"\nmetrics_listen = \"0.0.0.0:9100\"").unwrap();
+        assert_eq!(s.file.metrics_listen, Some("0.0.0.0:9100".parse().unwrap()));
+        for bad in ["127.0.0.1:9000", "0.0.0.0:9000", "127.0.0.1:0"] {
+            let err = cfg(&format!(
+                "listen = \"127.0.0.1:9000\"\nmetrics_listen = \"{bad}\""
+            ))
+            .unwrap_err();
+            assert!(
+                err.to_string().starts_with("metrics_listen:"),
+                "{bad}: {err}"
+            );
+        }
+        // Another address on the same port is another socket.
+        cfg("listen = \"127.0.0.1:9000\"\nmetrics_listen = \"127.0.0.2:9000\"").unwrap();
+        let env = GatewayConfig::load(None, |k| {
+            (k == "PFORTE_METRICS_LISTEN").then(|| "127.0.0.1:9464".to_owned())
+        })
+        .unwrap();
+        assert_eq!(env.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod limit;
 pub mod logging;
 pub mod mcp;
 pub mod metadata;
+pub mod metrics;
 pub mod oauth;
 pub mod policy;
 pub mod preflight;

@@ -239,43 +239,27 @@ impl Limiter for LocalLimiter {
 
 /// The shared limiter with the in-process one as its fallback: when the shared backend is
 /// unavailable, decisions are made locally (and said so in the log) until it answers again.
+/// Its state is counted into the gateway's metrics (`RateLimitMetrics`).
 #[derive(Debug)]
 pub struct SharedLimiter {
     primary: Option<Arc<dyn Limiter>>,
     fallback: LocalLimiter,
     degraded: std::sync::atomic::AtomicBool,
-    fallback_decisions: std::sync::atomic::AtomicU64,
-    refusals: std::sync::atomic::AtomicU64,
+    metrics: crate::metrics::RateLimitMetrics,
 }
 
 impl SharedLimiter {
-    pub fn new(primary: Option<Arc<dyn Limiter>>, fallback: LocalLimiter) -> Self {
+    pub fn new(
+        primary: Option<Arc<dyn Limiter>>,
+        fallback: LocalLimiter,
+        metrics: crate::metrics::RateLimitMetrics,
+    ) -> Self {
         Self {
             primary,
             fallback,
             degraded: std::sync::atomic::AtomicBool::new(false),
-            fallback_decisions: std::sync::atomic::AtomicU64::new(0),
-            refusals: std::sync::atomic::AtomicU64::new(0),
+            metrics,
         }
-    }
-
-    /// Prometheus text for the limiter's state.
-    pub fn metrics(&self) -> String {
-        use std::sync::atomic::Ordering;
-        format!(
-            "# HELP pforte_ratelimit_degraded 1 while the shared (redis) limiter is unavailable and limits are per process.\n\
-             # TYPE pforte_ratelimit_degraded gauge\n\
-             pforte_ratelimit_degraded {}\n\
-             # HELP pforte_ratelimit_fallback_decisions_total Decisions made in-process because redis did not answer.\n\
-             # TYPE pforte_ratelimit_fallback_decisions_total counter\n\
-             pforte_ratelimit_fallback_decisions_total {}\n\
-             # HELP pforte_ratelimit_refusals_total Requests answered 429.\n\
-             # TYPE pforte_ratelimit_refusals_total counter\n\
-             pforte_ratelimit_refusals_total {}\n",
-            u8::from(self.degraded()),
-            self.fallback_decisions.load(Ordering::Relaxed),
-            self.refusals.load(Ordering::Relaxed),
-        )
     }
 
     /// Whether decisions are currently made locally because the shared backend failed.
@@ -286,8 +270,7 @@ impl SharedLimiter {
     pub async fn check(&self, key: &str, policy: Policy) -> Decision {
         let decision = self.decide(key, policy).await;
         if !decision.allowed {
-            self.refusals
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.metrics.refusals.inc();
         }
         decision
     }
@@ -300,15 +283,17 @@ impl SharedLimiter {
         match primary.check(key, policy).await {
             Ok(d) => {
                 if self.degraded.swap(false, Ordering::Relaxed) {
+                    self.metrics.degraded.set(0);
                     tracing::warn!("rate limits shared again: the redis backend answers");
                 }
                 d
             }
             Err(e) => {
                 if !self.degraded.swap(true, Ordering::Relaxed) {
+                    self.metrics.degraded.set(1);
                     tracing::warn!(error = %e, "rate limits fall back to this process until redis answers");
                 }
-                self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+                self.metrics.fallback_decisions.inc();
                 self.fallback.decide(key, policy)
             }
         }

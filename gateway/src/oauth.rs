@@ -111,7 +111,11 @@ impl std::fmt::Debug for AuthService {
 impl AuthService {
     /// Builds the server (loading or creating its key in the store) on a runtime of its own;
     /// called before pingora starts its runtimes.
-    pub fn open(settings: &Settings) -> Result<Self, OAuthSetupError> {
+    /// Its events (logins, tokens, revocations, validation cache) go to `observer`.
+    pub fn open(
+        settings: &Settings,
+        observer: Arc<dyn pforte_oauth::Observer>,
+    ) -> Result<Self, OAuthSetupError> {
         let cfg = oauth_config(settings)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -124,7 +128,11 @@ impl AuthService {
             let _in_runtime = rt.enter();
             open_store(settings)?
         };
-        let server = rt.block_on(AuthServer::builder(cfg, store.clone()).build())?;
+        let server = rt.block_on(
+            AuthServer::builder(cfg, store.clone())
+                .observer(observer)
+                .build(),
+        )?;
         Ok(Self {
             store,
             client_names: std::sync::Mutex::new(std::collections::HashMap::new()),

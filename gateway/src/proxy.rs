@@ -24,6 +24,7 @@ use crate::{
     limit::{Class, Decision, Policy, SharedLimiter},
     mcp::{Kind, Message},
     metadata,
+    metrics::{self, Metrics, OpenStream, RouteLabel},
     oauth::{self, AuthService},
     policy,
     reject::{Rejection, Reply},
@@ -53,6 +54,12 @@ pub struct RequestCtx {
     started: Instant,
     /// Wall-clock arrival, milliseconds since the epoch (the audit line's time).
     arrived_ms: u64,
+    /// The route as a metrics label.
+    route: RouteLabel,
+    /// When the request went upstream (for the time to its response header).
+    upstream_sent: Option<Instant>,
+    /// Counts an event-stream answer as open until the context drops.
+    stream: Option<OpenStream>,
 }
 
 /// What the gateway keeps of one `/mcp` exchange between phases.
@@ -97,6 +104,7 @@ pub struct Gateway {
     resource_metadata: Bytes,
     policy: policy::Policy,
     edge: McpEdge,
+    metrics: Arc<Metrics>,
 }
 
 /// The largest `tools/list` answer the gateway holds to filter.
@@ -110,6 +118,7 @@ impl Gateway {
         limiter: Arc<SharedLimiter>,
         clock: Arc<dyn Clock>,
         edge: McpEdge,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let resource_metadata = Bytes::from(metadata::protected_resource(&settings).to_string());
         Self {
@@ -121,6 +130,7 @@ impl Gateway {
             clock,
             resource_metadata,
             edge,
+            metrics,
         }
     }
 
@@ -128,8 +138,18 @@ impl Gateway {
     /// token, then the scopes every `/mcp` request needs.
     async fn authenticate(&self, req: &RequestHeader) -> Result<Principal, AuthFailure> {
         let values = req.headers.get_all(http::header::AUTHORIZATION);
-        let token =
-            auth::bearer_token(values.iter().map(|v| v.as_bytes()))?.ok_or(AuthFailure::Missing)?;
+        let token = auth::bearer_token(values.iter().map(|v| v.as_bytes()));
+        let kind = metrics::credential_kind(token.as_ref().ok().copied().flatten());
+        let result = self.check_credential(token).await;
+        self.metrics.auth(kind, metrics::auth_reason(&result));
+        result
+    }
+
+    async fn check_credential(
+        &self,
+        token: Result<Option<&str>, AuthFailure>,
+    ) -> Result<Principal, AuthFailure> {
+        let token = token?.ok_or(AuthFailure::Missing)?;
         let principal = if auth::looks_static(token) {
             auth::authenticate_static(token, &self.tokens.get(), self.clock.now())?
         } else {
@@ -282,6 +302,35 @@ impl Gateway {
         log.record(&record);
     }
 }
+
+/// Whether an upstream answer is an event stream.
+fn is_event_stream(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+impl Gateway {
+    /// The metrics of one finished request (its `tools/call`, an upstream failure).
+    fn count(&self, req: &RequestHeader, e: Option<&Error>, ctx: &mut RequestCtx, status: u16) {
+        let took = ctx.started.elapsed();
+        let method = metrics::method_class(&req.method);
+        self.metrics.request(ctx.route, method, status, took);
+        if let Some(kind) = e.and_then(metrics::upstream_failure) {
+            self.metrics.upstream_failure(kind);
+        }
+        if let Some(tool) = ctx.mcp.message.as_ref().and_then(Message::tool) {
+            let known = self.edge.catalog.tool(tool) != catalog::Lookup::Unknown
+                || self.settings.file.tools.contains_key(tool)
+                || self.settings.file.limits.tools.contains_key(tool);
+            self.metrics
+                .tool_call(tool, known, metrics::tool_decision(ctx.refused));
+        }
+        ctx.stream = None;
+    }
+}
+
 /// Which built-in route a path is.
 enum Route {
     AuthServer,
@@ -292,6 +341,20 @@ enum Route {
     ResourceMetadata,
     Mcp,
     Unknown,
+}
+
+impl Route {
+    /// The route as a metrics label.
+    fn metric(&self) -> RouteLabel {
+        match self {
+            Self::Mcp => RouteLabel::Mcp,
+            Self::AuthServer => RouteLabel::OAuth,
+            Self::ResourceMetadata => RouteLabel::WellKnown,
+            Self::Health | Self::Ready => RouteLabel::Health,
+            Self::Metrics => RouteLabel::Metrics,
+            Self::Favicon | Self::Unknown => RouteLabel::Other,
+        }
+    }
 }
 
 fn route(path: &str) -> Route {
@@ -357,6 +420,9 @@ impl ProxyHttp for Gateway {
             body_bytes: 0,
             started: Instant::now(),
             arrived_ms: self.clock.now_ms(),
+            route: RouteLabel::Other,
+            upstream_sent: None,
+            stream: None,
         }
     }
 
@@ -373,7 +439,9 @@ impl ProxyHttp for Gateway {
         ctx.client_ip = forward::client_ip(peer, forwarded, &self.settings.file.trusted_proxies);
         let req = session.req_header();
         let get = req.method == http::Method::GET || req.method == http::Method::HEAD;
-        match route(req.uri.path()) {
+        let route = route(req.uri.path());
+        ctx.route = route.metric();
+        match route {
             Route::Health => {
                 let reply = Reply::json(200, &serde_json::json!({"status": "ok"}));
                 self.send(session, reply, ctx).await?;
@@ -419,8 +487,10 @@ impl ProxyHttp for Gateway {
             // Operators scrape from the machine itself; the public never sees it.
             Route::Metrics if peer.is_some_and(|ip| ip.is_loopback()) => {
                 let mut reply = Reply::json(200, &serde_json::Value::Null);
-                reply.headers = vec![("content-type", "text/plain; version=0.0.4".to_owned())];
-                reply.body = Bytes::from(self.limiter.metrics());
+                reply.headers = vec![("content-type", metrics::CONTENT_TYPE.to_owned())];
+                reply.body = Bytes::from(self.metrics.encode().map_err(|_| {
+                    Error::explain(ErrorType::InternalError, "metrics not encodable")
+                })?);
                 self.send(session, reply, ctx).await?;
                 Ok(true)
             }
@@ -571,6 +641,7 @@ impl ProxyHttp for Gateway {
             .parse::<http::Uri>()
             .map_err(|e| Error::explain(ErrorType::InvalidHTTPHeader, e.to_string()))?;
         upstream_request.set_uri(uri);
+        ctx.upstream_sent = Some(Instant::now());
         Ok(())
     }
 
@@ -580,7 +651,13 @@ impl ProxyHttp for Gateway {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if let Some(sent) = ctx.upstream_sent {
+            self.metrics.upstream_first_byte(sent.elapsed());
+        }
         let ok = upstream_response.status.is_success();
+        if ok && is_event_stream(upstream_response) {
+            ctx.stream = Some(self.metrics.stream_opened());
+        }
         if ctx.mcp.opens_session
             && ok
             && let Some(id) = upstream_response
@@ -715,6 +792,7 @@ impl ProxyHttp for Gateway {
             self.audit(session, ctx, status);
         }
         let req = session.req_header();
+        self.count(req, e, ctx, status);
         let (subject, client) = ctx
             .principal
             .as_ref()
@@ -750,6 +828,27 @@ mod tests {
             Route::ResourceMetadata
         ));
         assert!(matches!(route("/healthz"), Route::Health));
+    }
+
+    #[test]
+    fn routes_have_bounded_metric_labels() {
+        for (path, label) in [
+            ("/mcp", RouteLabel::Mcp),
+            ("/token", RouteLabel::OAuth),
+            ("/authorize", RouteLabel::OAuth),
+            ("/.well-known/oauth-authorization-server", RouteLabel::OAuth),
+            (
+                "/.well-known/oauth-protected-resource/mcp",
+                RouteLabel::WellKnown,
+            ),
+            ("/healthz", RouteLabel::Health),
+            ("/readyz", RouteLabel::Health),
+            ("/metrics", RouteLabel::Metrics),
+            ("/favicon.ico", RouteLabel::Other),
+            ("/anything/else", RouteLabel::Other),
+        ] {
+            assert_eq!(route(path).metric(), label, "{path}");
+        }
     }
 
     #[test]

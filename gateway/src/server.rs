@@ -22,6 +22,7 @@ use crate::{
     clock::SystemClock,
     config::Settings,
     limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
+    metrics::{self, Metrics},
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
     sessions::{SessionOptions, Sessions},
@@ -36,6 +37,8 @@ pub enum ServeError {
     OAuth(#[from] OAuthSetupError),
     #[error("pingora: {0}")]
     Pingora(String),
+    #[error("metrics_listen {0}: {1}")]
+    MetricsListen(SocketAddr, std::io::Error),
     #[error("no free port on {0}: {1}")]
     Port(SocketAddr, std::io::Error),
 }
@@ -97,6 +100,60 @@ impl BackgroundService for Maintenance {
     }
 }
 
+/// `metrics_listen`: a listener of its own that serves only `GET /metrics` (bound before the
+/// server starts, so a bad address fails `serve` at once).
+struct MetricsListener {
+    listener: std::sync::Mutex<Option<std::net::TcpListener>>,
+    metrics: Arc<Metrics>,
+}
+
+#[async_trait]
+impl BackgroundService for MetricsListener {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let Some(listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else {
+            return;
+        };
+        let listener = match listener
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(listener))
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "metrics listener unusable");
+                return;
+            }
+        };
+        let addr = listener.local_addr().ok();
+        let shared = self.metrics.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let metrics = shared.clone();
+                async move { metrics_answer(&metrics) }
+            }),
+        );
+        tracing::info!(listen = ?addr, "metrics listener started");
+        let stop = async move {
+            let _ = shutdown.changed().await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::error!(error = %e, "metrics listener failed");
+        }
+    }
+}
+
+/// The exposition as the metrics listener answers it.
+fn metrics_answer(metrics: &Metrics) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match metrics.encode() {
+        Ok(text) => ([(http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(_) => http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
 /// Builds the server and blocks until it is told to stop.
 pub fn run(
     settings: Settings,
@@ -106,7 +163,14 @@ pub fn run(
     let settings = Arc::new(settings);
     let store = tokens::open_source(settings.file.redis_url.as_deref(), &settings.tokens_db())?;
     let tokens = TokenCache::start(store, TOKEN_REFRESH)?;
-    let oauth = Arc::new(AuthService::open(&settings)?);
+    let metrics = Arc::new(Metrics::new());
+    let oauth = Arc::new(AuthService::open(&settings, metrics.clone())?);
+    let metrics_listener = match settings.file.metrics_listen {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr).map_err(|e| ServeError::MetricsListen(addr, e))?,
+        ),
+        None => None,
+    };
 
     let conf = ServerConf {
         threads: match settings.file.threads {
@@ -144,7 +208,11 @@ pub fn run(
         }
         _ => None,
     };
-    let limiter = Arc::new(SharedLimiter::new(shared, LocalLimiter::new(clock.clone())));
+    let limiter = Arc::new(SharedLimiter::new(
+        shared,
+        LocalLimiter::new(clock.clone()),
+        metrics.ratelimit(),
+    ));
     let catalog = Arc::new(
         Catalog::new(
             settings.file.upstream.url.clone(),
@@ -176,7 +244,24 @@ pub fn run(
         sessions: Arc::new(sessions),
         audit,
     };
-    let gateway = Gateway::new(settings.clone(), tokens, oauth, limiter, clock, edge);
+    let metrics_service = metrics_listener.map(|listener| {
+        background_service(
+            "metrics listener",
+            MetricsListener {
+                listener: std::sync::Mutex::new(Some(listener)),
+                metrics: metrics.clone(),
+            },
+        )
+    });
+    let gateway = Gateway::new(
+        settings.clone(),
+        tokens,
+        oauth,
+        limiter,
+        clock,
+        edge,
+        metrics,
+    );
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();
@@ -198,6 +283,9 @@ pub fn run(
         server.add_service(service);
     }
     if let Some(service) = audit_reopen {
+        server.add_service(service);
+    }
+    if let Some(service) = metrics_service {
         server.add_service(service);
     }
     for service in extra {

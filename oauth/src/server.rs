@@ -10,6 +10,7 @@ use crate::config::{ConfigError, OAuthConfig};
 use crate::crypto::{self, CODE_PREFIX, REFRESH_PREFIX, SECRET_PREFIX, ServerKey};
 use crate::error::{OAuthError, StoreError};
 use crate::model::{AuthMethod, ClientRecord};
+use crate::observe::{Event, Observer, Unobserved};
 use crate::protocol::cimd::{CimdError, is_document_client_id};
 use crate::protocol::{Client, Params, metadata, registration};
 use crate::ratelimit::{GcraLimiter, LimitClass, RateDecision, RateLimiter, ip_key};
@@ -48,6 +49,7 @@ pub struct AuthServer {
     pub(crate) validator: Arc<Validator>,
     /// Permits for password verifications running at once (`throttle.max_concurrent_logins`).
     pub(crate) logins: tokio::sync::Semaphore,
+    pub(crate) observer: Arc<dyn Observer>,
     dummy_hash: tokio::sync::OnceCell<String>,
 }
 
@@ -59,6 +61,7 @@ pub struct AuthServerBuilder {
     entropy: Arc<dyn Entropy>,
     limiter: Option<Arc<dyn RateLimiter>>,
     fetcher: Option<Arc<dyn DocumentFetcher>>,
+    observer: Arc<dyn Observer>,
 }
 
 impl AuthServerBuilder {
@@ -81,6 +84,12 @@ impl AuthServerBuilder {
         self
     }
 
+    /// Reports the server's events (logins, tokens, revocations, validation cache) to `observer`.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+
     /// Validates the config and loads (or creates) the server key from the store.
     pub async fn build(self) -> Result<Arc<AuthServer>, BuildError> {
         self.cfg.validate()?;
@@ -93,11 +102,10 @@ impl AuthServerBuilder {
         let fetcher = self
             .fetcher
             .unwrap_or_else(|| Arc::new(HttpFetcher::new(self.cfg.cimd.clone())));
-        let validator = Arc::new(Validator::new(
-            self.store.clone(),
-            &self.cfg,
-            self.clock.clone(),
-        ));
+        let validator = Arc::new(
+            Validator::new(self.store.clone(), &self.cfg, self.clock.clone())
+                .with_observer(self.observer.clone()),
+        );
         let logins = tokio::sync::Semaphore::new(self.cfg.throttle.max_concurrent_logins as usize);
         Ok(Arc::new(AuthServer {
             logins,
@@ -109,6 +117,7 @@ impl AuthServerBuilder {
             limiter,
             key,
             validator,
+            observer: self.observer,
             dummy_hash: tokio::sync::OnceCell::new(),
         }))
     }
@@ -134,6 +143,7 @@ impl AuthServer {
             entropy: Arc::new(OsEntropy),
             limiter: None,
             fetcher: None,
+            observer: Arc::new(Unobserved),
         }
     }
 
@@ -248,6 +258,7 @@ impl AuthServer {
             last_used_at: now,
         };
         self.store.create_client(&record).await?;
+        self.observer.event(Event::ClientRegistered);
         tracing::info!(client_id = %client_id, method = reg.auth_method.as_str(), "oauth client registered");
         Ok(registration::response(
             &client_id,
@@ -281,6 +292,7 @@ impl AuthServer {
             if access.client_id == client.client_id {
                 self.store.revoke_access(&hash).await?;
                 self.validator.clear_cache();
+                self.observer.event(Event::Revoked);
             }
             return Ok(());
         }
@@ -289,6 +301,7 @@ impl AuthServer {
         {
             self.store.revoke_grant(&refresh.family_id, now).await?;
             self.validator.clear_cache();
+            self.observer.event(Event::Revoked);
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ use crate::clock::Clock;
 use crate::config::OAuthConfig;
 use crate::crypto::{ACCESS_PREFIX, hash_secret};
 use crate::error::ValidationError;
+use crate::observe::{Event, Observer, Unobserved};
 use crate::protocol::resource;
 use crate::store::Store;
 
@@ -57,6 +58,7 @@ pub struct Validator {
     clock: Arc<dyn Clock>,
     resource: String,
     cache: Mutex<HashMap<String, (Principal, u64)>>,
+    observer: Arc<dyn Observer>,
 }
 
 impl Validator {
@@ -67,7 +69,14 @@ impl Validator {
             clock,
             resource,
             cache: Mutex::new(HashMap::new()),
+            observer: Arc::new(Unobserved),
         }
+    }
+
+    /// Reports cache hits and misses to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
     }
 
     /// Whether `bearer` has the shape of this server's access tokens (no lookup).
@@ -97,8 +106,10 @@ impl Validator {
                 .map(|(p, _)| p.clone())
         });
         if let Some(p) = cached {
+            self.observer.event(Event::ValidationCacheHit);
             return expiry(p, now_ms);
         }
+        self.observer.event(Event::ValidationCacheMiss);
         let Some((rec, grant_revoked)) = self.store.get_access(&hash).await? else {
             return Err(ValidationError::Invalid);
         };

@@ -7,6 +7,7 @@ use super::{AuthServer, ClientLookup};
 use crate::crypto::{self, Secret};
 use crate::error::{OAuthError, StoreError};
 use crate::model::{CodeRecord, SessionRecord};
+use crate::observe::Event;
 use crate::pages::{ConsentView, ErrorView, LoginView};
 use crate::protocol::authorize::{self, AuthorizeFailure, AuthorizeRequest};
 use crate::protocol::{Client, Params};
@@ -459,6 +460,7 @@ impl AuthServer {
         let user_key: String = username.to_lowercase().chars().take(64).collect();
         let user_ip = format!("{user_key}\u{0}{ip}");
         let throttled = |retry: u64| {
+            self.observer.event(Event::LoginThrottled);
             page(
                 &format!("Too many failed sign-in attempts. Try again in {retry} s."),
                 429,
@@ -493,6 +495,7 @@ impl AuthServer {
             }
             Verified::No => {
                 tracing::info!(client_id = %client.client_id, "login failed");
+                self.observer.event(Event::LoginFailed);
                 return page("Wrong username or password.", 401);
             }
             Verified::Busy => {
@@ -516,6 +519,7 @@ impl AuthServer {
         match self.new_session(user.clone()).await {
             Ok(id) => {
                 tracing::info!(user = %user, client_id = %client.client_id, "login");
+                self.observer.event(Event::LoginSucceeded);
                 AuthorizeResponse {
                     outcome: AuthorizeOutcome::Redirect {
                         location: format!("/authorize?{request}"),
@@ -600,6 +604,7 @@ impl AuthServer {
             tracing::warn!(error = %e, "could not record client use");
         }
         tracing::info!(user = %username, client_id = %client.client_id, grant = %record.family_id, "consent approved");
+        self.observer.event(Event::CodeIssued);
         AuthorizeOutcome::Redirect {
             location: authorize::code_location(
                 &req.redirect_uri,

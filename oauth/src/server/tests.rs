@@ -1216,3 +1216,83 @@ async fn step_up_consent_shows_the_added_scope_and_widens_the_grant() {
             .unwrap();
     assert!(p.scopes.iter().any(|s| s == "mcp:write"), "{:?}", p.scopes);
 }
+
+/// Records every event the server reports.
+#[derive(Default)]
+struct Seen(std::sync::Mutex<Vec<crate::observe::Event>>);
+
+impl crate::observe::Observer for Seen {
+    fn event(&self, event: crate::observe::Event) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+impl Seen {
+    fn take(&self) -> Vec<crate::observe::Event> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+#[tokio::test]
+async fn the_observer_sees_each_event_once() {
+    use crate::observe::Event::*;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
+    let clock = Arc::new(ManualClock::at(T0));
+    let seen = Arc::new(Seen::default());
+    let s = AuthServer::builder(config(), store.clone())
+        .clock(clock.clone())
+        .observer(seen.clone())
+        .build()
+        .await
+        .unwrap();
+    Admin::new(store.clone())
+        .with_hashing(CHEAP)
+        .with_clock(clock.clone())
+        .add_user("alice", &Secret::new("correct horse"))
+        .await
+        .unwrap();
+    let h = H { s, clock, store };
+    let (cid, _) = h.register("none").await;
+    let form = login_form(&h, &cid, None).await;
+    assert_eq!(
+        status(&try_login(&h, &form, "alice", "guess", None).await),
+        401
+    );
+    let code = h.code(&cid).await;
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    let v = h.s.validator();
+    v.validate(t.access_token.expose()).await.unwrap();
+    v.validate(t.access_token.expose()).await.unwrap();
+    let a = h
+        .refresh(&cid, None, t.refresh_token.expose())
+        .await
+        .unwrap();
+    let revoke = q(&[("token", a.access_token.expose()), ("client_id", &cid)]);
+    h.s.revoke(&revoke, None).await.unwrap();
+    assert!(h.exchange(&cid, None, &code, VERIFIER).await.is_err());
+    assert_eq!(
+        seen.take(),
+        [
+            ClientRegistered,
+            LoginFailed,
+            LoginSucceeded,
+            CodeIssued,
+            TokensIssued,
+            ValidationCacheMiss,
+            ValidationCacheHit,
+            TokensRefreshed,
+            Revoked,
+            ReuseDetected,
+        ]
+    );
+    let form = login_form(&h, &cid, ip("198.51.100.7")).await;
+    let mut last = 0;
+    for _ in 0..50 {
+        last = status(&try_login(&h, &form, "alice", "guess", ip("198.51.100.7")).await);
+        if last == 429 {
+            break;
+        }
+    }
+    assert_eq!(last, 429);
+    assert_eq!(seen.take().last(), Some(&LoginThrottled));
+}

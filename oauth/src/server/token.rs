@@ -5,6 +5,7 @@ use super::AuthServer;
 use crate::crypto::{self, ACCESS_PREFIX, Secret};
 use crate::error::OAuthError;
 use crate::model::{AccessRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome};
+use crate::observe::Event;
 use crate::protocol::token::{self, GrantType, Reuse, TokenResponse};
 use crate::protocol::{Client, Params, scope};
 
@@ -73,6 +74,7 @@ impl AuthServer {
         }
         self.store.touch_client(&client.client_id, now).await?;
         tracing::info!(user = %grant.username, client_id = %grant.client_id, grant = %grant.family_id, "tokens issued");
+        self.observer.event(Event::TokensIssued);
         Ok(TokenResponse {
             access_token: access,
             refresh_token: refresh,
@@ -83,6 +85,7 @@ impl AuthServer {
 
     async fn replayed(&self, record: &CodeRecord, now: u64) -> OAuthError {
         tracing::warn!(client_id = %record.client_id, grant = %record.family_id, "authorization code replayed; revoking its tokens");
+        self.observer.event(Event::ReuseDetected);
         if let Err(e) = self.store.revoke_grant(&record.family_id, now).await {
             return e.into();
         }
@@ -161,6 +164,7 @@ impl AuthServer {
         match self.store.rotate_refresh(&hash, now, &a, &r).await? {
             RotateOutcome::Rotated => {
                 self.store.touch_client(&client.client_id, now).await?;
+                self.observer.event(Event::TokensRefreshed);
                 Ok(TokenResponse {
                     access_token: access,
                     refresh_token: refresh,
@@ -191,6 +195,7 @@ impl AuthServer {
                     }
                     Reuse::RevokeFamily => {
                         tracing::warn!(client_id = %old.client_id, grant = %old.family_id, "rotated refresh token reused after the grace window; revoking the grant");
+                        self.observer.event(Event::ReuseDetected);
                         self.store.revoke_grant(&old.family_id, now).await?;
                         self.validator.clear_cache();
                         Err(OAuthError::InvalidGrant(

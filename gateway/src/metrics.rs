@@ -1,0 +1,787 @@
+//! The gateway's metrics: one `prometheus-client` registry, built at start-up and passed in,
+//! with typed families whose labels are small fixed enums — never a subject, token, path or
+//! client id. Tool names are bounded: only names the catalog or the config knows get a series
+//! of their own (at most [`MAX_TOOL_SERIES`]), every other name counts as `other`.
+
+use std::{collections::HashMap, fmt::Write as _, sync::RwLock, time::Duration};
+
+use pforte_oauth::{Event, Observer};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, prometheus_text},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+use crate::auth::{self, AuthFailure, Principal};
+
+/// The `Content-Type` of the exposition (Prometheus text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// The most tool names with a series of their own; later names count as `other`.
+pub const MAX_TOOL_SERIES: usize = 256;
+
+/// A closed set of label values, each spelled once.
+macro_rules! label_values {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($variant),+
+        }
+
+        impl $name {
+            /// Every value, for pre-created series and tests.
+            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text),+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_values!(
+    /// Which of the gateway's routes a request took.
+    RouteLabel {
+        Mcp => "mcp",
+        OAuth => "oauth",
+        WellKnown => "well_known",
+        Health => "health",
+        Metrics => "metrics",
+        Other => "other",
+    }
+);
+
+label_values!(
+    /// The request method, folded to the ones the gateway serves.
+    MethodClass {
+        Get => "GET",
+        Post => "POST",
+        Delete => "DELETE",
+        Options => "OPTIONS",
+        Other => "other",
+    }
+);
+
+label_values!(
+    /// The response status by its first digit; `none` when no response was written (the client
+    /// went away first).
+    StatusClass {
+        Informational => "1xx",
+        Success => "2xx",
+        Redirection => "3xx",
+        ClientError => "4xx",
+        ServerError => "5xx",
+        None => "none",
+    }
+);
+
+label_values!(
+    /// Which kind of credential a `/mcp` request presented.
+    CredentialKind {
+        Static => "static",
+        OAuth => "oauth",
+        None => "none",
+    }
+);
+
+label_values!(
+    /// How authenticating a `/mcp` request ended (`invalid` covers unknown and revoked tokens:
+    /// the stores do not tell them apart, on purpose).
+    AuthReason {
+        Ok => "ok",
+        Missing => "missing",
+        Malformed => "malformed",
+        Invalid => "invalid",
+        Expired => "expired",
+        InsufficientScope => "insufficient_scope",
+        Unavailable => "unavailable",
+    }
+);
+
+label_values!(
+    /// Events of the authorization server.
+    OAuthEvent {
+        Registration => "registration",
+        LoginOk => "login_ok",
+        LoginFailed => "login_failed",
+        LoginThrottled => "login_throttled",
+        CodeIssued => "code_issued",
+        TokensIssued => "tokens_issued",
+        Refresh => "refresh",
+        ReuseDetected => "reuse_detected",
+        Revocation => "revocation",
+    }
+);
+
+label_values!(
+    /// An access-token validation answered from the cache or from the store.
+    CacheResult {
+        Hit => "hit",
+        Miss => "miss",
+    }
+);
+
+label_values!(
+    /// Why the upstream could not be used.
+    UpstreamFailure {
+        Connect => "connect",
+        Timeout => "timeout",
+        Other => "other",
+    }
+);
+
+label_values!(
+    /// What became of a `tools/call`.
+    ToolDecision {
+        Allowed => "allowed",
+        Denied => "denied",
+        Budget => "budget",
+    }
+);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: RouteLabel,
+    method: MethodClass,
+    status: StatusClass,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: RouteLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuthLabels {
+    kind: CredentialKind,
+    reason: AuthReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    event: OAuthEvent,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    result: CacheResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    kind: UpstreamFailure,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+    decision: ToolDecision,
+}
+
+/// The rate limiter's series; the limiter holds this and counts into it.
+#[derive(Clone, Debug, Default)]
+pub struct RateLimitMetrics {
+    /// 1 while the shared (redis) limiter is unavailable.
+    pub degraded: Gauge,
+    pub fallback_decisions: Counter,
+    pub refusals: Counter,
+}
+
+/// One counter per [`ToolDecision`], indexed by it.
+type ToolCounters = [Counter; 3];
+
+/// Request-duration buckets in seconds (SSE streams land in `+Inf`).
+const DURATION_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// Every series the gateway exports. Share it as `Arc<Metrics>`.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    upstream_first_byte: Histogram,
+    auth: Family<AuthLabels, Counter>,
+    oauth: Family<EventLabels, Counter>,
+    validation_cache: Family<CacheLabels, Counter>,
+    upstream_errors: Family<UpstreamLabels, Counter>,
+    open_streams: Gauge,
+    tool_calls: Family<ToolLabels, Counter>,
+    /// The counters of each known tool name, found without building a label set.
+    tools: RwLock<HashMap<String, ToolCounters>>,
+    other_tool: ToolCounters,
+    ratelimit: RateLimitMetrics,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family; series with a fixed, small label set exist from the start at 0.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "pforte_http_requests",
+            "Requests by route, method class and status class",
+            requests.clone(),
+        );
+        let duration: Family<RouteLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(duration_histogram);
+        registry.register(
+            "pforte_http_request_duration_seconds",
+            "Whole-request latency, from arrival to the last byte of the answer, by route",
+            duration.clone(),
+        );
+        let upstream_first_byte = duration_histogram();
+        registry.register(
+            "pforte_upstream_first_byte_seconds",
+            "Time from sending a request upstream to its response header",
+            upstream_first_byte.clone(),
+        );
+        let auth = Family::<AuthLabels, Counter>::default();
+        registry.register(
+            "pforte_auth",
+            "Authentication outcomes on /mcp by credential kind and reason",
+            auth.clone(),
+        );
+        let oauth = Family::<EventLabels, Counter>::default();
+        for &event in OAuthEvent::ALL {
+            oauth.get_or_create_owned(&EventLabels { event });
+        }
+        registry.register(
+            "pforte_oauth_events",
+            "Authorization-server events",
+            oauth.clone(),
+        );
+        let validation_cache = Family::<CacheLabels, Counter>::default();
+        for &result in CacheResult::ALL {
+            validation_cache.get_or_create_owned(&CacheLabels { result });
+        }
+        registry.register(
+            "pforte_token_validation_cache",
+            "OAuth access-token validations answered from the 1 s cache (hit) or the store (miss)",
+            validation_cache.clone(),
+        );
+        let upstream_errors = Family::<UpstreamLabels, Counter>::default();
+        for &kind in UpstreamFailure::ALL {
+            upstream_errors.get_or_create_owned(&UpstreamLabels { kind });
+        }
+        registry.register(
+            "pforte_upstream_errors",
+            "Requests the upstream failed: connect errors, timeouts, other",
+            upstream_errors.clone(),
+        );
+        let open_streams = Gauge::default();
+        registry.register(
+            "pforte_sse_streams_open",
+            "Responses streaming text/event-stream right now",
+            open_streams.clone(),
+        );
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "pforte_tool_calls",
+            "tools/call requests by tool (names the catalog or config knows, else other) and decision",
+            tool_calls.clone(),
+        );
+        let ratelimit = RateLimitMetrics::default();
+        registry.register(
+            "pforte_ratelimit_degraded",
+            "1 while the shared (redis) limiter is unavailable and limits are per process",
+            ratelimit.degraded.clone(),
+        );
+        registry.register(
+            "pforte_ratelimit_fallback_decisions",
+            "Decisions made in-process because redis did not answer",
+            ratelimit.fallback_decisions.clone(),
+        );
+        registry.register(
+            "pforte_ratelimit_refusals",
+            "Requests answered 429",
+            ratelimit.refusals.clone(),
+        );
+        let other_tool = tool_counters(&tool_calls, "other");
+        Self {
+            registry,
+            requests,
+            duration,
+            upstream_first_byte,
+            auth,
+            oauth,
+            validation_cache,
+            upstream_errors,
+            open_streams,
+            tool_calls,
+            tools: RwLock::new(HashMap::new()),
+            other_tool,
+            ratelimit,
+        }
+    }
+
+    /// The limiter's series, for `SharedLimiter::new`.
+    pub fn ratelimit(&self) -> RateLimitMetrics {
+        self.ratelimit.clone()
+    }
+
+    /// The exposition text.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::with_capacity(8 * 1024);
+        prometheus_text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+
+    /// One finished request.
+    pub fn request(&self, route: RouteLabel, method: MethodClass, status: u16, took: Duration) {
+        let status = status_class(status);
+        self.requests
+            .get_or_create(&RequestLabels {
+                route,
+                method,
+                status,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&RouteLabels { route })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The upstream's time to its response header.
+    pub fn upstream_first_byte(&self, took: Duration) {
+        self.upstream_first_byte.observe(took.as_secs_f64());
+    }
+
+    /// One authentication on `/mcp`.
+    pub fn auth(&self, kind: CredentialKind, reason: AuthReason) {
+        self.auth.get_or_create(&AuthLabels { kind, reason }).inc();
+    }
+
+    pub fn upstream_failure(&self, kind: UpstreamFailure) {
+        self.upstream_errors
+            .get_or_create(&UpstreamLabels { kind })
+            .inc();
+    }
+
+    /// An event-stream response started; the stream counts as open until the guard drops
+    /// (the request's context ends: finished, failed or the client went away).
+    pub fn stream_opened(&self) -> OpenStream {
+        self.open_streams.inc();
+        OpenStream(self.open_streams.clone())
+    }
+
+    /// One `tools/call`. `known` says whether the name comes from the catalog or the config;
+    /// unknown names, and names past [`MAX_TOOL_SERIES`], count as `other`.
+    pub fn tool_call(&self, name: &str, known: bool, decision: ToolDecision) {
+        let index = decision as usize;
+        if known {
+            if let Ok(tools) = self.tools.read()
+                && let Some(counters) = tools.get(name)
+            {
+                counters[index].inc();
+                return;
+            }
+            if let Ok(mut tools) = self.tools.write() {
+                if let Some(counters) = tools.get(name) {
+                    counters[index].inc();
+                    return;
+                }
+                if tools.len() < MAX_TOOL_SERIES {
+                    let counters = tool_counters(&self.tool_calls, name);
+                    counters[index].inc();
+                    tools.insert(name.to_owned(), counters);
+                    return;
+                }
+            }
+        }
+        self.other_tool[index].inc();
+    }
+}
+
+/// The three counters of one tool name, created in the family.
+fn tool_counters(family: &Family<ToolLabels, Counter>, tool: &str) -> ToolCounters {
+    [
+        ToolDecision::Allowed,
+        ToolDecision::Denied,
+        ToolDecision::Budget,
+    ]
+    .map(|decision| {
+        family.get_or_create_owned(&ToolLabels {
+            tool: tool.to_owned(),
+            decision,
+        })
+    })
+}
+
+impl Observer for Metrics {
+    fn event(&self, event: Event) {
+        match oauth_event(event) {
+            Ok(event) => self.oauth.get_or_create(&EventLabels { event }).inc(),
+            Err(result) => self
+                .validation_cache
+                .get_or_create(&CacheLabels { result })
+                .inc(),
+        };
+    }
+}
+
+/// Keeps one event stream counted as open until dropped.
+#[derive(Debug)]
+pub struct OpenStream(Gauge);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The authorization server's event as an `oauth_events` label, or a validation-cache result.
+pub fn oauth_event(event: Event) -> Result<OAuthEvent, CacheResult> {
+    Ok(match event {
+        Event::ClientRegistered => OAuthEvent::Registration,
+        Event::LoginSucceeded => OAuthEvent::LoginOk,
+        Event::LoginFailed => OAuthEvent::LoginFailed,
+        Event::LoginThrottled => OAuthEvent::LoginThrottled,
+        Event::CodeIssued => OAuthEvent::CodeIssued,
+        Event::TokensIssued => OAuthEvent::TokensIssued,
+        Event::TokensRefreshed => OAuthEvent::Refresh,
+        Event::ReuseDetected => OAuthEvent::ReuseDetected,
+        Event::Revoked => OAuthEvent::Revocation,
+        Event::ValidationCacheHit => return Err(CacheResult::Hit),
+        Event::ValidationCacheMiss => return Err(CacheResult::Miss),
+    })
+}
+
+pub fn method_class(method: &http::Method) -> MethodClass {
+    match *method {
+        http::Method::GET => MethodClass::Get,
+        http::Method::POST => MethodClass::Post,
+        http::Method::DELETE => MethodClass::Delete,
+        http::Method::OPTIONS => MethodClass::Options,
+        _ => MethodClass::Other,
+    }
+}
+
+/// `0` (nothing written) is `none`.
+pub fn status_class(status: u16) -> StatusClass {
+    match status {
+        100..=199 => StatusClass::Informational,
+        200..=299 => StatusClass::Success,
+        300..=399 => StatusClass::Redirection,
+        400..=499 => StatusClass::ClientError,
+        500..=599 => StatusClass::ServerError,
+        _ => StatusClass::None,
+    }
+}
+
+/// The kind of credential a bearer token is (by its shape; `none` without one).
+pub fn credential_kind(token: Option<&str>) -> CredentialKind {
+    match token {
+        Some(t) if auth::looks_static(t) => CredentialKind::Static,
+        Some(_) => CredentialKind::OAuth,
+        None => CredentialKind::None,
+    }
+}
+
+/// How an authentication ended.
+pub fn auth_reason(result: &Result<Principal, AuthFailure>) -> AuthReason {
+    match result {
+        Ok(_) => AuthReason::Ok,
+        Err(AuthFailure::Missing) => AuthReason::Missing,
+        Err(AuthFailure::Malformed(_)) => AuthReason::Malformed,
+        Err(AuthFailure::Invalid) => AuthReason::Invalid,
+        Err(AuthFailure::Expired) => AuthReason::Expired,
+        Err(AuthFailure::InsufficientScope(_)) => AuthReason::InsufficientScope,
+        Err(AuthFailure::Unavailable) => AuthReason::Unavailable,
+    }
+}
+
+/// Which upstream failure a request's error was, if it was the upstream's.
+pub fn upstream_failure(e: &pingora::Error) -> Option<UpstreamFailure> {
+    use pingora::{ErrorSource, ErrorType};
+    if e.esource() != &ErrorSource::Upstream {
+        return None;
+    }
+    Some(match e.etype() {
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            UpstreamFailure::Timeout
+        }
+        ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::BindError
+        | ErrorType::SocketError
+        | ErrorType::ConnectProxyFailure => UpstreamFailure::Connect,
+        _ => UpstreamFailure::Other,
+    })
+}
+
+/// What became of a `tools/call`, from the reason the gateway refused it (`None`: it went on to
+/// the upstream). A failing upstream does not make a call denied.
+pub fn tool_decision(refused: Option<&str>) -> ToolDecision {
+    match refused {
+        None | Some("upstream_unavailable" | "upstream_timeout") => ToolDecision::Allowed,
+        Some("rate_limited") => ToolDecision::Budget,
+        Some(_) => ToolDecision::Denied,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn series(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn methods_and_statuses_fold_into_classes() {
+        assert_eq!(method_class(&http::Method::GET), MethodClass::Get);
+        assert_eq!(method_class(&http::Method::POST), MethodClass::Post);
+        assert_eq!(method_class(&http::Method::DELETE), MethodClass::Delete);
+        assert_eq!(method_class(&http::Method::OPTIONS), MethodClass::Options);
+        assert_eq!(method_class(&http::Method::HEAD), MethodClass::Other);
+        assert_eq!(method_class(&http::Method::PUT), MethodClass::Other);
+        assert_eq!(status_class(101), StatusClass::Informational);
+        assert_eq!(status_class(200), StatusClass::Success);
+        assert_eq!(status_class(302), StatusClass::Redirection);
+        assert_eq!(status_class(401), StatusClass::ClientError);
+        assert_eq!(status_class(429), StatusClass::ClientError);
+        assert_eq!(status_class(504), StatusClass::ServerError);
+        assert_eq!(status_class(0), StatusClass::None);
+        assert_eq!(status_class(999), StatusClass::None);
+    }
+
+    #[test]
+    fn auth_outcomes_map_from_the_failure() {
+        assert_eq!(credential_kind(None), CredentialKind::None);
+        assert_eq!(credential_kind(Some("pft_abc")), CredentialKind::Static);
+        assert_eq!(credential_kind(Some("pfa_abc")), CredentialKind::OAuth);
+        let principal = Principal {
+            subject: "alice".into(),
+            client: "c".into(),
+            client_name: None,
+            kind: auth::AuthKind::OAuth,
+            scopes: vec![],
+        };
+        assert_eq!(auth_reason(&Ok(principal)), AuthReason::Ok);
+        for (failure, reason) in [
+            (AuthFailure::Missing, AuthReason::Missing),
+            (AuthFailure::Malformed("x"), AuthReason::Malformed),
+            (AuthFailure::Invalid, AuthReason::Invalid),
+            (AuthFailure::Expired, AuthReason::Expired),
+            (
+                AuthFailure::InsufficientScope("mcp:write".into()),
+                AuthReason::InsufficientScope,
+            ),
+            (AuthFailure::Unavailable, AuthReason::Unavailable),
+        ] {
+            assert_eq!(auth_reason(&Err(failure)), reason);
+        }
+    }
+
+    #[test]
+    fn upstream_failures_are_classified_and_others_ignored() {
+        use pingora::{Error, ErrorType};
+        let up = |t| Error::new(t).into_up();
+        assert_eq!(
+            upstream_failure(&up(ErrorType::ConnectRefused)),
+            Some(UpstreamFailure::Connect)
+        );
+        assert_eq!(
+            upstream_failure(&up(ErrorType::ConnectTimedout)),
+            Some(UpstreamFailure::Timeout)
+        );
+        assert_eq!(
+            upstream_failure(&up(ErrorType::ReadTimedout)),
+            Some(UpstreamFailure::Timeout)
+        );
+        assert_eq!(
+            upstream_failure(&up(ErrorType::ConnectionClosed)),
+            Some(UpstreamFailure::Other)
+        );
+        assert_eq!(
+            upstream_failure(&Error::new(ErrorType::ConnectionClosed).into_down()),
+            None
+        );
+        assert_eq!(
+            upstream_failure(&Error::new(ErrorType::HTTPStatus(413))),
+            None
+        );
+    }
+
+    #[test]
+    fn tool_decisions_come_from_the_refusal() {
+        assert_eq!(tool_decision(None), ToolDecision::Allowed);
+        assert_eq!(
+            tool_decision(Some("upstream_timeout")),
+            ToolDecision::Allowed
+        );
+        assert_eq!(tool_decision(Some("rate_limited")), ToolDecision::Budget);
+        assert_eq!(
+            tool_decision(Some("insufficient_scope")),
+            ToolDecision::Denied
+        );
+        assert_eq!(tool_decision(Some("header_mismatch")), ToolDecision::Denied);
+    }
+
+    #[test]
+    fn every_oauth_event_has_one_label() {
+        assert_eq!(oauth_event(Event::LoginFailed), Ok(OAuthEvent::LoginFailed));
+        assert_eq!(
+            oauth_event(Event::ValidationCacheHit),
+            Err(CacheResult::Hit)
+        );
+        assert_eq!(
+            oauth_event(Event::ValidationCacheMiss),
+            Err(CacheResult::Miss)
+        );
+        let m = Metrics::new();
+        m.event(Event::LoginFailed);
+        m.event(Event::ValidationCacheMiss);
+        let text = m.encode().unwrap();
+        assert_eq!(
+            series(&text, "pforte_oauth_events_total{event=\"login_failed\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            series(&text, "pforte_oauth_events_total{event=\"refresh\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            series(
+                &text,
+                "pforte_token_validation_cache_total{result=\"miss\"}"
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn tool_names_are_bounded() {
+        let m = Metrics::new();
+        m.tool_call("werkbaum_read", true, ToolDecision::Allowed);
+        m.tool_call("werkbaum_read", true, ToolDecision::Allowed);
+        m.tool_call("made_up_by_a_client", false, ToolDecision::Denied);
+        for i in 0..MAX_TOOL_SERIES + 10 {
+            m.tool_call(&format!("t{i}"), true, ToolDecision::Budget);
+        }
+        let text = m.encode().unwrap();
+        assert_eq!(
+            series(
+                &text,
+                "pforte_tool_calls_total{tool=\"werkbaum_read\",decision=\"allowed\"}"
+            ),
+            Some(2.0)
+        );
+        assert!(!text.contains("made_up_by_a_client"));
+        assert_eq!(
+            series(
+                &text,
+                "pforte_tool_calls_total{tool=\"other\",decision=\"denied\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            series(
+                &text,
+                "pforte_tool_calls_total{tool=\"other\",decision=\"budget\"}"
+            ),
+            Some(11.0)
+        );
+        let names = text
+            .lines()
+            .filter(|l| l.starts_with("pforte_tool_calls_total{") && l.contains("\"allowed\""))
+            .count();
+        assert_eq!(names, MAX_TOOL_SERIES + 1);
+    }
+
+    #[test]
+    fn open_streams_return_to_zero_when_their_guards_drop() {
+        let m = Metrics::new();
+        let a = m.stream_opened();
+        let b = m.stream_opened();
+        assert_eq!(
+            series(&m.encode().unwrap(), "pforte_sse_streams_open "),
+            Some(2.0)
+        );
+        drop(a);
+        drop(b);
+        assert_eq!(
+            series(&m.encode().unwrap(), "pforte_sse_streams_open "),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn the_text_is_prometheus_exposition() {
+        let m = Metrics::new();
+        m.request(
+            RouteLabel::Mcp,
+            MethodClass::Post,
+            200,
+            Duration::from_millis(3),
+        );
+        m.auth(CredentialKind::None, AuthReason::Missing);
+        m.upstream_first_byte(Duration::from_millis(1));
+        m.ratelimit().refusals.inc();
+        let text = m.encode().unwrap();
+        assert_eq!(
+            series(
+                &text,
+                "pforte_http_requests_total{route=\"mcp\",method=\"POST\",status=\"2xx\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            series(&text, "pforte_auth_total{kind=\"none\",reason=\"missing\"}"),
+            Some(1.0)
+        );
+        assert_eq!(series(&text, "pforte_ratelimit_degraded "), Some(0.0));
+        assert_eq!(series(&text, "pforte_ratelimit_refusals_total "), Some(1.0));
+        assert!(
+            text.contains(
+                "pforte_http_request_duration_seconds_bucket{le=\"0.005\",route=\"mcp\"} 1"
+            ) || text.contains(
+                "pforte_http_request_duration_seconds_bucket{route=\"mcp\",le=\"0.005\"} 1"
+            ),
+            "{text}"
+        );
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (name, value) = line.rsplit_once(' ').unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+            let bare = name.split('{').next().unwrap();
+            assert!(
+                bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+                "{line}"
+            );
+        }
+    }
+}
