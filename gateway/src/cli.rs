@@ -67,11 +67,13 @@ pub fn relative(at: u64, now: u64) -> String {
     } else {
         (now - at, false)
     };
+    // Rounded to the nearest unit: a token made for 90 days and listed a second later still
+    // expires "in 90 d".
     let amount = match delta {
         0..60 => return "now".to_owned(),
-        60..7_200 => format!("{} min", delta / 60),
-        7_200..172_800 => format!("{} h", delta / 3_600),
-        _ => format!("{} d", delta / 86_400),
+        60..7_200 => format!("{} min", (delta + 30) / 60),
+        7_200..172_800 => format!("{} h", (delta + 1_800) / 3_600),
+        _ => format!("{} d", (delta + 43_200) / 86_400),
     };
     if future {
         format!("in {amount}")
@@ -139,6 +141,8 @@ mod tests {
         assert_eq!(relative(now + 300, now), "in 5 min");
         assert_eq!(relative(now - 3 * 3_600, now), "3 h ago");
         assert_eq!(relative(now + 90 * 86_400, now), "in 90 d");
+        assert_eq!(relative(now + 90 * 86_400 - 1, now), "in 90 d");
+        assert_eq!(relative(now - 119, now), "2 min ago");
         assert_eq!(expiry(None, now), "never");
         assert_eq!(
             expiry(Some(1_796_151_787 + 90 * 86_400), 1_796_151_787),
