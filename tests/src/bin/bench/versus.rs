@@ -150,7 +150,20 @@ fn lua_quote(s: &str) -> String {
 fn wrk_script(t: &Target) -> String {
     let mut s = String::new();
     s.push_str("wrk.method = \"POST\"\n");
-    let _ = writeln!(s, "wrk.body = {}", lua_quote(CALL));
+    // Every request its own JSON-RPC id (a session answers by id): thread number, then count.
+    let (head, tail) = CALL.split_once("\"id\":2").unwrap_or((CALL, ""));
+    let _ = writeln!(
+        s,
+        "local threads = 0\n\
+         function setup(thread) threads = threads + 1; thread:set(\"base\", threads * 1000000000) end\n\
+         local n = 0\n\
+         function request()\n\
+         \x20 n = n + 1\n\
+         \x20 return wrk.format(nil, nil, nil, {} .. string.format(\"%d\", base + n) .. {})\n\
+         end",
+        lua_quote(&format!("{head}\"id\":")),
+        lua_quote(tail)
+    );
     for (name, value) in request_headers(t) {
         let _ = writeln!(
             s,
@@ -238,15 +251,20 @@ async fn run_reqwest(t: &Target, connections: usize, secs: u64) -> anyhow::Resul
     let deadline = Instant::now() + Duration::from_secs(secs);
     let started = Instant::now();
     let tasks: Vec<_> = (0..connections)
-        .map(|_| {
+        .map(|task| {
             let http = http_client(t.ca_pem.as_deref());
             let headers = request_headers(t);
             let url = t.url.clone();
             tokio::spawn(async move {
                 let (mut lat, mut errors) = (Vec::new(), 0u64);
+                let mut n = 0u64;
                 while Instant::now() < deadline {
+                    n += 1;
+                    // Every request its own JSON-RPC id: a session answers by id.
+                    let id = format!("\"id\":{}", (task as u64 + 1) * 1_000_000_000 + n);
+                    let body = CALL.replacen("\"id\":2", &id, 1);
                     let t0 = Instant::now();
-                    let mut req = http.post(&url).body(CALL);
+                    let mut req = http.post(&url).body(body);
                     for (name, value) in &headers {
                         req = req.header(*name, value);
                     }
