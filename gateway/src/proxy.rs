@@ -97,6 +97,7 @@ pub struct Gateway {
     resource_metadata: Bytes,
     policy: policy::Policy,
     edge: McpEdge,
+    request_ids: crate::request_id::RequestIds,
 }
 
 /// The largest `tools/list` answer the gateway holds to filter.
@@ -121,6 +122,7 @@ impl Gateway {
             clock,
             resource_metadata,
             edge,
+            request_ids: crate::request_id::RequestIds::random(),
         }
     }
 
@@ -346,7 +348,7 @@ impl ProxyHttp for Gateway {
 
     fn new_ctx(&self) -> Self::CTX {
         RequestCtx {
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: self.request_ids.next_id(),
             principal: None,
             principal_key: String::new(),
             client_ip: None,
