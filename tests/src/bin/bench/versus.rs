@@ -765,13 +765,15 @@ fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator
         opts.rounds,
         opts.secs
     );
-    println!(
-        "nginx: {} workers, TLS with the gateway's certificate, bearer check by map, keepalive \
+    if nginx(false).is_some() {
+        println!(
+            "nginx: {} workers, TLS with the gateway's certificate, bearer check by map, keepalive \
          upstream pool, proxy_buffering off, access log on · pforte: threads = {}, access log \
          (request line) on, audit log off, limits off and policy on unless the row says otherwise",
-        opts.threads.max(1),
-        opts.threads
-    );
+            opts.threads.max(1),
+            opts.threads
+        );
+    }
     println!();
     println!(
         "{:<26} {:>8} {:>6} {:>8} {:>7} {:>7} {:>8}   {:>9} {:>9} {:>9} {:>9}",
@@ -878,4 +880,53 @@ fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator
         );
     }
     println!();
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn percentiles_pool_the_rounds_by_their_request_counts() {
+        let tally = Tally {
+            quantiles: vec![
+                (3000, (1..=999).map(|_| 1000.0).collect()),
+                (1000, (1..=999).map(|_| 5000.0).collect()),
+            ],
+            ..Tally::default()
+        };
+        assert_eq!(tally.pct_ms(50.0), 1.0);
+        assert_eq!(tally.pct_ms(74.0), 1.0);
+        assert_eq!(tally.pct_ms(76.0), 5.0);
+        assert!(Tally::default().pct_ms(50.0).is_nan());
+    }
+
+    #[test]
+    fn the_answer_is_read_from_json_or_from_an_sse_event() {
+        let json = r#"{"jsonrpc":"2.0","id":2,"result":{}}"#;
+        assert_eq!(rpc_message(json).unwrap()["id"], 2);
+        let sse = "data: \nid: 0/1\nretry: 3000\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n\n";
+        assert_eq!(rpc_message(sse).unwrap()["id"], 2);
+        assert!(rpc_message("data: \n\n").is_none());
+    }
+
+    #[test]
+    fn the_wrk_script_numbers_every_request() {
+        let t = Target {
+            label: "t",
+            kind: Kind::Direct,
+            url: "http://127.0.0.1:1/mcp".into(),
+            ca_pem: None,
+            token: "pft_x".into(),
+            subject: None,
+            pid: 0,
+            session: "s-1".into(),
+        };
+        let script = wrk_script(&t);
+        assert!(script.contains("function request()"), "{script}");
+        assert!(script.contains("\"id\\\":\" .. string.format"), "{script}");
+        assert!(script.contains("Bearer pft_x"), "{script}");
+        assert!(script.contains("\"Mcp-Session-Id\"] = \"s-1\""), "{script}");
+    }
 }
