@@ -18,6 +18,7 @@ pub mod policy;
 pub mod preflight;
 pub mod proxy;
 pub mod reject;
+pub mod request_id;
 pub mod server;
 pub mod sessions;
 pub mod tls;

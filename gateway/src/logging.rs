@@ -1,8 +1,16 @@
 //! Log output: human-readable lines (colour only when stderr is a terminal) or one JSON object
 //! per line (`log_format = "json"`, env `PFORTE_LOG_FORMAT`). The format is the subscriber's
 //! concern: the events (e.g. the request line in `proxy.rs`) are the same in both.
+//!
+//! Lines are collected in memory and written to stderr in batches ([`BatchedStderr`]): a request
+//! line costs a copy, not a `write(2)` and a lock on stderr on the request path. Warnings and
+//! errors are written at once; [`flush`] writes what is pending (at exit).
 
-use std::io::IsTerminal as _;
+use std::{
+    io::IsTerminal as _,
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
 
 use serde::Deserialize;
 
@@ -38,7 +46,7 @@ pub fn init_with(format: LogFormat, ansi: bool) {
         .unwrap_or_else(|_| DEFAULT_FILTER.into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(BatchedStderr::global());
     let _ = match format {
         LogFormat::Text => builder.with_ansi(ansi).try_init(),
         LogFormat::Json => builder
@@ -55,10 +63,151 @@ pub fn init(format: LogFormat) {
     init_with(format, std::io::stderr().is_terminal());
 }
 
+/// Pending bytes past which a write flushes at once, whatever the interval.
+const BATCH_BYTES: usize = 64 * 1024;
+/// The longest a line waits in memory.
+const BATCH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Log lines for stderr, batched: appended to a buffer, written by a background thread every
+/// [`BATCH_INTERVAL`], at once when over [`BATCH_BYTES`], for warnings and errors, and on
+/// [`flush`].
+#[derive(Debug)]
+pub struct BatchedStderr {
+    pending: Mutex<Vec<u8>>,
+    /// No flushing thread: every line is written as it comes.
+    through: std::sync::atomic::AtomicBool,
+}
+
+static GLOBAL: OnceLock<&'static BatchedStderr> = OnceLock::new();
+
+impl BatchedStderr {
+    /// The process's one instance; the first call starts its flushing thread.
+    pub fn global() -> &'static Self {
+        GLOBAL.get_or_init(|| {
+            let this: &'static Self = Box::leak(Box::new(Self::new()));
+            let started = std::thread::Builder::new()
+                .name("pforte-log".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(BATCH_INTERVAL);
+                        this.write_pending(&mut std::io::stderr());
+                    }
+                });
+            if started.is_err() {
+                // No thread: every line is written as it comes.
+                this.unbatched();
+            }
+            this
+        })
+    }
+
+    fn new() -> Self {
+        Self {
+            pending: Mutex::new(Vec::with_capacity(BATCH_BYTES)),
+            through: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn unbatched(&self) {
+        self.through
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `line`; returns whether the pending bytes should be written now.
+    fn push(&self, line: &[u8]) -> bool {
+        let mut pending = self.lock();
+        pending.extend_from_slice(line);
+        self.through.load(std::sync::atomic::Ordering::Relaxed) || pending.len() >= BATCH_BYTES
+    }
+
+    /// Writes what is pending to `out` (outside the buffer's lock).
+    fn write_pending(&self, out: &mut impl std::io::Write) {
+        let batch = {
+            let mut pending = self.lock();
+            if pending.is_empty() {
+                return;
+            }
+            std::mem::replace(&mut *pending, Vec::with_capacity(BATCH_BYTES))
+        };
+        let _ = out.write_all(&batch);
+        let _ = out.flush();
+    }
+}
+
+/// Writes the pending log lines to stderr now.
+pub fn flush() {
+    if let Some(log) = GLOBAL.get() {
+        log.write_pending(&mut std::io::stderr());
+    }
+}
+
+/// One event's writer: the formatter writes its line, then it is queued (or written at once).
+pub struct EventWriter {
+    log: &'static BatchedStderr,
+    urgent: bool,
+}
+
+impl std::io::Write for EventWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.log.push(buf) || self.urgent {
+            self.log.write_pending(&mut std::io::stderr());
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for &'static BatchedStderr {
+    type Writer = EventWriter;
+
+    fn make_writer(&'a self) -> EventWriter {
+        EventWriter {
+            log: self,
+            urgent: false,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> EventWriter {
+        EventWriter {
+            log: self,
+            urgent: *meta.level() <= tracing::Level::WARN,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn lines_wait_until_written_in_one_batch() {
+        let log = BatchedStderr::new();
+        assert!(!log.push(b"one\n"));
+        assert!(!log.push(b"two\n"));
+        let mut out = Vec::new();
+        log.write_pending(&mut out);
+        assert_eq!(out, b"one\ntwo\n");
+        let mut again = Vec::new();
+        log.write_pending(&mut again);
+        assert!(again.is_empty(), "written once");
+    }
+
+    #[test]
+    fn a_full_batch_or_an_unbatched_log_writes_at_once() {
+        let log = BatchedStderr::new();
+        assert!(log.push(&vec![b'x'; BATCH_BYTES]));
+        let through = BatchedStderr::new();
+        through.unbatched();
+        assert!(through.push(b"line\n"));
+    }
 
     #[test]
     fn formats_parse() {

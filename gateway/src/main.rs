@@ -241,6 +241,7 @@ fn install_panic_hook() {
             .map(String::as_str)
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or("");
+        logging::flush();
         if preflight::is_startup_panic(message) {
             let first = message.lines().next().unwrap_or(message);
             eprintln!("pforte: cannot start: {first}");
@@ -273,7 +274,10 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         logging::init(format);
     }
-    match run(cli) {
+    let result = run(cli);
+    // Log lines are written in batches; the last ones before the outcome.
+    logging::flush();
+    match result {
         Ok(code) => code,
         Err(failure) => failure.report(),
     }

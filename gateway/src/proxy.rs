@@ -105,6 +105,7 @@ pub struct Gateway {
     policy: policy::Policy,
     edge: McpEdge,
     metrics: Arc<Metrics>,
+    request_ids: crate::request_id::RequestIds,
 }
 
 /// The largest `tools/list` answer the gateway holds to filter.
@@ -131,6 +132,7 @@ impl Gateway {
             resource_metadata,
             edge,
             metrics,
+            request_ids: crate::request_id::RequestIds::random(),
         }
     }
 
@@ -409,7 +411,7 @@ impl ProxyHttp for Gateway {
 
     fn new_ctx(&self) -> Self::CTX {
         RequestCtx {
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: self.request_ids.next_id(),
             principal: None,
             principal_key: String::new(),
             client_ip: None,

@@ -177,6 +177,11 @@ pub fn run(
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         },
+        // Work stealing stays on (pingora's default). Measured with `pforte-bench --nginx`:
+        // without it (one single-threaded runtime per thread) the futex hand-offs go, but the
+        // upstream keep-alive pool is shared by the threads, so a reused connection wakes the
+        // other runtime (an eventfd write per request) and connections churn (reconnects):
+        // no faster, more CPU per request. See docs/performance.md.
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(3),
         pid_file: settings

@@ -561,8 +561,20 @@ pub async fn access_token(
     password: &str,
     scope: &str,
 ) -> anyhow::Result<String> {
-    let browser = Browser::for_gateway(gw);
-    let d = discover(&browser.http, &gw.mcp_url()).await?;
+    let ca_pem = gw.cert.as_ref().map(|c| c.cert_pem.as_str());
+    access_token_at(&gw.mcp_url(), ca_pem, user, password, scope).await
+}
+
+/// [`access_token`] for any gateway: its MCP URL and the CA its TLS certificate chains to.
+pub async fn access_token_at(
+    mcp_url: &str,
+    ca_pem: Option<&str>,
+    user: &str,
+    password: &str,
+    scope: &str,
+) -> anyhow::Result<String> {
+    let browser = Browser::new(ca_pem);
+    let d = discover(&browser.http, mcp_url).await?;
     let client = register_like_claude(&browser.http, &d).await?;
     let pkce = Pkce::new(user);
     let auth = authorize_url(

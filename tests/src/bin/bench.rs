@@ -21,10 +21,18 @@ use anyhow::{Context as _, bail};
 use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, mcp_client};
 use rmcp::model::CallToolRequestParams;
 
+#[path = "bench/versus.rs"]
+mod versus;
+
 const USAGE: &str = "\
 pforte-bench: tools/call `whoami` direct to mcp-service vs through pforte (http and https)
 
 usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-secs S] [--threads N] [--no-build]
+       pforte-bench --nginx [--connections N] [--secs S] [--rounds N] [--threads N] [--no-build]
+
+  --nginx        side by side with nginx doing the same job (TLS, bearer check, access log,
+                 keepalive upstream): direct, nginx http/https, pforte http/https with a static
+                 and an OAuth token, limits on, policy off; load from wrk when installed
 
   --sessions N   concurrent rmcp client sessions per mode            (default 8)
   --calls N      measured calls per mode, shared by the sessions     (default 2000)
@@ -32,6 +40,8 @@ usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-
   --warmup N     unmeasured calls per mode before measuring          (default 200)
   --max-secs S   time cap for the measured phase of one mode         (default 60)
   --threads N    gateway worker threads (`threads` in pforte.toml)   (default 2)
+  --connections N  (--nginx) concurrent keep-alive connections    (default 16)
+  --secs S       (--nginx) seconds per target and round               (default 8)
   --no-build     do not run `cargo build` for pforte and mcp-service first";
 
 #[derive(Debug, Clone)]
@@ -43,6 +53,9 @@ struct Options {
     max_secs: u64,
     threads: usize,
     build: bool,
+    nginx: bool,
+    connections: usize,
+    secs: u64,
 }
 
 impl Options {
@@ -55,6 +68,9 @@ impl Options {
             max_secs: 60,
             threads: 2,
             build: true,
+            nginx: false,
+            connections: 16,
+            secs: 8,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -73,6 +89,9 @@ impl Options {
                 "--max-secs" => o.max_secs = num("--max-secs")?.clamp(1, 3600),
                 "--threads" => o.threads = num("--threads")?.min(64) as usize,
                 "--no-build" => o.build = false,
+                "--nginx" => o.nginx = true,
+                "--connections" => o.connections = num("--connections")?.clamp(1, 1024) as usize,
+                "--secs" => o.secs = num("--secs")?.clamp(1, 600),
                 "-h" | "--help" => {
                     println!("{USAGE}");
                     std::process::exit(0);
@@ -263,13 +282,15 @@ struct Knobs {
 struct Gateway {
     proc: Proc,
     mcp_url: String,
-    cert_pem: Option<String>,
+    /// The TLS certificate and key (https gateways); nginx serves the same ones.
+    cert: Option<TestCert>,
+    data_dir: PathBuf,
     token: String,
 }
 
 impl Gateway {
     fn http(&self) -> reqwest::Client {
-        http_client(self.cert_pem.as_deref())
+        http_client(self.cert.as_ref().map(|c| c.cert_pem.as_str()))
     }
 
     async fn start(
@@ -351,7 +372,8 @@ impl Gateway {
             return Ok(Self {
                 proc,
                 mcp_url,
-                cert_pem: cert.map(|c| c.cert_pem),
+                cert,
+                data_dir,
                 token,
             });
         }
@@ -597,6 +619,9 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
     let dir = bin_dir()?;
     if opts.build {
         build_siblings(&dir)?;
+    }
+    if opts.nginx {
+        return versus::run(&dir, &opts).await;
     }
     let work = tempfile::Builder::new().prefix("pforte-bench-").tempdir()?;
     let w = work.path();
