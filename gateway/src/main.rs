@@ -393,12 +393,10 @@ fn up_cmd(
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let listen = server::resolve_port(listen)?;
-    let service_listen = server::resolve_port(SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    let child = ServiceChild::start(
-        &up::find_service_bin()?,
-        service_listen,
-        &data_dir.join("service"),
-    )?;
+    let socket = up::socket_dir(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.join("run").display()))?
+        .join("mcp.sock");
+    let child = ServiceChild::start(&up::find_service_bin()?, &socket, &data_dir.join("service"))?;
 
     let mut cfg = GatewayConfig::load(config.as_deref(), env)?;
     cfg.listen = listen;

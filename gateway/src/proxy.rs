@@ -184,15 +184,22 @@ impl Gateway {
     }
 
     async fn upstream_ready(&self) -> bool {
-        let target = self.settings.upstream.authority.clone();
-        matches!(
-            tokio::time::timeout(
-                Duration::from_millis(500),
-                tokio::net::TcpStream::connect(target)
-            )
-            .await,
-            Ok(Ok(_))
-        )
+        let upstream = &self.settings.upstream;
+        let wait = Duration::from_millis(500);
+        match &upstream.socket {
+            Some(path) => matches!(
+                tokio::time::timeout(wait, tokio::net::UnixStream::connect(path)).await,
+                Ok(Ok(_))
+            ),
+            None => matches!(
+                tokio::time::timeout(
+                    wait,
+                    tokio::net::TcpStream::connect(upstream.authority.as_str())
+                )
+                .await,
+                Ok(Ok(_))
+            ),
+        }
     }
 
     async fn send(&self, session: &mut Session, reply: Reply, ctx: &RequestCtx) -> Result<()> {
@@ -502,18 +509,24 @@ impl ProxyHttp for Gateway {
         _ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let upstream = &self.settings.upstream;
-        let addr = tokio::net::lookup_host(upstream.authority.as_str())
-            .await
-            .ok()
-            .and_then(|mut addrs| addrs.next())
-            .ok_or_else(|| {
-                Error::explain(
-                    ErrorType::ConnectNoRoute,
-                    format!("cannot resolve {}", upstream.authority),
-                )
-                .into_up()
-            })?;
-        let mut peer = HttpPeer::new(addr, false, String::new());
+        let mut peer = match &upstream.socket {
+            Some(path) => HttpPeer::new_uds(&path.to_string_lossy(), false, String::new())
+                .map_err(|e| e.into_up())?,
+            None => {
+                let addr = tokio::net::lookup_host(upstream.authority.as_str())
+                    .await
+                    .ok()
+                    .and_then(|mut addrs| addrs.next())
+                    .ok_or_else(|| {
+                        Error::explain(
+                            ErrorType::ConnectNoRoute,
+                            format!("cannot resolve {}", upstream.authority),
+                        )
+                        .into_up()
+                    })?;
+                HttpPeer::new(addr, false, String::new())
+            }
+        };
         peer.options.connection_timeout = Some(Duration::from_millis(
             self.settings.file.upstream.connect_timeout_ms,
         ));

@@ -147,8 +147,11 @@ pub fn run(
     let limiter = Arc::new(SharedLimiter::new(shared, LocalLimiter::new(clock.clone())));
     let catalog = Arc::new(
         Catalog::new(
-            settings.file.upstream.url.clone(),
-            CatalogOptions::default(),
+            settings.upstream.http_url(),
+            CatalogOptions {
+                unix_socket: settings.upstream.socket.clone(),
+                ..CatalogOptions::default()
+            },
         )
         .map_err(|e| ServeError::Pingora(format!("the tool catalog client: {e}")))?,
     );
