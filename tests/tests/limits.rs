@@ -146,6 +146,45 @@ async fn failed_authentication_is_limited_per_ip() {
     );
 }
 
+/// Hardening finding 12: once a client IP has spent its unauthenticated budget, it is refused
+/// before any credential is looked up: a valid-looking but unknown token gets 429 (not 401),
+/// and so does even a valid one (with the lookup after the limiter it would have passed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_ip_is_refused_before_any_credential_lookup() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    // 20 a minute: a refusal holds for 3 s at most, long enough for the checks below.
+    opts.extra_toml =
+        "[limits.unauthenticated]\nrate = 20\nperiod_secs = 60\nburst = 20\n".to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    // (Waiting for the gateway to see the token may spend a little of the budget.)
+    let valid = gw.create_token("flooded").await.unwrap();
+    let http = gw.http();
+    let get = |token: String| http.get(gw.mcp_url()).bearer_auth(token).send();
+    // Authenticated: the upstream answers (GET without a session), not the gateway's 401/429.
+    let before = get(valid.clone()).await.unwrap().status();
+    assert!(before != 401 && before != 429, "{before}");
+    let mut failures = 0;
+    loop {
+        match get("pft_guess".into()).await.unwrap().status().as_u16() {
+            401 => failures += 1,
+            429 => break,
+            other => panic!("{other}"),
+        }
+        assert!(failures <= 20, "never limited");
+    }
+    let unknown = get("aGVsbG8td29ybGQtdGhpcy1pcy1ub3QtYS10b2tlbg".into())
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 429, "an unknown OAuth-style token");
+    assert!(header(&unknown, "retry-after").parse::<u64>().unwrap() >= 1);
+    assert_eq!(
+        header(&unknown, "ratelimit-policy"),
+        "\"unauthenticated\";q=20;w=60;burst=20"
+    );
+    assert_eq!(get(valid).await.unwrap().status(), 429, "a valid token");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_can_have_its_own_budget() {
     let svc = McpService::start(&[]).unwrap();

@@ -35,6 +35,7 @@ impl Gateway {
     ) -> Result<(), Rejection> {
         ctx.cors_origin = self.check_origin(req)?;
         check_declared_size(req, self.settings.file.max_body_bytes)?;
+        self.refuse_spent_ip(ctx)?;
         let principal = self.authenticate_counting_failures(req, ctx).await?;
         ctx.principal_key = principal_key(&principal);
         ctx.principal = Some(principal);
@@ -107,6 +108,27 @@ impl Gateway {
                 ctx.rate = self.limit(Class::Unauthenticated, &key).await?;
                 Err(Rejection::Unauthorized(failure))
             }
+        }
+    }
+
+    /// Before any credential lookup: a client IP whose unauthenticated budget was refused a
+    /// moment ago is refused again from memory (nothing charged, no token store or redis
+    /// touched), whatever credential it sends, until its `Retry-After` has passed.
+    fn refuse_spent_ip(&self, ctx: &RequestCtx) -> Result<(), Rejection> {
+        let limits = &self.settings.file.limits;
+        if !limits.enabled {
+            return Ok(());
+        }
+        let policy = limits.policy(Class::Unauthenticated);
+        let key = format!("{}:{}", Class::Unauthenticated.name(), Self::ip_key(ctx));
+        match self.limiter.peek(&key, policy) {
+            None => Ok(()),
+            Some(decision) => Err(Rejection::RateLimited {
+                class: Class::Unauthenticated,
+                policy,
+                decision,
+                oauth: false,
+            }),
         }
     }
 
