@@ -390,6 +390,20 @@ impl GatewayConfig {
                 ));
             }
         }
+        for (name, max) in [
+            (
+                "limits.sessions_per_principal",
+                self.limits.sessions_per_principal,
+            ),
+            (
+                "limits.streams_per_principal",
+                self.limits.streams_per_principal,
+            ),
+        ] {
+            if max == 0 {
+                return Err(invalid(name, "must be above 0"));
+            }
+        }
         if self.max_body_bytes < 1024 {
             return Err(invalid(
                 "max_body_bytes",

@@ -70,6 +70,11 @@ pub struct Limits {
     pub oauth: Policy,
     /// Budgets of their own for named tools (by the name in the JSON-RPC body).
     pub tools: std::collections::BTreeMap<String, Policy>,
+    /// Live MCP sessions one principal may hold (a new one past it: 429). Applies also with
+    /// `enabled = false` (a bound, not a rate).
+    pub sessions_per_principal: u32,
+    /// Open SSE streams (`GET /mcp`) one principal may hold on this gateway (past it: 429).
+    pub streams_per_principal: u32,
 }
 
 impl Default for Limits {
@@ -93,6 +98,8 @@ impl Default for Limits {
                 burst: 100,
             },
             tools: std::collections::BTreeMap::new(),
+            sessions_per_principal: 64,
+            streams_per_principal: 64,
         }
     }
 }

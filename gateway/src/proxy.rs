@@ -75,6 +75,8 @@ struct Exchange {
     opens_session: bool,
     /// A `DELETE` of this session: its record goes when the upstream agrees.
     ends_session: Option<String>,
+    /// An SSE stream's slot among the principal's; released when the context drops.
+    stream: Option<crate::sessions::StreamSlot>,
 }
 
 /// What the `/mcp` admission consults besides credentials: the upstream's tool catalog, the
@@ -83,6 +85,8 @@ struct Exchange {
 pub struct McpEdge {
     pub catalog: Arc<Catalog>,
     pub sessions: Arc<Sessions>,
+    /// Open SSE streams per principal.
+    pub streams: Arc<crate::sessions::Streams>,
     pub audit: Option<AuditLog>,
 }
 
@@ -606,7 +610,7 @@ impl ProxyHttp for Gateway {
         }
         if let Some(id) = ctx.mcp.ends_session.take()
             && ok
-            && let Err(e) = self.edge.sessions.forget(&id).await
+            && let Err(e) = self.edge.sessions.forget(&id, &ctx.principal_key).await
         {
             tracing::debug!(error = %e, "could not forget an ended session");
         }

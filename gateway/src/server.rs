@@ -177,6 +177,7 @@ pub fn run(
     let edge = McpEdge {
         catalog,
         sessions: Arc::new(sessions),
+        streams: Arc::default(),
         audit,
     };
     let gateway = Gateway::new(settings.clone(), tokens, oauth, limiter, clock, edge);
