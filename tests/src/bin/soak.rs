@@ -22,13 +22,14 @@ use tokio::{sync::Semaphore, task::JoinSet};
 const USAGE: &str = "\
 pforte-soak: hold MCP SSE streams through pforte, close them, repeat; print gateway RSS
 
-usage: pforte-soak [--streams N] [--hold-secs S] [--rounds N] [--short] [--threads N]
+usage: pforte-soak [--streams N] [--hold-secs S] [--rounds N] [--short] [--threads N] [--settle-secs S]
 
   --streams N     concurrent SSE streams (one session each)         (default 1000)
   --hold-secs S   how long the streams stay open each round         (default 120)
   --rounds N      open/hold/close cycles                            (default 2)
   --short         --hold-secs 10
   --threads N     gateway worker threads (`threads` in pforte.toml) (default 2)
+  --settle-secs S after closing, wait S s before reading RSS          (default 15)
 
 checks: RSS with the streams open <= 64 MB; after-close RSS of the last round within 10 % of
 the first round's; after-close RSS within 20 MB of idle. Exit 1 when a check fails.";
@@ -39,6 +40,7 @@ struct Options {
     hold: Duration,
     rounds: usize,
     threads: usize,
+    settle: Duration,
 }
 
 impl Options {
@@ -48,6 +50,7 @@ impl Options {
             hold: Duration::from_secs(120),
             rounds: 2,
             threads: 2,
+            settle: Duration::from_secs(15),
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -63,6 +66,7 @@ impl Options {
                 "--hold-secs" => o.hold = Duration::from_secs(num("--hold-secs")?.min(3600)),
                 "--rounds" => o.rounds = num("--rounds")?.clamp(1, 20) as usize,
                 "--threads" => o.threads = num("--threads")?.clamp(1, 64) as usize,
+                "--settle-secs" => o.settle = Duration::from_secs(num("--settle-secs")?.min(600)),
                 "--short" => o.hold = Duration::from_secs(10),
                 "-h" | "--help" => {
                     println!("{USAGE}");
@@ -317,15 +321,12 @@ async fn round(
             fds(gw_pid)
         );
     }
+    // The allocator hands freed pages back over a few seconds (jemalloc's decay): sample for
+    // `--settle-secs` and report the last value.
     let mut closed_kib = rss_kib(gw_pid)?;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = rss_kib(gw_pid)?;
-        let stable = now.abs_diff(closed_kib) < 256;
-        closed_kib = now;
-        if stable {
-            break;
-        }
+    for _ in 0..o.settle.as_secs() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        closed_kib = rss_kib(gw_pid)?;
     }
     Ok(Round {
         open_kib,
