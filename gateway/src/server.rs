@@ -43,13 +43,15 @@ pub enum ServeError {
 /// How often the token snapshot checks the store: revocations take effect within this.
 const TOKEN_REFRESH: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The read buffer in front of each client connection. pingora's default is 64 KiB, allocated
-/// zeroed per connection: with 1,000 idle SSE streams that alone was 64 MB. One whole TLS
-/// record (16 KiB + header and expansion) fits in this, so a TLS read is still one syscall.
-const DOWNSTREAM_READ_BUFFER: usize = 17 * 1024;
+/// The read buffer in front of each TLS client connection. pingora's default is 64 KiB,
+/// allocated zeroed per connection and held while an SSE stream idles. One whole TLS record
+/// (16 KiB + header and expansion) fits in this, so a record is still one read.
+const TLS_READ_BUFFER: usize = 17 * 1024;
 
-fn downstream_buffers() -> L4BufferSettings {
-    L4BufferSettings::default().read(DOWNSTREAM_READ_BUFFER)
+/// L4 buffers per client connection: plain HTTP reads straight into the HTTP parser's own
+/// buffer (a request head is one read either way); TLS keeps a record-sized read buffer.
+fn downstream_buffers(tls: bool) -> L4BufferSettings {
+    L4BufferSettings::default().read(if tls { TLS_READ_BUFFER } else { 0 })
 }
 
 /// Resolves port 0 to a concrete free port. Pingora binds its listeners itself and cannot report
@@ -193,7 +195,8 @@ pub fn run(
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();
-    let endpoint = ListenerConfig::tcp(listen.clone()).l4_buffer(downstream_buffers());
+    let endpoint = ListenerConfig::tcp(listen.clone())
+        .l4_buffer(downstream_buffers(settings.file.tls.is_some()));
     match &settings.file.tls {
         Some(files) => {
             let mut tls = TlsSettings::intermediate(

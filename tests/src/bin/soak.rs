@@ -424,10 +424,11 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
     for i in 1..=o.rounds {
         let r = round(&o, &http, &url, &token, gw_pid, idle_fds).await?;
         println!(
-            "round {i}: {} streams opened in {:.1} s; RSS with them open {:.1} MB, after close {:.1} MB",
+            "round {i}: {} streams opened in {:.1} s; RSS with them open {:.1} MB ({:.0} KiB a stream over idle), after close {:.1} MB",
             r.opened,
             r.open_secs,
             mib(r.open_kib),
+            r.open_kib.saturating_sub(idle_kib) as f64 / r.opened as f64,
             mib(r.closed_kib)
         );
         rounds.push(r);
