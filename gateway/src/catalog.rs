@@ -65,6 +65,9 @@ pub struct CatalogOptions {
     /// `backoff_max` (defaults 200 ms, 10 s).
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// Connect to the upstream over this Unix domain socket (`upstream.url = "unix:PATH"`);
+    /// the URL then only names the `Host` and path.
+    pub unix_socket: Option<std::path::PathBuf>,
 }
 
 impl Default for CatalogOptions {
@@ -76,6 +79,7 @@ impl Default for CatalogOptions {
             request_timeout: Duration::from_secs(10),
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
+            unix_socket: None,
         }
     }
 }
@@ -144,11 +148,14 @@ impl Catalog {
     /// starts empty: every lookup is `Unknown` until the first refresh.
     pub fn new(upstream_url: String, opts: CatalogOptions) -> Result<Self, CatalogError> {
         // Straight to the upstream: no redirects, and no HTTP(S)_PROXY from the environment.
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .connect_timeout(opts.request_timeout)
-            .build()?;
+            .connect_timeout(opts.request_timeout);
+        if let Some(path) = &opts.unix_socket {
+            http = http.unix_socket(path.as_path());
+        }
+        let http = http.build()?;
         Ok(Self {
             url: upstream_url,
             opts,

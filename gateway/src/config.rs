@@ -160,6 +160,17 @@ pub struct Upstream {
     pub port: u16,
     /// Path prefix that replaces the public `/mcp`.
     pub path: String,
+    /// `unix:PATH`: connect to this Unix domain socket instead (`authority` is then
+    /// `localhost`, sent as `Host`; the path is `/mcp`).
+    pub socket: Option<std::path::PathBuf>,
+}
+
+impl Upstream {
+    /// The `http://` URL of the MCP endpoint, for HTTP clients that connect over `socket`
+    /// themselves (the tool catalog).
+    pub fn http_url(&self) -> String {
+        format!("http://{}{}", self.authority, self.path)
+    }
 }
 
 /// A validated configuration with everything derived that the request path needs.
@@ -408,6 +419,20 @@ impl GatewayConfig {
                 ));
             }
         }
+        for (name, max) in [
+            (
+                "limits.sessions_per_principal",
+                self.limits.sessions_per_principal,
+            ),
+            (
+                "limits.streams_per_principal",
+                self.limits.streams_per_principal,
+            ),
+        ] {
+            if max == 0 {
+                return Err(invalid(name, "must be above 0"));
+            }
+        }
         if self.max_body_bytes < 1024 {
             return Err(invalid(
                 "max_body_bytes",
@@ -556,6 +581,18 @@ pub fn normalise_origin(origin: &str) -> Option<String> {
 }
 
 fn parse_upstream(url: &str) -> Result<Upstream, ConfigError> {
+    if let Some(path) = url.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(invalid("upstream.url", "unix: needs a socket path"));
+        }
+        return Ok(Upstream {
+            authority: "localhost".to_owned(),
+            host: "localhost".to_owned(),
+            port: 80,
+            path: "/mcp".to_owned(),
+            socket: Some(path.into()),
+        });
+    }
     let uri: Uri = url
         .parse()
         .map_err(|e| invalid("upstream.url", format!("{url:?}: {e}")))?;
@@ -583,6 +620,7 @@ fn parse_upstream(url: &str) -> Result<Upstream, ConfigError> {
         } else {
             path
         },
+        socket: None,
     })
 }
 
@@ -630,6 +668,19 @@ mod tests {
         })
         .unwrap();
         assert_eq!(env.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_unix_socket_upstream_is_accepted() {
+        let s = cfg("[upstream]\nurl = \"unix:/srv/pforte/run/mcp.sock\"").unwrap();
+        assert_eq!(
+            s.upstream.socket.as_deref(),
+            Some(std::path::Path::new("/srv/pforte/run/mcp.sock"))
+        );
+        assert_eq!(s.upstream.authority, "localhost");
+        assert_eq!(s.upstream.http_url(), "http://localhost/mcp");
+        let err = cfg("[upstream]\nurl = \"unix:\"").unwrap_err();
+        assert!(err.to_string().starts_with("upstream.url"), "{err}");
     }
 
     #[test]

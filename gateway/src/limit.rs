@@ -70,6 +70,11 @@ pub struct Limits {
     pub oauth: Policy,
     /// Budgets of their own for named tools (by the name in the JSON-RPC body).
     pub tools: std::collections::BTreeMap<String, Policy>,
+    /// Live MCP sessions one principal may hold (a new one past it: 429). Applies also with
+    /// `enabled = false` (a bound, not a rate).
+    pub sessions_per_principal: u32,
+    /// Open SSE streams (`GET /mcp`) one principal may hold on this gateway (past it: 429).
+    pub streams_per_principal: u32,
 }
 
 impl Default for Limits {
@@ -93,6 +98,8 @@ impl Default for Limits {
                 burst: 100,
             },
             tools: std::collections::BTreeMap::new(),
+            sessions_per_principal: 64,
+            streams_per_principal: 64,
         }
     }
 }
@@ -203,6 +210,11 @@ impl LocalLimiter {
         }
     }
 
+    /// The limiter's clock, in milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
     pub fn decide(&self, key: &str, policy: Policy) -> Decision {
         let now = self.clock.now_ms();
         let mut state = match self.state.lock() {
@@ -244,6 +256,11 @@ impl Limiter for LocalLimiter {
 pub struct SharedLimiter {
     primary: Option<Arc<dyn Limiter>>,
     fallback: LocalLimiter,
+    /// Keys refused recently → until when (ms on the fallback's clock) they stay refused:
+    /// what [`SharedLimiter::peek`] answers from, without a round trip or a charge.
+    refused: Mutex<pforte_oauth::ratelimit::TatTable<String>>,
+    /// The latest "refused until" of any key: while `now` is past it, `peek` takes no lock.
+    refused_latest: std::sync::atomic::AtomicU64,
     degraded: std::sync::atomic::AtomicBool,
     metrics: crate::metrics::RateLimitMetrics,
 }
@@ -257,6 +274,8 @@ impl SharedLimiter {
         Self {
             primary,
             fallback,
+            refused: Mutex::new(pforte_oauth::ratelimit::TatTable::new(MAX_KEYS / 10)),
+            refused_latest: std::sync::atomic::AtomicU64::new(0),
             degraded: std::sync::atomic::AtomicBool::new(false),
             metrics,
         }
@@ -271,8 +290,40 @@ impl SharedLimiter {
         let decision = self.decide(key, policy).await;
         if !decision.allowed {
             self.metrics.refusals.inc();
+            let now = self.fallback.now_ms();
+            let until = now + decision.retry_after_ms;
+            let mut refused = match self.refused.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            refused.insert(key.to_owned(), until, now);
+            self.refused_latest
+                .fetch_max(until, std::sync::atomic::Ordering::Relaxed);
         }
         decision
+    }
+
+    /// Whether `key` is still over its budget after a recent refusal, answered from memory in
+    /// this process: no backend round trip, nothing charged. `Some` is the refusal to give;
+    /// `None` means "ask [`SharedLimiter::check`]" (this is a pre-check, never an allowance).
+    pub fn peek(&self, key: &str, policy: Policy) -> Option<Decision> {
+        let now = self.fallback.now_ms();
+        if self
+            .refused_latest
+            .load(std::sync::atomic::Ordering::Relaxed)
+            <= now
+        {
+            return None;
+        }
+        let until = match self.refused.lock() {
+            Ok(g) => g.get(&key.to_owned()),
+            Err(poisoned) => poisoned.into_inner().get(&key.to_owned()),
+        };
+        let refusal = still_refused(policy, until, now);
+        if refusal.is_some() {
+            self.metrics.refusals.inc();
+        }
+        refusal
     }
 
     async fn decide(&self, key: &str, policy: Policy) -> Decision {
@@ -298,6 +349,25 @@ impl SharedLimiter {
             }
         }
     }
+}
+
+/// The pre-check's decision: a key refused until `refused_until_ms` is still refused at
+/// `now_ms` (with the exact `Retry-After` and reset of that refusal), or the caller must ask
+/// the limiter.
+pub fn still_refused(
+    policy: Policy,
+    refused_until_ms: Option<u64>,
+    now_ms: u64,
+) -> Option<Decision> {
+    let until = refused_until_ms.filter(|&u| u > now_ms)?;
+    let retry_after_ms = until - now_ms;
+    Some(Decision {
+        allowed: false,
+        remaining: 0,
+        // At a refusal, retry = TAT + interval − window − now, so TAT − now is this.
+        reset_ms: (retry_after_ms + policy.window_ms()).saturating_sub(policy.interval_ms()),
+        retry_after_ms,
+    })
 }
 
 /// The IETF `RateLimit` and `RateLimit-Policy` header values for a decision.
@@ -337,6 +407,49 @@ mod tests {
     fn limiter() -> (ManualClock, LocalLimiter) {
         let clock = ManualClock::at(1_000);
         (clock.clone(), LocalLimiter::new(Arc::new(clock)))
+    }
+
+    #[test]
+    fn still_refused_holds_until_the_retry_after_only() {
+        assert_eq!(still_refused(P, None, 5_000), None);
+        assert_eq!(still_refused(P, Some(5_000), 5_000), None);
+        assert_eq!(still_refused(P, Some(4_000), 5_000), None);
+        let d = still_refused(P, Some(5_250), 5_000).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after_ms, 250);
+        // 1 s interval, 5 s window: the budget is whole 4.25 s later.
+        assert_eq!(d.reset_ms, 4_250);
+    }
+
+    #[tokio::test]
+    async fn peek_answers_a_recent_refusal_without_charging() {
+        let clock = ManualClock::at(1_000);
+        let shared = SharedLimiter::new(
+            None,
+            LocalLimiter::new(Arc::new(clock.clone())),
+            crate::metrics::RateLimitMetrics::default(),
+        );
+        assert_eq!(shared.peek("ip", P), None, "nothing refused yet");
+        for _ in 0..5 {
+            assert!(shared.check("ip", P).await.allowed);
+            assert_eq!(
+                shared.peek("ip", P),
+                None,
+                "allowed keys are never pre-refused"
+            );
+        }
+        let refused = shared.check("ip", P).await;
+        assert!(!refused.allowed);
+        let peeked = shared.peek("ip", P).unwrap();
+        assert_eq!(peeked, refused, "the pre-check gives the same refusal");
+        assert_eq!(shared.peek("other", P), None);
+        // Peeking charges nothing: once the retry-after has passed, one request passes.
+        for _ in 0..100 {
+            assert!(shared.peek("ip", P).is_some());
+        }
+        clock.advance_ms(refused.retry_after_ms);
+        assert_eq!(shared.peek("ip", P), None);
+        assert!(shared.check("ip", P).await.allowed);
     }
 
     #[test]

@@ -82,6 +82,8 @@ struct Exchange {
     opens_session: bool,
     /// A `DELETE` of this session: its record goes when the upstream agrees.
     ends_session: Option<String>,
+    /// An SSE stream's slot among the principal's; released when the context drops.
+    stream: Option<crate::sessions::StreamSlot>,
 }
 
 /// What the `/mcp` admission consults besides credentials: the upstream's tool catalog, the
@@ -90,6 +92,8 @@ struct Exchange {
 pub struct McpEdge {
     pub catalog: Arc<Catalog>,
     pub sessions: Arc<Sessions>,
+    /// Open SSE streams per principal.
+    pub streams: Arc<crate::sessions::Streams>,
     pub audit: Option<AuditLog>,
 }
 
@@ -206,15 +210,22 @@ impl Gateway {
     }
 
     async fn upstream_ready(&self) -> bool {
-        let target = self.settings.upstream.authority.clone();
-        matches!(
-            tokio::time::timeout(
-                Duration::from_millis(500),
-                tokio::net::TcpStream::connect(target)
-            )
-            .await,
-            Ok(Ok(_))
-        )
+        let upstream = &self.settings.upstream;
+        let wait = Duration::from_millis(500);
+        match &upstream.socket {
+            Some(path) => matches!(
+                tokio::time::timeout(wait, tokio::net::UnixStream::connect(path)).await,
+                Ok(Ok(_))
+            ),
+            None => matches!(
+                tokio::time::timeout(
+                    wait,
+                    tokio::net::TcpStream::connect(upstream.authority.as_str())
+                )
+                .await,
+                Ok(Ok(_))
+            ),
+        }
     }
 
     async fn send(&self, session: &mut Session, reply: Reply, ctx: &RequestCtx) -> Result<()> {
@@ -574,18 +585,24 @@ impl ProxyHttp for Gateway {
         _ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let upstream = &self.settings.upstream;
-        let addr = tokio::net::lookup_host(upstream.authority.as_str())
-            .await
-            .ok()
-            .and_then(|mut addrs| addrs.next())
-            .ok_or_else(|| {
-                Error::explain(
-                    ErrorType::ConnectNoRoute,
-                    format!("cannot resolve {}", upstream.authority),
-                )
-                .into_up()
-            })?;
-        let mut peer = HttpPeer::new(addr, false, String::new());
+        let mut peer = match &upstream.socket {
+            Some(path) => HttpPeer::new_uds(&path.to_string_lossy(), false, String::new())
+                .map_err(|e| e.into_up())?,
+            None => {
+                let addr = tokio::net::lookup_host(upstream.authority.as_str())
+                    .await
+                    .ok()
+                    .and_then(|mut addrs| addrs.next())
+                    .ok_or_else(|| {
+                        Error::explain(
+                            ErrorType::ConnectNoRoute,
+                            format!("cannot resolve {}", upstream.authority),
+                        )
+                        .into_up()
+                    })?;
+                HttpPeer::new(addr, false, String::new())
+            }
+        };
         peer.options.connection_timeout = Some(Duration::from_millis(
             self.settings.file.upstream.connect_timeout_ms,
         ));
@@ -672,7 +689,7 @@ impl ProxyHttp for Gateway {
         }
         if let Some(id) = ctx.mcp.ends_session.take()
             && ok
-            && let Err(e) = self.edge.sessions.forget(&id).await
+            && let Err(e) = self.edge.sessions.forget(&id, &ctx.principal_key).await
         {
             tracing::debug!(error = %e, "could not forget an ended session");
         }

@@ -44,8 +44,33 @@ pub enum Rejection {
         decision: Decision,
         oauth: bool,
     },
+    /// A principal holds as many sessions or SSE streams as it may (`limits.<limit>`).
+    TooManyOpen {
+        what: Open,
+        max: u32,
+    },
     Internal,
 }
+
+/// What a principal holds too many of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    Sessions,
+    Streams,
+}
+
+impl Open {
+    /// The config key of the bound.
+    pub fn limit(self) -> &'static str {
+        match self {
+            Self::Sessions => "limits.sessions_per_principal",
+            Self::Streams => "limits.streams_per_principal",
+        }
+    }
+}
+
+/// Seconds a client is told to wait when it holds too many sessions or streams.
+const TOO_MANY_OPEN_RETRY_SECS: u32 = 10;
 
 /// A response ready to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +110,14 @@ impl Rejection {
             Self::Forbidden(denial) => denial.reason(),
             Self::SessionNotFound => "session_foreign",
             Self::RateLimited { .. } => "rate_limited",
+            Self::TooManyOpen {
+                what: Open::Sessions,
+                ..
+            } => "too_many_sessions",
+            Self::TooManyOpen {
+                what: Open::Streams,
+                ..
+            } => "too_many_streams",
             Self::Internal => "internal",
         }
     }
@@ -134,6 +167,22 @@ impl Rejection {
             }
             Self::SessionNotFound => {
                 return jsonrpc_error(404, "null", -32001, "Session not found");
+            }
+            Self::TooManyOpen { what, max } => {
+                let (thing, how) = match what {
+                    Open::Sessions => ("MCP sessions", "end one (DELETE /mcp)"),
+                    Open::Streams => ("SSE streams", "close one"),
+                };
+                let body = json!({"jsonrpc": "2.0", "id": null, "error": {
+                    "code": -32000,
+                    "message": format!("too many open {thing} for this principal (at most {max}, {}); {how} or retry later", what.limit()),
+                    "data": {"limit": what.limit(), "max": max, "request_id": request_id},
+                }});
+                let mut reply = Reply::json(429, &body);
+                reply
+                    .headers
+                    .push(("retry-after", TOO_MANY_OPEN_RETRY_SECS.to_string()));
+                return reply;
             }
             Self::Forbidden(denial) => return forbidden(denial, resource_metadata, request_id),
             Self::MethodNotAllowed { allow } => {

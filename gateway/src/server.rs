@@ -5,7 +5,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use async_trait::async_trait;
 use pingora::{
-    listeners::tls::TlsSettings,
+    listeners::{L4BufferSettings, ListenerConfig, tls::TlsSettings},
     server::{
         RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch,
         configuration::ServerConf,
@@ -45,6 +45,17 @@ pub enum ServeError {
 
 /// How often the token snapshot checks the store: revocations take effect within this.
 const TOKEN_REFRESH: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The read buffer in front of each TLS client connection. pingora's default is 64 KiB,
+/// allocated zeroed per connection and held while an SSE stream idles. One whole TLS record
+/// (16 KiB + header and expansion) fits in this, so a record is still one read.
+const TLS_READ_BUFFER: usize = 17 * 1024;
+
+/// L4 buffers per client connection: plain HTTP reads straight into the HTTP parser's own
+/// buffer (a request head is one read either way); TLS keeps a record-sized read buffer.
+fn downstream_buffers(tls: bool) -> L4BufferSettings {
+    L4BufferSettings::default().read(if tls { TLS_READ_BUFFER } else { 0 })
+}
 
 /// Resolves port 0 to a concrete free port. Pingora binds its listeners itself and cannot report
 /// an ephemeral port, so the gateway asks the kernel for one first and then binds that.
@@ -220,8 +231,11 @@ pub fn run(
     ));
     let catalog = Arc::new(
         Catalog::new(
-            settings.file.upstream.url.clone(),
-            CatalogOptions::default(),
+            settings.upstream.http_url(),
+            CatalogOptions {
+                unix_socket: settings.upstream.socket.clone(),
+                ..CatalogOptions::default()
+            },
         )
         .map_err(|e| ServeError::Pingora(format!("the tool catalog client: {e}")))?,
     );
@@ -247,6 +261,7 @@ pub fn run(
     let edge = McpEdge {
         catalog,
         sessions: Arc::new(sessions),
+        streams: Arc::default(),
         audit,
     };
     let metrics_service = metrics_listener.map(|listener| {
@@ -270,6 +285,8 @@ pub fn run(
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();
+    let endpoint = ListenerConfig::tcp(listen.clone())
+        .l4_buffer(downstream_buffers(settings.file.tls.is_some()));
     match &settings.file.tls {
         Some(files) => {
             let mut tls = TlsSettings::intermediate(
@@ -278,9 +295,9 @@ pub fn run(
             )
             .map_err(|e| ServeError::Pingora(format!("loading TLS files: {e}")))?;
             tls.enable_h2();
-            proxy.add_tls_with_settings(&listen, None, tls);
+            proxy.add_listener(endpoint.tls(tls));
         }
-        None => proxy.add_tcp(&listen),
+        None => proxy.add_listener(endpoint),
     }
     server.add_service(proxy);
     server.add_service(maintenance);

@@ -4,6 +4,11 @@
 //!
 //! Bindings slide: every use by the owner keeps the session alive for another `ttl`, but the
 //! expiry is rewritten at most every `ttl / 4` per session (no write per request).
+//!
+//! Both backends count the live sessions of each principal ([`Sessions::count`]), so that a
+//! new session is refused once a principal holds `limits.sessions_per_principal`; a binding
+//! is released by `DELETE`, expiry or eviction. [`Streams`] counts open SSE streams per
+//! principal in this process and releases a slot when its guard drops (the request ended).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -115,14 +120,85 @@ impl Sessions {
         }
     }
 
-    /// Drops the binding (the session ended).
-    pub async fn forget(&self, session_id: &str) -> Result<(), SessionError> {
+    /// Drops the binding of `owner`'s session (the session ended).
+    pub async fn forget(&self, session_id: &str, owner: &str) -> Result<(), SessionError> {
         match &self.backend {
             Backend::Local { table, .. } => {
                 lock(table).remove(&key(session_id));
                 Ok(())
             }
-            Backend::Redis(r) => r.forget(session_id).await,
+            Backend::Redis(r) => r.forget(session_id, owner).await,
+        }
+    }
+
+    /// How many live sessions `owner` holds.
+    pub async fn count(&self, owner: &str) -> Result<usize, SessionError> {
+        match &self.backend {
+            Backend::Local { table, clock } => Ok(lock(table).count(owner, clock.now_ms())),
+            Backend::Redis(r) => r.count(owner).await,
+        }
+    }
+}
+
+/// Whether `owner` may open one more session (or stream) holding `open` of at most `max`.
+pub fn has_room(open: usize, max: u32) -> bool {
+    open < max as usize
+}
+
+/// Open SSE streams per principal, in this process. Share it as `Arc<Streams>`.
+#[derive(Debug, Default)]
+pub struct Streams {
+    open: Mutex<HashMap<Box<str>, u32>>,
+}
+
+/// One open stream's slot; dropping it (the request ended, however) releases the slot.
+#[derive(Debug)]
+pub struct StreamSlot {
+    streams: Arc<Streams>,
+    owner: Box<str>,
+}
+
+impl Streams {
+    /// A slot for one more stream of `owner`, unless it holds `max` already.
+    pub fn open(self: &Arc<Self>, owner: &str, max: u32) -> Option<StreamSlot> {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.get(owner).copied().unwrap_or(0);
+        if !has_room(n as usize, max) {
+            return None;
+        }
+        open.insert(owner.into(), n + 1);
+        Some(StreamSlot {
+            streams: Arc::clone(self),
+            owner: owner.into(),
+        })
+    }
+
+    /// Streams `owner` holds open now.
+    pub fn count(&self, owner: &str) -> u32 {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(owner)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .streams
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.owner);
+            }
         }
     }
 }
@@ -150,6 +226,8 @@ struct Entry {
 struct Table {
     entries: HashMap<Key, Entry>,
     by_expiry: BTreeMap<(u64, u64), Key>,
+    /// Live bindings per owner (entries with a count of 0 are removed).
+    per_owner: HashMap<Box<str>, usize>,
     ttl_ms: u64,
     max_entries: usize,
     next_seq: u64,
@@ -160,6 +238,7 @@ impl Table {
         Self {
             entries: HashMap::new(),
             by_expiry: BTreeMap::new(),
+            per_owner: HashMap::new(),
             ttl_ms: (opts.ttl.as_millis() as u64).max(1),
             max_entries: opts.max_entries.max(1),
             next_seq: 0,
@@ -184,12 +263,13 @@ impl Table {
             let Some((_, oldest)) = self.by_expiry.pop_first() else {
                 break;
             };
-            self.entries.remove(&oldest);
+            self.drop_entry(&oldest);
         }
         let seq = self.next_seq;
         self.next_seq += 1;
         let expires_ms = now.saturating_add(self.ttl_ms);
         self.by_expiry.insert((expires_ms, seq), key);
+        *self.per_owner.entry(owner.into()).or_insert(0) += 1;
         self.entries.insert(
             key,
             Entry {
@@ -223,9 +303,27 @@ impl Table {
     }
 
     fn remove(&mut self, key: &Key) {
-        if let Some(entry) = self.entries.remove(key) {
+        if let Some(entry) = self.drop_entry(key) {
             self.by_expiry.remove(&(entry.expires_ms, entry.seq));
         }
+    }
+
+    /// Removes the entry (not its expiry index) and releases its owner's count.
+    fn drop_entry(&mut self, key: &Key) -> Option<Entry> {
+        let entry = self.entries.remove(key)?;
+        if let Some(n) = self.per_owner.get_mut(&entry.owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_owner.remove(&entry.owner);
+            }
+        }
+        Some(entry)
+    }
+
+    /// Live bindings of `owner` at `now`.
+    fn count(&mut self, owner: &str, now: u64) -> usize {
+        self.purge(now);
+        self.per_owner.get(owner).copied().unwrap_or(0)
     }
 
     /// Drops every binding expired at `now` (each is dropped once: amortised O(log n)).
@@ -235,16 +333,36 @@ impl Table {
                 break;
             }
             let key = entry.remove();
-            self.entries.remove(&key);
+            self.drop_entry(&key);
         }
     }
 }
 
-/// Binds unless bound (`SET NX EX`); 1 when `ARGV[1]` owns the key afterwards, else 0.
+/// Binds unless bound (`SET NX EX`); 1 when `ARGV[1]` owns the key afterwards, else 0. A new
+/// binding joins the owner's set `KEYS[2]` (scored by its expiry, redis clock, seconds).
 const BIND: &str = r"
-redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
+  local now = tonumber(redis.call('TIME')[1])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0
+";
+
+/// Live sessions in the owner's set `KEYS[1]` (expired members dropped first).
+const COUNT: &str = r"
+local now = tonumber(redis.call('TIME')[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+";
+
+/// Drops the binding `KEYS[1]` if `ARGV[1]` owns it, and its member of the owner's set.
+const FORGET: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('ZREM', KEYS[2], KEYS[1])
+return 1
 ";
 
 /// nil when unbound; 1 when `ARGV[1]` owns it (then the expiry is rewritten to `ARGV[3]`
@@ -254,7 +372,12 @@ local v = redis.call('GET', KEYS[1])
 if not v then return false end
 if v ~= ARGV[1] then return 0 end
 local left = redis.call('TTL', KEYS[1])
-if left >= 0 and left <= tonumber(ARGV[2]) then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+if left >= 0 and left <= tonumber(ARGV[2]) then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  local now = tonumber(redis.call('TIME')[1])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), KEYS[1])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
 return 1
 ";
 
@@ -264,6 +387,8 @@ struct RedisSessions {
     ttl_secs: u64,
     bind: Script,
     check: Script,
+    count: Script,
+    forget: Script,
 }
 
 impl std::fmt::Debug for RedisSessions {
@@ -294,11 +419,18 @@ impl RedisSessions {
             ttl_secs: opts.ttl.as_secs().max(1),
             bind: Script::new(BIND),
             check: Script::new(CHECK),
+            count: Script::new(COUNT),
+            forget: Script::new(FORGET),
         })
     }
 
     fn key(&self, session_id: &str) -> String {
         format!("{}session:{}", self.prefix, hex::encode(key(session_id)))
+    }
+
+    /// The set of `owner`'s session keys.
+    fn owner_key(&self, owner: &str) -> String {
+        format!("{}owner:{}", self.prefix, hex::encode(key(owner)))
     }
 
     /// Seconds left at which the owner's use rewrites the expiry (ttl/4 after the last write).
@@ -311,6 +443,7 @@ impl RedisSessions {
         let owned: i64 = self
             .bind
             .key(self.key(session_id))
+            .key(self.owner_key(owner))
             .arg(owner)
             .arg(self.ttl_secs)
             .invoke_async(&mut conn)
@@ -328,6 +461,7 @@ impl RedisSessions {
         let owned: Option<i64> = self
             .check
             .key(self.key(session_id))
+            .key(self.owner_key(owner))
             .arg(owner)
             .arg(self.refresh_below())
             .arg(self.ttl_secs)
@@ -341,11 +475,22 @@ impl RedisSessions {
         })
     }
 
-    async fn forget(&self, session_id: &str) -> Result<(), SessionError> {
+    async fn forget(&self, session_id: &str, owner: &str) -> Result<(), SessionError> {
         let mut conn = self.conn.clone();
-        redis::cmd("DEL")
-            .arg(self.key(session_id))
-            .query_async::<()>(&mut conn)
+        self.forget
+            .key(self.key(session_id))
+            .key(self.owner_key(owner))
+            .arg(owner)
+            .invoke_async::<()>(&mut conn)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn count(&self, owner: &str) -> Result<usize, SessionError> {
+        let mut conn = self.conn.clone();
+        self.count
+            .key(self.owner_key(owner))
+            .invoke_async(&mut conn)
             .await
             .map_err(unavailable)
     }
@@ -459,8 +604,84 @@ mod tests {
         sessions.bind("s4", "a").await.unwrap();
         assert_eq!(sessions.check("s2", "a").await.unwrap(), Ownership::Unknown);
         assert_eq!(sessions.check("s4", "a").await.unwrap(), Ownership::Owner);
-        sessions.forget("s4").await.unwrap();
+        sessions.forget("s4", "a").await.unwrap();
         assert_eq!(sessions.check("s4", "a").await.unwrap(), Ownership::Unknown);
+    }
+
+    #[test]
+    fn sessions_are_counted_per_owner_and_released_by_delete_expiry_and_eviction() {
+        let mut t = table(3);
+        t.bind(key("a1"), "alice", 0);
+        t.bind(key("a2"), "alice", 0);
+        t.bind(key("b1"), "bob", 1);
+        assert_eq!(t.count("alice", 1), 2);
+        assert_eq!(t.count("bob", 1), 1);
+        // A second bind of the same id does not count twice.
+        t.bind(key("a1"), "alice", 2);
+        assert_eq!(t.count("alice", 2), 2);
+        t.remove(&key("a1"));
+        assert_eq!(t.count("alice", 2), 1);
+        // Eviction (table full) releases the evicted owner's count.
+        t.bind(key("c1"), "carol", 3);
+        t.bind(key("c2"), "carol", 3);
+        assert_eq!(t.count("alice", 3), 0, "a2 expired first and was evicted");
+        // Expiry releases it too.
+        assert_eq!(t.count("carol", HOUR + 3), 0);
+        assert!(t.per_owner.is_empty());
+        assert!(has_room(63, 64));
+        assert!(!has_room(64, 64));
+    }
+
+    #[test]
+    fn stream_slots_are_bounded_per_owner_and_released_on_drop() {
+        let streams = Arc::new(Streams::default());
+        let a1 = streams.open("alice", 2).unwrap();
+        let _a2 = streams.open("alice", 2).unwrap();
+        assert!(streams.open("alice", 2).is_none());
+        let _b = streams.open("bob", 2).unwrap();
+        assert_eq!(streams.count("alice"), 2);
+        drop(a1);
+        assert_eq!(streams.count("alice"), 1);
+        assert!(streams.open("alice", 2).is_some());
+        assert_eq!(
+            streams.count("alice"),
+            1,
+            "the temporary slot was dropped again"
+        );
+    }
+
+    #[tokio::test]
+    async fn redis_counts_sessions_per_owner() {
+        let Some(redis) = pforte_test_redis::RedisServer::start() else {
+            return;
+        };
+        let sessions = Sessions::redis(&redis.url(), "t:", SessionOptions::default()).unwrap();
+        assert_eq!(sessions.count("alice").await.unwrap(), 0);
+        for id in ["s1", "s2", "s3"] {
+            assert_eq!(sessions.bind(id, "alice").await.unwrap(), Ownership::Owner);
+        }
+        assert_eq!(
+            sessions.bind("s1", "alice").await.unwrap(),
+            Ownership::Owner
+        );
+        assert_eq!(
+            sessions.bind("s1", "bob").await.unwrap(),
+            Ownership::Foreign
+        );
+        assert_eq!(sessions.count("alice").await.unwrap(), 3);
+        assert_eq!(sessions.count("bob").await.unwrap(), 0);
+        // Bob cannot release Alice's session.
+        sessions.forget("s2", "bob").await.unwrap();
+        assert_eq!(
+            sessions.check("s2", "alice").await.unwrap(),
+            Ownership::Owner
+        );
+        sessions.forget("s2", "alice").await.unwrap();
+        assert_eq!(sessions.count("alice").await.unwrap(), 2);
+        assert_eq!(
+            sessions.check("s2", "alice").await.unwrap(),
+            Ownership::Unknown
+        );
     }
 
     #[tokio::test]

@@ -1,12 +1,15 @@
 //! `pforte up`: the whole stack on one machine — the gateway plus a supervised mcp-service on a
-//! loopback port, on embedded defaults, with a first static token and (off loopback) a
-//! self-signed certificate.
+//! Unix domain socket in the data dir (no TCP port: only this user can reach it), on embedded
+//! defaults, with a first static token and (off loopback) a self-signed certificate.
+//!
+//! The child's stdin is a pipe whose only writer is this process: when the gateway ends in any
+//! way (Ctrl-C before its signal handlers are installed, a crash, SIGKILL), the kernel closes it
+//! and the child (`--stop-on-stdin-eof`) stops by itself.
 
 use std::{
     io::{BufRead as _, BufReader},
-    net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, ChildStdin, Command, Stdio},
     sync::Mutex,
     time::Duration,
 };
@@ -19,9 +22,24 @@ use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 #[derive(Debug)]
 pub struct ServiceChild {
     bin: PathBuf,
-    listen: SocketAddr,
+    /// The Unix domain socket the child listens on.
+    socket: PathBuf,
     data_dir: PathBuf,
-    child: Mutex<Option<Child>>,
+    child: Mutex<Option<Running>>,
+}
+
+/// A running child with the write end of its stdin (held, never written: see the module doc).
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    _stdin: Option<ChildStdin>,
+}
+
+/// The directory for the child's socket: `run/` in the data dir, created (or tightened) 0700.
+pub fn socket_dir(data_dir: &Path) -> std::io::Result<PathBuf> {
+    let dir = data_dir.join("run");
+    pforte_oauth::private_fs::private_dir(&dir)?;
+    Ok(dir)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +53,8 @@ pub enum ChildError {
     NotFound { beside: String },
     #[error("mcp-service exited before it was ready: {0}")]
     NotReady(String),
+    #[error("preparing the socket directory {dir}")]
+    SocketDir { dir: String, source: std::io::Error },
 }
 
 /// Finds the `mcp-service` binary: `PFORTE_MCP_SERVICE_BIN`, else beside this executable,
@@ -60,23 +80,24 @@ pub fn find_service_bin() -> Result<PathBuf, ChildError> {
 }
 
 impl ServiceChild {
-    /// Starts mcp-service on `listen` with its documents under `data_dir`, and waits (up to
-    /// 30 s) until it reports it is listening.
-    pub fn start(bin: &Path, listen: SocketAddr, data_dir: &Path) -> Result<Self, ChildError> {
-        let child = spawn(bin, listen, data_dir)?;
+    /// Starts mcp-service on the Unix domain socket `socket` with its documents under
+    /// `data_dir`, and waits (up to 30 s) until it reports it is listening.
+    pub fn start(bin: &Path, socket: &Path, data_dir: &Path) -> Result<Self, ChildError> {
+        let child = spawn(bin, socket, data_dir)?;
         Ok(Self {
             bin: bin.to_owned(),
-            listen,
+            socket: socket.to_owned(),
             data_dir: data_dir.to_owned(),
             child: Mutex::new(Some(child)),
         })
     }
 
+    /// The gateway's `upstream.url` for this child.
     pub fn upstream_url(&self) -> String {
-        format!("http://{}/mcp", self.listen)
+        format!("unix:{}", self.socket.display())
     }
 
-    fn take(&self) -> Option<Child> {
+    fn take(&self) -> Option<Running> {
         self.child.lock().ok().and_then(|mut g| g.take())
     }
 
@@ -89,7 +110,8 @@ impl ServiceChild {
 }
 
 /// Asks a child to stop (SIGTERM), then kills it after `grace`.
-fn stop_child(mut child: Child, grace: Duration) {
+fn stop_child(running: Running, grace: Duration) {
+    let Running { mut child, _stdin } = running;
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
@@ -104,11 +126,20 @@ fn stop_child(mut child: Child, grace: Duration) {
     let _ = child.wait();
 }
 
-fn spawn(bin: &Path, listen: SocketAddr, data_dir: &Path) -> Result<Child, ChildError> {
+fn spawn(bin: &Path, socket: &Path, data_dir: &Path) -> Result<Running, ChildError> {
+    if let Some(dir) = socket.parent() {
+        pforte_oauth::private_fs::private_dir(dir).map_err(|source| ChildError::SocketDir {
+            dir: dir.display().to_string(),
+            source,
+        })?;
+    }
+    let mut listen = std::ffi::OsString::from("unix:");
+    listen.push(socket);
     let mut child = Command::new(bin)
-        .args(["serve", "--listen", &listen.to_string()])
+        .args(["serve", "--stop-on-stdin-eof", "--listen"])
+        .arg(listen)
         .env("MCP_SERVICE_DATA_DIR", data_dir)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -116,7 +147,10 @@ fn spawn(bin: &Path, listen: SocketAddr, data_dir: &Path) -> Result<Child, Child
             bin: bin.display().to_string(),
             source,
         })?;
+    let stdin = child.stdin.take();
     let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
         return Err(ChildError::NotReady("no stdout".into()));
     };
     let (tx, rx) = std::sync::mpsc::channel();
@@ -128,7 +162,10 @@ fn spawn(bin: &Path, listen: SocketAddr, data_dir: &Path) -> Result<Child, Child
         for _ in lines {}
     });
     match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Some(Ok(line))) if line.contains("listening on") => Ok(child),
+        Ok(Some(Ok(line))) if line.contains("listening on") => Ok(Running {
+            child,
+            _stdin: stdin,
+        }),
         other => {
             let _ = child.kill();
             let _ = child.wait();
@@ -147,7 +184,7 @@ impl BackgroundService for ServiceChild {
                 () = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
             let exited = match self.child.lock() {
-                Ok(mut guard) => match guard.as_mut().map(Child::try_wait) {
+                Ok(mut guard) => match guard.as_mut().map(|r| r.child.try_wait()) {
                     Some(Ok(Some(status))) => Some(status.to_string()),
                     Some(Err(e)) => Some(e.to_string()),
                     None | Some(Ok(None)) => None,
@@ -156,9 +193,9 @@ impl BackgroundService for ServiceChild {
             };
             if let Some(status) = exited {
                 tracing::warn!(%status, "mcp-service exited; restarting it");
-                let (bin, listen, data_dir) =
-                    (self.bin.clone(), self.listen, self.data_dir.clone());
-                match tokio::task::spawn_blocking(move || spawn(&bin, listen, &data_dir)).await {
+                let (bin, socket, data_dir) =
+                    (self.bin.clone(), self.socket.clone(), self.data_dir.clone());
+                match tokio::task::spawn_blocking(move || spawn(&bin, &socket, &data_dir)).await {
                     Ok(Ok(child)) => {
                         if let Ok(mut guard) = self.child.lock() {
                             *guard = Some(child);

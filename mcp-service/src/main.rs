@@ -1,6 +1,6 @@
 //! The `mcp-service` binary: command-line parsing and process wiring only.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -35,9 +35,14 @@ enum Command {
     Serve {
         #[command(flatten)]
         store: StoreArgs,
-        /// Listen address; overrides the config. Port 0 picks a free port.
+        /// Listen address (HOST:PORT, port 0 picks a free port) or a Unix domain socket
+        /// (unix:PATH, created 0600; a stale socket there is replaced); overrides the config.
         #[arg(long)]
-        listen: Option<SocketAddr>,
+        listen: Option<http::Listen>,
+        /// Stop (gracefully) when stdin reaches end of file: a supervising parent (`pforte up`)
+        /// holds the other end, so the service never outlives it, however the parent ends.
+        #[arg(long)]
+        stop_on_stdin_eof: bool,
         /// Register no write tool at all (tools/list shows only reading tools).
         #[arg(long)]
         read_only: bool,
@@ -128,13 +133,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             read_only,
             max_text_bytes,
             check,
+            stop_on_stdin_eof,
         } => {
             let mut cfg = match load_config(&store) {
                 Ok(cfg) => cfg,
                 Err(code) => return Ok(code),
             };
-            if let Some(listen) = listen {
-                cfg.listen = listen;
+            let listen = listen.unwrap_or(http::Listen::Tcp(cfg.listen));
+            if let http::Listen::Tcp(addr) = listen {
+                cfg.listen = addr;
             }
             cfg.read_only |= read_only;
             if let Some(max) = max_text_bytes {
@@ -154,13 +161,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 mcp_service::app::planner(&cfg).context("starting the service")?
             };
             runtime.block_on(async {
-                let listener = tokio::net::TcpListener::bind(cfg.listen)
-                    .await
-                    .with_context(|| format!("binding {}", cfg.listen))?;
-                let addr = listener.local_addr()?;
-                // Tests and `pforte up` read this line to learn the port.
-                println!("mcp-service listening on http://{addr}/mcp");
-                http::serve(listener, &cfg, planner, shutdown_signal()).await?;
+                let shutdown = shutdown_signal(stop_on_stdin_eof);
+                match listen {
+                    http::Listen::Tcp(_) => {
+                        let listener = tokio::net::TcpListener::bind(cfg.listen)
+                            .await
+                            .with_context(|| format!("binding {}", cfg.listen))?;
+                        let addr = listener.local_addr()?;
+                        // Tests and `pforte up` read this line to learn the port.
+                        println!("mcp-service listening on http://{addr}/mcp");
+                        http::serve(listener, &cfg, planner, shutdown).await?;
+                    }
+                    http::Listen::Unix(path) => {
+                        let listener = http::bind_unix(&path)
+                            .with_context(|| format!("binding unix:{}", path.display()))?;
+                        println!("mcp-service listening on unix:{}", path.display());
+                        http::serve_unix(listener, &cfg, planner, shutdown).await?;
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
                 Ok(ExitCode::SUCCESS)
             })
         }
@@ -197,8 +216,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C or SIGTERM, and with `stdin_eof` also when stdin ends.
+async fn shutdown_signal(stdin_eof: bool) {
+    let eof = async move {
+        if !stdin_eof {
+            return std::future::pending().await;
+        }
+        // A plain thread (not the runtime's blocking pool, which shutdown would wait for).
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin().lock();
+            while std::io::Read::read(&mut stdin, &mut sink).is_ok_and(|n| n > 0) {}
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+    };
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -210,5 +243,5 @@ async fn shutdown_signal() {
             Err(_) => std::future::pending().await,
         }
     };
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    tokio::select! { () = ctrl_c => {}, () = term => {}, () = eof => {} }
 }

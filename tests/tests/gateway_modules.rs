@@ -476,7 +476,12 @@ async fn two_gateways_share_session_bindings_through_redis() {
     // The first binding wins, on either gateway.
     assert_eq!(b.bind("s1", "bob").await.unwrap(), Ownership::Foreign);
     assert_eq!(a.check("s1", "alice").await.unwrap(), Ownership::Owner);
-    b.forget("s1").await.unwrap();
+    // Both gateways count alice's sessions alike.
+    assert_eq!(a.count("alice").await.unwrap(), 1);
+    assert_eq!(b.count("alice").await.unwrap(), 1);
+    assert_eq!(b.count("bob").await.unwrap(), 0);
+    b.forget("s1", "alice").await.unwrap();
+    assert_eq!(a.count("alice").await.unwrap(), 0);
     assert_eq!(a.check("s1", "alice").await.unwrap(), Ownership::Unknown);
     // Another prefix is another table.
     let other = Sessions::redis(&redis.url(), "other:", SessionOptions::default()).unwrap();

@@ -146,6 +146,45 @@ async fn failed_authentication_is_limited_per_ip() {
     );
 }
 
+/// Hardening finding 12: once a client IP has spent its unauthenticated budget, it is refused
+/// before any credential is looked up: a valid-looking but unknown token gets 429 (not 401),
+/// and so does even a valid one (with the lookup after the limiter it would have passed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_ip_is_refused_before_any_credential_lookup() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    // 20 a minute: a refusal holds for 3 s at most, long enough for the checks below.
+    opts.extra_toml =
+        "[limits.unauthenticated]\nrate = 20\nperiod_secs = 60\nburst = 20\n".to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    // (Waiting for the gateway to see the token may spend a little of the budget.)
+    let valid = gw.create_token("flooded").await.unwrap();
+    let http = gw.http();
+    let get = |token: String| http.get(gw.mcp_url()).bearer_auth(token).send();
+    // Authenticated: the upstream answers (GET without a session), not the gateway's 401/429.
+    let before = get(valid.clone()).await.unwrap().status();
+    assert!(before != 401 && before != 429, "{before}");
+    let mut failures = 0;
+    loop {
+        match get("pft_guess".into()).await.unwrap().status().as_u16() {
+            401 => failures += 1,
+            429 => break,
+            other => panic!("{other}"),
+        }
+        assert!(failures <= 20, "never limited");
+    }
+    let unknown = get("aGVsbG8td29ybGQtdGhpcy1pcy1ub3QtYS10b2tlbg".into())
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 429, "an unknown OAuth-style token");
+    assert!(header(&unknown, "retry-after").parse::<u64>().unwrap() >= 1);
+    assert_eq!(
+        header(&unknown, "ratelimit-policy"),
+        "\"unauthenticated\";q=20;w=60;burst=20"
+    );
+    assert_eq!(get(valid).await.unwrap().status(), 429, "a valid token");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_can_have_its_own_budget() {
     let svc = McpService::start(&[]).unwrap();
@@ -230,4 +269,127 @@ async fn a_tool_can_have_its_own_budget() {
     .await
     .unwrap();
     assert_eq!(list.status(), 200);
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+/// Opens one MCP session with `token` (initialize + initialized); the session id, or the
+/// refusal's status and body.
+async fn open_session(gw: &Gateway, token: &str) -> Result<String, (u16, String, Value)> {
+    let http = gw.http();
+    let init = http
+        .post(gw.mcp_url())
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(INIT)
+        .send()
+        .await
+        .unwrap();
+    if init.status() != 200 {
+        let status = init.status().as_u16();
+        let retry = header(&init, "retry-after");
+        return Err((status, retry, init.json().await.unwrap()));
+    }
+    let id = header(&init, "mcp-session-id");
+    drop(init);
+    let done = http
+        .post(gw.mcp_url())
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), 202);
+    Ok(id)
+}
+
+/// Hardening finding 11 (gateway part): sessions and SSE streams per principal are bounded;
+/// the refusal is a 429 with `Retry-After` and a JSON-RPC error naming the limit; DELETE and
+/// a closed stream give the slot back; another principal is not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_and_streams_are_bounded_per_principal() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.extra_toml =
+        "[limits]\nsessions_per_principal = 2\nstreams_per_principal = 2\n".to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    let alice = gw.create_token("alice").await.unwrap();
+    let bob = gw.create_token("bob").await.unwrap();
+
+    let s1 = open_session(&gw, &alice).await.unwrap();
+    let s2 = open_session(&gw, &alice).await.unwrap();
+    let (status, retry, body) = open_session(&gw, &alice).await.unwrap_err();
+    assert_eq!(status, 429, "{body}");
+    assert!(retry.parse::<u64>().unwrap() >= 1);
+    assert_eq!(body["jsonrpc"], "2.0");
+    assert_eq!(
+        body["error"]["data"]["limit"],
+        "limits.sessions_per_principal"
+    );
+    assert_eq!(body["error"]["data"]["max"], 2);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.sessions_per_principal"),
+        "{body}"
+    );
+    // Another principal has its own bound.
+    open_session(&gw, &bob).await.unwrap();
+
+    // Streams: two open on s1, the third refused; closing one frees its slot.
+    let http = gw.http();
+    let stream = || {
+        http.get(gw.mcp_url())
+            .bearer_auth(&alice)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &s1)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+    };
+    let first = stream().await.unwrap();
+    assert_eq!(first.status(), 200);
+    // rmcp allows one standalone stream per session: the second goes on s2.
+    let second = http
+        .get(gw.mcp_url())
+        .bearer_auth(&alice)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &s2)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 200);
+    let third = stream().await.unwrap();
+    assert_eq!(third.status(), 429);
+    assert!(header(&third, "retry-after").parse::<u64>().unwrap() >= 1);
+    let body: Value = third.json().await.unwrap();
+    assert_eq!(
+        body["error"]["data"]["limit"],
+        "limits.streams_per_principal"
+    );
+    drop(first);
+    let reopened = pforte_tests::eventually(std::time::Duration::from_secs(10), || {
+        let req = stream();
+        async move { req.await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+    assert!(reopened, "a closed stream's slot came back");
+
+    // DELETE gives a session slot back.
+    let deleted = http
+        .delete(gw.mcp_url())
+        .bearer_auth(&alice)
+        .header("mcp-session-id", &s1)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    open_session(&gw, &alice).await.unwrap();
 }

@@ -114,3 +114,93 @@ async fn up_prints_a_working_token_and_a_restart_keeps_it() {
     let me = whoami_client(&url, &token).await;
     assert_eq!(me["client"], "pforte-up");
 }
+
+/// Inodes of the sockets among `pid`'s open file descriptors.
+fn socket_inodes(pid: u32) -> Vec<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| {
+            let t = target.to_string_lossy().into_owned();
+            t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
+/// Inodes of every TCP socket (any state) in `pid`'s network namespace.
+fn tcp_inodes(pid: u32) -> Vec<u64> {
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().nth(9)?.parse().ok())
+                .collect::<Vec<u64>>()
+        })
+        .collect()
+}
+
+fn gone_or_zombie(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_listens_only_on_an_owner_only_unix_socket() {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("pforte-data");
+    let (mut up, banner) = start_up(&data);
+    let url = field(&banner, "MCP URL:").to_owned();
+    let token = field(&banner, "Token:").to_owned();
+    // A tools/call through the gateway works over the socket.
+    let me = whoami_client(&url, &token).await;
+    assert_eq!(me["subject"], "operator");
+
+    let kids = children(up.child.id());
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let kid = kids[0];
+    let cmdline = std::fs::read_to_string(format!("/proc/{kid}/cmdline")).unwrap();
+    assert!(cmdline.contains("unix:"), "{cmdline:?}");
+    // No TCP socket at all (listening or connected) belongs to the child.
+    let tcp = tcp_inodes(kid);
+    let own = socket_inodes(kid);
+    assert!(!own.is_empty(), "the child holds its listening socket");
+    let shared: Vec<_> = own.iter().filter(|i| tcp.contains(i)).collect();
+    assert!(shared.is_empty(), "TCP sockets of mcp-service: {shared:?}");
+
+    let run = data.join("run");
+    let socket = run.join("mcp.sock");
+    let meta = std::fs::symlink_metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let dir_mode = std::fs::metadata(&run).unwrap().permissions().mode() & 0o777;
+    assert_eq!(dir_mode, 0o700);
+    up.signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
+        .unwrap();
+    assert!(gone_or_zombie(kid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigint_right_after_the_banner_does_not_orphan_the_child() {
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut up, _banner) = start_up(&dir.path().join("pforte-data"));
+        // Before /readyz answers: the gateway may not have its signal handlers yet.
+        let kids = children(up.child.id());
+        assert!(!kids.is_empty(), "round {round}: no child");
+        up.signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
+            .unwrap();
+        let all_gone = pforte_tests::eventually(Duration::from_secs(10), || {
+            let done = kids.iter().all(|&k| gone_or_zombie(k));
+            async move { done }
+        })
+        .await;
+        assert!(
+            all_gone,
+            "round {round}: mcp-service {kids:?} outlived pforte up"
+        );
+    }
+}

@@ -14,8 +14,8 @@ use crate::{
     limit::{Class, Decision, Policy as LimitPolicy},
     mcp::{self, Message},
     policy::Annotation,
-    reject::Rejection,
-    sessions::Ownership,
+    reject::{Open, Rejection},
+    sessions::{self, Ownership},
 };
 
 /// The header that names an MCP session.
@@ -35,11 +35,13 @@ impl Gateway {
     ) -> Result<(), Rejection> {
         ctx.cors_origin = self.check_origin(req)?;
         check_declared_size(req, self.settings.file.max_body_bytes)?;
+        self.refuse_spent_ip(ctx)?;
         let principal = self.authenticate_counting_failures(req, ctx).await?;
         ctx.principal_key = principal_key(&principal);
         ctx.principal = Some(principal);
         self.check_session(req, ctx).await?;
         ctx.rate = self.limit(Class::Mcp, &ctx.principal_key).await?;
+        self.check_open(req, ctx).await?;
         let policy_or_budgets =
             self.settings.file.tool_policy || !self.settings.file.limits.tools.is_empty();
         ctx.mcp.inspect = req.method == http::Method::POST && policy_or_budgets;
@@ -61,7 +63,6 @@ impl Gateway {
             self.authorize(principal, message).await?;
             ctx.mcp.filter_list =
                 message.method == "tools/list" && !self.policy.lists_everything(principal);
-            ctx.mcp.opens_session = message.method == "initialize";
         }
         if let Some(tool) = message.tool() {
             self.tool_budget(tool, &ctx.principal_key).await?;
@@ -110,6 +111,27 @@ impl Gateway {
         }
     }
 
+    /// Before any credential lookup: a client IP whose unauthenticated budget was refused a
+    /// moment ago is refused again from memory (nothing charged, no token store or redis
+    /// touched), whatever credential it sends, until its `Retry-After` has passed.
+    fn refuse_spent_ip(&self, ctx: &RequestCtx) -> Result<(), Rejection> {
+        let limits = &self.settings.file.limits;
+        if !limits.enabled {
+            return Ok(());
+        }
+        let policy = limits.policy(Class::Unauthenticated);
+        let key = format!("{}:{}", Class::Unauthenticated.name(), Self::ip_key(ctx));
+        match self.limiter.peek(&key, policy) {
+            None => Ok(()),
+            Some(decision) => Err(Rejection::RateLimited {
+                class: Class::Unauthenticated,
+                policy,
+                decision,
+                oauth: false,
+            }),
+        }
+    }
+
     /// A session belongs to the principal that opened it; another principal's credential gets
     /// the answer for an unknown session. A session the gateway never saw (opened before a
     /// restart without shared state) is bound to its first caller.
@@ -137,6 +159,39 @@ impl Gateway {
         }
         if req.method == http::Method::DELETE {
             ctx.mcp.ends_session = Some(id.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Bounds per principal: a `POST` without `Mcp-Session-Id` opens a session (its answer's id
+    /// is bound and counted) and needs room under `limits.sessions_per_principal`; a `GET` is
+    /// an SSE stream and holds one of `limits.streams_per_principal` slots until it ends.
+    async fn check_open(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> Result<(), Rejection> {
+        let limits = &self.settings.file.limits;
+        let has_session = req.headers.contains_key(SESSION_ID);
+        if req.method == http::Method::POST && !has_session {
+            let max = limits.sessions_per_principal;
+            let open = match self.edge.sessions.count(&ctx.principal_key).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "session records unavailable");
+                    return Err(Rejection::Unauthorized(AuthFailure::Unavailable));
+                }
+            };
+            if !sessions::has_room(open, max) {
+                return Err(Rejection::TooManyOpen {
+                    what: Open::Sessions,
+                    max,
+                });
+            }
+            ctx.mcp.opens_session = true;
+        } else if req.method == http::Method::GET {
+            let max = limits.streams_per_principal;
+            let slot = self.edge.streams.open(&ctx.principal_key, max);
+            ctx.mcp.stream = Some(slot.ok_or(Rejection::TooManyOpen {
+                what: Open::Streams,
+                max,
+            })?);
         }
         Ok(())
     }
