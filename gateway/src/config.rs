@@ -290,15 +290,20 @@ impl GatewayConfig {
                     path: path.display().to_string(),
                     source,
                 })?;
-                toml::from_str(&text).map_err(|source| ConfigError::Parse {
-                    path: path.display().to_string(),
-                    source: Box::new(source),
-                })?
+                Self::parse(&text, &path.display().to_string())?
             }
             None => Self::default(),
         };
         cfg.apply_env(env)?;
         Ok(cfg)
+    }
+
+    /// Parses the TOML text of a config file (`path` names it in errors); no env overrides.
+    pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
     }
 
     fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {

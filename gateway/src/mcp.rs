@@ -232,6 +232,13 @@ mod tests {
         assert_eq!(r.kind, Kind::Response);
         let e = inspect(br#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"x"}}"#).unwrap();
         assert_eq!(e.kind, Kind::Response);
+        // Found by fuzzing: an empty method is a request (the kind says so, not the method),
+        // and it names no target even with params.
+        let q = inspect(br#"{"jsonrpc":"2.0","id":2,"method":"","params":{"uri":"km5"}}"#).unwrap();
+        assert_eq!(
+            (q.kind, q.method.as_str(), q.target),
+            (Kind::Request, "", None)
+        );
     }
 
     #[test]

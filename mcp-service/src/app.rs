@@ -7,7 +7,7 @@ use crate::clock::{RandomIds, SystemClock};
 use crate::config::{ServiceConfig, StoreKind};
 use crate::engine::{Engine, EngineConfig, EngineError};
 use crate::store::{RedisStore, SqliteStore, Store, StoreError};
-use crate::tools::Planner;
+use crate::tools::{Bounds, Planner};
 
 /// The embedded store's file name inside the data dir.
 pub const SQLITE_FILE: &str = "documents.sqlite3";
@@ -50,12 +50,18 @@ pub fn open_store(cfg: &ServiceConfig) -> Result<Arc<dyn Store>, StartError> {
 /// The planner for a configured service: its store, a fresh engine, the system clock.
 pub fn planner(cfg: &ServiceConfig) -> Result<Arc<Planner>, StartError> {
     let store = open_store(cfg)?;
-    let engine = Engine::new(EngineConfig::default())?;
-    Ok(Arc::new(Planner::new(
-        engine,
-        store,
-        Arc::new(SystemClock),
-        Arc::new(RandomIds),
-        cfg.max_text_bytes,
-    )))
+    let engine = Engine::new(EngineConfig {
+        queue_capacity: cfg.engine_queue,
+        ..EngineConfig::default()
+    })?;
+    Ok(Arc::new(
+        Planner::new(
+            engine,
+            store,
+            Arc::new(SystemClock),
+            Arc::new(RandomIds),
+            cfg.max_text_bytes,
+        )
+        .with_bounds(Bounds::of(cfg)),
+    ))
 }

@@ -51,7 +51,19 @@ pub struct ServiceConfig {
     pub max_text_bytes: usize,
     /// Register no write tool at all.
     pub read_only: bool,
+    /// Most documents this instance (or, on redis, this prefix) holds; creating one more is
+    /// refused with `tooManyDocuments`.
+    pub max_documents: u64,
+    /// Core calls that may wait for a free runtime; one more gets the tool error `busy`.
+    pub engine_queue: usize,
+    /// Versions per `werkbaum_history` page when the call names no `limit`.
+    pub history_page: usize,
+    /// Largest `limit` a `werkbaum_history` call may ask for (at most 100).
+    pub history_page_max: usize,
 }
+
+/// The most `werkbaum_history` entries one page may ever hold (its input schema's maximum).
+pub const HISTORY_PAGE_CEILING: usize = 100;
 
 /// The document store backend.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -86,6 +98,10 @@ impl Default for ServiceConfig {
             redis_prefix: crate::store::redis::DEFAULT_PREFIX.to_owned(),
             max_text_bytes: 1024 * 1024,
             read_only: false,
+            max_documents: 10_000,
+            engine_queue: crate::engine::DEFAULT_QUEUE_CAPACITY,
+            history_page: 20,
+            history_page_max: HISTORY_PAGE_CEILING,
         }
     }
 }
@@ -147,6 +163,18 @@ impl ServiceConfig {
                 reason: format!("{v:?}: {e}"),
             })?;
         }
+        if let Some(v) = env("MCP_SERVICE_MAX_DOCUMENTS") {
+            cfg.max_documents = v.parse().map_err(|e| ConfigError::Env {
+                name: "MCP_SERVICE_MAX_DOCUMENTS",
+                reason: format!("{v:?}: {e}"),
+            })?;
+        }
+        if let Some(v) = env("MCP_SERVICE_ENGINE_QUEUE") {
+            cfg.engine_queue = v.parse().map_err(|e| ConfigError::Env {
+                name: "MCP_SERVICE_ENGINE_QUEUE",
+                reason: format!("{v:?}: {e}"),
+            })?;
+        }
         if let Some(v) = env("MCP_SERVICE_READ_ONLY") {
             cfg.read_only = matches!(v.trim(), "1" | "true" | "yes");
         }
@@ -169,6 +197,27 @@ impl ServiceConfig {
             return Err(ConfigError::Invalid(
                 "max_text_bytes must be positive".into(),
             ));
+        }
+        if self.max_documents == 0 {
+            return Err(ConfigError::Invalid(
+                "max_documents must be positive".into(),
+            ));
+        }
+        if self.engine_queue == 0 {
+            return Err(ConfigError::Invalid(
+                "engine_queue must be positive: it is how many core calls may wait".into(),
+            ));
+        }
+        if self.history_page_max == 0 || self.history_page_max > HISTORY_PAGE_CEILING {
+            return Err(ConfigError::Invalid(format!(
+                "history_page_max must be 1..={HISTORY_PAGE_CEILING}"
+            )));
+        }
+        if self.history_page == 0 || self.history_page > self.history_page_max {
+            return Err(ConfigError::Invalid(format!(
+                "history_page must be 1..={} (history_page_max)",
+                self.history_page_max
+            )));
         }
         if self.store == StoreKind::Redis && self.redis_url.is_none() {
             return Err(ConfigError::Invalid(
@@ -207,6 +256,39 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("MCP_SERVICE_LISTEN"));
+    }
+
+    #[test]
+    fn bounds_have_defaults_and_are_checked() {
+        let cfg = ServiceConfig::load(None, |_| None).unwrap();
+        assert_eq!(
+            (cfg.max_documents, cfg.history_page, cfg.history_page_max),
+            (10_000, 20, 100)
+        );
+        assert_eq!(cfg.engine_queue, crate::engine::DEFAULT_QUEUE_CAPACITY);
+        let cfg = ServiceConfig::load(None, |k| match k {
+            "MCP_SERVICE_MAX_DOCUMENTS" => Some("3".to_owned()),
+            "MCP_SERVICE_ENGINE_QUEUE" => Some("2".to_owned()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((cfg.max_documents, cfg.engine_queue), (3, 2));
+        let refused = |f: fn(&mut ServiceConfig)| {
+            let mut cfg = ServiceConfig::default();
+            f(&mut cfg);
+            cfg.revalidate().unwrap_err().to_string()
+        };
+        assert!(refused(|c| c.max_documents = 0).contains("max_documents"));
+        assert!(refused(|c| c.engine_queue = 0).contains("engine_queue"));
+        assert!(refused(|c| c.history_page_max = 101).contains("history_page_max"));
+        assert!(refused(|c| c.history_page = 0).contains("history_page"));
+        assert!(
+            refused(|c| {
+                c.history_page_max = 10;
+                c.history_page = 11;
+            })
+            .contains("history_page")
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 mod bundle;
 mod worker;
 
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,6 +47,10 @@ pub enum EngineError {
     /// The core bundle could not be read, compiled or loaded.
     #[error("core bundle: {0}")]
     Bundle(String),
+    /// Every runtime is working and the queue in front of them is full: refused at once,
+    /// nothing ran. The caller may retry.
+    #[error("the plan engine is busy ({0} calls already waiting); retry in a moment")]
+    Busy(usize),
 }
 
 impl EngineError {
@@ -59,6 +63,9 @@ impl EngineError {
     }
 }
 
+/// Calls that may wait for a runtime unless configured otherwise.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 64;
+
 /// Engine configuration.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -70,6 +77,8 @@ pub struct EngineConfig {
     pub max_stack_size: usize,
     /// Wall-clock limit for one call.
     pub deadline: Duration,
+    /// Calls that may wait for a free runtime; one more is refused with [`EngineError::Busy`].
+    pub queue_capacity: usize,
     /// Where the core comes from.
     pub core: CoreSource,
 }
@@ -83,6 +92,7 @@ impl Default for EngineConfig {
             memory_limit: 64 * 1024 * 1024,
             max_stack_size: 1024 * 1024,
             deadline: Duration::from_secs(2),
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
             core: CoreSource::BuiltIn,
         }
     }
@@ -119,7 +129,7 @@ pub struct Engine {
 }
 
 struct Inner {
-    jobs: Mutex<Sender<Job>>,
+    jobs: Mutex<SyncSender<Job>>,
     config: EngineConfig,
 }
 
@@ -142,7 +152,7 @@ impl Engine {
             max_stack_size: config.max_stack_size,
             deadline: config.deadline,
         };
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::sync_channel::<Job>(config.queue_capacity);
         let rx = Arc::new(Mutex::new(rx));
         let pool_size = config.pool_size.max(1);
         for index in 0..pool_size {
@@ -186,8 +196,12 @@ impl Engine {
             .jobs
             .lock()
             .map_err(|_| EngineError::Engine("engine queue poisoned".to_owned()))?;
-        jobs.send(job)
-            .map_err(|_| EngineError::Engine("the engine's workers are gone".to_owned()))
+        jobs.try_send(job).map_err(|e| match e {
+            TrySendError::Full(_) => EngineError::Busy(self.inner.config.queue_capacity),
+            TrySendError::Disconnected(_) => {
+                EngineError::Engine("the engine's workers are gone".to_owned())
+            }
+        })
     }
 
     fn enqueue_call(
@@ -325,6 +339,7 @@ export function dispatch(method, paramsJson) {
             memory_limit: 16 * 1024 * 1024,
             max_stack_size: 256 * 1024,
             deadline: Duration::from_millis(1000),
+            queue_capacity: 64,
             core: CoreSource::Modules(vec![
                 ("index.js".into(), STUB.into()),
                 ("util.js".into(), UTIL.into()),
@@ -433,6 +448,39 @@ export function dispatch(method, paramsJson) {
         assert!(
             matches!(err, EngineError::Bundle(ref m) if m.contains("dispatch")),
             "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_the_engine_recovers() {
+        let engine = Engine::new(EngineConfig {
+            pool_size: 1,
+            queue_capacity: 1,
+            deadline: Duration::from_millis(500),
+            ..stub_config()
+        })
+        .unwrap();
+        // One runtime and one waiting place: of three calls submitted together at most two are
+        // taken; every other one is refused without waiting for the looping ones.
+        let started = std::time::Instant::now();
+        let pending: Vec<_> = (0..3)
+            .map(|_| engine.enqueue_call("loop", &json!({}), Form::Value))
+            .collect();
+        let busy: Vec<_> = pending.iter().filter(|p| p.is_err()).collect();
+        assert!(!busy.is_empty(), "a third call was queued");
+        assert!(started.elapsed() < Duration::from_millis(400));
+        for refused in busy {
+            let err = refused.as_ref().unwrap_err();
+            assert_eq!(err, &EngineError::Busy(1));
+            assert!(err.to_string().contains("busy") && err.to_string().contains("retry"));
+        }
+        for taken in pending.into_iter().flatten() {
+            let err = into_value(taken.await).unwrap_err();
+            assert!(matches!(err, EngineError::Deadline(_)), "{err:?}");
+        }
+        assert_eq!(
+            engine.call("echo", json!(3)).await.unwrap()["params"],
+            json!(3)
         );
     }
 

@@ -405,7 +405,8 @@ impl PlanService {
     #[tool(
         title = "Document history",
         description = "List a document's versions, oldest first: time, author (host · user), \
-                       what changed and the line operations.",
+                       what changed and the line operations. Paged: pass `next` as `since` for \
+                       more.",
         output_schema = output_schema::<HistoryAnswer>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]

@@ -96,6 +96,11 @@ pub enum StoreError {
     Corrupt(String),
     #[error("a document with uuid {0} exists already")]
     Exists(String),
+    /// The store holds its configured maximum of documents; nothing was created.
+    #[error(
+        "this server holds its limit of {0} documents; delete or reuse one before creating another"
+    )]
+    Full(u64),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -104,8 +109,14 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// replicas); `write` must be atomic with respect to every other `write` on the same document.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Stores a new document (version 1) with its first history entry.
-    async fn create(&self, doc: &Document, entry: &HistoryEntry) -> StoreResult<()>;
+    /// Stores a new document (version 1) with its first history entry, unless the store holds
+    /// `max_documents` already (`Full`); the count and the insert are one atomic step.
+    async fn create(
+        &self,
+        doc: &Document,
+        entry: &HistoryEntry,
+        max_documents: u64,
+    ) -> StoreResult<()>;
     async fn get(&self, uuid: &str) -> StoreResult<Option<Document>>;
     /// All documents, ordered by title then uuid.
     async fn list(&self) -> StoreResult<Vec<DocumentSummary>>;
@@ -117,11 +128,12 @@ pub trait Store: Send + Sync + 'static {
         next: &Document,
         entry: &HistoryEntry,
     ) -> StoreResult<WriteOutcome>;
-    /// History entries with a version greater than `since` (all when `None`), oldest first;
-    /// `None` when the document does not exist.
+    /// At most `limit` history entries with a version greater than `since` (from the first
+    /// when `None`), oldest first; `None` when the document does not exist.
     async fn history(
         &self,
         uuid: &str,
         since: Option<u64>,
+        limit: usize,
     ) -> StoreResult<Option<Vec<HistoryEntry>>>;
 }

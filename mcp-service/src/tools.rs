@@ -153,6 +153,56 @@ struct Verdict {
     blocking: bool,
 }
 
+/// The bounds a planner keeps (from the service's configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Most documents the store may hold; `werkbaum_create` refuses one more.
+    pub max_documents: u64,
+    /// `werkbaum_history` entries per page when the call names no `limit`.
+    pub history_page: usize,
+    /// The largest `limit` a `werkbaum_history` call may name.
+    pub history_page_max: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            max_documents: 10_000,
+            history_page: 20,
+            history_page_max: crate::config::HISTORY_PAGE_CEILING,
+        }
+    }
+}
+
+impl Bounds {
+    /// The bounds of a configured service.
+    pub fn of(cfg: &crate::config::ServiceConfig) -> Self {
+        Self {
+            max_documents: cfg.max_documents,
+            history_page: cfg.history_page,
+            history_page_max: cfg.history_page_max,
+        }
+    }
+
+    /// The page size for a history call's `limit`: the default when absent, refused outside
+    /// `1..=history_page_max`.
+    pub fn history_limit(&self, requested: Option<u64>) -> Result<usize, ToolError> {
+        let Some(requested) = requested else {
+            return Ok(self.history_page);
+        };
+        usize::try_from(requested)
+            .ok()
+            .filter(|n| (1..=self.history_page_max).contains(n))
+            .ok_or_else(|| {
+                ToolError::InvalidInput(format!(
+                    "`limit` must be 1..={} (got {requested}); page through longer histories \
+                     with `since` = the answer's `next`",
+                    self.history_page_max
+                ))
+            })
+    }
+}
+
 /// The service's plan operations over an engine and a store.
 pub struct Planner {
     engine: Engine,
@@ -160,12 +210,14 @@ pub struct Planner {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn Ids>,
     max_text_bytes: usize,
+    bounds: Bounds,
 }
 
 impl std::fmt::Debug for Planner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Planner")
             .field("max_text_bytes", &self.max_text_bytes)
+            .field("bounds", &self.bounds)
             .finish_non_exhaustive()
     }
 }
@@ -184,7 +236,14 @@ impl Planner {
             clock,
             ids,
             max_text_bytes,
+            bounds: Bounds::default(),
         }
+    }
+
+    /// The same planner with other bounds.
+    pub fn with_bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
+        self
     }
 
     fn cap(&self, what: &'static str, text: &str) -> Result<(), ToolError> {
@@ -521,7 +580,9 @@ impl Planner {
         };
         let ops = compute_ops(&self.engine, "", &doc.text).await?;
         let entry = self.entry(&doc, caller, format!("create \"{}\"", doc.title), ops, now);
-        self.store.create(&doc, &entry).await?;
+        self.store
+            .create(&doc, &entry, self.bounds.max_documents)
+            .await?;
         let mut text = format!(
             "created: document {} \"{}\" version 1 checksum {} ({})\n",
             doc.uuid,
@@ -545,14 +606,19 @@ impl Planner {
         Ok(Answer::new(&answer, text))
     }
 
-    /// `werkbaum_history`: versions with authors, oldest first.
+    /// `werkbaum_history`: one page of versions with authors, oldest first; `next` names the
+    /// `since` of the following page when there is one.
     pub async fn history(&self, input: HistoryInput) -> Result<Answer, ToolError> {
+        let limit = self.bounds.history_limit(input.limit)?;
         let doc = self.document(&input.document).await?;
-        let entries = self
+        let mut entries = self
             .store
-            .history(&input.document, input.since)
+            .history(&input.document, input.since, limit.saturating_add(1))
             .await?
             .ok_or_else(|| ToolError::UnknownDocument(input.document.clone()))?;
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        let next = more.then(|| entries.last().map(|e| e.version)).flatten();
         let revision = revision_of(&doc);
         let mut text = format!("{}\n", revision_line(&revision));
         let list: Vec<HistoryItem> = entries
@@ -582,10 +648,14 @@ impl Planner {
         if list.is_empty() {
             text.push_str("no versions after that one\n");
         }
+        if let Some(next) = next {
+            let _ = writeln!(text, "more: call again with since = {next}");
+        }
         let answer = HistoryAnswer {
             revision,
             title: doc.title,
             entries: list,
+            next,
         };
         Ok(Answer::new(&answer, text))
     }

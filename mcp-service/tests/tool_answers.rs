@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use mcp_service::clock::{ManualClock, SequentialIds};
-use mcp_service::engine::{Engine, EngineConfig};
+use mcp_service::engine::{Engine, EngineConfig, EngineError};
 use mcp_service::server::catalog;
 use mcp_service::store::SqliteStore;
 use mcp_service::tools::answer::{WhoamiAnswer, to_value};
@@ -15,7 +15,7 @@ use mcp_service::tools::input::{
     AddNodeInput, ApplyOpsInput, CheckInput, CreateInput, HistoryInput, InspectInput,
     MoveNodeInput, RemoveNodeInput, SetSizeInput, SetStatusInput, Source, WriteInput,
 };
-use mcp_service::tools::{Answer, Caller, Edit, Planner, ToolError};
+use mcp_service::tools::{Answer, Bounds, Caller, Edit, Planner, ToolError};
 use serde_json::{Value, json};
 
 const PROSE: &str = "hello world\nthis is a letter to a friend, not a plan.\n";
@@ -355,4 +355,92 @@ fn the_schemas_reject_what_they_do_not_describe() {
         "notices": [],
     });
     assert!(!inspect.is_valid(&bad_node));
+}
+
+/// `werkbaum_history` pages (`since`, `limit`, `next`), refuses a `limit` over the maximum,
+/// and `werkbaum_create` refuses a document beyond the instance's cap; every answer and error
+/// validates against the tool's schema.
+#[tokio::test]
+async fn history_pages_and_the_document_cap_holds() {
+    let p = planner().with_bounds(Bounds {
+        max_documents: 2,
+        history_page: 2,
+        history_page_max: 3,
+    });
+    let caller = Caller::new(Some("Claude Code"), Some("alice"), None);
+    let create = |title: &str| {
+        serde_json::from_value::<CreateInput>(json!({"title": title, "text": "- [ ] R\n"})).unwrap()
+    };
+    let created = ok("werkbaum_create", p.create(create("A"), &caller).await);
+    let doc = created["document"].as_str().unwrap().to_owned();
+    let mut base = json!({"version": 1, "checksum": created["checksum"]});
+    for k in 0..4 {
+        let a =
+            json!({"document": doc, "base": base, "newText": format!("- [ ] R\n  - [ ] k{k}\n")});
+        let r = ok(
+            "werkbaum_write",
+            edit(&p, "werkbaum_write", a, &caller).await,
+        );
+        base = json!({"version": r["version"], "checksum": r["checksum"]});
+    }
+    // Five versions: pages of the default two, then of three, following `next`.
+    let page = |args: Value| {
+        let p = &p;
+        async move {
+            let h: HistoryInput = serde_json::from_value(args).unwrap();
+            let a = p.history(h).await;
+            let text = a.as_ref().map(|a| a.text.clone()).unwrap_or_default();
+            (ok("werkbaum_history", a), text)
+        }
+    };
+    let versions = |v: &Value| -> Vec<u64> {
+        v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["version"].as_u64().unwrap())
+            .collect()
+    };
+    let (first, text) = page(json!({"document": doc})).await;
+    assert_eq!(versions(&first), [1, 2]);
+    assert_eq!(first["next"], 2);
+    assert!(text.contains("since = 2"), "{text}");
+    let (second, _) = page(json!({"document": doc, "since": 2, "limit": 3})).await;
+    assert_eq!(versions(&second), [3, 4, 5]);
+    assert!(second.get("next").is_none(), "{second}");
+    let (last, _) = page(json!({"document": doc, "since": 4, "limit": 3})).await;
+    assert_eq!(versions(&last), [5]);
+    assert!(last.get("next").is_none());
+    for limit in [0, 4, 101] {
+        let h: HistoryInput =
+            serde_json::from_value(json!({"document": doc, "limit": limit})).unwrap();
+        let e = p.history(h).await.unwrap_err();
+        assert_eq!(e.code(), "invalidInput");
+        assert!(e.to_string().contains("`limit` must be 1..=3"), "{e}");
+        validate("werkbaum_history", &e.payload());
+    }
+    // The cap: a second document fits, a third is refused clearly and nothing is stored.
+    ok("werkbaum_create", p.create(create("B"), &caller).await);
+    let e = p.create(create("C"), &caller).await.unwrap_err();
+    assert_eq!(e.code(), "tooManyDocuments");
+    assert!(e.to_string().contains("limit of 2 documents"), "{e}");
+    assert_eq!(e.payload()["error"]["limit"], 2);
+    validate("werkbaum_create", &e.payload());
+    assert_eq!(p.list_documents().await.unwrap().len(), 2);
+    let r = e.into_result();
+    assert_eq!(r.is_error, Some(true));
+}
+
+/// A full engine queue is the tool error `busy` (isError, "retry"), like every tool failure.
+#[test]
+fn a_busy_engine_is_a_retryable_tool_error() {
+    let e = ToolError::from(EngineError::Busy(64));
+    assert_eq!(e.code(), "busy");
+    assert!(
+        e.to_string().contains("busy") && e.to_string().contains("retry"),
+        "{e}"
+    );
+    assert_eq!(e.payload()["error"]["retry"], true);
+    validate("werkbaum_read", &e.payload());
+    assert_eq!(e.into_result().is_error, Some(true));
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pforte_tests::{Gateway, McpService, eventually};
 use serde_json::{Value, json};
-use support::{Redis, Rng, Stack, base_of, call, create, try_call};
+use support::{Redis, Rng, Stack, base_of, call, create, history_all, try_call};
 
 const ROOT: &str = "- [ ] Load test #root\n";
 
@@ -104,9 +104,7 @@ async fn fifty_concurrent_writers_lose_no_update() {
     let conflicts = *conflicts.lock().unwrap();
     assert_eq!(acks.len() + conflicts as usize, 150);
     assert!(acks.len() >= 3, "too few writes landed: {}", acks.len());
-    let history = call(&c, "werkbaum_history", json!({"document": doc}))
-        .await
-        .ok();
+    let history = history_all(&c, &doc).await;
     let text = call(&c, "werkbaum_read", json!({"document": doc}))
         .await
         .ok()["text"]
@@ -187,9 +185,7 @@ async fn kill_9_during_writes_keeps_every_acknowledged_write() {
 
     let restarted = Stack::start_in(data, &[]).await;
     let c = restarted.client().await;
-    let history = call(&c, "werkbaum_history", json!({"document": doc}))
-        .await
-        .ok();
+    let history = history_all(&c, &doc).await;
     let text = call(&c, "werkbaum_read", json!({"document": doc}))
         .await
         .ok()["text"]

@@ -857,3 +857,66 @@ async fn statuses_by_code_key_or_english_name_and_a_compact_catalog() {
     assert_eq!(r["notices"][0]["type"], "notAPlan", "{r}");
     assert_eq!(r["warnings"], json!([]));
 }
+
+/// The configured bounds hold end to end: `werkbaum_history` pages with `next`, refuses a
+/// `limit` over the maximum, and the instance refuses a document beyond `max_documents`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_is_paged_and_documents_are_capped() {
+    let conf = tempfile::tempdir().unwrap();
+    let path = conf.path().join("mcp-service.toml");
+    std::fs::write(&path, "max_documents = 1\nhistory_page = 2\n").unwrap();
+    let stack = Stack::start(&["--config", path.to_str().unwrap()]).await;
+    let c = stack.client().await;
+    let v = validators(&c).await;
+    let (doc, mut base) = create(&c, "Paged", PLAN, true).await;
+    for k in 0..2 {
+        let current = call(&c, "werkbaum_read", json!({"document": doc}))
+            .await
+            .ok();
+        let text = format!("{}%% page {k}\n", current["text"].as_str().unwrap());
+        let r = vcall(
+            &c,
+            &v,
+            "werkbaum_write",
+            json!({"document": doc, "base": base, "newText": text}),
+        )
+        .await;
+        base = json!({"version": r["version"], "checksum": r["checksum"]});
+    }
+    let first = vcall(&c, &v, "werkbaum_history", json!({"document": doc})).await;
+    assert_eq!(first["entries"].as_array().unwrap().len(), 2);
+    assert_eq!(first["next"], 2);
+    let rest = vcall(
+        &c,
+        &v,
+        "werkbaum_history",
+        json!({"document": doc, "since": first["next"]}),
+    )
+    .await;
+    assert_eq!(rest["entries"][0]["version"], 3);
+    assert!(rest.get("next").is_none(), "{rest}");
+    let e = call(
+        &c,
+        "werkbaum_history",
+        json!({"document": doc, "limit": 101}),
+    )
+    .await
+    .err();
+    assert_eq!(e["code"], "invalidInput");
+    assert!(e["message"].as_str().unwrap().contains("1..=100"), "{e}");
+    let e = call(
+        &c,
+        "werkbaum_create",
+        json!({"title": "One too many", "text": PLAN, "allowWarnings": true, "allowProd": true}),
+    )
+    .await
+    .err();
+    assert_eq!(e["code"], "tooManyDocuments");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 1 documents"),
+        "{e}"
+    );
+}

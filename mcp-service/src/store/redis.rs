@@ -21,9 +21,11 @@ use super::{
 /// The key prefix unless configured otherwise.
 pub const DEFAULT_PREFIX: &str = "pforte:werkbaum:";
 
-// KEYS: doc, history, docs. ARGV: uuid, title, text, version, checksum, updated_at, entry.
+// KEYS: doc, history, docs. ARGV: uuid, title, text, version, checksum, updated_at, entry,
+// max documents.
 const CREATE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('SCARD', KEYS[3]) >= tonumber(ARGV[8]) then return -1 end
 redis.call('HSET', KEYS[1], 'title', ARGV[2], 'text', ARGV[3], 'version', ARGV[4],
   'checksum', ARGV[5], 'updated_at', ARGV[6])
 redis.call('DEL', KEYS[2])
@@ -133,7 +135,12 @@ fn entry_json(entry: &HistoryEntry) -> StoreResult<String> {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn create(&self, doc: &Document, entry: &HistoryEntry) -> StoreResult<()> {
+    async fn create(
+        &self,
+        doc: &Document,
+        entry: &HistoryEntry,
+        max_documents: u64,
+    ) -> StoreResult<()> {
         let created: i64 = self
             .create
             .key(self.doc_key(&doc.uuid))
@@ -146,13 +153,14 @@ impl Store for RedisStore {
             .arg(&doc.checksum)
             .arg(doc.updated_at)
             .arg(entry_json(entry)?)
+            .arg(max_documents)
             .invoke_async(&mut self.c())
             .await
             .map_err(unavailable)?;
-        if created == 1 {
-            Ok(())
-        } else {
-            Err(StoreError::Exists(doc.uuid.clone()))
+        match created {
+            1 => Ok(()),
+            -1 => Err(StoreError::Full(max_documents)),
+            _ => Err(StoreError::Exists(doc.uuid.clone())),
         }
     }
 
@@ -228,15 +236,20 @@ impl Store for RedisStore {
         &self,
         uuid: &str,
         since: Option<u64>,
+        limit: usize,
     ) -> StoreResult<Option<Vec<HistoryEntry>>> {
         let mut c = self.c();
+        if limit == 0 {
+            return Ok(Some(Vec::new()));
+        }
         let exists: bool = c.exists(self.doc_key(uuid)).await.map_err(unavailable)?;
         if !exists {
             return Ok(None);
         }
         let start = isize::try_from(since.unwrap_or(0)).unwrap_or(isize::MAX);
+        let stop = start.saturating_add(isize::try_from(limit).unwrap_or(isize::MAX) - 1);
         let rows: Vec<String> = c
-            .lrange(self.history_key(uuid), start, -1)
+            .lrange(self.history_key(uuid), start, stop)
             .await
             .map_err(unavailable)?;
         let mut out = Vec::with_capacity(rows.len());

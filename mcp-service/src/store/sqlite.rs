@@ -168,13 +168,26 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn create(&self, doc: &Document, entry: &HistoryEntry) -> StoreResult<()> {
+    async fn create(
+        &self,
+        doc: &Document,
+        entry: &HistoryEntry,
+        max_documents: u64,
+    ) -> StoreResult<()> {
         let doc = doc.clone();
         let entry_text = entry_json(entry)?;
         self.run(move |conn| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(unavailable)?;
+            let held: i64 = tx
+                .query_row("SELECT COUNT(*) FROM werkbaum_documents", [], |row| {
+                    row.get(0)
+                })
+                .map_err(unavailable)?;
+            if u(held) >= max_documents {
+                return Err(StoreError::Full(max_documents));
+            }
             let inserted = tx
                 .execute(
                     "INSERT OR IGNORE INTO werkbaum_documents (uuid, title, text, version, checksum, updated_at) \
@@ -270,8 +283,10 @@ impl Store for SqliteStore {
         &self,
         uuid: &str,
         since: Option<u64>,
+        limit: usize,
     ) -> StoreResult<Option<Vec<HistoryEntry>>> {
         let uuid = uuid.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |conn| {
             if get_doc(conn, &uuid)?.is_none() {
                 return Ok(None);
@@ -279,11 +294,11 @@ impl Store for SqliteStore {
             let mut stmt = conn
                 .prepare(
                     "SELECT entry FROM werkbaum_history WHERE uuid = ?1 AND version > ?2 \
-                     ORDER BY version",
+                     ORDER BY version LIMIT ?3",
                 )
                 .map_err(unavailable)?;
             let rows = stmt
-                .query_map(params![uuid, i(since.unwrap_or(0))], |row| {
+                .query_map(params![uuid, i(since.unwrap_or(0)), limit], |row| {
                     row.get::<_, String>(0)
                 })
                 .map_err(unavailable)?;

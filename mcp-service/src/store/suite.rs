@@ -34,20 +34,58 @@ fn entry(version: u64, who: &str) -> HistoryEntry {
     }
 }
 
+/// A document cap the suite never reaches, and a page that holds every version.
+const CAP: u64 = 10_000;
+const ALL: usize = 1_000;
+
 async fn run_suite(store: Arc<dyn Store>) {
     create_get_list(&*store).await;
     compare_and_set(&*store).await;
     history_since(&*store).await;
+    history_pages(&*store).await;
     concurrent_same_base_one_wins(Arc::clone(&store)).await;
+    document_cap(&*store).await;
+}
+
+async fn history_pages(store: &dyn Store) {
+    // "a" is at version 3: pages of two from the start, then from a cursor.
+    let page = |since, limit| async move {
+        store
+            .history("a", since, limit)
+            .await
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|e| e.version)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(page(None, 2).await, [1, 2]);
+    assert_eq!(page(Some(2), 2).await, [3]);
+    assert_eq!(page(Some(1), 1).await, [2]);
+    assert!(page(None, 0).await.is_empty());
+    assert_eq!(store.history("ghost", None, 2).await.unwrap(), None);
+}
+
+async fn document_cap(store: &dyn Store) {
+    // The suite created a, b and u: a cap of 3 refuses a fourth, atomically and clearly.
+    let d = doc("d", "Delta", "- four\n", 1);
+    let err = store.create(&d, &entry(1, "dave"), 3).await.unwrap_err();
+    assert_eq!(err, StoreError::Full(3));
+    assert!(err.to_string().contains("limit of 3 documents"), "{err}");
+    assert_eq!(store.get("d").await.unwrap(), None);
+    assert_eq!(store.history("d", None, ALL).await.unwrap(), None);
+    assert_eq!(store.list().await.unwrap().len(), 3);
+    store.create(&d, &entry(1, "dave"), 4).await.unwrap();
+    assert_eq!(store.list().await.unwrap().len(), 4);
 }
 
 async fn create_get_list(store: &dyn Store) {
     let a = doc("a", "Beta", "- one\n", 1);
     let b = doc("b", "Alpha", "- two\n", 1);
-    store.create(&a, &entry(1, "alice")).await.unwrap();
-    store.create(&b, &entry(1, "bob")).await.unwrap();
+    store.create(&a, &entry(1, "alice"), CAP).await.unwrap();
+    store.create(&b, &entry(1, "bob"), CAP).await.unwrap();
     assert_eq!(
-        store.create(&a, &entry(1, "eve")).await.unwrap_err(),
+        store.create(&a, &entry(1, "eve"), CAP).await.unwrap_err(),
         StoreError::Exists("a".into())
     );
     assert_eq!(store.get("a").await.unwrap(), Some(a.clone()));
@@ -58,7 +96,7 @@ async fn create_get_list(store: &dyn Store) {
     assert_eq!(list[1].version, 1);
     // Unicode and a text with every kind of line break survive byte-exactly.
     let u = doc("u", "Ünïcode", "- [x] Grüße 🌳\r\n  - b\r- c", 1);
-    store.create(&u, &entry(1, "ü")).await.unwrap();
+    store.create(&u, &entry(1, "ü"), CAP).await.unwrap();
     assert_eq!(store.get("u").await.unwrap().unwrap().text, u.text);
 }
 
@@ -80,22 +118,22 @@ async fn compare_and_set(store: &dyn Store) {
         store.write(1, &ghost, &entry(2, "bob")).await.unwrap(),
         WriteOutcome::NotFound
     );
-    assert_eq!(store.history("ghost", None).await.unwrap(), None);
+    assert_eq!(store.history("ghost", None, ALL).await.unwrap(), None);
 }
 
 async fn history_since(store: &dyn Store) {
     let v3 = doc("a", "Beta", "- three\n", 3);
     store.write(2, &v3, &entry(3, "carol")).await.unwrap();
-    let all = store.history("a", None).await.unwrap().unwrap();
+    let all = store.history("a", None, ALL).await.unwrap().unwrap();
     let versions: Vec<_> = all.iter().map(|e| e.version).collect();
     assert_eq!(versions, [1, 2, 3]);
     assert_eq!(all[0].author, "Agent · alice");
     assert_eq!(all[2], entry(3, "carol"));
-    let since = store.history("a", Some(1)).await.unwrap().unwrap();
+    let since = store.history("a", Some(1), ALL).await.unwrap().unwrap();
     assert_eq!(since.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
     assert!(
         store
-            .history("a", Some(3))
+            .history("a", Some(3), ALL)
             .await
             .unwrap()
             .unwrap()
@@ -129,7 +167,7 @@ async fn concurrent_same_base_one_wins(store: Arc<dyn Store>) {
     }
     assert_eq!(won.len(), 1, "exactly one writer wins");
     assert_eq!(store.get("b").await.unwrap().as_ref(), Some(&won[0]));
-    let h = store.history("b", None).await.unwrap().unwrap();
+    let h = store.history("b", None, ALL).await.unwrap().unwrap();
     assert_eq!(h.iter().map(|e| e.version).collect::<Vec<_>>(), [1, 2]);
 }
 
@@ -145,7 +183,15 @@ async fn sqlite_file_passes_the_suite_and_survives_reopen() {
     run_suite(Arc::new(SqliteStore::open(&path).unwrap())).await;
     let reopened = SqliteStore::open(&path).unwrap();
     assert_eq!(reopened.get("a").await.unwrap().unwrap().version, 3);
-    assert_eq!(reopened.history("a", None).await.unwrap().unwrap().len(), 3);
+    assert_eq!(
+        reopened
+            .history("a", None, ALL)
+            .await
+            .unwrap()
+            .unwrap()
+            .len(),
+        3
+    );
 }
 
 /// The document store and its `-wal`/`-shm` are 0600 in a 0700 directory, also when the

@@ -261,8 +261,11 @@ pub struct HistoryItem {
 pub struct HistoryAnswer {
     pub revision: Revision,
     pub title: String,
-    /// Oldest first.
+    /// Oldest first, at most the page's `limit`.
     pub entries: Vec<HistoryItem>,
+    /// Present when later versions exist: call again with `since` set to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
 }
 
 /// `whoami`.

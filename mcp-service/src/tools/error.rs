@@ -58,6 +58,12 @@ pub enum ToolError {
     /// The core rejected the call (unknown node, invalid move, op out of range, …).
     #[error("{message}")]
     Core { code: String, message: String },
+    /// The engine's queue is full: nothing ran; the same call may be retried.
+    #[error("{0}")]
+    Busy(EngineError),
+    /// The store holds its configured maximum of documents: nothing was created.
+    #[error("{0}")]
+    TooManyDocuments(StoreError),
     #[error("the plan engine failed: {0}")]
     Engine(EngineError),
     #[error("{0}")]
@@ -80,6 +86,7 @@ impl From<EngineError> for ToolError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Core { code, message } => ToolError::Core { code, message },
+            busy @ EngineError::Busy(_) => ToolError::Busy(busy),
             other => ToolError::Engine(other),
         }
     }
@@ -87,7 +94,10 @@ impl From<EngineError> for ToolError {
 
 impl From<StoreError> for ToolError {
     fn from(e: StoreError) -> Self {
-        ToolError::Store(e)
+        match e {
+            full @ StoreError::Full(_) => ToolError::TooManyDocuments(full),
+            other => ToolError::Store(other),
+        }
     }
 }
 
@@ -102,6 +112,8 @@ impl ToolError {
             ToolError::Conflict { .. } => "conflict",
             ToolError::Blocked { .. } => "blocked",
             ToolError::Core { code, .. } => code,
+            ToolError::Busy(_) => "busy",
+            ToolError::TooManyDocuments(_) => "tooManyDocuments",
             ToolError::Engine(_) => "engineFailure",
             ToolError::Store(_) => "storeUnavailable",
         }
@@ -137,6 +149,12 @@ impl ToolError {
             ToolError::TooLarge { bytes, limit, .. } => {
                 error["bytes"] = json!(bytes);
                 error["limit"] = json!(limit);
+            }
+            ToolError::TooManyDocuments(StoreError::Full(limit)) => {
+                error["limit"] = json!(limit);
+            }
+            ToolError::Busy(_) => {
+                error["retry"] = json!(true);
             }
             _ => {}
         }

@@ -399,6 +399,10 @@ pub struct HistoryInput {
     /// Only versions after this one.
     #[serde(default)]
     pub since: Option<u64>,
+    /// Versions per page (default 20).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    pub limit: Option<u64>,
 }
 
 #[cfg(test)]

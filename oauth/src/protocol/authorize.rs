@@ -42,6 +42,12 @@ pub fn client_id(params: &Params) -> Result<&str, AuthorizeFailure> {
         })
 }
 
+/// The sign-in form's username (trimmed) and password; empty when absent or repeated.
+pub fn login_fields(form: &Params) -> (&str, &str) {
+    let field = |n: &str| form.single(n).ok().flatten().unwrap_or_default();
+    (field("username").trim(), field("password"))
+}
+
 /// Validates a request for a known `client`.
 pub fn validate(
     params: &Params,
@@ -317,6 +323,15 @@ mod tests {
             redirect_error(validate(&p, &client(), &cfg())).0,
             "unsupported_response_type"
         );
+    }
+
+    #[test]
+    fn login_fields_trim_the_username_and_refuse_repeats() {
+        let form = Params::parse("username=+alice%20&password=+pw+&step=login");
+        assert_eq!(login_fields(&form), ("alice", " pw "));
+        let form = Params::parse("username=a&username=b&password=x&password=y");
+        assert_eq!(login_fields(&form), ("", ""));
+        assert_eq!(login_fields(&Params::parse("")), ("", ""));
     }
 
     #[test]

@@ -431,14 +431,9 @@ impl AuthServer {
         form: &Params,
         client_ip: Option<IpAddr>,
     ) -> AuthorizeResponse {
-        let username = form
-            .single("username")
-            .ok()
-            .flatten()
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
-        let password = Secret::new(form.single("password").ok().flatten().unwrap_or_default());
+        let (username, password) = authorize::login_fields(form);
+        let username = username.to_owned();
+        let password = Secret::new(password);
         let page = |error: &str, status: u16| -> AuthorizeResponse {
             self.login_page(
                 client,

@@ -126,6 +126,24 @@ pub async fn call(client: &Client, tool: &str, args: Value) -> Answer {
     try_call(client, tool, args).await.unwrap()
 }
 
+/// Every version of `doc`'s history, following the pages' `next` cursor; the last page's
+/// answer with all entries in `entries`.
+pub async fn history_all(client: &Client, doc: &str) -> Value {
+    let mut entries = Vec::new();
+    let mut args = json!({"document": doc, "limit": 100});
+    loop {
+        let mut page = call(client, "werkbaum_history", args.clone()).await.ok();
+        entries.extend(page["entries"].as_array().cloned().unwrap_or_default());
+        match page.get("next").cloned() {
+            Some(next) => args["since"] = next,
+            None => {
+                page["entries"] = Value::Array(entries);
+                return page;
+            }
+        }
+    }
+}
+
 pub async fn try_call(
     client: &Client,
     tool: &str,
