@@ -71,11 +71,23 @@ pub struct Proc {
 
 impl Proc {
     /// Spawns `cmd` with stdout captured line by line.
-    pub fn spawn(mut cmd: Command) -> anyhow::Result<Self> {
+    pub fn spawn(cmd: Command) -> anyhow::Result<Self> {
+        Self::spawn_with_stderr(cmd, Stdio::inherit())
+    }
+
+    /// Spawns `cmd` with stdout captured line by line and stderr (the services' logs, the
+    /// gateway's request lines among them) written to the file `log`.
+    pub fn spawn_logged(cmd: Command, log: &std::path::Path) -> anyhow::Result<Self> {
+        let file =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        Self::spawn_with_stderr(cmd, file.into())
+    }
+
+    fn spawn_with_stderr(mut cmd: Command, stderr: Stdio) -> anyhow::Result<Self> {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .with_context(|| format!("spawning {cmd:?}"))?;
         let stdout = child.stdout.take().context("stdout")?;

@@ -9,7 +9,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -193,35 +193,6 @@ fn bin(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(p)
 }
 
-/// Spawns `cmd` with stdout captured line by line (the harness's `Proc`, stopped on drop) and
-/// stderr — the services' logs, including the gateway's access log — written to `log`.
-fn spawn_logged(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
-    use std::io::BufRead as _;
-    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(file)
-        .spawn()
-        .with_context(|| format!("spawning {cmd:?}"))?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(Proc {
-        child,
-        stdout_lines: rx,
-    })
-}
-
 /// The last lines of a log file, for error messages.
 fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -235,7 +206,7 @@ fn start_service(dir: &Path, work: &Path) -> anyhow::Result<(Proc, String)> {
     let mut cmd = Command::new(bin(dir, "mcp-service")?);
     cmd.env("MCP_SERVICE_DATA_DIR", work.join("mcp-service-data"))
         .args(["serve", "--listen", "127.0.0.1:0"]);
-    let mut proc = spawn_logged(cmd, &log)?;
+    let mut proc = Proc::spawn_logged(cmd, &log)?;
     let line = proc
         .wait_line("listening on", Duration::from_secs(30))
         .with_context(|| format!("mcp-service did not start:\n{}", tail(&log)))?;
@@ -328,7 +299,7 @@ impl Gateway {
             std::fs::write(&config_path, config)?;
             let mut cmd = Command::new(bin(dir, "pforte")?);
             cmd.arg("serve").arg("--config").arg(&config_path);
-            let mut proc = spawn_logged(cmd, &log)?;
+            let mut proc = Proc::spawn_logged(cmd, &log)?;
             let scheme = if tls { "https" } else { "http" };
             let base = format!("{scheme}://127.0.0.1:{port}");
             let http = http_client(cert.as_ref().map(|c| c.cert_pem.as_str()));

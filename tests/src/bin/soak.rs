@@ -9,8 +9,8 @@
 //! them `--hold-secs`, closes the streams and deletes the sessions, `--rounds` times.
 
 use std::{
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+    path::PathBuf,
+    process::Command,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -124,33 +124,6 @@ fn raise_nofile(need: u64) -> anyhow::Result<u64> {
         eprintln!("warning: RLIMIT_NOFILE hard limit {hard} is below the {need} wanted");
     }
     Ok(want)
-}
-
-fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
-    use std::io::BufRead as _;
-    let file = std::fs::File::create(log)?;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(file)
-        .spawn()
-        .with_context(|| format!("spawning {cmd:?}"))?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(Proc {
-        child,
-        stdout_lines: rx,
-    })
 }
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"pforte-soak","version":"1"}}}"#;
@@ -354,7 +327,7 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
     let mut cmd = Command::new(&svc_bin);
     cmd.env("MCP_SERVICE_DATA_DIR", work.path().join("svc"))
         .args(["serve", "--listen", "127.0.0.1:0"]);
-    let mut svc = spawn(cmd, &work.path().join("mcp-service.log"))?;
+    let mut svc = Proc::spawn_logged(cmd, &work.path().join("mcp-service.log"))?;
     let line = svc.wait_line("listening on", Duration::from_secs(30))?;
     let upstream = line
         .rsplit(' ')
@@ -376,7 +349,7 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
     std::fs::write(&config_path, config)?;
     let mut cmd = Command::new(&gw_bin);
     cmd.arg("serve").arg("--config").arg(&config_path);
-    let gw = spawn(cmd, &work.path().join("pforte.log"))?;
+    let gw = Proc::spawn_logged(cmd, &work.path().join("pforte.log"))?;
     let gw_pid = gw.child.id();
     let base = format!("http://127.0.0.1:{port}");
     let url = format!("{base}/mcp");

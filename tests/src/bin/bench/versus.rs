@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use pforte_tests::{Proc, eventually, free_port, http_client};
 
-use crate::{Gateway, Knobs, Limits, Options, bin, cpu_time, spawn_logged, start_service, tail};
+use crate::{Gateway, Knobs, Limits, Options, bin, cpu_time, start_service, tail};
 
 /// The measured request: MCP `tools/call whoami` on one initialized session.
 const CALL: &str =
@@ -456,7 +456,7 @@ impl Nginx {
             let mut cmd = Command::new(nginx);
             cmd.arg("-p").arg(&home).arg("-c").arg(&conf);
             cmd.arg("-e").arg(home.join("error.log"));
-            let mut proc = spawn_logged(cmd, &log)?;
+            let mut proc = Proc::spawn_logged(cmd, &log)?;
             let addrs = [ports.0, ports.1].map(|p| format!("127.0.0.1:{p}"));
             let up = eventually(Duration::from_secs(10), || {
                 let addrs = addrs.clone();
