@@ -35,13 +35,24 @@ pub fn bin_dir() -> PathBuf {
 
 /// Path to a workspace binary; panics with the fix when it was not built.
 pub fn bin(name: &str) -> PathBuf {
+    match built_bin(name) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Path to a workspace binary beside this executable, or an error naming the fix when it was
+/// not built (what the benchmark-style binaries report instead of panicking).
+pub fn built_bin(name: &str) -> anyhow::Result<PathBuf> {
     let p = bin_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build the workspace first (`cargo build --workspace`)",
-        p.display()
-    );
-    p
+    if !p.exists() {
+        bail!(
+            "{} is missing: build the workspace first (`cargo build --workspace --bins`, with \
+             `--release` for the benchmarks)",
+            p.display()
+        );
+    }
+    Ok(p)
 }
 
 /// Polls `cond` every 10 ms until it holds or `limit` passes.

@@ -9,14 +9,13 @@
 //! them `--hold-secs`, closes the streams and deletes the sessions, `--rounds` times.
 
 use std::{
-    path::PathBuf,
     process::Command,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
-use pforte_tests::{Proc, eventually, free_port};
+use pforte_tests::{Proc, built_bin, eventually, free_port};
 use tokio::{sync::Semaphore, task::JoinSet};
 
 const USAGE: &str = "\
@@ -77,19 +76,6 @@ impl Options {
         }
         Ok(o)
     }
-}
-
-/// The directory of this executable (where `cargo build --bins` put `pforte` too).
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("current exe")?;
-    let p = exe.with_file_name(name);
-    if !p.exists() {
-        bail!(
-            "{} is missing: build with `cargo build --release --bins`",
-            p.display()
-        );
-    }
-    Ok(p)
 }
 
 /// Resident set size of `pid` in KiB (`VmRSS`).
@@ -322,7 +308,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
 
 async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> {
     let work = tempfile::tempdir()?;
-    let (svc_bin, gw_bin) = (sibling("mcp-service")?, sibling("pforte")?);
+    let (svc_bin, gw_bin) = (built_bin("mcp-service")?, built_bin("pforte")?);
 
     let mut cmd = Command::new(&svc_bin);
     cmd.env("MCP_SERVICE_DATA_DIR", work.path().join("svc"))
