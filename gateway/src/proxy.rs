@@ -683,7 +683,7 @@ impl ProxyHttp for Gateway {
                 .headers
                 .get(admission::SESSION_ID)
                 .and_then(|v| v.to_str().ok())
-            && let Err(e) = self.edge.sessions.bind(id, &ctx.principal_key).await
+            && let Err(e) = self.edge.sessions.bind(id, &ctx.principal_key, None).await
         {
             tracing::warn!(request_id = %ctx.request_id, error = %e, "could not record the session's owner");
         }

@@ -1,6 +1,9 @@
 //! Which principal opened each MCP session (`Mcp-Session-Id`), so that a session id presented
-//! with another principal's credential can be refused. In-process (bounded, expiring) for one
-//! gateway, or in redis for several. Session ids are stored as their SHA-256 only.
+//! with another principal's credential can be refused, and which upstream instance serves it
+//! (a route with several `urls`), so that every request of the session reaches that instance.
+//! In-process (bounded, expiring) for one gateway, or in redis for several. Session ids are
+//! stored as their SHA-256 only; the instance as its URL, as configured, so every gateway with
+//! the same configuration on the same redis routes a session alike.
 //!
 //! Bindings slide: every use by the owner keeps the session alive for another `ttl`, but the
 //! expiry is rewritten at most every `ttl / 4` per session (no write per request).
@@ -32,6 +35,45 @@ pub enum Ownership {
     Unknown,
 }
 
+/// A caller's standing on a session, and the instance recorded with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub ownership: Ownership,
+    /// The upstream instance (its URL) that serves the session. Only told to the owner; `None`
+    /// when the record has none (a route with one instance, a session bound on its first use,
+    /// or a record written before instances were kept).
+    pub instance: Option<String>,
+}
+
+impl Binding {
+    /// The owner's standing, with the record's instance.
+    pub fn owner(instance: Option<String>) -> Self {
+        Self {
+            ownership: Ownership::Owner,
+            instance,
+        }
+    }
+
+    pub const FOREIGN: Self = Self {
+        ownership: Ownership::Foreign,
+        instance: None,
+    };
+
+    pub const UNKNOWN: Self = Self {
+        ownership: Ownership::Unknown,
+        instance: None,
+    };
+
+    /// The standing of `caller` on a record of `owner` served by `instance`.
+    fn of(caller: &str, owner: &str, instance: Option<&str>) -> Self {
+        if caller == owner {
+            Self::owner(instance.map(str::to_owned))
+        } else {
+            Self::FOREIGN
+        }
+    }
+}
+
 /// The shared store could not answer; the proxy fails closed (503).
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -59,6 +101,31 @@ impl Default for SessionOptions {
 }
 
 type Key = [u8; 32];
+
+/// Whether `instance` can be kept with a record (redis separates it from the owner by the
+/// last newline; a URL has none).
+fn is_storable(instance: &str) -> bool {
+    !instance.is_empty() && !instance.contains('\n')
+}
+
+/// The redis value of a record: the owner, then `\n` and the instance when there is one.
+fn encode(owner: &str, instance: Option<&str>) -> String {
+    match instance {
+        Some(i) => format!("{owner}\n{i}"),
+        None => owner.to_owned(),
+    }
+}
+
+/// A redis value → (owner, instance), split at the last newline (as the Lua scripts do); a
+/// value without one is an owner alone (also every record written before instances were
+/// kept).
+fn decode(value: &str) -> (&str, Option<&str>) {
+    match value.rsplit_once('\n') {
+        Some((owner, instance)) if !instance.is_empty() => (owner, Some(instance)),
+        Some((owner, _)) => (owner, None),
+        None => (value, None),
+    }
+}
 
 fn key(session_id: &str) -> Key {
     Sha256::digest(session_id.as_bytes()).into()
@@ -98,20 +165,27 @@ impl Sessions {
         })
     }
 
-    /// Binds `session_id` to `owner` unless it is bound already: the first binding wins.
-    /// Returns the caller's standing afterwards (`Owner`, or `Foreign` when another principal
-    /// holds it).
-    pub async fn bind(&self, session_id: &str, owner: &str) -> Result<Ownership, SessionError> {
+    /// Binds `session_id` to `owner`, served by `instance`, unless it is bound already: the
+    /// first binding wins, instance included. Returns the caller's standing afterwards
+    /// (`Owner` with the recorded instance, or `Foreign` when another principal holds it).
+    pub async fn bind(
+        &self,
+        session_id: &str,
+        owner: &str,
+        instance: Option<&str>,
+    ) -> Result<Binding, SessionError> {
+        let instance = instance.filter(|i| is_storable(i));
         match &self.backend {
             Backend::Local { table, clock } => {
-                Ok(lock(table).bind(key(session_id), owner, clock.now_ms()))
+                Ok(lock(table).bind(key(session_id), owner, instance, clock.now_ms()))
             }
-            Backend::Redis(r) => r.bind(session_id, owner).await,
+            Backend::Redis(r) => r.bind(session_id, owner, instance).await,
         }
     }
 
-    /// `owner`'s standing on `session_id`; an owner's use slides the expiry.
-    pub async fn check(&self, session_id: &str, owner: &str) -> Result<Ownership, SessionError> {
+    /// `owner`'s standing on `session_id` and the session's instance; an owner's use slides
+    /// the expiry.
+    pub async fn check(&self, session_id: &str, owner: &str) -> Result<Binding, SessionError> {
         match &self.backend {
             Backend::Local { table, clock } => {
                 Ok(lock(table).check(&key(session_id), owner, clock.now_ms()))
@@ -214,6 +288,7 @@ fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
 #[derive(Debug)]
 struct Entry {
     owner: Box<str>,
+    instance: Option<Box<str>>,
     expires_ms: u64,
     /// When the expiry was last written.
     touched_ms: u64,
@@ -250,14 +325,10 @@ impl Table {
         self.entries.len()
     }
 
-    fn bind(&mut self, key: Key, owner: &str, now: u64) -> Ownership {
+    fn bind(&mut self, key: Key, owner: &str, instance: Option<&str>, now: u64) -> Binding {
         self.purge(now);
         if let Some(entry) = self.entries.get(&key) {
-            return if &*entry.owner == owner {
-                Ownership::Owner
-            } else {
-                Ownership::Foreign
-            };
+            return Binding::of(owner, &entry.owner, entry.instance.as_deref());
         }
         while self.entries.len() >= self.max_entries {
             let Some((_, oldest)) = self.by_expiry.pop_first() else {
@@ -274,24 +345,25 @@ impl Table {
             key,
             Entry {
                 owner: owner.into(),
+                instance: instance.map(Into::into),
                 expires_ms,
                 touched_ms: now,
                 seq,
             },
         );
-        Ownership::Owner
+        Binding::owner(instance.map(str::to_owned))
     }
 
-    fn check(&mut self, key: &Key, owner: &str, now: u64) -> Ownership {
+    fn check(&mut self, key: &Key, owner: &str, now: u64) -> Binding {
         let Some(entry) = self.entries.get_mut(key) else {
-            return Ownership::Unknown;
+            return Binding::UNKNOWN;
         };
         if entry.expires_ms <= now {
             self.remove(key);
-            return Ownership::Unknown;
+            return Binding::UNKNOWN;
         }
         if &*entry.owner != owner {
-            return Ownership::Foreign;
+            return Binding::FOREIGN;
         }
         if now.saturating_sub(entry.touched_ms) >= self.ttl_ms / 4 {
             self.by_expiry.remove(&(entry.expires_ms, entry.seq));
@@ -299,7 +371,7 @@ impl Table {
             entry.touched_ms = now;
             self.by_expiry.insert((entry.expires_ms, entry.seq), *key);
         }
-        Ownership::Owner
+        Binding::owner(entry.instance.as_deref().map(str::to_owned))
     }
 
     fn remove(&mut self, key: &Key) {
@@ -338,17 +410,17 @@ impl Table {
     }
 }
 
-/// Binds unless bound (`SET NX EX`); 1 when `ARGV[1]` owns the key afterwards, else 0. A new
-/// binding joins the owner's set `KEYS[2]` (scored by its expiry, redis clock, seconds).
+/// Binds unless bound (`SET NX EX` of the record `ARGV[1]`, see [`encode`]) and returns the
+/// record held afterwards (nil only if it vanished). A new binding joins the owner's set
+/// `KEYS[2]` (scored by its expiry, redis clock, seconds).
 const BIND: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
   local now = tonumber(redis.call('TIME')[1])
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
   redis.call('EXPIRE', KEYS[2], ARGV[2])
-  return 1
+  return ARGV[1]
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
-return 0
+return redis.call('GET', KEYS[1])
 ";
 
 /// Live sessions in the owner's set `KEYS[1]` (expired members dropped first).
@@ -358,19 +430,21 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 ";
 
-/// Drops the binding `KEYS[1]` if `ARGV[1]` owns it, and its member of the owner's set.
+/// Drops the binding `KEYS[1]` if `ARGV[1]` owns it, and its member of the owner's set. The
+/// owner is the record up to its last newline (all of it without one), as in [`decode`].
 const FORGET: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local v = redis.call('GET', KEYS[1])
+if v and (string.match(v, '^(.*)\n') or v) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 ";
 
-/// nil when unbound; 1 when `ARGV[1]` owns it (then the expiry is rewritten to `ARGV[3]`
-/// seconds once at most `ARGV[2]` remain, i.e. at most every ttl/4); 0 for another owner.
+/// The record (nil when unbound). When `ARGV[1]` owns it the expiry is rewritten to `ARGV[3]`
+/// seconds once at most `ARGV[2]` remain, i.e. at most every ttl/4.
 const CHECK: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
-if v ~= ARGV[1] then return 0 end
+if (string.match(v, '^(.*)\n') or v) ~= ARGV[1] then return v end
 local left = redis.call('TTL', KEYS[1])
 if left >= 0 and left <= tonumber(ARGV[2]) then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
@@ -378,7 +452,7 @@ if left >= 0 and left <= tonumber(ARGV[2]) then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), KEYS[1])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
-return 1
+return v
 ";
 
 struct RedisSessions {
@@ -397,6 +471,14 @@ impl std::fmt::Debug for RedisSessions {
             .field("prefix", &self.prefix)
             .field("ttl_secs", &self.ttl_secs)
             .finish_non_exhaustive()
+    }
+}
+
+/// `caller`'s standing on a redis record (`None`: unbound).
+fn standing(caller: &str, record: Option<&str>) -> Binding {
+    match record.map(decode) {
+        None => Binding::UNKNOWN,
+        Some((owner, instance)) => Binding::of(caller, owner, instance),
     }
 }
 
@@ -438,27 +520,28 @@ impl RedisSessions {
         self.ttl_secs - self.ttl_secs / 4
     }
 
-    async fn bind(&self, session_id: &str, owner: &str) -> Result<Ownership, SessionError> {
+    async fn bind(
+        &self,
+        session_id: &str,
+        owner: &str,
+        instance: Option<&str>,
+    ) -> Result<Binding, SessionError> {
         let mut conn = self.conn.clone();
-        let owned: i64 = self
+        let record: Option<String> = self
             .bind
             .key(self.key(session_id))
             .key(self.owner_key(owner))
-            .arg(owner)
+            .arg(encode(owner, instance))
             .arg(self.ttl_secs)
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(if owned == 1 {
-            Ownership::Owner
-        } else {
-            Ownership::Foreign
-        })
+        Ok(standing(owner, record.as_deref()))
     }
 
-    async fn check(&self, session_id: &str, owner: &str) -> Result<Ownership, SessionError> {
+    async fn check(&self, session_id: &str, owner: &str) -> Result<Binding, SessionError> {
         let mut conn = self.conn.clone();
-        let owned: Option<i64> = self
+        let record: Option<String> = self
             .check
             .key(self.key(session_id))
             .key(self.owner_key(owner))
@@ -468,11 +551,7 @@ impl RedisSessions {
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(match owned {
-            None => Ownership::Unknown,
-            Some(1) => Ownership::Owner,
-            Some(_) => Ownership::Foreign,
-        })
+        Ok(standing(owner, record.as_deref()))
     }
 
     async fn forget(&self, session_id: &str, owner: &str) -> Result<(), SessionError> {
@@ -515,13 +594,13 @@ mod tests {
     fn first_binding_wins_and_others_are_foreign() {
         let mut t = table(10);
         let k = key("s1");
-        assert_eq!(t.check(&k, "alice", 0), Ownership::Unknown);
-        assert_eq!(t.bind(k, "alice", 0), Ownership::Owner);
-        assert_eq!(t.bind(k, "bob", 1), Ownership::Foreign);
-        assert_eq!(t.check(&k, "alice", 2), Ownership::Owner);
-        assert_eq!(t.check(&k, "bob", 2), Ownership::Foreign);
+        assert_eq!(t.check(&k, "alice", 0).ownership, Ownership::Unknown);
+        assert_eq!(t.bind(k, "alice", None, 0).ownership, Ownership::Owner);
+        assert_eq!(t.bind(k, "bob", None, 1).ownership, Ownership::Foreign);
+        assert_eq!(t.check(&k, "alice", 2).ownership, Ownership::Owner);
+        assert_eq!(t.check(&k, "bob", 2).ownership, Ownership::Foreign);
         t.remove(&k);
-        assert_eq!(t.check(&k, "bob", 3), Ownership::Unknown);
+        assert_eq!(t.check(&k, "bob", 3).ownership, Ownership::Unknown);
         assert!(t.by_expiry.is_empty());
     }
 
@@ -529,34 +608,46 @@ mod tests {
     fn idle_bindings_expire_and_use_slides_at_most_every_quarter_ttl() {
         let mut t = table(10);
         let k = key("s");
-        t.bind(k, "alice", 0);
+        t.bind(k, "alice", None, 0);
         // Within ttl/4 the expiry is not rewritten.
-        assert_eq!(t.check(&k, "alice", HOUR / 4 - 1), Ownership::Owner);
+        assert_eq!(
+            t.check(&k, "alice", HOUR / 4 - 1).ownership,
+            Ownership::Owner
+        );
         assert_eq!(t.entries[&k].expires_ms, HOUR);
         // After ttl/4 it is.
-        assert_eq!(t.check(&k, "alice", HOUR / 2), Ownership::Owner);
+        assert_eq!(t.check(&k, "alice", HOUR / 2).ownership, Ownership::Owner);
         assert_eq!(t.entries[&k].expires_ms, HOUR / 2 + HOUR);
         // A foreign check does not slide.
-        assert_eq!(t.check(&k, "bob", HOUR), Ownership::Foreign);
+        assert_eq!(t.check(&k, "bob", HOUR).ownership, Ownership::Foreign);
         assert_eq!(t.entries[&k].expires_ms, HOUR / 2 + HOUR);
         // Idle for a whole ttl: gone, and free to bind anew.
-        assert_eq!(t.check(&k, "alice", HOUR / 2 + HOUR), Ownership::Unknown);
+        assert_eq!(
+            t.check(&k, "alice", HOUR / 2 + HOUR).ownership,
+            Ownership::Unknown
+        );
         assert_eq!(t.len(), 0);
-        assert_eq!(t.bind(k, "bob", 2 * HOUR), Ownership::Owner);
+        assert_eq!(t.bind(k, "bob", None, 2 * HOUR).ownership, Ownership::Owner);
     }
 
     #[test]
     fn the_table_is_bounded_and_evicts_the_one_expiring_first() {
         let mut t = table(3);
         for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
-            t.bind(key(id), "o", i as u64);
+            t.bind(key(id), "o", None, i as u64);
         }
         // "a" is used after ttl/4 and slides past the others.
         t.check(&key("a"), "o", HOUR / 2);
-        t.bind(key("d"), "o", HOUR / 2);
+        t.bind(key("d"), "o", None, HOUR / 2);
         assert_eq!(t.len(), 3);
-        assert_eq!(t.check(&key("b"), "o", HOUR / 2), Ownership::Unknown);
-        assert_eq!(t.check(&key("a"), "o", HOUR / 2), Ownership::Owner);
+        assert_eq!(
+            t.check(&key("b"), "o", HOUR / 2).ownership,
+            Ownership::Unknown
+        );
+        assert_eq!(
+            t.check(&key("a"), "o", HOUR / 2).ownership,
+            Ownership::Owner
+        );
         assert_eq!(t.entries.len(), t.by_expiry.len());
     }
 
@@ -564,9 +655,9 @@ mod tests {
     fn expired_bindings_are_purged_on_bind() {
         let mut t = table(100);
         for i in 0..50 {
-            t.bind(key(&i.to_string()), "o", 0);
+            t.bind(key(&i.to_string()), "o", None, 0);
         }
-        t.bind(key("late"), "o", HOUR);
+        t.bind(key("late"), "o", None, HOUR);
         assert_eq!(t.len(), 1);
         assert_eq!(t.by_expiry.len(), 1);
     }
@@ -582,48 +673,57 @@ mod tests {
             },
         );
         assert_eq!(
-            sessions.bind("s1", "alice").await.unwrap(),
+            sessions.bind("s1", "alice", None).await.unwrap().ownership,
             Ownership::Owner
         );
         assert_eq!(
-            sessions.check("s1", "bob").await.unwrap(),
+            sessions.check("s1", "bob").await.unwrap().ownership,
             Ownership::Foreign
         );
         clock.advance(59);
         assert_eq!(
-            sessions.check("s1", "alice").await.unwrap(),
+            sessions.check("s1", "alice").await.unwrap().ownership,
             Ownership::Owner
         );
         clock.advance(60);
         assert_eq!(
-            sessions.check("s1", "alice").await.unwrap(),
+            sessions.check("s1", "alice").await.unwrap().ownership,
             Ownership::Unknown
         );
-        sessions.bind("s2", "a").await.unwrap();
-        sessions.bind("s3", "a").await.unwrap();
-        sessions.bind("s4", "a").await.unwrap();
-        assert_eq!(sessions.check("s2", "a").await.unwrap(), Ownership::Unknown);
-        assert_eq!(sessions.check("s4", "a").await.unwrap(), Ownership::Owner);
+        sessions.bind("s2", "a", None).await.unwrap();
+        sessions.bind("s3", "a", None).await.unwrap();
+        sessions.bind("s4", "a", None).await.unwrap();
+        assert_eq!(
+            sessions.check("s2", "a").await.unwrap().ownership,
+            Ownership::Unknown
+        );
+        assert_eq!(
+            sessions.check("s4", "a").await.unwrap().ownership,
+            Ownership::Owner
+        );
         sessions.forget("s4", "a").await.unwrap();
-        assert_eq!(sessions.check("s4", "a").await.unwrap(), Ownership::Unknown);
+        assert_eq!(
+            sessions.check("s4", "a").await.unwrap().ownership,
+            Ownership::Unknown
+        );
     }
 
     #[test]
     fn sessions_are_counted_per_owner_and_released_by_delete_expiry_and_eviction() {
         let mut t = table(3);
-        t.bind(key("a1"), "alice", 0);
-        t.bind(key("a2"), "alice", 0);
-        t.bind(key("b1"), "bob", 1);
+        t.bind(key("a1"), "alice", None, 0);
+        t.bind(key("a2"), "alice", None, 0);
+        t.bind(key("b1"), "bob", None, 1);
         assert_eq!(t.count("alice", 1), 2);
         assert_eq!(t.count("bob", 1), 1);
         // A second bind of the same id does not count twice.
-        t.bind(key("a1"), "alice", 2);
+        t.bind(key("a1"), "alice", None, 2);
         assert_eq!(t.count("alice", 2), 2);
         t.remove(&key("a1"));
         assert_eq!(t.count("alice", 2), 1);
         // Eviction (table full) releases the evicted owner's count.
-        t.bind(key("c1"), "carol", 3);
-        t.bind(key("c2"), "carol", 3);
+        t.bind(key("c1"), "carol", None, 3);
+        t.bind(key("c2"), "carol", None, 3);
         assert_eq!(t.count("alice", 3), 0, "a2 expired first and was evicted");
         // Expiry releases it too.
         assert_eq!(t.count("carol", HOUR + 3), 0);
@@ -658,14 +758,17 @@ mod tests {
         let sessions = Sessions::redis(&redis.url(), "t:", SessionOptions::default()).unwrap();
         assert_eq!(sessions.count("alice").await.unwrap(), 0);
         for id in ["s1", "s2", "s3"] {
-            assert_eq!(sessions.bind(id, "alice").await.unwrap(), Ownership::Owner);
+            assert_eq!(
+                sessions.bind(id, "alice", None).await.unwrap().ownership,
+                Ownership::Owner
+            );
         }
         assert_eq!(
-            sessions.bind("s1", "alice").await.unwrap(),
+            sessions.bind("s1", "alice", None).await.unwrap().ownership,
             Ownership::Owner
         );
         assert_eq!(
-            sessions.bind("s1", "bob").await.unwrap(),
+            sessions.bind("s1", "bob", None).await.unwrap().ownership,
             Ownership::Foreign
         );
         assert_eq!(sessions.count("alice").await.unwrap(), 3);
@@ -673,15 +776,172 @@ mod tests {
         // Bob cannot release Alice's session.
         sessions.forget("s2", "bob").await.unwrap();
         assert_eq!(
-            sessions.check("s2", "alice").await.unwrap(),
+            sessions.check("s2", "alice").await.unwrap().ownership,
             Ownership::Owner
         );
         sessions.forget("s2", "alice").await.unwrap();
         assert_eq!(sessions.count("alice").await.unwrap(), 2);
         assert_eq!(
-            sessions.check("s2", "alice").await.unwrap(),
+            sessions.check("s2", "alice").await.unwrap().ownership,
             Ownership::Unknown
         );
+    }
+
+    #[test]
+    fn the_instance_is_kept_with_the_binding_and_told_only_to_the_owner() {
+        let mut t = table(10);
+        let k = key("s");
+        let url = "http://127.0.0.1:9001/mcp";
+        assert_eq!(
+            t.bind(k, "alice", Some(url), 0),
+            Binding::owner(Some(url.into()))
+        );
+        // The first binding wins, instance included.
+        assert_eq!(
+            t.bind(k, "alice", Some("http://other/mcp"), 1),
+            Binding::owner(Some(url.into()))
+        );
+        assert_eq!(t.bind(k, "bob", Some(url), 1), Binding::FOREIGN);
+        assert_eq!(t.check(&k, "alice", 2), Binding::owner(Some(url.into())));
+        assert_eq!(t.check(&k, "bob", 2), Binding::FOREIGN);
+        // Sliding keeps it.
+        assert_eq!(
+            t.check(&k, "alice", HOUR / 2).instance.as_deref(),
+            Some(url)
+        );
+        assert_eq!(t.bind(key("n"), "alice", None, 3), Binding::owner(None));
+        assert_eq!(t.check(&key("n"), "alice", 3), Binding::owner(None));
+        assert_eq!(t.count("alice", 3), 2);
+    }
+
+    #[test]
+    fn records_encode_owner_and_instance_and_old_records_decode_as_owner_alone() {
+        let owner = "oauth:alice:client-1";
+        let url = "http://10.0.0.2:8080/mcp";
+        assert_eq!(decode(&encode(owner, Some(url))), (owner, Some(url)));
+        assert_eq!(decode(&encode(owner, None)), (owner, None));
+        // A record written before instances were kept is the owner alone.
+        assert_eq!(decode("static:ci:ci"), ("static:ci:ci", None));
+        assert_eq!(decode("o\n"), ("o", None));
+        // Split at the last newline: an owner with one still reads back.
+        assert_eq!(decode(&encode("a\nb", Some(url))), ("a\nb", Some(url)));
+        assert!(is_storable(url));
+        assert!(!is_storable(""));
+        assert!(!is_storable("http://x/\n"));
+    }
+
+    #[tokio::test]
+    async fn an_unstorable_instance_is_not_recorded() {
+        let sessions = Sessions::local(Arc::new(ManualClock::at(1)), SessionOptions::default());
+        assert_eq!(
+            sessions.bind("s", "a", Some("bad\nurl")).await.unwrap(),
+            Binding::owner(None)
+        );
+    }
+
+    #[tokio::test]
+    async fn redis_keeps_the_instance_for_every_gateway_and_reads_old_records() {
+        let Some(redis) = pforte_test_redis::RedisServer::start() else {
+            return;
+        };
+        let opts = SessionOptions {
+            ttl: Duration::from_secs(100),
+            ..SessionOptions::default()
+        };
+        // Two gateways on one redis.
+        let one = Sessions::redis(&redis.url(), "t:", opts.clone()).unwrap();
+        let two = Sessions::redis(&redis.url(), "t:", opts).unwrap();
+        let url = "http://127.0.0.1:9001/mcp";
+        assert_eq!(
+            one.bind("s1", "alice", Some(url)).await.unwrap(),
+            Binding::owner(Some(url.into()))
+        );
+        assert_eq!(
+            two.check("s1", "alice").await.unwrap(),
+            Binding::owner(Some(url.into()))
+        );
+        assert_eq!(two.check("s1", "bob").await.unwrap(), Binding::FOREIGN);
+        // The first binding wins on the other gateway too.
+        assert_eq!(
+            two.bind("s1", "alice", Some("http://127.0.0.1:9002/mcp"))
+                .await
+                .unwrap(),
+            Binding::owner(Some(url.into()))
+        );
+        assert_eq!(
+            two.bind("s1", "bob", Some(url)).await.unwrap(),
+            Binding::FOREIGN
+        );
+        assert_eq!(one.count("alice").await.unwrap(), 1);
+
+        let Backend::Redis(r) = &one.backend else {
+            unreachable!()
+        };
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        // The record is one key with the session's TTL; an owner's use slides it (ttl/4).
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(r.key("s1"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!((90..=100).contains(&ttl), "{ttl}");
+        let _: () = redis::cmd("EXPIRE")
+            .arg(r.key("s1"))
+            .arg(50)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            one.check("s1", "bob").await.unwrap(),
+            Binding::FOREIGN,
+            "a foreign check does not slide"
+        );
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(r.key("s1"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl <= 50, "{ttl}");
+        assert_eq!(
+            one.check("s1", "alice").await.unwrap(),
+            Binding::owner(Some(url.into()))
+        );
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(r.key("s1"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 90, "slid: {ttl}");
+
+        // A record from before instances were kept: the owner alone.
+        let _: () = redis::cmd("SET")
+            .arg(r.key("old"))
+            .arg("alice")
+            .arg("EX")
+            .arg(100)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            two.check("old", "alice").await.unwrap(),
+            Binding::owner(None)
+        );
+        assert_eq!(two.check("old", "bob").await.unwrap(), Binding::FOREIGN);
+        assert_eq!(
+            two.bind("old", "alice", Some(url)).await.unwrap(),
+            Binding::owner(None)
+        );
+
+        // Forget compares the owner part: only the owner removes a record with an instance.
+        one.forget("s1", "bob").await.unwrap();
+        assert_eq!(
+            two.check("s1", "alice").await.unwrap().ownership,
+            Ownership::Owner
+        );
+        two.forget("s1", "alice").await.unwrap();
+        assert_eq!(one.check("s1", "alice").await.unwrap(), Binding::UNKNOWN);
+        assert_eq!(one.count("alice").await.unwrap(), 0);
     }
 
     #[tokio::test]
@@ -698,6 +958,6 @@ mod tests {
         )
         .unwrap();
         assert!(sessions.check("s", "a").await.is_err());
-        assert!(sessions.bind("s", "a").await.is_err());
+        assert!(sessions.bind("s", "a", None).await.is_err());
     }
 }

@@ -144,11 +144,13 @@ impl Gateway {
             return Ok(());
         };
         let owner = &ctx.principal_key;
-        let ownership = match self.edge.sessions.check(id, owner).await {
-            Ok(Ownership::Unknown) => self.edge.sessions.bind(id, owner).await,
+        let binding = match self.edge.sessions.check(id, owner).await {
+            Ok(b) if b.ownership == Ownership::Unknown => {
+                self.edge.sessions.bind(id, owner, None).await
+            }
             other => other,
         };
-        match ownership {
+        match binding.map(|b| b.ownership) {
             Ok(Ownership::Owner) => {}
             // Two principals racing for an unknown id: the first binding wins.
             Ok(Ownership::Foreign | Ownership::Unknown) => return Err(Rejection::SessionNotFound),
