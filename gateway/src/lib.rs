@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod balance;
 pub mod catalog;
 pub mod cli;
 pub mod clock;
