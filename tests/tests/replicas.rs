@@ -1,0 +1,316 @@
+//! Replicas of one MCP server behind one route (`urls = [...]`): two mcp-service instances on
+//! one redis (shared documents, sessions of their own), two gateways on another key space of
+//! the same redis (shared session records). Sessions stick to the instance that opened them
+//! through either gateway; documents written through one replica are read through the other;
+//! when a replica dies its sessions get 404, clients re-initialize onto the survivor, and no
+//! new session reaches the dead one.
+//!
+//! Which replica holds a session is asked of the replicas themselves: mcp-service keeps its
+//! sessions in process, so only the replica that opened a session answers a `ping` in it (the
+//! other says 404), and a call through a gateway that succeeds in a session proves the
+//! gateway sent it to that replica.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer, eventually, http_client};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const PROTOCOL: &str = "2025-06-18";
+const PLAN: &str = "- [ ] Shared across replicas #root\n";
+
+/// One MCP endpoint (a gateway's route, or a replica directly) spoken to in raw HTTP, so the
+/// test sees every status and session id.
+struct Endpoint {
+    http: reqwest::Client,
+    url: String,
+    token: Option<String>,
+}
+
+impl Endpoint {
+    fn via(gw: &Gateway, token: &str) -> Self {
+        Self {
+            http: gw.http(),
+            url: format!("{}/plans/mcp", gw.base),
+            token: Some(token.to_owned()),
+        }
+    }
+
+    fn direct(replica: &McpService) -> Self {
+        Self {
+            http: http_client(None),
+            url: replica.url(),
+            token: None,
+        }
+    }
+
+    async fn post(
+        &self,
+        session: Option<&str>,
+        body: &Value,
+    ) -> reqwest::Result<reqwest::Response> {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", PROTOCOL)
+            .body(body.to_string());
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.send().await
+    }
+
+    /// `initialize` and `notifications/initialized`: the new session's id, or the status of
+    /// the refusal.
+    async fn open(&self) -> Result<String, StatusCode> {
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL, "capabilities": {},
+            "clientInfo": {"name": "replicas-test", "version": "1"}}});
+        let resp = self.post(None, &init).await.unwrap();
+        if resp.status() != StatusCode::OK {
+            return Err(resp.status());
+        }
+        let id = resp
+            .headers()
+            .get("mcp-session-id")
+            .expect("initialize answer without Mcp-Session-Id")
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(rpc_result(&resp.text().await.unwrap()).is_some());
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let resp = self.post(Some(&id), &done).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        Ok(id)
+    }
+
+    /// A request in `session`: its status and, on 200, the JSON-RPC result.
+    async fn request(
+        &self,
+        session: &str,
+        method: &str,
+        params: Value,
+    ) -> (StatusCode, Option<Value>) {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let resp = self.post(Some(session), &body).await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        (
+            status,
+            (status == StatusCode::OK)
+                .then(|| rpc_result(&text))
+                .flatten(),
+        )
+    }
+
+    /// A tool's structured answer; panics unless the call succeeded.
+    async fn tool(&self, session: &str, name: &str, args: Value) -> Value {
+        let (status, result) = self
+            .request(
+                session,
+                "tools/call",
+                json!({"name": name, "arguments": args}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{name} in {session}");
+        let result = result.unwrap_or_else(|| panic!("{name}: no result"));
+        assert_ne!(result["isError"], json!(true), "{name}: {result}");
+        result["structuredContent"].clone()
+    }
+
+    /// The status of a `ping` in `session`.
+    async fn ping(&self, session: &str) -> StatusCode {
+        self.request(session, "ping", json!({})).await.0
+    }
+}
+
+/// The JSON-RPC result in a JSON or SSE (`data:` lines) answer.
+fn rpc_result(body: &str) -> Option<Value> {
+    let message = |text: &str| {
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .filter(|v| v.get("id").is_some())
+    };
+    message(body.trim())
+        .or_else(|| {
+            body.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .find_map(|d| message(d.trim()))
+        })
+        .and_then(|v| v.get("result").cloned())
+}
+
+/// Which of `replicas` holds `session` (the one that answers a ping in it), asked directly.
+async fn holder(replicas: &[&Endpoint], session: &str) -> usize {
+    let mut holders = Vec::new();
+    for (i, r) in replicas.iter().enumerate() {
+        match r.ping(session).await {
+            StatusCode::OK => holders.push(i),
+            StatusCode::NOT_FOUND => {}
+            other => panic!("replica {i} answered {other} to a ping in {session}"),
+        }
+    }
+    assert_eq!(holders.len(), 1, "{session} is held by {holders:?}");
+    holders[0]
+}
+
+/// A gateway with the route `plans` over both replicas, its session records on `redis`.
+async fn gateway(
+    redis: &RedisServer,
+    replicas: [&McpService; 2],
+    public_url: Option<&str>,
+) -> Gateway {
+    let mut opts = GatewayOptions::new(replicas[0].url());
+    opts.redis_url = Some(redis.url());
+    opts.extra_toml = format!(
+        "[limits]\nenabled = false\n\n[[routes]]\nname = \"plans\"\nurls = [{:?}, {:?}]\nconnect_timeout_ms = 500\n",
+        replicas[0].url(),
+        replicas[1].url()
+    );
+    if let Some(url) = public_url {
+        // In production both sit behind one load balancer, under one public URL.
+        opts.top_toml = format!("public_url = {url:?}");
+    }
+    Gateway::start(opts).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs [[routes]]"]
+async fn sessions_stick_to_their_replica_across_gateways_and_move_when_it_dies() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mcp.toml");
+    std::fs::write(
+        &config,
+        format!("store = \"redis\"\nredis_url = {:?}\n", redis.url()),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let r0 = McpService::start(&["--config", &config]).unwrap();
+    let mut r1 = McpService::start(&["--config", &config]).unwrap();
+    let gw_a = gateway(&redis, [&r0, &r1], None).await;
+    let gw_b = gateway(&redis, [&r0, &r1], Some(&gw_a.base)).await;
+    let token = gw_a.create_token("replicas").await.unwrap();
+    let (a, b) = (Endpoint::via(&gw_a, &token), Endpoint::via(&gw_b, &token));
+    let b_knows = eventually(Duration::from_secs(5), || async {
+        b.post(None, &json!({}))
+            .await
+            .is_ok_and(|r| r.status() != StatusCode::UNAUTHORIZED)
+    })
+    .await;
+    assert!(
+        b_knows,
+        "gateway B never accepted the token created through A"
+    );
+    let (d0, d1) = (Endpoint::direct(&r0), Endpoint::direct(&r1));
+    let replicas = [&d0, &d1];
+
+    // New sessions are balanced over both replicas, through each gateway.
+    let mut sessions = Vec::new();
+    for gw in [&a, &b] {
+        let mut held = [0, 0];
+        for _ in 0..4 {
+            let s = gw.open().await.unwrap();
+            held[holder(&replicas, &s).await] += 1;
+            sessions.push(s);
+        }
+        assert_eq!(held, [2, 2], "round-robin over two healthy replicas");
+    }
+
+    // Every session works through both gateways: the other replica would have said 404.
+    for s in &sessions {
+        let before = holder(&replicas, s).await;
+        for gw in [&a, &b] {
+            let who = gw.tool(s, "whoami", json!({})).await;
+            assert_eq!(who["client"], "replicas", "{who}");
+        }
+        assert_eq!(holder(&replicas, s).await, before, "{s} moved");
+    }
+
+    // A document written through one replica is read through the other.
+    let mut on = [None, None];
+    for s in &sessions {
+        on[holder(&replicas, s).await].get_or_insert_with(|| s.clone());
+    }
+    let (s0, s1) = (on[0].clone().unwrap(), on[1].clone().unwrap());
+    let created = a
+        .tool(
+            &s0,
+            "werkbaum_create",
+            json!({"title": "Replicas", "text": PLAN, "allowWarnings": false, "allowProd": false}),
+        )
+        .await;
+    let doc = created["document"].as_str().unwrap().to_owned();
+    let read = b.tool(&s1, "werkbaum_read", json!({"document": doc})).await;
+    assert_eq!(read["revision"]["version"], created["version"], "{read}");
+    assert!(read["text"].as_str().unwrap().contains("#root"), "{read}");
+    let base = json!({"version": created["version"], "checksum": created["checksum"]});
+    b.tool(
+        &s1,
+        "werkbaum_add_node",
+        json!({"document": doc, "base": base, "parent": "root", "line": "- [ ] Via replica one #one"}),
+    )
+    .await;
+    let read = a.tool(&s0, "werkbaum_read", json!({"document": doc})).await;
+    assert!(read["text"].as_str().unwrap().contains("#one"), "{read}");
+
+    // Replica one dies mid-run.
+    let holders: Vec<usize> = {
+        let mut h = Vec::new();
+        for s in &sessions {
+            h.push(holder(&replicas, s).await);
+        }
+        h
+    };
+    r1.proc
+        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(5))
+        .unwrap();
+
+    // Its sessions get 404 through either gateway (the MCP rule: re-initialize); the
+    // survivor's sessions keep working.
+    for (s, &held) in sessions.iter().zip(&holders) {
+        for gw in [&a, &b] {
+            let (status, _) = gw
+                .request(s, "tools/call", json!({"name": "whoami", "arguments": {}}))
+                .await;
+            let expected = if held == 1 {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::OK
+            };
+            assert_eq!(status, expected, "{s} (replica {held})");
+        }
+    }
+
+    // Clients re-initialize: every new session lands on the survivor, through both gateways,
+    // and none fails on the way.
+    let survivor = [&d0];
+    for _ in 0..4 {
+        for gw in [&a, &b] {
+            let s = gw
+                .open()
+                .await
+                .expect("a new session after the replica died");
+            assert_eq!(holder(&survivor, &s).await, 0);
+            assert_eq!(d1_status(&d1, &s).await, None, "replica one is dead");
+            gw.tool(&s, "whoami", json!({})).await;
+        }
+    }
+    // The documents are all there, read through the survivor.
+    let read = b.tool(&s0, "werkbaum_read", json!({"document": doc})).await;
+    assert!(read["text"].as_str().unwrap().contains("#one"), "{read}");
+}
+
+/// What the dead replica answers: nothing (`None`) once it is gone.
+async fn d1_status(d1: &Endpoint, session: &str) -> Option<StatusCode> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    d1.post(Some(session), &body).await.ok().map(|r| r.status())
+}
