@@ -247,6 +247,34 @@ pub fn route_session(
     }
 }
 
+/// Whether a failure talking to an instance takes it out until the prober reaches it again:
+/// it could not be connected to, or an established connection to it broke (what is answered
+/// 502). A slow answer (504) does not, nor a TLS failure: that is a certificate problem a TCP
+/// probe cannot see, so the instance would only flap.
+pub fn marks_down(e: &pingora::Error) -> bool {
+    use pingora::ErrorType as T;
+    e.esource() == &pingora::ErrorSource::Upstream
+        && matches!(
+            e.etype(),
+            T::ConnectRefused
+                | T::ConnectNoRoute
+                | T::ConnectTimedout
+                | T::ConnectError
+                | T::SocketError
+                | T::ConnectionClosed
+                | T::ReadError
+                | T::WriteError
+        )
+}
+
+/// Whether a request whose connection to an instance failed is tried on another one (pingora's
+/// retry, which asks for a peer again): only a request without a session (an `initialize` or
+/// a stateless request, which any instance serves alike), and only while some of the route's
+/// `instances` are untried (`tried` counts the failed attempts).
+pub fn retries_elsewhere(has_session: bool, instances: usize, tried: usize) -> bool {
+    !has_session && tried < instances
+}
+
 /// The instances of one route, shared by the request path and the prober
 /// (`Arc<Instances>`).
 #[derive(Debug)]
@@ -528,6 +556,45 @@ mod tests {
         assert_eq!(route_session(&urls, &h, Some(A)), Ok(0));
         h.mark_up(1);
         assert_eq!(route_session(&urls, &h, Some(B)), Ok(1));
+    }
+
+    #[test]
+    fn connect_failures_and_broken_connections_mark_down_timeouts_and_tls_do_not() {
+        use pingora::{Error, ErrorType as T};
+        for t in [
+            T::ConnectRefused,
+            T::ConnectNoRoute,
+            T::ConnectTimedout,
+            T::ConnectError,
+            T::ConnectionClosed,
+            T::ReadError,
+        ] {
+            assert!(marks_down(&Error::new_up(t.clone())), "{t:?}");
+            assert!(
+                !marks_down(&Error::new_down(t.clone())),
+                "client side {t:?}"
+            );
+        }
+        for t in [
+            T::ReadTimedout,
+            T::TLSHandshakeFailure,
+            T::InvalidCert,
+            T::HTTPStatus(502),
+            T::InternalError,
+        ] {
+            assert!(!marks_down(&Error::new_up(t.clone())), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn only_requests_without_a_session_are_retried_and_only_on_untried_instances() {
+        assert!(retries_elsewhere(false, 2, 1));
+        assert!(!retries_elsewhere(false, 2, 2));
+        assert!(
+            !retries_elsewhere(true, 2, 1),
+            "a session lives on its instance"
+        );
+        assert!(!retries_elsewhere(false, 1, 1));
     }
 
     #[test]
