@@ -356,6 +356,12 @@ impl Instances {
         self.health().is_healthy(i)
     }
 
+    /// Whether any instance takes requests (a route with one instance always does).
+    pub fn any_healthy(&self) -> bool {
+        let health = self.health();
+        health.len() == 1 || (0..health.len()).any(|i| health.is_healthy(i))
+    }
+
     /// Instance `i` failed at `now`; logs the change once.
     pub fn mark_down(&self, i: usize, now_ms: u64, why: &str) {
         let change = self.health().mark_down(i, now_ms);
@@ -614,5 +620,13 @@ mod tests {
         inst.mark_down(0, 3_000, "502");
         inst.mark_up(0, 3_500);
         assert!(inst.is_healthy(0));
+        assert!(inst.any_healthy());
+        inst.mark_down(0, 4_000, "refused");
+        inst.mark_down(1, 4_000, "refused");
+        assert!(!inst.any_healthy());
+        assert_eq!(inst.pick(), None);
+        let one = Instances::new("one", &[A]).unwrap();
+        one.mark_down(0, 1, "refused");
+        assert!(one.any_healthy(), "a single instance is never taken out");
     }
 }
