@@ -3,7 +3,7 @@
 //! the same redis (shared session records). Sessions stick to the instance that opened them
 //! through either gateway; documents written through one replica are read through the other;
 //! when a replica dies its sessions get 404, clients re-initialize onto the survivor, and no
-//! new session reaches the dead one.
+//! new session reaches the dead one; when it answers again, new sessions reach it again.
 //!
 //! Which replica holds a session is asked of the replicas themselves: mcp-service keeps its
 //! sessions in process, so only the replica that opened a session answers a `ping` in it (the
@@ -11,9 +11,11 @@
 //! gateway sent it to that replica.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::{process::Command, time::Duration};
 
-use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer, eventually, http_client};
+use pforte_tests::{
+    Gateway, GatewayOptions, McpService, Proc, RedisServer, eventually, http_client,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -122,6 +124,19 @@ impl Endpoint {
         let result = result.unwrap_or_else(|| panic!("{name}: no result"));
         assert_ne!(result["isError"], json!(true), "{name}: {result}");
         result["structuredContent"].clone()
+    }
+
+    /// Ends `session` (`DELETE`), so it stops counting against the principal's sessions.
+    async fn close(&self, session: &str) -> StatusCode {
+        let mut req = self
+            .http
+            .delete(&self.url)
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", PROTOCOL);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        req.send().await.unwrap().status()
     }
 
     /// The status of a `ping` in `session`.
@@ -307,6 +322,30 @@ async fn sessions_stick_to_their_replica_across_gateways_and_move_when_it_dies()
     // The documents are all there, read through the survivor.
     let read = b.tool(&s0, "werkbaum_read", json!({"document": doc})).await;
     assert!(read["text"].as_str().unwrap().contains("#one"), "{read}");
+
+    // Replica one comes back on its address: the prober puts it back within seconds, and new
+    // sessions reach it again through both gateways.
+    let mut cmd = Command::new(pforte_tests::bin("mcp-service"));
+    cmd.env("MCP_SERVICE_DATA_DIR", dir.path()).args([
+        "serve",
+        "--listen",
+        &r1.addr.to_string(),
+        "--config",
+        &config,
+    ]);
+    let mut back = Proc::spawn(cmd).unwrap();
+    back.wait_line("listening on", Duration::from_secs(30))
+        .unwrap();
+    for gw in [&a, &b] {
+        let reached = eventually(Duration::from_secs(10), || async {
+            let s = gw.open().await.unwrap();
+            let back = holder(&replicas, &s).await == 1;
+            assert!(gw.close(&s).await.is_success());
+            back
+        })
+        .await;
+        assert!(reached, "no new session reached the replica that came back");
+    }
 }
 
 /// What the dead replica answers: nothing (`None`) once it is gone.
