@@ -469,24 +469,48 @@ async fn two_gateways_share_session_bindings_through_redis() {
     let opts = SessionOptions::default();
     let a = Sessions::redis(&redis.url(), "pforte:", opts.clone()).unwrap();
     let b = Sessions::redis(&redis.url(), "pforte:", opts).unwrap();
-    assert_eq!(a.check("s1", "alice").await.unwrap(), Ownership::Unknown);
-    assert_eq!(a.bind("s1", "alice").await.unwrap(), Ownership::Owner);
-    assert_eq!(b.check("s1", "alice").await.unwrap(), Ownership::Owner);
-    assert_eq!(b.check("s1", "bob").await.unwrap(), Ownership::Foreign);
+    assert_eq!(
+        a.check("s1", "alice").await.unwrap().ownership,
+        Ownership::Unknown
+    );
+    assert_eq!(
+        a.bind("s1", "alice", None).await.unwrap().ownership,
+        Ownership::Owner
+    );
+    assert_eq!(
+        b.check("s1", "alice").await.unwrap().ownership,
+        Ownership::Owner
+    );
+    assert_eq!(
+        b.check("s1", "bob").await.unwrap().ownership,
+        Ownership::Foreign
+    );
     // The first binding wins, on either gateway.
-    assert_eq!(b.bind("s1", "bob").await.unwrap(), Ownership::Foreign);
-    assert_eq!(a.check("s1", "alice").await.unwrap(), Ownership::Owner);
+    assert_eq!(
+        b.bind("s1", "bob", None).await.unwrap().ownership,
+        Ownership::Foreign
+    );
+    assert_eq!(
+        a.check("s1", "alice").await.unwrap().ownership,
+        Ownership::Owner
+    );
     // Both gateways count alice's sessions alike.
     assert_eq!(a.count("alice").await.unwrap(), 1);
     assert_eq!(b.count("alice").await.unwrap(), 1);
     assert_eq!(b.count("bob").await.unwrap(), 0);
     b.forget("s1", "alice").await.unwrap();
     assert_eq!(a.count("alice").await.unwrap(), 0);
-    assert_eq!(a.check("s1", "alice").await.unwrap(), Ownership::Unknown);
+    assert_eq!(
+        a.check("s1", "alice").await.unwrap().ownership,
+        Ownership::Unknown
+    );
     // Another prefix is another table.
     let other = Sessions::redis(&redis.url(), "other:", SessionOptions::default()).unwrap();
-    a.bind("s2", "alice").await.unwrap();
-    assert_eq!(other.check("s2", "bob").await.unwrap(), Ownership::Unknown);
+    a.bind("s2", "alice", None).await.unwrap();
+    assert_eq!(
+        other.check("s2", "bob").await.unwrap().ownership,
+        Ownership::Unknown
+    );
 
     // redis gone: an error, never a guess.
     drop(redis);
@@ -503,12 +527,12 @@ async fn redis_bindings_slide_while_used_and_expire_when_idle() {
         ..SessionOptions::default()
     };
     let sessions = Sessions::redis(&redis.url(), "pforte:", opts).unwrap();
-    sessions.bind("s", "alice").await.unwrap();
+    sessions.bind("s", "alice", None).await.unwrap();
     // Used for longer than the ttl, it stays.
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
         assert_eq!(
-            sessions.check("s", "alice").await.unwrap(),
+            sessions.check("s", "alice").await.unwrap().ownership,
             Ownership::Owner
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -516,7 +540,7 @@ async fn redis_bindings_slide_while_used_and_expire_when_idle() {
     // Idle, it expires (redis's TTL). Polled by a foreign caller, which does not slide it.
     assert!(
         eventually(Duration::from_secs(6), || async {
-            sessions.check("s", "bob").await.unwrap() == Ownership::Unknown
+            sessions.check("s", "bob").await.unwrap().ownership == Ownership::Unknown
         })
         .await
     );
