@@ -39,6 +39,9 @@ return 1
 struct Record {
     name: String,
     scopes: Vec<String>,
+    /// Absent when empty: an empty list would come back from the revoke script's cjson as `{}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    routes: Vec<String>,
     created_at: u64,
     expires_at: Option<u64>,
     revoked_at: Option<u64>,
@@ -110,6 +113,7 @@ impl TokenSource for RedisTokenStore {
         &self,
         name: &str,
         scopes: &[String],
+        routes: &[String],
         expires_at: Option<u64>,
         now: u64,
         rng: &mut dyn rand::RngCore,
@@ -121,6 +125,7 @@ impl TokenSource for RedisTokenStore {
         let record = serde_json::to_string(&Record {
             name: name.to_owned(),
             scopes: scopes.to_vec(),
+            routes: routes.to_vec(),
             created_at: now,
             expires_at,
             revoked_at: None,
@@ -152,6 +157,7 @@ impl TokenSource for RedisTokenStore {
             .map(|(_, r)| StaticToken {
                 name: r.name,
                 scopes: r.scopes,
+                routes: r.routes,
                 created_at: r.created_at,
                 expires_at: r.expires_at,
                 revoked_at: r.revoked_at,
@@ -194,6 +200,7 @@ impl TokenSource for RedisTokenStore {
                 token: StaticToken {
                     name: r.name,
                     scopes: r.scopes,
+                    routes: r.routes,
                     created_at: r.created_at,
                     expires_at: r.expires_at,
                     revoked_at: None,
