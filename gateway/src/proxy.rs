@@ -725,6 +725,10 @@ impl ProxyHttp for Gateway {
                 HttpPeer::new(addr, upstream.tls, sni)
             }
         };
+        // Each route keeps its own upstream connections: pingora's reuse key does not include
+        // the per-peer CA, so without this a connection verified for one route's `ca_file`
+        // would be reused by another route to the same address with another (or no) CA.
+        peer.group_key = i as u64;
         if upstream.tls {
             peer.options.ca = self.routes[i].ca.clone();
             peer.options.verify_cert = true;
