@@ -38,13 +38,33 @@ return 1
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Record {
     name: String,
+    #[serde(deserialize_with = "list")]
     scopes: Vec<String>,
-    /// Absent when empty: an empty list would come back from the revoke script's cjson as `{}`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Absent when empty (the empty list of every token without `--route`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "list"
+    )]
     routes: Vec<String>,
     created_at: u64,
     expires_at: Option<u64>,
     revoked_at: Option<u64>,
+}
+
+/// A list of strings as stored: the revoke script's cjson re-encodes an empty list as `{}`.
+fn list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        List(Vec<String>),
+        Empty(std::collections::BTreeMap<String, serde_json::Value>),
+    }
+    match serde::Deserialize::deserialize(d)? {
+        Stored::List(list) => Ok(list),
+        Stored::Empty(map) if map.is_empty() => Ok(Vec::new()),
+        Stored::Empty(_) => Err(serde::de::Error::custom("expected a list of strings")),
+    }
 }
 
 /// The redis-backed token store (blocking client: the admin CLI and the refresher thread).
@@ -213,5 +233,35 @@ impl TokenSource for RedisTokenStore {
     fn version(&self) -> Result<i64, StoreError> {
         let v: Option<i64> = self.with(|c| c.get(VERSION))?;
         Ok(v.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn routes_survive_create_list_and_revoke() {
+        let Some(redis) = pforte_test_redis::RedisServer::start() else {
+            return;
+        };
+        let store = RedisTokenStore::open(&redis.url()).unwrap();
+        let mut rng = rand::rng();
+        let limited = store
+            .create("w", &[], &["werkbaum".to_owned()], None, 1, &mut rng)
+            .unwrap();
+        let open = store.create("all", &[], &[], None, 2, &mut rng).unwrap();
+        let snap = store.snapshot().unwrap();
+        assert_eq!(snap.find(&limited).unwrap().routes, ["werkbaum"]);
+        assert!(snap.find(&open).unwrap().routes.is_empty());
+        // The revoke script re-encodes the record with cjson; both kinds still read back.
+        assert!(store.revoke("all", 3).unwrap());
+        assert!(store.revoke("w", 4).unwrap());
+        let listed = store.list().unwrap();
+        assert_eq!(listed.len(), 2);
+        let w = listed.iter().find(|t| t.name == "w").unwrap();
+        assert_eq!(w.routes, ["werkbaum"]);
+        assert!(w.revoked_at.is_some());
     }
 }
