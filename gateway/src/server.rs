@@ -388,3 +388,34 @@ pub fn run(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn command_routes_become_bridge_specs() {
+        let text = "data_dir = \"/srv/pf\"\n[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[[routes]]\nname = \"plans\"\ncommand = [\"sh\", \"-c\", \"cat\"]\nenv = { RUST_LOG = \"warn\" }\n[routes.stdio]\nidle_timeout_secs = 5\npool = 1";
+        let settings = toml::from_str::<crate::config::GatewayConfig>(text)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(stdio_spec(&settings.routes[0]).is_none());
+        let (spec, socket) = stdio_spec(&settings.routes[1]).unwrap();
+        assert_eq!(socket, std::path::Path::new("/srv/pf/run/stdio/plans.sock"));
+        assert_eq!(spec.route, "plans");
+        assert_eq!(spec.command, ["sh", "-c", "cat"]);
+        assert_eq!(spec.env["RUST_LOG"], "warn");
+        assert_eq!(spec.cwd, None);
+        assert_eq!(
+            (
+                spec.max_children,
+                spec.max_children_per_principal,
+                spec.pool
+            ),
+            (16, 4, 1)
+        );
+        assert_eq!(spec.idle_timeout, std::time::Duration::from_secs(5));
+    }
+}
