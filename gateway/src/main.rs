@@ -74,6 +74,14 @@ enum Command {
         /// The URL clients use, when it differs from the listen address.
         #[arg(long)]
         public_url: Option<String>,
+        /// A stdio MCP server behind the gateway at /NAME/mcp: NAME='COMMAND ARGS…' (shell
+        /// words; repeatable), e.g. --stdio notes='npx -y @modelcontextprotocol/server-filesystem /srv/notes'.
+        #[arg(long = "stdio", value_name = "NAME=COMMAND")]
+        stdio: Vec<String>,
+        /// A streamable-HTTP MCP server behind the gateway at /NAME/mcp: NAME=URL (http://,
+        /// https:// or unix:PATH; repeatable).
+        #[arg(long = "route", value_name = "NAME=URL")]
+        route: Vec<String>,
     },
     /// Manage the users who log in on the consent page.
     User {
@@ -375,12 +383,25 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             );
             server::run(s, Vec::new()).map_err(|e| Failure::Other(e.into()))
         }
-        Command::Up { listen, public_url } => {
+        Command::Up {
+            listen,
+            public_url,
+            stdio,
+            route,
+        } => {
+            let extra = match up::extra_routes(&stdio, &route) {
+                Ok(routes) => routes,
+                Err(e) => {
+                    eprintln!("pforte: {e}");
+                    return Ok(ExitCode::from(cli::exit::USAGE));
+                }
+            };
             return up_cmd(
                 listen,
                 config,
                 data_dir.unwrap_or_else(|| PathBuf::from(".pforte")),
                 public_url,
+                extra,
             )
             .map_err(Failure::from);
         }
@@ -424,6 +445,7 @@ fn up_cmd(
     config: Option<PathBuf>,
     data_dir: PathBuf,
     public_url: Option<String>,
+    extra_routes: Vec<pforte::config::RouteConfig>,
 ) -> anyhow::Result<ExitCode> {
     if let Err(e) = preflight::check_bind(listen) {
         eprintln!("pforte: {e}");
@@ -442,6 +464,7 @@ fn up_cmd(
     cfg.data_dir = data_dir.clone();
     cfg.public_url = public_url.or(cfg.public_url);
     cfg.upstream.get_or_insert_with(Default::default).url = child.upstream_url();
+    cfg.routes.extend(extra_routes);
     if !listen.ip().is_loopback() && cfg.tls.is_none() {
         let mut names = vec!["localhost".to_owned(), listen.ip().to_string()];
         if let Some(host) = cfg
@@ -478,10 +501,9 @@ fn up_cmd(
             "             (lost it? `pforte token revoke {UP_TOKEN} --data-dir {}` and run again)",
             data_dir.display()
         );
-        println!("  Claude Code:");
-        println!(
-            "    claude mcp add --transport http pforte {url} --header \"Authorization: Bearer <token>\""
-        );
+        for line in up::route_lines(&settings.routes, "<token>") {
+            println!("{line}");
+        }
     } else {
         let token = store.create(
             UP_TOKEN,
@@ -493,10 +515,9 @@ fn up_cmd(
         )?;
         println!("  Token:     {token}");
         println!("             (shown once; only its hash is stored)");
-        println!("  Claude Code:");
-        println!(
-            "    claude mcp add --transport http pforte {url} --header \"Authorization: Bearer {token}\""
-        );
+        for line in up::route_lines(&settings.routes, &token.to_string()) {
+            println!("{line}");
+        }
     }
     let admin = Admin::new(Arc::new(SqliteStore::open(&settings.oauth_db())?));
     let rt = tokio::runtime::Builder::new_current_thread()
