@@ -900,6 +900,8 @@ fn parse_lifetime(s: &str) -> anyhow::Result<u64> {
 
 fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<PathBuf>) -> CmdResult {
     let adds = matches!(action, TokenAction::Create { .. });
+    // Without a config file the routes are unknown here: only their names are checked.
+    let routes_known = config.is_some();
     let site = store_site(config, data_dir, adds)?;
     let cfg = &site.cfg;
     let db = cfg.data_dir.join("pforte.db");
@@ -912,8 +914,16 @@ fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<Path
             expires,
             routes,
         } => {
+            if let Some(bad) = routes.iter().find(|r| !pforte::config::valid_route_name(r)) {
+                return Err(Failure::Usage(format!(
+                    "--route {bad:?}: a route name is 1 to 63 characters of a-z, 0-9 and '-'"
+                )));
+            }
             let known = cfg.route_names();
-            if let Some(unknown) = routes.iter().find(|r| !known.contains(&r.as_str())) {
+            if let Some(unknown) = routes
+                .iter()
+                .find(|r| routes_known && !known.contains(&r.as_str()))
+            {
                 return Err(Failure::Usage(format!(
                     "unknown route {unknown:?}; configured routes: {}",
                     known.join(" ")

@@ -6,7 +6,7 @@ use std::{net::IpAddr, sync::Arc};
 
 use bytes::Bytes;
 use pforte_oauth::{
-    AuthServer, OAuthConfig, ValidationError, Validator,
+    AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator,
     http::ClientIp,
     store::{
         Store,
@@ -59,12 +59,7 @@ pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError>
     cfg.issuer = base.issuer;
     cfg.resource = base.resource;
     cfg.scopes_supported = settings.file.scopes.clone();
-    let routes: Vec<(String, String)> = settings
-        .routes
-        .iter()
-        .map(|r| (r.resource.clone(), r.name.clone()))
-        .collect();
-    set_resources(&mut cfg, &routes);
+    set_resources(&mut cfg, settings);
     // Browsers drop `Secure` cookies over plain http: only a loopback listener serves it.
     if !settings.tls_enabled() && !settings.file.behind_tls_proxy {
         cfg.cookie_secure = false;
@@ -79,17 +74,22 @@ pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError>
     Ok(cfg)
 }
 
-/// ADAPTER until pforte-oauth's multi-resource API (`OAuthConfig::resources`) is merged: every
-/// route's resource URL and name (`(url, name)`) for the authorization server. At the merge
-/// this becomes
-/// `cfg.resources = routes.iter().map(|(url, name)| ResourceEntry { url, name }).collect()`.
-fn set_resources(_cfg: &mut OAuthConfig, _routes: &[(String, String)]) {}
+/// Every route as a resource of the authorization server: its URL (the token audience) and
+/// its name (shown on the consent page).
+fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
+    cfg.resources = settings
+        .routes
+        .iter()
+        .map(|r| ResourceEntry {
+            url: r.resource.clone(),
+            name: r.name.clone(),
+        })
+        .collect();
+}
 
-/// ADAPTER until pforte-oauth's `Principal::resource` is merged: the resource the token was
-/// issued for. At the merge this becomes `Binding::Resource(p.resource.clone())`; until then
-/// the validator accepts only tokens for the default resource, for every route.
-fn token_binding(_p: &pforte_oauth::Principal) -> Binding {
-    Binding::Any
+/// An OAuth token opens the route whose resource it was issued for (canonical URL).
+fn token_binding(p: &pforte_oauth::Principal) -> Binding {
+    Binding::Resource(p.resource.clone())
 }
 
 /// Opens the OAuth store configured for this gateway.

@@ -282,3 +282,114 @@ fn check_refuses_bad_routes() {
         "{stdout}"
     );
 }
+
+const USER: &str = "alice";
+const PASSWORD: &str = "correct horse battery staple";
+
+/// An OAuth token through the real flow (discovery from the route's 401, registration like
+/// Claude.ai, login, consent, code exchange) for the route at `mcp_url`; also the consent page.
+async fn route_token(gw: &Gateway, mcp_url: &str) -> (String, String) {
+    use pforte_tests::oauth::{
+        Browser, CLAUDE_CALLBACK, Pkce, authorize_url, browser_step, discover, exchange_code,
+        param, register_like_claude,
+    };
+    let browser = Browser::for_gateway(gw);
+    let d = discover(&browser.http, mcp_url).await.unwrap();
+    let client = register_like_claude(&browser.http, &d).await.unwrap();
+    let pkce = Pkce::new("route-token");
+    let auth = authorize_url(
+        &d,
+        &client.client_id,
+        CLAUDE_CALLBACK,
+        &pkce,
+        "st",
+        &[("resource", &d.resource), ("scope", "mcp:read mcp:write")],
+    )
+    .unwrap();
+    let (cb, consent) = browser_step(&browser, &auth, USER, PASSWORD, "approve")
+        .await
+        .unwrap();
+    let code = param(&cb, "code").expect("a code");
+    let token = exchange_code(
+        &browser.http,
+        &d,
+        &client,
+        &code,
+        CLAUDE_CALLBACK,
+        &pkce.verifier,
+        &d.resource,
+    )
+    .await
+    .unwrap()
+    .access()
+    .unwrap();
+    (token, consent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_tokens_are_bound_to_their_route() {
+    use pforte_tests::oauth::{
+        Browser, CLAUDE_CALLBACK, Pkce, authorize_url, discover, mcp_status, param,
+        register_like_claude,
+    };
+    let alpha = McpService::start(&[]).unwrap();
+    let beta = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(alpha.url());
+    opts.extra_toml = routes_toml(&[("alpha", &alpha.url(), ""), ("beta", &beta.url(), "")]);
+    let gw = Gateway::start(opts).await.unwrap();
+    gw.add_user(USER, PASSWORD).unwrap();
+    let base = gw.base.clone();
+    let (alpha_url, beta_url) = (format!("{base}/alpha/mcp"), format!("{base}/beta/mcp"));
+
+    let (a_token, consent) = route_token(&gw, &alpha_url).await;
+    assert!(
+        consent.contains("alpha"),
+        "the consent page names the service: {consent}"
+    );
+    use_route(&gw, &alpha_url, &a_token).await;
+    let (b_token, consent) = route_token(&gw, &beta_url).await;
+    assert!(consent.contains("beta"), "{consent}");
+    use_route(&gw, &beta_url, &b_token).await;
+
+    // A token for one route is refused on every other, as a token for another resource.
+    let http = gw.http();
+    for (token, other) in [
+        (&a_token, &beta_url),
+        (&b_token, &alpha_url),
+        (&a_token, &gw.mcp_url()),
+    ] {
+        assert_eq!(mcp_status(&http, other, token).await, 401, "{other}");
+        let r = ping(&gw, other, Some(token)).await;
+        let header = r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        let (_, params) = parse_challenge(&header).unwrap();
+        assert_eq!(params["error"], "invalid_token", "{header}");
+        assert_eq!(params["error_description"], "token is for another resource");
+        let path = other.strip_prefix(&base).unwrap();
+        assert_eq!(
+            params["resource_metadata"],
+            format!("{base}/.well-known/oauth-protected-resource{path}")
+        );
+    }
+
+    // A resource no route serves is invalid_target.
+    let browser = Browser::for_gateway(&gw);
+    let d = discover(&browser.http, &alpha_url).await.unwrap();
+    let client = register_like_claude(&browser.http, &d).await.unwrap();
+    let pkce = Pkce::new("nope");
+    let auth = authorize_url(
+        &d,
+        &client.client_id,
+        CLAUDE_CALLBACK,
+        &pkce,
+        "st-nope",
+        &[("resource", &format!("{base}/nope/mcp"))],
+    )
+    .unwrap();
+    let cb = browser.get(&auth).await.unwrap().see_other().unwrap();
+    assert_eq!(
+        param(&cb, "error").as_deref(),
+        Some("invalid_target"),
+        "{cb}"
+    );
+    assert!(param(&cb, "code").is_none());
+}
