@@ -249,6 +249,39 @@ async fn the_whole_active_conformance_suite_passes_through_the_gateway() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The same suite through a `[[routes]]` entry (`/everything/mcp`, its own protected resource)
+/// ends check by check as it does through `/mcp`: every check passes, the DNS-rebinding one
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_active_conformance_suite_passes_through_an_http_route() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let server = EverythingServer::start_conformance_target(&node, &packages).unwrap();
+    let mut opts = GatewayOptions::new(server.url());
+    opts.tls = false;
+    opts.extra_toml = format!(
+        "[limits]\nenabled = false\n\n[[routes]]\nname = \"everything\"\nurl = \"{}\"\n",
+        server.url()
+    );
+    let gw = Gateway::start(opts).await.unwrap();
+    let token = gw
+        .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let route = format!("{}/everything/mcp", gw.mcp_url().trim_end_matches("/mcp"));
+    let direct = run_suite(&node, &packages, &server.url(), None);
+    let through = run_suite(&node, &packages, &route, Some(&token));
+    let mut wrong = compare(&direct, &through);
+    for ((scenario, id), (status, error)) in &through {
+        if status != "SUCCESS" {
+            wrong.push(format!("{scenario} / {id}: {status} ({error})"));
+        }
+    }
+    wrong.dedup();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// The npm reference everything server fails many active scenarios by itself (it lacks their
 /// `test_*` tools, resources and prompts); through the gateway every check ends as it does
 /// directly, and the DNS-rebinding checks pass.
