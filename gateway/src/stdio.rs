@@ -222,7 +222,15 @@ impl StdioBridge {
 impl BackgroundService for StdioBridge {
     /// Serves streamable HTTP (MCP) at `/mcp` on the socket until shutdown, then stops every
     /// child.
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        self.run(shutdown).await;
+    }
+}
+
+impl StdioBridge {
+    /// What [`BackgroundService::start`] runs: serves until `shutdown` changes, then stops
+    /// every child (SIGTERM, SIGKILL after 2 s) and removes the socket.
+    pub async fn run(&self, mut shutdown: ShutdownWatch) {
         let route = self.shared.spec.route.clone();
         let Some(listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else {
             tracing::error!(route = %route, "the stdio bridge was started twice");

@@ -179,7 +179,8 @@ impl Conn {
     /// Whether the connection has been idle for `timeout` at `now`.
     pub fn idle_expired(&self, now: Instant, timeout: Duration) -> bool {
         let st = self.lock();
-        let busy = st.pending.values().any(|p| !p.internal)
+        let busy = st.phase == Phase::Starting
+            || st.pending.values().any(|p| !p.internal)
             || st.standalone.as_ref().is_some_and(|tx| !tx.is_closed());
         decide::idle_expired(st.last_activity, now, busy, timeout)
     }
@@ -444,6 +445,7 @@ impl Conn {
     ) {
         let ok = answer.get("result").is_some();
         let mut st = self.lock();
+        st.last_activity = Instant::now();
         if ok {
             st.init_result = answer.get("result").cloned();
             st.phase = Phase::Up;
