@@ -458,19 +458,33 @@ impl Shared {
         }
         let (conn, ready) = {
             let mut children = self.lock();
-            let best = children
-                .pool
-                .iter()
-                .filter(|c| c.is_up())
-                .min_by_key(|c| c.in_flight())
-                .cloned();
-            let grow = children.pool.len() < self.spec.pool
-                && best.as_ref().is_none_or(|c| c.in_flight() > 0);
-            match best {
-                Some(c) if !grow || children.live() >= self.spec.max_children => return Ok(c),
-                _ => {}
+            let least_busy = |up_only: bool| {
+                children
+                    .pool
+                    .iter()
+                    .filter(|c| !up_only || c.is_up())
+                    .min_by_key(|c| c.in_flight())
+                    .cloned()
+            };
+            let best = least_busy(true);
+            let can_grow = children.pool.len() < self.spec.pool
+                && decide::admit(children.live(), self.spec.max_children, 0, 1).is_ok();
+            let want_grow = best.as_ref().is_none_or(|c| c.in_flight() > 0);
+            if let Some(c) = best
+                && !(want_grow && can_grow)
+            {
+                return Ok(c);
             }
-            if let Err(refusal) = decide::admit(children.live(), self.spec.max_children, 0, 1) {
+            if !can_grow {
+                // A child that is (re)starting answers with an error naming the wait.
+                if let Some(c) = least_busy(false) {
+                    return Ok(c);
+                }
+                let refusal = decide::admit(children.live(), self.spec.max_children, 0, 1)
+                    .err()
+                    .unwrap_or(CapRefusal::Route {
+                        max: self.spec.max_children,
+                    });
                 return Err((
                     StatusCode::SERVICE_UNAVAILABLE,
                     reply::cap_message(route, refusal),
@@ -534,7 +548,7 @@ async fn post_mcp(State(bridge): State<Arc<Shared>>, headers: HeaderMap, body: B
         };
         conn.touch(Instant::now());
         return match kind {
-            Kind::Request { .. } => match conn.request(msg) {
+            Kind::Request { .. } => match conn.request(msg, sse) {
                 Ok(rx) => reply::answer(rx, sse).await,
                 Err(message) => reply::error(StatusCode::OK, id, &message),
             },
@@ -565,7 +579,7 @@ async fn post_mcp(State(bridge): State<Arc<Shared>>, headers: HeaderMap, body: B
             if discover {
                 return reply::json(StatusCode::OK, &discover_answer(id, conn.init_result()));
             }
-            match conn.request(msg) {
+            match conn.request(msg, sse) {
                 Ok(rx) => reply::answer(rx, sse).await,
                 Err(message) => reply::error(StatusCode::OK, id, &message),
             }

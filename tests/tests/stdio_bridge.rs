@@ -416,6 +416,26 @@ async fn python_sdk_server_progress_sampling_and_elicitation_reach_the_client() 
     let v: Value = resp.json().await.unwrap();
     assert_eq!((v["id"].clone(), text(&v)), (json!("j"), "json".to_owned()));
 
+    // A notification tied to no request goes to the standalone stream (GET).
+    let get = b
+        .client
+        .http
+        .get(URL)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.headers()["content-type"], "text/event-stream");
+    let mut standalone = Events::new(get);
+    let announced = c.call(&session, 5, "changed", json!({})).await;
+    assert_eq!(text(&announced), "announced");
+    let note = standalone
+        .next()
+        .await
+        .expect("a notification on the GET stream");
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+
     // DELETE ends the session and its child; the id is then unknown.
     let pid = b.bridge.child_pids()[0];
     let r = b
@@ -645,12 +665,11 @@ async fn bridge_host() {
         return;
     };
     pforte::logging::init(pforte::logging::LogFormat::Text);
-    let bridge = StdioBridge::bind_with_launcher(
-        python_spec(Path::new(&python)),
-        Path::new(&socket),
-        bin("pforte"),
-    )
-    .unwrap();
+    let mut spec = python_spec(Path::new(&python));
+    // Only the parent-death signal can end these children: their end of input does not.
+    spec.env
+        .insert("FIXTURE_HOLD_ON_EOF".to_owned(), "1".to_owned());
+    let bridge = StdioBridge::bind_with_launcher(spec, Path::new(&socket), bin("pforte")).unwrap();
     println!("bridge host ready");
     let (_stop, watch) = tokio::sync::watch::channel(false);
     bridge.run(watch).await;

@@ -60,6 +60,9 @@ struct Pending {
     tx: mpsc::Sender<Value>,
     /// The bridge's own `initialize`.
     internal: bool,
+    /// The client reads an event stream (else only the response reaches it: server requests
+    /// go to the standalone stream).
+    stream: bool,
 }
 
 struct State {
@@ -186,8 +189,9 @@ impl Conn {
     }
 
     /// Sends a client request (its id remapped); the receiver yields every server message tied
-    /// to it and then its response. Err is the message of the JSON-RPC error to answer with.
-    pub fn request(&self, mut msg: Value) -> Result<mpsc::Receiver<Value>, String> {
+    /// to it and then its response (`stream`: the client reads an event stream). Err is the
+    /// message of the JSON-RPC error to answer with.
+    pub fn request(&self, mut msg: Value, stream: bool) -> Result<mpsc::Receiver<Value>, String> {
         let mut st = self.lock();
         match st.phase {
             Phase::Up => {}
@@ -229,6 +233,7 @@ impl Conn {
                 token,
                 tx,
                 internal: false,
+                stream,
             },
         );
         Ok(rx)
@@ -385,6 +390,7 @@ impl Conn {
                     token: None,
                     tx: init_tx,
                     internal: true,
+                    stream: true,
                 },
             );
             let init = json!({"jsonrpc": "2.0", "id": bridge_id, "method": "initialize",
@@ -491,7 +497,12 @@ impl Conn {
             .map(|(id, p)| (*id, p.token.as_ref()))
             .collect();
         let dest = decide::route_server_message(&msg, &in_flight);
+        let is_request = matches!(decide::classify(&msg), Kind::Request { .. });
         let msg = match dest {
+            // A JSON answer carries only the response: a server request goes where it is read.
+            Dest::Request(id) if is_request && st.pending.get(&id).is_some_and(|p| !p.stream) => {
+                msg
+            }
             Dest::Request(id) => match st.pending.get(&id).map(|p| p.tx.try_send(msg)) {
                 Some(Err(e)) => e.into_inner(),
                 Some(Ok(())) => return,
