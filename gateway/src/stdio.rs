@@ -254,6 +254,8 @@ impl StdioBridge {
         }
         let app = Router::new()
             .route("/mcp", post(post_mcp).get(get_mcp).delete(delete_mcp))
+            // The gateway bounds bodies (`max_body_bytes`) before they get here.
+            .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(self.shared.clone());
         tracing::info!(route = %route, socket = %self.socket.display(), "stdio bridge listening");
         let serve = axum::serve(listener, app);
