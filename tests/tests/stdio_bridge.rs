@@ -725,3 +725,66 @@ async fn bridge_host_is_sigkilled_and_no_child_is_left() {
         [p1, p2].map(alive)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_target_over_stdio_logs_and_reports_progress_per_request() {
+    let tools = pforte_tests::node22().and_then(|n| Ok((n, pforte_tests::conformance_packages()?)));
+    let (node, packages) = match tools {
+        Ok(t) => t,
+        Err(e) if pforte_tests::in_ci() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            return;
+        }
+    };
+    let mut s = spec(
+        "everything",
+        vec![
+            node.display().to_string(),
+            pforte_tests::conformance_script("everything-server.cjs")
+                .display()
+                .to_string(),
+            "--stdio".to_owned(),
+        ],
+    );
+    s.env.insert(
+        "NODE_PATH".to_owned(),
+        packages.parent().unwrap().display().to_string(),
+    );
+    let b = Bridge::start(s).await;
+    let c = &b.client;
+    let (session, init) = c.open("alice").await.unwrap();
+    assert!(init["capabilities"]["logging"].is_object(), "{init}");
+    let all = c
+        .request(
+            Some(&session),
+            1,
+            "tools/call",
+            json!({"name": "test_tool_with_logging", "arguments": {}}),
+        )
+        .await;
+    let logs = all
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .count();
+    assert_eq!(
+        logs, 3,
+        "the only request in flight gets the log lines: {all:?}"
+    );
+    let all = c
+        .request(
+            Some(&session),
+            2,
+            "tools/call",
+            json!({"name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": 7}}),
+        )
+        .await;
+    let progress: Vec<_> = all
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| m["params"]["progress"].clone())
+        .collect();
+    assert_eq!(progress, [json!(0), json!(50), json!(100)], "{all:?}");
+    assert_eq!(all.last().unwrap()["id"], 2);
+    b.shutdown().await;
+}

@@ -320,15 +320,24 @@ impl Conn {
                     }
                     failures = decide::failures_after_exit(failures, up_for);
                     let delay = decide::backoff_delay(failures.saturating_sub(1));
+                    {
+                        // In one step: no request slips in between the exit and the backoff.
+                        let mut st = self.lock();
+                        st.phase = Phase::Backoff {
+                            until: Instant::now() + delay,
+                        };
+                        let message = format!(
+                            "the stdio server `{}` exited ({status}); it is being restarted",
+                            self.route
+                        );
+                        fail_pending(&mut st, &message);
+                    }
                     tracing::warn!(
                         route = %self.route,
                         %status,
                         retry_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                         "stdio server exited; restarting it"
                     );
-                    self.lock().phase = Phase::Backoff {
-                        until: Instant::now() + delay,
-                    };
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         _ = stop.changed() => break,
@@ -432,11 +441,6 @@ impl Conn {
         let mut st = self.lock();
         st.stdin = None;
         st.pid = None;
-        let message = format!(
-            "the stdio server `{}` exited ({status}); it is being restarted",
-            self.route
-        );
-        fail_pending(&mut st, &message);
         RunEnd::Exited {
             status,
             up_for: started.elapsed(),
