@@ -107,6 +107,13 @@ pub struct StdioBridge {
     socket: PathBuf,
 }
 
+impl Drop for StdioBridge {
+    /// Children never outlive their bridge, however its runtime ended.
+    fn drop(&mut self) {
+        self.shared.stop_all_blocking();
+    }
+}
+
 impl std::fmt::Debug for StdioBridge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StdioBridge")
@@ -275,7 +282,8 @@ impl StdioBridge {
             () = reap => {}
             _ = shutdown.changed() => {}
         }
-        self.shared.stop_all().await;
+        let shared = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || shared.stop_all_blocking()).await;
         let _ = std::fs::remove_file(&self.socket);
         tracing::info!(route = %route, "stdio bridge stopped");
     }
@@ -348,7 +356,10 @@ impl Shared {
         }
     }
 
-    async fn stop_all(&self) {
+    /// Stops every child without the runtime (pingora shuts the runtimes down right after the
+    /// shutdown signal, cancelling async work, and a dropped bridge must not wait for one):
+    /// stdin closed, SIGTERM to each process group, SIGKILL after [`conn::STOP_GRACE`].
+    fn stop_all_blocking(&self) {
         let all: Vec<Arc<Conn>> = {
             let mut children = self.lock();
             let sessions = children.sessions.drain().map(|(_, s)| s.conn);
@@ -356,11 +367,24 @@ impl Shared {
             all.append(&mut children.pool);
             all
         };
+        let pids: Vec<u32> = all.iter().filter_map(|c| c.pid()).collect();
         for conn in &all {
             conn.stop();
+            conn.close_stdin();
         }
-        for conn in &all {
-            conn.stop_and_wait().await;
+        for pid in &pids {
+            conn::signal_group(*pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + conn::STOP_GRACE;
+        while Instant::now() < deadline && !pids.iter().all(|p| conn::has_exited(*p)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for pid in pids {
+            // Also whatever the child started in its group.
+            conn::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        if !all.is_empty() {
+            tracing::info!(route = %self.spec.route, children = all.len(), "stdio servers stopped");
         }
     }
 

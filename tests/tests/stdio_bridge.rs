@@ -788,3 +788,29 @@ async fn the_conformance_target_over_stdio_logs_and_reports_progress_per_request
     assert_eq!(all.last().unwrap()["id"], 2);
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_whose_runtime_cancelled_it_still_stops_its_children_when_dropped() {
+    let Some(python) = python() else { return };
+    let mut s = python_spec(&python);
+    // Only a signal ends these children.
+    s.env
+        .insert("FIXTURE_HOLD_ON_EOF".to_owned(), "1".to_owned());
+    let b = Bridge::start(s).await;
+    b.client.open("alice").await.unwrap();
+    b.client.open("bob").await.unwrap();
+    let pids = b.bridge.child_pids();
+    assert_eq!(pids.len(), 2);
+    // What pingora's runtime shutdown does to a background service: drop its future.
+    b.task.abort();
+    let _ = b.task.await;
+    assert!(
+        pids.iter().all(|p| alive(*p)),
+        "still running before the drop"
+    );
+    let bridge = b.bridge;
+    tokio::task::spawn_blocking(move || drop(bridge))
+        .await
+        .unwrap();
+    assert!(all_gone(&pids).await, "children outlived their bridge");
+}

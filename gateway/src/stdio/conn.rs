@@ -281,6 +281,11 @@ impl Conn {
         rx
     }
 
+    /// Closes the child's stdin (stdio servers stop at end of input).
+    pub fn close_stdin(&self) {
+        self.lock().stdin = None;
+    }
+
     /// Asks the supervisor to stop the child (SIGTERM, SIGKILL after [`STOP_GRACE`]).
     pub fn stop(&self) {
         let _ = self.stop.send(true);
@@ -563,15 +568,32 @@ async fn log_stderr(route: String, pid: Option<u32>, stderr: tokio::process::Chi
     }
 }
 
+/// Sends `signal` to the process group of the child `pid` (before the child's setpgid there
+/// is no such group: then to the child alone).
+pub fn signal_group(pid: u32, signal: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let pid = Pid::from_raw(pid);
+        if killpg(pid, signal).is_err() {
+            let _ = kill(pid, signal);
+        }
+    }
+}
+
+/// Whether the process `pid` has ended (gone, or a zombie waiting to be reaped).
+pub fn has_exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.trim_start())
+        .is_some_and(|state| state.starts_with('Z') || state.starts_with('X'))
+}
+
 /// SIGTERM to the child's process group, SIGKILL after [`STOP_GRACE`]; reaps it.
 async fn terminate(pid: Option<u32>, child: &mut tokio::process::Child) {
     let signal_all = |signal: Signal| {
-        if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-            let pid = Pid::from_raw(pid);
-            // Before the child's setpgid there is no group `pid`: then the child alone.
-            if killpg(pid, signal).is_err() {
-                let _ = kill(pid, signal);
-            }
+        if let Some(pid) = pid {
+            signal_group(pid, signal);
         }
     };
     signal_all(Signal::SIGTERM);
