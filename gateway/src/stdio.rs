@@ -1,7 +1,11 @@
 //! The stdio bridge: an in-process MCP streamable-HTTP server on a Unix socket in front of the
 //! stdio MCP servers of one `command` route. Every MCP session gets its own child (stdio
 //! servers keep per-connection state); stateless requests (no `Mcp-Session-Id`, not
-//! `initialize`) are served by a small pool of children the bridge initialized itself.
+//! `initialize`: MCP 2026-07-28) are served by a small pool of children that get them as they
+//! are. Pool children are not sent an `initialize`: SDKs that speak both eras (the Python SDK
+//! 2.x, rmcp 3.x) refuse the 2026-07-28 envelope on a connection opened with the handshake, and
+//! a handshake-only server answers `server/discover` with "method not found", so that a client
+//! falls back to `initialize` — a session.
 //!
 //! The gateway reaches the socket like a `unix:` upstream (path `/mcp`, identity headers set
 //! by the gateway); the bridge trusts those headers because only the gateway can reach the
@@ -48,8 +52,6 @@ pub const SESSION_HEADER: &str = "mcp-session-id";
 /// The gateway's identity headers the per-principal cap is keyed by.
 pub const SUBJECT_HEADER: &str = "x-pforte-subject";
 pub const CLIENT_HEADER: &str = "x-pforte-client";
-/// The protocol version the bridge initializes pool children with.
-const POOL_PROTOCOL_VERSION: &str = "2025-06-18";
 /// How long a child has to answer `initialize`.
 const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A comment line on quiet standalone streams, so no idle timeout in between cuts them.
@@ -72,7 +74,7 @@ pub struct StdioSpec {
     /// Sessions per principal (`x-pforte-subject` + `x-pforte-client`).
     pub max_children_per_principal: usize,
     pub idle_timeout: Duration,
-    /// Initialized children for stateless requests (started on demand).
+    /// Children for stateless requests (started on demand).
     pub pool: usize,
 }
 
@@ -311,7 +313,7 @@ impl Shared {
 
     fn start_conn(
         &self,
-        init_params: Value,
+        init_params: Option<Value>,
         initialized: bool,
     ) -> Option<(Arc<Conn>, conn::Ready)> {
         let spawner = self.spawner.get()?.clone();
@@ -419,7 +421,7 @@ impl Shared {
                 drop(children);
                 return reply::over_cap(&self.spec.route, id, refusal);
             }
-            let Some((conn, ready)) = self.start_conn(params, false) else {
+            let Some((conn, ready)) = self.start_conn(Some(params), false) else {
                 return reply::error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     id,
@@ -516,12 +518,7 @@ impl Shared {
                     reply::cap_message(route, refusal),
                 ));
             }
-            let params = json!({
-                "protocolVersion": POOL_PROTOCOL_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "pforte-stdio-bridge", "version": env!("CARGO_PKG_VERSION")},
-            });
-            let Some((conn, ready)) = self.start_conn(params, true) else {
+            let Some((conn, ready)) = self.start_conn(None, true) else {
                 return Err((
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the stdio bridge is not running".to_owned(),
@@ -531,13 +528,13 @@ impl Shared {
             (conn, ready)
         };
         match tokio::time::timeout(INIT_TIMEOUT, ready).await {
-            Ok(Ok(Ok(answer))) if answer.get("result").is_some() => Ok(conn),
+            Ok(Ok(Ok(_))) => Ok(conn),
             _ => {
                 self.lock().pool.retain(|c| !Arc::ptr_eq(c, &conn));
                 conn.stop();
                 Err((
                     StatusCode::BAD_GATEWAY,
-                    format!("the stdio server `{route}` did not initialize"),
+                    format!("the stdio server `{route}` did not start"),
                 ))
             }
         }
@@ -595,16 +592,13 @@ async fn post_mcp(State(bridge): State<Arc<Shared>>, headers: HeaderMap, body: B
             method: "initialize",
             ..
         } => bridge.open_session(&msg, id, &headers, sse).await,
-        Kind::Request { method, .. } => {
-            let discover = method == "server/discover";
+        // Stateless (MCP 2026-07-28, `server/discover` among them): the child answers itself.
+        Kind::Request { .. } => {
             let conn = match bridge.pool_conn().await {
                 Ok(conn) => conn,
                 Err((status, message)) => return reply::error(status, id, &message),
             };
             conn.touch(Instant::now());
-            if discover {
-                return reply::json(StatusCode::OK, &discover_answer(id, conn.init_result()));
-            }
             match conn.request(msg, sse) {
                 Ok(rx) => reply::answer(rx, sse).await,
                 Err(message) => reply::error(StatusCode::OK, id, &message),
@@ -619,20 +613,6 @@ async fn post_mcp(State(bridge): State<Arc<Shared>>, headers: HeaderMap, body: B
             "not a JSON-RPC message",
         ),
     }
-}
-
-/// `server/discover` (MCP 2026-07-28) answered from a pool child's `initialize` result.
-fn discover_answer(id: Value, init: Option<Value>) -> Value {
-    let init = init.unwrap_or_else(|| json!({}));
-    let mut result = json!({
-        "supportedVersions": [init.get("protocolVersion").cloned().unwrap_or(Value::Null)],
-        "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-        "serverInfo": init.get("serverInfo").cloned().unwrap_or_else(|| json!({})),
-    });
-    if let Some(instructions) = init.get("instructions") {
-        result["instructions"] = instructions.clone();
-    }
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
 async fn get_mcp(State(bridge): State<Arc<Shared>>, headers: HeaderMap) -> Response {

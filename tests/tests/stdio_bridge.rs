@@ -591,25 +591,34 @@ async fn stateless_requests_are_served_by_the_pool() {
     let Some(python) = python() else { return };
     let b = Bridge::start(python_spec(&python)).await;
     let c = &b.client;
-    let listed = c.request(None, 1, "tools/list", json!({})).await;
+    // The 2026-07-28 envelope: every request names its version and capabilities.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let discover = c
+        .request(None, 1, "server/discover", json!({"_meta": meta}))
+        .await;
+    let result = &discover.last().unwrap()["result"];
+    assert_eq!(
+        result["supportedVersions"],
+        json!(["2026-07-28"]),
+        "{discover:?}"
+    );
+    let listed = c
+        .request(None, 2, "tools/list", json!({"_meta": meta}))
+        .await;
     let tools = listed.last().unwrap()["result"]["tools"]
         .as_array()
         .unwrap()
         .len();
     assert!(tools >= 5, "{listed:?}");
-    let discover = c.request(None, 2, "server/discover", json!({})).await;
-    let result = &discover.last().unwrap()["result"];
-    assert_eq!(
-        result["serverInfo"]["name"], "pforte-stdio-fixture",
-        "{result}"
-    );
-    assert!(result["supportedVersions"].is_array());
     let echo = c
         .request(
             None,
             3,
             "tools/call",
-            json!({"name":"echo","arguments":{"text":"pool"}}),
+            json!({"name": "echo", "arguments": {"text": "pool"}, "_meta": meta}),
         )
         .await;
     assert_eq!(text(echo.last().unwrap()), "pool");
@@ -753,6 +762,14 @@ async fn the_conformance_target_over_stdio_logs_and_reports_progress_per_request
     );
     let b = Bridge::start(s).await;
     let c = &b.client;
+    // A handshake-only server (the TypeScript SDK 1.x) answers `server/discover` on a pool
+    // child with "method not found": a client's cue to fall back to `initialize`.
+    let discover = c.request(None, 0, "server/discover", json!({})).await;
+    assert_eq!(
+        discover.last().unwrap()["error"]["code"],
+        -32601,
+        "{discover:?}"
+    );
     let (session, init) = c.open("alice").await.unwrap();
     assert!(init["capabilities"]["logging"].is_object(), "{init}");
     let all = c

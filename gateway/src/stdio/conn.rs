@@ -73,7 +73,6 @@ struct State {
     backlog: VecDeque<Value>,
     pid: Option<u32>,
     last_activity: Instant,
-    init_result: Option<Value>,
 }
 
 /// One child and the MCP connection over its stdin/stdout.
@@ -82,7 +81,9 @@ pub struct Conn {
     cmd: ChildCommand,
     spawner: Spawner,
     ids: Arc<AtomicU64>,
-    init_params: Value,
+    /// The `initialize` params to send after every start; None for a pool child, which gets
+    /// the clients' stateless (2026-07-28) requests as they are.
+    init_params: Option<Value>,
     /// Replay `notifications/initialized` after a restart (the client sent it, or the bridge
     /// initialized this child itself).
     initialized: AtomicBool,
@@ -106,14 +107,15 @@ enum RunEnd {
 }
 
 impl Conn {
-    /// Starts a child and its supervisor. `init_params` is the `initialize` to send (and replay);
-    /// `initialized` whether `notifications/initialized` follows it without the client.
+    /// Starts a child and its supervisor. `init_params` is the `initialize` to send (and replay)
+    /// after every start, None for none (the child is ready once it runs); `initialized`
+    /// whether `notifications/initialized` follows it without the client.
     pub fn start(
         route: &str,
         cmd: ChildCommand,
         spawner: Spawner,
         ids: Arc<AtomicU64>,
-        init_params: Value,
+        init_params: Option<Value>,
         initialized: bool,
     ) -> (Arc<Self>, Ready) {
         let (stop, stop_rx) = watch::channel(false);
@@ -132,7 +134,6 @@ impl Conn {
                 backlog: VecDeque::new(),
                 pid: None,
                 last_activity: Instant::now(),
-                init_result: None,
             }),
             stop,
             done: Mutex::new(None),
@@ -154,11 +155,6 @@ impl Conn {
     /// The child's pid while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.lock().pid
-    }
-
-    /// The child's `initialize` result (for `server/discover`).
-    pub fn init_result(&self) -> Option<Value> {
-        self.lock().init_result.clone()
     }
 
     /// Requests in flight (the bridge's own not counted).
@@ -392,29 +388,39 @@ impl Conn {
 
         // The (replayed) initialize.
         let (init_tx, mut init_rx) = mpsc::channel(4);
+        let mut initializing = self.init_params.is_some();
         {
             let mut st = self.lock();
-            st.phase = Phase::Starting;
             st.pid = pid;
-            let bridge_id = self.ids.fetch_add(1, Ordering::Relaxed);
-            st.pending.insert(
-                bridge_id,
-                Pending {
-                    client_id: Value::Null,
-                    token: None,
-                    tx: init_tx,
-                    internal: true,
-                    stream: true,
-                },
-            );
-            let init = json!({"jsonrpc": "2.0", "id": bridge_id, "method": "initialize",
-                              "params": self.init_params});
-            let _ = stdin_tx.try_send(line(&init));
-            st.stdin = Some(stdin_tx);
+            st.stdin = Some(stdin_tx.clone());
+            if !initializing {
+                st.phase = Phase::Up;
+                st.last_activity = Instant::now();
+                drop(st);
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(Ok(Value::Null));
+                }
+            } else {
+                st.phase = Phase::Starting;
+                let bridge_id = self.ids.fetch_add(1, Ordering::Relaxed);
+                st.pending.insert(
+                    bridge_id,
+                    Pending {
+                        client_id: Value::Null,
+                        token: None,
+                        tx: init_tx,
+                        internal: true,
+                        stream: true,
+                    },
+                );
+                let init = json!({"jsonrpc": "2.0", "id": bridge_id, "method": "initialize",
+                                  "params": self.init_params});
+                let _ = stdin_tx.try_send(line(&init));
+            }
         }
+        drop(stdin_tx);
 
         let mut lines = BufReader::new(stdout).lines();
-        let mut initializing = true;
         loop {
             tokio::select! {
                 _ = stop.changed() => {
@@ -462,7 +468,6 @@ impl Conn {
         let mut st = self.lock();
         st.last_activity = Instant::now();
         if ok {
-            st.init_result = answer.get("result").cloned();
             st.phase = Phase::Up;
             if self.initialized.load(Ordering::Relaxed)
                 && let Some(stdin) = &st.stdin
