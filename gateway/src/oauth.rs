@@ -17,7 +17,7 @@ use pforte_oauth::{
 use tower::ServiceExt as _;
 
 use crate::{
-    auth::{AuthFailure, AuthKind, Principal},
+    auth::{AuthFailure, AuthKind, Binding, Principal},
     config::Settings,
 };
 
@@ -59,6 +59,12 @@ pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError>
     cfg.issuer = base.issuer;
     cfg.resource = base.resource;
     cfg.scopes_supported = settings.file.scopes.clone();
+    let routes: Vec<(String, String)> = settings
+        .routes
+        .iter()
+        .map(|r| (r.resource.clone(), r.name.clone()))
+        .collect();
+    set_resources(&mut cfg, &routes);
     // Browsers drop `Secure` cookies over plain http: only a loopback listener serves it.
     if !settings.tls_enabled() && !settings.file.behind_tls_proxy {
         cfg.cookie_secure = false;
@@ -71,6 +77,19 @@ pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError>
         });
     }
     Ok(cfg)
+}
+
+/// ADAPTER until pforte-oauth's multi-resource API (`OAuthConfig::resources`) is merged: every
+/// route's resource URL and name (`(url, name)`) for the authorization server. At the merge
+/// this becomes
+/// `cfg.resources = routes.iter().map(|(url, name)| ResourceEntry { url, name }).collect()`.
+fn set_resources(_cfg: &mut OAuthConfig, _routes: &[(String, String)]) {}
+
+/// ADAPTER until pforte-oauth's `Principal::resource` is merged: the resource the token was
+/// issued for. At the merge this becomes `Binding::Resource(p.resource.clone())`; until then
+/// the validator accepts only tokens for the default resource, for every route.
+fn token_binding(_p: &pforte_oauth::Principal) -> Binding {
+    Binding::Any
 }
 
 /// Opens the OAuth store configured for this gateway.
@@ -158,6 +177,7 @@ impl AuthService {
         match self.validator.validate(token).await {
             Ok(p) => Ok(Principal {
                 client_name: self.client_name(&p.client_id).await,
+                binding: token_binding(&p),
                 subject: p.subject,
                 client: p.client_id,
                 kind: AuthKind::OAuth,

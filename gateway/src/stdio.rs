@@ -60,7 +60,7 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 const REAP_EVERY: Duration = Duration::from_millis(250);
 
 /// One `command` route's stdio server and its limits.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StdioSpec {
     /// Route name; tags the log lines.
     pub route: String,
