@@ -50,8 +50,12 @@ pub use self::exec::{EXEC_SUBCOMMAND, exec_child};
 /// The session header of streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// The gateway's identity headers the per-principal cap is keyed by.
-pub const SUBJECT_HEADER: &str = "x-pforte-subject";
-pub const CLIENT_HEADER: &str = "x-pforte-client";
+pub const SUBJECT_HEADER: &str = crate::forward::header::SUBJECT;
+pub const CLIENT_HEADER: &str = crate::forward::header::CLIENT;
+/// `x-pforte-auth-kind` of the gateway's own calls (its tool catalog); the gateway strips
+/// every `x-pforte-*` header a client sends, so no client request carries it.
+const AUTH_KIND_HEADER: &str = crate::forward::header::AUTH_KIND;
+const GATEWAY_AUTH_KIND: &str = "gateway";
 /// How long a child has to answer `initialize`.
 const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A comment line on quiet standalone streams, so no idle timeout in between cuts them.
@@ -127,7 +131,8 @@ impl std::fmt::Debug for StdioBridge {
 
 /// One session: who opened it and its child.
 struct Session {
-    principal: String,
+    /// `x-pforte-subject` + `x-pforte-client`; None for the gateway's own session.
+    principal: Option<String>,
     conn: Arc<Conn>,
 }
 
@@ -139,8 +144,13 @@ struct Children {
 }
 
 impl Children {
+    /// The children the caps count: every client session's and the pool's.
     fn live(&self) -> usize {
-        self.sessions.len() + self.pool.len()
+        self.sessions
+            .values()
+            .filter(|s| s.principal.is_some())
+            .count()
+            + self.pool.len()
     }
 }
 
@@ -398,28 +408,35 @@ impl Shared {
         headers: &HeaderMap,
         sse: bool,
     ) -> Response {
-        let principal = format!(
-            "{}\n{}",
-            header_str(headers, SUBJECT_HEADER).unwrap_or_default(),
-            header_str(headers, CLIENT_HEADER).unwrap_or_default()
-        );
+        // The gateway's own session (its tool catalog, a client of every route for the
+        // policy) is left out of the caps: `max_children` bounds the clients' children.
+        let principal =
+            (header_str(headers, AUTH_KIND_HEADER) != Some(GATEWAY_AUTH_KIND)).then(|| {
+                format!(
+                    "{}\n{}",
+                    header_str(headers, SUBJECT_HEADER).unwrap_or_default(),
+                    header_str(headers, CLIENT_HEADER).unwrap_or_default()
+                )
+            });
         let session_id = format!("{:032x}", rand::random::<u128>());
         let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
         let (conn, ready) = {
             let mut children = self.lock();
-            let mine = children
-                .sessions
-                .values()
-                .filter(|s| s.principal == principal)
-                .count();
-            if let Err(refusal) = decide::admit(
-                children.live(),
-                self.spec.max_children,
-                mine,
-                self.spec.max_children_per_principal,
-            ) {
-                drop(children);
-                return reply::over_cap(&self.spec.route, id, refusal);
+            if principal.is_some() {
+                let mine = children
+                    .sessions
+                    .values()
+                    .filter(|s| s.principal == principal)
+                    .count();
+                if let Err(refusal) = decide::admit(
+                    children.live(),
+                    self.spec.max_children,
+                    mine,
+                    self.spec.max_children_per_principal,
+                ) {
+                    drop(children);
+                    return reply::over_cap(&self.spec.route, id, refusal);
+                }
             }
             let Some((conn, ready)) = self.start_conn(Some(params), false) else {
                 return reply::error(

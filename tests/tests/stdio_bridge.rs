@@ -563,6 +563,24 @@ async fn the_per_principal_cap_counts_subject_and_client() {
         "{v}"
     );
     b.client.open("bob").await.unwrap();
+    // The gateway's own session (its tool catalog, `x-pforte-auth-kind: gateway`, a header no
+    // client request carries through the gateway) is outside the caps.
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+                      "params": serde_json::from_str::<Value>(INIT_PARAMS).unwrap()});
+    let own = b
+        .client
+        .http
+        .post(URL)
+        .header("accept", ACCEPT_BOTH)
+        .header("content-type", "application/json")
+        .header("x-pforte-subject", "alice")
+        .header("x-pforte-auth-kind", "gateway")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), 200);
+    assert!(own.headers().contains_key("mcp-session-id"));
     b.shutdown().await;
 }
 
