@@ -103,6 +103,15 @@ enum Command {
         #[command(subcommand)]
         action: TokenAction,
     },
+    /// Internal: how the stdio bridge starts a child (dies with the gateway, own process group).
+    #[command(name = pforte::stdio::EXEC_SUBCOMMAND, hide = true)]
+    StdioExec {
+        /// The gateway's pid.
+        parent: i32,
+        /// Program and arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -406,6 +415,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             .map_err(Failure::from);
         }
         Command::Token { action } => token_cmd(action, config, data_dir),
+        Command::StdioExec { parent, command } => {
+            return Ok(pforte::stdio::exec_child(parent, &command));
+        }
         Command::User { action } => {
             let adds = matches!(action, UserAction::Add { .. });
             admin_cmd(config, data_dir, adds, |admin, now| {

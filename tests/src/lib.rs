@@ -889,6 +889,7 @@ pub fn parse_challenge(header: &str) -> Option<(String, HashMap<String, String>)
 
 pub use pforte_test_redis::{RedisServer, free_port, in_ci, which};
 
+pub mod conformance;
 pub mod oauth;
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::{path::Path, process::Command, time::Duration};
 use nix::sys::signal::Signal;
 use pforte_tests::{Proc, bin, http_client, mcp_client};
 use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
 
 fn start_up(data_dir: &Path) -> (Proc, Vec<String>) {
     start_up_with(data_dir, &[])
@@ -162,10 +163,19 @@ async fn up_serves_stdio_and_url_routes_beside_the_built_in_service() {
             "{banner:#?}"
         );
     }
-    // The built-in service and both added routes answer with the one token.
-    for path in ["/mcp", "/plans/mcp", "/wiki/mcp"] {
+    // The built-in service and both added routes answer with the one token. A stdio server
+    // sees no identity headers (its session is its stdin): mcp-service says "local".
+    for (path, client, kind) in [
+        ("/mcp", json!("pforte-up"), "static"),
+        ("/plans/mcp", Value::Null, "local"),
+        ("/wiki/mcp", json!("pforte-up"), "static"),
+    ] {
         let me = whoami_client(&format!("{base}{path}"), &token).await;
-        assert_eq!(me["client"], "pforte-up", "{path}");
+        assert_eq!(
+            (&me["client"], me["authKind"].as_str()),
+            (&client, Some(kind)),
+            "{path}: {me}"
+        );
     }
     up.signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
         .unwrap();
