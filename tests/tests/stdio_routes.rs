@@ -185,6 +185,15 @@ async fn mcp_service_stdio_is_a_route() {
     let who = call(&client, "whoami", json!({})).await.unwrap();
     assert!(!who.is_empty());
     let _ = client.cancel().await;
+
+    // Only the gateway's user reaches the bridge: the socket 0600 in a 0700 directory.
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    let socket = gw.data_dir().join("run/stdio/plans.sock");
+    let meta = std::fs::symlink_metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket(), "{}", socket.display());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let dir = std::fs::metadata(socket.parent().unwrap()).unwrap();
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
