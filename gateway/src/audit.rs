@@ -8,7 +8,7 @@
 //! log rotation.
 //!
 //! ```json
-//! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"/mcp","principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","upstream_status":null,"duration_ms":0}
+//! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"mcp","principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","upstream_status":null,"duration_ms":0}
 //! ```
 
 use std::{
@@ -81,7 +81,7 @@ pub struct AuditRecord<'a> {
     #[serde(rename = "time", serialize_with = "serialize_time")]
     pub time_ms: u64,
     pub request_id: &'a str,
-    /// `/mcp` for now.
+    /// The route's name (`mcp` for `[upstream]`).
     pub route: &'a str,
     /// `None` when unauthenticated.
     pub principal: Option<AuditPrincipal<'a>>,
@@ -430,7 +430,7 @@ mod tests {
         AuditRecord {
             time_ms: 1_764_623_321_123,
             request_id: "r1",
-            route: "/mcp",
+            route: "mcp",
             principal: Some(AuditPrincipal {
                 kind: "oauth",
                 subject: "alice",
@@ -459,7 +459,7 @@ mod tests {
         assert_eq!(
             line,
             serde_json::json!({
-                "time": "2025-12-01T21:08:41.123Z", "request_id": "r1", "route": "/mcp",
+                "time": "2025-12-01T21:08:41.123Z", "request_id": "r1", "route": "mcp",
                 "principal": {"kind": "oauth", "subject": "alice", "client": "c1"},
                 "method": "tools/call", "name": "whoami", "decision": "allowed",
                 "reason": null, "upstream_status": 200, "duration_ms": 3,

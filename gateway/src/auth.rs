@@ -32,6 +32,40 @@ pub struct Principal {
     pub client_name: Option<String>,
     pub kind: AuthKind,
     pub scopes: Vec<String>,
+    /// Which routes the credential is good for.
+    pub binding: Binding,
+}
+
+/// Which routes a credential is good for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Binding {
+    /// Every route (a static token without `--route`).
+    #[default]
+    Any,
+    /// A static token limited to these route names (`token create --route`).
+    Routes(Vec<String>),
+    /// An OAuth access token issued for this resource URL (canonical).
+    Resource(String),
+}
+
+/// Why a valid credential does not open a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteRefusal {
+    /// A static token limited to other routes.
+    NotListed,
+    /// An OAuth token for another resource.
+    OtherResource,
+}
+
+/// Whether `principal` may use the route `name` whose resource URL is `resource`.
+pub fn check_route(principal: &Principal, name: &str, resource: &str) -> Result<(), RouteRefusal> {
+    match &principal.binding {
+        Binding::Any => Ok(()),
+        Binding::Routes(names) if names.iter().any(|n| n == name) => Ok(()),
+        Binding::Routes(_) => Err(RouteRefusal::NotListed),
+        Binding::Resource(r) if r == resource => Ok(()),
+        Binding::Resource(_) => Err(RouteRefusal::OtherResource),
+    }
 }
 
 /// The subject of every static token: static tokens are the operator's own credential.
@@ -52,6 +86,8 @@ pub enum AuthFailure {
     InsufficientScope(String),
     #[error("the credential store is unavailable")]
     Unavailable,
+    #[error("the token is for another resource")]
+    OtherResource,
 }
 
 /// Checks that `principal` holds every scope in `required`.
@@ -128,6 +164,11 @@ pub fn authenticate_static(
         client_name: None,
         kind: AuthKind::Static,
         scopes: found.scopes.clone(),
+        binding: if found.routes.is_empty() {
+            Binding::Any
+        } else {
+            Binding::Routes(found.routes.clone())
+        },
     })
 }
 
@@ -142,6 +183,31 @@ mod tests {
             .map(|s| &*Box::leak(s.as_bytes().to_vec().into_boxed_slice()))
             .collect();
         bearer_token(owned)
+    }
+
+    #[test]
+    fn bindings_open_their_routes_only() {
+        let mut p = Principal {
+            subject: "operator".into(),
+            client: "ci".into(),
+            client_name: None,
+            kind: AuthKind::Static,
+            scopes: vec![],
+            binding: Binding::Any,
+        };
+        assert_eq!(check_route(&p, "a", "https://gw/a/mcp"), Ok(()));
+        p.binding = Binding::Routes(vec!["a".into()]);
+        assert_eq!(check_route(&p, "a", "https://gw/a/mcp"), Ok(()));
+        assert_eq!(
+            check_route(&p, "b", "https://gw/b/mcp"),
+            Err(RouteRefusal::NotListed)
+        );
+        p.binding = Binding::Resource("https://gw/a/mcp".into());
+        assert_eq!(check_route(&p, "a", "https://gw/a/mcp"), Ok(()));
+        assert_eq!(
+            check_route(&p, "b", "https://gw/b/mcp"),
+            Err(RouteRefusal::OtherResource)
+        );
     }
 
     #[test]

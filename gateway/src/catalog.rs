@@ -68,6 +68,8 @@ pub struct CatalogOptions {
     /// Connect to the upstream over this Unix domain socket (`upstream.url = "unix:PATH"`);
     /// the URL then only names the `Host` and path.
     pub unix_socket: Option<std::path::PathBuf>,
+    /// Verify an https upstream against this PEM CA file only (default: the system roots).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for CatalogOptions {
@@ -80,6 +82,7 @@ impl Default for CatalogOptions {
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             unix_socket: None,
+            ca_file: None,
         }
     }
 }
@@ -97,6 +100,8 @@ pub enum CatalogError {
     Protocol(String),
     #[error("catalog: upstream error {code}: {message}")]
     JsonRpc { code: i64, message: String },
+    #[error("catalog: ca_file {0}: {1}")]
+    CaFile(String, String),
 }
 
 /// The current tool set.
@@ -154,6 +159,14 @@ impl Catalog {
             .connect_timeout(opts.request_timeout);
         if let Some(path) = &opts.unix_socket {
             http = http.unix_socket(path.as_path());
+        }
+        if let Some(path) = &opts.ca_file {
+            let shown = path.display().to_string();
+            let pem = std::fs::read(path)
+                .map_err(|e| CatalogError::CaFile(shown.clone(), e.to_string()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| CatalogError::CaFile(shown, e.to_string()))?;
+            http = http.tls_certs_only(certs);
         }
         let http = http.build()?;
         Ok(Self {

@@ -2,6 +2,7 @@
 //! before anything listens (`pforte check` runs the same validation).
 
 use std::{
+    collections::BTreeMap,
     net::SocketAddr,
     path::{Path, PathBuf},
 };
@@ -33,6 +34,12 @@ pub enum ConfigError {
     },
     #[error("{field}: {reason}")]
     Invalid { field: &'static str, reason: String },
+    #[error("[[routes]] {route:?}: {field}: {reason}")]
+    Route {
+        route: String,
+        field: &'static str,
+        reason: String,
+    },
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -50,12 +57,20 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// Where requests go after the gateway.
+/// What an upstream URL may be, for the error that refuses another.
+pub const ACCEPTED_UPSTREAMS: &str = "http://HOST:PORT/PATH, https://HOST:PORT/PATH or unix:PATH";
+
+/// The environment variable a route's program is looked up in when it has no `/`.
+pub const PATH_ENV: &str = "PATH";
+
+/// Where requests go after the gateway (`[upstream]`: the route `mcp`, served at `/mcp`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
-    /// The MCP service's streamable-HTTP URL, plain http on a private network or loopback.
+    /// The MCP service's streamable-HTTP URL: `http://`, `https://` or `unix:PATH`.
     pub url: String,
+    /// PEM file of the CA that signs an https upstream's certificate (default: system roots).
+    pub ca_file: Option<PathBuf>,
     /// Connecting to the upstream longer than this answers 504.
     pub connect_timeout_ms: u64,
     /// The longest silence tolerated while reading an upstream response. MCP SSE streams carry
@@ -67,10 +82,65 @@ impl Default for UpstreamConfig {
     fn default() -> Self {
         Self {
             url: "http://127.0.0.1:8080/mcp".to_owned(),
+            ca_file: None,
             connect_timeout_ms: 2_000,
             read_timeout_ms: 300_000,
         }
     }
+}
+
+/// The stdio bridge's bounds for a `command` route (`[routes.stdio]`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StdioConfig {
+    /// Children of this route at most (over it: 503 with `Retry-After`).
+    pub max_children: usize,
+    /// Children one principal may hold at most.
+    pub max_children_per_principal: usize,
+    /// A child without requests for this long is stopped.
+    pub idle_timeout_secs: u64,
+    /// Initialized children kept for stateless requests.
+    pub pool: usize,
+}
+
+impl Default for StdioConfig {
+    fn default() -> Self {
+        Self {
+            max_children: 16,
+            max_children_per_principal: 4,
+            idle_timeout_secs: 600,
+            pool: 2,
+        }
+    }
+}
+
+/// One `[[routes]]` entry as written: an MCP server served at `/NAME/mcp`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteConfig {
+    /// `[a-z0-9-]+`, 1 to 63 characters, unique.
+    pub name: String,
+    /// Streamable HTTP: `http://…`, `https://…` or `unix:PATH`.
+    pub url: Option<String>,
+    /// Replicas of one server (http or https).
+    pub urls: Option<Vec<String>>,
+    /// A stdio MCP server the gateway runs: program and arguments.
+    pub command: Option<Vec<String>>,
+    /// The only variables the command sees besides PATH and HOME.
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    /// PEM file of the CA of an https upstream (default: system roots).
+    pub ca_file: Option<PathBuf>,
+    /// Default: `[upstream]`'s.
+    pub connect_timeout_ms: Option<u64>,
+    /// Default: `[upstream]`'s.
+    pub read_timeout_ms: Option<u64>,
+    /// Browser origins for this route; default: the top-level `allowed_origins`.
+    pub allowed_origins: Option<Vec<String>>,
+    /// `[routes.tools.NAME]`: rules for this route's tools, over the top-level `[tools.NAME]`.
+    pub tools: BTreeMap<String, crate::policy::ToolRule>,
+    /// `[routes.stdio]`: bounds of a `command` route's children.
+    pub stdio: StdioConfig,
 }
 
 /// The gateway's settings as written in the file.
@@ -88,7 +158,11 @@ pub struct GatewayConfig {
     /// `behind_tls_proxy` says a TLS-terminating proxy sits in front.
     pub tls: Option<TlsFiles>,
     pub behind_tls_proxy: bool,
-    pub upstream: UpstreamConfig,
+    /// The route `mcp` at `/mcp`. Absent with `[[routes]]`: no `/mcp` route; absent without
+    /// them: the default upstream.
+    pub upstream: Option<UpstreamConfig>,
+    /// `[[routes]]`: more MCP servers, each at `/NAME/mcp`.
+    pub routes: Vec<RouteConfig>,
     /// Browser origins allowed to call `/mcp`. A request with any other `Origin` gets 403;
     /// requests without `Origin` (non-browser clients) pass.
     pub allowed_origins: Vec<String>,
@@ -132,7 +206,8 @@ impl Default for GatewayConfig {
             data_dir: PathBuf::from(".pforte"),
             tls: None,
             behind_tls_proxy: false,
-            upstream: UpstreamConfig::default(),
+            upstream: None,
+            routes: Vec::new(),
             allowed_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             scopes: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
@@ -151,26 +226,109 @@ impl Default for GatewayConfig {
     }
 }
 
-/// Where the upstream is, parsed once.
+/// Where an upstream is, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     /// `host:port`, used for connecting and as the `Host` header.
     pub authority: String,
     pub host: String,
     pub port: u16,
-    /// Path prefix that replaces the public `/mcp`.
+    /// Path prefix that replaces the public `/mcp` (or `/NAME/mcp`).
     pub path: String,
+    /// `https://`: TLS to the upstream, the host as SNI and the name verified.
+    pub tls: bool,
     /// `unix:PATH`: connect to this Unix domain socket instead (`authority` is then
     /// `localhost`, sent as `Host`; the path is `/mcp`).
     pub socket: Option<std::path::PathBuf>,
 }
 
 impl Upstream {
-    /// The `http://` URL of the MCP endpoint, for HTTP clients that connect over `socket`
-    /// themselves (the tool catalog).
+    /// The URL of the MCP endpoint, for HTTP clients that connect over `socket` themselves
+    /// (the tool catalog).
     pub fn http_url(&self) -> String {
-        format!("http://{}{}", self.authority, self.path)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.authority, self.path)
     }
+
+    fn unix(path: PathBuf) -> Self {
+        Self {
+            authority: "localhost".to_owned(),
+            host: "localhost".to_owned(),
+            port: 80,
+            path: MCP_PATH.to_owned(),
+            tls: false,
+            socket: Some(path),
+        }
+    }
+}
+
+/// How a route reaches its MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamKind {
+    Http(Upstream),
+    /// `https://`, verified against the system roots or `ca` (a PEM file).
+    Https {
+        upstream: Upstream,
+        ca: Option<PathBuf>,
+    },
+    Unix(Upstream),
+    /// A stdio server run by the gateway's bridge, reached on `upstream.socket`.
+    Stdio {
+        upstream: Upstream,
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+        limits: StdioConfig,
+    },
+    /// Instances of one server (http or https), sharing `ca`.
+    Replicas {
+        instances: Vec<Upstream>,
+        ca: Option<PathBuf>,
+    },
+}
+
+impl UpstreamKind {
+    /// The instance that requests go to (the first of several replicas until balancing
+    /// picks one), and the tool catalog's.
+    pub fn primary(&self) -> &Upstream {
+        match self {
+            Self::Http(u) | Self::Unix(u) => u,
+            Self::Https { upstream, .. } | Self::Stdio { upstream, .. } => upstream,
+            Self::Replicas { instances, .. } => &instances[0],
+        }
+    }
+
+    /// The CA file the upstream's certificate is verified against, if any.
+    pub fn ca_file(&self) -> Option<&Path> {
+        match self {
+            Self::Https { ca, .. } | Self::Replicas { ca, .. } => ca.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// The name of the `[upstream]` route.
+pub const DEFAULT_ROUTE: &str = "mcp";
+
+/// One validated route with everything the request path needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub name: String,
+    /// Public path: `/NAME/mcp`, or `/mcp` for `[upstream]`.
+    pub path: String,
+    /// The canonical resource URL: `<base_url>` + `path`.
+    pub resource: String,
+    /// `/.well-known/oauth-protected-resource` + `path`.
+    pub metadata_path: String,
+    /// `<base_url>` + `metadata_path`: named in `WWW-Authenticate`.
+    pub metadata_url: String,
+    pub upstream: UpstreamKind,
+    pub connect_timeout_ms: u64,
+    pub read_timeout_ms: u64,
+    /// Normalised allowed origins of this route.
+    pub allowed_origins: Vec<String>,
+    /// Top-level `[tools.NAME]` with this route's `[routes.tools.NAME]` over them.
+    pub tools: BTreeMap<String, crate::policy::ToolRule>,
 }
 
 /// A validated configuration with everything derived that the request path needs.
@@ -179,7 +337,8 @@ pub struct Settings {
     pub file: GatewayConfig,
     /// Public base URL without a trailing slash: the issuer.
     pub base_url: String,
-    pub upstream: Upstream,
+    /// Every route, `[upstream]` (`mcp`) first when there is one. Never empty.
+    pub routes: Vec<Route>,
     /// Normalised allowed origins (`scheme://host[:port]`, lower-case, default ports removed).
     pub allowed_origins: Vec<String>,
     /// The gateway's own origins: the public URL's, and for a loopback public URL the same port
@@ -192,16 +351,42 @@ impl Settings {
     pub fn issuer(&self) -> &str {
         &self.base_url
     }
-    /// The canonical URL of the protected MCP resource.
+    /// The canonical URL of the default protected resource (`<base_url>/mcp`): the OAuth
+    /// server's default `resource`.
     pub fn resource(&self) -> String {
         format!("{}{MCP_PATH}", self.base_url)
     }
-    /// The RFC 9728 metadata URL named in `WWW-Authenticate`.
+    /// The RFC 9728 metadata URL named in `WWW-Authenticate` outside any route: the default
+    /// route's (`mcp`, else the first).
     pub fn resource_metadata_url(&self) -> String {
-        format!(
-            "{}/.well-known/oauth-protected-resource{MCP_PATH}",
-            self.base_url
-        )
+        match self.default_route() {
+            Some(i) => self.routes[i].metadata_url.clone(),
+            None => format!(
+                "{}/.well-known/oauth-protected-resource{MCP_PATH}",
+                self.base_url
+            ),
+        }
+    }
+    /// The route serving `path` exactly (`/mcp` or `/NAME/mcp`).
+    pub fn route_for_path(&self, path: &str) -> Option<usize> {
+        self.routes.iter().position(|r| r.path == path)
+    }
+    /// The route whose RFC 9728 document is at `path`; the bare well-known path names the
+    /// default route.
+    pub fn route_for_metadata(&self, path: &str) -> Option<usize> {
+        if path == "/.well-known/oauth-protected-resource" {
+            return self.default_route();
+        }
+        self.routes.iter().position(|r| r.metadata_path == path)
+    }
+    /// The route named `name`.
+    pub fn route_named(&self, name: &str) -> Option<usize> {
+        self.routes.iter().position(|r| r.name == name)
+    }
+    /// The `mcp` route when there is one, else the only route.
+    pub fn default_route(&self) -> Option<usize> {
+        self.route_named(DEFAULT_ROUTE)
+            .or_else(|| (self.routes.len() == 1).then_some(0))
     }
     pub fn tls_enabled(&self) -> bool {
         self.file.tls.is_some()
@@ -217,10 +402,17 @@ impl Settings {
         self.own_origins.iter().any(|o| o == origin)
             || self.allowed_origins.iter().any(|o| o == origin)
     }
-    /// The policy the `/mcp` admission applies.
+    /// The policy the `/mcp` admission applies (the top-level `[tools.NAME]` rules).
     pub fn policy(&self) -> crate::policy::Policy {
         crate::policy::Policy {
             rules: self.file.tools.clone(),
+            baseline: self.file.required_scopes.clone(),
+        }
+    }
+    /// The policy of route `i`: its merged tool rules.
+    pub fn route_policy(&self, i: usize) -> crate::policy::Policy {
+        crate::policy::Policy {
+            rules: self.routes[i].tools.clone(),
             baseline: self.file.required_scopes.clone(),
         }
     }
@@ -353,7 +545,9 @@ impl GatewayConfig {
             self.behind_tls_proxy = parse("PFORTE_BEHIND_TLS_PROXY", v)?;
         }
         if let Some(v) = env("PFORTE_UPSTREAM_URL") {
-            self.upstream.url = v;
+            self.upstream
+                .get_or_insert_with(UpstreamConfig::default)
+                .url = v;
         }
         if let Some(v) = env("PFORTE_ALLOWED_ORIGINS") {
             self.allowed_origins = list(v);
@@ -397,7 +591,6 @@ impl GatewayConfig {
             Some(url) => normalise_base_url(url, self.behind_tls_proxy)?,
             None => format!("{scheme}://{}", self.listen),
         };
-        let upstream = parse_upstream(&self.upstream.url)?;
         if let Some(url) = &self.redis_url
             && !(url.starts_with("redis://") || url.starts_with("rediss://"))
         {
@@ -409,7 +602,11 @@ impl GatewayConfig {
         if let Some(addr) = self.metrics_listen {
             check_metrics_listen(addr, self.listen)?;
         }
-        if self.upstream.connect_timeout_ms == 0 {
+        if self
+            .upstream
+            .as_ref()
+            .is_some_and(|u| u.connect_timeout_ms == 0)
+        {
             return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
         }
         for (name, policy) in [
@@ -493,14 +690,302 @@ impl GatewayConfig {
                 "list at least one scope; scopes are printable ASCII without blanks or quotes",
             ));
         }
+        let routes = self.routes(&base_url, &allowed_origins)?;
         Ok(Settings {
             own_origins: own_origins(&base_url),
             base_url,
-            upstream,
+            routes,
             allowed_origins,
             file: self,
         })
     }
+
+    /// The route table: `[upstream]` as `mcp` at `/mcp` (or the default upstream when there
+    /// are no `[[routes]]`), then every `[[routes]]` entry at `/NAME/mcp`.
+    fn routes(
+        &self,
+        base_url: &str,
+        allowed_origins: &[String],
+    ) -> Result<Vec<Route>, ConfigError> {
+        let defaults = UpstreamConfig::default();
+        let upstream = match (&self.upstream, self.routes.is_empty()) {
+            (Some(u), _) => Some(u),
+            (None, true) => Some(&defaults),
+            (None, false) => None,
+        };
+        let mut routes = Vec::with_capacity(self.routes.len() + 1);
+        if let Some(u) = upstream {
+            let kind = endpoint_kind(&u.url, u.ca_file.clone())
+                .map_err(|reason| invalid("upstream.url", reason))?;
+            if let Some(ca) = &u.ca_file {
+                check_ca_file(ca, &kind).map_err(|reason| invalid("upstream.ca_file", reason))?;
+            }
+            routes.push(Route {
+                name: DEFAULT_ROUTE.to_owned(),
+                path: MCP_PATH.to_owned(),
+                resource: format!("{base_url}{MCP_PATH}"),
+                metadata_path: format!("/.well-known/oauth-protected-resource{MCP_PATH}"),
+                metadata_url: format!("{base_url}/.well-known/oauth-protected-resource{MCP_PATH}"),
+                upstream: kind,
+                connect_timeout_ms: u.connect_timeout_ms,
+                read_timeout_ms: u.read_timeout_ms,
+                allowed_origins: allowed_origins.to_vec(),
+                tools: self.tools.clone(),
+            });
+        }
+        let timeouts = upstream.unwrap_or(&defaults);
+        let path_var = std::env::var_os(PATH_ENV);
+        for r in &self.routes {
+            let route = self.route(r, base_url, allowed_origins, timeouts, path_var.as_deref())?;
+            if routes.iter().any(|known| known.name == route.name) {
+                let reason = if route.name == DEFAULT_ROUTE {
+                    "the name mcp is the [upstream] route's; choose another".to_owned()
+                } else {
+                    "a route of this name exists already; names are unique".to_owned()
+                };
+                return Err(route_err(&route.name, "name", reason));
+            }
+            routes.push(route);
+        }
+        Ok(routes)
+    }
+
+    /// One `[[routes]]` entry, checked.
+    fn route(
+        &self,
+        r: &RouteConfig,
+        base_url: &str,
+        allowed_origins: &[String],
+        timeouts: &UpstreamConfig,
+        path_var: Option<&std::ffi::OsStr>,
+    ) -> Result<Route, ConfigError> {
+        let err = |field: &'static str, reason: String| route_err(&r.name, field, reason);
+        if !valid_route_name(&r.name) {
+            return Err(err(
+                "name",
+                "a route name is 1 to 63 characters of a-z, 0-9 and '-'".to_owned(),
+            ));
+        }
+        let upstream = match (&r.url, &r.urls, &r.command) {
+            (Some(url), None, None) => {
+                endpoint_kind(url, r.ca_file.clone()).map_err(|e| err("url", e))?
+            }
+            (None, Some(urls), None) => {
+                if urls.is_empty() {
+                    return Err(err("urls", "list at least one URL".to_owned()));
+                }
+                let mut instances = Vec::with_capacity(urls.len());
+                for url in urls {
+                    match endpoint_kind(url, None).map_err(|e| err("urls", e))? {
+                        UpstreamKind::Http(u) | UpstreamKind::Https { upstream: u, .. } => {
+                            instances.push(u);
+                        }
+                        _ => {
+                            return Err(err(
+                                "urls",
+                                format!(
+                                    "{url:?}: replicas are http://HOST:PORT/PATH or https://HOST:PORT/PATH"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                UpstreamKind::Replicas {
+                    instances,
+                    ca: r.ca_file.clone(),
+                }
+            }
+            (None, None, Some(command)) => {
+                let program = command.first().ok_or_else(|| {
+                    err("command", "give the program and its arguments".to_owned())
+                })?;
+                find_program(program, r.cwd.as_deref(), path_var).map_err(|e| err("command", e))?;
+                if let Some(cwd) = &r.cwd
+                    && !cwd.is_dir()
+                {
+                    return Err(err("cwd", format!("{} is not a directory", cwd.display())));
+                }
+                if r.stdio.max_children == 0
+                    || r.stdio.max_children_per_principal == 0
+                    || r.stdio.idle_timeout_secs == 0
+                {
+                    return Err(err(
+                        "stdio",
+                        "max_children, max_children_per_principal and idle_timeout_secs must be above 0"
+                            .to_owned(),
+                    ));
+                }
+                UpstreamKind::Stdio {
+                    upstream: Upstream::unix(stdio_socket(&self.data_dir, &r.name)),
+                    command: command.clone(),
+                    env: r.env.clone(),
+                    cwd: r.cwd.clone(),
+                    limits: r.stdio,
+                }
+            }
+            (None, None, None) => {
+                return Err(err(
+                    "url",
+                    format!("give exactly one of url ({ACCEPTED_UPSTREAMS}), urls or command"),
+                ));
+            }
+            _ => {
+                return Err(err(
+                    "url",
+                    "give exactly one of url, urls or command, not several".to_owned(),
+                ));
+            }
+        };
+        if r.command.is_none() && (!r.env.is_empty() || r.cwd.is_some()) {
+            return Err(err("env", "env and cwd are for command routes".to_owned()));
+        }
+        if let Some(ca) = &r.ca_file {
+            check_ca_file(ca, &upstream).map_err(|e| err("ca_file", e))?;
+        }
+        let connect_timeout_ms = r.connect_timeout_ms.unwrap_or(timeouts.connect_timeout_ms);
+        if connect_timeout_ms == 0 {
+            return Err(err("connect_timeout_ms", "must be above 0".to_owned()));
+        }
+        let origins = match &r.allowed_origins {
+            None => allowed_origins.to_vec(),
+            Some(list) => list
+                .iter()
+                .map(|o| {
+                    normalise_origin(o).ok_or_else(|| {
+                        err(
+                            "allowed_origins",
+                            format!("{o:?} is not an origin (scheme://host[:port])"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        for (tool, rule) in &r.tools {
+            if let Some(s) = rule
+                .scopes
+                .iter()
+                .flatten()
+                .find(|s| !self.scopes.contains(s))
+            {
+                return Err(err(
+                    "tools",
+                    format!(
+                        "[routes.tools.{tool}] scope {s:?} is not one of the configured scopes"
+                    ),
+                ));
+            }
+        }
+        let mut tools = self.tools.clone();
+        tools.extend(r.tools.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let path = format!("/{}{MCP_PATH}", r.name);
+        Ok(Route {
+            name: r.name.clone(),
+            resource: format!("{base_url}{path}"),
+            metadata_path: format!("/.well-known/oauth-protected-resource{path}"),
+            metadata_url: format!("{base_url}/.well-known/oauth-protected-resource{path}"),
+            path,
+            upstream,
+            connect_timeout_ms,
+            read_timeout_ms: r.read_timeout_ms.unwrap_or(timeouts.read_timeout_ms),
+            allowed_origins: origins,
+            tools,
+        })
+    }
+
+    /// The route names a token may be limited to: `mcp` when `[upstream]` is a route, and
+    /// every `[[routes]]` name (unchecked: for the admin CLI).
+    pub fn route_names(&self) -> Vec<&str> {
+        let mut names = Vec::with_capacity(self.routes.len() + 1);
+        if self.upstream.is_some() || self.routes.is_empty() {
+            names.push(DEFAULT_ROUTE);
+        }
+        names.extend(self.routes.iter().map(|r| r.name.as_str()));
+        names
+    }
+}
+
+fn route_err(route: &str, field: &'static str, reason: String) -> ConfigError {
+    ConfigError::Route {
+        route: route.to_owned(),
+        field,
+        reason,
+    }
+}
+
+/// `[a-z0-9-]+`, 1 to 63 characters.
+pub fn valid_route_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Where the bridge of the `command` route `name` listens: `<data_dir>/run/stdio/NAME.sock`.
+pub fn stdio_socket(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir
+        .join("run")
+        .join("stdio")
+        .join(format!("{name}.sock"))
+}
+
+/// The program of a `command` route: a path (relative to `cwd` when it has a `/` and is
+/// relative), or a name looked up on `path_var`. It must be an executable file.
+pub fn find_program(
+    program: &str,
+    cwd: Option<&Path>,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.is_empty() {
+        return Err("the program is empty".to_owned());
+    }
+    if program.contains('/') {
+        let path = match cwd {
+            Some(dir) if Path::new(program).is_relative() => dir.join(program),
+            _ => PathBuf::from(program),
+        };
+        return match std::fs::metadata(&path) {
+            Err(e) => Err(format!("{}: {e}", path.display())),
+            Ok(_) if !executable(&path) => {
+                Err(format!("{} is not an executable file", path.display()))
+            }
+            Ok(_) => Ok(path),
+        };
+    }
+    path_var
+        .map(std::env::split_paths)
+        .into_iter()
+        .flatten()
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| format!("{program:?} is not an executable on {PATH_ENV}"))
+}
+
+/// A `ca_file`: only for https upstreams, and a PEM file with at least one certificate.
+fn check_ca_file(path: &Path, kind: &UpstreamKind) -> Result<(), String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    let https = match kind {
+        UpstreamKind::Https { .. } => true,
+        UpstreamKind::Replicas { instances, .. } => instances.iter().all(|u| u.tls),
+        _ => false,
+    };
+    if !https {
+        return Err("a CA file is only for https:// upstreams".to_owned());
+    }
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: not PEM ({e})", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{}: no PEM certificate (BEGIN CERTIFICATE) in it",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 fn is_scope_token(s: &str) -> bool {
@@ -585,47 +1070,47 @@ pub fn normalise_origin(origin: &str) -> Option<String> {
     })
 }
 
-fn parse_upstream(url: &str) -> Result<Upstream, ConfigError> {
+/// One upstream URL: `http://`, `https://` (verified against `ca` or the system roots) or
+/// `unix:PATH`. The error says what is accepted.
+fn endpoint_kind(url: &str, ca: Option<PathBuf>) -> Result<UpstreamKind, String> {
     if let Some(path) = url.strip_prefix("unix:") {
         if path.is_empty() {
-            return Err(invalid("upstream.url", "unix: needs a socket path"));
+            return Err(format!(
+                "unix: needs a socket path; accepted: {ACCEPTED_UPSTREAMS}"
+            ));
         }
-        return Ok(Upstream {
-            authority: "localhost".to_owned(),
-            host: "localhost".to_owned(),
-            port: 80,
-            path: "/mcp".to_owned(),
-            socket: Some(path.into()),
-        });
+        return Ok(UpstreamKind::Unix(Upstream::unix(path.into())));
     }
+    let bad = |why: String| format!("{url:?}: {why}; accepted: {ACCEPTED_UPSTREAMS}");
     let uri: Uri = url
         .parse()
-        .map_err(|e| invalid("upstream.url", format!("{url:?}: {e}")))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(invalid(
-            "upstream.url",
-            format!("{url:?}: the upstream is plain http on a private network"),
-        ));
-    }
-    let authority = uri
-        .authority()
-        .ok_or_else(|| invalid("upstream.url", format!("{url:?} has no host")))?;
-    let port = authority.port_u16().unwrap_or(80);
-    let host = authority.host().to_owned();
-    let path = match uri.path() {
-        "" => "/".to_owned(),
-        p => p.trim_end_matches('/').to_owned(),
+        .map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        Some(other) => return Err(bad(format!("unsupported scheme {other:?}"))),
+        None => return Err(bad("no scheme".to_owned())),
     };
-    Ok(Upstream {
+    let authority = uri.authority().ok_or_else(|| bad("no host".to_owned()))?;
+    let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let host = authority.host().to_owned();
+    let path = uri.path().trim_end_matches('/');
+    let upstream = Upstream {
         authority: format!("{host}:{port}"),
         host,
         port,
         path: if path.is_empty() {
             "/".to_owned()
         } else {
-            path
+            path.to_owned()
         },
+        tls,
         socket: None,
+    };
+    Ok(if tls {
+        UpstreamKind::Https { upstream, ca }
+    } else {
+        UpstreamKind::Http(upstream)
     })
 }
 
@@ -648,8 +1133,10 @@ mod tests {
             s.resource_metadata_url(),
             "http://127.0.0.1:9000/.well-known/oauth-protected-resource/mcp"
         );
-        assert_eq!(s.upstream.authority, "127.0.0.1:8080");
-        assert_eq!(s.upstream.path, "/mcp");
+        assert_eq!(s.routes.len(), 1);
+        assert_eq!(s.routes[0].name, "mcp");
+        assert_eq!(s.routes[0].upstream.primary().authority, "127.0.0.1:8080");
+        assert_eq!(s.routes[0].upstream.primary().path, "/mcp");
     }
 
     #[test]
@@ -678,12 +1165,13 @@ mod tests {
     #[test]
     fn a_unix_socket_upstream_is_accepted() {
         let s = cfg("[upstream]\nurl = \"unix:/srv/pforte/run/mcp.sock\"").unwrap();
+        let upstream = s.routes[0].upstream.primary();
         assert_eq!(
-            s.upstream.socket.as_deref(),
+            upstream.socket.as_deref(),
             Some(std::path::Path::new("/srv/pforte/run/mcp.sock"))
         );
-        assert_eq!(s.upstream.authority, "localhost");
-        assert_eq!(s.upstream.http_url(), "http://localhost/mcp");
+        assert_eq!(upstream.authority, "localhost");
+        assert_eq!(upstream.http_url(), "http://localhost/mcp");
         let err = cfg("[upstream]\nurl = \"unix:\"").unwrap_err();
         assert!(err.to_string().starts_with("upstream.url"), "{err}");
     }
@@ -705,7 +1193,7 @@ mod tests {
             ("public_url = \"https://x.example/base\"", "public_url"),
             ("public_url = \"http://x.example\"", "public_url"),
             ("allowed_origins = [\"not an origin\"]", "allowed_origins"),
-            ("[upstream]\nurl = \"https://svc/mcp\"", "upstream.url"),
+            ("[upstream]\nurl = \"ftp://svc/mcp\"", "upstream.url"),
             ("max_body_bytes = 10", "max_body_bytes"),
             ("scopes = [\"a b\"]\nrequired_scopes = []", "scopes"),
         ] {
@@ -732,6 +1220,163 @@ mod tests {
         assert_eq!(s.policy().rules.len(), 2);
         let err = cfg("[tools.x]\nscopes = [\"mcp:admin\"]").unwrap_err();
         assert!(err.to_string().starts_with("tools"), "{err}");
+    }
+
+    #[test]
+    fn routes_are_served_at_their_names() {
+        let s = cfg("listen = \"127.0.0.1:9000\"\n[[routes]]\nname = \"werkbaum\"\nurl = \"http://127.0.0.1:8080/mcp\"\n[[routes]]\nname = \"plans\"\nurl = \"https://plans.internal/svc/mcp\"\nread_timeout_ms = 5\n[routes.tools.x]\ndeny = true\n[tools.y]\ndeny = true").unwrap();
+        // With [[routes]] and no [upstream] there is no /mcp route.
+        assert_eq!(s.routes.len(), 2);
+        assert_eq!(s.route_for_path("/mcp"), None);
+        let w = &s.routes[s.route_for_path("/werkbaum/mcp").unwrap()];
+        assert_eq!(w.name, "werkbaum");
+        assert_eq!(w.resource, "http://127.0.0.1:9000/werkbaum/mcp");
+        assert_eq!(
+            w.metadata_url,
+            "http://127.0.0.1:9000/.well-known/oauth-protected-resource/werkbaum/mcp"
+        );
+        assert_eq!(
+            s.route_for_metadata("/.well-known/oauth-protected-resource/werkbaum/mcp"),
+            Some(0)
+        );
+        // Two routes and none called mcp: the bare well-known path names none of them.
+        assert_eq!(
+            s.route_for_metadata("/.well-known/oauth-protected-resource"),
+            None
+        );
+        let p = &s.routes[1];
+        let UpstreamKind::Https { upstream, ca: None } = &p.upstream else {
+            panic!("{:?}", p.upstream)
+        };
+        assert_eq!(upstream.authority, "plans.internal:443");
+        assert_eq!(upstream.path, "/svc/mcp");
+        assert_eq!(p.read_timeout_ms, 5);
+        assert_eq!(p.connect_timeout_ms, 2_000);
+        assert!(p.tools["x"].deny && p.tools["y"].deny);
+        assert!(!w.tools.contains_key("x"));
+        // [upstream] stays the route mcp at /mcp beside them.
+        let s = cfg("[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[[routes]]\nname = \"a\"\nurl = \"unix:/tmp/a.sock\"").unwrap();
+        assert_eq!(s.route_for_path("/mcp"), Some(0));
+        assert_eq!(s.route_for_path("/a/mcp"), Some(1));
+        assert_eq!(
+            s.route_for_metadata("/.well-known/oauth-protected-resource"),
+            Some(0)
+        );
+        assert_eq!(s.file.route_names(), vec!["mcp", "a"]);
+    }
+
+    #[test]
+    fn bad_routes_name_the_route_and_the_field() {
+        for (text, start) in [
+            (
+                "[[routes]]\nname = \"Bad_Name\"\nurl = \"http://a/mcp\"",
+                "[[routes]] \"Bad_Name\": name:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\n[[routes]]\nname = \"a\"\nurl = \"http://b/mcp\"",
+                "[[routes]] \"a\": name:",
+            ),
+            (
+                "[upstream]\nurl = \"http://a/mcp\"\n[[routes]]\nname = \"mcp\"\nurl = \"http://b/mcp\"",
+                "[[routes]] \"mcp\": name:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\ncommand = [\"sh\"]",
+                "[[routes]] \"a\": url:",
+            ),
+            ("[[routes]]\nname = \"a\"", "[[routes]] \"a\": url:"),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"ftp://a/mcp\"",
+                "[[routes]] \"a\": url:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurls = []",
+                "[[routes]] \"a\": urls:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurls = [\"unix:/x\"]",
+                "[[routes]] \"a\": urls:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\ncommand = []",
+                "[[routes]] \"a\": command:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\ncommand = [\"no-such-program-pforte\"]",
+                "[[routes]] \"a\": command:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\ncommand = [\"/dev/null\"]",
+                "[[routes]] \"a\": command:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\nca_file = \"/etc/hostname\"",
+                "[[routes]] \"a\": ca_file:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\nenv = { A = \"b\" }",
+                "[[routes]] \"a\": env:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\nallowed_origins = [\"x\"]",
+                "[[routes]] \"a\": allowed_origins:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\n[routes.tools.t]\nscopes = [\"nope\"]",
+                "[[routes]] \"a\": tools:",
+            ),
+        ] {
+            let err = cfg(text).unwrap_err().to_string();
+            assert!(err.starts_with(start), "{text}: {err}");
+        }
+        let err = cfg("[[routes]]\nname = \"a\"\nurl = \"ftp://a/mcp\"").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("http://HOST:PORT/PATH, https://HOST:PORT/PATH or unix:PATH"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn command_routes_find_their_program() {
+        let s = cfg("data_dir = \"/srv/pf\"\n[[routes]]\nname = \"plans\"\ncommand = [\"sh\", \"-c\", \"cat\"]\nenv = { RUST_LOG = \"warn\" }\n[routes.stdio]\nmax_children = 3").unwrap();
+        let UpstreamKind::Stdio {
+            upstream,
+            command,
+            env,
+            limits,
+            ..
+        } = &s.routes[0].upstream
+        else {
+            panic!("{:?}", s.routes[0].upstream)
+        };
+        assert_eq!(
+            upstream.socket.as_deref(),
+            Some(Path::new("/srv/pf/run/stdio/plans.sock"))
+        );
+        assert_eq!(command[0], "sh");
+        assert_eq!(env["RUST_LOG"], "warn");
+        assert_eq!((limits.max_children, limits.pool), (3, 2));
+        assert!(find_program("/bin/sh", None, None).is_ok());
+        assert!(find_program("sh", None, Some(std::ffi::OsStr::new("/nonexistent"))).is_err());
+    }
+
+    #[test]
+    fn https_upstreams_take_a_ca_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let pem = dir.path().join("ca.pem");
+        std::fs::write(&pem, ca.cert.pem()).unwrap();
+        let text = format!(
+            "[upstream]\nurl = \"https://localhost:8443/mcp\"\nca_file = {:?}",
+            pem.display().to_string()
+        );
+        let s = cfg(&text).unwrap();
+        assert_eq!(s.routes[0].upstream.ca_file(), Some(pem.as_path()));
+        assert!(s.routes[0].upstream.primary().tls);
+        std::fs::write(&pem, "not pem").unwrap();
+        let err = cfg(&text).unwrap_err().to_string();
+        assert!(err.starts_with("upstream.ca_file:"), "{err}");
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub mod header {
     pub const CLIENT_NAME: &str = "x-pforte-client-name";
     pub const AUTH_KIND: &str = "x-pforte-auth-kind";
     pub const SCOPES: &str = "x-pforte-scopes";
+    /// The route's name (`mcp` for `[upstream]`).
+    pub const ROUTE: &str = "x-pforte-route";
     pub const REQUEST_ID: &str = "x-request-id";
     pub const FORWARDED_FOR: &str = "x-forwarded-for";
     pub const FORWARDED_PROTO: &str = "x-forwarded-proto";
@@ -33,6 +35,7 @@ pub fn is_stripped(name: &str) -> bool {
 /// The headers the gateway sets on the upstream request.
 pub fn trusted_headers(
     principal: &Principal,
+    route: &str,
     request_id: &str,
     client_ip: Option<&str>,
     proto: &str,
@@ -42,6 +45,7 @@ pub fn trusted_headers(
         (header::CLIENT, principal.client.clone()),
         (header::AUTH_KIND, principal.kind.as_str().to_owned()),
         (header::SCOPES, principal.scopes.join(" ")),
+        (header::ROUTE, route.to_owned()),
         (header::REQUEST_ID, request_id.to_owned()),
         (header::FORWARDED_PROTO, proto.to_owned()),
     ];
@@ -199,14 +203,16 @@ mod tests {
             client_name: Some("Claude für Teams".into()),
             kind: AuthKind::Static,
             scopes: vec!["mcp:read".into(), "mcp:write".into()],
+            binding: crate::auth::Binding::Any,
         };
-        let h = trusted_headers(&p, "rid", Some("127.0.0.1"), "https");
+        let h = trusted_headers(&p, "plans", "rid", Some("127.0.0.1"), "https");
         let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
         assert_eq!(get(header::SUBJECT), Some("operator"));
         assert_eq!(get(header::CLIENT), Some("laptop"));
         assert_eq!(get(header::AUTH_KIND), Some("static"));
         assert_eq!(get(header::SCOPES), Some("mcp:read mcp:write"));
         assert_eq!(get(header::REQUEST_ID), Some("rid"));
+        assert_eq!(get(header::ROUTE), Some("plans"));
         assert_eq!(get(header::FORWARDED_FOR), Some("127.0.0.1"));
         assert_eq!(get(header::CLIENT_NAME), Some("Claude%20f%C3%BCr%20Teams"));
     }
@@ -256,5 +262,9 @@ mod tests {
             "/svc/mcp?x=1"
         );
         assert_eq!(upstream_path("/mcp", "/mcp", "/"), "/");
+        assert_eq!(
+            upstream_path("/plans/mcp?x=1", "/plans/mcp", "/mcp"),
+            "/mcp?x=1"
+        );
     }
 }

@@ -22,6 +22,7 @@ pub mod reject;
 pub mod request_id;
 pub mod server;
 pub mod sessions;
+pub mod stdio;
 pub mod tls;
 pub mod tokens;
 pub mod up;

@@ -74,6 +74,14 @@ enum Command {
         /// The URL clients use, when it differs from the listen address.
         #[arg(long)]
         public_url: Option<String>,
+        /// A stdio MCP server behind the gateway at /NAME/mcp: NAME='COMMAND ARGS…' (shell
+        /// words; repeatable), e.g. --stdio notes='npx -y @modelcontextprotocol/server-filesystem /srv/notes'.
+        #[arg(long = "stdio", value_name = "NAME=COMMAND")]
+        stdio: Vec<String>,
+        /// A streamable-HTTP MCP server behind the gateway at /NAME/mcp: NAME=URL (http://,
+        /// https:// or unix:PATH; repeatable).
+        #[arg(long = "route", value_name = "NAME=URL")]
+        route: Vec<String>,
     },
     /// Manage the users who log in on the consent page.
     User {
@@ -94,6 +102,15 @@ enum Command {
     Token {
         #[command(subcommand)]
         action: TokenAction,
+    },
+    /// Internal: how the stdio bridge starts a child (dies with the gateway, own process group).
+    #[command(name = pforte::stdio::EXEC_SUBCOMMAND, hide = true)]
+    StdioExec {
+        /// The gateway's pid.
+        parent: i32,
+        /// Program and arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
     },
 }
 
@@ -171,6 +188,9 @@ enum TokenAction {
         /// Lifetime, e.g. 90d, 12h, 30m. Default: no expiry.
         #[arg(long)]
         expires: Option<String>,
+        /// Route the token opens (`mcp` for `[upstream]`); repeat for several. Default: every route.
+        #[arg(long = "route")]
+        routes: Vec<String>,
     },
     /// List tokens (never their values).
     List(ListArgs),
@@ -350,30 +370,54 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let done = match cli.command {
         Command::Check => {
             let s = settings(config.as_deref(), data_dir)?;
-            println!(
-                "configuration ok: {} → {}",
-                s.resource(),
-                s.file.upstream.url
-            );
+            println!("configuration ok:");
+            for route in &s.routes {
+                println!(
+                    "  {} → {}",
+                    route.resource,
+                    describe_upstream(&route.upstream)
+                );
+            }
             Ok(())
         }
         Command::Serve => {
             let s = settings(config.as_deref(), data_dir)?;
             logging::init(s.file.log_format);
             can_listen(s.file.listen)?;
-            println!("pforte listening on {} (MCP: {})", s.base_url, s.resource());
+            let resources: Vec<&str> = s.routes.iter().map(|r| r.resource.as_str()).collect();
+            println!(
+                "pforte listening on {} (MCP: {})",
+                s.base_url,
+                resources.join(", ")
+            );
             server::run(s, Vec::new()).map_err(|e| Failure::Other(e.into()))
         }
-        Command::Up { listen, public_url } => {
+        Command::Up {
+            listen,
+            public_url,
+            stdio,
+            route,
+        } => {
+            let extra = match up::extra_routes(&stdio, &route) {
+                Ok(routes) => routes,
+                Err(e) => {
+                    eprintln!("pforte: {e}");
+                    return Ok(ExitCode::from(cli::exit::USAGE));
+                }
+            };
             return up_cmd(
                 listen,
                 config,
                 data_dir.unwrap_or_else(|| PathBuf::from(".pforte")),
                 public_url,
+                extra,
             )
             .map_err(Failure::from);
         }
         Command::Token { action } => token_cmd(action, config, data_dir),
+        Command::StdioExec { parent, command } => {
+            return Ok(pforte::stdio::exec_child(parent, &command));
+        }
         Command::User { action } => {
             let adds = matches!(action, UserAction::Add { .. });
             admin_cmd(config, data_dir, adds, |admin, now| {
@@ -390,11 +434,30 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     done.map(|()| ExitCode::SUCCESS)
 }
 
+/// How `pforte check` names a route's upstream.
+fn describe_upstream(kind: &pforte::config::UpstreamKind) -> String {
+    use pforte::config::UpstreamKind as K;
+    match kind {
+        K::Http(u) | K::Https { upstream: u, .. } => u.http_url(),
+        K::Unix(u) => format!(
+            "unix:{}",
+            u.socket.as_deref().unwrap_or(Path::new("")).display()
+        ),
+        K::Stdio { command, .. } => format!("stdio: {}", command.join(" ")),
+        K::Replicas { instances, .. } => instances
+            .iter()
+            .map(|u| u.http_url())
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 fn up_cmd(
     listen: SocketAddr,
     config: Option<PathBuf>,
     data_dir: PathBuf,
     public_url: Option<String>,
+    extra_routes: Vec<pforte::config::RouteConfig>,
 ) -> anyhow::Result<ExitCode> {
     if let Err(e) = preflight::check_bind(listen) {
         eprintln!("pforte: {e}");
@@ -412,7 +475,8 @@ fn up_cmd(
     cfg.listen = listen;
     cfg.data_dir = data_dir.clone();
     cfg.public_url = public_url.or(cfg.public_url);
-    cfg.upstream.url = child.upstream_url();
+    cfg.upstream.get_or_insert_with(Default::default).url = child.upstream_url();
+    cfg.routes.extend(extra_routes);
     if !listen.ip().is_loopback() && cfg.tls.is_none() {
         let mut names = vec!["localhost".to_owned(), listen.ip().to_string()];
         if let Some(host) = cfg
@@ -449,24 +513,23 @@ fn up_cmd(
             "             (lost it? `pforte token revoke {UP_TOKEN} --data-dir {}` and run again)",
             data_dir.display()
         );
-        println!("  Claude Code:");
-        println!(
-            "    claude mcp add --transport http pforte {url} --header \"Authorization: Bearer <token>\""
-        );
+        for line in up::route_lines(&settings.routes, "<token>") {
+            println!("{line}");
+        }
     } else {
         let token = store.create(
             UP_TOKEN,
             &settings.file.scopes,
+            &[],
             None,
             SystemClock.now(),
             &mut rand::rng(),
         )?;
         println!("  Token:     {token}");
         println!("             (shown once; only its hash is stored)");
-        println!("  Claude Code:");
-        println!(
-            "    claude mcp add --transport http pforte {url} --header \"Authorization: Bearer {token}\""
-        );
+        for line in up::route_lines(&settings.routes, &token.to_string()) {
+            println!("{line}");
+        }
     }
     let admin = Admin::new(Arc::new(SqliteStore::open(&settings.oauth_db())?));
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -849,6 +912,8 @@ fn parse_lifetime(s: &str) -> anyhow::Result<u64> {
 
 fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<PathBuf>) -> CmdResult {
     let adds = matches!(action, TokenAction::Create { .. });
+    // Without a config file the routes are unknown here: only their names are checked.
+    let routes_known = config.is_some();
     let site = store_site(config, data_dir, adds)?;
     let cfg = &site.cfg;
     let db = cfg.data_dir.join("pforte.db");
@@ -859,7 +924,23 @@ fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<Path
             name,
             scopes,
             expires,
+            routes,
         } => {
+            if let Some(bad) = routes.iter().find(|r| !pforte::config::valid_route_name(r)) {
+                return Err(Failure::Usage(format!(
+                    "--route {bad:?}: a route name is 1 to 63 characters of a-z, 0-9 and '-'"
+                )));
+            }
+            let known = cfg.route_names();
+            if let Some(unknown) = routes
+                .iter()
+                .find(|r| routes_known && !known.contains(&r.as_str()))
+            {
+                return Err(Failure::Usage(format!(
+                    "unknown route {unknown:?}; configured routes: {}",
+                    known.join(" ")
+                )));
+            }
             let scopes = if scopes.is_empty() {
                 cfg.scopes.clone()
             } else {
@@ -877,9 +958,14 @@ fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<Path
                 .transpose()
                 .map_err(|e| Failure::Usage(format!("--expires {e:#}")))?
                 .map(|secs| now + secs);
-            let token = store.create(&name, &scopes, expires_at, now, &mut rand::rng())?;
+            let token = store.create(&name, &scopes, &routes, expires_at, now, &mut rand::rng())?;
+            let opens = if routes.is_empty() {
+                "every route".to_owned()
+            } else {
+                format!("routes {:?}", routes.join(" "))
+            };
             eprintln!(
-                "Created token {name:?} with scopes {:?}. It is shown once:",
+                "Created token {name:?} with scopes {:?} for {opens}. It is shown once:",
                 scopes.join(" ")
             );
             println!("{token}");
@@ -898,6 +984,7 @@ fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<Path
                         "name": t.name,
                         "state": state(t),
                         "scopes": t.scopes,
+                        "routes": t.routes,
                         "created_at": cli::rfc3339(t.created_at),
                         "expires_at": t.expires_at.map(cli::rfc3339),
                         "revoked_at": t.revoked_at.map(cli::rfc3339),
@@ -913,13 +1000,18 @@ fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<Path
                         cli::utc_minute(t.created_at),
                         cli::expiry(t.expires_at, now),
                         t.scopes.join(" "),
+                        if t.routes.is_empty() {
+                            "*".to_owned()
+                        } else {
+                            t.routes.join(" ")
+                        },
                     ]
                 })
                 .collect();
             print_list(
                 list,
                 json,
-                &["name", "state", "created", "expires", "scopes"],
+                &["name", "state", "created", "expires", "scopes", "routes"],
                 rows,
                 "no tokens",
             )?;

@@ -2,17 +2,22 @@
 
 use serde_json::{Value, json};
 
-use crate::config::Settings;
+use crate::config::{Route, Settings};
 
-/// The metadata document: this gateway's MCP URL as the resource, its own origin as the
-/// authorization server.
-pub fn protected_resource(settings: &Settings) -> Value {
+/// The metadata document of one route: its MCP URL as the resource, the gateway's own origin
+/// as the authorization server.
+pub fn protected_resource(settings: &Settings, route: &Route) -> Value {
+    let name = if route.name == crate::config::DEFAULT_ROUTE {
+        "Pforte MCP gateway".to_owned()
+    } else {
+        format!("{} (Pforte MCP gateway)", route.name)
+    };
     json!({
-        "resource": settings.resource(),
+        "resource": route.resource,
         "authorization_servers": [settings.issuer()],
         "bearer_methods_supported": ["header"],
         "scopes_supported": settings.file.scopes,
-        "resource_name": "Pforte MCP gateway",
+        "resource_name": name,
     })
 }
 
@@ -31,7 +36,7 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let doc = protected_resource(&s);
+        let doc = protected_resource(&s, &s.routes[0]);
         assert_eq!(doc["resource"], "https://gw.example/mcp");
         assert_eq!(doc["authorization_servers"][0], "https://gw.example");
         assert_eq!(doc["bearer_methods_supported"][0], "header");

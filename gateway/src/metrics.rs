@@ -509,7 +509,8 @@ pub fn auth_reason(result: &Result<Principal, AuthFailure>) -> AuthReason {
         Ok(_) => AuthReason::Ok,
         Err(AuthFailure::Missing) => AuthReason::Missing,
         Err(AuthFailure::Malformed(_)) => AuthReason::Malformed,
-        Err(AuthFailure::Invalid) => AuthReason::Invalid,
+        // A token for another route's resource is not valid here.
+        Err(AuthFailure::Invalid | AuthFailure::OtherResource) => AuthReason::Invalid,
         Err(AuthFailure::Expired) => AuthReason::Expired,
         Err(AuthFailure::InsufficientScope(_)) => AuthReason::InsufficientScope,
         Err(AuthFailure::Unavailable) => AuthReason::Unavailable,
@@ -587,6 +588,7 @@ mod tests {
             client_name: None,
             kind: auth::AuthKind::OAuth,
             scopes: vec![],
+            binding: auth::Binding::Any,
         };
         assert_eq!(auth_reason(&Ok(principal)), AuthReason::Ok);
         for (failure, reason) in [

@@ -6,7 +6,7 @@ use std::{net::IpAddr, sync::Arc};
 
 use bytes::Bytes;
 use pforte_oauth::{
-    AuthServer, OAuthConfig, ValidationError, Validator,
+    AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator,
     http::ClientIp,
     store::{
         Store,
@@ -17,7 +17,7 @@ use pforte_oauth::{
 use tower::ServiceExt as _;
 
 use crate::{
-    auth::{AuthFailure, AuthKind, Principal},
+    auth::{AuthFailure, AuthKind, Binding, Principal},
     config::Settings,
 };
 
@@ -59,6 +59,7 @@ pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError>
     cfg.issuer = base.issuer;
     cfg.resource = base.resource;
     cfg.scopes_supported = settings.file.scopes.clone();
+    set_resources(&mut cfg, settings);
     // Browsers drop `Secure` cookies over plain http: only a loopback listener serves it.
     if !settings.tls_enabled() && !settings.file.behind_tls_proxy {
         cfg.cookie_secure = false;
@@ -71,6 +72,24 @@ pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError>
         });
     }
     Ok(cfg)
+}
+
+/// Every route as a resource of the authorization server: its URL (the token audience) and
+/// its name (shown on the consent page).
+fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
+    cfg.resources = settings
+        .routes
+        .iter()
+        .map(|r| ResourceEntry {
+            url: r.resource.clone(),
+            name: r.name.clone(),
+        })
+        .collect();
+}
+
+/// An OAuth token opens the route whose resource it was issued for (canonical URL).
+fn token_binding(p: &pforte_oauth::Principal) -> Binding {
+    Binding::Resource(p.resource.clone())
 }
 
 /// Opens the OAuth store configured for this gateway.
@@ -158,6 +177,7 @@ impl AuthService {
         match self.validator.validate(token).await {
             Ok(p) => Ok(Principal {
                 client_name: self.client_name(&p.client_id).await,
+                binding: token_binding(&p),
                 subject: p.subject,
                 client: p.client_id,
                 kind: AuthKind::OAuth,

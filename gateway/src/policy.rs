@@ -192,6 +192,7 @@ mod tests {
             client_name: None,
             kind: AuthKind::OAuth,
             scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            binding: crate::auth::Binding::Any,
         }
     }
 

@@ -19,7 +19,7 @@ use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::{self, Catalog},
     clock::Clock,
-    config::{MCP_PATH, Settings},
+    config::Settings,
     forward,
     limit::{Class, Decision, Policy, SharedLimiter},
     mcp::{Kind, Message},
@@ -56,6 +56,9 @@ pub struct RequestCtx {
     arrived_ms: u64,
     /// The route as a metrics label.
     route: RouteLabel,
+    /// The MCP route (index into `Settings::routes`) of a `/NAME/mcp` request or its RFC 9728
+    /// document.
+    mcp_route: Option<usize>,
     /// When the request went upstream (for the time to its response header).
     upstream_sent: Option<Instant>,
     /// Counts an event-stream answer as open until the context drops.
@@ -86,11 +89,12 @@ struct Exchange {
     stream: Option<crate::sessions::StreamSlot>,
 }
 
-/// What the `/mcp` admission consults besides credentials: the upstream's tool catalog, the
+/// What the `/mcp` admission consults besides credentials: each route's tool catalog, the
 /// session records, and the audit log.
 #[derive(Debug)]
 pub struct McpEdge {
-    pub catalog: Arc<Catalog>,
+    /// One catalog per route, in the order of `Settings::routes`.
+    pub catalogs: Vec<Arc<Catalog>>,
     pub sessions: Arc<Sessions>,
     /// Open SSE streams per principal.
     pub streams: Arc<crate::sessions::Streams>,
@@ -105,11 +109,59 @@ pub struct Gateway {
     oauth: Arc<AuthService>,
     limiter: Arc<SharedLimiter>,
     clock: Arc<dyn Clock>,
-    resource_metadata: Bytes,
-    policy: policy::Policy,
+    /// Per route, in the order of `Settings::routes`.
+    routes: Vec<RouteEdge>,
     edge: McpEdge,
     metrics: Arc<Metrics>,
     request_ids: crate::request_id::RequestIds,
+}
+
+/// What the request path keeps per route besides its settings.
+struct RouteEdge {
+    /// The RFC 9728 document, serialised once.
+    metadata: Bytes,
+    policy: policy::Policy,
+    /// An https upstream's own CA (`ca_file`), parsed once; `None`: the system roots.
+    ca: Option<Arc<pingora::protocols::tls::CaType>>,
+}
+
+impl std::fmt::Debug for RouteEdge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteEdge")
+            .field("policy", &self.policy)
+            .field("ca", &self.ca.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the gateway cannot be built from valid settings.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("[[routes]] {route:?}: ca_file {path}: {reason}")]
+    CaFile {
+        route: String,
+        path: String,
+        reason: String,
+    },
+}
+
+/// The certificates of a PEM CA file, as pingora's per-peer CA list.
+fn load_ca(path: &std::path::Path) -> Result<Arc<pingora::protocols::tls::CaType>, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificate in it".to_owned());
+    }
+    Ok(certs
+        .into_iter()
+        .map(|der| {
+            pingora::utils::tls::WrappedX509::new(der.to_vec(), pingora::utils::tls::parse_x509)
+        })
+        .collect::<Vec<_>>()
+        .into())
 }
 
 /// The largest `tools/list` answer the gateway holds to filter.
@@ -124,29 +176,56 @@ impl Gateway {
         clock: Arc<dyn Clock>,
         edge: McpEdge,
         metrics: Arc<Metrics>,
-    ) -> Self {
-        let resource_metadata = Bytes::from(metadata::protected_resource(&settings).to_string());
-        Self {
-            policy: settings.policy(),
+    ) -> Result<Self, GatewayError> {
+        let mut routes = Vec::with_capacity(settings.routes.len());
+        for (i, route) in settings.routes.iter().enumerate() {
+            let ca = match route.upstream.ca_file() {
+                Some(path) => Some(load_ca(path).map_err(|reason| GatewayError::CaFile {
+                    route: route.name.clone(),
+                    path: path.display().to_string(),
+                    reason,
+                })?),
+                None => None,
+            };
+            routes.push(RouteEdge {
+                metadata: Bytes::from(metadata::protected_resource(&settings, route).to_string()),
+                policy: settings.route_policy(i),
+                ca,
+            });
+        }
+        Ok(Self {
             settings,
             tokens,
             oauth,
             limiter,
             clock,
-            resource_metadata,
+            routes,
             edge,
             metrics,
             request_ids: crate::request_id::RequestIds::random(),
+        })
+    }
+
+    /// The RFC 9728 URL a refusal names: the request's route's, else the default one.
+    fn metadata_url(&self, ctx: &RequestCtx) -> String {
+        match ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) {
+            Some(route) => route.metadata_url.clone(),
+            None => self.settings.resource_metadata_url(),
         }
     }
 
-    /// Authenticates the request's `Authorization` header: a static token or an OAuth access
-    /// token, then the scopes every `/mcp` request needs.
-    async fn authenticate(&self, req: &RequestHeader) -> Result<Principal, AuthFailure> {
+    /// Authenticates the request's `Authorization` header for route `route`: a static token
+    /// or an OAuth access token (for this route's resource), then the scopes every `/mcp`
+    /// request needs.
+    async fn authenticate(
+        &self,
+        req: &RequestHeader,
+        route: &crate::config::Route,
+    ) -> Result<Principal, AuthFailure> {
         let values = req.headers.get_all(http::header::AUTHORIZATION);
         let token = auth::bearer_token(values.iter().map(|v| v.as_bytes()));
         let kind = metrics::credential_kind(token.as_ref().ok().copied().flatten());
-        let result = self.check_credential(token).await;
+        let result = self.check_credential(token, route).await;
         self.metrics.auth(kind, metrics::auth_reason(&result));
         result
     }
@@ -154,12 +233,18 @@ impl Gateway {
     async fn check_credential(
         &self,
         token: Result<Option<&str>, AuthFailure>,
+        route: &crate::config::Route,
     ) -> Result<Principal, AuthFailure> {
         let token = token?.ok_or(AuthFailure::Missing)?;
         let principal = if auth::looks_static(token) {
             auth::authenticate_static(token, &self.tokens.get(), self.clock.now())?
         } else {
-            self.oauth.authenticate(token).await?
+            let principal = self.oauth.authenticate(token).await?;
+            // An OAuth token is for one resource: another route's is not valid here.
+            if auth::check_route(&principal, &route.name, &route.resource).is_err() {
+                return Err(AuthFailure::OtherResource);
+            }
+            principal
         };
         auth::require_scopes(&principal, &self.settings.file.required_scopes)?;
         Ok(principal)
@@ -209,23 +294,30 @@ impl Gateway {
         crate::limit::ip_key(ctx.client_ip)
     }
 
+    /// Ready when every route's upstream accepts a connection.
     async fn upstream_ready(&self) -> bool {
-        let upstream = &self.settings.upstream;
         let wait = Duration::from_millis(500);
-        match &upstream.socket {
-            Some(path) => matches!(
-                tokio::time::timeout(wait, tokio::net::UnixStream::connect(path)).await,
-                Ok(Ok(_))
-            ),
-            None => matches!(
-                tokio::time::timeout(
-                    wait,
-                    tokio::net::TcpStream::connect(upstream.authority.as_str())
-                )
-                .await,
-                Ok(Ok(_))
-            ),
+        for route in &self.settings.routes {
+            let upstream = route.upstream.primary();
+            let up = match &upstream.socket {
+                Some(path) => matches!(
+                    tokio::time::timeout(wait, tokio::net::UnixStream::connect(path)).await,
+                    Ok(Ok(_))
+                ),
+                None => matches!(
+                    tokio::time::timeout(
+                        wait,
+                        tokio::net::TcpStream::connect(upstream.authority.as_str())
+                    )
+                    .await,
+                    Ok(Ok(_))
+                ),
+            };
+            if !up {
+                return false;
+            }
         }
+        true
     }
 
     async fn send(&self, session: &mut Session, reply: Reply, ctx: &RequestCtx) -> Result<()> {
@@ -252,14 +344,19 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<bool> {
         ctx.refused = Some(rejection.reason());
-        let reply = rejection.reply(&self.settings.resource_metadata_url(), &ctx.request_id);
+        let reply = rejection.reply(&self.metadata_url(ctx), &ctx.request_id);
         self.send(session, reply, ctx).await?;
         Ok(true)
     }
 
     /// Answers a CORS preflight of `/mcp` without credentials: 204 for an allowed origin.
-    async fn preflight(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        match self.check_origin(session.req_header()) {
+    async fn preflight(
+        &self,
+        session: &mut Session,
+        route: usize,
+        ctx: &mut RequestCtx,
+    ) -> Result<bool> {
+        match self.check_origin(session.req_header(), route) {
             Ok(Some(origin)) => {
                 let reply = Reply {
                     status: 204,
@@ -299,7 +396,10 @@ impl Gateway {
         let record = AuditRecord {
             time_ms: ctx.arrived_ms,
             request_id: &ctx.request_id,
-            route: MCP_PATH,
+            route: ctx
+                .mcp_route
+                .and_then(|i| self.settings.routes.get(i))
+                .map_or(crate::config::DEFAULT_ROUTE, |r| r.name.as_str()),
             principal: ctx.principal.as_ref().map(AuditPrincipal::from),
             method,
             name: target,
@@ -333,9 +433,15 @@ impl Gateway {
         if let Some(kind) = e.and_then(metrics::upstream_failure) {
             self.metrics.upstream_failure(kind);
         }
-        if let Some(tool) = ctx.mcp.message.as_ref().and_then(Message::tool) {
-            let known = self.edge.catalog.tool(tool) != catalog::Lookup::Unknown
-                || self.settings.file.tools.contains_key(tool)
+        if let Some(tool) = ctx.mcp.message.as_ref().and_then(Message::tool)
+            && let Some(i) = ctx.mcp_route
+        {
+            let known = self
+                .edge
+                .catalogs
+                .get(i)
+                .is_some_and(|c| c.tool(tool) != catalog::Lookup::Unknown)
+                || self.settings.routes[i].tools.contains_key(tool)
                 || self.settings.file.limits.tools.contains_key(tool);
             self.metrics
                 .tool_call(tool, known, metrics::tool_decision(ctx.refused));
@@ -351,18 +457,20 @@ enum Route {
     Metrics,
     Health,
     Ready,
-    ResourceMetadata,
-    Mcp,
+    /// The RFC 9728 document of route `usize`.
+    ResourceMetadata(usize),
+    /// The MCP endpoint of route `usize` (`/mcp` or `/NAME/mcp`).
+    Mcp(usize),
     Unknown,
 }
 
 impl Route {
-    /// The route as a metrics label.
+    /// The route as a metrics label (every MCP route is `mcp`: the label stays bounded).
     fn metric(&self) -> RouteLabel {
         match self {
-            Self::Mcp => RouteLabel::Mcp,
+            Self::Mcp(_) => RouteLabel::Mcp,
             Self::AuthServer => RouteLabel::OAuth,
-            Self::ResourceMetadata => RouteLabel::WellKnown,
+            Self::ResourceMetadata(_) => RouteLabel::WellKnown,
             Self::Health | Self::Ready => RouteLabel::Health,
             Self::Metrics => RouteLabel::Metrics,
             Self::Favicon | Self::Unknown => RouteLabel::Other,
@@ -370,7 +478,7 @@ impl Route {
     }
 }
 
-fn route(path: &str) -> Route {
+fn route(settings: &Settings, path: &str) -> Route {
     if oauth::is_as_path(path) {
         return Route::AuthServer;
     }
@@ -380,12 +488,12 @@ fn route(path: &str) -> Route {
         "/favicon.ico" => Route::Favicon,
         "/metrics" => Route::Metrics,
         "/readyz" => Route::Ready,
-        "/.well-known/oauth-protected-resource" => Route::ResourceMetadata,
-        p if p == format!("/.well-known/oauth-protected-resource{MCP_PATH}") => {
-            Route::ResourceMetadata
-        }
-        p if p == MCP_PATH => Route::Mcp,
-        _ => Route::Unknown,
+        p if p.starts_with("/.well-known/oauth-protected-resource") => settings
+            .route_for_metadata(p)
+            .map_or(Route::Unknown, Route::ResourceMetadata),
+        p => settings
+            .route_for_path(p)
+            .map_or(Route::Unknown, Route::Mcp),
     }
 }
 
@@ -434,6 +542,7 @@ impl ProxyHttp for Gateway {
             started: Instant::now(),
             arrived_ms: self.clock.now_ms(),
             route: RouteLabel::Other,
+            mcp_route: None,
             upstream_sent: None,
             stream: None,
         }
@@ -452,8 +561,11 @@ impl ProxyHttp for Gateway {
         ctx.client_ip = forward::client_ip(peer, forwarded, &self.settings.file.trusted_proxies);
         let req = session.req_header();
         let get = req.method == http::Method::GET || req.method == http::Method::HEAD;
-        let route = route(req.uri.path());
+        let route = route(&self.settings, req.uri.path());
         ctx.route = route.metric();
+        if let Route::Mcp(i) | Route::ResourceMetadata(i) = route {
+            ctx.mcp_route = Some(i);
+        }
         match route {
             Route::Health => {
                 let reply = Reply::json(200, &serde_json::json!({"status": "ok"}));
@@ -469,9 +581,9 @@ impl ProxyHttp for Gateway {
                     self.refuse(session, Rejection::NotReady, ctx).await
                 }
             }
-            Route::ResourceMetadata if get => {
+            Route::ResourceMetadata(i) if get => {
                 let mut reply = Reply::json(200, &serde_json::Value::Null);
-                reply.body = self.resource_metadata.clone();
+                reply.body = self.routes[i].metadata.clone();
                 reply
                     .headers
                     .push(("cache-control", "public, max-age=3600".to_owned()));
@@ -481,7 +593,7 @@ impl ProxyHttp for Gateway {
                 self.send(session, reply, ctx).await?;
                 Ok(true)
             }
-            Route::ResourceMetadata => {
+            Route::ResourceMetadata(_) => {
                 self.refuse(
                     session,
                     Rejection::MethodNotAllowed { allow: "GET, HEAD" },
@@ -518,13 +630,13 @@ impl ProxyHttp for Gateway {
                 }
                 self.serve_auth_server(session, ctx).await
             }
-            Route::Mcp if cors::is_preflight(&req.method, &req.headers) => {
+            Route::Mcp(i) if cors::is_preflight(&req.method, &req.headers) => {
                 ctx.mcp.route = true;
-                self.preflight(session, ctx).await
+                self.preflight(session, i, ctx).await
             }
-            Route::Mcp => {
+            Route::Mcp(i) => {
                 ctx.mcp.route = true;
-                match self.admit_headers(session.req_header(), ctx).await {
+                match self.admit_headers(session.req_header(), i, ctx).await {
                     Ok(()) => Ok(false),
                     Err(rejection) => self.refuse(session, rejection, ctx).await,
                 }
@@ -582,9 +694,13 @@ impl ProxyHttp for Gateway {
     async fn upstream_peer(
         &self,
         _session: &mut Session,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        let upstream = &self.settings.upstream;
+        let Some(i) = ctx.mcp_route else {
+            return Error::e_explain(ErrorType::InternalError, "no route for the upstream");
+        };
+        let route = &self.settings.routes[i];
+        let upstream = route.upstream.primary();
         let mut peer = match &upstream.socket {
             Some(path) => HttpPeer::new_uds(&path.to_string_lossy(), false, String::new())
                 .map_err(|e| e.into_up())?,
@@ -600,15 +716,26 @@ impl ProxyHttp for Gateway {
                         )
                         .into_up()
                     })?;
-                HttpPeer::new(addr, false, String::new())
+                // https: the host is the SNI and the name verified (system roots or ca_file).
+                let sni = if upstream.tls {
+                    upstream.host.clone()
+                } else {
+                    String::new()
+                };
+                HttpPeer::new(addr, upstream.tls, sni)
             }
         };
-        peer.options.connection_timeout = Some(Duration::from_millis(
-            self.settings.file.upstream.connect_timeout_ms,
-        ));
-        peer.options.read_timeout = Some(Duration::from_millis(
-            self.settings.file.upstream.read_timeout_ms,
-        ));
+        // Each route keeps its own upstream connections: pingora's reuse key does not include
+        // the per-peer CA, so without this a connection verified for one route's `ca_file`
+        // would be reused by another route to the same address with another (or no) CA.
+        peer.group_key = i as u64;
+        if upstream.tls {
+            peer.options.ca = self.routes[i].ca.clone();
+            peer.options.verify_cert = true;
+            peer.options.verify_hostname = true;
+        }
+        peer.options.connection_timeout = Some(Duration::from_millis(route.connect_timeout_ms));
+        peer.options.read_timeout = Some(Duration::from_millis(route.read_timeout_ms));
         peer.options.idle_timeout = Some(Duration::from_secs(60));
         Ok(Box::new(peer))
     }
@@ -641,21 +768,26 @@ impl ProxyHttp for Gateway {
         } else {
             "http"
         };
-        for (name, value) in
-            forward::trusted_headers(principal, &ctx.request_id, client_ip.as_deref(), proto)
-        {
+        let Some(route) = ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) else {
+            return Error::e_explain(ErrorType::InternalError, "no route for the upstream");
+        };
+        let upstream = route.upstream.primary();
+        for (name, value) in forward::trusted_headers(
+            principal,
+            &route.name,
+            &ctx.request_id,
+            client_ip.as_deref(),
+            proto,
+        ) {
             upstream_request.insert_header(name, value)?;
         }
-        upstream_request.insert_header(
-            http::header::HOST,
-            self.settings.upstream.authority.as_str(),
-        )?;
+        upstream_request.insert_header(http::header::HOST, upstream.authority.as_str())?;
         let path_and_query = upstream_request
             .uri
             .path_and_query()
             .map(|pq| pq.as_str().to_owned())
-            .unwrap_or_else(|| MCP_PATH.to_owned());
-        let path = forward::upstream_path(&path_and_query, MCP_PATH, &self.settings.upstream.path);
+            .unwrap_or_else(|| route.path.clone());
+        let path = forward::upstream_path(&path_and_query, &route.path, &upstream.path);
         let uri = path
             .parse::<http::Uri>()
             .map_err(|e| Error::explain(ErrorType::InvalidHTTPHeader, e.to_string()))?;
@@ -748,8 +880,11 @@ impl ProxyHttp for Gateway {
         let Some(principal) = &ctx.principal else {
             return Error::e_explain(ErrorType::InternalError, "tools/list without a principal");
         };
+        let Some(edge) = ctx.mcp_route.and_then(|i| self.routes.get(i)) else {
+            return Error::e_explain(ErrorType::InternalError, "tools/list without a route");
+        };
         let keep = |name: &str, annotation: policy::Annotation| {
-            self.policy.may_list(principal, name, annotation)
+            edge.policy.may_list(principal, name, annotation)
         };
         *body = match catalog::filter_tools_list(&held, ctx.mcp.list_is_sse, keep) {
             Ok(Some(filtered)) => Some(filtered),
@@ -785,8 +920,7 @@ impl ProxyHttp for Gateway {
         let code = match rejection {
             Some(rejection) if session.response_written().is_none() => {
                 ctx.refused = Some(rejection.reason());
-                let reply =
-                    rejection.reply(&self.settings.resource_metadata_url(), &ctx.request_id);
+                let reply = rejection.reply(&self.metadata_url(ctx), &ctx.request_id);
                 let status = reply.status;
                 if let Err(err) = self.send(session, reply, ctx).await {
                     tracing::debug!(request_id = %ctx.request_id, error = %err, "could not send the error response");
@@ -834,25 +968,46 @@ impl ProxyHttp for Gateway {
 mod tests {
     use super::*;
 
+    fn settings() -> Settings {
+        let text = "[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[[routes]]\nname = \"plans\"\nurl = \"http://127.0.0.1:2/mcp\"";
+        match toml::from_str::<crate::config::GatewayConfig>(text).map(|c| c.validate()) {
+            Ok(Ok(s)) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn routes() {
-        assert!(matches!(route("/mcp"), Route::Mcp));
-        assert!(matches!(route("/mcp/"), Route::Unknown));
+        let s = settings();
+        assert!(matches!(route(&s, "/mcp"), Route::Mcp(0)));
+        assert!(matches!(route(&s, "/plans/mcp"), Route::Mcp(1)));
+        assert!(matches!(route(&s, "/mcp/"), Route::Unknown));
+        assert!(matches!(route(&s, "/other/mcp"), Route::Unknown));
         assert!(matches!(
-            route("/.well-known/oauth-protected-resource/mcp"),
-            Route::ResourceMetadata
+            route(&s, "/.well-known/oauth-protected-resource/mcp"),
+            Route::ResourceMetadata(0)
         ));
         assert!(matches!(
-            route("/.well-known/oauth-protected-resource"),
-            Route::ResourceMetadata
+            route(&s, "/.well-known/oauth-protected-resource/plans/mcp"),
+            Route::ResourceMetadata(1)
         ));
-        assert!(matches!(route("/healthz"), Route::Health));
+        assert!(matches!(
+            route(&s, "/.well-known/oauth-protected-resource"),
+            Route::ResourceMetadata(0)
+        ));
+        assert!(matches!(
+            route(&s, "/.well-known/oauth-protected-resource/nope/mcp"),
+            Route::Unknown
+        ));
+        assert!(matches!(route(&s, "/healthz"), Route::Health));
     }
 
     #[test]
     fn routes_have_bounded_metric_labels() {
+        let s = settings();
         for (path, label) in [
             ("/mcp", RouteLabel::Mcp),
+            ("/plans/mcp", RouteLabel::Mcp),
             ("/token", RouteLabel::OAuth),
             ("/authorize", RouteLabel::OAuth),
             ("/.well-known/oauth-authorization-server", RouteLabel::OAuth),
@@ -866,7 +1021,7 @@ mod tests {
             ("/favicon.ico", RouteLabel::Other),
             ("/anything/else", RouteLabel::Other),
         ] {
-            assert_eq!(route(path).metric(), label, "{path}");
+            assert_eq!(route(&s, path).metric(), label, "{path}");
         }
     }
 

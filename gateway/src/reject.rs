@@ -49,6 +49,8 @@ pub enum Rejection {
         what: Open,
         max: u32,
     },
+    /// A static token limited to other routes (`token create --route`).
+    RouteForbidden,
     Internal,
 }
 
@@ -118,6 +120,7 @@ impl Rejection {
                 what: Open::Streams,
                 ..
             } => "too_many_streams",
+            Self::RouteForbidden => "route_forbidden",
             Self::Internal => "internal",
         }
     }
@@ -207,6 +210,11 @@ impl Rejection {
                 503,
                 "not_ready",
                 "the MCP service is not reachable".to_owned(),
+            ),
+            Self::RouteForbidden => (
+                403,
+                "route_forbidden",
+                "this token is limited to other routes (pforte token create --route)".to_owned(),
             ),
             Self::Internal => (
                 500,
@@ -315,6 +323,10 @@ fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str
             "the token is unknown or revoked".to_owned(),
         ),
         AuthFailure::Expired => (Some("invalid_token"), "the token expired".to_owned()),
+        AuthFailure::OtherResource => (
+            Some("invalid_token"),
+            "token is for another resource".to_owned(),
+        ),
         AuthFailure::InsufficientScope(_) | AuthFailure::Unavailable => {
             (Some("invalid_token"), failure.to_string())
         }

@@ -20,12 +20,13 @@ use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},
     clock::SystemClock,
-    config::Settings,
+    config::{Settings, UpstreamKind},
     limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
     metrics::{self, Metrics},
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
     sessions::{SessionOptions, Sessions},
+    stdio::{StdioBridge, StdioSpec},
     tokens::{self, StoreError, TokenCache},
 };
 
@@ -41,6 +42,38 @@ pub enum ServeError {
     MetricsListen(SocketAddr, std::io::Error),
     #[error("no free port on {0}: {1}")]
     Port(SocketAddr, std::io::Error),
+    #[error(transparent)]
+    Gateway(#[from] crate::proxy::GatewayError),
+    #[error(transparent)]
+    Stdio(#[from] crate::stdio::StdioError),
+}
+
+/// The bridge spec of a `command` route (`None` for every other kind).
+pub fn stdio_spec(route: &crate::config::Route) -> Option<(StdioSpec, std::path::PathBuf)> {
+    let UpstreamKind::Stdio {
+        upstream,
+        command,
+        env,
+        cwd,
+        limits,
+    } = &route.upstream
+    else {
+        return None;
+    };
+    let socket = upstream.socket.clone()?;
+    Some((
+        StdioSpec {
+            route: route.name.clone(),
+            command: command.clone(),
+            env: env.clone(),
+            cwd: cwd.clone(),
+            max_children: limits.max_children,
+            max_children_per_principal: limits.max_children_per_principal,
+            idle_timeout: std::time::Duration::from_secs(limits.idle_timeout_secs),
+            pool: limits.pool,
+        },
+        socket,
+    ))
 }
 
 /// How often the token snapshot checks the store: revocations take effect within this.
@@ -229,16 +262,33 @@ pub fn run(
         LocalLimiter::new(clock.clone()),
         metrics.ratelimit(),
     ));
-    let catalog = Arc::new(
-        Catalog::new(
-            settings.upstream.http_url(),
+    // Each command route's bridge binds its socket now, so that a failure is one line.
+    let mut bridges = Vec::new();
+    for route in &settings.routes {
+        if let Some((spec, socket)) = stdio_spec(route) {
+            let bridge = StdioBridge::bind(spec, &socket)?;
+            bridges.push(background_service(&format!("stdio {}", route.name), bridge));
+        }
+    }
+    let mut catalogs = Vec::with_capacity(settings.routes.len());
+    for route in &settings.routes {
+        let upstream = route.upstream.primary();
+        let catalog = Catalog::new(
+            upstream.http_url(),
             CatalogOptions {
-                unix_socket: settings.upstream.socket.clone(),
+                unix_socket: upstream.socket.clone(),
+                ca_file: route.upstream.ca_file().map(std::path::Path::to_path_buf),
                 ..CatalogOptions::default()
             },
         )
-        .map_err(|e| ServeError::Pingora(format!("the tool catalog client: {e}")))?,
-    );
+        .map_err(|e| {
+            ServeError::Pingora(format!(
+                "route {:?}: the tool catalog client: {e}",
+                route.name
+            ))
+        })?;
+        catalogs.push(Arc::new(catalog));
+    }
     let sessions = match (&settings.file.redis_url, oauth.runtime()) {
         (Some(url), Some(rt)) => {
             let _in_runtime = rt.enter();
@@ -251,15 +301,21 @@ pub fn run(
         AuditSink::Off => None,
         sink => Some(AuditLog::open(&sink).map_err(|e| ServeError::Pingora(e.to_string()))?),
     };
-    let mut background = vec![background_service(
-        "tool catalog",
-        CatalogService(catalog.clone()),
-    )];
+    let mut background: Vec<_> = catalogs
+        .iter()
+        .zip(&settings.routes)
+        .map(|(catalog, route)| {
+            background_service(
+                &format!("tool catalog {}", route.name),
+                CatalogService(catalog.clone()),
+            )
+        })
+        .collect();
     let audit_reopen = audit
         .clone()
         .map(|log| background_service("audit log reopen", SighupReopen(log)));
     let edge = McpEdge {
-        catalog,
+        catalogs,
         sessions: Arc::new(sessions),
         streams: Arc::default(),
         audit,
@@ -281,7 +337,7 @@ pub fn run(
         clock,
         edge,
         metrics,
-    );
+    )?;
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();
@@ -302,6 +358,9 @@ pub fn run(
     server.add_service(proxy);
     server.add_service(maintenance);
     for service in background.drain(..) {
+        server.add_service(service);
+    }
+    for service in bridges {
         server.add_service(service);
     }
     if let Some(service) = audit_reopen {
@@ -328,4 +387,35 @@ pub fn run(
         None => tracing::info!("stopped"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn command_routes_become_bridge_specs() {
+        let text = "data_dir = \"/srv/pf\"\n[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[[routes]]\nname = \"plans\"\ncommand = [\"sh\", \"-c\", \"cat\"]\nenv = { RUST_LOG = \"warn\" }\n[routes.stdio]\nidle_timeout_secs = 5\npool = 1";
+        let settings = toml::from_str::<crate::config::GatewayConfig>(text)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(stdio_spec(&settings.routes[0]).is_none());
+        let (spec, socket) = stdio_spec(&settings.routes[1]).unwrap();
+        assert_eq!(socket, std::path::Path::new("/srv/pf/run/stdio/plans.sock"));
+        assert_eq!(spec.route, "plans");
+        assert_eq!(spec.command, ["sh", "-c", "cat"]);
+        assert_eq!(spec.env["RUST_LOG"], "warn");
+        assert_eq!(spec.cwd, None);
+        assert_eq!(
+            (
+                spec.max_children,
+                spec.max_children_per_principal,
+                spec.pool
+            ),
+            (16, 4, 1)
+        );
+        assert_eq!(spec.idle_timeout, std::time::Duration::from_secs(5));
+    }
 }

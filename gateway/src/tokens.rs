@@ -18,6 +18,8 @@ use subtle::ConstantTimeEq;
 pub struct StaticToken {
     pub name: String,
     pub scopes: Vec<String>,
+    /// The routes it opens; empty means every route.
+    pub routes: Vec<String>,
     pub created_at: u64,
     pub expires_at: Option<u64>,
     pub revoked_at: Option<u64>,
@@ -74,10 +76,12 @@ pub mod redis;
 /// share one set. The admin CLI writes through it; the gateway's refresher reads through it.
 pub trait TokenSource: Send + std::fmt::Debug {
     /// Creates a token and returns its plaintext — the only time it exists outside the client.
+    /// `routes` limits it to those routes (empty: every route).
     fn create(
         &self,
         name: &str,
         scopes: &[String],
+        routes: &[String],
         expires_at: Option<u64>,
         now: u64,
         rng: &mut dyn rand::RngCore,
@@ -124,6 +128,18 @@ CREATE UNIQUE INDEX IF NOT EXISTS static_tokens_active_name
     ON static_tokens(name) WHERE revoked_at IS NULL;
 ";
 
+/// Adds what later versions store to a table an older version created: the route names a
+/// token is limited to (space-separated; empty for every route).
+fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
+    let has_routes = conn
+        .prepare("SELECT 1 FROM pragma_table_info('static_tokens') WHERE name = 'routes'")?
+        .exists([])?;
+    if !has_routes {
+        conn.execute_batch("ALTER TABLE static_tokens ADD COLUMN routes TEXT NOT NULL DEFAULT ''")?;
+    }
+    Ok(())
+}
+
 impl TokenStore {
     /// Opens (and creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -138,6 +154,7 @@ impl TokenStore {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA)?;
+        migrate(&conn)?;
         pforte_oauth::private_fs::sqlite_companions(path).map_err(private)?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -153,6 +170,7 @@ impl TokenStore {
         &self,
         name: &str,
         scopes: &[String],
+        routes: &[String],
         expires_at: Option<u64>,
         now: u64,
         rng: &mut dyn rand::RngCore,
@@ -163,14 +181,15 @@ impl TokenStore {
         let token = generate_token(rng);
         let conn = self.conn()?;
         let inserted = conn.execute(
-            "INSERT INTO static_tokens (name, hash, scopes, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO static_tokens (name, hash, scopes, created_at, expires_at, routes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 name,
                 hash_token(&token).as_slice(),
                 scopes.join(" "),
                 now as i64,
-                expires_at.map(|t| t as i64)
+                expires_at.map(|t| t as i64),
+                routes.join(" "),
             ],
         );
         match inserted {
@@ -188,13 +207,14 @@ impl TokenStore {
     pub fn list(&self) -> Result<Vec<StaticToken>, StoreError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare(
-            "SELECT name, scopes, created_at, expires_at, revoked_at FROM static_tokens
+            "SELECT name, scopes, created_at, expires_at, revoked_at, routes FROM static_tokens
              ORDER BY created_at DESC, rowid DESC",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(StaticToken {
                 name: r.get(0)?,
                 scopes: split_scopes(&r.get::<_, String>(1)?),
+                routes: split_scopes(&r.get::<_, String>(5)?),
                 created_at: r.get::<_, i64>(2)? as u64,
                 expires_at: r.get::<_, Option<i64>>(3)?.map(|t| t as u64),
                 revoked_at: r.get::<_, Option<i64>>(4)?.map(|t| t as u64),
@@ -229,7 +249,7 @@ impl TokenStore {
     pub fn snapshot(&self) -> Result<TokenSet, StoreError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare(
-            "SELECT hash, name, scopes, created_at, expires_at FROM static_tokens
+            "SELECT hash, name, scopes, created_at, expires_at, routes FROM static_tokens
              WHERE revoked_at IS NULL",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -243,6 +263,7 @@ impl TokenStore {
                 token: StaticToken {
                     name: r.get(1)?,
                     scopes: split_scopes(&r.get::<_, String>(2)?),
+                    routes: split_scopes(&r.get::<_, String>(5)?),
                     created_at: r.get::<_, i64>(3)? as u64,
                     expires_at: r.get::<_, Option<i64>>(4)?.map(|t| t as u64),
                     revoked_at: None,
@@ -267,11 +288,12 @@ impl TokenSource for TokenStore {
         &self,
         name: &str,
         scopes: &[String],
+        routes: &[String],
         expires_at: Option<u64>,
         now: u64,
         rng: &mut dyn rand::RngCore,
     ) -> Result<String, StoreError> {
-        TokenStore::create(self, name, scopes, expires_at, now, rng)
+        TokenStore::create(self, name, scopes, routes, expires_at, now, rng)
     }
     fn list(&self) -> Result<Vec<StaticToken>, StoreError> {
         TokenStore::list(self)
@@ -442,30 +464,70 @@ mod tests {
         let (_d, s) = store();
         let mut rng = rand::rng();
         let t = s
-            .create("ci", &["mcp:read".into()], None, 100, &mut rng)
+            .create("ci", &["mcp:read".into()], &[], None, 100, &mut rng)
             .unwrap();
         assert!(t.starts_with(TOKEN_PREFIX) && t.len() > 40);
         let snap = s.snapshot().unwrap();
         assert_eq!(snap.find(&t).unwrap().name, "ci");
         assert!(snap.find("pft_wrong").is_none());
         assert!(matches!(
-            s.create("ci", &[], None, 101, &mut rng),
+            s.create("ci", &[], &[], None, 101, &mut rng),
             Err(StoreError::NameTaken(_))
         ));
         assert!(s.revoke("ci", 102).unwrap());
         assert!(!s.revoke("ci", 103).unwrap());
         assert!(s.snapshot().unwrap().find(&t).is_none());
         // the name is free again, and the old token stays dead
-        let t2 = s.create("ci", &[], None, 104, &mut rng).unwrap();
+        let t2 = s.create("ci", &[], &[], None, 104, &mut rng).unwrap();
         let snap = s.snapshot().unwrap();
         assert!(snap.find(&t).is_none() && snap.find(&t2).is_some());
         assert_eq!(s.list().unwrap().len(), 2);
     }
 
     #[test]
+    fn routes_are_kept_and_old_stores_migrate() {
+        let (d, s) = store();
+        let t = s
+            .create(
+                "w",
+                &[],
+                &["werkbaum".into(), "plans".into()],
+                None,
+                1,
+                &mut rand::rng(),
+            )
+            .unwrap();
+        assert_eq!(
+            s.snapshot().unwrap().find(&t).unwrap().routes,
+            ["werkbaum", "plans"]
+        );
+        assert_eq!(s.list().unwrap()[0].routes, ["werkbaum", "plans"]);
+        drop(s);
+        // A store written before routes existed: the column is added, its tokens open all.
+        let old = d.path().join("old.db");
+        let conn = Connection::open(&old).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE static_tokens (name TEXT NOT NULL, hash BLOB NOT NULL UNIQUE,
+             scopes TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER,
+             revoked_at INTEGER);
+             INSERT INTO static_tokens VALUES ('legacy', x'00', 'mcp:read', 1, NULL, NULL);",
+        )
+        .unwrap();
+        drop(conn);
+        let s = TokenStore::open(&old).unwrap();
+        let listed = s.list().unwrap();
+        assert_eq!(
+            (listed[0].name.as_str(), listed[0].routes.len()),
+            ("legacy", 0)
+        );
+        drop(s);
+        TokenStore::open(&old).unwrap();
+    }
+
+    #[test]
     fn plaintext_is_never_stored() {
         let (d, s) = store();
-        let t = s.create("x", &[], None, 1, &mut rand::rng()).unwrap();
+        let t = s.create("x", &[], &[], None, 1, &mut rand::rng()).unwrap();
         drop(s);
         let bytes = std::fs::read(d.path().join("t.db")).unwrap();
         let needle = t.as_bytes();
@@ -476,7 +538,7 @@ mod tests {
     fn names_are_checked() {
         let (_d, s) = store();
         assert!(matches!(
-            s.create("a b", &[], None, 1, &mut rand::rng()),
+            s.create("a b", &[], &[], None, 1, &mut rand::rng()),
             Err(StoreError::BadName)
         ));
     }
@@ -490,8 +552,15 @@ mod tests {
         std::fs::create_dir(&data).unwrap();
         std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
         let s = TokenStore::open(&data.join("pforte.db")).unwrap();
-        s.create("ci", &["mcp:read".to_owned()], None, 100, &mut rand::rng())
-            .unwrap();
+        s.create(
+            "ci",
+            &["mcp:read".to_owned()],
+            &[],
+            None,
+            100,
+            &mut rand::rng(),
+        )
+        .unwrap();
         assert_eq!(
             mode_of(&data).unwrap(),
             0o700,
@@ -509,7 +578,7 @@ mod tests {
         assert!(cache.get().is_empty());
         let admin = TokenStore::open(&d.path().join("t.db")).unwrap();
         let t = admin
-            .create("late", &[], None, 1, &mut rand::rng())
+            .create("late", &[], &[], None, 1, &mut rand::rng())
             .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while cache.get().find(&t).is_none() {

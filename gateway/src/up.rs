@@ -2,6 +2,9 @@
 //! Unix domain socket in the data dir (no TCP port: only this user can reach it), on embedded
 //! defaults, with a first static token and (off loopback) a self-signed certificate.
 //!
+//! `--stdio NAME='COMMAND ARGS…'` and `--route NAME=URL` add `[[routes]]` beside the built-in
+//! service ([`extra_routes`]); the banner names one URL per route ([`route_lines`]).
+//!
 //! The child's stdin is a pipe whose only writer is this process: when the gateway ends in any
 //! way (Ctrl-C before its signal handlers are installed, a crash, SIGKILL), the kernel closes it
 //! and the child (`--stop-on-stdin-eof`) stops by itself.
@@ -216,5 +219,129 @@ impl BackgroundService for ServiceChild {
 impl Drop for ServiceChild {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(3));
+    }
+}
+
+/// A `--stdio` or `--route` flag that cannot become a route.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RouteFlagError {
+    #[error("--{flag} {value:?}: expected NAME={what}")]
+    NoName {
+        flag: &'static str,
+        value: String,
+        what: &'static str,
+    },
+    #[error("--stdio {0:?}: the command is empty or its quoting is unbalanced")]
+    BadCommand(String),
+}
+
+/// The `[[routes]]` that `--stdio NAME='COMMAND ARGS…'` (shell words) and `--route NAME=URL`
+/// add, in the order given. Names and URLs are checked by the config's validation like any
+/// other route's, so `pforte up` and `pforte check` say the same about them.
+pub fn extra_routes(
+    stdio: &[String],
+    urls: &[String],
+) -> Result<Vec<crate::config::RouteConfig>, RouteFlagError> {
+    let mut routes = Vec::with_capacity(stdio.len() + urls.len());
+    for flag in stdio {
+        let (name, command) = split_flag(flag, "stdio", "'COMMAND ARGS…'")?;
+        let words = shlex::split(command)
+            .filter(|w| !w.is_empty())
+            .ok_or_else(|| RouteFlagError::BadCommand(flag.clone()))?;
+        routes.push(crate::config::RouteConfig {
+            name: name.to_owned(),
+            command: Some(words),
+            ..Default::default()
+        });
+    }
+    for flag in urls {
+        let (name, url) = split_flag(flag, "route", "URL")?;
+        routes.push(crate::config::RouteConfig {
+            name: name.to_owned(),
+            url: Some(url.to_owned()),
+            ..Default::default()
+        });
+    }
+    Ok(routes)
+}
+
+fn split_flag<'a>(
+    value: &'a str,
+    flag: &'static str,
+    what: &'static str,
+) -> Result<(&'a str, &'a str), RouteFlagError> {
+    match value.split_once('=') {
+        Some((name, rest)) if !name.is_empty() && !rest.trim().is_empty() => Ok((name, rest)),
+        _ => Err(RouteFlagError::NoName {
+            flag,
+            value: value.to_owned(),
+            what,
+        }),
+    }
+}
+
+/// The banner's lines for every route: its connector URL (what Claude.ai's "Add custom
+/// connector" takes) and the `claude mcp add` line, with `token` in the header.
+pub fn route_lines(routes: &[crate::config::Route], token: &str) -> Vec<String> {
+    let width = routes.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    let mut lines = vec!["  Routes (connector URL for Claude.ai):".to_owned()];
+    for r in routes {
+        lines.push(format!("    {:width$}  {}", r.name, r.resource));
+    }
+    lines.push("  Claude Code:".to_owned());
+    for r in routes {
+        // The built-in service keeps the name `pforte` it has always had in Claude Code.
+        let name = if r.path == crate::config::MCP_PATH {
+            "pforte"
+        } else {
+            r.name.as_str()
+        };
+        lines.push(format!(
+            "    claude mcp add --transport http {name} {} --header \"Authorization: Bearer {token}\"",
+            r.resource
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn stdio_flags_are_shell_words_and_urls_stay_whole() {
+        let routes = extra_routes(
+            &["notes=npx -y '@scope/server fs' /srv/notes".to_owned()],
+            &["wiki=http://127.0.0.1:9000/mcp?x=1".to_owned()],
+        )
+        .unwrap();
+        assert_eq!(routes[0].name, "notes");
+        assert_eq!(
+            routes[0].command.as_deref().unwrap(),
+            ["npx", "-y", "@scope/server fs", "/srv/notes"]
+        );
+        assert_eq!(routes[1].name, "wiki");
+        assert_eq!(
+            routes[1].url.as_deref(),
+            Some("http://127.0.0.1:9000/mcp?x=1")
+        );
+    }
+
+    #[test]
+    fn flags_without_a_name_or_a_command_are_refused() {
+        for bad in ["npx server", "=npx", "notes=", "notes=  "] {
+            assert!(matches!(
+                extra_routes(&[bad.to_owned()], &[]),
+                Err(RouteFlagError::NoName { .. })
+            ));
+        }
+        assert_eq!(
+            extra_routes(&["notes=npx 'unbalanced".to_owned()], &[]),
+            Err(RouteFlagError::BadCommand(
+                "notes=npx 'unbalanced".to_owned()
+            ))
+        );
+        assert!(extra_routes(&[], &["wiki".to_owned()]).is_err());
     }
 }

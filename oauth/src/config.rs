@@ -1,7 +1,11 @@
-//! Authorization-server configuration: issuer, resource, scopes, lifetimes, CIMD, cookies, throttles.
+//! Authorization-server configuration: issuer, resources, scopes, lifetimes, CIMD, cookies, throttles.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use url::Url;
+
+use crate::protocol::resource;
 
 /// Everything the authorization server needs to know about its deployment.
 ///
@@ -14,8 +18,14 @@ pub struct OAuthConfig {
     /// [`OAuthConfig::new`] to its ASCII origin; the same bytes appear in the RFC 8414 metadata,
     /// the RFC 9728 document and the `iss` response parameter.
     pub issuer: String,
-    /// The canonical MCP resource URL (`<issuer>/mcp`); tokens are audience-bound to it.
+    /// The default MCP resource URL (`<issuer>/mcp`). With `resources` empty it is the only
+    /// resource (named `mcp`); otherwise it is the one a request without `resource` gets when
+    /// it is in `resources` (see [`OAuthConfig::resource_entries`]).
     pub resource: String,
+    /// Every protected resource (RFC 8707) this server issues tokens for, each named for the
+    /// consent page. Empty (the default) means the single `resource`, named `mcp`. Each URL is
+    /// absolute, canonical (see [`resource::canonical`]) and on the issuer's origin.
+    pub resources: Vec<ResourceEntry>,
     /// Scopes the server knows. A request without `scope` gets all of them.
     pub scopes_supported: Vec<String>,
     /// Authorization-code lifetime in seconds (at most 60).
@@ -43,6 +53,18 @@ pub struct OAuthConfig {
     /// argon2id parameters for new password hashes (OWASP defaults).
     pub password_hashing: PasswordHashing,
 }
+
+/// One protected resource: its canonical URL (the token audience) and the name of the service
+/// behind it, shown on the consent page ("… wants access to NAME (URL)").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceEntry {
+    pub url: String,
+    pub name: String,
+}
+
+/// The name of the single resource of a config without `resources`.
+pub const DEFAULT_RESOURCE_NAME: &str = "mcp";
 
 /// Client ID Metadata Document settings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -107,6 +129,8 @@ pub enum ConfigError {
     Issuer(String),
     #[error("resource must be an absolute http(s) URL on the issuer's origin: {0}")]
     Resource(String),
+    #[error("resources: {0}")]
+    Resources(String),
     #[error("code_ttl_secs must be between 1 and 60")]
     CodeTtl,
     #[error("{0} must be positive")]
@@ -120,6 +144,7 @@ impl Default for OAuthConfig {
         Self {
             issuer: String::new(),
             resource: String::new(),
+            resources: Vec::new(),
             scopes_supported: vec!["mcp:read".into(), "mcp:write".into()],
             code_ttl_secs: 60,
             access_ttl_secs: 3600,
@@ -216,6 +241,7 @@ impl OAuthConfig {
         if resource.origin().ascii_serialization() != self.issuer || resource.fragment().is_some() {
             return Err(ConfigError::Resource(self.resource.clone()));
         }
+        self.validate_resources()?;
         if !(1..=60).contains(&self.code_ttl_secs) {
             return Err(ConfigError::CodeTtl);
         }
@@ -243,6 +269,56 @@ impl OAuthConfig {
             return Err(ConfigError::Scopes);
         }
         Ok(())
+    }
+
+    /// Each entry of `resources`: an absolute http(s) URL on the issuer's origin, without
+    /// fragment, in canonical form; URLs and names unique, names printable.
+    fn validate_resources(&self) -> Result<(), ConfigError> {
+        let mut urls = std::collections::BTreeSet::new();
+        let mut names = std::collections::BTreeSet::new();
+        for entry in &self.resources {
+            let bad = |why: &str| ConfigError::Resources(format!("{}: {why}", entry.url));
+            let url = Url::parse(&entry.url).map_err(|_| bad("not an absolute URL"))?;
+            if url.origin().ascii_serialization() != self.issuer {
+                return Err(bad(&format!("not on the issuer's origin {}", self.issuer)));
+            }
+            if url.fragment().is_some() {
+                return Err(bad("has a fragment"));
+            }
+            match resource::canonical(&entry.url) {
+                Some(c) if c == entry.url => {}
+                Some(c) => return Err(bad(&format!("not canonical (write {c})"))),
+                None => return Err(bad("not an absolute URL")),
+            }
+            if !urls.insert(entry.url.as_str()) {
+                return Err(bad("listed twice"));
+            }
+            let name_ok = !entry.name.trim().is_empty()
+                && entry.name.chars().count() <= 100
+                && !entry.name.chars().any(char::is_control);
+            if !name_ok {
+                return Err(bad(
+                    "name must be 1 to 100 characters, not blank, without control characters",
+                ));
+            }
+            if !names.insert(entry.name.as_str()) {
+                return Err(bad(&format!("name {} is used twice", entry.name)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The resources tokens are issued for: `resources`, or when it is empty the single
+    /// `resource` named [`DEFAULT_RESOURCE_NAME`].
+    pub fn resource_entries(&self) -> Cow<'_, [ResourceEntry]> {
+        if self.resources.is_empty() {
+            Cow::Owned(vec![ResourceEntry {
+                url: self.resource.clone(),
+                name: DEFAULT_RESOURCE_NAME.to_owned(),
+            }])
+        } else {
+            Cow::Borrowed(&self.resources)
+        }
     }
 
     /// The name of the login-session cookie (see [`OAuthConfig::cookie_secure`]).
@@ -296,6 +372,58 @@ mod tests {
             "nope",
         ] {
             assert!(OAuthConfig::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn resources_default_to_the_single_resource() {
+        let c = OAuthConfig::new("https://gw.example").unwrap();
+        assert_eq!(
+            c.resource_entries().as_ref(),
+            [ResourceEntry {
+                url: "https://gw.example/mcp".into(),
+                name: "mcp".into()
+            }]
+        );
+        let old: OAuthConfig = serde_json::from_str(r#"{"code_ttl_secs": 30}"#).unwrap();
+        assert!(old.resources.is_empty(), "existing files keep working");
+    }
+
+    #[test]
+    fn resources_are_validated() {
+        let entry = |url: &str, name: &str| ResourceEntry {
+            url: url.into(),
+            name: name.into(),
+        };
+        let mut c = OAuthConfig::new("https://gw.example").unwrap();
+        c.resources = vec![
+            entry("https://gw.example/mcp", "mcp"),
+            entry("https://gw.example/notes/mcp", "notes"),
+        ];
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.resource_entries().len(), 2);
+        for bad in [
+            vec![entry("https://other.example/a/mcp", "a")],
+            vec![entry("/a/mcp", "a")],
+            vec![entry("https://gw.example/a/mcp#x", "a")],
+            vec![entry("https://GW.example/a/mcp", "a")],
+            vec![entry("https://gw.example/a/mcp/", "a")],
+            vec![entry("https://gw.example/a/mcp", " ")],
+            vec![entry("https://gw.example/a/mcp", "a\nb")],
+            vec![
+                entry("https://gw.example/a/mcp", "a"),
+                entry("https://gw.example/a/mcp", "b"),
+            ],
+            vec![
+                entry("https://gw.example/a/mcp", "a"),
+                entry("https://gw.example/b/mcp", "a"),
+            ],
+        ] {
+            c.resources = bad.clone();
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Resources(_))),
+                "{bad:?}"
+            );
         }
     }
 

@@ -18,7 +18,7 @@ pub mod server;
 pub mod store;
 pub mod validator;
 
-pub use config::OAuthConfig;
+pub use config::{OAuthConfig, ResourceEntry};
 pub use error::{OAuthError, StoreError, ValidationError};
 pub use http::router;
 pub use observe::{Event, Observer};

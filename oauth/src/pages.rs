@@ -30,6 +30,10 @@ pub struct ConsentView {
     /// The requested scopes this client already holds for this user (an active grant); the
     /// page then lists the others separately as what is being added (step-up).
     pub already_granted: Vec<String>,
+    /// The name of the service (protected resource) being granted, e.g. the route name.
+    pub resource_name: String,
+    /// Its URL (the token audience).
+    pub resource_url: String,
     pub username: String,
     pub request: String,
     pub csrf: String,
@@ -167,7 +171,8 @@ pub fn consent(v: &ConsentView) -> String {
     };
     let body = format!(
         "<h1>Allow access?</h1>\
-         <p><strong>{}</strong> wants to use your Pforte account <strong>{}</strong>.</p>\
+         <p><strong>{}</strong> wants access to <strong>{}</strong> (<code>{}</code>) \
+         with your Pforte account <strong>{}</strong>.</p>\
          <p class=\"muted\">It will be sent back to <strong>{}</strong>. Client ID: <code>{}</code></p>\
          <p>It asks for:</p><ul>{scopes}</ul>\
          <form method=\"post\" action=\"/authorize\">{}\
@@ -176,6 +181,8 @@ pub fn consent(v: &ConsentView) -> String {
          <button class=\"primary\" type=\"submit\" name=\"decision\" value=\"approve\">Approve</button>\
          </div></form>",
         escape(&v.client_name),
+        escape(&v.resource_name),
+        escape(&v.resource_url),
         escape(&v.username),
         escape(&v.redirect_host),
         escape(&v.client_id),
@@ -210,6 +217,26 @@ mod tests {
         assert!(!html.contains("<script>alert"));
         assert!(html.contains("a=&quot;b&quot;&amp;c"));
         assert!(!html.contains("<b>"));
+    }
+
+    #[test]
+    fn consent_names_the_service_being_granted() {
+        let html = consent(&ConsentView {
+            client_name: "Claude".into(),
+            client_id: "c1".into(),
+            redirect_host: "claude.ai".into(),
+            redirect_origin: "https://claude.ai".into(),
+            scopes: vec![("mcp:read".into(), "read".into())],
+            already_granted: vec![],
+            resource_name: "<notes>".into(),
+            resource_url: "https://gw.example/notes/mcp".into(),
+            username: "alice".into(),
+            request: "r".into(),
+            csrf: "x".into(),
+        });
+        assert!(html.contains(
+            "wants access to <strong>&lt;notes&gt;</strong> (<code>https://gw.example/notes/mcp</code>)"
+        ));
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub struct Principal {
     pub expires_at: u64,
     /// The grant (token family) id, for logs and admin.
     pub grant_id: String,
+    /// The protected resource (canonical URL) the token is bound to: one of the configured
+    /// resources. The caller compares it with the resource it serves.
+    pub resource: String,
 }
 
 impl Principal {
@@ -56,18 +59,23 @@ const MAX_ENTRIES: usize = 10_000;
 pub struct Validator {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    resource: String,
+    /// The canonical URLs of the configured resources.
+    resources: Vec<String>,
     cache: Mutex<HashMap<String, (Principal, u64)>>,
     observer: Arc<dyn Observer>,
 }
 
 impl Validator {
     pub fn new(store: Arc<dyn Store>, cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Self {
-        let resource = resource::canonical(&cfg.resource).unwrap_or_else(|| cfg.resource.clone());
+        let resources = cfg
+            .resource_entries()
+            .iter()
+            .map(|e| resource::canonical(&e.url).unwrap_or_else(|| e.url.clone()))
+            .collect();
         Self {
             store,
             clock,
-            resource,
+            resources,
             cache: Mutex::new(HashMap::new()),
             observer: Arc::new(Unobserved),
         }
@@ -90,7 +98,7 @@ impl Validator {
     }
 
     /// Validates `bearer` at `now_ms`: known, unrevoked (token and grant), unexpired, and
-    /// audience-bound to this resource.
+    /// audience-bound to one of the configured resources ([`Principal::resource`] says which).
     pub async fn validate_at(
         &self,
         bearer: &str,
@@ -116,15 +124,18 @@ impl Validator {
         if rec.revoked || grant_revoked {
             return Err(ValidationError::Invalid);
         }
-        if resource::canonical(&rec.resource).as_deref() != Some(self.resource.as_str()) {
+        let Some(audience) =
+            resource::canonical(&rec.resource).filter(|r| self.resources.contains(r))
+        else {
             return Err(ValidationError::Invalid);
-        }
+        };
         let p = Principal {
             subject: rec.username,
             client_id: rec.client_id,
             scopes: rec.scopes,
             expires_at: rec.expires_at,
             grant_id: rec.family_id,
+            resource: audience,
         };
         let p = expiry(p, now_ms)?;
         if let Ok(mut cache) = self.cache.lock() {
@@ -166,8 +177,11 @@ mod tests {
     const T: u64 = 1_800_000_000;
 
     async fn setup(resource: &str) -> (Arc<dyn Store>, Validator, String) {
+        setup_with(resource, OAuthConfig::new("https://gw.example").unwrap()).await
+    }
+
+    async fn setup_with(resource: &str, cfg: OAuthConfig) -> (Arc<dyn Store>, Validator, String) {
         let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
-        let cfg = OAuthConfig::new("https://gw.example").unwrap();
         let v = Validator::new(store.clone(), &cfg, Arc::new(ManualClock::at(T)));
         let token = format!("{ACCESS_PREFIX}abc");
         let g = GrantRecord {
@@ -212,6 +226,7 @@ mod tests {
         let (_, v, token) = setup("https://gw.example/mcp").await;
         let p = v.validate(&token).await.unwrap();
         assert_eq!((p.subject.as_str(), p.client_id.as_str()), ("bob", "c"));
+        assert_eq!(p.resource, "https://gw.example/mcp");
         assert!(p.require_scopes(&["mcp:read"]).is_ok());
         assert!(matches!(
             p.require_scopes(&["mcp:write"]),
@@ -264,6 +279,33 @@ mod tests {
     #[tokio::test]
     async fn other_audience_refused() {
         let (_, v, token) = setup("https://other.example/mcp").await;
+        assert!(matches!(
+            v.validate(&token).await,
+            Err(ValidationError::Invalid)
+        ));
+    }
+
+    fn two_resources() -> OAuthConfig {
+        let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
+        cfg.resources = ["a", "b"]
+            .iter()
+            .map(|n| crate::config::ResourceEntry {
+                url: format!("https://gw.example/{n}/mcp"),
+                name: (*n).into(),
+            })
+            .collect();
+        cfg
+    }
+
+    #[tokio::test]
+    async fn any_configured_resource_is_accepted_and_named() {
+        for r in ["https://gw.example/a/mcp", "https://gw.example/b/mcp/"] {
+            let (_, v, token) = setup_with(r, two_resources()).await;
+            let p = v.validate(&token).await.unwrap();
+            assert_eq!(p.resource, r.trim_end_matches('/'), "canonical");
+        }
+        // the default resource is not among the configured ones here
+        let (_, v, token) = setup_with("https://gw.example/mcp", two_resources()).await;
         assert!(matches!(
             v.validate(&token).await,
             Err(ValidationError::Invalid)

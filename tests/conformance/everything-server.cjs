@@ -7,6 +7,9 @@
 // `pforte-everything listening on 127.0.0.1:PORT`. It does no Host/Origin checking of its own:
 // DNS-rebinding protection is the gateway's job in front of it.
 //
+// With `--stdio` it serves one MCP connection on stdin/stdout instead (StdioServerTransport),
+// for a stdio route of the gateway.
+//
 // Run with NODE_PATH naming the node_modules that hold @modelcontextprotocol/sdk.
 "use strict";
 
@@ -401,13 +404,29 @@ async function handle(req, res) {
   return transport.handleRequest(req, res);
 }
 
-const httpServer = http.createServer((req, res) => {
-  handle(req, res).catch((e) => {
-    if (!res.headersSent) jsonError(res, 500, String(e));
+if (process.argv.includes("--stdio")) {
+  // One MCP connection over stdin/stdout (a stdio route of the gateway runs one per session);
+  // nothing else may be written to stdout. It ends with its input.
+  const { StdioServerTransport } = require("@modelcontextprotocol/sdk/server/stdio.js");
+  const transport = new StdioServerTransport();
+  transport.onclose = () => process.exit(0);
+  process.stdin.on("end", () => process.exit(0));
+  newServer()
+    .connect(transport)
+    .then(() => console.error("pforte-everything serving stdio"))
+    .catch((e) => {
+      console.error(`pforte-everything: ${e}`);
+      process.exit(1);
+    });
+} else {
+  const httpServer = http.createServer((req, res) => {
+    handle(req, res).catch((e) => {
+      if (!res.headersSent) jsonError(res, 500, String(e));
+    });
   });
-});
-httpServer.listen(0, "127.0.0.1", () => {
-  const a = httpServer.address();
-  console.log(`pforte-everything listening on ${a.address}:${a.port}`);
-});
+  httpServer.listen(0, "127.0.0.1", () => {
+    const a = httpServer.address();
+    console.log(`pforte-everything listening on ${a.address}:${a.port}`);
+  });
+}
 for (const sig of ["SIGTERM", "SIGINT"]) process.on(sig, () => process.exit(0));

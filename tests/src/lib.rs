@@ -239,6 +239,51 @@ impl TestCert {
     }
 }
 
+/// A TLS-terminating front on 127.0.0.1 for a plain-HTTP backend (an https upstream for the
+/// gateway): TLS with `cert`, the bytes copied to `backend`. Stops accepting when dropped.
+#[derive(Debug)]
+pub struct TlsFront {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsFront {
+    pub async fn start(cert: &TestCert, backend: SocketAddr) -> anyhow::Result<Self> {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+        let certs = CertificateDer::pem_file_iter(&cert.cert)?.collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_file(&cert.key)?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let Ok(mut back) = tokio::net::TcpStream::connect(backend).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut back).await;
+                });
+            }
+        });
+        Ok(Self { addr, task })
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// How a test gateway is configured.
 #[derive(Debug, Clone)]
 pub struct GatewayOptions {
@@ -844,6 +889,7 @@ pub fn parse_challenge(header: &str) -> Option<(String, HashMap<String, String>)
 
 pub use pforte_test_redis::{RedisServer, free_port, in_ci, which};
 
+pub mod conformance;
 pub mod oauth;
 
 #[cfg(test)]

@@ -22,91 +22,15 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
-    process::Command,
+    path::Path,
 };
 
 use pforte_tests::{
-    EverythingServer, Gateway, GatewayOptions, conformance_packages, conformance_script,
-    http_client, in_ci, mcp_client, node22, parse_challenge,
+    EverythingServer, Gateway, GatewayOptions,
+    conformance::{Results, run_suite, tools},
+    http_client, mcp_client, parse_challenge,
 };
 use serde_json::{Value, json};
-
-/// Node 22 and the npm packages, or why the test cannot run (a skip outside CI, a failure in it).
-fn tools() -> Option<(PathBuf, PathBuf)> {
-    match node22().and_then(|node| Ok((node, conformance_packages()?))) {
-        Ok(t) => Some(t),
-        Err(why) if !in_ci() => {
-            eprintln!("skipped: {why}");
-            None
-        }
-        Err(why) => panic!("{why}"),
-    }
-}
-
-/// `(scenario, check id)` → status (`SUCCESS`, `FAILURE`, `WARNING`, …) and error message.
-type Results = BTreeMap<(String, String), (String, String)>;
-
-/// Runs the runner's active server suite against `url`, with `token` as bearer when given;
-/// returns every check of every scenario.
-fn run_suite(node: &Path, packages: &Path, url: &str, token: Option<&str>) -> Results {
-    let out = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(node);
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    if let Some(token) = token {
-        cmd.env("PFORTE_CONFORMANCE_TOKEN", token)
-            .env("PFORTE_CONFORMANCE_URL", url)
-            .arg("--import")
-            .arg(conformance_script("bearer.mjs"));
-    }
-    let run = cmd
-        .arg(packages.join("conformance/dist/index.js"))
-        .args(["server", "--suite", "active", "--url", url, "--output-dir"])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    // The exit code says whether every check passed; the checks themselves are compared below.
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let summary = stdout
-        .split_once("=== SUMMARY ===")
-        .map_or(stdout.as_ref(), |(_, s)| s);
-    eprintln!("conformance against {url}:{summary}");
-    let mut results = Results::new();
-    for entry in std::fs::read_dir(out.path()).unwrap() {
-        let entry = entry.unwrap();
-        let dir = entry.file_name().into_string().unwrap();
-        // server-<scenario>-<timestamp, 24 characters like 2026-12-01T21-10-07-437Z>
-        let scenario = dir
-            .strip_prefix("server-")
-            .and_then(|d| d.get(..d.len().checked_sub(25)?))
-            .unwrap_or_else(|| panic!("unexpected result dir {dir}"))
-            .to_owned();
-        let checks: Value = serde_json::from_str(
-            &std::fs::read_to_string(entry.path().join("checks.json")).unwrap(),
-        )
-        .unwrap();
-        for check in checks.as_array().unwrap() {
-            let id = check["id"].as_str().unwrap().to_owned();
-            let status = check["status"].as_str().unwrap().to_owned();
-            if status == "INFO" {
-                continue; // a log line of the runner's, not a verdict
-            }
-            let error = check["errorMessage"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            results.insert((scenario.clone(), id), (status, error));
-        }
-    }
-    assert!(
-        results.len() > 20,
-        "the runner produced only {} checks:\n{stdout}\n{}",
-        results.len(),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    results
-}
 
 /// The checks the gateway adds by itself: DNS-rebinding protection for a loopback server.
 const GATEWAY_PASSES: &[(&str, &str)] = &[
@@ -242,6 +166,39 @@ async fn the_whole_active_conformance_suite_passes_through_the_gateway() {
             .iter()
             .any(|(s, i, _)| s == scenario && i == id);
         if status != "SUCCESS" && !known {
+            wrong.push(format!("{scenario} / {id}: {status} ({error})"));
+        }
+    }
+    wrong.dedup();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The same suite through a `[[routes]]` entry (`/everything/mcp`, its own protected resource)
+/// ends check by check as it does through `/mcp`: every check passes, the DNS-rebinding one
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_active_conformance_suite_passes_through_an_http_route() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let server = EverythingServer::start_conformance_target(&node, &packages).unwrap();
+    let mut opts = GatewayOptions::new(server.url());
+    opts.tls = false;
+    opts.extra_toml = format!(
+        "[limits]\nenabled = false\n\n[[routes]]\nname = \"everything\"\nurl = \"{}\"\n",
+        server.url()
+    );
+    let gw = Gateway::start(opts).await.unwrap();
+    let token = gw
+        .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let route = format!("{}/everything/mcp", gw.mcp_url().trim_end_matches("/mcp"));
+    let direct = run_suite(&node, &packages, &server.url(), None);
+    let through = run_suite(&node, &packages, &route, Some(&token));
+    let mut wrong = compare(&direct, &through);
+    for ((scenario, id), (status, error)) in &through {
+        if status != "SUCCESS" {
             wrong.push(format!("{scenario} / {id}: {status} ({error})"));
         }
     }

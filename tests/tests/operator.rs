@@ -407,7 +407,11 @@ fn up_without_mcp_service_says_where_it_looked() {
     let dir = tempfile::tempdir().unwrap();
     // The build dir has mcp-service beside pforte: run a copy of pforte alone.
     let lonely = dir.path().join("pforte");
-    std::fs::copy(bin("pforte"), &lonely).unwrap();
+    // A hard link, not a copy: a copy's open write descriptor, inherited by a process another
+    // test forks at that moment, makes exec fail with "Text file busy" (ETXTBSY).
+    if std::fs::hard_link(bin("pforte"), &lonely).is_err() {
+        std::fs::copy(bin("pforte"), &lonely).unwrap();
+    }
     let mut cmd2 = Command::new(&lonely);
     cmd2.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path().join("up"))

@@ -363,7 +363,7 @@ async fn oauth_grants_and_tool_rules_decide_and_the_audit_log_records_it() {
     assert_eq!(allowed["principal"]["subject"], "alice");
     assert_eq!(allowed["principal"]["kind"], "oauth");
     assert_eq!(allowed["method"], "tools/call");
-    assert_eq!(allowed["route"], "/mcp");
+    assert_eq!(allowed["route"], "mcp");
     assert_eq!(allowed["upstream_status"], 200);
     assert!(
         allowed["request_id"]

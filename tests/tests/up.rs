@@ -7,11 +7,17 @@ use std::{path::Path, process::Command, time::Duration};
 use nix::sys::signal::Signal;
 use pforte_tests::{Proc, bin, http_client, mcp_client};
 use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
 
 fn start_up(data_dir: &Path) -> (Proc, Vec<String>) {
+    start_up_with(data_dir, &[])
+}
+
+fn start_up_with(data_dir: &Path, extra: &[String]) -> (Proc, Vec<String>) {
     let mut cmd = Command::new(bin("pforte"));
     cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .args(extra)
         .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"));
     let mut proc = Proc::spawn(cmd).unwrap();
     let banner = proc
@@ -45,7 +51,11 @@ fn children(pid: u32) -> Vec<u32> {
 }
 
 async fn whoami_client(url: &str, token: &str) -> serde_json::Value {
-    let health = url.replace("/mcp", "/readyz");
+    // scheme://host:port/readyz, whatever the route's path.
+    let health = format!(
+        "{}/readyz",
+        url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/")
+    );
     let ready = pforte_tests::eventually(Duration::from_secs(20), || {
         let req = http_client(None).get(&health).send();
         async move { req.await.is_ok_and(|r| r.status() == 200) }
@@ -113,6 +123,76 @@ async fn up_prints_a_working_token_and_a_restart_keeps_it() {
     let url = field(&banner, "MCP URL:").to_owned();
     let me = whoami_client(&url, &token).await;
     assert_eq!(me["client"], "pforte-up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_serves_stdio_and_url_routes_beside_the_built_in_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let wiki = pforte_tests::McpService::start(&[]).unwrap();
+    let stdio_data = dir.path().join("plans-data");
+    let stdio = format!(
+        "plans={} stdio --data-dir '{}'",
+        bin("mcp-service").display(),
+        stdio_data.display()
+    );
+    let (mut up, banner) = start_up_with(
+        &dir.path().join("pforte-data"),
+        &[
+            "--stdio".to_owned(),
+            stdio,
+            "--route".to_owned(),
+            format!("wiki={}", wiki.url()),
+        ],
+    );
+    let url = field(&banner, "MCP URL:").to_owned();
+    let token = field(&banner, "Token:").to_owned();
+    let base = url.trim_end_matches("/mcp").to_owned();
+    // One connector URL and one `claude mcp add` line per route.
+    for (name, path) in [("plans", "/plans/mcp"), ("wiki", "/wiki/mcp")] {
+        let line = format!(
+            "claude mcp add --transport http {name} {base}{path} --header \"Authorization: Bearer {token}\""
+        );
+        assert!(
+            banner.iter().any(|l| l.trim() == line),
+            "{line}\n{banner:#?}"
+        );
+        assert!(
+            banner
+                .iter()
+                .any(|l| l.split_whitespace().eq([name, &format!("{base}{path}")])),
+            "{banner:#?}"
+        );
+    }
+    // The built-in service and both added routes answer with the one token. A stdio server
+    // sees no identity headers (its session is its stdin): mcp-service says "local".
+    for (path, client, kind) in [
+        ("/mcp", json!("pforte-up"), "static"),
+        ("/plans/mcp", Value::Null, "local"),
+        ("/wiki/mcp", json!("pforte-up"), "static"),
+    ] {
+        let me = whoami_client(&format!("{base}{path}"), &token).await;
+        assert_eq!(
+            (&me["client"], me["authKind"].as_str()),
+            (&client, Some(kind)),
+            "{path}: {me}"
+        );
+    }
+    up.signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
+        .unwrap();
+}
+
+#[test]
+fn up_refuses_a_route_flag_without_a_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("pforte"))
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(["--stdio", "npx -y some-server"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected NAME='COMMAND ARGS…'"), "{err}");
 }
 
 /// Inodes of the sockets among `pid`'s open file descriptors.

@@ -8,7 +8,7 @@ use pingora::http::RequestHeader;
 
 use super::{Gateway, RequestCtx};
 use crate::{
-    auth::{AuthFailure, Principal},
+    auth::{self, AuthFailure, Principal},
     catalog::Lookup,
     config::normalise_origin,
     limit::{Class, Decision, Policy as LimitPolicy},
@@ -31,12 +31,18 @@ impl Gateway {
     pub(super) async fn admit_headers(
         &self,
         req: &RequestHeader,
+        route: usize,
         ctx: &mut RequestCtx,
     ) -> Result<(), Rejection> {
-        ctx.cors_origin = self.check_origin(req)?;
+        ctx.cors_origin = self.check_origin(req, route)?;
         check_declared_size(req, self.settings.file.max_body_bytes)?;
         self.refuse_spent_ip(ctx)?;
-        let principal = self.authenticate_counting_failures(req, ctx).await?;
+        let principal = self.authenticate_counting_failures(req, route, ctx).await?;
+        let r = &self.settings.routes[route];
+        if auth::check_route(&principal, &r.name, &r.resource).is_err() {
+            ctx.principal = Some(principal);
+            return Err(Rejection::RouteForbidden);
+        }
         ctx.principal_key = principal_key(&principal);
         ctx.principal = Some(principal);
         self.check_session(req, ctx).await?;
@@ -59,20 +65,27 @@ impl Gateway {
         let message = ctx.mcp.message.insert(message);
         check_mcp_headers(req, message)?;
         let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
+        let route = ctx.mcp_route.ok_or(Rejection::Internal)?;
         if self.settings.file.tool_policy {
-            self.authorize(principal, message).await?;
-            ctx.mcp.filter_list =
-                message.method == "tools/list" && !self.policy.lists_everything(principal);
+            self.authorize(principal, message, route).await?;
+            ctx.mcp.filter_list = message.method == "tools/list"
+                && !self.routes[route].policy.lists_everything(principal);
         }
         if let Some(tool) = message.tool() {
-            self.tool_budget(tool, &ctx.principal_key).await?;
+            let name = &self.settings.routes[route].name;
+            self.tool_budget(tool, name, &ctx.principal_key).await?;
         }
         Ok(())
     }
 
-    /// Origin: absent passes (non-browser clients); present must be the gateway's own or an
-    /// allowed one. Returns the origin to answer with CORS headers (allowed foreign ones only).
-    pub(super) fn check_origin(&self, req: &RequestHeader) -> Result<Option<String>, Rejection> {
+    /// Origin: absent passes (non-browser clients); present must be the gateway's own or one
+    /// the route allows. Returns the origin to answer with CORS headers (allowed foreign ones
+    /// only).
+    pub(super) fn check_origin(
+        &self,
+        req: &RequestHeader,
+        route: usize,
+    ) -> Result<Option<String>, Rejection> {
         let Some(value) = req.headers.get(http::header::ORIGIN) else {
             return Ok(None);
         };
@@ -81,9 +94,12 @@ impl Gateway {
             .ok()
             .and_then(normalise_origin)
             .ok_or(Rejection::OriginForbidden)?;
-        if self.settings.allowed_origins.contains(&origin) {
+        if self.settings.routes[route]
+            .allowed_origins
+            .contains(&origin)
+        {
             Ok(Some(origin))
-        } else if self.settings.origin_allowed(&origin) {
+        } else if self.settings.own_origins.contains(&origin) {
             Ok(None)
         } else {
             Err(Rejection::OriginForbidden)
@@ -95,9 +111,10 @@ impl Gateway {
     async fn authenticate_counting_failures(
         &self,
         req: &RequestHeader,
+        route: usize,
         ctx: &mut RequestCtx,
     ) -> Result<Principal, Rejection> {
-        match self.authenticate(req).await {
+        match self.authenticate(req, &self.settings.routes[route]).await {
             Ok(principal) => Ok(principal),
             // A valid token without the baseline scope is authenticated: no IP budget spent.
             Err(failure @ AuthFailure::InsufficientScope(_)) => {
@@ -198,17 +215,25 @@ impl Gateway {
         Ok(())
     }
 
-    /// The policy's decision on one message; a tool's annotation comes from the catalog.
-    async fn authorize(&self, principal: &Principal, message: &Message) -> Result<(), Rejection> {
+    /// The policy's decision on one message; a tool's annotation comes from the route's
+    /// catalog.
+    async fn authorize(
+        &self,
+        principal: &Principal,
+        message: &Message,
+        route: usize,
+    ) -> Result<(), Rejection> {
+        let catalog = self.edge.catalogs.get(route).ok_or(Rejection::Internal)?;
         let annotation = match message.tool() {
-            Some(tool) => match self.edge.catalog.tool_or_refresh(tool).await {
+            Some(tool) => match catalog.tool_or_refresh(tool).await {
                 Lookup::ReadOnly => Annotation::ReadOnly,
                 Lookup::Writes => Annotation::Writes,
                 Lookup::Unknown => Annotation::Unknown,
             },
             None => Annotation::Unknown,
         };
-        self.policy
+        self.routes[route]
+            .policy
             .decide(principal, message, annotation)
             .map_err(Rejection::Forbidden)
     }
@@ -241,8 +266,14 @@ impl Gateway {
         }
     }
 
-    /// The budget of one tool, per principal (`limits.tools`), by the name in the body.
-    async fn tool_budget(&self, tool: &str, principal_key: &str) -> Result<(), Rejection> {
+    /// The budget of one tool, per route and principal (`limits.tools`), by the name in the
+    /// body.
+    async fn tool_budget(
+        &self,
+        tool: &str,
+        route: &str,
+        principal_key: &str,
+    ) -> Result<(), Rejection> {
         let Some(policy) = self.settings.file.limits.tool(tool) else {
             return Ok(());
         };
@@ -251,7 +282,7 @@ impl Gateway {
         }
         let decision = self
             .limiter
-            .check(&format!("tool:{tool}:{principal_key}"), policy)
+            .check(&format!("tool:{route}:{tool}:{principal_key}"), policy)
             .await;
         if decision.allowed {
             Ok(())

@@ -38,10 +38,33 @@ return 1
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Record {
     name: String,
+    #[serde(deserialize_with = "list")]
     scopes: Vec<String>,
+    /// Absent when empty (the empty list of every token without `--route`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "list"
+    )]
+    routes: Vec<String>,
     created_at: u64,
     expires_at: Option<u64>,
     revoked_at: Option<u64>,
+}
+
+/// A list of strings as stored: the revoke script's cjson re-encodes an empty list as `{}`.
+fn list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        List(Vec<String>),
+        Empty(std::collections::BTreeMap<String, serde_json::Value>),
+    }
+    match serde::Deserialize::deserialize(d)? {
+        Stored::List(list) => Ok(list),
+        Stored::Empty(map) if map.is_empty() => Ok(Vec::new()),
+        Stored::Empty(_) => Err(serde::de::Error::custom("expected a list of strings")),
+    }
 }
 
 /// The redis-backed token store (blocking client: the admin CLI and the refresher thread).
@@ -110,6 +133,7 @@ impl TokenSource for RedisTokenStore {
         &self,
         name: &str,
         scopes: &[String],
+        routes: &[String],
         expires_at: Option<u64>,
         now: u64,
         rng: &mut dyn rand::RngCore,
@@ -121,6 +145,7 @@ impl TokenSource for RedisTokenStore {
         let record = serde_json::to_string(&Record {
             name: name.to_owned(),
             scopes: scopes.to_vec(),
+            routes: routes.to_vec(),
             created_at: now,
             expires_at,
             revoked_at: None,
@@ -152,6 +177,7 @@ impl TokenSource for RedisTokenStore {
             .map(|(_, r)| StaticToken {
                 name: r.name,
                 scopes: r.scopes,
+                routes: r.routes,
                 created_at: r.created_at,
                 expires_at: r.expires_at,
                 revoked_at: r.revoked_at,
@@ -194,6 +220,7 @@ impl TokenSource for RedisTokenStore {
                 token: StaticToken {
                     name: r.name,
                     scopes: r.scopes,
+                    routes: r.routes,
                     created_at: r.created_at,
                     expires_at: r.expires_at,
                     revoked_at: None,
@@ -206,5 +233,35 @@ impl TokenSource for RedisTokenStore {
     fn version(&self) -> Result<i64, StoreError> {
         let v: Option<i64> = self.with(|c| c.get(VERSION))?;
         Ok(v.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn routes_survive_create_list_and_revoke() {
+        let Some(redis) = pforte_test_redis::RedisServer::start() else {
+            return;
+        };
+        let store = RedisTokenStore::open(&redis.url()).unwrap();
+        let mut rng = rand::rng();
+        let limited = store
+            .create("w", &[], &["werkbaum".to_owned()], None, 1, &mut rng)
+            .unwrap();
+        let open = store.create("all", &[], &[], None, 2, &mut rng).unwrap();
+        let snap = store.snapshot().unwrap();
+        assert_eq!(snap.find(&limited).unwrap().routes, ["werkbaum"]);
+        assert!(snap.find(&open).unwrap().routes.is_empty());
+        // The revoke script re-encodes the record with cjson; both kinds still read back.
+        assert!(store.revoke("all", 3).unwrap());
+        assert!(store.revoke("w", 4).unwrap());
+        let listed = store.list().unwrap();
+        assert_eq!(listed.len(), 2);
+        let w = listed.iter().find(|t| t.name == "w").unwrap();
+        assert_eq!(w.routes, ["werkbaum"]);
+        assert!(w.revoked_at.is_some());
     }
 }

@@ -17,7 +17,10 @@ pub struct AuthorizeRequest {
     pub redirect_uri_explicit: bool,
     pub state: Option<String>,
     pub scopes: Vec<String>,
+    /// The configured resource the grant is for (its URL as configured).
     pub resource: String,
+    /// That resource's name, for the consent page.
+    pub resource_name: String,
     pub code_challenge: String,
 }
 
@@ -112,7 +115,9 @@ pub fn validate(
     let code_challenge =
         pkce::check_challenge(single("code_challenge")?, single("code_challenge_method")?)
             .map_err(|e| fail(OAuthError::InvalidRequest(e)))?;
-    let resource = resource::check(&params.all("resource"), &cfg.resource).map_err(fail)?;
+    let entries = cfg.resource_entries();
+    let target =
+        resource::select(&params.all("resource"), &entries, &cfg.resource).map_err(fail)?;
     let scopes = scope::negotiate(single("scope")?, &cfg.scopes_supported).map_err(fail)?;
     Ok(AuthorizeRequest {
         client_id: client.client_id.clone(),
@@ -120,7 +125,8 @@ pub fn validate(
         redirect_uri_explicit: explicit,
         state,
         scopes,
-        resource,
+        resource: target.url.clone(),
+        resource_name: target.name.clone(),
         code_challenge,
     })
 }
@@ -235,6 +241,7 @@ mod tests {
     fn valid_request_defaults_resource_and_scopes() {
         let r = validate(&params(&[], &[]), &client(), &cfg()).unwrap();
         assert_eq!(r.resource, "https://gw.example/mcp");
+        assert_eq!(r.resource_name, "mcp");
         assert_eq!(r.scopes, ["mcp:read", "mcp:write"]);
         assert_eq!(r.state.as_deref(), Some("st8"));
         assert!(r.redirect_uri_explicit);
@@ -305,6 +312,58 @@ mod tests {
             validate(&ok, &client(), &cfg()).is_ok(),
             "trailing slash tolerated"
         );
+    }
+
+    fn two_resources() -> OAuthConfig {
+        let mut c = cfg();
+        c.resources = ["notes", "plans"]
+            .iter()
+            .map(|n| crate::config::ResourceEntry {
+                url: format!("https://gw.example/{n}/mcp"),
+                name: (*n).into(),
+            })
+            .collect();
+        c.validate().unwrap();
+        c
+    }
+
+    #[test]
+    fn several_resources_bind_the_requested_one() {
+        let c = two_resources();
+        let p = params(&[("resource", "https://gw.example/plans/mcp")], &[]);
+        let r = validate(&p, &client(), &c).unwrap();
+        assert_eq!(r.resource, "https://gw.example/plans/mcp");
+        assert_eq!(r.resource_name, "plans");
+        for bad in [
+            "https://gw.example/mcp",
+            "https://gw.example/other/mcp",
+            "https://other.example/plans/mcp",
+        ] {
+            let p = params(&[("resource", bad)], &[]);
+            let (code, url) = redirect_error(validate(&p, &client(), &c));
+            assert_eq!(code, "invalid_target", "{bad}");
+            let q: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+            assert!(q.contains(&("state".into(), "st8".into())));
+        }
+        // omitted, the default resource not configured, two entries: required
+        let (code, url) = redirect_error(validate(&params(&[], &[]), &client(), &c));
+        assert_eq!(code, "invalid_target");
+        assert!(url.query().unwrap().contains("resource+is+required"));
+    }
+
+    #[test]
+    fn invalid_target_with_an_untrusted_redirect_is_an_error_page() {
+        let p = params(
+            &[
+                ("resource", "https://gw.example/other/mcp"),
+                ("redirect_uri", "https://evil.example/cb"),
+            ],
+            &["redirect_uri"],
+        );
+        assert!(matches!(
+            validate(&p, &client(), &two_resources()),
+            Err(AuthorizeFailure::ErrorPage(_))
+        ));
     }
 
     #[test]

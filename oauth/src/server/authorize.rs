@@ -23,7 +23,7 @@ const ANON_PREFIX: &str = "pfa_";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Page {
     Login(LoginView),
-    Consent(ConsentView),
+    Consent(Box<ConsentView>),
     Error(ErrorView),
 }
 
@@ -274,7 +274,7 @@ impl AuthServer {
             .map(|u| u.origin().ascii_serialization())
             .unwrap_or_default();
         AuthorizeOutcome::Page {
-            page: Page::Consent(ConsentView {
+            page: Page::Consent(Box::new(ConsentView {
                 client_name: client.display_name().to_owned(),
                 client_id: client.client_id.clone(),
                 redirect_host,
@@ -285,20 +285,24 @@ impl AuthServer {
                     .map(|s| (s.clone(), describe(s)))
                     .collect(),
                 already_granted,
+                resource_name: req.resource_name.clone(),
+                resource_url: req.resource.clone(),
                 username: username.to_owned(),
                 request: request.to_owned(),
                 csrf: self.key.csrf_token(session_id),
-            }),
+            })),
             status: 200,
         }
     }
 
-    /// Scopes `username` already granted `client_id` (active, unexpired grants).
+    /// Scopes `username` already granted `client_id` for `resource` (active, unexpired grants).
     async fn granted_scopes(
         &self,
         username: &str,
         client_id: &str,
+        resource: &str,
     ) -> Result<Vec<String>, StoreError> {
+        let resource = crate::protocol::resource::canonical(resource);
         let now = self.now();
         let mut held: Vec<String> = self
             .store
@@ -308,6 +312,7 @@ impl AuthServer {
             .filter(|g| {
                 g.username == username
                     && g.client_id == client_id
+                    && crate::protocol::resource::canonical(&g.resource) == resource
                     && g.revoked_at.is_none()
                     && g.expires_at > now
             })
@@ -353,7 +358,10 @@ impl AuthServer {
         if let Some((id, rec)) = &session {
             match self.session_user(rec).await {
                 Ok(Some(user)) => {
-                    let held = match self.granted_scopes(&user, &client.client_id).await {
+                    let held = match self
+                        .granted_scopes(&user, &client.client_id, &req.resource)
+                        .await
+                    {
                         Ok(held) => held,
                         Err(e) => return unavailable(&e).into(),
                     };

@@ -1296,3 +1296,255 @@ async fn the_observer_sees_each_event_once() {
     assert_eq!(last, 429);
     assert_eq!(seen.take().last(), Some(&LoginThrottled));
 }
+
+const NOTES: &str = "https://gw.example/notes/mcp";
+const PLANS: &str = "https://gw.example/plans/mcp";
+
+/// Two protected resources (two routes); the default `<issuer>/mcp` is not among them.
+fn two_resources() -> OAuthConfig {
+    let mut cfg = config();
+    cfg.resources = [("notes", NOTES), ("plans", PLANS)]
+        .iter()
+        .map(|(name, url)| crate::config::ResourceEntry {
+            url: (*url).into(),
+            name: (*name).into(),
+        })
+        .collect();
+    cfg
+}
+
+impl H {
+    /// The consent page for `query` after logging in.
+    async fn consent_view(&self, query: &str) -> crate::pages::ConsentView {
+        let (cookie, _, _) = self.login(query, "correct horse").await.unwrap();
+        match self
+            .s
+            .authorize_get(query, Some(&cookie), None)
+            .await
+            .outcome
+        {
+            AuthorizeOutcome::Page {
+                page: Page::Consent(c),
+                ..
+            } => *c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn code_for(&self, client_id: &str, resource: &str) -> String {
+        let query = self.auth_query(client_id, &[("resource", resource)]);
+        let AuthorizeOutcome::Redirect { location } = self.decide(&query, "approve").await else {
+            panic!("no redirect")
+        };
+        get(&query_of(&location), "code").unwrap().to_owned()
+    }
+
+    async fn exchange_for(
+        &self,
+        client_id: &str,
+        code: &str,
+        resource: &str,
+    ) -> Result<crate::protocol::token::TokenResponse, OAuthError> {
+        let p = q(&[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", CALLBACK),
+            ("code_verifier", VERIFIER),
+            ("client_id", client_id),
+            ("resource", resource),
+        ]);
+        self.s.token(&p, None).await
+    }
+
+    async fn refresh_for(
+        &self,
+        client_id: &str,
+        rt: &str,
+        resource: &str,
+    ) -> Result<crate::protocol::token::TokenResponse, OAuthError> {
+        let p = q(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", rt),
+            ("client_id", client_id),
+            ("resource", resource),
+        ]);
+        self.s.token(&p, None).await
+    }
+}
+
+#[tokio::test]
+async fn two_resources_code_token_and_refresh_stay_bound_to_one() {
+    let h = harness_with(two_resources(), None).await;
+    let (cid, _) = h.register("none").await;
+    let code = h.code_for(&cid, NOTES).await;
+    let t = h.exchange_for(&cid, &code, NOTES).await.unwrap();
+    // the token's audience is the requested resource
+    let (rec, _) = h
+        .store
+        .get_access(&crypto::hash_secret(t.access_token.expose()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.resource, NOTES);
+    let v = h.s.validator();
+    let p = v.validate(t.access_token.expose()).await.unwrap();
+    assert_eq!(p.resource, NOTES);
+
+    // a refresh for the other resource is refused, the token stays usable
+    let e = h
+        .refresh_for(&cid, t.refresh_token.expose(), PLANS)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "invalid_target");
+    // a refresh without `resource` keeps it
+    let t2 = h
+        .refresh(&cid, None, t.refresh_token.expose())
+        .await
+        .unwrap();
+    let p2 = v.validate(t2.access_token.expose()).await.unwrap();
+    assert_eq!(p2.resource, NOTES);
+    // and naming it (non-canonically) works too
+    let t3 = h
+        .refresh_for(
+            &cid,
+            t2.refresh_token.expose(),
+            "HTTPS://gw.example/notes/mcp/",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        v.validate(t3.access_token.expose()).await.unwrap().resource,
+        NOTES
+    );
+
+    // a code for PLANS exchanged naming NOTES: invalid_target; naming none: PLANS
+    let code = h.code_for(&cid, PLANS).await;
+    assert_eq!(
+        h.exchange_for(&cid, &code, NOTES).await.unwrap_err().code(),
+        "invalid_target"
+    );
+    let t = h.exchange(&cid, None, &code, VERIFIER).await.unwrap();
+    assert_eq!(
+        v.validate(t.access_token.expose()).await.unwrap().resource,
+        PLANS
+    );
+}
+
+#[tokio::test]
+async fn two_resources_unknown_or_missing_resource_is_invalid_target() {
+    let h = harness_with(two_resources(), None).await;
+    let (cid, _) = h.register("none").await;
+    for resource in ["https://gw.example/other/mcp", "https://gw.example/mcp", ""] {
+        let r =
+            h.s.authorize_get(&h.auth_query(&cid, &[("resource", resource)]), None, None)
+                .await;
+        assert_eq!(redirect_error(&r.outcome), "invalid_target", "{resource:?}");
+    }
+    // an untrusted redirect URI: an error page, never a redirect
+    let r =
+        h.s.authorize_get(
+            &h.auth_query(
+                &cid,
+                &[
+                    ("resource", "https://gw.example/other/mcp"),
+                    ("redirect_uri", "https://evil.example/cb"),
+                ],
+            ),
+            None,
+            None,
+        )
+        .await;
+    assert!(is_error_page(&r.outcome));
+    let code = h.code_for(&cid, NOTES).await;
+    assert_eq!(
+        h.exchange_for(&cid, &code, "https://gw.example/other/mcp")
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_target"
+    );
+    // the failed exchange did not use the code up
+    let t = h.exchange_for(&cid, &code, NOTES).await.unwrap();
+    assert_eq!(
+        h.refresh_for(
+            &cid,
+            t.refresh_token.expose(),
+            "https://gw.example/other/mcp"
+        )
+        .await
+        .unwrap_err()
+        .code(),
+        "invalid_target"
+    );
+}
+
+#[tokio::test]
+async fn consent_page_names_the_resource_and_counts_grants_per_resource() {
+    let h = harness_with(two_resources(), None).await;
+    let (cid, _) = h.register("none").await;
+    let view = h
+        .consent_view(&h.auth_query(&cid, &[("resource", PLANS)]))
+        .await;
+    assert_eq!(
+        (view.resource_name.as_str(), view.resource_url.as_str()),
+        ("plans", PLANS)
+    );
+    let html = crate::pages::consent(&view);
+    assert!(
+        html.contains("wants access to <strong>plans</strong>"),
+        "{html}"
+    );
+    assert!(html.contains(PLANS));
+
+    let code = h.code_for(&cid, NOTES).await;
+    h.exchange_for(&cid, &code, NOTES).await.unwrap();
+    let notes = h
+        .consent_view(&h.auth_query(&cid, &[("resource", NOTES)]))
+        .await;
+    assert_eq!(notes.already_granted, ["mcp:read", "mcp:write"]);
+    let plans = h
+        .consent_view(&h.auth_query(&cid, &[("resource", PLANS)]))
+        .await;
+    assert!(
+        plans.already_granted.is_empty(),
+        "a grant for notes is not one for plans"
+    );
+}
+
+#[tokio::test]
+async fn single_resource_consent_names_mcp() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let view = h
+        .consent_view(&h.auth_query(&cid, &[("resource", "")]))
+        .await;
+    assert_eq!(
+        (view.resource_name.as_str(), view.resource_url.as_str()),
+        ("mcp", "https://gw.example/mcp")
+    );
+}
+
+#[tokio::test]
+async fn a_resource_removed_from_the_config_yields_no_more_tokens() {
+    let h = harness_with(two_resources(), None).await;
+    let (cid, _) = h.register("none").await;
+    let code = h.code_for(&cid, NOTES).await;
+    let t = h.exchange_for(&cid, &code, NOTES).await.unwrap();
+    let mut cfg = two_resources();
+    cfg.resources.retain(|e| e.url == PLANS);
+    let s = AuthServer::builder(cfg, h.store.clone())
+        .clock(h.clock.clone())
+        .build()
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.validator().validate(t.access_token.expose()).await,
+        Err(ValidationError::Invalid)
+    ));
+    let p = q(&[
+        ("grant_type", "refresh_token"),
+        ("refresh_token", t.refresh_token.expose()),
+        ("client_id", &cid),
+    ]);
+    assert_eq!(s.token(&p, None).await.unwrap_err().code(), "invalid_grant");
+}

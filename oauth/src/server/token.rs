@@ -7,7 +7,7 @@ use crate::error::OAuthError;
 use crate::model::{AccessRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome};
 use crate::observe::Event;
 use crate::protocol::token::{self, GrantType, Reuse, TokenResponse};
-use crate::protocol::{Client, Params, scope};
+use crate::protocol::{Client, Params, resource, scope};
 
 impl AuthServer {
     /// POST `/token` (form body, optional `Authorization` header).
@@ -53,6 +53,11 @@ impl AuthServer {
         if record.used {
             return Err(self.replayed(&record, now).await);
         }
+        resource::check_bound(
+            &params.all("resource"),
+            &record.resource,
+            &self.cfg.resource_entries(),
+        )?;
         token::check_code(&record, &client.client_id, params, now)?;
         let access = crypto::random_token(self.entropy.as_ref(), ACCESS_PREFIX);
         let refresh = self.new_refresh();
@@ -141,6 +146,11 @@ impl AuthServer {
         let Some(old) = self.store.get_refresh(&hash).await? else {
             return Err(OAuthError::InvalidGrant("unknown refresh token".into()));
         };
+        resource::check_bound(
+            &params.all("resource"),
+            &old.resource,
+            &self.cfg.resource_entries(),
+        )?;
         token::check_refresh(&old, &client.client_id, params, now)?;
         let scopes = scope::narrow(
             params.single("scope").map_err(OAuthError::InvalidRequest)?,

@@ -78,6 +78,7 @@ pub async fn run<S: Store>(store: &S) {
     clients(store).await;
     codes(store).await;
     grants_and_rotation(store).await;
+    resource_per_grant(store).await;
     revocation_cascades(store).await;
     sessions(store).await;
 }
@@ -306,6 +307,61 @@ async fn grants_and_rotation<S: Store>(s: &S) {
         RotateOutcome::FamilyRevoked
     );
     assert_eq!(s.list_grants().await.unwrap().len(), before + 1);
+}
+
+/// Two grants of one user and client for two resources: each record keeps its own resource,
+/// also across rotation (a grant's tokens are bound to its resource).
+async fn resource_per_grant<S: Store>(s: &S) {
+    let a = GrantRecord {
+        resource: "https://gw.example/a/mcp".into(),
+        ..grant("fam-a", "c-res", "carol")
+    };
+    let b = GrantRecord {
+        resource: "https://gw.example/b/mcp".into(),
+        ..grant("fam-b", "c-res", "carol")
+    };
+    for g in [&a, &b] {
+        let tag = &g.family_id;
+        let (at, rt) = (
+            access(&format!("{tag}-a0"), g),
+            refresh(&format!("{tag}-r0"), g, NOW + 1000),
+        );
+        s.create_grant(g, &at, &rt).await.unwrap();
+    }
+    let (a1, r1) = (access("fam-b-a1", &b), refresh("fam-b-r1", &b, NOW + 2000));
+    assert_eq!(
+        s.rotate_refresh("fam-b-r0", NOW + 1, &a1, &r1)
+            .await
+            .unwrap(),
+        RotateOutcome::Rotated
+    );
+    for (g, tokens) in [
+        (&a, ["fam-a-a0", "fam-a-r0"]),
+        (&b, ["fam-b-a1", "fam-b-r1"]),
+    ] {
+        assert_eq!(
+            s.get_grant(&g.family_id).await.unwrap().unwrap().resource,
+            g.resource
+        );
+        assert_eq!(
+            s.get_access(tokens[0]).await.unwrap().unwrap().0.resource,
+            g.resource
+        );
+        assert_eq!(
+            s.get_refresh(tokens[1]).await.unwrap().unwrap().resource,
+            g.resource
+        );
+    }
+    let mut listed: Vec<String> = s
+        .list_grants()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|g| g.client_id == "c-res")
+        .map(|g| g.resource)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, [a.resource.clone(), b.resource.clone()]);
 }
 
 async fn revocation_cascades<S: Store>(s: &S) {

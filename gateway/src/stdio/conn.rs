@@ -1,0 +1,620 @@
+//! One supervised stdio child and the MCP connection to it: requests written to its stdin with
+//! bridge ids, its stdout read line by line and sent where each message belongs (see
+//! [`decide::route_server_message`]), its stderr logged, its restarts with backoff and the
+//! replay of the session's `initialize` after each one.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::signal::{Signal, kill, killpg},
+    unistd::Pid,
+};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
+    sync::{mpsc, oneshot, watch},
+};
+
+use super::{
+    decide::{self, Dest, Kind},
+    exec::{ChildCommand, Spawner},
+};
+
+/// Messages buffered per client stream.
+const STREAM_BUFFER: usize = 256;
+/// Server messages kept for a standalone stream that is not open (oldest dropped first).
+const BACKLOG: usize = 100;
+/// Lines queued for a child's stdin.
+const STDIN_BUFFER: usize = 256;
+/// How long a child has between SIGTERM and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The first `initialize` answer of a connection: the child's whole response (a `result` or an
+/// `error`), or why there is none.
+pub type Ready = oneshot::Receiver<Result<Value, String>>;
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Spawned, `initialize` written, no answer yet.
+    Starting,
+    Up,
+    /// Crashed; restarts at `until`.
+    Backoff {
+        until: Instant,
+    },
+    Stopped,
+}
+
+/// A client request waiting for its response.
+struct Pending {
+    client_id: Value,
+    token: Option<Value>,
+    tx: mpsc::Sender<Value>,
+    /// The bridge's own `initialize`.
+    internal: bool,
+    /// The client reads an event stream (else only the response reaches it: server requests
+    /// go to the standalone stream).
+    stream: bool,
+}
+
+struct State {
+    stdin: Option<mpsc::Sender<Vec<u8>>>,
+    phase: Phase,
+    pending: HashMap<u64, Pending>,
+    standalone: Option<mpsc::Sender<Value>>,
+    backlog: VecDeque<Value>,
+    pid: Option<u32>,
+    last_activity: Instant,
+}
+
+/// One child and the MCP connection over its stdin/stdout.
+pub struct Conn {
+    route: String,
+    cmd: ChildCommand,
+    spawner: Spawner,
+    ids: Arc<AtomicU64>,
+    /// The `initialize` params to send after every start; None for a pool child, which gets
+    /// the clients' stateless (2026-07-28) requests as they are.
+    init_params: Option<Value>,
+    /// Replay `notifications/initialized` after a restart (the client sent it, or the bridge
+    /// initialized this child itself).
+    initialized: AtomicBool,
+    state: Mutex<State>,
+    stop: watch::Sender<bool>,
+    done: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("route", &self.route)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one run of a child ended.
+enum RunEnd {
+    Stopped,
+    Exited { status: String, up_for: Duration },
+}
+
+impl Conn {
+    /// Starts a child and its supervisor. `init_params` is the `initialize` to send (and replay)
+    /// after every start, None for none (the child is ready once it runs); `initialized`
+    /// whether `notifications/initialized` follows it without the client.
+    pub fn start(
+        route: &str,
+        cmd: ChildCommand,
+        spawner: Spawner,
+        ids: Arc<AtomicU64>,
+        init_params: Option<Value>,
+        initialized: bool,
+    ) -> (Arc<Self>, Ready) {
+        let (stop, stop_rx) = watch::channel(false);
+        let conn = Arc::new(Self {
+            route: route.to_owned(),
+            cmd,
+            spawner,
+            ids,
+            init_params,
+            initialized: AtomicBool::new(initialized),
+            state: Mutex::new(State {
+                stdin: None,
+                phase: Phase::Starting,
+                pending: HashMap::new(),
+                standalone: None,
+                backlog: VecDeque::new(),
+                pid: None,
+                last_activity: Instant::now(),
+            }),
+            stop,
+            done: Mutex::new(None),
+        });
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let task = tokio::spawn(conn.clone().supervise(ready_tx, stop_rx));
+        if let Ok(mut done) = conn.done.lock() {
+            *done = Some(task);
+        }
+        (conn, ready_rx)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The child's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.lock().pid
+    }
+
+    /// Requests in flight (the bridge's own not counted).
+    pub fn in_flight(&self) -> usize {
+        self.lock().pending.values().filter(|p| !p.internal).count()
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.lock().phase == Phase::Up
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.lock().phase == Phase::Stopped
+    }
+
+    /// Notes client activity (idle expiry counts from the last one).
+    pub fn touch(&self, now: Instant) {
+        self.lock().last_activity = now;
+    }
+
+    /// Whether the connection has been idle for `timeout` at `now`.
+    pub fn idle_expired(&self, now: Instant, timeout: Duration) -> bool {
+        let st = self.lock();
+        let busy = st.phase == Phase::Starting
+            || st.pending.values().any(|p| !p.internal)
+            || st.standalone.as_ref().is_some_and(|tx| !tx.is_closed());
+        decide::idle_expired(st.last_activity, now, busy, timeout)
+    }
+
+    /// Sends a client request (its id remapped); the receiver yields every server message tied
+    /// to it and then its response (`stream`: the client reads an event stream). Err is the
+    /// message of the JSON-RPC error to answer with.
+    pub fn request(&self, mut msg: Value, stream: bool) -> Result<mpsc::Receiver<Value>, String> {
+        let mut st = self.lock();
+        match st.phase {
+            Phase::Up => {}
+            Phase::Starting => {
+                return Err(format!(
+                    "the stdio server `{}` is starting; retry in a moment",
+                    self.route
+                ));
+            }
+            Phase::Backoff { until } => {
+                let wait = until.saturating_duration_since(Instant::now());
+                return Err(format!(
+                    "the stdio server `{}` is restarting; retry in {:.1} s",
+                    self.route,
+                    wait.as_secs_f64()
+                ));
+            }
+            Phase::Stopped => {
+                return Err(format!("the stdio server `{}` has stopped", self.route));
+            }
+        }
+        let Some(stdin) = st.stdin.clone() else {
+            return Err(format!("the stdio server `{}` is not running", self.route));
+        };
+        let bridge_id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let token = decide::progress_token(&msg).cloned();
+        let client_id = decide::remap_id(&mut msg, bridge_id).unwrap_or(Value::Null);
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        if stdin.try_send(line(&msg)).is_err() {
+            return Err(format!(
+                "the stdio server `{}` is not reading its input",
+                self.route
+            ));
+        }
+        st.pending.insert(
+            bridge_id,
+            Pending {
+                client_id,
+                token,
+                tx,
+                internal: false,
+                stream,
+            },
+        );
+        Ok(rx)
+    }
+
+    /// Passes a client notification or response to the child (a `notifications/cancelled`
+    /// with the request's bridge id). Dropped while the child is down.
+    pub fn send(&self, mut msg: Value) {
+        let st = self.lock();
+        if let Kind::Notification { method } = decide::classify(&msg) {
+            match method {
+                "notifications/initialized" => self.initialized.store(true, Ordering::Relaxed),
+                "notifications/cancelled" => {
+                    let client_id = msg.pointer("/params/requestId").cloned();
+                    let bridge = st
+                        .pending
+                        .iter()
+                        .find(|(_, p)| !p.internal && Some(&p.client_id) == client_id.as_ref())
+                        .map(|(id, _)| *id);
+                    if let (Some(bridge), Some(params)) = (bridge, msg.get_mut("params")) {
+                        params["requestId"] = Value::from(bridge);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if st.phase == Phase::Up
+            && let Some(stdin) = &st.stdin
+            && stdin.try_send(line(&msg)).is_err()
+        {
+            tracing::warn!(route = %self.route, "stdio server input is full; message dropped");
+        }
+    }
+
+    /// Opens the standalone stream (a previous one ends); buffered messages come first.
+    pub fn open_standalone(&self) -> mpsc::Receiver<Value> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let mut st = self.lock();
+        while let Some(msg) = st.backlog.pop_front() {
+            if tx.try_send(msg).is_err() {
+                break;
+            }
+        }
+        st.standalone = Some(tx);
+        rx
+    }
+
+    /// Closes the child's stdin (stdio servers stop at end of input).
+    pub fn close_stdin(&self) {
+        self.lock().stdin = None;
+    }
+
+    /// Asks the supervisor to stop the child (SIGTERM, SIGKILL after [`STOP_GRACE`]).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Stops the child and waits until it is gone.
+    pub async fn stop_and_wait(&self) {
+        self.stop();
+        let task = self.done.lock().ok().and_then(|mut d| d.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    async fn supervise(
+        self: Arc<Self>,
+        ready: oneshot::Sender<Result<Value, String>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut ready = Some(ready);
+        let mut failures = 0u32;
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            match self.run_once(&mut ready, &mut stop).await {
+                RunEnd::Stopped => break,
+                RunEnd::Exited { status, up_for } => {
+                    if let Some(ready) = ready.take() {
+                        // Never initialized: the client's initialize fails instead.
+                        let _ = ready.send(Err(format!(
+                            "the stdio server `{}` exited before it answered initialize \
+                             (status {status})",
+                            self.route
+                        )));
+                        break;
+                    }
+                    failures = decide::failures_after_exit(failures, up_for);
+                    let delay = decide::backoff_delay(failures.saturating_sub(1));
+                    {
+                        // In one step: no request slips in between the exit and the backoff.
+                        let mut st = self.lock();
+                        st.phase = Phase::Backoff {
+                            until: Instant::now() + delay,
+                        };
+                        let message = format!(
+                            "the stdio server `{}` exited ({status}); it is being restarted",
+                            self.route
+                        );
+                        fail_pending(&mut st, &message);
+                    }
+                    tracing::warn!(
+                        route = %self.route,
+                        %status,
+                        retry_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        "stdio server exited; restarting it"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = stop.changed() => break,
+                    }
+                }
+            }
+        }
+        let mut st = self.lock();
+        st.phase = Phase::Stopped;
+        st.stdin = None;
+        st.standalone = None;
+        st.pid = None;
+        let message = format!("the stdio server `{}` has stopped", self.route);
+        fail_pending(&mut st, &message);
+    }
+
+    /// Runs the child once: spawn, initialize, relay until it exits or a stop is asked for.
+    async fn run_once(
+        &self,
+        ready: &mut Option<oneshot::Sender<Result<Value, String>>>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> RunEnd {
+        let started = Instant::now();
+        let mut child = match self.spawner.spawn(self.cmd.clone()).await {
+            Ok(child) => child,
+            Err(e) => {
+                return RunEnd::Exited {
+                    status: format!("could not start: {e}"),
+                    up_for: Duration::ZERO,
+                };
+            }
+        };
+        let pid = child.id();
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            terminate(pid, &mut child).await;
+            return RunEnd::Exited {
+                status: "no pipes".to_owned(),
+                up_for: Duration::ZERO,
+            };
+        };
+        tracing::info!(route = %self.route, pid, "stdio server started");
+        let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_BUFFER);
+        tokio::spawn(write_stdin(stdin, stdin_rx));
+        tokio::spawn(log_stderr(self.route.clone(), pid, stderr));
+
+        // The (replayed) initialize.
+        let (init_tx, mut init_rx) = mpsc::channel(4);
+        let mut initializing = self.init_params.is_some();
+        {
+            let mut st = self.lock();
+            st.pid = pid;
+            st.stdin = Some(stdin_tx.clone());
+            if !initializing {
+                st.phase = Phase::Up;
+                st.last_activity = Instant::now();
+                drop(st);
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(Ok(Value::Null));
+                }
+            } else {
+                st.phase = Phase::Starting;
+                let bridge_id = self.ids.fetch_add(1, Ordering::Relaxed);
+                st.pending.insert(
+                    bridge_id,
+                    Pending {
+                        client_id: Value::Null,
+                        token: None,
+                        tx: init_tx,
+                        internal: true,
+                        stream: true,
+                    },
+                );
+                let init = json!({"jsonrpc": "2.0", "id": bridge_id, "method": "initialize",
+                                  "params": self.init_params});
+                let _ = stdin_tx.try_send(line(&init));
+            }
+        }
+        drop(stdin_tx);
+
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    self.lock().stdin = None; // EOF on its stdin
+                    terminate(pid, &mut child).await;
+                    return RunEnd::Stopped;
+                }
+                answer = init_rx.recv(), if initializing => {
+                    initializing = false;
+                    let Some(answer) = answer else { continue };
+                    self.initialized_answer(answer, ready);
+                }
+                next = lines.next_line() => match next {
+                    Ok(Some(text)) => self.on_line(&text),
+                    Ok(None) | Err(_) => break,
+                },
+            }
+        }
+        // Its stdout closed: it exited (or is about to; it gets the grace period).
+        let status = match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => {
+                terminate(pid, &mut child).await;
+                "closed its output".to_owned()
+            }
+        };
+        kill_group(pid);
+        let mut st = self.lock();
+        st.stdin = None;
+        st.pid = None;
+        RunEnd::Exited {
+            status,
+            up_for: started.elapsed(),
+        }
+    }
+
+    /// The child answered the bridge's `initialize`.
+    fn initialized_answer(
+        &self,
+        answer: Value,
+        ready: &mut Option<oneshot::Sender<Result<Value, String>>>,
+    ) {
+        let ok = answer.get("result").is_some();
+        let mut st = self.lock();
+        st.last_activity = Instant::now();
+        if ok {
+            st.phase = Phase::Up;
+            if self.initialized.load(Ordering::Relaxed)
+                && let Some(stdin) = &st.stdin
+            {
+                let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+                let _ = stdin.try_send(line(&note));
+            }
+        } else {
+            tracing::warn!(route = %self.route, answer = %answer, "stdio server refused initialize");
+        }
+        drop(st);
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(Ok(answer));
+        }
+    }
+
+    /// One line of the child's stdout.
+    fn on_line(&self, text: &str) {
+        let Ok(mut msg) = serde_json::from_str::<Value>(text) else {
+            tracing::warn!(route = %self.route, line = %text, "stdio server wrote a line that is not JSON");
+            return;
+        };
+        let mut st = self.lock();
+        if let Kind::Response { .. } = decide::classify(&msg) {
+            let pending = decide::bridge_id(&msg).and_then(|id| st.pending.remove(&id));
+            match pending {
+                Some(p) => {
+                    if !p.internal {
+                        decide::restore_id(&mut msg, p.client_id);
+                    }
+                    let _ = p.tx.try_send(msg);
+                }
+                None => tracing::debug!(route = %self.route, "response to no request in flight"),
+            }
+            return;
+        }
+        let in_flight: Vec<(u64, Option<&Value>)> = st
+            .pending
+            .iter()
+            .filter(|(_, p)| !p.internal)
+            .map(|(id, p)| (*id, p.token.as_ref()))
+            .collect();
+        let dest = decide::route_server_message(&msg, &in_flight);
+        let is_request = matches!(decide::classify(&msg), Kind::Request { .. });
+        let msg = match dest {
+            // A JSON answer carries only the response: a server request goes where it is read.
+            Dest::Request(id) if is_request && st.pending.get(&id).is_some_and(|p| !p.stream) => {
+                msg
+            }
+            Dest::Request(id) => match st.pending.get(&id).map(|p| p.tx.try_send(msg)) {
+                Some(Err(e)) => e.into_inner(),
+                Some(Ok(())) => return,
+                None => return,
+            },
+            Dest::Standalone => msg,
+        };
+        let msg = match &st.standalone {
+            Some(tx) => match tx.try_send(msg) {
+                Ok(()) => return,
+                Err(e) => e.into_inner(),
+            },
+            None => msg,
+        };
+        if st.backlog.len() >= BACKLOG {
+            st.backlog.pop_front();
+        }
+        st.backlog.push_back(msg);
+    }
+}
+
+/// Answers every request in flight with a JSON-RPC error (their streams then end).
+fn fail_pending(st: &mut State, message: &str) {
+    for (_, p) in st.pending.drain() {
+        if !p.internal {
+            let _ = p.tx.try_send(decide::error_response(
+                p.client_id,
+                decide::INTERNAL_ERROR,
+                message,
+            ));
+        }
+    }
+}
+
+fn line(msg: &Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(msg).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(bytes) = rx.recv().await {
+        if stdin.write_all(&bytes).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
+    // Dropping stdin closes it: stdio servers stop at end of input.
+}
+
+async fn log_stderr(route: String, pid: Option<u32>, stderr: tokio::process::ChildStderr) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(text)) = lines.next_line().await {
+        tracing::info!(route = %route, pid, "stdio server: {text}");
+    }
+}
+
+/// Sends `signal` to the process group of the child `pid` (before the child's setpgid there
+/// is no such group: then to the child alone).
+pub fn signal_group(pid: u32, signal: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let pid = Pid::from_raw(pid);
+        if killpg(pid, signal).is_err() {
+            let _ = kill(pid, signal);
+        }
+    }
+}
+
+/// Whether the process `pid` has ended (gone, or a zombie waiting to be reaped).
+pub fn has_exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.trim_start())
+        .is_some_and(|state| state.starts_with('Z') || state.starts_with('X'))
+}
+
+/// SIGTERM to the child's process group, SIGKILL after [`STOP_GRACE`]; reaps it.
+async fn terminate(pid: Option<u32>, child: &mut tokio::process::Child) {
+    let signal_all = |signal: Signal| {
+        if let Some(pid) = pid {
+            signal_group(pid, signal);
+        }
+    };
+    signal_all(Signal::SIGTERM);
+    if tokio::time::timeout(STOP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        signal_all(Signal::SIGKILL);
+        let _ = child.wait().await;
+    }
+    kill_group(pid);
+}
+
+/// SIGKILL to what is left of an exited child's process group (its own children).
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}

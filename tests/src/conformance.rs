@@ -1,0 +1,89 @@
+//! The MCP conformance runner (`@modelcontextprotocol/conformance`, server mode) as the tests
+//! run it: its active server suite against one URL, every check of every scenario collected.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+
+use crate::{conformance_packages, conformance_script, in_ci, node22};
+
+/// Node 22 and the npm packages, or why the test cannot run (a skip outside CI, a failure in it).
+pub fn tools() -> Option<(PathBuf, PathBuf)> {
+    match node22().and_then(|node| Ok((node, conformance_packages()?))) {
+        Ok(t) => Some(t),
+        Err(why) if !in_ci() => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// `(scenario, check id)` → status (`SUCCESS`, `FAILURE`, `WARNING`, …) and error message.
+pub type Results = BTreeMap<(String, String), (String, String)>;
+
+/// Runs the runner's active server suite against `url`, with `token` as bearer when given;
+/// returns every check of every scenario.
+pub fn run_suite(node: &Path, packages: &Path, url: &str, token: Option<&str>) -> Results {
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(node);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    if let Some(token) = token {
+        cmd.env("PFORTE_CONFORMANCE_TOKEN", token)
+            .env("PFORTE_CONFORMANCE_URL", url)
+            .arg("--import")
+            .arg(conformance_script("bearer.mjs"));
+    }
+    let run = cmd
+        .arg(packages.join("conformance/dist/index.js"))
+        .args(["server", "--suite", "active", "--url", url, "--output-dir"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    // The exit code says whether every check passed; the checks themselves are compared below.
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let summary = stdout
+        .split_once("=== SUMMARY ===")
+        .map_or(stdout.as_ref(), |(_, s)| s);
+    eprintln!("conformance against {url}:{summary}");
+    let mut results = Results::new();
+    for entry in std::fs::read_dir(out.path()).unwrap() {
+        let entry = entry.unwrap();
+        let dir = entry.file_name().into_string().unwrap();
+        // server-<scenario>-<timestamp, 24 characters like 2026-12-01T21-10-07-437Z>
+        let scenario = dir
+            .strip_prefix("server-")
+            .and_then(|d| d.get(..d.len().checked_sub(25)?))
+            .unwrap_or_else(|| panic!("unexpected result dir {dir}"))
+            .to_owned();
+        let checks: Value = serde_json::from_str(
+            &std::fs::read_to_string(entry.path().join("checks.json")).unwrap(),
+        )
+        .unwrap();
+        for check in checks.as_array().unwrap() {
+            let id = check["id"].as_str().unwrap().to_owned();
+            let status = check["status"].as_str().unwrap().to_owned();
+            if status == "INFO" {
+                continue; // a log line of the runner's, not a verdict
+            }
+            let error = check["errorMessage"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            results.insert((scenario.clone(), id), (status, error));
+        }
+    }
+    assert!(
+        results.len() > 20,
+        "the runner produced only {} checks:\n{stdout}\n{}",
+        results.len(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    results
+}

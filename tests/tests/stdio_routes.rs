@@ -1,0 +1,392 @@
+//! stdio routes end to end: `[[routes]]` with `command = [...]` in a real `pforte serve`, the
+//! gateway's stdio bridge running the children — the Python SDK server
+//! (tests/fixtures/stdio/server.py) called by the Python SDK client, `mcp-service stdio` called
+//! by rmcp, a crash mid-call, the per-route cap, no child left after SIGTERM or SIGKILL of the
+//! gateway, and the MCP conformance suite against tests/conformance/everything-server.cjs run
+//! with its stdio transport.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use nix::sys::signal::Signal;
+use pforte_tests::{
+    EverythingServer, Gateway, GatewayOptions, bin,
+    conformance::{Results, run_suite, tools},
+    eventually, mcp_client, python_with_mcp_sdk, run_python_json,
+};
+use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
+
+/// The Python SDK version the fixture server and client run on (as CI installs it).
+const MCP_PYTHON_SDK: &str = "2.3.0";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/stdio")
+        .join(name)
+}
+
+/// The Python with the SDK, or None (with the reason printed) when it cannot be had.
+fn python() -> Option<PathBuf> {
+    match python_with_mcp_sdk(MCP_PYTHON_SDK) {
+        Ok(p) => Some(p),
+        Err(e) if pforte_tests::in_ci() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+    }
+}
+
+/// One `[[routes]]` entry with a `command`; `more` holds further keys, then sub-tables.
+fn command_route(name: &str, command: &[String], env: &[(&str, String)], stdio: &str) -> String {
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
+    format!(
+        "[[routes]]\nname = {name:?}\ncommand = {command:?}\nenv = {{ {} }}\n[routes.stdio]\n{stdio}\n",
+        env.join(", ")
+    )
+}
+
+fn python_command(python: &Path) -> Vec<String> {
+    vec![
+        python.display().to_string(),
+        fixture("server.py").display().to_string(),
+    ]
+}
+
+/// A plain-HTTP gateway (limits off, many sessions per principal) with `routes`; its
+/// `[upstream]` points nowhere (unused).
+async fn gateway(routes: String) -> Gateway {
+    let mut opts = GatewayOptions::new("http://127.0.0.1:9/mcp".to_owned());
+    opts.tls = false;
+    opts.extra_toml = format!("[limits]\nenabled = false\nsessions_per_principal = 1000\n{routes}");
+    Gateway::start(opts).await.unwrap()
+}
+
+/// `initialize` through the gateway: the response.
+async fn initialize(gw: &Gateway, url: &str, token: &str) -> reqwest::Response {
+    gw.http()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "pforte-tests", "version": "1"}}}),
+        )
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The processes whose parent is `pid`, with their command lines.
+fn children_of(pid: u32) -> BTreeMap<u32, String> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            out.insert(child, String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    out
+}
+
+/// Whether `pid` runs (a zombie waiting to be reaped does not).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+    !state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
+}
+
+async fn call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
+    name: &str,
+    args: Value,
+) -> Result<String, String> {
+    let params = CallToolRequestParams::new(name.to_owned())
+        .with_arguments(args.as_object().cloned().unwrap_or_default());
+    match client.call_tool(params).await {
+        Ok(r) => Ok(r
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() {
+    let Some(python) = python() else { return };
+    let gw = gateway(command_route("py", &python_command(&python), &[], "")).await;
+    let token = gw.create_token("py-client").await.unwrap();
+    let url = format!("{}/py/mcp", gw.base);
+    let out = run_python_json(
+        &python,
+        &fixture("client.py"),
+        &[&url, &token],
+        "",
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap();
+    eprintln!("{out:#}");
+    assert_eq!(out["echo"], "through the gateway");
+    assert_eq!(out["progress"], "done after 3 steps");
+    assert_eq!(out["progress_seen"], json!([1.0, 2.0, 3.0]));
+    assert_eq!(out["sample"], "sampled: echo of hello");
+    assert_eq!(out["elicit"], "hello Grace");
+    assert!(
+        out["tools"].as_array().unwrap().contains(&json!("crash")),
+        "{out}"
+    );
+    // The SDK's default negotiation finds the server speaks 2026-07-28 (server/discover on a
+    // pool child) and calls statelessly.
+    assert_eq!(out["auto_version"], "2026-07-28");
+    assert_eq!(out["auto_echo"], "stateless");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_service_stdio_is_a_route() {
+    let data = tempfile::tempdir().unwrap();
+    let command = [bin("mcp-service").display().to_string(), "stdio".to_owned()];
+    let gw = gateway(command_route(
+        "plans",
+        &command,
+        &[("MCP_SERVICE_DATA_DIR", data.path().display().to_string())],
+        "",
+    ))
+    .await;
+    let token = gw.create_token("plans").await.unwrap();
+    let url = format!("{}/plans/mcp", gw.base);
+    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
+    let who = call(&client, "whoami", json!({})).await.unwrap();
+    assert!(!who.is_empty());
+    let _ = client.cancel().await;
+
+    // Only the gateway's user reaches the bridge: the socket 0600 in a 0700 directory.
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    let socket = gw.data_dir().join("run/stdio/plans.sock");
+    let meta = std::fs::symlink_metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket(), "{}", socket.display());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let dir = std::fs::metadata(socket.parent().unwrap()).unwrap();
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_call_is_an_error_and_the_next_call_works() {
+    let Some(python) = python() else { return };
+    let gw = gateway(command_route("py", &python_command(&python), &[], "")).await;
+    let token = gw.create_token("crasher").await.unwrap();
+    let url = format!("{}/py/mcp", gw.base);
+    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let before = call(&client, "pid", json!({})).await.unwrap();
+    let crashed = call(&client, "crash", json!({})).await.unwrap_err();
+    assert!(
+        crashed.contains("`py` exited") && crashed.contains("being restarted"),
+        "{crashed}"
+    );
+    let back = eventually(Duration::from_secs(20), || {
+        let attempt = call(&client, "pid", json!({}));
+        async move {
+            match attempt.await {
+                Ok(_) => true,
+                Err(e) => {
+                    assert!(e.contains("retry in") || e.contains("starting"), "{e}");
+                    false
+                }
+            }
+        }
+    })
+    .await;
+    assert!(back, "the server came back in the same session");
+    let after = call(&client, "pid", json!({})).await.unwrap();
+    assert_ne!(after, before, "a new process");
+    assert_eq!(
+        call(&client, "echo", json!({"text": "again"}))
+            .await
+            .unwrap(),
+        "again"
+    );
+    let _ = client.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_sessions_on_a_cap_of_sixteen_get_four_503s_through_the_gateway() {
+    let Some(python) = python() else { return };
+    let gw = gateway(command_route(
+        "py",
+        &python_command(&python),
+        &[],
+        "max_children = 16\nmax_children_per_principal = 32",
+    ))
+    .await;
+    let token = gw.create_token("many").await.unwrap();
+    let url = format!("{}/py/mcp", gw.base);
+    let opens = (0..20).map(|_| initialize(&gw, &url, &token));
+    let answers = futures::future::join_all(opens).await;
+    let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
+    for r in &answers {
+        *by_status.entry(r.status().as_u16()).or_default() += 1;
+    }
+    assert_eq!(by_status, BTreeMap::from([(200, 16), (503, 4)]));
+    for r in answers.into_iter().filter(|r| r.status() == 503) {
+        assert_eq!(r.headers()["retry-after"], "10");
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("max_children"),
+            "{v}"
+        );
+    }
+}
+
+/// Opens two sessions on a route whose children only a signal ends, then stops the gateway
+/// with `signal`: none of them may be left.
+async fn no_child_left_after(signal: Signal) {
+    let Some(python) = python() else { return };
+    let mut gw = gateway(command_route(
+        "py",
+        &python_command(&python),
+        &[("FIXTURE_HOLD_ON_EOF", "1".to_owned())],
+        "",
+    ))
+    .await;
+    let token = gw.create_token("stopper").await.unwrap();
+    let url = format!("{}/py/mcp", gw.base);
+    for _ in 0..2 {
+        assert_eq!(initialize(&gw, &url, &token).await.status(), 200);
+    }
+    let gw_pid = gw.proc.child.id();
+    let servers = || -> Vec<u32> {
+        children_of(gw_pid)
+            .into_iter()
+            .filter(|(_, cmd)| cmd.contains("server.py"))
+            .map(|(pid, _)| pid)
+            .collect()
+    };
+    // The two sessions' and the gateway's own (its tool catalog's).
+    let all_there = eventually(Duration::from_secs(10), || async { servers().len() == 3 }).await;
+    assert!(all_there, "{:?}", children_of(gw_pid));
+    let children = servers();
+    gw.proc
+        .signal_and_wait(signal, Duration::from_secs(15))
+        .unwrap();
+    let gone = eventually(Duration::from_secs(10), || async {
+        children.iter().all(|p| !alive(*p))
+    })
+    .await;
+    assert!(
+        gone,
+        "children outlived the gateway ({signal}): {:?}",
+        children.iter().map(|p| (p, alive(*p))).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_child_is_left_after_the_gateway_stops_on_sigterm() {
+    no_child_left_after(Signal::SIGTERM).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_child_is_left_after_the_gateway_is_sigkilled() {
+    no_child_left_after(Signal::SIGKILL).await;
+}
+
+/// The active conformance suite against tests/conformance/everything-server.cjs twice: over
+/// streamable HTTP directly, and run with `--stdio` as a stdio route through the gateway. Every
+/// check must end through the stdio route as it does directly, but DNS-rebinding protection
+/// (the gateway's), which must pass. Prints one row per check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_target_passes_through_a_stdio_route() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let node_modules = packages.parent().unwrap().display().to_string();
+    let command = [
+        node.display().to_string(),
+        pforte_tests::conformance_script("everything-server.cjs")
+            .display()
+            .to_string(),
+        "--stdio".to_owned(),
+    ];
+    let gw = gateway(command_route(
+        "everything",
+        &command,
+        &[("NODE_PATH", node_modules)],
+        "max_children = 64\nmax_children_per_principal = 64",
+    ))
+    .await;
+    let token = gw
+        .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let http_target = EverythingServer::start_conformance_target(&node, &packages).unwrap();
+    let direct: Results = run_suite(&node, &packages, &http_target.url(), None);
+    let url = format!("{}/everything/mcp", gw.base);
+    let through: Results = run_suite(&node, &packages, &url, Some(&token));
+
+    let mut wrong = Vec::new();
+    let mut per_scenario: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    eprintln!("{:<75} {:<8} {:<8}", "scenario / check", "direct", "stdio");
+    for (key, (status, error)) in &through {
+        let (scenario, id) = key;
+        let before = direct.get(key).map_or("-", |(s, _)| s.as_str());
+        eprintln!(
+            "{:<75} {before:<8} {status:<8}",
+            format!("{scenario} / {id}")
+        );
+        let entry = per_scenario.entry(scenario).or_default();
+        entry.1 += 1;
+        if status == "SUCCESS" {
+            entry.0 += 1;
+        }
+        let expected = if scenario == "dns-rebinding-protection" {
+            "SUCCESS"
+        } else {
+            before
+        };
+        if status != expected {
+            wrong.push(format!(
+                "{scenario} / {id}: {status} through the stdio route, expected {expected} ({error})"
+            ));
+        }
+    }
+    for key in direct.keys() {
+        if !through.contains_key(key) {
+            wrong.push(format!(
+                "{} / {}: missing through the stdio route",
+                key.0, key.1
+            ));
+        }
+    }
+    for (scenario, (ok, all)) in &per_scenario {
+        eprintln!("{scenario}: {ok}/{all} checks pass through the stdio route");
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
