@@ -17,9 +17,10 @@ use std::time::Duration;
 use crate::{
     audit::{AuditDecision, AuditLog, AuditPrincipal, AuditRecord},
     auth::{self, AuthFailure, Principal},
+    balance::{self, Instances},
     catalog::{self, Catalog},
     clock::Clock,
-    config::Settings,
+    config::{self, Settings, Upstream, UpstreamKind},
     forward,
     limit::{Class, Decision, Policy, SharedLimiter},
     mcp::{Kind, Message},
@@ -63,6 +64,12 @@ pub struct RequestCtx {
     upstream_sent: Option<Instant>,
     /// Counts an event-stream answer as open until the context drops.
     stream: Option<OpenStream>,
+    /// A balanced route: the instance (index into the route's `urls`) the request goes to.
+    instance: Option<usize>,
+    /// The request carries `Mcp-Session-Id` (it must reach the session's instance).
+    in_session: bool,
+    /// Failed attempts to connect to an instance (a retry goes to another one).
+    connect_failures: usize,
 }
 
 /// What the gateway keeps of one `/mcp` exchange between phases.
@@ -123,6 +130,8 @@ struct RouteEdge {
     policy: policy::Policy,
     /// An https upstream's own CA (`ca_file`), parsed once; `None`: the system roots.
     ca: Option<Arc<pingora::protocols::tls::CaType>>,
+    /// A route with several `urls`: its instances and their health.
+    instances: Option<Arc<Instances>>,
 }
 
 impl std::fmt::Debug for RouteEdge {
@@ -143,6 +152,40 @@ pub enum GatewayError {
         path: String,
         reason: String,
     },
+    #[error("[[routes]] {route:?}: urls: {source}")]
+    Instances {
+        route: String,
+        source: balance::BalanceError,
+    },
+}
+
+/// The instances of a route with several `urls`, named by their URLs (`scheme://host:port/path`,
+/// derived from the configuration alike on every gateway); `None` for any other route.
+fn instances_of(route: &config::Route) -> Result<Option<Arc<Instances>>, GatewayError> {
+    let UpstreamKind::Replicas { instances, .. } = &route.upstream else {
+        return Ok(None);
+    };
+    if instances.len() < 2 {
+        return Ok(None);
+    }
+    let urls: Vec<String> = instances.iter().map(Upstream::http_url).collect();
+    Instances::new(&route.name, &urls)
+        .map(|i| Some(Arc::new(i)))
+        .map_err(|source| GatewayError::Instances {
+            route: route.name.clone(),
+            source,
+        })
+}
+
+/// The upstream a request of `route` goes to: instance `instance` of a balanced route, else
+/// the route's one upstream.
+fn upstream_of(route: &config::Route, instance: Option<usize>) -> &Upstream {
+    match (&route.upstream, instance) {
+        (UpstreamKind::Replicas { instances, .. }, Some(i)) => {
+            instances.get(i).unwrap_or_else(|| route.upstream.primary())
+        }
+        _ => route.upstream.primary(),
+    }
 }
 
 /// The certificates of a PEM CA file, as pingora's per-peer CA list.
@@ -191,6 +234,7 @@ impl Gateway {
                 metadata: Bytes::from(metadata::protected_resource(&settings, route).to_string()),
                 policy: settings.route_policy(i),
                 ca,
+                instances: instances_of(route)?,
             });
         }
         Ok(Self {
@@ -204,6 +248,27 @@ impl Gateway {
             metrics,
             request_ids: crate::request_id::RequestIds::random(),
         })
+    }
+
+    /// The instances of every balanced route, for the prober.
+    pub fn balanced(&self) -> Vec<Arc<Instances>> {
+        self.routes
+            .iter()
+            .filter_map(|r| r.instances.clone())
+            .collect()
+    }
+
+    /// The request's route's instances, when it is balanced.
+    fn instances(&self, ctx: &RequestCtx) -> Option<&Arc<Instances>> {
+        ctx.mcp_route
+            .and_then(|i| self.routes.get(i))
+            .and_then(|r| r.instances.as_ref())
+    }
+
+    /// The instance a balanced route's request went to, and the URL naming it.
+    fn instance_url(&self, ctx: &RequestCtx) -> Option<&str> {
+        let i = ctx.instance?;
+        Some(self.instances(ctx)?.get(i)?.url.as_str())
     }
 
     /// The RFC 9728 URL a refusal names: the request's route's, else the default one.
@@ -297,7 +362,14 @@ impl Gateway {
     /// Ready when every route's upstream accepts a connection.
     async fn upstream_ready(&self) -> bool {
         let wait = Duration::from_millis(500);
-        for route in &self.settings.routes {
+        for (route, edge) in self.settings.routes.iter().zip(&self.routes) {
+            // A balanced route is ready while one of its instances is up (the prober knows).
+            if let Some(instances) = &edge.instances {
+                if instances.any_healthy() {
+                    continue;
+                }
+                return false;
+            }
             let upstream = route.upstream.primary();
             let up = match &upstream.socket {
                 Some(path) => matches!(
@@ -545,6 +617,9 @@ impl ProxyHttp for Gateway {
             mcp_route: None,
             upstream_sent: None,
             stream: None,
+            instance: None,
+            in_session: false,
+            connect_failures: 0,
         }
     }
 
@@ -700,7 +775,23 @@ impl ProxyHttp for Gateway {
             return Error::e_explain(ErrorType::InternalError, "no route for the upstream");
         };
         let route = &self.settings.routes[i];
-        let upstream = route.upstream.primary();
+        if let Some(instances) = self.instances(ctx) {
+            // A session's instance was decided by the admission; anything else is balanced,
+            // and a retry after a failed connect avoids the instance that failed.
+            let chosen = match ctx.instance {
+                Some(i) if ctx.in_session || ctx.connect_failures == 0 => Some(i),
+                Some(failed) => instances.pick_other(failed),
+                None => instances.pick(),
+            };
+            ctx.instance = Some(chosen.ok_or_else(|| {
+                Error::explain(
+                    ErrorType::ConnectNoRoute,
+                    format!("route {:?}: no instance is up", route.name),
+                )
+                .into_up()
+            })?);
+        }
+        let upstream = upstream_of(route, ctx.instance);
         let mut peer = match &upstream.socket {
             Some(path) => HttpPeer::new_uds(&path.to_string_lossy(), false, String::new())
                 .map_err(|e| e.into_up())?,
@@ -740,6 +831,25 @@ impl ProxyHttp for Gateway {
         Ok(Box::new(peer))
     }
 
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut Self::CTX,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        if let (Some(instances), Some(i)) = (self.instances(ctx), ctx.instance) {
+            if balance::marks_down(&e) {
+                instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());
+            }
+            ctx.connect_failures += 1;
+            if balance::retries_elsewhere(ctx.in_session, instances.len(), ctx.connect_failures) {
+                e.set_retry(true);
+            }
+        }
+        e
+    }
+
     async fn upstream_request_filter(
         &self,
         _session: &mut Session,
@@ -771,7 +881,7 @@ impl ProxyHttp for Gateway {
         let Some(route) = ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) else {
             return Error::e_explain(ErrorType::InternalError, "no route for the upstream");
         };
-        let upstream = route.upstream.primary();
+        let upstream = upstream_of(route, ctx.instance);
         for (name, value) in forward::trusted_headers(
             principal,
             &route.name,
@@ -815,7 +925,11 @@ impl ProxyHttp for Gateway {
                 .headers
                 .get(admission::SESSION_ID)
                 .and_then(|v| v.to_str().ok())
-            && let Err(e) = self.edge.sessions.bind(id, &ctx.principal_key, None).await
+            && let Err(e) = self
+                .edge
+                .sessions
+                .bind(id, &ctx.principal_key, self.instance_url(ctx))
+                .await
         {
             tracing::warn!(request_id = %ctx.request_id, error = %e, "could not record the session's owner");
         }
@@ -908,8 +1022,19 @@ impl ProxyHttp for Gateway {
         // The connection closes after a failed proxy attempt; say so, so that no client sends
         // its next request into a closing socket.
         session.set_keepalive(None);
+        let mut instance_gone = false;
+        if let (Some(instances), Some(i)) = (self.instances(ctx), ctx.instance)
+            && ctx.mcp.rejection.is_none()
+            && balance::marks_down(e)
+        {
+            instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());
+            // A session whose instance cannot be reached is gone: the client re-initializes
+            // (onto an instance that is up) instead of retrying into a 502.
+            instance_gone = ctx.in_session && ctx.connect_failures > 0;
+        }
         let rejection = match ctx.mcp.rejection.take() {
             Some(rejection) => Some(rejection),
+            None if instance_gone => Some(Rejection::SessionNotFound),
             None => match classify(e) {
                 Some(Rejection::PayloadTooLarge { .. }) => Some(Rejection::PayloadTooLarge {
                     limit: self.settings.file.max_body_bytes,
@@ -974,6 +1099,32 @@ mod tests {
             Ok(Ok(s)) => s,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_route_with_several_urls_is_balanced_over_its_instances() {
+        let text = "[[routes]]\nname = \"plans\"\nurls = [\"http://127.0.0.1:2/mcp\", \"http://127.0.0.1:3/base/mcp\"]\n[[routes]]\nname = \"one\"\nurls = [\"http://127.0.0.1:4/mcp\"]\n[[routes]]\nname = \"plain\"\nurl = \"http://127.0.0.1:5/mcp\"";
+        let s = match toml::from_str::<crate::config::GatewayConfig>(text).map(|c| c.validate()) {
+            Ok(Ok(s)) => s,
+            other => panic!("{other:?}"),
+        };
+        let Ok(Some(plans)) = instances_of(&s.routes[0]) else {
+            panic!("plans is balanced");
+        };
+        let urls: Vec<&str> = plans.all().iter().map(|i| i.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            ["http://127.0.0.1:2/mcp", "http://127.0.0.1:3/base/mcp"]
+        );
+        // One instance, or one url: nothing to balance.
+        assert!(matches!(instances_of(&s.routes[1]), Ok(None)));
+        assert!(matches!(instances_of(&s.routes[2]), Ok(None)));
+        // Each instance brings its own authority and path; no instance means the first.
+        assert_eq!(upstream_of(&s.routes[0], Some(1)).authority, "127.0.0.1:3");
+        assert_eq!(upstream_of(&s.routes[0], Some(1)).path, "/base/mcp");
+        assert_eq!(upstream_of(&s.routes[0], None).authority, "127.0.0.1:2");
+        assert_eq!(upstream_of(&s.routes[0], Some(9)).authority, "127.0.0.1:2");
+        assert_eq!(upstream_of(&s.routes[2], Some(1)).authority, "127.0.0.1:5");
     }
 
     #[test]

@@ -334,10 +334,15 @@ pub fn run(
         tokens,
         oauth,
         limiter,
-        clock,
+        clock.clone(),
         edge,
         metrics,
     )?;
+    // Routes with several `urls`: instances found down are probed back in (and up ones watched).
+    let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock);
+    let prober = prober
+        .has_work()
+        .then(|| background_service("instance prober", prober));
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
     let listen = settings.file.listen.to_string();
@@ -357,6 +362,9 @@ pub fn run(
     }
     server.add_service(proxy);
     server.add_service(maintenance);
+    if let Some(service) = prober {
+        server.add_service(service);
+    }
     for service in background.drain(..) {
         server.add_service(service);
     }

@@ -161,19 +161,39 @@ impl Gateway {
             return Ok(());
         };
         let owner = &ctx.principal_key;
+        ctx.in_session = true;
+        let instances = self.instances(ctx).cloned();
         let binding = match self.edge.sessions.check(id, owner).await {
-            Ok(b) if b.ownership == Ownership::Unknown => {
+            // On a balanced route an unknown session has no instance to go to.
+            Ok(b) if b.ownership == Ownership::Unknown && instances.is_none() => {
                 self.edge.sessions.bind(id, owner, None).await
             }
             other => other,
         };
-        match binding.map(|b| b.ownership) {
-            Ok(Ownership::Owner) => {}
-            // Two principals racing for an unknown id: the first binding wins.
-            Ok(Ownership::Foreign | Ownership::Unknown) => return Err(Rejection::SessionNotFound),
+        let binding = match binding {
+            Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "session records unavailable");
                 return Err(Rejection::Unauthorized(AuthFailure::Unavailable));
+            }
+        };
+        match binding.ownership {
+            Ownership::Owner => {}
+            // Two principals racing for an unknown id: the first binding wins.
+            Ownership::Foreign | Ownership::Unknown => return Err(Rejection::SessionNotFound),
+        }
+        if let Some(instances) = instances {
+            match instances.route_session(binding.instance.as_deref()) {
+                Ok(i) => ctx.instance = Some(i),
+                Err(gone) => {
+                    tracing::info!(
+                        request_id = %ctx.request_id,
+                        route = instances.route(),
+                        reason = gone.as_str(),
+                        "session gone: 404, the client re-initializes"
+                    );
+                    return Err(Rejection::SessionNotFound);
+                }
             }
         }
         if req.method == http::Method::DELETE {
