@@ -196,7 +196,6 @@ async fn gateway(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs [[routes]]"]
 async fn sessions_stick_to_their_replica_across_gateways_and_move_when_it_dies() {
     let Some(redis) = RedisServer::start() else {
         return;
