@@ -778,6 +778,13 @@ impl GatewayConfig {
                 for url in urls {
                     match endpoint_kind(url, None).map_err(|e| err("urls", e))? {
                         UpstreamKind::Http(u) | UpstreamKind::Https { upstream: u, .. } => {
+                            // Sessions record their instance by URL: each must be distinct.
+                            if instances
+                                .iter()
+                                .any(|i: &Upstream| i.http_url() == u.http_url())
+                            {
+                                return Err(err("urls", format!("{url:?} is listed twice")));
+                            }
                             instances.push(u);
                         }
                         _ => {
@@ -1296,6 +1303,10 @@ mod tests {
             (
                 "[[routes]]\nname = \"a\"\nurls = [\"unix:/x\"]",
                 "[[routes]] \"a\": urls:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurls = [\"http://127.0.0.1:1/mcp\", \"http://127.0.0.1:1/mcp\"]",
+                "[[routes]] \"a\": urls: \"http://127.0.0.1:1/mcp\" is listed twice",
             ),
             (
                 "[[routes]]\nname = \"a\"\ncommand = []",
