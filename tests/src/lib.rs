@@ -754,6 +754,22 @@ pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// The official MCP Python SDK the tests run (`.ci/run` installs the same into target/mcp-venv).
+pub const MCP_PYTHON_SDK: &str = "2.3.0";
+
+/// The Python with [`MCP_PYTHON_SDK`], or `None` (the reason printed) when it cannot be had;
+/// under CI its absence fails the test.
+pub fn python_sdk_or_skip() -> Option<PathBuf> {
+    match python_with_mcp_sdk(MCP_PYTHON_SDK) {
+        Ok(p) => Some(p),
+        Err(e) if in_ci() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+    }
+}
+
 /// A running `pforte up` (gateway + mcp-service, plain HTTP on a loopback port) with its own
 /// data dir, and what its first-run banner printed.
 #[derive(Debug)]

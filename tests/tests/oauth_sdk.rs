@@ -20,7 +20,7 @@ use pforte_tests::{Proc, bin, eventually, http_client, in_ci};
 use serde_json::Value;
 
 /// The SDK version this check was written against (`pip index versions mcp`).
-const MCP_SDK_VERSION: &str = "2.3.0";
+const MCP_SDK_VERSION: &str = pforte_tests::MCP_PYTHON_SDK;
 
 /// A Python with the pinned SDK, or why there is none (the shared venv under `target/`).
 fn python_with_sdk() -> Result<PathBuf, String> {

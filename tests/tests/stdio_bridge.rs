@@ -13,11 +13,9 @@ use std::{
 
 use futures::StreamExt as _;
 use pforte::stdio::{StdioBridge, StdioSpec};
-use pforte_tests::{Proc, bin, eventually, python_with_mcp_sdk};
+use pforte_tests::{Proc, bin, eventually};
 use serde_json::{Value, json};
 
-/// The Python SDK version the fixture server runs on (as CI installs it).
-const MCP_PYTHON_SDK: &str = "2.3.0";
 /// Set in the environment of this test binary when it runs as a bridge host (see
 /// `bridge_host`): the socket to serve.
 const HOST_SOCKET_ENV: &str = "PFORTE_STDIO_TEST_HOST_SOCKET";
@@ -27,16 +25,8 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/stdio/server.py")
 }
 
-/// The Python with the SDK, or None (with the reason printed) when it cannot be had.
 fn python() -> Option<PathBuf> {
-    match python_with_mcp_sdk(MCP_PYTHON_SDK) {
-        Ok(p) => Some(p),
-        Err(e) if pforte_tests::in_ci() => panic!("{e}"),
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-    }
+    pforte_tests::python_sdk_or_skip()
 }
 
 fn spec(route: &str, command: Vec<String>) -> StdioSpec {

@@ -16,13 +16,10 @@ use nix::sys::signal::Signal;
 use pforte_tests::{
     EverythingServer, Gateway, GatewayOptions, bin,
     conformance::{Results, run_suite, tools},
-    eventually, mcp_client, python_with_mcp_sdk, run_python_json,
+    eventually, mcp_client, run_python_json,
 };
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-
-/// The Python SDK version the fixture server and client run on (as CI installs it).
-const MCP_PYTHON_SDK: &str = "2.3.0";
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,16 +27,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The Python with the SDK, or None (with the reason printed) when it cannot be had.
 fn python() -> Option<PathBuf> {
-    match python_with_mcp_sdk(MCP_PYTHON_SDK) {
-        Ok(p) => Some(p),
-        Err(e) if pforte_tests::in_ci() => panic!("{e}"),
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-    }
+    pforte_tests::python_sdk_or_skip()
 }
 
 /// One `[[routes]]` entry with a `command`; `more` holds further keys, then sub-tables.

@@ -15,7 +15,7 @@ use pforte_tests::{PforteUp, bin, in_ci, parse_challenge, python_with_mcp_sdk, r
 use serde_json::Value;
 
 /// The SDK version the step-up handling was read in (mcp/client/auth/oauth2.py).
-const MCP_SDK_VERSION: &str = "2.3.0";
+const MCP_SDK_VERSION: &str = pforte_tests::MCP_PYTHON_SDK;
 
 fn scopes(s: &Value) -> BTreeSet<String> {
     s.as_str()
