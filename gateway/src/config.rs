@@ -63,12 +63,18 @@ pub const ACCEPTED_UPSTREAMS: &str = "http://HOST:PORT/PATH, https://HOST:PORT/P
 /// The environment variable a route's program is looked up in when it has no `/`.
 pub const PATH_ENV: &str = "PATH";
 
+/// `[upstream]`'s URL when it names none.
+pub const DEFAULT_UPSTREAM_URL: &str = "http://127.0.0.1:8080/mcp";
+
 /// Where requests go after the gateway (`[upstream]`: the route `mcp`, served at `/mcp`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
-    /// The MCP service's streamable-HTTP URL: `http://`, `https://` or `unix:PATH`.
-    pub url: String,
+    /// The MCP service's streamable-HTTP URL: `http://`, `https://` or `unix:PATH`
+    /// (default [`DEFAULT_UPSTREAM_URL`]).
+    pub url: Option<String>,
+    /// Replicas of the MCP service (http or https), instead of `url`.
+    pub urls: Option<Vec<String>>,
     /// PEM file of the CA that signs an https upstream's certificate (default: system roots).
     pub ca_file: Option<PathBuf>,
     /// Connecting to the upstream longer than this answers 504.
@@ -81,7 +87,8 @@ pub struct UpstreamConfig {
 impl Default for UpstreamConfig {
     fn default() -> Self {
         Self {
-            url: "http://127.0.0.1:8080/mcp".to_owned(),
+            url: None,
+            urls: None,
             ca_file: None,
             connect_timeout_ms: 2_000,
             read_timeout_ms: 300_000,
@@ -544,10 +551,25 @@ impl GatewayConfig {
         if let Some(v) = env("PFORTE_BEHIND_TLS_PROXY") {
             self.behind_tls_proxy = parse("PFORTE_BEHIND_TLS_PROXY", v)?;
         }
-        if let Some(v) = env("PFORTE_UPSTREAM_URL") {
-            self.upstream
-                .get_or_insert_with(UpstreamConfig::default)
-                .url = v;
+        match (env("PFORTE_UPSTREAM_URL"), env("PFORTE_UPSTREAM_URLS")) {
+            (Some(url), None) => {
+                let upstream = self.upstream.get_or_insert_with(UpstreamConfig::default);
+                upstream.url = Some(url);
+                upstream.urls = None;
+            }
+            (None, Some(urls)) => {
+                let upstream = self.upstream.get_or_insert_with(UpstreamConfig::default);
+                upstream.url = None;
+                upstream.urls = Some(list(urls));
+            }
+            (None, None) => {}
+            (Some(v), Some(_)) => {
+                return Err(ConfigError::Env {
+                    name: "PFORTE_UPSTREAM_URL/PFORTE_UPSTREAM_URLS",
+                    value: v,
+                    reason: "set one: a URL, or a comma-separated list of replicas".into(),
+                });
+            }
         }
         if let Some(v) = env("PFORTE_ALLOWED_ORIGINS") {
             self.allowed_origins = list(v);
@@ -715,8 +737,18 @@ impl GatewayConfig {
         };
         let mut routes = Vec::with_capacity(self.routes.len() + 1);
         if let Some(u) = upstream {
-            let kind = endpoint_kind(&u.url, u.ca_file.clone())
-                .map_err(|reason| invalid("upstream.url", reason))?;
+            let kind = match (&u.url, &u.urls) {
+                (url, None) => endpoint_kind(
+                    url.as_deref().unwrap_or(DEFAULT_UPSTREAM_URL),
+                    u.ca_file.clone(),
+                )
+                .map_err(|reason| invalid("upstream.url", reason))?,
+                (None, Some(urls)) => replicas(urls, u.ca_file.clone())
+                    .map_err(|reason| invalid("upstream.urls", reason))?,
+                (Some(_), Some(_)) => {
+                    return Err(invalid("upstream.url", "give url or urls, not both"));
+                }
+            };
             if let Some(ca) = &u.ca_file {
                 check_ca_file(ca, &kind).map_err(|reason| invalid("upstream.ca_file", reason))?;
             }
@@ -771,36 +803,7 @@ impl GatewayConfig {
                 endpoint_kind(url, r.ca_file.clone()).map_err(|e| err("url", e))?
             }
             (None, Some(urls), None) => {
-                if urls.is_empty() {
-                    return Err(err("urls", "list at least one URL".to_owned()));
-                }
-                let mut instances = Vec::with_capacity(urls.len());
-                for url in urls {
-                    match endpoint_kind(url, None).map_err(|e| err("urls", e))? {
-                        UpstreamKind::Http(u) | UpstreamKind::Https { upstream: u, .. } => {
-                            // Sessions record their instance by URL: each must be distinct.
-                            if instances
-                                .iter()
-                                .any(|i: &Upstream| i.http_url() == u.http_url())
-                            {
-                                return Err(err("urls", format!("{url:?} is listed twice")));
-                            }
-                            instances.push(u);
-                        }
-                        _ => {
-                            return Err(err(
-                                "urls",
-                                format!(
-                                    "{url:?}: replicas are http://HOST:PORT/PATH or https://HOST:PORT/PATH"
-                                ),
-                            ));
-                        }
-                    }
-                }
-                UpstreamKind::Replicas {
-                    instances,
-                    ca: r.ca_file.clone(),
-                }
+                replicas(urls, r.ca_file.clone()).map_err(|e| err("urls", e))?
             }
             (None, None, Some(command)) => {
                 let program = command.first().ok_or_else(|| {
@@ -1079,6 +1082,31 @@ pub fn normalise_origin(origin: &str) -> Option<String> {
 
 /// One upstream URL: `http://`, `https://` (verified against `ca` or the system roots) or
 /// `unix:PATH`. The error says what is accepted.
+/// Several instances of one server: each http or https, each listed once (sessions record
+/// their instance by URL).
+fn replicas(urls: &[String], ca: Option<PathBuf>) -> Result<UpstreamKind, String> {
+    if urls.is_empty() {
+        return Err("list at least one URL".to_owned());
+    }
+    let mut instances: Vec<Upstream> = Vec::with_capacity(urls.len());
+    for url in urls {
+        match endpoint_kind(url, None)? {
+            UpstreamKind::Http(u) | UpstreamKind::Https { upstream: u, .. } => {
+                if instances.iter().any(|i| i.http_url() == u.http_url()) {
+                    return Err(format!("{url:?} is listed twice"));
+                }
+                instances.push(u);
+            }
+            _ => {
+                return Err(format!(
+                    "{url:?}: replicas are http://HOST:PORT/PATH or https://HOST:PORT/PATH"
+                ));
+            }
+        }
+    }
+    Ok(UpstreamKind::Replicas { instances, ca })
+}
+
 fn endpoint_kind(url: &str, ca: Option<PathBuf>) -> Result<UpstreamKind, String> {
     if let Some(path) = url.strip_prefix("unix:") {
         if path.is_empty() {
@@ -1423,5 +1451,45 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("both"));
+    }
+
+    #[test]
+    fn the_upstream_route_takes_replicas_from_the_file_or_the_env() {
+        let s = cfg("[upstream]\nurls = [\"http://svc-1:8080/mcp\", \"http://svc-2:8080/mcp\"]")
+            .unwrap();
+        let UpstreamKind::Replicas { instances, .. } = &s.routes[0].upstream else {
+            panic!("{:?}", s.routes[0].upstream)
+        };
+        assert_eq!((s.routes[0].path.as_str(), instances.len()), ("/mcp", 2));
+        assert_eq!(instances[1].authority, "svc-2:8080");
+        let err =
+            cfg("[upstream]\nurl = \"http://a:1/mcp\"\nurls = [\"http://b:1/mcp\"]").unwrap_err();
+        assert_eq!(err.to_string(), "upstream.url: give url or urls, not both");
+        let err = cfg("[upstream]\nurls = [\"http://b:1/mcp\", \"http://b:1/mcp\"]").unwrap_err();
+        assert!(err.to_string().starts_with("upstream.urls: "), "{err}");
+
+        // The env replaces the file's choice; both variables at once are refused.
+        let file = GatewayConfig::parse("[upstream]\nurl = \"http://a:1/mcp\"", "t").unwrap();
+        let mut c = file.clone();
+        c.apply_env(|k| {
+            (k == "PFORTE_UPSTREAM_URLS").then(|| "http://r-1:80/mcp, http://r-2:80/mcp".to_owned())
+        })
+        .unwrap();
+        let upstream = c.upstream.as_ref().unwrap();
+        assert_eq!(
+            (
+                upstream.url.as_deref(),
+                upstream.urls.as_ref().map(Vec::len)
+            ),
+            (None, Some(2))
+        );
+        let mut c = file;
+        let err = c
+            .apply_env(|k| {
+                k.starts_with("PFORTE_UPSTREAM_URL")
+                    .then(|| "http://x:1/mcp".to_owned())
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("set one"), "{err}");
     }
 }

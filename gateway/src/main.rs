@@ -475,7 +475,9 @@ fn up_cmd(
     cfg.listen = listen;
     cfg.data_dir = data_dir.clone();
     cfg.public_url = public_url.or(cfg.public_url);
-    cfg.upstream.get_or_insert_with(Default::default).url = child.upstream_url();
+    let upstream = cfg.upstream.get_or_insert_with(Default::default);
+    upstream.url = Some(child.upstream_url());
+    upstream.urls = None;
     cfg.routes.extend(extra_routes);
     if !listen.ip().is_loopback() && cfg.tls.is_none() {
         let mut names = vec!["localhost".to_owned(), listen.ip().to_string()];
