@@ -21,8 +21,13 @@ usage: python3 .ci/check_compose.py compose.yaml [OVERRIDE.yaml ...] [--public S
    - mcp-service keeps its documents on a named volume mounted at MCP_SERVICE_DATA_DIR;
    - the gateway has a healthcheck on /readyz.
 
-Given only compose.yaml, it also checks the scaling variant (compose.yaml +
-deploy/compose.scale.yaml, public service `lb`) when that override exists.
+   - with MCP_SERVICE_STORE=redis (replicas), mcp-service's documents are in a redis of its own:
+     not the gateway's, AOF on a named volume at /data, on internal networks only it joins;
+   - upstream hosts may be replica container names `<project>-<service>-<n>` (`--scale`).
+
+Given only compose.yaml, it also checks the scaling variants when those overrides exist:
+compose.yaml + deploy/compose.scale.yaml (public service `lb`) and compose.yaml +
+deploy/compose.replicas.yaml (two mcp-service replicas).
 Exit status: 0 valid, 1 a rule failed (each failure is printed), 2 usage or tooling error.
 """
 
@@ -41,6 +46,7 @@ from typing import NoReturn
 
 SCALE_OVERRIDE = "deploy/compose.scale.yaml"
 SCALE_PUBLIC = "lb"
+REPLICAS_OVERRIDE = "deploy/compose.replicas.yaml"
 MCP_SERVICE = "mcp-service"
 GATEWAY = "gateway"
 REDIS = "redis"
@@ -375,15 +381,24 @@ def semantic_check(doc: dict, project: Path, public: str) -> list[str]:
         if gw is not None:
             if not set(nets) & set(service_networks(gw)):
                 err(f"services.{GATEWAY} and services.{MCP_SERVICE} share no network")
-            upstream = env_of(gw).get("PFORTE_UPSTREAM_URL", "")
-            m = re.match(r"http://([^/:]+)(?::(\d+))?", upstream)
-            if upstream and not m:
-                err(f"services.{GATEWAY}.environment.PFORTE_UPSTREAM_URL: {upstream!r} is not http://host[:port]/path")
-            elif m:
+            gw_env = env_of(gw)
+            upstreams = [u.strip() for u in gw_env.get("PFORTE_UPSTREAM_URLS", "").split(",") if u.strip()]
+            if gw_env.get("PFORTE_UPSTREAM_URL"):
+                if upstreams:
+                    err(f"services.{GATEWAY}.environment: PFORTE_UPSTREAM_URL and PFORTE_UPSTREAM_URLS are "
+                        "both set; the gateway refuses that (reset one with `!reset null`)")
+                upstreams.append(gw_env["PFORTE_UPSTREAM_URL"])
+            for upstream in upstreams:
+                m = re.match(r"http://([^/:]+)(?::(\d+))?", upstream)
+                if not m:
+                    err(f"services.{GATEWAY}.environment: upstream {upstream!r} is not http://host[:port]/path")
+                    continue
                 host = m.group(1)
-                if host not in services:
-                    err(f"services.{GATEWAY}: upstream host {host!r} is not a service")
-                if host == MCP_SERVICE:
+                service = service_of_host(host, doc)
+                if service is None:
+                    err(f"services.{GATEWAY}: upstream host {host!r} is not a service (nor a replica "
+                        f"{doc.get('name', 'PROJECT')}-SERVICE-N of one)")
+                if service == MCP_SERVICE:
                     allowed = [h.strip() for h in env_of(mcp).get("MCP_SERVICE_ALLOWED_HOSTS", "").split(",")]
                     if host not in allowed:
                         err(f"services.{MCP_SERVICE}.environment.MCP_SERVICE_ALLOWED_HOSTS must name {host!r} "
@@ -395,15 +410,16 @@ def semantic_check(doc: dict, project: Path, public: str) -> list[str]:
 
     # Every URL in an environment that names a service host must reach it over a shared network.
     for name, svc in services.items():
-        for key, value in env_of(svc or {}).items():
-            m = re.match(r"(?:redis|rediss|http)://(?:[^@/]*@)?([A-Za-z0-9_.-]+)", value)
-            if not m or m.group(1) in ("localhost", "127.0.0.1") or "." in m.group(1):
-                continue
-            host = m.group(1)
-            if host not in services:
-                err(f"services.{name}.environment.{key}: {host!r} is not a service")
-            elif not set(service_networks(svc or {})) & set(service_networks(services[host] or {})):
-                err(f"services.{name}.environment.{key}: {name!r} and {host!r} share no network")
+        for key, values in env_of(svc or {}).items():
+            for value in values.split(","):
+                m = re.match(r"(?:redis|rediss|http)://(?:[^@/]*@)?([A-Za-z0-9_.-]+)", value.strip())
+                if not m or m.group(1) in ("localhost", "127.0.0.1") or "." in m.group(1):
+                    continue
+                host = service_of_host(m.group(1), doc)
+                if host is None:
+                    err(f"services.{name}.environment.{key}: {m.group(1)!r} is not a service")
+                elif not set(service_networks(svc or {})) & set(service_networks(services[host] or {})):
+                    err(f"services.{name}.environment.{key}: {name!r} and {host!r} share no network")
 
     # Redis: healthcheck, persistent named volume, AOF.
     redis = services.get(REDIS)
@@ -461,10 +477,13 @@ def semantic_check(doc: dict, project: Path, public: str) -> list[str]:
         if not url and not gw_env.get("PFORTE_REDIS_URL_FILE"):
             err(f"services.{GATEWAY}.environment: neither PFORTE_REDIS_URL nor PFORTE_REDIS_URL_FILE names redis")
 
-    # mcp-service: its documents on its own named volume.
+    # mcp-service: its documents on its own named volume, or (replicas) in a redis of its own.
     if mcp is not None:
-        data_dir = env_of(mcp).get("MCP_SERVICE_DATA_DIR", "")
-        if not data_dir:
+        mcp_env = env_of(mcp)
+        data_dir = mcp_env.get("MCP_SERVICE_DATA_DIR", "")
+        if mcp_env.get("MCP_SERVICE_STORE") == "redis":
+            errors += documents_redis_check(doc, mcp_env.get("MCP_SERVICE_REDIS_URL", ""))
+        elif not data_dir:
             err(f"services.{MCP_SERVICE}.environment.MCP_SERVICE_DATA_DIR: unset; the documents would land "
                 "in the container's working dir and vanish with it")
         elif not any(kind == "volume" and src and src in volumes and target.rstrip("/") == data_dir.rstrip("/")
@@ -479,6 +498,56 @@ def semantic_check(doc: dict, project: Path, public: str) -> list[str]:
         if hc.get("disable") or "/readyz" not in test:
             err(f"services.{GATEWAY}.healthcheck: needs a test on /readyz (e.g. curl -fsSk https://127.0.0.1:8443/readyz)")
 
+    return errors
+
+
+def service_of_host(host: str, doc: dict) -> str | None:
+    """The service a host name reaches: the service's own name, or a replica's container name
+    `<project>-<service>-<n>` (what `--scale` creates and Docker DNS resolves)."""
+    services = doc.get("services") or {}
+    if host in services:
+        return host
+    m = re.fullmatch(r"(.+)-(\d+)", host)
+    prefix = f"{doc.get('name', '')}-"
+    if m and doc.get("name") and m.group(1).startswith(prefix) and m.group(1)[len(prefix):] in services:
+        return m.group(1)[len(prefix):]
+    return None
+
+
+def documents_redis_check(doc: dict, url: str) -> list[str]:
+    """mcp-service replicas share documents through redis: a service of its own (not the
+    gateway's redis), durable (AOF, a named volume at /data), healthy, and on internal networks
+    that only mcp-service joins."""
+    services = doc.get("services") or {}
+    networks = doc.get("networks") or {}
+    where = f"services.{MCP_SERVICE}.environment.MCP_SERVICE_REDIS_URL"
+    m = re.match(r"rediss?://(?:[^@/]*@)?([A-Za-z0-9_.-]+)", url)
+    if not m:
+        return [f"{where}: {url or 'unset'!r}; MCP_SERVICE_STORE=redis needs redis://HOST:PORT/DB"]
+    host = m.group(1)
+    if host == REDIS:
+        return [f"{where}: names the gateway's redis; mcp-service parses untrusted text and must not "
+                "reach it (give the documents a redis of their own)"]
+    svc = services.get(host)
+    if svc is None:
+        return [f"{where}: {host!r} is not a service"]
+    errors = []
+    cmd = svc.get("command") or []
+    joined = " ".join(cmd) if isinstance(cmd, list) else str(cmd)
+    if not re.search(r"--appendonly\s+yes", joined):
+        errors.append(f"services.{host}.command: needs `--appendonly yes` (AOF) so a restart loses no document")
+    if not any(kind == "volume" and src and target.rstrip("/") == "/data" for kind, src, target in volume_mounts(svc)):
+        errors.append(f"services.{host}.volumes: needs a named volume at /data, where redis writes")
+    hc = svc.get("healthcheck") or {}
+    if not hc.get("test") or hc.get("disable"):
+        errors.append(f"services.{host}.healthcheck: needs a test (redis-cli ping)")
+    for net in service_networks(svc):
+        if not (networks.get(net) or {}).get("internal", False):
+            errors.append(f"services.{host}.networks: {net!r} is not internal (set internal: true)")
+        others = [n for n, s in services.items() if n not in (host, MCP_SERVICE) and net in service_networks(s or {})]
+        if others:
+            errors.append(f"services.{host}.networks: {net!r} is also joined by {others}; only mcp-service "
+                          "holds the documents")
     return errors
 
 
@@ -516,6 +585,10 @@ def main(argv: list[str]) -> int:
     if not args.overrides and scale.is_file():
         variants.append(([args.compose, scale.relative_to(Path.cwd()) if scale.is_relative_to(Path.cwd()) else scale],
                          args.public or SCALE_PUBLIC))
+    replicas = args.compose.resolve().parent / REPLICAS_OVERRIDE
+    if not args.overrides and replicas.is_file():
+        variants.append(([args.compose, replicas.relative_to(Path.cwd()) if replicas.is_relative_to(Path.cwd()) else replicas],
+                         args.public or GATEWAY))
     failed = False
     for files, public in variants:
         failed |= bool(check_variant(files, public))

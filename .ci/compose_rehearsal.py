@@ -3,25 +3,34 @@
 # way `docker compose up` would start them, for machines without a Docker engine.
 """Rehearse `docker compose up` and docs/deploy.md's first steps without a Docker engine.
 
-usage: sudo python3 .ci/compose_rehearsal.py [--bin-dir target/release] [--keep]
+usage: sudo python3 .ci/compose_rehearsal.py [--bin-dir target/release] [--variant V] [--keep]
 
-What is real: the commands, entrypoints, environment and healthchecks read from compose.yaml (with
+What is real: the commands, entrypoints, environment and healthchecks read from compose.yaml (and
+the variant's override, merged as `docker compose -f … -f …` does, `!reset` included, with
 `${VAR:-default}` defaults), the files from deploy/ (pforte.toml, tls-init.sh), the built `pforte`
 and `mcp-service` binaries, Debian's redis-server, the image's unprivileged users (uid 10001 for
 Pforte's images, 999 for redis) and the volume ownership deploy/Dockerfile gives them.
 
 What stands in for the engine: one private network namespace (its own loopback, so the fixed
-ports 8443, 8080 and 6379 are free and nothing leaves it) and one private mount namespace in which
-each named volume is a fresh directory mounted at its container path and /etc/hosts resolves the
-service names. All services share that namespace: the network separation compose.yaml declares
-(mcp-service cannot reach redis) is checked by .ci/check_compose.py, not here.
+ports 8443, 8080, 6379 and 6380 are free and nothing leaves it) in which /etc/hosts resolves the
+service names, and a mount namespace per container holding that service's named volumes (each a
+fresh directory per variant) at their container paths. Replicas of a scaled service get a
+loopback address each (127.0.S.N, named <project>-<service>-<N> in /etc/hosts), and a `*_LISTEN`
+of 0.0.0.0:PORT becomes that address, as a container's own address would be. All containers share
+the network namespace: the network separation compose.yaml declares (mcp-service cannot reach
+redis) is checked by .ci/check_compose.py, not here.
 
-The run: tls-init → redis (until healthy) → mcp-service → `gateway check` → gateway (until its
-healthcheck passes) → docs/deploy.md's `pforte token create` and `pforte user add alice` inside
-the gateway's environment → `whoami` with the token (subject operator, client laptop) → the whole
-OAuth flow of a Claude.ai-style client for alice, and `whoami` with its token → every service
-stopped and started again on the same volumes (tls-init keeps its certificate and password; the
-token and the OAuth client still work).
+Variants (each in turn by default):
+- base, compose.yaml: tls-init → redis (until healthy) → mcp-service → `gateway check` → gateway
+  (until its healthcheck passes) → docs/deploy.md's `pforte token create` and `pforte user add
+  alice` inside the gateway's environment → `whoami` with the token (subject operator, client
+  laptop) → the whole OAuth flow of a Claude.ai-style client for alice, and `whoami` with its
+  token → every service stopped and started again on the same volumes (tls-init keeps its
+  certificate and password; the token and the OAuth client still work).
+- replicas, + deploy/compose.replicas.yaml with --scale mcp-service=2: the documents redis and
+  both replicas start; four sessions through the gateway, a plan written in one and read in each;
+  mcp-service-1 stops → its sessions answer 404, the others 200, new sessions work;
+  mcp-service-1 returns and mcp-service-2 stops → new sessions reach mcp-service-1.
 Exit status: 0 every step passed, 1 a step failed (it says which), 2 cannot rehearse here.
 """
 
@@ -82,11 +91,16 @@ def expand(value, env: dict[str, str]):
     return value
 
 
-def load_compose() -> dict:
-    import yaml  # PyYAML; Debian's python3-yaml or pip
+def load_compose(overrides: list[str]) -> dict:
+    """compose.yaml and `overrides` merged as `docker compose -f … -f …` does (check_compose.py's
+    merge, which knows `!reset`), then `${VAR:-default}` expanded."""
+    sys.path.insert(0, str(ROOT / ".ci"))
+    import check_compose
 
-    with open(ROOT / "compose.yaml") as f:
-        return expand(yaml.safe_load(f), dict(os.environ))
+    merged: dict = {}
+    for f in ["compose.yaml", *overrides]:
+        merged = check_compose.merge(merged, check_compose.load_yaml(ROOT / f))
+    return expand(merged, dict(os.environ))
 
 
 def dockerfile_env(target: str) -> dict[str, str]:
@@ -108,8 +122,11 @@ def dockerfile_env(target: str) -> dict[str, str]:
 
 
 class Rehearsal:
-    def __init__(self, compose: dict, bin_dir: Path, scratch: Path):
+    def __init__(self, compose: dict, bin_dir: Path, scratch: Path, scale: dict[str, int]):
         self.compose = compose
+        self.project = compose.get("name", "pforte")
+        # `--scale NAME=N`: N containers NAME-1 … NAME-N; other services have one, named as such.
+        self.scale = scale
         # The images' files, where their users can reach them whatever the clone's permissions.
         self.bin_dir = scratch / "image"
         self.bin_dir.mkdir(exist_ok=True)
@@ -119,46 +136,74 @@ class Rehearsal:
         self.scratch = scratch
         self.services = compose["services"]
         self.procs: dict[str, subprocess.Popen] = {}
+        self.mounts: dict[str, list[tuple[Path, str]]] = {}
         self.created_dirs: list[Path] = []
         self.logs = scratch / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
 
-    # ---- the engine's part: volumes, hosts, users ----
+    # ---- the engine's part: volumes, hosts, addresses, users ----
     def mount_volumes(self) -> None:
-        mounts: dict[str, str] = {}
-        for svc in self.services.values():
-            for vol in svc.get("volumes", []):
+        """Each service's named volumes: a directory under scratch/volumes, bound at the
+        container path in that service's own mount namespace (see `contained`)."""
+        for name, svc in self.services.items():
+            self.mounts[name] = []
+            for vol in svc.get("volumes") or []:
                 src, target = vol.split(":")[:2]
                 if "/" in src:
                     raise Failed(f"bind mount {src} is not rehearsed")
-                if mounts.get(target, src) != src:
-                    raise Failed(f"{target} holds two volumes")
-                mounts[target] = src
-        for target, name in sorted(mounts.items()):
-            host = self.scratch / "volumes" / name
-            if not host.exists():
-                host.mkdir(parents=True)
-                uid, mode = IMAGE_DIRS.get(target, (0, 0o755))
-                os.chown(host, uid, uid)
-                host.chmod(mode)
-            self.bind(host, Path(target))
+                host = self.volume(src)
+                if not host.exists():
+                    host.mkdir(parents=True)
+                    uid, mode = IMAGE_DIRS.get(target, (0, 0o755))
+                    os.chown(host, uid, uid)
+                    host.chmod(mode)
+                self.make_target(Path(target), directory=True)
+                self.mounts[name].append((host, target))
         for svc in self.services.values():
             for cfg in svc.get("configs", []):
                 source = self.compose["configs"][cfg["source"]]["file"]
                 self.bind((ROOT / source).resolve(), Path(cfg["target"]))
         hosts = self.scratch / "hosts"
-        hosts.write_text("127.0.0.1 localhost " + " ".join(self.services) + "\n::1 localhost\n")
+        lines = ["127.0.0.1 localhost " + " ".join(self.services)]
+        for name, n in self.scale.items():
+            lines += [f"{self.address(name, i)} {self.project}-{name}-{i}" for i in range(1, n + 1)]
+        hosts.write_text("\n".join(lines) + "\n::1 localhost\n")
         self.bind(hosts, Path("/etc/hosts"))
 
+    def volume(self, name: str) -> Path:
+        return self.scratch / "volumes" / name
+
+    def address(self, service: str, replica: int) -> str:
+        """A replica's own address: Docker gives each container its own; here each replica of a
+        scaled service gets a loopback address of its own, so they can all listen on one port."""
+        return f"127.0.{list(self.scale).index(service) + 1}.{replica}"
+
+    def containers(self, name: str) -> list[tuple[str, int | None]]:
+        """(process key, replica number) of each container of the service `name`."""
+        n = self.scale.get(name)
+        return [(f"{name}-{i}", i) for i in range(1, n + 1)] if n else [(name, None)]
+
+    def contained(self, name: str, argv: list[str], cwd: str = "/") -> list[str]:
+        """`argv` in a mount namespace of its own holding the service's volumes (a container's
+        filesystem), from `cwd` there: `unshare` execs in place, so the process keeps the pid
+        Popen saw."""
+        binds = "".join(f"mount --bind {shlex.quote(str(h))} {shlex.quote(t)} && "
+                        for h, t in self.mounts.get(name, []))
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                f'{binds}cd {shlex.quote(cwd)} && exec "$@"', "container", *argv]
+
+    def make_target(self, target: Path, directory: bool) -> None:
+        if target.exists():
+            return
+        self.created_dirs.extend(p for p in [target, *target.parents] if not p.exists())
+        if directory:
+            target.mkdir(parents=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+
     def bind(self, source: Path, target: Path) -> None:
-        if not target.exists():
-            missing = [p for p in [target, *target.parents] if not p.exists()]
-            if source.is_dir():
-                target.mkdir(parents=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.touch()
-            self.created_dirs.extend(missing)
+        self.make_target(target, directory=source.is_dir())
         subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
 
     def unmount_all(self) -> None:
@@ -193,32 +238,40 @@ class Rehearsal:
             argv = [str(self.bin_dir / "mcp-service"), *command]
         return argv, env, PFORTE_UID
 
-    def env(self, name: str, image_env: dict[str, str]) -> dict[str, str]:
+    def env(self, name: str, image_env: dict[str, str], replica: int | None = None) -> dict[str, str]:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/nonexistent"}
         env.update({k: v for k, v in image_env.items() if k != "WORKDIR"})
-        env.update({k: str(v) for k, v in self.services[name].get("environment", {}).items()})
+        env.update({k: str(v) for k, v in (self.services[name].get("environment") or {}).items()})
+        if replica is not None:
+            # Inside a container, 0.0.0.0 is the container's own address.
+            own = self.address(name, replica)
+            env = {k: own + v[len("0.0.0.0"):] if k.endswith("_LISTEN") and v.startswith("0.0.0.0:") else v
+                   for k, v in env.items()}
         return env
 
-    def start(self, name: str) -> subprocess.Popen:
+    def as_user(self, name: str, uid: int, argv: list[str], cwd: str = "/") -> list[str]:
+        return self.contained(
+            name, ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv], cwd)
+
+    def start(self, name: str, replica: int | None = None) -> subprocess.Popen:
         argv, image_env, uid = self.argv(name)
-        log = open(self.logs / f"{name}.log", "ab")
+        key = name if replica is None else f"{name}-{replica}"
+        log = open(self.logs / f"{key}.log", "ab")
         proc = subprocess.Popen(
-            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv],
-            env=self.env(name, image_env),
-            cwd=image_env.get("WORKDIR", "/"),
+            self.as_user(name, uid, argv, image_env.get("WORKDIR", "/")),
+            env=self.env(name, image_env, replica),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        self.procs[name] = proc
+        self.procs[key] = proc
         return proc
 
     def exec_in(self, name: str, args: list[str], stdin: str | None = None) -> str:
-        """`docker compose exec NAME …`: the service's image env and user, its binary."""
+        """`docker compose exec NAME …`: the service's image env, user, volumes and binary."""
         argv, image_env, uid = self.argv(name)
         out = subprocess.run(
-            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", argv[0], *args],
+            self.as_user(name, uid, [argv[0], *args], image_env.get("WORKDIR", "/")),
             env=self.env(name, image_env),
-            cwd=image_env.get("WORKDIR", "/"),
             input=stdin,
             capture_output=True,
             text=True,
@@ -231,32 +284,29 @@ class Rehearsal:
     def healthcheck(self, name: str) -> bool:
         hc = self.services[name]["healthcheck"]["test"]
         argv, image_env, uid = self.argv(name)
-        env = self.env(name, image_env)
-        if hc[0] == "CMD-SHELL":
-            cmd = ["sh", "-c", hc[1]]
-        else:
-            cmd = hc[1:]
+        cmd = ["sh", "-c", hc[1]] if hc[0] == "CMD-SHELL" else hc[1:]
         run = subprocess.run(
-            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd],
-            env=env,
+            self.as_user(name, uid, cmd, image_env.get("WORKDIR", "/")),
+            env=self.env(name, image_env),
             capture_output=True,
             timeout=10,
         )
         return run.returncode == 0
 
-    def wait_healthy(self, name: str, within: float = 60) -> None:
+    def wait_healthy(self, key: str, within: float = 60) -> None:
+        name = key if key in self.services else key.rsplit("-", 1)[0]
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            proc = self.procs[name]
+            proc = self.procs[key]
             if proc.poll() is not None:
-                raise Failed(f"{name} exited {proc.returncode}: {self.tail(name)}")
+                raise Failed(f"{key} exited {proc.returncode}: {self.tail(key)}")
             if self.healthcheck(name):
                 return
             time.sleep(0.2)
-        raise Failed(f"{name} not healthy within {within:.0f} s: {self.tail(name)}")
+        raise Failed(f"{key} not healthy within {within:.0f} s: {self.tail(key)}")
 
-    def tail(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
+    def tail(self, key: str) -> str:
+        return (self.logs / f"{key}.log").read_text(errors="replace")[-2000:]
 
     def run_once(self, name: str) -> str:
         proc = self.start(name)
@@ -264,25 +314,28 @@ class Rehearsal:
             raise Failed(f"{name} exited {proc.returncode}: {self.tail(name)}")
         return self.tail(name)
 
+    def stop(self, key: str) -> None:
+        proc = self.procs.pop(key)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise Failed(f"{key} did not stop within 20 s of SIGTERM")
+
     def stop_all(self) -> None:
-        for name, proc in reversed(list(self.procs.items())):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    raise Failed(f"{name} did not stop within 20 s of SIGTERM")
-        self.procs.clear()
+        for key in reversed(list(self.procs)):
+            self.stop(key)
 
     def check_before_init(self) -> None:
         """`docker compose run --rm --no-deps gateway check` on a first run, before tls-init made
         the certificate and the redis password: it passes, or says in one line what is missing."""
         argv, image_env, uid = self.argv("gateway")
         out = subprocess.run(
-            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", argv[0],
-             "check", "--config", "/etc/pforte/pforte.toml"],
-            env=self.env("gateway", image_env), cwd=image_env.get("WORKDIR", "/"),
+            self.as_user("gateway", uid, [argv[0], "check", "--config", "/etc/pforte/pforte.toml"],
+                         image_env.get("WORKDIR", "/")),
+            env=self.env("gateway", image_env),
             capture_output=True, text=True, timeout=60,
         )
         said = out.stderr.strip()
@@ -294,19 +347,38 @@ class Rehearsal:
             raise Failed(f"check before tls-init: exit {out.returncode}, said {said!r}")
 
     def up(self) -> None:
-        """`docker compose up`, in depends_on order (the file's order satisfies it)."""
-        say("tls-init")
-        print("   " + self.run_once("tls-init").strip().replace("\n", "\n   "))
-        say("redis (until healthy)")
-        self.start("redis")
-        self.wait_healthy("redis")
-        say("mcp-service")
-        self.start("mcp-service")
-        say("gateway check (as `docker compose run --rm gateway check`)")
-        self.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
-        say("gateway (until its healthcheck passes)")
-        self.start("gateway")
-        self.wait_healthy("gateway")
+        """`docker compose up`: each service after what it depends on; one-shot services run to
+        completion, services with a healthcheck are waited for, the gateway is checked first."""
+        done: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in done:
+                return
+            done.add(name)
+            for dep in self.services[name].get("depends_on") or {}:
+                visit(dep)
+            self.bring_up(name)
+
+        for name in self.services:
+            visit(name)
+
+    def bring_up(self, name: str) -> None:
+        svc = self.services[name]
+        if svc.get("restart") == "no":
+            say(name)
+            print("   " + self.run_once(name).strip().replace("\n", "\n   "))
+            return
+        if name == "gateway":
+            say("gateway check (as `docker compose run --rm gateway check`)")
+            self.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
+        containers = self.containers(name)
+        healthy = "healthcheck" in svc
+        label = name if len(containers) == 1 else f"{name} ×{len(containers)} ({', '.join(k for k, _ in containers)})"
+        say(label + (" (until healthy)" if healthy else ""))
+        for key, replica in containers:
+            self.start(name, replica)
+            if healthy:
+                self.wait_healthy(key)
 
 
 # ---- a client's part: HTTPS to the published port, forms as a browser submits them ----
@@ -467,9 +539,123 @@ def oauth_flow(client: Client, public: str, user: str, password: str) -> tuple[s
     return json.loads(text)["access_token"], reg
 
 
-def rehearse(bin_dir: Path, scratch: Path) -> None:
-    compose = load_compose()
-    r = Rehearsal(compose, bin_dir, scratch)
+class Session:
+    """One MCP session through the gateway, in raw HTTP, so every status is seen."""
+
+    def __init__(self, client: Client, url: str, token: str):
+        self.client, self.url = client, url
+        self.headers = {"authorization": f"Bearer {token}", "content-type": "application/json",
+                        "accept": "application/json, text/event-stream"}
+        status, text = self.post("initialize", {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "compose-rehearsal", "version": "1"}}, first=True)
+        if status != 200 or "mcp-session-id" not in self.headers:
+            raise Failed(f"initialize: {status} {text[:300]}")
+        self.client.request("POST", url, json.dumps(
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}).encode(), self.headers)
+
+    def post(self, method: str, params: dict, first: bool = False) -> tuple[int, str]:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+        extra = {"mcp-name": params["name"]} if method == "tools/call" else {}
+        status, got, text = self.client.request("POST", self.url, body, self.headers | extra)
+        if first and got.get("mcp-session-id"):
+            self.headers |= {"mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        return status, text
+
+    def tool(self, name: str, arguments: dict) -> tuple[int, dict]:
+        """The tool's status and structured result ({} unless 200)."""
+        status, text = self.post("tools/call", {"name": name, "arguments": arguments})
+        if status != 200:
+            return status, {}
+        data = [line[5:] for line in text.splitlines() if line.startswith("data:")] or [text]
+        message = json.loads(data[-1])
+        if "result" not in message or message["result"].get("isError"):
+            raise Failed(f"{name}: {text[:300]}")
+        return status, message["result"].get("structuredContent", {})
+
+
+def replicas(r: Rehearsal, client: Client, public: str) -> None:
+    """docs/deploy.md, "Replicas of mcp-service": sessions balanced over both replicas and kept on
+    theirs, documents shared, a stopped replica's sessions 404 while the other's keep working,
+    and a replica that returns is used again."""
+    url = f"{public}/mcp"
+    token = next((w for w in r.exec_in("gateway", ["token", "create", "laptop"]).split()
+                  if w.startswith("pft_")), None)
+    if not token:
+        raise Failed("token create printed no token")
+    mcp_initialize(client, url, token)
+    say("four sessions; a plan written in one, read in each")
+    sessions = [Session(client, url, token) for _ in range(4)]
+    status, created = sessions[0].tool("werkbaum_create", {
+        "title": "Replicas", "text": "- [ ] Shared across replicas #root\n",
+        "allowWarnings": False, "allowProd": False})
+    doc = created.get("document")
+    if status != 200 or not doc:
+        raise Failed(f"werkbaum_create: {status} {created}")
+
+    def read(s: Session) -> int:
+        status, got = s.tool("werkbaum_read", {"document": doc})
+        if status == 200 and "#root" not in got.get("text", ""):
+            raise Failed(f"werkbaum_read: {got}")
+        return status
+
+    for s in sessions:
+        if read(s) != 200:
+            raise Failed("a session could not read the plan while both replicas run")
+
+    say("mcp-service-1 stops: its sessions get 404, the others keep working")
+    r.stop("mcp-service-1")
+    statuses = [read(s) for s in sessions]
+    if sorted(set(statuses)) != [200, 404]:
+        raise Failed(f"after mcp-service-1 stopped, the sessions answered {statuses}: both replicas "
+                     "should have held some (200 on one, 404 on the stopped one)")
+    print(f"   sessions answered {statuses}")
+    for _ in range(3):
+        if read(Session(client, url, token)) != 200:
+            raise Failed("a new session after mcp-service-1 stopped could not read the plan")
+
+    say("mcp-service-1 back, mcp-service-2 stops: new sessions reach mcp-service-1")
+    r.start("mcp-service", 1)
+    wait_listening(r.address("mcp-service", 1), 8080, r, "mcp-service-1")
+    r.stop("mcp-service-2")
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            if read(Session(client, url, token)) == 200:
+                break
+        except Failed:
+            pass
+        if time.monotonic() > deadline:
+            raise Failed("no session reached mcp-service-1 within 15 s of its return")
+        time.sleep(0.2)
+    say("every step passed")
+
+
+def wait_listening(host: str, port: int, r: Rehearsal, key: str, within: float = 30) -> None:
+    import socket
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if r.procs[key].poll() is not None:
+            raise Failed(f"{key} exited: {r.tail(key)}")
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise Failed(f"{key} not listening on {host}:{port} within {within:.0f} s")
+
+
+# The rehearsed variants: the override files and `--scale` of each.
+VARIANTS = {
+    "base": ([], {}),
+    "replicas": (["deploy/compose.replicas.yaml"], {"mcp-service": 2}),
+}
+
+
+def rehearse(bin_dir: Path, scratch: Path, variant: str) -> None:
+    overrides, scale = VARIANTS[variant]
+    r = Rehearsal(load_compose(overrides), bin_dir, scratch, scale)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     try:
         r.mount_volumes()
@@ -477,7 +663,11 @@ def rehearse(bin_dir: Path, scratch: Path) -> None:
         r.check_before_init()
         r.up()
         public = r.services["gateway"]["environment"]["PFORTE_PUBLIC_URL"]
-        client = Client(Path("/etc/pforte/tls/cert.pem"))
+        # What a client on the host trusts: the certificate tls-init made in its volume.
+        client = Client(r.volume("pforte-tls") / "cert.pem")
+        if variant == "replicas":
+            replicas(r, client, public)
+            return
 
         say("docs/deploy.md: pforte token create laptop")
         out = r.exec_in("gateway", ["token", "create", "laptop"])
@@ -516,13 +706,16 @@ def rehearse(bin_dir: Path, scratch: Path) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bin-dir", default=str(ROOT / "target/release"))
+    p.add_argument("--variant", choices=[*VARIANTS, "all"], default="all",
+                   help="compose.yaml alone (base), with deploy/compose.replicas.yaml and "
+                        "--scale mcp-service=2 (replicas), or each in turn (all, the default)")
     p.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, volumes)")
     args = p.parse_args()
     bin_dir = Path(args.bin_dir).resolve()
     if os.environ.get(INSIDE):
         scratch = Path(os.environ[INSIDE])
         try:
-            rehearse(bin_dir, scratch)
+            rehearse(bin_dir, scratch, args.variant)
         except (Failed, subprocess.SubprocessError, OSError, KeyError) as e:
             print(f"compose rehearsal failed: {e}", file=sys.stderr)
             print(f"   logs: {scratch / 'logs'}", file=sys.stderr)
@@ -535,16 +728,24 @@ def main() -> int:
         why = "needs root (namespaces, mounts)" if os.geteuid() != 0 else f"missing {', '.join(missing)}"
         print(f"compose rehearsal skipped: {why}", file=sys.stderr)
         return 2
-    scratch = Path(tempfile.mkdtemp(prefix="pforte-compose-"))
-    scratch.chmod(0o755)
-    env = dict(os.environ, **{INSIDE: str(scratch)})
-    rc = subprocess.call(["unshare", "--mount", "--net", "--fork", sys.executable, __file__,
-                          "--bin-dir", str(bin_dir)], env=env)
-    if args.keep or rc != 0:
-        print(f"   scratch kept: {scratch}", file=sys.stderr)
-    else:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return rc
+    for variant in VARIANTS if args.variant == "all" else [args.variant]:
+        overrides, scale = VARIANTS[variant]
+        files = " + ".join(["compose.yaml", *overrides])
+        scaled = "".join(f" --scale {k}={v}" for k, v in scale.items())
+        print(f"==== {variant}: {files}{scaled}", flush=True)
+        # Every variant on fresh volumes, in namespaces of its own.
+        scratch = Path(tempfile.mkdtemp(prefix=f"pforte-compose-{variant}-"))
+        scratch.chmod(0o755)
+        env = dict(os.environ, **{INSIDE: str(scratch)})
+        rc = subprocess.call(["unshare", "--mount", "--net", "--fork", sys.executable, __file__,
+                              "--bin-dir", str(bin_dir), "--variant", variant], env=env)
+        if args.keep or rc != 0:
+            print(f"   scratch kept: {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if rc != 0:
+            return rc
+    return 0
 
 
 if __name__ == "__main__":
