@@ -581,14 +581,12 @@ def main(argv: list[str]) -> int:
             fail_tooling(f"{f}: no such file")
 
     variants = [([args.compose, *args.overrides], args.public or GATEWAY)]
-    scale = args.compose.resolve().parent / SCALE_OVERRIDE
-    if not args.overrides and scale.is_file():
-        variants.append(([args.compose, scale.relative_to(Path.cwd()) if scale.is_relative_to(Path.cwd()) else scale],
-                         args.public or SCALE_PUBLIC))
-    replicas = args.compose.resolve().parent / REPLICAS_OVERRIDE
-    if not args.overrides and replicas.is_file():
-        variants.append(([args.compose, replicas.relative_to(Path.cwd()) if replicas.is_relative_to(Path.cwd()) else replicas],
-                         args.public or GATEWAY))
+    if not args.overrides:
+        for override, public in ((SCALE_OVERRIDE, SCALE_PUBLIC), (REPLICAS_OVERRIDE, GATEWAY)):
+            f = args.compose.resolve().parent / override
+            if f.is_file():
+                shown = f.relative_to(Path.cwd()) if f.is_relative_to(Path.cwd()) else f
+                variants.append(([args.compose, shown], args.public or public))
     failed = False
     for files, public in variants:
         failed |= bool(check_variant(files, public))

@@ -293,8 +293,8 @@ class Rehearsal:
         )
         return run.returncode == 0
 
-    def wait_healthy(self, key: str, within: float = 60) -> None:
-        name = key if key in self.services else key.rsplit("-", 1)[0]
+    def wait_healthy(self, name: str, key: str, within: float = 60) -> None:
+        """Until the service's healthcheck passes, or its container `key` exits."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             proc = self.procs[key]
@@ -309,10 +309,13 @@ class Rehearsal:
         return (self.logs / f"{key}.log").read_text(errors="replace")[-2000:]
 
     def run_once(self, name: str) -> str:
+        """Runs a one-shot service to completion; what it printed this time."""
+        log = self.logs / f"{name}.log"
+        before = log.stat().st_size if log.exists() else 0
         proc = self.start(name)
         if proc.wait(timeout=60) != 0:
             raise Failed(f"{name} exited {proc.returncode}: {self.tail(name)}")
-        return self.tail(name)
+        return log.read_bytes()[before:].decode(errors="replace")
 
     def stop(self, key: str) -> None:
         proc = self.procs.pop(key)
@@ -378,7 +381,7 @@ class Rehearsal:
         for key, replica in containers:
             self.start(name, replica)
             if healthy:
-                self.wait_healthy(key)
+                self.wait_healthy(name, key)
 
 
 # ---- a client's part: HTTPS to the published port, forms as a browser submits them ----
@@ -430,28 +433,57 @@ class Client:
         return self.request("POST", url, body, {"content-type": "application/x-www-form-urlencoded"})
 
 
-def whoami(client: Client, url: str, token: str) -> str:
-    """docs/deploy.md's end-to-end check: initialize, then the `whoami` tool; returns its text."""
-    headers = {"authorization": f"Bearer {token}", "content-type": "application/json",
-               "accept": "application/json, text/event-stream"}
+PROTOCOL = "2025-06-18"
+
+
+def mcp_headers(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}", "content-type": "application/json",
+            "accept": "application/json, text/event-stream"}
+
+
+def initialize(client: Client, url: str, token: str) -> tuple[int, dict[str, str], str]:
+    """One MCP `initialize` with `token`: status, headers, body."""
     body = json.dumps({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+        "params": {"protocolVersion": PROTOCOL, "capabilities": {},
                    "clientInfo": {"name": "compose-rehearsal", "version": "1"}},
     }).encode()
-    status, got, text = client.request("POST", url, body, headers)
-    session = got.get("mcp-session-id")
-    if status != 200 or not session:
-        raise Failed(f"initialize: {status} {text[:300]}")
-    headers |= {"mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    client.request("POST", url, json.dumps(note).encode(), headers)
-    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "whoami", "arguments": {}}}
-    status, _, text = client.request("POST", url, json.dumps(call).encode(), headers | {"mcp-name": "whoami"})
+    return client.request("POST", url, body, mcp_headers(token))
+
+
+class Session:
+    """One MCP session through the gateway, in raw HTTP, so every status is seen."""
+
+    def __init__(self, client: Client, url: str, token: str):
+        self.client, self.url = client, url
+        status, got, text = initialize(client, url, token)
+        session = got.get("mcp-session-id")
+        if status != 200 or not session:
+            raise Failed(f"initialize: {status} {text[:300]}")
+        self.headers = mcp_headers(token) | {"mcp-session-id": session, "mcp-protocol-version": PROTOCOL}
+        self.client.request("POST", url, json.dumps(
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}).encode(), self.headers)
+
+    def tool(self, name: str, arguments: dict) -> tuple[int, dict]:
+        """The tool's status and structured result ({} unless 200)."""
+        body = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                           "params": {"name": name, "arguments": arguments}}).encode()
+        status, _, text = self.client.request("POST", self.url, body, self.headers | {"mcp-name": name})
+        if status != 200:
+            return status, {}
+        data = [line[5:] for line in text.splitlines() if line.startswith("data:")] or [text]
+        message = json.loads(data[-1])
+        if "result" not in message or message["result"].get("isError"):
+            raise Failed(f"{name}: {text[:300]}")
+        return status, message["result"].get("structuredContent", {})
+
+
+def whoami(client: Client, url: str, token: str) -> dict:
+    """docs/deploy.md's end-to-end check: initialize, then the `whoami` tool; its answer."""
+    status, answer = Session(client, url, token).tool("whoami", {})
     if status != 200:
-        raise Failed(f"whoami: {status} {text[:300]}")
-    return text
+        raise Failed(f"whoami: {status}")
+    return answer
 
 
 def mcp_initialize(client: Client, url: str, token: str, within: float = 3.0) -> None:
@@ -459,26 +491,12 @@ def mcp_initialize(client: Client, url: str, token: str, within: float = 3.0) ->
     refresh interval (0.1 s), so a 401 is retried for `within` seconds."""
     deadline = time.monotonic() + within
     while True:
-        status, text = _initialize(client, url, token)
+        status, _, text = initialize(client, url, token)
         if status == 200 and "serverInfo" in text:
             return
         if status != 401 or time.monotonic() > deadline:
             raise Failed(f"initialize with the token: {status} {text[:300]}")
         time.sleep(0.1)
-
-
-def _initialize(client: Client, url: str, token: str) -> tuple[int, str]:
-    body = json.dumps({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "compose-rehearsal", "version": "1"}},
-    }).encode()
-    status, _, text = client.request("POST", url, body, {
-        "authorization": f"Bearer {token}",
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-    })
-    return status, text
 
 
 def oauth_flow(client: Client, public: str, user: str, password: str) -> tuple[str, dict]:
@@ -539,39 +557,13 @@ def oauth_flow(client: Client, public: str, user: str, password: str) -> tuple[s
     return json.loads(text)["access_token"], reg
 
 
-class Session:
-    """One MCP session through the gateway, in raw HTTP, so every status is seen."""
-
-    def __init__(self, client: Client, url: str, token: str):
-        self.client, self.url = client, url
-        self.headers = {"authorization": f"Bearer {token}", "content-type": "application/json",
-                        "accept": "application/json, text/event-stream"}
-        status, text = self.post("initialize", {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "compose-rehearsal", "version": "1"}}, first=True)
-        if status != 200 or "mcp-session-id" not in self.headers:
-            raise Failed(f"initialize: {status} {text[:300]}")
-        self.client.request("POST", url, json.dumps(
-            {"jsonrpc": "2.0", "method": "notifications/initialized"}).encode(), self.headers)
-
-    def post(self, method: str, params: dict, first: bool = False) -> tuple[int, str]:
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-        extra = {"mcp-name": params["name"]} if method == "tools/call" else {}
-        status, got, text = self.client.request("POST", self.url, body, self.headers | extra)
-        if first and got.get("mcp-session-id"):
-            self.headers |= {"mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
-        return status, text
-
-    def tool(self, name: str, arguments: dict) -> tuple[int, dict]:
-        """The tool's status and structured result ({} unless 200)."""
-        status, text = self.post("tools/call", {"name": name, "arguments": arguments})
-        if status != 200:
-            return status, {}
-        data = [line[5:] for line in text.splitlines() if line.startswith("data:")] or [text]
-        message = json.loads(data[-1])
-        if "result" not in message or message["result"].get("isError"):
-            raise Failed(f"{name}: {text[:300]}")
-        return status, message["result"].get("structuredContent", {})
+def create_token(r: Rehearsal, name: str) -> str:
+    """docs/deploy.md: `docker compose exec gateway pforte token create NAME`; the token."""
+    out = r.exec_in("gateway", ["token", "create", name])
+    token = next((w for w in out.split() if w.startswith("pft_")), None)
+    if not token:
+        raise Failed(f"token create printed no token: {out!r}")
+    return token
 
 
 def replicas(r: Rehearsal, client: Client, public: str) -> None:
@@ -579,10 +571,7 @@ def replicas(r: Rehearsal, client: Client, public: str) -> None:
     theirs, documents shared, a stopped replica's sessions 404 while the other's keep working,
     and a replica that returns is used again."""
     url = f"{public}/mcp"
-    token = next((w for w in r.exec_in("gateway", ["token", "create", "laptop"]).split()
-                  if w.startswith("pft_")), None)
-    if not token:
-        raise Failed("token create printed no token")
+    token = create_token(r, "laptop")
     mcp_initialize(client, url, token)
     say("four sessions; a plan written in one, read in each")
     sessions = [Session(client, url, token) for _ in range(4)]
@@ -670,22 +659,20 @@ def rehearse(bin_dir: Path, scratch: Path, variant: str) -> None:
             return
 
         say("docs/deploy.md: pforte token create laptop")
-        out = r.exec_in("gateway", ["token", "create", "laptop"])
-        token = next((w for w in out.split() if w.startswith("pft_")), None)
-        if not token:
-            raise Failed(f"token create printed no token: {out!r}")
+        token = create_token(r, "laptop")
         mcp_initialize(client, f"{public}/mcp", token)
         said = whoami(client, f"{public}/mcp", token)
-        if "operator" not in said or "laptop" not in said:
-            raise Failed(f"whoami with the laptop token: {said[:400]}")
+        if (said.get("subject"), said.get("client")) != ("operator", "laptop"):
+            raise Failed(f"whoami with the laptop token: {said}")
         say("docs/deploy.md: pforte user add alice (password on stdin)")
         password = "rehearsal-" + base64.b16encode(os.urandom(8)).decode()
         r.exec_in("gateway", ["user", "add", "alice"], stdin=password + "\n")
         say("OAuth: discovery, registration, login as alice, consent, token")
         access, _ = oauth_flow(client, public, "alice", password)
         mcp_initialize(client, f"{public}/mcp", access)
-        if "alice" not in whoami(client, f"{public}/mcp", access):
-            raise Failed("whoami with alice's OAuth token does not name alice")
+        said = whoami(client, f"{public}/mcp", access)
+        if said.get("subject") != "alice":
+            raise Failed(f"whoami with alice's OAuth token does not name alice: {said}")
 
         say("restart: every service stopped and started on the same volumes")
         r.stop_all()

@@ -1080,8 +1080,6 @@ pub fn normalise_origin(origin: &str) -> Option<String> {
     })
 }
 
-/// One upstream URL: `http://`, `https://` (verified against `ca` or the system roots) or
-/// `unix:PATH`. The error says what is accepted.
 /// Several instances of one server: each http or https, each listed once (sessions record
 /// their instance by URL).
 fn replicas(urls: &[String], ca: Option<PathBuf>) -> Result<UpstreamKind, String> {
@@ -1107,6 +1105,8 @@ fn replicas(urls: &[String], ca: Option<PathBuf>) -> Result<UpstreamKind, String
     Ok(UpstreamKind::Replicas { instances, ca })
 }
 
+/// One upstream URL: `http://`, `https://` (verified against `ca` or the system roots) or
+/// `unix:PATH`. The error says what is accepted.
 fn endpoint_kind(url: &str, ca: Option<PathBuf>) -> Result<UpstreamKind, String> {
     if let Some(path) = url.strip_prefix("unix:") {
         if path.is_empty() {
