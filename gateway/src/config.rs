@@ -398,11 +398,9 @@ impl Settings {
     pub fn tls_enabled(&self) -> bool {
         self.file.tls.is_some()
     }
-    pub fn tokens_db(&self) -> PathBuf {
-        self.file.data_dir.join("pforte.db")
-    }
-    pub fn oauth_db(&self) -> PathBuf {
-        self.file.data_dir.join("oauth.db")
+    /// Where this gateway's stores live.
+    pub fn store_site(&self) -> crate::stores::Site {
+        crate::stores::Site::new(self.file.redis_url.as_deref(), &self.file.data_dir)
     }
     /// Whether a browser `Origin` (normalised) may call `/mcp`.
     pub fn origin_allowed(&self, origin: &str) -> bool {

@@ -23,6 +23,7 @@ pub mod request_id;
 pub mod server;
 pub mod sessions;
 pub mod stdio;
+pub mod stores;
 pub mod tls;
 pub mod tokens;
 pub mod up;

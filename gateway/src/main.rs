@@ -12,22 +12,19 @@ use pforte::{
     cli,
     clock::{Clock as _, SystemClock},
     config::{GatewayConfig, Settings},
-    logging, preflight, server, tls, tokens,
+    logging, preflight, server,
+    stores::{Site, Stores},
+    tls, tokens,
     up::{self, ServiceChild},
 };
 use pforte_oauth::{
     admin::{Admin, AdminError, GrantFilter},
     crypto::Secret,
-    store::{
-        redis::{DEFAULT_PREFIX, RedisStore},
-        sqlite::SqliteStore,
-    },
 };
 use pingora::services::background::background_service;
-use std::sync::Arc;
 
-/// mimalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
-/// 1,000 closed SSE streams freed back to the kernel (the RSS stayed at its peak); mimalloc
+/// jemalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
+/// 1,000 closed SSE streams freed back to the kernel (the RSS stayed at its peak); jemalloc
 /// returns freed pages after a short delay, so the RSS follows the open connections.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -242,6 +239,12 @@ impl From<AdminError> for Failure {
     }
 }
 
+impl From<pforte::stores::StoresError> for Failure {
+    fn from(e: pforte::stores::StoresError) -> Self {
+        Self::Unavailable(e.to_string())
+    }
+}
+
 impl From<tokens::StoreError> for Failure {
     fn from(e: tokens::StoreError) -> Self {
         use tokens::StoreError as E;
@@ -390,7 +393,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 s.base_url,
                 resources.join(", ")
             );
-            server::run(s, Vec::new()).map_err(|e| Failure::Other(e.into()))
+            let stores = Stores::open(&s.store_site()).map_err(|e| Failure::Other(e.into()))?;
+            server::run(s, stores, Vec::new()).map_err(|e| Failure::Other(e.into()))
         }
         Command::Up {
             listen,
@@ -503,7 +507,8 @@ fn up_cmd(
         }
     };
 
-    let store = tokens::open_source(settings.file.redis_url.as_deref(), &settings.tokens_db())?;
+    let stores = Stores::open(&settings.store_site())?;
+    let store = &stores.tokens;
     const UP_TOKEN: &str = "pforte-up";
     const UP_USER: &str = "admin";
     let url = settings.resource();
@@ -533,10 +538,8 @@ fn up_cmd(
             println!("{line}");
         }
     }
-    let admin = Admin::new(Arc::new(SqliteStore::open(&settings.oauth_db())?));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let admin = Admin::new(stores.oauth.clone());
+    let rt = stores.runtime.handle().clone();
     if !rt.block_on(admin.has_users())? {
         let password = admin.generate_password();
         rt.block_on(admin.add_user(UP_USER, &password))?;
@@ -554,7 +557,7 @@ fn up_cmd(
             data_dir.display()
         );
     }
-    drop(rt);
+    drop(admin);
     if settings.tls_enabled() && settings.file.public_url.is_none() {
         println!(
             "  TLS:       self-signed certificate in {}",
@@ -562,10 +565,9 @@ fn up_cmd(
         );
     }
     println!("Press Ctrl-C to stop.");
-    drop(store);
 
     let supervisor = background_service("mcp-service", child);
-    server::run(settings, vec![Box::new(supervisor)])?;
+    server::run(settings, stores, vec![Box::new(supervisor)])?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -599,6 +601,17 @@ fn store_site(
 }
 
 impl StoreSite {
+    /// Opens the stores (creating the data dir when this command may create the store).
+    fn open(&self) -> Result<Stores, Failure> {
+        if self.created {
+            std::fs::create_dir_all(&self.cfg.data_dir).map_err(|e| {
+                Failure::Unavailable(format!("cannot create {}: {e}", self.cfg.data_dir.display()))
+            })?;
+        }
+        Stores::open(&Site::new(self.cfg.redis_url.as_deref(), &self.cfg.data_dir))
+            .map_err(|e| Failure::Unavailable(e.to_string()))
+    }
+
     fn announce(&self) {
         if self.created {
             eprintln!("pforte: {}", cli::new_store_message(&self.cfg.data_dir));
@@ -618,35 +631,9 @@ where
     Fut: std::future::Future<Output = CmdResult>,
 {
     let site = store_site(config, data_dir, adds)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Other(e.into()))?;
-    let store: Arc<dyn pforte_oauth::store::Store> = match &site.cfg.redis_url {
-        Some(url) => {
-            let _in_runtime = rt.enter();
-            Arc::new(
-                RedisStore::connect(url, DEFAULT_PREFIX)
-                    .map_err(|e| Failure::Unavailable(e.to_string()))?,
-            )
-        }
-        None => {
-            if site.created {
-                std::fs::create_dir_all(&site.cfg.data_dir).map_err(|e| {
-                    Failure::Unavailable(format!(
-                        "cannot create {}: {e}",
-                        site.cfg.data_dir.display()
-                    ))
-                })?;
-            }
-            Arc::new(
-                SqliteStore::open(&site.cfg.data_dir.join("oauth.db"))
-                    .map_err(|e| Failure::Unavailable(e.to_string()))?,
-            )
-        }
-    };
-    let admin = Admin::new(store);
-    rt.block_on(f(admin, SystemClock.now()))?;
+    let stores = site.open()?;
+    let admin = Admin::new(stores.oauth.clone());
+    stores.runtime.block_on(f(admin, SystemClock.now()))?;
     site.announce();
     Ok(())
 }
@@ -918,8 +905,8 @@ fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<Path
     let routes_known = config.is_some();
     let site = store_site(config, data_dir, adds)?;
     let cfg = &site.cfg;
-    let db = cfg.data_dir.join("pforte.db");
-    let store = tokens::open_source(cfg.redis_url.as_deref(), &db)?;
+    let stores = site.open()?;
+    let store = &stores.tokens;
     let now = SystemClock.now();
     match action {
         TokenAction::Create {

@@ -8,11 +8,7 @@ use bytes::Bytes;
 use pforte_oauth::{
     AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator,
     http::ClientIp,
-    store::{
-        Store,
-        redis::{DEFAULT_PREFIX, RedisStore},
-        sqlite::SqliteStore,
-    },
+    store::Store,
 };
 use tower::ServiceExt as _;
 
@@ -34,8 +30,6 @@ pub enum OAuthSetupError {
     Build(#[from] pforte_oauth::server::BuildError),
     #[error("the oauth issuer {oauth:?} differs from the gateway's public URL {gateway:?}")]
     IssuerMismatch { oauth: String, gateway: String },
-    #[error("starting a runtime: {0}")]
-    Runtime(std::io::Error),
 }
 
 /// Whether a path is served by the authorization server.
@@ -92,14 +86,6 @@ fn token_binding(p: &pforte_oauth::Principal) -> Binding {
     Binding::Resource(p.resource.clone())
 }
 
-/// Opens the OAuth store configured for this gateway.
-pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, OAuthSetupError> {
-    Ok(match &settings.file.redis_url {
-        Some(url) => Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?),
-        None => Arc::new(SqliteStore::open(&settings.oauth_db())?),
-    })
-}
-
 /// The authorization server as the gateway uses it.
 pub struct AuthService {
     server: Arc<AuthServer>,
@@ -128,25 +114,16 @@ impl std::fmt::Debug for AuthService {
 }
 
 impl AuthService {
-    /// Builds the server (loading or creating its key in the store) on a runtime of its own;
-    /// called before pingora starts its runtimes.
+    /// Builds the server on `store` (loading or creating its key there), on the stores' runtime
+    /// `rt`, which it keeps; called before pingora starts its runtimes.
     /// Its events (logins, tokens, revocations, validation cache) go to `observer`.
     pub fn open(
         settings: &Settings,
+        store: Arc<dyn Store>,
+        rt: tokio::runtime::Runtime,
         observer: Arc<dyn pforte_oauth::Observer>,
     ) -> Result<Self, OAuthSetupError> {
         let cfg = oauth_config(settings)?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("pforte-store")
-            .enable_all()
-            .build()
-            .map_err(OAuthSetupError::Runtime)?;
-        // A redis connection manager needs a runtime to live on: this one.
-        let store = {
-            let _in_runtime = rt.enter();
-            open_store(settings)?
-        };
         let server = rt.block_on(
             AuthServer::builder(cfg, store.clone())
                 .observer(observer)

@@ -27,7 +27,8 @@ use crate::{
     proxy::{Gateway, McpEdge},
     sessions::{SessionOptions, Sessions},
     stdio::{StdioBridge, StdioSpec},
-    tokens::{self, StoreError, TokenCache},
+    stores::Stores,
+    tokens::{StoreError, TokenCache},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -201,14 +202,19 @@ fn metrics_answer(metrics: &Metrics) -> axum::response::Response {
 /// Builds the server and blocks until it is told to stop.
 pub fn run(
     settings: Settings,
+    stores: Stores,
     extra: Vec<Box<dyn ServiceWithDependents>>,
 ) -> Result<(), ServeError> {
     pingora::tls::install_default_crypto_provider();
     let settings = Arc::new(settings);
-    let store = tokens::open_source(settings.file.redis_url.as_deref(), &settings.tokens_db())?;
-    let tokens = TokenCache::start(store, TOKEN_REFRESH)?;
+    let Stores {
+        tokens,
+        oauth,
+        runtime,
+    } = stores;
+    let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
     let metrics = Arc::new(Metrics::new());
-    let oauth = Arc::new(AuthService::open(&settings, metrics.clone())?);
+    let oauth = Arc::new(AuthService::open(&settings, oauth, runtime, metrics.clone())?);
     let metrics_listener = match settings.file.metrics_listen {
         Some(addr) => Some(
             std::net::TcpListener::bind(addr).map_err(|e| ServeError::MetricsListen(addr, e))?,

@@ -28,14 +28,22 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Creates `path` empty as 0600 if it does not exist, and tightens it to 0600 if it does.
+///
+/// An existing file is never opened: when it is a live SQLite database, closing any descriptor
+/// of it drops every POSIX lock this process holds on it, and another process would then take
+/// itself for the last user, checkpoint and delete the WAL under this one's feet. `create_new`
+/// only opens a file it has just made, which no connection can have open.
 pub fn private_file(path: &Path) -> io::Result<()> {
-    OpenOptions::new()
+    match OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(false)
+        .create_new(true)
         .mode(FILE_MODE)
-        .open(path)?;
-    tighten(path, FILE_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => tighten(path, FILE_MODE),
+        Err(e) => Err(e),
+    }
 }
 
 /// Prepares a SQLite database path: its directory 0700, the file 0600 (SQLite then creates

@@ -1,0 +1,99 @@
+//! The gateway's two stores — static tokens and the authorization server's — opened once per
+//! process, from one place, for `serve`, `up` and every admin command alike: SQLite files in the
+//! data dir, or redis when `redis_url` is set.
+//!
+//! Opening a store twice in one process is what this module exists to prevent: a second open of
+//! a live SQLite file outside SQLite (even a bare open/close) drops the process's POSIX locks,
+//! and another process closing its connection then checkpoints and deletes the WAL that this
+//! one still writes to.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use pforte_oauth::store::{
+    Store,
+    redis::{DEFAULT_PREFIX, RedisStore},
+    sqlite::SqliteStore,
+};
+
+use crate::tokens::{self, TokenSource};
+
+/// File name of the static-token store in the data dir.
+pub const TOKENS_DB: &str = "pforte.db";
+/// File name of the authorization server's store in the data dir.
+pub const OAUTH_DB: &str = "oauth.db";
+
+/// Where the stores live.
+#[derive(Debug, Clone)]
+pub enum Site {
+    /// SQLite files in this data dir.
+    Embedded(PathBuf),
+    /// One redis for every gateway.
+    Redis(String),
+}
+
+impl Site {
+    /// The site a configuration names: redis when `redis_url` is set, else the data dir.
+    pub fn new(redis_url: Option<&str>, data_dir: &Path) -> Self {
+        match redis_url {
+            Some(url) => Self::Redis(url.to_owned()),
+            None => Self::Embedded(data_dir.to_path_buf()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoresError {
+    #[error("starting the store runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("token store: {0}")]
+    Tokens(#[from] tokens::StoreError),
+    #[error("oauth store: {0}")]
+    OAuth(#[from] pforte_oauth::StoreError),
+}
+
+/// Both stores, and the runtime their background work (redis connection drivers) lives on.
+pub struct Stores {
+    pub tokens: Box<dyn TokenSource>,
+    pub oauth: Arc<dyn Store>,
+    /// Runs the OAuth store's work for this process; it outlives pingora's runtimes.
+    pub runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores").finish_non_exhaustive()
+    }
+}
+
+impl Stores {
+    /// Opens both stores of `site`. Call once per process and pass the result on.
+    pub fn open(site: &Site) -> Result<Self, StoresError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("pforte-store")
+            .enable_all()
+            .build()
+            .map_err(StoresError::Runtime)?;
+        // A redis connection manager spawns its driver on the current runtime: this one.
+        let _in_runtime = runtime.enter();
+        let (tokens, oauth): (Box<dyn TokenSource>, Arc<dyn Store>) = match site {
+            Site::Embedded(dir) => (
+                Box::new(tokens::TokenStore::open(&dir.join(TOKENS_DB))?),
+                Arc::new(SqliteStore::open(&dir.join(OAUTH_DB))?),
+            ),
+            Site::Redis(url) => (
+                Box::new(tokens::redis::RedisTokenStore::open(url)?),
+                Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?),
+            ),
+        };
+        drop(_in_runtime);
+        Ok(Self {
+            tokens,
+            oauth,
+            runtime,
+        })
+    }
+}
