@@ -36,6 +36,24 @@ pub struct Principal {
     pub binding: Binding,
 }
 
+impl Principal {
+    /// Whom this caller's sessions, streams, rates and tool budgets count against: see
+    /// [`person_key`].
+    pub fn person_key(&self) -> String {
+        person_key(self.kind, &self.subject, &self.client)
+    }
+}
+
+/// The person behind a credential, as one key: an OAuth user whatever the client
+/// (`oauth:SUBJECT`; registering more clients buys nothing), a static token by its name
+/// (`static:NAME`; only the operator mints them, and each is handed to someone).
+pub fn person_key(kind: AuthKind, subject: &str, client: &str) -> String {
+    match kind {
+        AuthKind::OAuth => format!("oauth:{subject}"),
+        AuthKind::Static => format!("static:{client}"),
+    }
+}
+
 /// Which routes a credential is good for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Binding {

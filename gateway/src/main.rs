@@ -605,11 +605,17 @@ impl StoreSite {
     fn open(&self) -> Result<Stores, Failure> {
         if self.created {
             std::fs::create_dir_all(&self.cfg.data_dir).map_err(|e| {
-                Failure::Unavailable(format!("cannot create {}: {e}", self.cfg.data_dir.display()))
+                Failure::Unavailable(format!(
+                    "cannot create {}: {e}",
+                    self.cfg.data_dir.display()
+                ))
             })?;
         }
-        Stores::open(&Site::new(self.cfg.redis_url.as_deref(), &self.cfg.data_dir))
-            .map_err(|e| Failure::Unavailable(e.to_string()))
+        Stores::open(&Site::new(
+            self.cfg.redis_url.as_deref(),
+            &self.cfg.data_dir,
+        ))
+        .map_err(|e| Failure::Unavailable(e.to_string()))
     }
 
     fn announce(&self) {

@@ -6,8 +6,7 @@ use std::{net::IpAddr, sync::Arc};
 
 use bytes::Bytes;
 use pforte_oauth::{
-    AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator,
-    http::ClientIp,
+    AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator, http::ClientIp,
     store::Store,
 };
 use tower::ServiceExt as _;

@@ -41,8 +41,11 @@ mod cors;
 pub struct RequestCtx {
     pub request_id: String,
     pub principal: Option<Principal>,
-    /// `kind:subject:client`, formatted once when the request is authenticated.
+    /// `kind:subject:client`, formatted once when the request is authenticated: who owns the
+    /// sessions it opens.
     principal_key: String,
+    /// `auth::person_key`: whom its sessions, streams, rates and tool budgets count against.
+    person_key: String,
     client_ip: Option<std::net::IpAddr>,
     /// The rate-limit decision for this request, reported in response headers.
     rate: Option<(Class, Policy, Decision)>,
@@ -605,6 +608,7 @@ impl ProxyHttp for Gateway {
             request_id: self.request_ids.next_id(),
             principal: None,
             principal_key: String::new(),
+            person_key: String::new(),
             client_ip: None,
             rate: None,
             cors_origin: None,
@@ -928,14 +932,14 @@ impl ProxyHttp for Gateway {
             && let Err(e) = self
                 .edge
                 .sessions
-                .bind(id, &ctx.principal_key, self.instance_url(ctx))
+                .bind(id, ctx.holder(), self.instance_url(ctx))
                 .await
         {
             tracing::warn!(request_id = %ctx.request_id, error = %e, "could not record the session's owner");
         }
         if let Some(id) = ctx.mcp.ends_session.take()
             && ok
-            && let Err(e) = self.edge.sessions.forget(&id, &ctx.principal_key).await
+            && let Err(e) = self.edge.sessions.forget(&id, ctx.holder()).await
         {
             tracing::debug!(error = %e, "could not forget an ended session");
         }

@@ -214,7 +214,12 @@ pub fn run(
     } = stores;
     let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
     let metrics = Arc::new(Metrics::new());
-    let oauth = Arc::new(AuthService::open(&settings, oauth, runtime, metrics.clone())?);
+    let oauth = Arc::new(AuthService::open(
+        &settings,
+        oauth,
+        runtime,
+        metrics.clone(),
+    )?);
     let metrics_listener = match settings.file.metrics_listen {
         Some(addr) => Some(
             std::net::TcpListener::bind(addr).map_err(|e| ServeError::MetricsListen(addr, e))?,

@@ -8,10 +8,12 @@
 //! Bindings slide: every use by the owner keeps the session alive for another `ttl`, but the
 //! expiry is rewritten at most every `ttl / 4` per session (no write per request).
 //!
-//! Both backends count the live sessions of each principal ([`Sessions::count`]), so that a
-//! new session is refused once a principal holds `limits.sessions_per_principal`; a binding
-//! is released by `DELETE`, expiry or eviction. [`Streams`] counts open SSE streams per
-//! principal in this process and releases a slot when its guard drops (the request ended).
+//! A session is owned by the principal that opened it (`kind:subject:client`) but counted
+//! against the person (`auth::person_key`: an OAuth user whatever the client): both backends count the live
+//! sessions of each person ([`Sessions::count`]), so that a new session is refused once a person
+//! holds `limits.sessions_per_principal`, however many clients they registered; a binding is
+//! released by `DELETE`, expiry or eviction. [`Streams`] counts open SSE streams per person in
+//! this process and releases a slot when its guard drops (the request ended).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -23,6 +25,21 @@ use redis::{Script, aio::ConnectionManager};
 use sha2::{Digest as _, Sha256};
 
 use crate::clock::Clock;
+
+/// Who binds or uses a session: the principal that owns it, and the person it counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder<'a> {
+    /// `kind:subject:client`: only this principal may use the session.
+    pub owner: &'a str,
+    /// `auth::person_key`: the sessions of all of a person's clients count together.
+    pub person: &'a str,
+}
+
+impl<'a> Holder<'a> {
+    pub fn new(owner: &'a str, person: &'a str) -> Self {
+        Self { owner, person }
+    }
+}
 
 /// Who a session belongs to, as seen by a caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,45 +188,49 @@ impl Sessions {
     pub async fn bind(
         &self,
         session_id: &str,
-        owner: &str,
+        holder: Holder<'_>,
         instance: Option<&str>,
     ) -> Result<Binding, SessionError> {
         let instance = instance.filter(|i| is_storable(i));
         match &self.backend {
             Backend::Local { table, clock } => {
-                Ok(lock(table).bind(key(session_id), owner, instance, clock.now_ms()))
+                Ok(lock(table).bind(key(session_id), holder, instance, clock.now_ms()))
             }
-            Backend::Redis(r) => r.bind(session_id, owner, instance).await,
+            Backend::Redis(r) => r.bind(session_id, holder, instance).await,
         }
     }
 
-    /// `owner`'s standing on `session_id` and the session's instance; an owner's use slides
+    /// The holder's standing on `session_id` and the session's instance; an owner's use slides
     /// the expiry.
-    pub async fn check(&self, session_id: &str, owner: &str) -> Result<Binding, SessionError> {
+    pub async fn check(
+        &self,
+        session_id: &str,
+        holder: Holder<'_>,
+    ) -> Result<Binding, SessionError> {
         match &self.backend {
             Backend::Local { table, clock } => {
-                Ok(lock(table).check(&key(session_id), owner, clock.now_ms()))
+                Ok(lock(table).check(&key(session_id), holder.owner, clock.now_ms()))
             }
-            Backend::Redis(r) => r.check(session_id, owner).await,
+            Backend::Redis(r) => r.check(session_id, holder).await,
         }
     }
 
-    /// Drops the binding of `owner`'s session (the session ended).
-    pub async fn forget(&self, session_id: &str, owner: &str) -> Result<(), SessionError> {
+    /// Drops the binding of the holder's session (the session ended).
+    pub async fn forget(&self, session_id: &str, holder: Holder<'_>) -> Result<(), SessionError> {
         match &self.backend {
             Backend::Local { table, .. } => {
                 lock(table).remove(&key(session_id));
                 Ok(())
             }
-            Backend::Redis(r) => r.forget(session_id, owner).await,
+            Backend::Redis(r) => r.forget(session_id, holder).await,
         }
     }
 
-    /// How many live sessions `owner` holds.
-    pub async fn count(&self, owner: &str) -> Result<usize, SessionError> {
+    /// How many live sessions `person` holds, through all their clients.
+    pub async fn count(&self, person: &str) -> Result<usize, SessionError> {
         match &self.backend {
-            Backend::Local { table, clock } => Ok(lock(table).count(owner, clock.now_ms())),
-            Backend::Redis(r) => r.count(owner).await,
+            Backend::Local { table, clock } => Ok(lock(table).count(person, clock.now_ms())),
+            Backend::Redis(r) => r.count(person).await,
         }
     }
 }
@@ -219,7 +240,7 @@ pub fn has_room(open: usize, max: u32) -> bool {
     open < max as usize
 }
 
-/// Open SSE streams per principal, in this process. Share it as `Arc<Streams>`.
+/// Open SSE streams per person, in this process. Share it as `Arc<Streams>`.
 #[derive(Debug, Default)]
 pub struct Streams {
     open: Mutex<HashMap<Box<str>, u32>>,
@@ -288,6 +309,7 @@ fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
 #[derive(Debug)]
 struct Entry {
     owner: Box<str>,
+    person: Box<str>,
     instance: Option<Box<str>>,
     expires_ms: u64,
     /// When the expiry was last written.
@@ -301,8 +323,8 @@ struct Entry {
 struct Table {
     entries: HashMap<Key, Entry>,
     by_expiry: BTreeMap<(u64, u64), Key>,
-    /// Live bindings per owner (entries with a count of 0 are removed).
-    per_owner: HashMap<Box<str>, usize>,
+    /// Live bindings per person (entries with a count of 0 are removed).
+    per_person: HashMap<Box<str>, usize>,
     ttl_ms: u64,
     max_entries: usize,
     next_seq: u64,
@@ -313,7 +335,7 @@ impl Table {
         Self {
             entries: HashMap::new(),
             by_expiry: BTreeMap::new(),
-            per_owner: HashMap::new(),
+            per_person: HashMap::new(),
             ttl_ms: (opts.ttl.as_millis() as u64).max(1),
             max_entries: opts.max_entries.max(1),
             next_seq: 0,
@@ -325,10 +347,10 @@ impl Table {
         self.entries.len()
     }
 
-    fn bind(&mut self, key: Key, owner: &str, instance: Option<&str>, now: u64) -> Binding {
+    fn bind(&mut self, key: Key, holder: Holder<'_>, instance: Option<&str>, now: u64) -> Binding {
         self.purge(now);
         if let Some(entry) = self.entries.get(&key) {
-            return Binding::of(owner, &entry.owner, entry.instance.as_deref());
+            return Binding::of(holder.owner, &entry.owner, entry.instance.as_deref());
         }
         while self.entries.len() >= self.max_entries {
             let Some((_, oldest)) = self.by_expiry.pop_first() else {
@@ -340,11 +362,12 @@ impl Table {
         self.next_seq += 1;
         let expires_ms = now.saturating_add(self.ttl_ms);
         self.by_expiry.insert((expires_ms, seq), key);
-        *self.per_owner.entry(owner.into()).or_insert(0) += 1;
+        *self.per_person.entry(holder.person.into()).or_insert(0) += 1;
         self.entries.insert(
             key,
             Entry {
-                owner: owner.into(),
+                owner: holder.owner.into(),
+                person: holder.person.into(),
                 instance: instance.map(Into::into),
                 expires_ms,
                 touched_ms: now,
@@ -380,22 +403,22 @@ impl Table {
         }
     }
 
-    /// Removes the entry (not its expiry index) and releases its owner's count.
+    /// Removes the entry (not its expiry index) and releases its person's count.
     fn drop_entry(&mut self, key: &Key) -> Option<Entry> {
         let entry = self.entries.remove(key)?;
-        if let Some(n) = self.per_owner.get_mut(&entry.owner) {
+        if let Some(n) = self.per_person.get_mut(&entry.person) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                self.per_owner.remove(&entry.owner);
+                self.per_person.remove(&entry.person);
             }
         }
         Some(entry)
     }
 
-    /// Live bindings of `owner` at `now`.
-    fn count(&mut self, owner: &str, now: u64) -> usize {
+    /// Live bindings of `person` at `now`.
+    fn count(&mut self, person: &str, now: u64) -> usize {
         self.purge(now);
-        self.per_owner.get(owner).copied().unwrap_or(0)
+        self.per_person.get(person).copied().unwrap_or(0)
     }
 
     /// Drops every binding expired at `now` (each is dropped once: amortised O(log n)).
@@ -411,7 +434,7 @@ impl Table {
 }
 
 /// Binds unless bound (`SET NX EX` of the record `ARGV[1]`, see [`encode`]) and returns the
-/// record held afterwards (nil only if it vanished). A new binding joins the owner's set
+/// record held afterwards (nil only if it vanished). A new binding joins the person's set
 /// `KEYS[2]` (scored by its expiry, redis clock, seconds).
 const BIND: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
@@ -423,14 +446,14 @@ end
 return redis.call('GET', KEYS[1])
 ";
 
-/// Live sessions in the owner's set `KEYS[1]` (expired members dropped first).
+/// Live sessions in the person's set `KEYS[1]` (expired members dropped first).
 const COUNT: &str = r"
 local now = tonumber(redis.call('TIME')[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 ";
 
-/// Drops the binding `KEYS[1]` if `ARGV[1]` owns it, and its member of the owner's set. The
+/// Drops the binding `KEYS[1]` if `ARGV[1]` owns it, and its member of the person's set. The
 /// owner is the record up to its last newline (all of it without one), as in [`decode`].
 const FORGET: &str = r"
 local v = redis.call('GET', KEYS[1])
@@ -510,9 +533,9 @@ impl RedisSessions {
         format!("{}session:{}", self.prefix, hex::encode(key(session_id)))
     }
 
-    /// The set of `owner`'s session keys.
-    fn owner_key(&self, owner: &str) -> String {
-        format!("{}owner:{}", self.prefix, hex::encode(key(owner)))
+    /// The set of `person`'s session keys.
+    fn person_key(&self, person: &str) -> String {
+        format!("{}person:{}", self.prefix, hex::encode(key(person)))
     }
 
     /// Seconds left at which the owner's use rewrites the expiry (ttl/4 after the last write).
@@ -523,28 +546,29 @@ impl RedisSessions {
     async fn bind(
         &self,
         session_id: &str,
-        owner: &str,
+        holder: Holder<'_>,
         instance: Option<&str>,
     ) -> Result<Binding, SessionError> {
         let mut conn = self.conn.clone();
         let record: Option<String> = self
             .bind
             .key(self.key(session_id))
-            .key(self.owner_key(owner))
-            .arg(encode(owner, instance))
+            .key(self.person_key(holder.person))
+            .arg(encode(holder.owner, instance))
             .arg(self.ttl_secs)
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(standing(owner, record.as_deref()))
+        Ok(standing(holder.owner, record.as_deref()))
     }
 
-    async fn check(&self, session_id: &str, owner: &str) -> Result<Binding, SessionError> {
+    async fn check(&self, session_id: &str, holder: Holder<'_>) -> Result<Binding, SessionError> {
+        let owner = holder.owner;
         let mut conn = self.conn.clone();
         let record: Option<String> = self
             .check
             .key(self.key(session_id))
-            .key(self.owner_key(owner))
+            .key(self.person_key(holder.person))
             .arg(owner)
             .arg(self.refresh_below())
             .arg(self.ttl_secs)
@@ -554,21 +578,21 @@ impl RedisSessions {
         Ok(standing(owner, record.as_deref()))
     }
 
-    async fn forget(&self, session_id: &str, owner: &str) -> Result<(), SessionError> {
+    async fn forget(&self, session_id: &str, holder: Holder<'_>) -> Result<(), SessionError> {
         let mut conn = self.conn.clone();
         self.forget
             .key(self.key(session_id))
-            .key(self.owner_key(owner))
-            .arg(owner)
+            .key(self.person_key(holder.person))
+            .arg(holder.owner)
             .invoke_async::<()>(&mut conn)
             .await
             .map_err(unavailable)
     }
 
-    async fn count(&self, owner: &str) -> Result<usize, SessionError> {
+    async fn count(&self, person: &str) -> Result<usize, SessionError> {
         let mut conn = self.conn.clone();
         self.count
-            .key(self.owner_key(owner))
+            .key(self.person_key(person))
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)
@@ -583,6 +607,11 @@ mod tests {
 
     const HOUR: u64 = 3_600_000;
 
+    /// A holder whose person is itself (one client per person).
+    fn h(owner: &str) -> Holder<'_> {
+        Holder::new(owner, owner)
+    }
+
     fn table(max: usize) -> Table {
         Table::new(SessionOptions {
             ttl: Duration::from_secs(3600),
@@ -595,8 +624,8 @@ mod tests {
         let mut t = table(10);
         let k = key("s1");
         assert_eq!(t.check(&k, "alice", 0).ownership, Ownership::Unknown);
-        assert_eq!(t.bind(k, "alice", None, 0).ownership, Ownership::Owner);
-        assert_eq!(t.bind(k, "bob", None, 1).ownership, Ownership::Foreign);
+        assert_eq!(t.bind(k, h("alice"), None, 0).ownership, Ownership::Owner);
+        assert_eq!(t.bind(k, h("bob"), None, 1).ownership, Ownership::Foreign);
         assert_eq!(t.check(&k, "alice", 2).ownership, Ownership::Owner);
         assert_eq!(t.check(&k, "bob", 2).ownership, Ownership::Foreign);
         t.remove(&k);
@@ -608,7 +637,7 @@ mod tests {
     fn idle_bindings_expire_and_use_slides_at_most_every_quarter_ttl() {
         let mut t = table(10);
         let k = key("s");
-        t.bind(k, "alice", None, 0);
+        t.bind(k, h("alice"), None, 0);
         // Within ttl/4 the expiry is not rewritten.
         assert_eq!(
             t.check(&k, "alice", HOUR / 4 - 1).ownership,
@@ -627,18 +656,21 @@ mod tests {
             Ownership::Unknown
         );
         assert_eq!(t.len(), 0);
-        assert_eq!(t.bind(k, "bob", None, 2 * HOUR).ownership, Ownership::Owner);
+        assert_eq!(
+            t.bind(k, h("bob"), None, 2 * HOUR).ownership,
+            Ownership::Owner
+        );
     }
 
     #[test]
     fn the_table_is_bounded_and_evicts_the_one_expiring_first() {
         let mut t = table(3);
         for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
-            t.bind(key(id), "o", None, i as u64);
+            t.bind(key(id), h("o"), None, i as u64);
         }
         // "a" is used after ttl/4 and slides past the others.
         t.check(&key("a"), "o", HOUR / 2);
-        t.bind(key("d"), "o", None, HOUR / 2);
+        t.bind(key("d"), h("o"), None, HOUR / 2);
         assert_eq!(t.len(), 3);
         assert_eq!(
             t.check(&key("b"), "o", HOUR / 2).ownership,
@@ -655,9 +687,9 @@ mod tests {
     fn expired_bindings_are_purged_on_bind() {
         let mut t = table(100);
         for i in 0..50 {
-            t.bind(key(&i.to_string()), "o", None, 0);
+            t.bind(key(&i.to_string()), h("o"), None, 0);
         }
-        t.bind(key("late"), "o", None, HOUR);
+        t.bind(key("late"), h("o"), None, HOUR);
         assert_eq!(t.len(), 1);
         assert_eq!(t.by_expiry.len(), 1);
     }
@@ -673,61 +705,82 @@ mod tests {
             },
         );
         assert_eq!(
-            sessions.bind("s1", "alice", None).await.unwrap().ownership,
+            sessions
+                .bind("s1", h("alice"), None)
+                .await
+                .unwrap()
+                .ownership,
             Ownership::Owner
         );
         assert_eq!(
-            sessions.check("s1", "bob").await.unwrap().ownership,
+            sessions.check("s1", h("bob")).await.unwrap().ownership,
             Ownership::Foreign
         );
         clock.advance(59);
         assert_eq!(
-            sessions.check("s1", "alice").await.unwrap().ownership,
+            sessions.check("s1", h("alice")).await.unwrap().ownership,
             Ownership::Owner
         );
         clock.advance(60);
         assert_eq!(
-            sessions.check("s1", "alice").await.unwrap().ownership,
+            sessions.check("s1", h("alice")).await.unwrap().ownership,
             Ownership::Unknown
         );
-        sessions.bind("s2", "a", None).await.unwrap();
-        sessions.bind("s3", "a", None).await.unwrap();
-        sessions.bind("s4", "a", None).await.unwrap();
+        sessions.bind("s2", h("a"), None).await.unwrap();
+        sessions.bind("s3", h("a"), None).await.unwrap();
+        sessions.bind("s4", h("a"), None).await.unwrap();
         assert_eq!(
-            sessions.check("s2", "a").await.unwrap().ownership,
+            sessions.check("s2", h("a")).await.unwrap().ownership,
             Ownership::Unknown
         );
         assert_eq!(
-            sessions.check("s4", "a").await.unwrap().ownership,
+            sessions.check("s4", h("a")).await.unwrap().ownership,
             Ownership::Owner
         );
-        sessions.forget("s4", "a").await.unwrap();
+        sessions.forget("s4", h("a")).await.unwrap();
         assert_eq!(
-            sessions.check("s4", "a").await.unwrap().ownership,
+            sessions.check("s4", h("a")).await.unwrap().ownership,
             Ownership::Unknown
         );
     }
 
     #[test]
+    fn a_persons_clients_share_one_count_but_not_their_sessions() {
+        let mut t = table(10);
+        let (one, two) = (
+            Holder::new("oauth:alice:client-1", "oauth:alice"),
+            Holder::new("oauth:alice:client-2", "oauth:alice"),
+        );
+        t.bind(key("s1"), one, None, 0);
+        t.bind(key("s2"), two, None, 0);
+        assert_eq!(t.count("oauth:alice", 1), 2);
+        assert_eq!(t.count("oauth:alice:client-1", 1), 0);
+        // The session stays the client's own: the person's other client is a stranger to it.
+        assert_eq!(t.check(&key("s1"), two.owner, 1), Binding::FOREIGN);
+        t.remove(&key("s1"));
+        assert_eq!(t.count("oauth:alice", 1), 1);
+    }
+
+    #[test]
     fn sessions_are_counted_per_owner_and_released_by_delete_expiry_and_eviction() {
         let mut t = table(3);
-        t.bind(key("a1"), "alice", None, 0);
-        t.bind(key("a2"), "alice", None, 0);
-        t.bind(key("b1"), "bob", None, 1);
+        t.bind(key("a1"), h("alice"), None, 0);
+        t.bind(key("a2"), h("alice"), None, 0);
+        t.bind(key("b1"), h("bob"), None, 1);
         assert_eq!(t.count("alice", 1), 2);
         assert_eq!(t.count("bob", 1), 1);
         // A second bind of the same id does not count twice.
-        t.bind(key("a1"), "alice", None, 2);
+        t.bind(key("a1"), h("alice"), None, 2);
         assert_eq!(t.count("alice", 2), 2);
         t.remove(&key("a1"));
         assert_eq!(t.count("alice", 2), 1);
         // Eviction (table full) releases the evicted owner's count.
-        t.bind(key("c1"), "carol", None, 3);
-        t.bind(key("c2"), "carol", None, 3);
+        t.bind(key("c1"), h("carol"), None, 3);
+        t.bind(key("c2"), h("carol"), None, 3);
         assert_eq!(t.count("alice", 3), 0, "a2 expired first and was evicted");
         // Expiry releases it too.
         assert_eq!(t.count("carol", HOUR + 3), 0);
-        assert!(t.per_owner.is_empty());
+        assert!(t.per_person.is_empty());
         assert!(has_room(63, 64));
         assert!(!has_room(64, 64));
     }
@@ -759,30 +812,34 @@ mod tests {
         assert_eq!(sessions.count("alice").await.unwrap(), 0);
         for id in ["s1", "s2", "s3"] {
             assert_eq!(
-                sessions.bind(id, "alice", None).await.unwrap().ownership,
+                sessions.bind(id, h("alice"), None).await.unwrap().ownership,
                 Ownership::Owner
             );
         }
         assert_eq!(
-            sessions.bind("s1", "alice", None).await.unwrap().ownership,
+            sessions
+                .bind("s1", h("alice"), None)
+                .await
+                .unwrap()
+                .ownership,
             Ownership::Owner
         );
         assert_eq!(
-            sessions.bind("s1", "bob", None).await.unwrap().ownership,
+            sessions.bind("s1", h("bob"), None).await.unwrap().ownership,
             Ownership::Foreign
         );
         assert_eq!(sessions.count("alice").await.unwrap(), 3);
         assert_eq!(sessions.count("bob").await.unwrap(), 0);
         // Bob cannot release Alice's session.
-        sessions.forget("s2", "bob").await.unwrap();
+        sessions.forget("s2", h("bob")).await.unwrap();
         assert_eq!(
-            sessions.check("s2", "alice").await.unwrap().ownership,
+            sessions.check("s2", h("alice")).await.unwrap().ownership,
             Ownership::Owner
         );
-        sessions.forget("s2", "alice").await.unwrap();
+        sessions.forget("s2", h("alice")).await.unwrap();
         assert_eq!(sessions.count("alice").await.unwrap(), 2);
         assert_eq!(
-            sessions.check("s2", "alice").await.unwrap().ownership,
+            sessions.check("s2", h("alice")).await.unwrap().ownership,
             Ownership::Unknown
         );
     }
@@ -793,15 +850,15 @@ mod tests {
         let k = key("s");
         let url = "http://127.0.0.1:9001/mcp";
         assert_eq!(
-            t.bind(k, "alice", Some(url), 0),
+            t.bind(k, h("alice"), Some(url), 0),
             Binding::owner(Some(url.into()))
         );
         // The first binding wins, instance included.
         assert_eq!(
-            t.bind(k, "alice", Some("http://other/mcp"), 1),
+            t.bind(k, h("alice"), Some("http://other/mcp"), 1),
             Binding::owner(Some(url.into()))
         );
-        assert_eq!(t.bind(k, "bob", Some(url), 1), Binding::FOREIGN);
+        assert_eq!(t.bind(k, h("bob"), Some(url), 1), Binding::FOREIGN);
         assert_eq!(t.check(&k, "alice", 2), Binding::owner(Some(url.into())));
         assert_eq!(t.check(&k, "bob", 2), Binding::FOREIGN);
         // Sliding keeps it.
@@ -809,7 +866,7 @@ mod tests {
             t.check(&k, "alice", HOUR / 2).instance.as_deref(),
             Some(url)
         );
-        assert_eq!(t.bind(key("n"), "alice", None, 3), Binding::owner(None));
+        assert_eq!(t.bind(key("n"), h("alice"), None, 3), Binding::owner(None));
         assert_eq!(t.check(&key("n"), "alice", 3), Binding::owner(None));
         assert_eq!(t.count("alice", 3), 2);
     }
@@ -834,7 +891,7 @@ mod tests {
     async fn an_unstorable_instance_is_not_recorded() {
         let sessions = Sessions::local(Arc::new(ManualClock::at(1)), SessionOptions::default());
         assert_eq!(
-            sessions.bind("s", "a", Some("bad\nurl")).await.unwrap(),
+            sessions.bind("s", h("a"), Some("bad\nurl")).await.unwrap(),
             Binding::owner(None)
         );
     }
@@ -853,23 +910,23 @@ mod tests {
         let two = Sessions::redis(&redis.url(), "t:", opts).unwrap();
         let url = "http://127.0.0.1:9001/mcp";
         assert_eq!(
-            one.bind("s1", "alice", Some(url)).await.unwrap(),
+            one.bind("s1", h("alice"), Some(url)).await.unwrap(),
             Binding::owner(Some(url.into()))
         );
         assert_eq!(
-            two.check("s1", "alice").await.unwrap(),
+            two.check("s1", h("alice")).await.unwrap(),
             Binding::owner(Some(url.into()))
         );
-        assert_eq!(two.check("s1", "bob").await.unwrap(), Binding::FOREIGN);
+        assert_eq!(two.check("s1", h("bob")).await.unwrap(), Binding::FOREIGN);
         // The first binding wins on the other gateway too.
         assert_eq!(
-            two.bind("s1", "alice", Some("http://127.0.0.1:9002/mcp"))
+            two.bind("s1", h("alice"), Some("http://127.0.0.1:9002/mcp"))
                 .await
                 .unwrap(),
             Binding::owner(Some(url.into()))
         );
         assert_eq!(
-            two.bind("s1", "bob", Some(url)).await.unwrap(),
+            two.bind("s1", h("bob"), Some(url)).await.unwrap(),
             Binding::FOREIGN
         );
         assert_eq!(one.count("alice").await.unwrap(), 1);
@@ -893,7 +950,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            one.check("s1", "bob").await.unwrap(),
+            one.check("s1", h("bob")).await.unwrap(),
             Binding::FOREIGN,
             "a foreign check does not slide"
         );
@@ -904,7 +961,7 @@ mod tests {
             .unwrap();
         assert!(ttl <= 50, "{ttl}");
         assert_eq!(
-            one.check("s1", "alice").await.unwrap(),
+            one.check("s1", h("alice")).await.unwrap(),
             Binding::owner(Some(url.into()))
         );
         let ttl: i64 = redis::cmd("TTL")
@@ -924,23 +981,23 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            two.check("old", "alice").await.unwrap(),
+            two.check("old", h("alice")).await.unwrap(),
             Binding::owner(None)
         );
-        assert_eq!(two.check("old", "bob").await.unwrap(), Binding::FOREIGN);
+        assert_eq!(two.check("old", h("bob")).await.unwrap(), Binding::FOREIGN);
         assert_eq!(
-            two.bind("old", "alice", Some(url)).await.unwrap(),
+            two.bind("old", h("alice"), Some(url)).await.unwrap(),
             Binding::owner(None)
         );
 
         // Forget compares the owner part: only the owner removes a record with an instance.
-        one.forget("s1", "bob").await.unwrap();
+        one.forget("s1", h("bob")).await.unwrap();
         assert_eq!(
-            two.check("s1", "alice").await.unwrap().ownership,
+            two.check("s1", h("alice")).await.unwrap().ownership,
             Ownership::Owner
         );
-        two.forget("s1", "alice").await.unwrap();
-        assert_eq!(one.check("s1", "alice").await.unwrap(), Binding::UNKNOWN);
+        two.forget("s1", h("alice")).await.unwrap();
+        assert_eq!(one.check("s1", h("alice")).await.unwrap(), Binding::UNKNOWN);
         assert_eq!(one.count("alice").await.unwrap(), 0);
     }
 
@@ -957,7 +1014,7 @@ mod tests {
             SessionOptions::default(),
         )
         .unwrap();
-        assert!(sessions.check("s", "a").await.is_err());
-        assert!(sessions.bind("s", "a", None).await.is_err());
+        assert!(sessions.check("s", h("a")).await.is_err());
+        assert!(sessions.bind("s", h("a"), None).await.is_err());
     }
 }

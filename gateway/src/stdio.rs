@@ -49,7 +49,7 @@ pub use self::exec::{EXEC_SUBCOMMAND, exec_child};
 
 /// The session header of streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
-/// The gateway's identity headers the per-principal cap is keyed by.
+/// The gateway's identity headers the per-person cap is keyed by (with the auth kind).
 pub const SUBJECT_HEADER: &str = crate::forward::header::SUBJECT;
 pub const CLIENT_HEADER: &str = crate::forward::header::CLIENT;
 /// `x-pforte-auth-kind` of the gateway's own calls (its tool catalog); the gateway strips
@@ -75,7 +75,8 @@ pub struct StdioSpec {
     pub cwd: Option<PathBuf>,
     /// Children per route (sessions and pool); over it 503 + `Retry-After`.
     pub max_children: usize,
-    /// Sessions per principal (`x-pforte-subject` + `x-pforte-client`).
+    /// Sessions per person (from `x-pforte-auth-kind`, `-subject` and `-client`: an OAuth user
+    /// whatever the client, a static token by its name).
     pub max_children_per_principal: usize,
     pub idle_timeout: Duration,
     /// Children for stateless requests (started on demand).
@@ -131,7 +132,7 @@ impl std::fmt::Debug for StdioBridge {
 
 /// One session: who opened it and its child.
 struct Session {
-    /// `x-pforte-subject` + `x-pforte-client`; None for the gateway's own session.
+    /// The person who opened it ([`person`]); None for the gateway's own session.
     principal: Option<String>,
     conn: Arc<Conn>,
 }
@@ -410,14 +411,7 @@ impl Shared {
     ) -> Response {
         // The gateway's own session (its tool catalog, a client of every route for the
         // policy) is left out of the caps: `max_children` bounds the clients' children.
-        let principal =
-            (header_str(headers, AUTH_KIND_HEADER) != Some(GATEWAY_AUTH_KIND)).then(|| {
-                format!(
-                    "{}\n{}",
-                    header_str(headers, SUBJECT_HEADER).unwrap_or_default(),
-                    header_str(headers, CLIENT_HEADER).unwrap_or_default()
-                )
-            });
+        let principal = person(headers);
         let session_id = format!("{:032x}", rand::random::<u128>());
         let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
         let (conn, ready) = {
@@ -556,6 +550,22 @@ impl Shared {
             }
         }
     }
+}
+
+/// Whom a session counts against: the person (`auth::person_key`: an OAuth user whatever the
+/// client, so that registering more clients buys no more children); `None` for the gateway's
+/// own session (its tool catalog), which is outside the caps.
+fn person(headers: &HeaderMap) -> Option<String> {
+    let kind = match header_str(headers, AUTH_KIND_HEADER) {
+        Some(GATEWAY_AUTH_KIND) => return None,
+        Some("oauth") => crate::auth::AuthKind::OAuth,
+        _ => crate::auth::AuthKind::Static,
+    };
+    Some(crate::auth::person_key(
+        kind,
+        header_str(headers, SUBJECT_HEADER).unwrap_or_default(),
+        header_str(headers, CLIENT_HEADER).unwrap_or_default(),
+    ))
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

@@ -23,7 +23,7 @@ use axum::{
 use pforte::{
     audit::{AuditDecision, AuditLog, AuditPrincipal, AuditRecord, AuditSink, reason},
     catalog::{Catalog, CatalogOptions, Lookup, filter_tools_list},
-    sessions::{Ownership, SessionOptions, Sessions},
+    sessions::{Holder, Ownership, SessionOptions, Sessions},
 };
 use pforte_tests::{McpService, Proc, RedisServer, bin, eventually, free_port};
 use serde_json::{Value, json};
@@ -461,6 +461,11 @@ async fn concurrent_misses_share_one_refresh() {
 // ---------------------------------------------------------------------------------------------
 // sessions in redis
 
+/// A holder whose person is itself (one client per person).
+fn h(owner: &str) -> Holder<'_> {
+    Holder::new(owner, owner)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_share_session_bindings_through_redis() {
     let Some(redis) = RedisServer::start() else {
@@ -470,51 +475,51 @@ async fn two_gateways_share_session_bindings_through_redis() {
     let a = Sessions::redis(&redis.url(), "pforte:", opts.clone()).unwrap();
     let b = Sessions::redis(&redis.url(), "pforte:", opts).unwrap();
     assert_eq!(
-        a.check("s1", "alice").await.unwrap().ownership,
+        a.check("s1", h("alice")).await.unwrap().ownership,
         Ownership::Unknown
     );
     assert_eq!(
-        a.bind("s1", "alice", None).await.unwrap().ownership,
+        a.bind("s1", h("alice"), None).await.unwrap().ownership,
         Ownership::Owner
     );
     assert_eq!(
-        b.check("s1", "alice").await.unwrap().ownership,
+        b.check("s1", h("alice")).await.unwrap().ownership,
         Ownership::Owner
     );
     assert_eq!(
-        b.check("s1", "bob").await.unwrap().ownership,
+        b.check("s1", h("bob")).await.unwrap().ownership,
         Ownership::Foreign
     );
     // The first binding wins, on either gateway.
     assert_eq!(
-        b.bind("s1", "bob", None).await.unwrap().ownership,
+        b.bind("s1", h("bob"), None).await.unwrap().ownership,
         Ownership::Foreign
     );
     assert_eq!(
-        a.check("s1", "alice").await.unwrap().ownership,
+        a.check("s1", h("alice")).await.unwrap().ownership,
         Ownership::Owner
     );
     // Both gateways count alice's sessions alike.
     assert_eq!(a.count("alice").await.unwrap(), 1);
     assert_eq!(b.count("alice").await.unwrap(), 1);
     assert_eq!(b.count("bob").await.unwrap(), 0);
-    b.forget("s1", "alice").await.unwrap();
+    b.forget("s1", h("alice")).await.unwrap();
     assert_eq!(a.count("alice").await.unwrap(), 0);
     assert_eq!(
-        a.check("s1", "alice").await.unwrap().ownership,
+        a.check("s1", h("alice")).await.unwrap().ownership,
         Ownership::Unknown
     );
     // Another prefix is another table.
     let other = Sessions::redis(&redis.url(), "other:", SessionOptions::default()).unwrap();
-    a.bind("s2", "alice", None).await.unwrap();
+    a.bind("s2", h("alice"), None).await.unwrap();
     assert_eq!(
-        other.check("s2", "bob").await.unwrap().ownership,
+        other.check("s2", h("bob")).await.unwrap().ownership,
         Ownership::Unknown
     );
 
     // redis gone: an error, never a guess.
     drop(redis);
-    assert!(a.check("s2", "alice").await.is_err());
+    assert!(a.check("s2", h("alice")).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -527,12 +532,12 @@ async fn redis_bindings_slide_while_used_and_expire_when_idle() {
         ..SessionOptions::default()
     };
     let sessions = Sessions::redis(&redis.url(), "pforte:", opts).unwrap();
-    sessions.bind("s", "alice", None).await.unwrap();
+    sessions.bind("s", h("alice"), None).await.unwrap();
     // Used for longer than the ttl, it stays.
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
         assert_eq!(
-            sessions.check("s", "alice").await.unwrap().ownership,
+            sessions.check("s", h("alice")).await.unwrap().ownership,
             Ownership::Owner
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -540,7 +545,7 @@ async fn redis_bindings_slide_while_used_and_expire_when_idle() {
     // Idle, it expires (redis's TTL). Polled by a foreign caller, which does not slide it.
     assert!(
         eventually(Duration::from_secs(6), || async {
-            sessions.check("s", "bob").await.unwrap().ownership == Ownership::Unknown
+            sessions.check("s", h("bob")).await.unwrap().ownership == Ownership::Unknown
         })
         .await
     );

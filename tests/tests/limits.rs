@@ -393,3 +393,97 @@ async fn sessions_and_streams_are_bounded_per_principal() {
     assert!(deleted.status().is_success(), "{}", deleted.status());
     open_session(&gw, &alice).await.unwrap();
 }
+
+/// One `tools/call` of `whoami` in `session`; the status.
+async fn call_whoami(gw: &Gateway, token: &str, session: &str) -> u16 {
+    gw.http()
+        .post(gw.mcp_url())
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Review finding "caps per (user, client)": one user who registers more OAuth clients gets no
+/// more sessions, streams or tool calls: the bounds count the person, whatever the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_clients_share_one_set_of_bounds() {
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.extra_toml = "[limits]\nsessions_per_principal = 2\nstreams_per_principal = 2\n\
+                       [limits.tools.whoami]\nrate = 1\nperiod_secs = 3600\nburst = 1\n"
+        .to_owned();
+    let gw = Gateway::start(opts).await.unwrap();
+    gw.add_user("alice", "alice-password-1").unwrap();
+    gw.add_user("bob", "bob-password-22").unwrap();
+    let token = || pforte_tests::oauth::access_token(&gw, "alice", "alice-password-1", "mcp:read");
+    // Each call of access_token registers a client of its own.
+    let (one, two) = (token().await.unwrap(), token().await.unwrap());
+
+    let s1 = open_session(&gw, &one).await.unwrap();
+    open_session(&gw, &one).await.unwrap();
+    let (status, _, body) = open_session(&gw, &two).await.unwrap_err();
+    assert_eq!(
+        status, 429,
+        "the second client opened a third session: {body}"
+    );
+    assert_eq!(
+        body["error"]["data"]["limit"],
+        "limits.sessions_per_principal"
+    );
+    // Another person is not affected.
+    let bob = pforte_tests::oauth::access_token(&gw, "bob", "bob-password-22", "mcp:read")
+        .await
+        .unwrap();
+    let bobs = open_session(&gw, &bob).await.unwrap();
+
+    // The tool budget is the person's too.
+    assert_eq!(call_whoami(&gw, &one, &s1).await, 200);
+    // The second client cannot use the first one's session (it is the client's own) …
+    assert_eq!(call_whoami(&gw, &two, &s1).await, 404);
+    // … and gets no budget of its own in a session of its own either, once one is free.
+    let deleted = gw
+        .http()
+        .delete(gw.mcp_url())
+        .bearer_auth(&one)
+        .header("mcp-session-id", &s1)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success());
+    let s3 = open_session(&gw, &two).await.unwrap();
+    assert_eq!(call_whoami(&gw, &two, &s3).await, 429);
+    assert_eq!(call_whoami(&gw, &bob, &bobs).await, 200);
+}
+
+/// Review finding "unknown session bound to its first presenter": a session id the gateway has
+/// no record of (here: opened through a gateway that has since been replaced, without shared
+/// state) is refused with 404, so the client re-initializes; it is never handed to whoever
+/// presents it first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_session_id_is_refused_not_bound() {
+    let svc = McpService::start(&[]).unwrap();
+    let first = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
+    let alice = first.create_token("alice").await.unwrap();
+    let session = open_session(&first, &alice).await.unwrap();
+    drop(first);
+
+    let second = Gateway::start(GatewayOptions::new(svc.url()))
+        .await
+        .unwrap();
+    let mallory = second.create_token("mallory").await.unwrap();
+    assert_eq!(call_whoami(&second, &mallory, &session).await, 404);
+    // A new session works as ever.
+    let own = open_session(&second, &mallory).await.unwrap();
+    assert_eq!(call_whoami(&second, &mallory, &own).await, 200);
+}

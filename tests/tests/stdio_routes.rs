@@ -379,3 +379,40 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Review finding "caps per (user, client)": a user who registers more OAuth clients gets no
+/// more children of a stdio route; `max_children_per_principal` counts the person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_second_client_gets_no_more_children() {
+    let Some(python) = python() else { return };
+    let gw = gateway(command_route(
+        "py",
+        &python_command(&python),
+        &[],
+        "max_children = 6\nmax_children_per_principal = 2",
+    ))
+    .await;
+    gw.add_user("alice", "alice-password-1").unwrap();
+    gw.add_user("bob", "bob-password-22").unwrap();
+    let url = format!("{}/py/mcp", gw.base);
+    let token = |user: &'static str, password: &'static str| {
+        pforte_tests::oauth::access_token_at(&url, None, user, password, "mcp:read")
+    };
+    // Each token comes from a client registered for it.
+    let one = token("alice", "alice-password-1").await.unwrap();
+    let two = token("alice", "alice-password-1").await.unwrap();
+    assert_eq!(initialize(&gw, &url, &one).await.status(), 200);
+    assert_eq!(initialize(&gw, &url, &one).await.status(), 200);
+    let third = initialize(&gw, &url, &two).await;
+    assert_eq!(third.status(), 503, "the second client got a third child");
+    let v: Value = third.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_children_per_principal"),
+        "{v}"
+    );
+    let bob = token("bob", "bob-password-22").await.unwrap();
+    assert_eq!(initialize(&gw, &url, &bob).await.status(), 200);
+}

@@ -1,6 +1,6 @@
 //! The `/mcp` admission: one pipeline of small steps, each returning early with the
 //! `Rejection` that answers the request. The header steps run before anything reaches the
-//! upstream (origin → size → authenticate → session binding → per-principal limit); the body
+//! upstream (origin → size → authenticate → session binding → per-person limit); the body
 //! steps run once the JSON-RPC body is whole, before a byte of it is forwarded
 //! (parse → header match → policy → tool budget).
 
@@ -15,15 +15,22 @@ use crate::{
     mcp::{self, Message},
     policy::Annotation,
     reject::{Open, Rejection},
-    sessions::{self, Ownership},
+    sessions::{self, Holder, Ownership},
 };
 
 /// The header that names an MCP session.
 pub const SESSION_ID: &str = "mcp-session-id";
 
-/// The key that names a principal in limits and session records: `kind:subject:client`.
+/// The key that names a principal in session records: `kind:subject:client`.
 pub fn principal_key(p: &Principal) -> String {
     format!("{}:{}:{}", p.kind.as_str(), p.subject, p.client)
+}
+
+impl RequestCtx {
+    /// Who this request's sessions belong to and count against.
+    pub(super) fn holder(&self) -> Holder<'_> {
+        Holder::new(&self.principal_key, &self.person_key)
+    }
 }
 
 impl Gateway {
@@ -44,9 +51,10 @@ impl Gateway {
             return Err(Rejection::RouteForbidden);
         }
         ctx.principal_key = principal_key(&principal);
+        ctx.person_key = principal.person_key();
         ctx.principal = Some(principal);
         self.check_session(req, ctx).await?;
-        ctx.rate = self.limit(Class::Mcp, &ctx.principal_key).await?;
+        ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
         self.check_open(req, ctx).await?;
         let policy_or_budgets =
             self.settings.file.tool_policy || !self.settings.file.limits.tools.is_empty();
@@ -73,7 +81,7 @@ impl Gateway {
         }
         if let Some(tool) = message.tool() {
             let name = &self.settings.routes[route].name;
-            self.tool_budget(tool, name, &ctx.principal_key).await?;
+            self.tool_budget(tool, name, &ctx.person_key).await?;
         }
         Ok(())
     }
@@ -150,8 +158,10 @@ impl Gateway {
     }
 
     /// A session belongs to the principal that opened it; another principal's credential gets
-    /// the answer for an unknown session. A session the gateway never saw (opened before a
-    /// restart without shared state) is bound to its first caller.
+    /// the answer for an unknown session. A session id the gateway has no record of (never
+    /// bound, expired, or opened before a restart without shared state) is refused the same
+    /// way: 404, and the client opens a new session. It is never bound to whoever presents it
+    /// first.
     async fn check_session(
         &self,
         req: &RequestHeader,
@@ -160,17 +170,9 @@ impl Gateway {
         let Some(id) = req.headers.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
             return Ok(());
         };
-        let owner = &ctx.principal_key;
         ctx.in_session = true;
         let instances = self.instances(ctx).cloned();
-        let binding = match self.edge.sessions.check(id, owner).await {
-            // On a balanced route an unknown session has no instance to go to.
-            Ok(b) if b.ownership == Ownership::Unknown && instances.is_none() => {
-                self.edge.sessions.bind(id, owner, None).await
-            }
-            other => other,
-        };
-        let binding = match binding {
+        let binding = match self.edge.sessions.check(id, ctx.holder()).await {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "session records unavailable");
@@ -179,7 +181,6 @@ impl Gateway {
         };
         match binding.ownership {
             Ownership::Owner => {}
-            // Two principals racing for an unknown id: the first binding wins.
             Ownership::Foreign | Ownership::Unknown => return Err(Rejection::SessionNotFound),
         }
         if let Some(instances) = instances {
@@ -202,15 +203,16 @@ impl Gateway {
         Ok(())
     }
 
-    /// Bounds per principal: a `POST` without `Mcp-Session-Id` opens a session (its answer's id
-    /// is bound and counted) and needs room under `limits.sessions_per_principal`; a `GET` is
-    /// an SSE stream and holds one of `limits.streams_per_principal` slots until it ends.
+    /// Bounds per person (all their clients together): a `POST` without `Mcp-Session-Id` opens
+    /// a session (its answer's id is bound and counted) and needs room under
+    /// `limits.sessions_per_principal`; a `GET` is an SSE stream and holds one of
+    /// `limits.streams_per_principal` slots until it ends.
     async fn check_open(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> Result<(), Rejection> {
         let limits = &self.settings.file.limits;
         let has_session = req.headers.contains_key(SESSION_ID);
         if req.method == http::Method::POST && !has_session {
             let max = limits.sessions_per_principal;
-            let open = match self.edge.sessions.count(&ctx.principal_key).await {
+            let open = match self.edge.sessions.count(&ctx.person_key).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "session records unavailable");
@@ -226,7 +228,7 @@ impl Gateway {
             ctx.mcp.opens_session = true;
         } else if req.method == http::Method::GET {
             let max = limits.streams_per_principal;
-            let slot = self.edge.streams.open(&ctx.principal_key, max);
+            let slot = self.edge.streams.open(&ctx.person_key, max);
             ctx.mcp.stream = Some(slot.ok_or(Rejection::TooManyOpen {
                 what: Open::Streams,
                 max,
@@ -286,13 +288,13 @@ impl Gateway {
         }
     }
 
-    /// The budget of one tool, per route and principal (`limits.tools`), by the name in the
+    /// The budget of one tool, per route and person (`limits.tools`), by the name in the
     /// body.
     async fn tool_budget(
         &self,
         tool: &str,
         route: &str,
-        principal_key: &str,
+        person_key: &str,
     ) -> Result<(), Rejection> {
         let Some(policy) = self.settings.file.limits.tool(tool) else {
             return Ok(());
@@ -302,7 +304,7 @@ impl Gateway {
         }
         let decision = self
             .limiter
-            .check(&format!("tool:{route}:{tool}:{principal_key}"), policy)
+            .check(&format!("tool:{route}:{tool}:{person_key}"), policy)
             .await;
         if decision.allowed {
             Ok(())
