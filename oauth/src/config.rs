@@ -41,6 +41,10 @@ pub struct OAuthConfig {
     pub session_ttl_secs: u64,
     /// Dynamically registered clients unused for this many seconds are deleted (default 30 d).
     pub client_reap_after_secs: u64,
+    /// Active grants (connected apps) one user may hold; consent past it is refused with a
+    /// page that says so. Registration itself is open (RFC 7591) and throttled per client IP
+    /// (`throttle.register_per_ip`); this bounds what one person can hold.
+    pub max_grants_per_user: u64,
     /// Client ID Metadata Document fetching.
     pub cimd: CimdConfig,
     /// Mark the session cookie `Secure` and name it `__Host-pforte_session` (default true).
@@ -152,6 +156,7 @@ impl Default for OAuthConfig {
             refresh_grace_secs: 30,
             session_ttl_secs: 3600,
             client_reap_after_secs: 30 * 86_400,
+            max_grants_per_user: 100,
             cimd: CimdConfig::default(),
             cookie_secure: true,
             throttle: ThrottleConfig::default(),
@@ -250,6 +255,7 @@ impl OAuthConfig {
             ("refresh_ttl_secs", self.refresh_ttl_secs),
             ("session_ttl_secs", self.session_ttl_secs),
             ("client_reap_after_secs", self.client_reap_after_secs),
+            ("max_grants_per_user", self.max_grants_per_user),
             ("cimd.fetch_timeout_ms", self.cimd.fetch_timeout_ms),
             (
                 "throttle.max_concurrent_logins",

@@ -78,8 +78,14 @@ static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
 
 /// The Content-Security-Policy for a page whose forms may end in a redirect to
 /// `form_action_origin` (the client's origin on the consent page).
+/// An origin that is not plainly `scheme://host[:port]` in CSP-safe characters is left out
+/// (registration refuses such hosts; this keeps a `;` from ever starting a new directive).
 pub fn content_security_policy(form_action_origin: Option<&str>) -> String {
-    let form_action = match form_action_origin {
+    let safe = |o: &&str| {
+        o.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:/[]".contains(&b))
+    };
+    let form_action = match form_action_origin.filter(safe) {
         Some(o) => format!("'self' {o}"),
         None => "'self'".to_owned(),
     };
@@ -245,6 +251,9 @@ mod tests {
         assert!(csp.contains("frame-ancestors 'none'"));
         assert!(csp.contains("default-src 'none'"));
         assert!(csp.contains("form-action 'self' https://claude.ai"));
+        let injected = content_security_policy(Some("https://x;script-src *"));
+        assert!(injected.contains("form-action 'self';"), "{injected}");
+        assert!(!injected.contains("script-src"), "{injected}");
         assert!(csp.contains("'sha256-"));
     }
 }

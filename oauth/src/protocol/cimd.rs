@@ -139,6 +139,15 @@ pub fn validate_document(client_id: &str, body: &[u8]) -> Result<Client, CimdErr
             )));
         }
     }
+    if obj
+        .get("client_name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !super::registration::is_display_safe(n))
+    {
+        return Err(CimdError::Invalid(
+            "client_name must not contain control or bidirectional-override characters".into(),
+        ));
+    }
     if obj.contains_key("client_secret") {
         return Err(CimdError::Invalid(
             "a metadata document must not carry a secret".into(),

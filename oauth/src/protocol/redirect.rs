@@ -23,6 +23,13 @@ pub fn check_registrable(uri: &str) -> Result<Url, String> {
     if !url.username().is_empty() || url.password().is_some() {
         return Err(format!("redirect URI {uri} carries credentials"));
     }
+    // The URL standard lets `;`, `,`, `'`, `*` and more into a domain; a redirect host must be a
+    // DNS name or an IP literal (its origin goes into the consent page's CSP header).
+    if let Some(Host::Domain(d)) = url.host()
+        && !is_dns_name(d)
+    {
+        return Err(format!("redirect URI {uri}: the host is not a DNS name"));
+    }
     match url.scheme() {
         "https" if url.host().is_some() => Ok(url),
         "http" if is_loopback_host(url.host()) => Ok(url),
@@ -33,6 +40,19 @@ pub fn check_registrable(uri: &str) -> Result<Url, String> {
             "redirect URI {uri}: only https or loopback http is allowed"
         )),
     }
+}
+
+/// Whether `name` is a DNS name: dot-separated labels of ASCII letters, digits and `-` (IDNs
+/// arrive here in their `xn--` form), at most 253 bytes.
+pub fn is_dns_name(name: &str) -> bool {
+    name.len() <= 253
+        && !name.is_empty()
+        && name.trim_end_matches('.').split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// Whether `presented` matches the `registered` redirect URI.
@@ -64,6 +84,26 @@ pub fn find_match<'a>(registered: &'a [String], presented: &str) -> Option<&'a s
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hosts_that_are_no_dns_names_are_refused() {
+        for bad in [
+            "https://a;b.example/cb",
+            "https://x;script-src*/cb",
+            "https://a,b.example/cb",
+            "https://a'b.example/cb",
+        ] {
+            assert!(super::check_registrable(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "https://claude.ai/api/mcp/auth_callback",
+            "https://xn--bcher-kva.example/cb",
+            "https://[2001:db8::1]/cb",
+            "http://127.0.0.1:33418/callback",
+        ] {
+            assert!(super::check_registrable(good).is_ok(), "{good}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -105,8 +105,13 @@ pub fn validate(body: &Value) -> Result<Registration, OAuthError> {
     for field in ECHOED_STRINGS {
         match obj.get(*field) {
             None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s.chars().count() <= 1000 => {
+            Some(Value::String(s)) if s.chars().count() <= 1000 && is_display_safe(s) => {
                 metadata.insert((*field).into(), json!(s));
+            }
+            Some(Value::String(s)) if !is_display_safe(s) => {
+                return Err(meta_err(format!(
+                    "{field} must not contain control or bidirectional-override characters"
+                )));
             }
             Some(_) => {
                 return Err(meta_err(format!(
@@ -127,6 +132,16 @@ pub fn validate(body: &Value) -> Result<Registration, OAuthError> {
         redirect_uris,
         client_name,
         metadata: Value::Object(metadata),
+    })
+}
+
+/// Whether a client-supplied string may be shown to people (consent page, admin lists, logs):
+/// no control characters (C0, DEL, C1, NUL among them) and no bidirectional overrides or
+/// isolates, which can make a name read as another one.
+pub fn is_display_safe(s: &str) -> bool {
+    !s.chars().any(|c| {
+        c.is_control()
+            || matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
     })
 }
 
@@ -223,5 +238,19 @@ mod tests {
             base(json!({"client_name": 5})).unwrap_err().code(),
             "invalid_client_metadata"
         );
+        for name in [
+            "Claude\u{0}",
+            "Cla\u{202E}edu",
+            "a\u{2066}b",
+            "x\u{1b}[31m",
+            "tab\tname",
+        ] {
+            assert_eq!(
+                base(json!({ "client_name": name })).unwrap_err().code(),
+                "invalid_client_metadata",
+                "{name:?}"
+            );
+        }
+        assert!(base(json!({"client_name": "Claude Code (Zürich) 日本"})).is_ok());
     }
 }

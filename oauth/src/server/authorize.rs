@@ -560,6 +560,15 @@ impl AuthServer {
         }
     }
 
+    /// The grants `username` holds that are neither revoked nor expired at `now`.
+    async fn active_grants(&self, username: &str, now: u64) -> Result<u64, StoreError> {
+        let grants = self.store.list_grants().await?;
+        Ok(grants
+            .iter()
+            .filter(|g| g.username == username && g.revoked_at.is_none() && g.expires_at > now)
+            .count() as u64)
+    }
+
     async fn consent(
         &self,
         client: &Client,
@@ -585,6 +594,21 @@ impl AuthServer {
             _ => return error_page(400, "Invalid form", "Choose Approve or Deny."),
         }
         let now = self.now();
+        match self.active_grants(username, now).await {
+            Ok(held) if held >= self.cfg.max_grants_per_user => {
+                tracing::info!(user = %username, client_id = %client.client_id, held, "consent refused: too many connected apps");
+                return error_page(
+                    403,
+                    "Too many connected apps",
+                    format!(
+                        "Your account already has {held} connected apps, the most this server allows. \
+                         Ask the operator to revoke one you no longer use, then try again."
+                    ),
+                );
+            }
+            Ok(_) => {}
+            Err(e) => return unavailable(&e),
+        }
         let code = self.new_code();
         let record = CodeRecord {
             code_hash: crypto::hash_secret(code.expose()),

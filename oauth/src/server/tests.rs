@@ -1548,3 +1548,37 @@ async fn a_resource_removed_from_the_config_yields_no_more_tokens() {
     ]);
     assert_eq!(s.token(&p, None).await.unwrap_err().code(), "invalid_grant");
 }
+
+/// Review finding "DCR is open": however many clients one user registers, they hold at most
+/// `max_grants_per_user` grants; the next consent is a page that says why, and a revoked grant
+/// makes room again.
+#[tokio::test]
+async fn a_user_holds_at_most_max_grants() {
+    let mut cfg = config();
+    cfg.max_grants_per_user = 2;
+    let h = harness_with(cfg, None).await;
+    for _ in 0..2 {
+        let (cid, secret) = h.register("client_secret_post").await;
+        let code = h.code(&cid).await;
+        h.exchange(&cid, secret.as_deref(), &code, VERIFIER)
+            .await
+            .unwrap();
+    }
+    let (cid, _) = h.register("client_secret_post").await;
+    let out = h.decide(&h.auth_query(&cid, &[]), "approve").await;
+    let AuthorizeOutcome::Page {
+        page: Page::Error(e),
+        status,
+    } = out
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(status, 403);
+    assert!(e.message.contains("2 connected apps"), "{}", e.message);
+    let grants = h.store.list_grants().await.unwrap();
+    h.store
+        .revoke_grant(&grants[0].family_id, T0)
+        .await
+        .unwrap();
+    h.code(&cid).await;
+}
