@@ -96,6 +96,12 @@ impl Default for UpstreamConfig {
     }
 }
 
+/// `[routes.stdio] max_line_bytes` by default: 4 MiB, as `max_body_bytes` (a message each way
+/// of the same size), held at most once per child while it is read.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// The smallest `max_line_bytes` accepted.
+const MIN_MAX_LINE_BYTES: usize = 4096;
+
 /// The stdio bridge's bounds for a `command` route (`[routes.stdio]`).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -108,6 +114,9 @@ pub struct StdioConfig {
     pub idle_timeout_secs: u64,
     /// Initialized children kept for stateless requests.
     pub pool: usize,
+    /// The longest line (one JSON-RPC message) a child may write on stdout, in bytes; a child
+    /// that writes a longer one is stopped and restarted, its requests fail.
+    pub max_line_bytes: usize,
 }
 
 impl Default for StdioConfig {
@@ -117,6 +126,7 @@ impl Default for StdioConfig {
             max_children_per_principal: 4,
             idle_timeout_secs: 600,
             pool: 2,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 }
@@ -136,6 +146,10 @@ pub struct RouteConfig {
     /// The only variables the command sees besides PATH and HOME.
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
+    /// Run the command as this user (the gateway must run as root); default: the gateway's.
+    pub user: Option<String>,
+    /// With `user`: this group instead of the user's primary group.
+    pub group: Option<String>,
     /// PEM file of the CA of an https upstream (default: system roots).
     pub ca_file: Option<PathBuf>,
     /// Default: `[upstream]`'s.
@@ -286,6 +300,8 @@ pub enum UpstreamKind {
         env: BTreeMap<String, String>,
         cwd: Option<PathBuf>,
         limits: StdioConfig,
+        /// `user` / `group`, resolved.
+        run_as: Option<crate::stdio::exec::RunAs>,
     },
     /// Instances of one server (http or https), sharing `ca`.
     Replicas {
@@ -823,12 +839,29 @@ impl GatewayConfig {
                             .to_owned(),
                     ));
                 }
+                if r.stdio.max_line_bytes < MIN_MAX_LINE_BYTES {
+                    return Err(err(
+                        "stdio",
+                        format!("max_line_bytes must be at least {MIN_MAX_LINE_BYTES}"),
+                    ));
+                }
+                let run_as = match (&r.user, &r.group) {
+                    (Some(user), group) => Some(
+                        crate::stdio::exec::RunAs::resolve(user, group.as_deref())
+                            .map_err(|e| err("user", e))?,
+                    ),
+                    (None, Some(_)) => {
+                        return Err(err("group", "group is for a route with user".to_owned()));
+                    }
+                    (None, None) => None,
+                };
                 UpstreamKind::Stdio {
                     upstream: Upstream::unix(stdio_socket(&self.data_dir, &r.name)),
                     command: command.clone(),
                     env: r.env.clone(),
                     cwd: r.cwd.clone(),
                     limits: r.stdio,
+                    run_as,
                 }
             }
             (None, None, None) => {
@@ -844,8 +877,13 @@ impl GatewayConfig {
                 ));
             }
         };
-        if r.command.is_none() && (!r.env.is_empty() || r.cwd.is_some()) {
-            return Err(err("env", "env and cwd are for command routes".to_owned()));
+        if r.command.is_none()
+            && (!r.env.is_empty() || r.cwd.is_some() || r.user.is_some() || r.group.is_some())
+        {
+            return Err(err(
+                "env",
+                "env, cwd, user and group are for command routes".to_owned(),
+            ));
         }
         if let Some(ca) = &r.ca_file {
             check_ca_file(ca, &upstream).map_err(|e| err("ca_file", e))?;
@@ -1355,6 +1393,22 @@ mod tests {
                 "[[routes]] \"a\": env:",
             ),
             (
+                "[[routes]]\nname = \"a\"\ncommand = [\"sh\"]\nuser = \"no-such-user-pforte\"",
+                "[[routes]] \"a\": user: no user named \"no-such-user-pforte\"",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\ncommand = [\"sh\"]\ngroup = \"root\"",
+                "[[routes]] \"a\": group:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\nuser = \"root\"",
+                "[[routes]] \"a\": env:",
+            ),
+            (
+                "[[routes]]\nname = \"a\"\ncommand = [\"sh\"]\n[routes.stdio]\nmax_line_bytes = 100",
+                "[[routes]] \"a\": stdio: max_line_bytes",
+            ),
+            (
                 "[[routes]]\nname = \"a\"\nurl = \"http://a/mcp\"\nallowed_origins = [\"x\"]",
                 "[[routes]] \"a\": allowed_origins:",
             ),
@@ -1394,6 +1448,13 @@ mod tests {
         assert_eq!(command[0], "sh");
         assert_eq!(env["RUST_LOG"], "warn");
         assert_eq!((limits.max_children, limits.pool), (3, 2));
+        assert_eq!(limits.max_line_bytes, DEFAULT_MAX_LINE_BYTES);
+        let s = cfg("[[routes]]\nname = \"p\"\ncommand = [\"sh\"]\nuser = \"root\"\n[routes.stdio]\nmax_line_bytes = 65536").unwrap();
+        let UpstreamKind::Stdio { limits, run_as, .. } = &s.routes[0].upstream else {
+            panic!("{:?}", s.routes[0].upstream)
+        };
+        assert_eq!(limits.max_line_bytes, 65536);
+        assert_eq!(run_as.as_ref().map(|r| (r.uid, r.gid)), Some((0, 0)));
         assert!(find_program("/bin/sh", None, None).is_ok());
         assert!(find_program("sh", None, Some(std::ffi::OsStr::new("/nonexistent"))).is_err());
     }

@@ -182,6 +182,49 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for &'static BatchedStderr {
     }
 }
 
+/// Someone else's text (a stdio server's output, a name from a request) made safe for one log
+/// line: control characters (C0, DEL, C1 — newlines, carriage returns, NUL, terminal escapes),
+/// Unicode line separators and bidirectional overrides/isolates are written as escapes
+/// (`\n`, `\r`, `\t`, `\0`, `\u{1b}`, `\u{202e}`), and a backslash as `\\`, so the text stays
+/// on its line, cannot move the cursor or reorder what a terminal shows, and reads back
+/// unambiguously.
+pub fn untrusted(text: &str) -> Untrusted<'_> {
+    Untrusted(text)
+}
+
+/// [`untrusted`]'s result: escapes as it is displayed, allocating nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Untrusted<'a>(&'a str);
+
+/// Whether `c` is written escaped by [`untrusted`].
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || c == '\\'
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+impl std::fmt::Display for Untrusted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut rest = self.0;
+        while let Some((at, c)) = rest.char_indices().find(|(_, c)| needs_escape(*c)) {
+            f.write_str(&rest[..at])?;
+            match c {
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                '\0' => f.write_str("\\0")?,
+                '\\' => f.write_str("\\\\")?,
+                other => write!(f, "\\u{{{:x}}}", u32::from(other))?,
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        f.write_str(rest)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -214,5 +257,19 @@ mod tests {
         assert_eq!("json".parse::<LogFormat>().unwrap(), LogFormat::Json);
         assert_eq!("text".parse::<LogFormat>().unwrap(), LogFormat::Text);
         assert!("JSON!".parse::<LogFormat>().is_err());
+    }
+
+    #[test]
+    fn untrusted_text_is_escaped_for_one_log_line() {
+        let show = |s: &str| untrusted(s).to_string();
+        assert_eq!(show("plain text, ünïcode ✓"), "plain text, ünïcode ✓");
+        assert_eq!(show("a\nb\r\tc\0"), "a\\nb\\r\\tc\\0");
+        assert_eq!(show("\u{1b}[31mred\u{1b}[0m"), "\\u{1b}[31mred\\u{1b}[0m");
+        assert_eq!(show("\u{7f}\u{85}\u{9b}"), "\\u{7f}\\u{85}\\u{9b}");
+        assert_eq!(show("abc\u{202e}fed\u{2066}"), "abc\\u{202e}fed\\u{2066}");
+        assert_eq!(show("x\u{2028}y"), "x\\u{2028}y");
+        // A backslash is escaped too, so a written "\n" cannot pass for an escaped newline.
+        assert_eq!(show("C:\\dir\\n"), "C:\\\\dir\\\\n");
+        assert_eq!(show(""), "");
     }
 }

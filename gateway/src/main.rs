@@ -105,7 +105,20 @@ enum Command {
     StdioExec {
         /// The gateway's pid.
         parent: i32,
+        /// Run the command as this uid (with `--gid`).
+        #[arg(long, requires = "gid")]
+        uid: Option<u32>,
+        #[arg(long, requires = "uid")]
+        gid: Option<u32>,
         /// Program and arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Internal: a stdio child's step down to a route's `user` before its command.
+    #[command(name = pforte::stdio::AS_USER_SUBCOMMAND, hide = true)]
+    StdioAs {
+        uid: u32,
+        gid: u32,
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
@@ -292,6 +305,14 @@ fn main() -> ExitCode {
             };
         }
     };
+    // A stdio child's supervisor starts no thread (no logging): the signals it waits for
+    // must not reach a thread that does not block them.
+    if matches!(
+        cli.command,
+        Command::StdioExec { .. } | Command::StdioAs { .. }
+    ) {
+        return run(cli).unwrap_or_else(|failure| failure.report());
+    }
     install_panic_hook();
     if let Err(failure) = load_file_env() {
         return failure.report();
@@ -384,6 +405,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             Ok(())
         }
         Command::Serve => {
+            harden_process();
             let s = settings(config.as_deref(), data_dir)?;
             logging::init(s.file.log_format);
             can_listen(s.file.listen)?;
@@ -402,6 +424,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             stdio,
             route,
         } => {
+            harden_process();
             let extra = match up::extra_routes(&stdio, &route) {
                 Ok(routes) => routes,
                 Err(e) => {
@@ -419,8 +442,17 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             .map_err(Failure::from);
         }
         Command::Token { action } => token_cmd(action, config, data_dir),
-        Command::StdioExec { parent, command } => {
-            return Ok(pforte::stdio::exec_child(parent, &command));
+        Command::StdioExec {
+            parent,
+            uid,
+            gid,
+            command,
+        } => {
+            let run_as = uid.zip(gid);
+            return Ok(pforte::stdio::exec_child(parent, run_as, &command));
+        }
+        Command::StdioAs { uid, gid, command } => {
+            return Ok(pforte::stdio::exec_as(uid, gid, &command));
         }
         Command::User { action } => {
             let adds = matches!(action, UserAction::Add { .. });
@@ -439,6 +471,14 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
 }
 
 /// How `pforte check` names a route's upstream.
+/// `serve` and `up` hold secrets (token and OAuth stores, keys, the environment): nobody but
+/// root may read their memory or `/proc/<pid>/environ`, and they leave no core dump.
+fn harden_process() {
+    if let Err(e) = pforte::stdio::exec::not_dumpable() {
+        eprintln!("pforte: PR_SET_DUMPABLE: {e}");
+    }
+}
+
 fn describe_upstream(kind: &pforte::config::UpstreamKind) -> String {
     use pforte::config::UpstreamKind as K;
     match kind {

@@ -28,14 +28,41 @@ pub enum PreflightError {
     OAuth(String),
     #[error("limits.tools.{tool}: {reason}")]
     Tool { tool: String, reason: String },
+    #[error(
+        "[[routes]] {route:?}: user = {user:?} needs the gateway to run as root (it runs as uid {uid})"
+    )]
+    RunAsNeedsRoot {
+        route: String,
+        user: String,
+        uid: u32,
+    },
 }
 
 /// Every check that needs no listener: the same function for `check`, `serve` and `up`.
 pub fn check(settings: &Settings) -> Result<(), PreflightError> {
     check_tools(&settings.file.limits)?;
+    check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
     if let Some(files) = &settings.file.tls {
         check_tls(files)?;
+    }
+    Ok(())
+}
+
+/// A route whose children run as another `user` needs a gateway running as root (`euid`).
+pub fn check_run_as(routes: &[crate::config::Route], euid: u32) -> Result<(), PreflightError> {
+    for route in routes {
+        if let crate::config::UpstreamKind::Stdio {
+            run_as: Some(who), ..
+        } = &route.upstream
+            && euid != 0
+        {
+            return Err(PreflightError::RunAsNeedsRoot {
+                route: route.name.clone(),
+                user: who.user.clone(),
+                uid: euid,
+            });
+        }
     }
     Ok(())
 }
@@ -156,6 +183,22 @@ mod tests {
     use super::*;
     use crate::limit::Policy;
     use std::path::Path;
+
+    #[test]
+    fn a_route_with_a_user_needs_root() {
+        let cfg: crate::config::GatewayConfig =
+            toml::from_str("[[routes]]\nname = \"p\"\ncommand = [\"sh\"]\nuser = \"nobody\"")
+                .unwrap();
+        let settings = cfg.validate().unwrap();
+        assert!(check_run_as(&settings.routes, 0).is_ok());
+        let e = check_run_as(&settings.routes, 1000)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "[[routes]] \"p\": user = \"nobody\" needs the gateway to run as root (it runs as uid 1000)"
+        );
+    }
 
     fn files(dir: &Path, cert: &str, key: &str) -> TlsFiles {
         std::fs::write(dir.join("c.pem"), cert).unwrap();

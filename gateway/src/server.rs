@@ -57,6 +57,7 @@ pub fn stdio_spec(route: &crate::config::Route) -> Option<(StdioSpec, std::path:
         env,
         cwd,
         limits,
+        run_as,
     } = &route.upstream
     else {
         return None;
@@ -72,6 +73,8 @@ pub fn stdio_spec(route: &crate::config::Route) -> Option<(StdioSpec, std::path:
             max_children_per_principal: limits.max_children_per_principal,
             idle_timeout: std::time::Duration::from_secs(limits.idle_timeout_secs),
             pool: limits.pool,
+            max_line_bytes: limits.max_line_bytes,
+            run_as: run_as.clone(),
         },
         socket,
     ))

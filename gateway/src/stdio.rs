@@ -15,6 +15,7 @@
 pub mod conn;
 pub mod decide;
 pub mod exec;
+pub mod lines;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -45,7 +46,7 @@ use self::{
     exec::{ChildCommand, Spawner},
 };
 
-pub use self::exec::{EXEC_SUBCOMMAND, exec_child};
+pub use self::exec::{AS_USER_SUBCOMMAND, EXEC_SUBCOMMAND, exec_as, exec_child};
 
 /// The session header of streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -81,6 +82,10 @@ pub struct StdioSpec {
     pub idle_timeout: Duration,
     /// Children for stateless requests (started on demand).
     pub pool: usize,
+    /// The longest stdout line (message) of a child; past it the child is restarted.
+    pub max_line_bytes: usize,
+    /// Run the children as this user.
+    pub run_as: Option<exec::RunAs>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -316,9 +321,14 @@ impl Shared {
             env: ChildCommand::clean_env(
                 &self.spec.env,
                 std::env::var_os("PATH"),
-                std::env::var_os("HOME"),
+                match &self.spec.run_as {
+                    Some(who) => Some(who.home.clone().into_os_string()),
+                    None => std::env::var_os("HOME"),
+                },
             ),
             cwd: self.spec.cwd.clone(),
+            run_as: self.spec.run_as.clone(),
+            max_line_bytes: self.spec.max_line_bytes,
         }
     }
 
@@ -371,7 +381,8 @@ impl Shared {
 
     /// Stops every child without the runtime (pingora shuts the runtimes down right after the
     /// shutdown signal, cancelling async work, and a dropped bridge must not wait for one):
-    /// stdin closed, SIGTERM to each process group, SIGKILL after [`conn::STOP_GRACE`].
+    /// stdin closed, SIGTERM to each process group, SIGKILL after [`conn::SUPERVISOR_GRACE`]
+    /// (each supervisor ends its command's tree itself before that).
     fn stop_all_blocking(&self) {
         let all: Vec<Arc<Conn>> = {
             let mut children = self.lock();
@@ -388,7 +399,7 @@ impl Shared {
         for pid in &pids {
             conn::signal_group(*pid, nix::sys::signal::Signal::SIGTERM);
         }
-        let deadline = Instant::now() + conn::STOP_GRACE;
+        let deadline = Instant::now() + conn::SUPERVISOR_GRACE;
         while Instant::now() < deadline && !pids.iter().all(|p| conn::has_exited(*p)) {
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -10,7 +10,7 @@
 //! and the child (`--stop-on-stdin-eof`) stops by itself.
 
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead, BufReader, Read as _},
     path::{Path, PathBuf},
     process::{Child, ChildStdin, Command, Stdio},
     sync::Mutex,
@@ -129,6 +129,22 @@ fn stop_child(running: Running, grace: Duration) {
     let _ = child.wait();
 }
 
+/// The most of mcp-service's first stdout line ("listening on …") that is read.
+const BANNER_MAX: u64 = 4096;
+
+/// The first line of `reader`, at most `max` bytes of it (the rest of a longer line stays
+/// unread); None at end of input.
+fn first_line(reader: &mut impl BufRead, max: u64) -> Option<std::io::Result<String>> {
+    let mut buf = Vec::new();
+    match reader.take(max).read_until(b'\n', &mut buf) {
+        Ok(0) => None,
+        Ok(_) => Some(Ok(String::from_utf8_lossy(&buf)
+            .trim_end_matches(['\r', '\n'])
+            .to_owned())),
+        Err(e) => Some(Err(e)),
+    }
+}
+
 fn spawn(bin: &Path, socket: &Path, data_dir: &Path) -> Result<Running, ChildError> {
     if let Some(dir) = socket.parent() {
         pforte_oauth::private_fs::private_dir(dir).map_err(|source| ChildError::SocketDir {
@@ -158,11 +174,11 @@ fn spawn(bin: &Path, socket: &Path, data_dir: &Path) -> Result<Running, ChildErr
     };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next();
+        let mut stdout = BufReader::new(stdout);
+        let first = first_line(&mut stdout, BANNER_MAX);
         let _ = tx.send(first);
-        // Keep draining so the child never blocks on a full pipe.
-        for _ in lines {}
+        // Keep draining so the child never blocks on a full pipe (nothing of it is kept).
+        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
     });
     match rx.recv_timeout(Duration::from_secs(30)) {
         Ok(Some(Ok(line))) if line.contains("listening on") => Ok(Running {
@@ -308,6 +324,19 @@ pub fn route_lines(routes: &[crate::config::Route], token: &str) -> Vec<String> 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_banner_read_is_bounded() {
+        let mut r = BufReader::new(&b"listening on unix:/x\r\nmore\n"[..]);
+        assert_eq!(
+            first_line(&mut r, 64).unwrap().unwrap(),
+            "listening on unix:/x"
+        );
+        let endless = vec![b'x'; 1 << 20];
+        let mut r = BufReader::new(&endless[..]);
+        assert_eq!(first_line(&mut r, 16).unwrap().unwrap().len(), 16);
+        assert!(first_line(&mut BufReader::new(&b""[..]), 16).is_none());
+    }
 
     #[test]
     fn stdio_flags_are_shell_words_and_urls_stay_whole() {

@@ -298,6 +298,9 @@ pub struct GatewayOptions {
     pub extra_toml: String,
     /// Top-level keys placed before any table (e.g. `public_url = "…"`).
     pub top_toml: String,
+    /// A program (and its arguments) the gateway is started through, given `pforte serve …`
+    /// as further arguments: e.g. a shell that opens a descriptor first. Empty: none.
+    pub wrapper: Vec<String>,
 }
 
 impl GatewayOptions {
@@ -311,6 +314,7 @@ impl GatewayOptions {
             redis_url: None,
             extra_toml: String::new(),
             top_toml: String::new(),
+            wrapper: Vec::new(),
         }
     }
 }
@@ -359,7 +363,14 @@ impl Gateway {
             );
             let config_path = dir.path().join("pforte.toml");
             std::fs::write(&config_path, config)?;
-            let mut cmd = Command::new(bin("pforte"));
+            let mut cmd = match opts.wrapper.split_first() {
+                Some((program, args)) => {
+                    let mut cmd = Command::new(program);
+                    cmd.args(args).arg(bin("pforte"));
+                    cmd
+                }
+                None => Command::new(bin("pforte")),
+            };
             cmd.arg("serve").arg("--config").arg(&config_path);
             let proc = Proc::spawn(cmd)?;
             let gw = Self {

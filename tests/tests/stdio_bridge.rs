@@ -39,6 +39,8 @@ fn spec(route: &str, command: Vec<String>) -> StdioSpec {
         max_children_per_principal: 4,
         idle_timeout: Duration::from_secs(600),
         pool: 2,
+        max_line_bytes: pforte::config::DEFAULT_MAX_LINE_BYTES,
+        run_as: None,
     }
 }
 

@@ -3,7 +3,9 @@
 //! (tests/fixtures/stdio/server.py) called by the Python SDK client, `mcp-service stdio` called
 //! by rmcp, a crash mid-call, the per-route cap, no child left after SIGTERM or SIGKILL of the
 //! gateway, and the MCP conformance suite against tests/conformance/everything-server.cjs run
-//! with its stdio transport.
+//! with its stdio transport. The hardening of children (tests/fixtures/stdio/plain_server.py, on
+//! the standard library only): an oversized message, the whole process tree on SIGKILL, a
+//! route's `user`, no inherited descriptor, a gateway that is not dumpable.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -50,10 +52,53 @@ fn python_command(python: &Path) -> Vec<String> {
 /// A plain-HTTP gateway (limits off, many sessions per principal) with `routes`; its
 /// `[upstream]` points nowhere (unused).
 async fn gateway(routes: String) -> Gateway {
+    gateway_through(routes, &[]).await
+}
+
+/// [`gateway`] started through `wrapper` (see `GatewayOptions::wrapper`).
+async fn gateway_through(routes: String, wrapper: &[&str]) -> Gateway {
     let mut opts = GatewayOptions::new("http://127.0.0.1:9/mcp".to_owned());
     opts.tls = false;
     opts.extra_toml = format!("[limits]\nenabled = false\nsessions_per_principal = 1000\n{routes}");
+    opts.wrapper = wrapper.iter().map(|s| (*s).to_owned()).collect();
     Gateway::start(opts).await.unwrap()
+}
+
+/// The system's python3 (readable by every user, unlike a pyenv under /root), running the
+/// SDK-free fixture with `args`.
+fn plain_command(args: &[&str]) -> Vec<String> {
+    let mut command = vec![
+        "/usr/bin/python3".to_owned(),
+        fixture("plain_server.py").display().to_string(),
+    ];
+    command.extend(args.iter().map(|a| (*a).to_owned()));
+    command
+}
+
+/// A field of /proc/PID/status in KiB (`VmHWM`: the peak resident set).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or_else(|| panic!("{field} in {status}"))
+}
+
+/// Every running process whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) && alive(pid) {
+            out.push((pid, cmdline));
+        }
+    }
+    out
 }
 
 /// `initialize` through the gateway: the response.
@@ -415,4 +460,214 @@ async fn a_users_second_client_gets_no_more_children() {
     );
     let bob = token("bob", "bob-password-22").await.unwrap();
     assert_eq!(initialize(&gw, &url, &bob).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_fails_its_call_memory_stays_bounded_and_the_child_restarts() {
+    let gw = gateway(command_route(
+        "plain",
+        &plain_command(&[]),
+        &[],
+        "max_line_bytes = 1048576",
+    ))
+    .await;
+    let token = gw.create_token("big").await.unwrap();
+    let url = format!("{}/plain/mcp", gw.base);
+    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    assert_eq!(
+        call(&client, "echo", json!({"text": "small"}))
+            .await
+            .unwrap(),
+        "small"
+    );
+    let gw_pid = gw.proc.child.id();
+    let peak_before = status_kib(gw_pid, "VmHWM");
+    // 96 MiB on one line against a bound of 1 MiB.
+    let refused = call(&client, "big", json!({"bytes": 96 << 20}))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("`plain` sent a message larger than max_line_bytes (1048576 bytes)"),
+        "{refused}"
+    );
+    let peak_after = status_kib(gw_pid, "VmHWM");
+    assert!(
+        peak_after < peak_before + 48 * 1024,
+        "the gateway's peak RSS went from {peak_before} KiB to {peak_after} KiB"
+    );
+    let back = eventually(Duration::from_secs(20), || {
+        let attempt = call(&client, "echo", json!({"text": "again"}));
+        async move { attempt.await.is_ok_and(|t| t == "again") }
+    })
+    .await;
+    assert!(back, "the server came back in the same session");
+    let _ = client.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_tree_of_a_child_ends_when_the_gateway_is_sigkilled() {
+    let marker = format!("pforte-tree-{}-{}", std::process::id(), rand_suffix());
+    let mut gw = gateway(command_route(
+        "tree",
+        &plain_command(&["--grandchild", &marker]),
+        &[],
+        "",
+    ))
+    .await;
+    let token = gw.create_token("tree").await.unwrap();
+    let url = format!("{}/tree/mcp", gw.base);
+    assert_eq!(initialize(&gw, &url, &token).await.status(), 200);
+    // A detached grandchild (own session, SIGTERM and SIGHUP ignored) per child.
+    let detached = eventually(Duration::from_secs(15), || async {
+        processes_with(&marker)
+            .iter()
+            .any(|(_, cmd)| cmd.contains("grandchild-of"))
+    })
+    .await;
+    assert!(detached, "{:?}", processes_with(&marker));
+    gw.proc
+        .signal_and_wait(Signal::SIGKILL, Duration::from_secs(15))
+        .unwrap();
+    let gone = eventually(Duration::from_secs(15), || async {
+        processes_with(&marker).is_empty()
+    })
+    .await;
+    let left = processes_with(&marker);
+    for (pid, _) in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), Signal::SIGKILL);
+    }
+    assert!(gone, "processes of the tree outlived the gateway: {left:?}");
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_user_runs_its_children_as_that_user_away_from_the_gateways_files() {
+    let route = format!(
+        "[[routes]]\nname = \"nobody\"\ncommand = {:?}\nuser = \"nobody\"\n",
+        plain_command(&[])
+    );
+    let gw = gateway(route).await;
+    let token = gw.create_token("nobody").await.unwrap();
+    let url = format!("{}/nobody/mcp", gw.base);
+    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let who: Value =
+        serde_json::from_str(&call(&client, "whoami", json!({})).await.unwrap()).unwrap();
+    assert_eq!(
+        who,
+        json!({"uid": 65534, "euid": 65534, "gid": 65534, "groups": [65534]})
+    );
+    let secrets = [
+        gw.data_dir().join("pforte.db"),
+        gw.data_dir().join("oauth.db"),
+        PathBuf::from(format!("/proc/{}/environ", gw.proc.child.id())),
+    ];
+    for path in secrets {
+        assert!(path.exists(), "{}", path.display());
+        let opened = call(&client, "open", json!({"path": path})).await.unwrap();
+        assert!(
+            opened.starts_with("refused"),
+            "{}: {opened}",
+            path.display()
+        );
+    }
+    let _ = client.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_holds_only_stdin_stdout_and_stderr() {
+    // The gateway inherits descriptor 7 without close-on-exec from the shell it is run by.
+    let gw = gateway_through(
+        command_route("fds", &plain_command(&[]), &[], ""),
+        &["sh", "-c", "exec 7</dev/null; exec \"$@\"", "sh"],
+    )
+    .await;
+    let gw_fd = format!("/proc/{}/fd/7", gw.proc.child.id());
+    assert!(
+        std::fs::read_link(&gw_fd).is_ok(),
+        "the gateway holds {gw_fd}"
+    );
+    let token = gw.create_token("fds").await.unwrap();
+    let url = format!("{}/fds/mcp", gw.base);
+    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let held: Vec<(i32, String)> =
+        serde_json::from_str(&call(&client, "fds", json!({})).await.unwrap()).unwrap();
+    let numbers: Vec<i32> = held.iter().map(|(fd, _)| *fd).collect();
+    assert_eq!(numbers, [0, 1, 2], "{held:?}");
+    let _ = client.cancel().await;
+}
+
+/// A temp dir owned by `nobody` with a gateway config in it (`routes` appended); the config's
+/// path.
+fn nobody_config(dir: &Path, routes: &str) -> PathBuf {
+    std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
+    let config = dir.join("pforte.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n{routes}",
+            dir.join("data").display().to_string()
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&config, Some(65534), Some(65534)).unwrap();
+    config
+}
+
+/// `pforte ARGS --config CONFIG` as `nobody`.
+fn pforte_as_nobody(args: &[&str], config: &Path) -> std::process::Command {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = std::process::Command::new(bin("pforte"));
+    cmd.args(args)
+        .arg("--config")
+        .arg(config)
+        .uid(65534)
+        .gid(65534);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_is_not_dumpable() {
+    // Run as nobody: a process that is not dumpable has its /proc files owned by root, so a
+    // stdio child of the same user could not read its environment.
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let config = nobody_config(dir.path(), "");
+    let mut gw = pforte_tests::Proc::spawn(pforte_as_nobody(&["serve"], &config)).unwrap();
+    gw.wait_line("pforte listening on", Duration::from_secs(20))
+        .unwrap();
+    let pid = gw.child.id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status.lines().any(|l| l.starts_with("Uid:\t65534\t")),
+        "{status}"
+    );
+    let environ = std::fs::metadata(format!("/proc/{pid}/environ")).unwrap();
+    assert_eq!(
+        environ.uid(),
+        0,
+        "/proc/{pid}/environ belongs to the gateway's user"
+    );
+}
+
+#[test]
+fn a_route_user_needs_a_gateway_running_as_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let route = format!(
+        "[[routes]]\nname = \"p\"\ncommand = {:?}\nuser = \"nobody\"\n",
+        plain_command(&[])
+    );
+    let config = nobody_config(dir.path(), &route);
+    let out = pforte_as_nobody(&["check"], &config).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "pforte: bad configuration: [[routes]] \"p\": user = \"nobody\" needs the gateway to run as root (it runs as uid 65534)"
+    );
 }

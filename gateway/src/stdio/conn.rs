@@ -1,7 +1,9 @@
 //! One supervised stdio child and the MCP connection to it: requests written to its stdin with
-//! bridge ids, its stdout read line by line and sent where each message belongs (see
-//! [`decide::route_server_message`]), its stderr logged, its restarts with backoff and the
-//! replay of the session's `initialize` after each one.
+//! bridge ids, its stdout read line by line (each line at most `max_line_bytes`: a child that
+//! writes a longer one is stopped, its requests fail, and it restarts) and sent where each
+//! message belongs (see [`decide::route_server_message`]), its stderr logged (escaped, cut at
+//! [`LOG_LINE_MAX`]), its restarts with backoff and the replay of the session's `initialize`
+//! after each one.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -18,13 +20,14 @@ use nix::{
 };
 use serde_json::{Value, json};
 use tokio::{
-    io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
+    io::{AsyncWriteExt as _, BufReader},
     sync::{mpsc, oneshot, watch},
 };
 
 use super::{
     decide::{self, Dest, Kind},
     exec::{ChildCommand, Spawner},
+    lines::{self, Line},
 };
 
 /// Messages buffered per client stream.
@@ -33,8 +36,15 @@ const STREAM_BUFFER: usize = 256;
 const BACKLOG: usize = 100;
 /// Lines queued for a child's stdin.
 const STDIN_BUFFER: usize = 256;
-/// How long a child has between SIGTERM and SIGKILL.
+/// How long a child has between SIGTERM and SIGKILL (its supervisor, `__stdio-exec`, gives
+/// the command [`super::exec::TREE_GRACE`] and then kills its tree).
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long the gateway waits for a supervisor that was told to stop before it kills it (a
+/// supervisor that is killed cannot clean up its tree, so it gets the tree's grace and more).
+pub const SUPERVISOR_GRACE: Duration = Duration::from_secs(5);
+/// The most of one stderr line (or of a stdout line that is not JSON) that is logged; the
+/// rest of the line is skipped.
+pub const LOG_LINE_MAX: usize = 8 * 1024;
 
 /// The first `initialize` answer of a connection: the child's whole response (a `result` or an
 /// `error`), or why there is none.
@@ -420,7 +430,9 @@ impl Conn {
         }
         drop(stdin_tx);
 
-        let mut lines = BufReader::new(stdout).lines();
+        let mut stdout = BufReader::new(stdout);
+        let mut text = Vec::new();
+        let max = self.cmd.max_line_bytes;
         loop {
             tokio::select! {
                 _ = stop.changed() => {
@@ -433,9 +445,17 @@ impl Conn {
                     let Some(answer) = answer else { continue };
                     self.initialized_answer(answer, ready);
                 }
-                next = lines.next_line() => match next {
-                    Ok(Some(text)) => self.on_line(&text),
-                    Ok(None) | Err(_) => break,
+                next = lines::read_line(&mut stdout, &mut text, max) => match next {
+                    Ok(Line::Whole) => self.on_line(&text),
+                    Ok(Line::TooLong) => {
+                        self.oversized(pid);
+                        terminate(pid, &mut child).await;
+                        return RunEnd::Exited {
+                            status: format!("wrote a message over max_line_bytes ({max} bytes)"),
+                            up_for: started.elapsed(),
+                        };
+                    }
+                    Ok(Line::End) | Err(_) => break,
                 },
             }
         }
@@ -484,10 +504,34 @@ impl Conn {
         }
     }
 
+    /// The child wrote a line over `max_line_bytes`: it is stopped (by the caller) and every
+    /// request waiting on it fails now, saying why.
+    fn oversized(&self, pid: Option<u32>) {
+        let max = self.cmd.max_line_bytes;
+        tracing::warn!(
+            route = %self.route,
+            pid,
+            max_line_bytes = max,
+            "stdio server wrote a message over max_line_bytes; stopping it"
+        );
+        let message = format!(
+            "the stdio server `{}` sent a message larger than max_line_bytes ({max} bytes); \
+             it was stopped and is being restarted",
+            self.route
+        );
+        let mut st = self.lock();
+        st.stdin = None;
+        fail_pending(&mut st, &message);
+    }
+
     /// One line of the child's stdout.
-    fn on_line(&self, text: &str) {
-        let Ok(mut msg) = serde_json::from_str::<Value>(text) else {
-            tracing::warn!(route = %self.route, line = %text, "stdio server wrote a line that is not JSON");
+    fn on_line(&self, text: &[u8]) {
+        let Ok(mut msg) = serde_json::from_slice::<Value>(text) else {
+            tracing::warn!(
+                route = %self.route,
+                line = %loggable(text),
+                "stdio server wrote a line that is not JSON"
+            );
             return;
         };
         let mut st = self.lock();
@@ -566,10 +610,35 @@ async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::Receiv
     // Dropping stdin closes it: stdio servers stop at end of input.
 }
 
+/// Someone else's output for a log line: at most [`LOG_LINE_MAX`] bytes of it, escaped.
+fn loggable(text: &[u8]) -> String {
+    let cut = &text[..text.len().min(LOG_LINE_MAX)];
+    let shown = String::from_utf8_lossy(cut);
+    let mut out = crate::logging::untrusted(&shown).to_string();
+    if cut.len() < text.len() {
+        out.push_str(&format!(" … ({} bytes)", text.len()));
+    }
+    out
+}
+
+/// Logs the child's stderr a line at a time: each line escaped, cut at [`LOG_LINE_MAX`] (the
+/// rest of a longer line skipped, never held).
 async fn log_stderr(route: String, pid: Option<u32>, stderr: tokio::process::ChildStderr) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(text)) = lines.next_line().await {
-        tracing::info!(route = %route, pid, "stdio server: {text}");
+    let mut stderr = BufReader::new(stderr);
+    let mut text = Vec::new();
+    loop {
+        match lines::read_line(&mut stderr, &mut text, LOG_LINE_MAX).await {
+            Ok(Line::Whole) => {
+                tracing::info!(route = %route, pid, "stdio server: {}", loggable(&text));
+            }
+            Ok(Line::TooLong) => {
+                tracing::info!(route = %route, pid, "stdio server: {} … (cut)", loggable(&text));
+                if lines::skip_rest(&mut stderr).await.is_err() {
+                    break;
+                }
+            }
+            Ok(Line::End) | Err(_) => break,
+        }
     }
 }
 
@@ -594,7 +663,7 @@ pub fn has_exited(pid: u32) -> bool {
         .is_some_and(|state| state.starts_with('Z') || state.starts_with('X'))
 }
 
-/// SIGTERM to the child's process group, SIGKILL after [`STOP_GRACE`]; reaps it.
+/// SIGTERM to the child's process group, SIGKILL after [`SUPERVISOR_GRACE`]; reaps it.
 async fn terminate(pid: Option<u32>, child: &mut tokio::process::Child) {
     let signal_all = |signal: Signal| {
         if let Some(pid) = pid {
@@ -602,7 +671,7 @@ async fn terminate(pid: Option<u32>, child: &mut tokio::process::Child) {
         }
     };
     signal_all(Signal::SIGTERM);
-    if tokio::time::timeout(STOP_GRACE, child.wait())
+    if tokio::time::timeout(SUPERVISOR_GRACE, child.wait())
         .await
         .is_err()
     {

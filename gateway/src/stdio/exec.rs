@@ -1,66 +1,331 @@
-//! Starting stdio children so that they never outlive the gateway, without `unsafe`: every child
-//! is the gateway's own binary run as the hidden `__stdio-exec` subcommand, which asks the
-//! kernel for SIGKILL when its parent goes (`PR_SET_PDEATHSIG`), checks the parent is still the
-//! one that started it, moves into its own process group and then `execvp`s the real command
-//! (the death signal survives `execve`).
+//! Starting stdio children so that no process of theirs outlives the gateway, without
+//! `unsafe`: every child is the gateway's own binary run as the hidden `__stdio-exec`
+//! subcommand, a small supervisor that stays between the gateway and the real command:
+//!
+//! - it asks the kernel for SIGTERM when the gateway goes (`PR_SET_PDEATHSIG`, also on
+//!   `kill -9`), checks the parent is still the one that started it, takes its own process
+//!   group and becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`): every orphan of the
+//!   command's tree, also one that left with `setsid`, becomes its child;
+//! - it starts the command with `posix_spawn` in a process group of its own, with the
+//!   supervisor's stdin/stdout/stderr and no other descriptor (every inherited one closed), the
+//!   signal mask and dispositions reset; with a route's `user`, through the hidden
+//!   `__stdio-as` step that drops to that user (`setgroups`, `setgid`, `setuid`) and `execvp`s;
+//! - when the gateway dies or stops it (SIGTERM, SIGINT, SIGHUP) it sends SIGTERM to the
+//!   command's group and waits [`TREE_GRACE`]; when the command has exited (or the grace is
+//!   over) it kills the group and every process left that is its child, until none is left, and
+//!   exits with the command's status (128 + signal when a signal ended it).
 //!
 //! The death signal follows the *thread* that forked the child, so every child is forked by one
 //! [`Spawner`] thread that lives as long as the bridge (the runtime's blocking threads come and
 //! go).
 
 use std::{
-    ffi::{CString, OsString},
+    ffi::{CString, OsStr, OsString},
     os::unix::ffi::OsStrExt as _,
     path::PathBuf,
     process::{ExitCode, Stdio},
+    time::{Duration, Instant},
 };
 
 use nix::{
-    sys::{prctl, signal::Signal},
-    unistd::{Pid, execvp, getppid, setpgid},
+    errno::Errno,
+    spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn, posix_spawnp},
+    sys::{
+        prctl,
+        signal::{SigSet, Signal, kill, killpg},
+        wait::{WaitPidFlag, WaitStatus, waitpid},
+    },
+    unistd::{Gid, Pid, Uid, execvp, getpid, getppid, setgid, setgroups, setpgid, setuid},
 };
 
-/// The hidden subcommand of `pforte` that becomes a stdio child.
+/// The hidden subcommand of `pforte` that becomes a stdio child's supervisor.
 pub const EXEC_SUBCOMMAND: &str = "__stdio-exec";
+/// The hidden subcommand that drops to a route's `user` and runs the command.
+pub const AS_USER_SUBCOMMAND: &str = "__stdio-as";
 
 /// Exit status when the command cannot be started (like a shell's "command not found").
 const EXEC_FAILED: u8 = 127;
+/// How long the command's group has between SIGTERM and SIGKILL when the supervisor is told
+/// to stop (the gateway waits longer for the supervisor itself).
+pub const TREE_GRACE: Duration = Duration::from_secs(2);
+/// How long the supervisor keeps killing what is left of the tree.
+const KILL_DEADLINE: Duration = Duration::from_secs(5);
+/// Signals that stop the tree: the death signal and the gateway's stop.
+const STOP_SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
 
-/// Runs as the hidden subcommand: arms the parent-death signal, checks `parent`, takes its own
-/// process group and replaces itself with `command`. Returns only on failure.
-pub fn exec_child(parent: i32, command: &[OsString]) -> ExitCode {
-    if let Err(e) = prctl::set_pdeathsig(Signal::SIGKILL) {
-        eprintln!("pforte {EXEC_SUBCOMMAND}: PR_SET_PDEATHSIG: {e}");
-        return ExitCode::from(EXEC_FAILED);
+/// The user (and group) a route's children run as: `user` / `group` resolved once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// The user's home directory (the child's `HOME` unless the route's `env` sets one).
+    pub home: PathBuf,
+}
+
+impl RunAs {
+    /// Looks `user` (and `group`, else the user's primary group) up in the system's user
+    /// database; a name that is not there is an error naming it.
+    pub fn resolve(user: &str, group: Option<&str>) -> Result<Self, String> {
+        let found = nix::unistd::User::from_name(user)
+            .map_err(|e| format!("looking up the user {user:?}: {e}"))?
+            .ok_or_else(|| format!("no user named {user:?} on this system"))?;
+        let gid = match group {
+            None => found.gid,
+            Some(name) => {
+                nix::unistd::Group::from_name(name)
+                    .map_err(|e| format!("looking up the group {name:?}: {e}"))?
+                    .ok_or_else(|| format!("no group named {name:?} on this system"))?
+                    .gid
+            }
+        };
+        Ok(Self {
+            user: user.to_owned(),
+            uid: found.uid.as_raw(),
+            gid: gid.as_raw(),
+            home: found.dir,
+        })
     }
+}
+
+/// Runs as the hidden subcommand: the supervisor described in the module doc. Returns the
+/// command's status (or [`EXEC_FAILED`] when it could not be started).
+pub fn exec_child(parent: i32, run_as: Option<(u32, u32)>, command: &[OsString]) -> ExitCode {
+    match supervise(parent, run_as, command) {
+        Ok(code) => ExitCode::from(code),
+        Err(message) => {
+            eprintln!("pforte {EXEC_SUBCOMMAND}: {message}");
+            ExitCode::from(EXEC_FAILED)
+        }
+    }
+}
+
+fn supervise(parent: i32, run_as: Option<(u32, u32)>, command: &[OsString]) -> Result<u8, String> {
+    let args = c_strings(command.iter().map(OsString::as_os_str))?;
+    if args.is_empty() {
+        return Err("no command".to_owned());
+    }
+    // Blocked first: a stop that comes at any point from here on waits for `sigwait`.
+    let mut signals = SigSet::empty();
+    for s in STOP_SIGNALS {
+        signals.add(s);
+    }
+    signals.add(Signal::SIGCHLD);
+    signals
+        .thread_block()
+        .map_err(|e| format!("blocking signals: {e}"))?;
+    prctl::set_pdeathsig(Signal::SIGTERM).map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
     // The parent may have died between fork and prctl: then no signal would ever come.
     if getppid().as_raw() != parent {
-        eprintln!("pforte {EXEC_SUBCOMMAND}: the gateway is gone");
-        return ExitCode::from(EXEC_FAILED);
+        return Err("the gateway is gone".to_owned());
     }
-    if let Err(e) = setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
-        eprintln!("pforte {EXEC_SUBCOMMAND}: setpgid: {e}");
-        return ExitCode::from(EXEC_FAILED);
+    setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(|e| format!("setpgid: {e}"))?;
+    prctl::set_child_subreaper(true).map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+    let child = spawn_command(&args, run_as, &signals)
+        .map_err(|e| format!("{}: {e}", command[0].to_string_lossy()))?;
+    let code = wait_for(child, &signals);
+    kill_tree(child);
+    Ok(code)
+}
+
+fn c_strings<'a>(items: impl Iterator<Item = &'a OsStr>) -> Result<Vec<CString>, String> {
+    items
+        .map(|a| CString::new(a.as_bytes()).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// The descriptors above stderr this process holds (none of them is the command's business).
+fn inherited_fds() -> Vec<i32> {
+    let listed: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .filter(|fd| *fd > 2)
+                .collect()
+        })
+        .unwrap_or_default();
+    // The listing's own descriptor is closed by now.
+    listed
+        .into_iter()
+        .filter(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok())
+        .collect()
+}
+
+/// Starts the command (through [`AS_USER_SUBCOMMAND`] with `run_as`) in a process group of its
+/// own, with stdin/stdout/stderr only, a clear signal mask and default dispositions.
+fn spawn_command(
+    args: &[CString],
+    run_as: Option<(u32, u32)>,
+    blocked: &SigSet,
+) -> Result<Pid, Errno> {
+    let mut actions = PosixSpawnFileActions::init()?;
+    for fd in inherited_fds() {
+        actions.add_close(fd)?;
     }
-    let args: Result<Vec<CString>, _> =
-        command.iter().map(|a| CString::new(a.as_bytes())).collect();
-    let args = match args {
+    let mut attr = PosixSpawnAttr::init()?;
+    attr.set_flags(
+        PosixSpawnFlags::POSIX_SPAWN_SETPGROUP
+            | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK
+            | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF,
+    )?;
+    attr.set_pgroup(Pid::from_raw(0))?;
+    attr.set_sigmask(&SigSet::empty())?;
+    let mut defaults = *blocked;
+    defaults.add(Signal::SIGPIPE);
+    attr.set_sigdefault(&defaults)?;
+    let env: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    match run_as {
+        None => posix_spawnp(&args[0], &actions, &attr, args, &env),
+        Some((uid, gid)) => {
+            let exe = c"/proc/self/exe";
+            let mut full = vec![
+                CString::from(c"pforte"),
+                CString::new(AS_USER_SUBCOMMAND).map_err(|_| Errno::EINVAL)?,
+                CString::new(uid.to_string()).map_err(|_| Errno::EINVAL)?,
+                CString::new(gid.to_string()).map_err(|_| Errno::EINVAL)?,
+                CString::from(c"--"),
+            ];
+            full.extend(args.iter().cloned());
+            posix_spawn(exe, &actions, &attr, &full, &env)
+        }
+    }
+}
+
+/// The exit code a wait status stands for (128 + signal for a signal), when it is `child`'s.
+fn child_code(status: WaitStatus, child: Pid) -> Option<u8> {
+    match status {
+        WaitStatus::Exited(pid, code) if pid == child => {
+            Some(u8::try_from(code).unwrap_or(EXEC_FAILED))
+        }
+        WaitStatus::Signaled(pid, signal, _) if pid == child => {
+            Some(128u8.saturating_add(u8::try_from(signal as i32).unwrap_or(0)))
+        }
+        _ => None,
+    }
+}
+
+/// Reaps every child that has ended (the command, orphans of its tree); the command's code if
+/// it was among them.
+fn reap(child: Pid) -> Option<u8> {
+    let mut code = None;
+    for _ in 0..100_000 {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => break,
+            Ok(status) => code = code.or(child_code(status, child)),
+        }
+    }
+    code
+}
+
+/// Waits until the command exits (its code) or a stop signal comes (then SIGTERM to its group
+/// and up to [`TREE_GRACE`] for it to end).
+fn wait_for(child: Pid, signals: &SigSet) -> u8 {
+    // Anything but SIGCHLD is a stop.
+    while let Ok(Signal::SIGCHLD) = signals.wait() {
+        if let Some(code) = reap(child) {
+            return code;
+        }
+    }
+    let _ = killpg(child, Signal::SIGTERM);
+    let deadline = Instant::now() + TREE_GRACE;
+    while Instant::now() < deadline {
+        if let Some(code) = reap(child) {
+            return code;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    128 + Signal::SIGKILL as u8
+}
+
+/// The processes whose parent is `parent` (from `/proc`).
+pub fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| parent_in_stat(&stat))
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// The parent pid field of a `/proc/PID/stat` line (after the command name in parentheses).
+fn parent_in_stat(stat: &str) -> Option<i32> {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+}
+
+/// SIGKILL to the command's group and to every child of this process, reaping them, until this
+/// process has no child left (orphans deeper down become its children as their parents die).
+fn kill_tree(child: Pid) {
+    let me = getpid().as_raw();
+    let deadline = Instant::now() + KILL_DEADLINE;
+    loop {
+        let _ = killpg(child, Signal::SIGKILL);
+        for pid in children_of(me) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) => {}
+                // ECHILD: nothing of the tree is left.
+                Err(_) => return,
+            }
+        }
+        if Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs as [`AS_USER_SUBCOMMAND`]: drops to `uid`/`gid` (supplementary groups: `gid` only) and
+/// replaces itself with `command`. Returns only on failure.
+pub fn exec_as(uid: u32, gid: u32, command: &[OsString]) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("pforte {AS_USER_SUBCOMMAND}: {message}");
+        ExitCode::from(EXEC_FAILED)
+    };
+    let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+    if let Err(e) = setgroups(&[gid]) {
+        return fail(format!("setgroups: {e}"));
+    }
+    if let Err(e) = setgid(gid) {
+        return fail(format!("setgid: {e}"));
+    }
+    if let Err(e) = setuid(uid) {
+        return fail(format!("setuid: {e}"));
+    }
+    if !uid.is_root() && (Uid::effective() != uid || setuid(Uid::from_raw(0)).is_ok()) {
+        return fail("the user could not be dropped for good".to_owned());
+    }
+    let args = match c_strings(command.iter().map(OsString::as_os_str)) {
         Ok(args) if !args.is_empty() => args,
-        Ok(_) => {
-            eprintln!("pforte {EXEC_SUBCOMMAND}: no command");
-            return ExitCode::from(EXEC_FAILED);
-        }
-        Err(e) => {
-            eprintln!("pforte {EXEC_SUBCOMMAND}: {e}");
-            return ExitCode::from(EXEC_FAILED);
-        }
+        Ok(_) => return fail("no command".to_owned()),
+        Err(e) => return fail(e),
     };
     let Err(e) = execvp(&args[0], &args);
-    eprintln!(
-        "pforte {EXEC_SUBCOMMAND}: {}: {e}",
-        command[0].to_string_lossy()
-    );
-    ExitCode::from(EXEC_FAILED)
+    fail(format!("{}: {e}", command[0].to_string_lossy()))
+}
+
+/// Clears the process's dumpable flag (`PR_SET_DUMPABLE 0`): its `/proc/<pid>/` files become
+/// root's, so a process of the same user (a stdio child among them) can neither read its
+/// environment nor attach to it, and no core dump is written.
+pub fn not_dumpable() -> nix::Result<()> {
+    prctl::set_dumpable(false)
 }
 
 /// What a child is started from.
@@ -72,6 +337,10 @@ pub struct ChildCommand {
     /// The child's whole environment.
     pub env: Vec<(String, OsString)>,
     pub cwd: Option<PathBuf>,
+    /// Run the command as this user.
+    pub run_as: Option<RunAs>,
+    /// The longest line the child may write on stdout (bytes, newline not counted).
+    pub max_line_bytes: usize,
 }
 
 impl ChildCommand {
@@ -98,9 +367,14 @@ impl ChildCommand {
 
     fn build(&self) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.launcher);
-        cmd.arg(EXEC_SUBCOMMAND)
-            .arg(std::process::id().to_string())
-            .arg("--")
+        cmd.arg(EXEC_SUBCOMMAND).arg(std::process::id().to_string());
+        if let Some(who) = &self.run_as {
+            cmd.arg("--uid")
+                .arg(who.uid.to_string())
+                .arg("--gid")
+                .arg(who.gid.to_string());
+        }
+        cmd.arg("--")
             .args(&self.command)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -155,6 +429,7 @@ impl Spawner {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -173,5 +448,42 @@ mod tests {
             ]
         );
         assert!(ChildCommand::clean_env(&Default::default(), None, None).is_empty());
+    }
+
+    #[test]
+    fn the_process_is_not_dumpable_after_hardening() {
+        // A thread of this test binary: the flag is the process's, and tests do not dump.
+        not_dumpable().unwrap();
+        assert!(!prctl::get_dumpable().unwrap());
+    }
+
+    #[test]
+    fn the_parent_is_read_after_the_command_name() {
+        assert_eq!(parent_in_stat("42 (a) b) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_in_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_user_is_resolved_or_named_as_unknown() {
+        let root = RunAs::resolve("root", None).unwrap();
+        assert_eq!((root.uid, root.gid), (0, 0));
+        let e = RunAs::resolve("no-such-user-pforte", None).unwrap_err();
+        assert!(e.contains("no user named \"no-such-user-pforte\""), "{e}");
+        let e = RunAs::resolve("root", Some("no-such-group-pforte")).unwrap_err();
+        assert!(e.contains("no group named"), "{e}");
+    }
+
+    #[test]
+    fn a_signal_is_128_plus_its_number() {
+        let child = Pid::from_raw(10);
+        assert_eq!(child_code(WaitStatus::Exited(child, 3), child), Some(3));
+        assert_eq!(
+            child_code(WaitStatus::Signaled(child, Signal::SIGTERM, false), child),
+            Some(143)
+        );
+        assert_eq!(
+            child_code(WaitStatus::Exited(Pid::from_raw(11), 0), child),
+            None
+        );
     }
 }
