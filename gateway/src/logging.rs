@@ -182,6 +182,48 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for &'static BatchedStderr {
     }
 }
 
+/// Someone else's text (a request path, a tool name, a client's name, a child's stderr) made
+/// safe for one log line: C0 and C1 controls, DEL and the bidi embedding, override and isolate
+/// characters (U+202A–U+202E, U+2066–U+2069) are written as `\u{…}`; everything else as is. A
+/// line can then neither be split nor drive a terminal nor reorder what a reader sees.
+pub fn untrusted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if needs_escape(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The longest name or method (in bytes) copied into an audit line or a refusal body.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// `s` cut to at most `max` bytes on a character boundary, with `…(+N bytes)` naming what was
+/// cut; `s` itself when it fits.
+pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}…(+{} bytes)", &s[..end], s.len() - end))
+}
+
+/// Someone else's name for a log or audit line: [`clip`]ped to [`MAX_NAME_BYTES`], then
+/// [`untrusted`].
+pub fn untrusted_name(s: &str) -> String {
+    untrusted(&clip(s, MAX_NAME_BYTES))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -214,5 +256,42 @@ mod tests {
         assert_eq!("json".parse::<LogFormat>().unwrap(), LogFormat::Json);
         assert_eq!("text".parse::<LogFormat>().unwrap(), LogFormat::Text);
         assert!("JSON!".parse::<LogFormat>().is_err());
+    }
+
+    #[test]
+    fn untrusted_text_cannot_split_lines_or_drive_a_terminal() {
+        assert_eq!(untrusted("tools/call"), "tools/call");
+        assert_eq!(untrusted("grüße ✓"), "grüße ✓");
+        assert_eq!(untrusted("a\nb\r\tc"), "a\\u{a}b\\u{d}\\u{9}c");
+        assert_eq!(untrusted("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(
+            untrusted("\0\u{7f}\u{85}\u{9b}"),
+            "\\u{0}\\u{7f}\\u{85}\\u{9b}"
+        );
+        assert_eq!(
+            untrusted("a\u{202e}b\u{2066}c\u{2069}\u{202a}"),
+            "a\\u{202e}b\\u{2066}c\\u{2069}\\u{202a}"
+        );
+        // Neighbours of the escaped ranges stay.
+        assert_eq!(
+            untrusted(" \u{a0}\u{2029}\u{202f}\u{2065}\u{206a}"),
+            " \u{a0}\u{2029}\u{202f}\u{2065}\u{206a}"
+        );
+    }
+
+    #[test]
+    fn clip_cuts_on_a_char_boundary_and_says_how_much() {
+        assert_eq!(clip("whoami", 256), "whoami");
+        assert!(matches!(clip("whoami", 6), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(clip("whoami", 3), "who…(+3 bytes)");
+        // "ü" is two bytes: a cut inside it moves back to its start.
+        assert_eq!(clip("aüb", 2), "a…(+3 bytes)");
+        let huge = "x".repeat(4 << 20);
+        let clipped = untrusted_name(&huge);
+        assert!(clipped.len() < MAX_NAME_BYTES + 32, "{}", clipped.len());
+        assert!(clipped.ends_with(&format!("…(+{} bytes)", (4 << 20) - MAX_NAME_BYTES)));
+        // Escaping follows the cut: the output stays bounded whatever the input.
+        let controls = "\u{1b}".repeat(1 << 20);
+        assert!(untrusted_name(&controls).len() <= MAX_NAME_BYTES * 6 + 32);
     }
 }
