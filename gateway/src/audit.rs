@@ -5,7 +5,12 @@
 //! channel ([`AuditLog::record`] never blocks: when the channel is full the line is dropped and
 //! counted, see [`AuditLog::dropped`]). [`AuditLog::reopen`] (SIGHUP via
 //! [`AuditLog::spawn_sighup_reopen`] or [`SighupReopen`]) makes the writer reopen its path, for
-//! log rotation.
+//! log rotation by another program; the writer also rotates by size itself ([`Rotation`]:
+//! `audit.jsonl` → `audit.jsonl.1` → … → `audit.jsonl.N`, the oldest dropped).
+//!
+//! The client's text in a line (the method and the tool, prompt or resource name) is cut to
+//! [`crate::logging::MAX_NAME_BYTES`] and its control and bidi characters escaped
+//! ([`crate::logging::untrusted_name`]): a line's size is bounded whatever the request says.
 //!
 //! ```json
 //! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"mcp","principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","upstream_status":null,"duration_ms":0}
@@ -85,15 +90,30 @@ pub struct AuditRecord<'a> {
     pub route: &'a str,
     /// `None` when unauthenticated.
     pub principal: Option<AuditPrincipal<'a>>,
-    /// The JSON-RPC method, or the HTTP method for GET / DELETE.
+    /// The JSON-RPC method, or the HTTP method for GET / DELETE (bounded and escaped when
+    /// written).
+    #[serde(serialize_with = "serialize_untrusted")]
     pub method: &'a str,
-    /// The tool or prompt name or the resource URI, when the request names one.
+    /// The tool or prompt name or the resource URI, when the request names one (bounded and
+    /// escaped when written).
+    #[serde(serialize_with = "serialize_untrusted_opt")]
     pub name: Option<&'a str>,
     pub decision: AuditDecision,
     /// For denials: a code from [`reason`].
     pub reason: Option<&'a str>,
     pub upstream_status: Option<u16>,
     pub duration_ms: u64,
+}
+
+fn serialize_untrusted<S: Serializer>(text: &&str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::logging::untrusted_name(text))
+}
+
+fn serialize_untrusted_opt<S: Serializer>(text: &Option<&str>, s: S) -> Result<S::Ok, S::Error> {
+    match text {
+        Some(text) => serialize_untrusted(text, s),
+        None => s.serialize_none(),
+    }
 }
 
 fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -130,6 +150,55 @@ impl std::str::FromStr for AuditSink {
             "" => Err(AuditError::EmptyPath),
             path => Ok(Self::File(PathBuf::from(path))),
         }
+    }
+}
+
+/// Rotation by size of a file sink: past `max_bytes` the file becomes `PATH.1` (and `PATH.1`
+/// `PATH.2`, …, `PATH.keep` is dropped) and a new file is started. `max_bytes = 0`: never
+/// (another program rotates and sends SIGHUP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    pub max_bytes: u64,
+    pub keep: u32,
+}
+
+/// `audit_max_bytes`'s default: 100 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;
+/// `audit_keep`'s default.
+pub const DEFAULT_KEEP: u32 = 5;
+
+impl Default for Rotation {
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MAX_BYTES,
+            keep: DEFAULT_KEEP,
+        }
+    }
+}
+
+impl Rotation {
+    /// Whether a file holding `written` bytes is rotated before a line of `line` bytes is
+    /// appended. A file never holds less than one line: an empty one takes any line.
+    pub fn due(&self, written: u64, line: usize) -> bool {
+        self.max_bytes > 0 && written > 0 && written.saturating_add(line as u64) > self.max_bytes
+    }
+
+    /// The renames of one rotation, oldest first: `PATH.{keep-1}` → `PATH.{keep}`, …,
+    /// `PATH` → `PATH.1` (what was at `PATH.{keep}` is replaced, so dropped).
+    pub fn renames(&self, path: &Path) -> Vec<(PathBuf, PathBuf)> {
+        let numbered = |n: u32| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(format!(".{n}"));
+            PathBuf::from(name)
+        };
+        let mut plan = Vec::with_capacity(self.keep as usize);
+        for n in (1..self.keep).rev() {
+            plan.push((numbered(n), numbered(n + 1)));
+        }
+        if self.keep > 0 {
+            plan.push((path.to_owned(), numbered(1)));
+        }
+        plan
     }
 }
 
@@ -172,20 +241,35 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
-    /// Opens `sink` (creating the file 0600, appending) and starts its writer thread.
+    /// Opens `sink` (creating the file 0600, appending) and starts its writer thread; a file
+    /// rotates by the default [`Rotation`].
     pub fn open(sink: &AuditSink) -> Result<Self, AuditError> {
-        Self::open_with_capacity(sink, DEFAULT_CAPACITY)
+        Self::open_with(sink, DEFAULT_CAPACITY, Rotation::default())
     }
 
     /// [`AuditLog::open`] with a channel of `capacity` lines.
     pub fn open_with_capacity(sink: &AuditSink, capacity: usize) -> Result<Self, AuditError> {
+        Self::open_with(sink, capacity, Rotation::default())
+    }
+
+    /// [`AuditLog::open`] with a channel of `capacity` lines and a file rotated by `rotation`.
+    pub fn open_with(
+        sink: &AuditSink,
+        capacity: usize,
+        rotation: Rotation,
+    ) -> Result<Self, AuditError> {
         let out = match sink {
             AuditSink::Off => return Ok(Self { inner: None }),
             AuditSink::Stdout => Output::Stdout(BufWriter::new(std::io::stdout())),
-            AuditSink::File(path) => Output::File {
-                file: BufWriter::new(open_file(path)?),
-                path: path.clone(),
-            },
+            AuditSink::File(path) => {
+                let file = open_file(path)?;
+                Output::File {
+                    written: file_len(&file),
+                    file: BufWriter::new(file),
+                    path: path.clone(),
+                    rotation,
+                }
+            }
         };
         let (tx, rx) = mpsc::sync_channel(capacity.max(1));
         std::thread::Builder::new()
@@ -343,11 +427,18 @@ fn open_file(path: &Path) -> Result<File, AuditError> {
         .map_err(fail)
 }
 
+fn file_len(file: &File) -> u64 {
+    file.metadata().map_or(0, |m| m.len())
+}
+
 enum Output {
     Stdout(BufWriter<std::io::Stdout>),
     File {
         file: BufWriter<File>,
         path: PathBuf,
+        /// Bytes in the file (its length when opened, plus what was written since).
+        written: u64,
+        rotation: Rotation,
     },
 }
 
@@ -355,7 +446,19 @@ impl Output {
     fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
         match self {
             Self::Stdout(w) => w.write_all(line),
-            Self::File { file, .. } => file.write_all(line),
+            Self::File {
+                file,
+                path,
+                written,
+                rotation,
+            } => {
+                if rotation.due(*written, line.len()) {
+                    rotate(file, path, written, rotation);
+                }
+                file.write_all(line)?;
+                *written += line.len() as u64;
+                Ok(())
+            }
         }
     }
 
@@ -367,15 +470,47 @@ impl Output {
     }
 
     fn reopen(&mut self) {
-        if let Self::File { file, path } = self {
+        if let Self::File {
+            file,
+            path,
+            written,
+            ..
+        } = self
+        {
             let _ = file.flush();
             match open_file(path) {
-                Ok(new) => *file = BufWriter::new(new),
+                Ok(new) => {
+                    *written = file_len(&new);
+                    *file = BufWriter::new(new);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "audit log: reopen failed, keeping the old file")
                 }
             }
         }
+    }
+}
+
+/// One rotation: the file is flushed, the numbered files shift by one, and a new file is
+/// started at `path`. A failed rename keeps writing to the file at hand (it is logged).
+fn rotate(file: &mut BufWriter<File>, path: &Path, written: &mut u64, rotation: &Rotation) {
+    let _ = file.flush();
+    for (from, to) in rotation.renames(path) {
+        match std::fs::rename(&from, &to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(error = %e, from = %from.display(), "audit log: rotation failed");
+                return;
+            }
+        }
+    }
+    match open_file(path) {
+        Ok(new) => {
+            *written = file_len(&new);
+            *file = BufWriter::new(new);
+        }
+        Err(e) => tracing::warn!(error = %e, "audit log: no new file after rotation"),
     }
 }
 
@@ -475,6 +610,93 @@ mod tests {
         assert_eq!(v["decision"], "denied");
         assert_eq!(v["reason"], "unauthenticated");
         assert_eq!(v.as_object().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn names_and_methods_are_cut_and_escaped() {
+        let huge = "x".repeat(4 << 20);
+        let mut rec = record(Some(&huge));
+        let method = format!("tools/call\n{}", "y".repeat(1 << 20));
+        rec.method = &method;
+        let line = serde_json::to_string(&rec).unwrap();
+        assert!(line.len() < 1024, "{}", line.len());
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let name = v["name"].as_str().unwrap();
+        assert!(
+            name.ends_with(&format!("…(+{} bytes)", (4 << 20) - 256)),
+            "{name}"
+        );
+        assert!(
+            v["method"]
+                .as_str()
+                .unwrap()
+                .starts_with("tools/call\\ny")
+        );
+        let bidi = record(Some("who\u{202e}ami"));
+        let v = serde_json::to_value(bidi).unwrap();
+        assert_eq!(v["name"], "who\\u{202e}ami");
+    }
+
+    #[test]
+    fn rotation_decisions() {
+        let r = Rotation {
+            max_bytes: 100,
+            keep: 3,
+        };
+        assert!(!r.due(0, 500), "an empty file takes any line");
+        assert!(!r.due(60, 40));
+        assert!(r.due(61, 40));
+        assert!(
+            !Rotation {
+                max_bytes: 0,
+                keep: 3
+            }
+            .due(u64::MAX - 1, 10),
+            "0: never"
+        );
+        let p = Path::new("/var/log/audit.jsonl");
+        let plan: Vec<(String, String)> = r
+            .renames(p)
+            .into_iter()
+            .map(|(a, b)| (a.display().to_string(), b.display().to_string()))
+            .collect();
+        assert_eq!(
+            plan,
+            [
+                ("/var/log/audit.jsonl.2", "/var/log/audit.jsonl.3"),
+                ("/var/log/audit.jsonl.1", "/var/log/audit.jsonl.2"),
+                ("/var/log/audit.jsonl", "/var/log/audit.jsonl.1"),
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        );
+    }
+
+    #[test]
+    fn the_file_rotates_by_size_and_keeps_n() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let rotation = Rotation {
+            max_bytes: 1000,
+            keep: 2,
+        };
+        let log = AuditLog::open_with(&AuditSink::File(path.clone()), 64, rotation).unwrap();
+        let one = serde_json::to_vec(&record(Some("whoami"))).unwrap().len() as u64 + 1;
+        for _ in 0..40 {
+            log.record(&record(Some("whoami")));
+            log.flush();
+        }
+        let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let numbered = |n: u32| PathBuf::from(format!("{}.{n}", path.display()));
+        assert!(len(&path) <= 1000);
+        assert!(len(&numbered(1)) <= 1000 && len(&numbered(1)) > 1000 - one);
+        assert!(len(&numbered(2)) > 0);
+        assert!(!numbered(3).exists(), "keep = 2");
+        // SIGHUP's reopen after another program moved the file starts a new count.
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        log.reopen();
+        log.record(&record(Some("whoami")));
+        log.flush();
+        assert_eq!(len(&path), one);
     }
 
     #[test]

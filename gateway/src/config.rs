@@ -212,6 +212,17 @@ pub struct GatewayConfig {
     /// Where the audit log goes: a path, `"stdout"` or `"off"`; `<data_dir>/audit.jsonl` by
     /// default.
     pub audit_log: Option<String>,
+    /// An audit file past this many bytes is rotated (`audit.jsonl.1`, …); 0: never (rotate
+    /// it with another program and SIGHUP).
+    pub audit_max_bytes: u64,
+    /// Rotated audit files kept (`audit.jsonl.1` … `audit.jsonl.N`).
+    pub audit_keep: u32,
+    /// Seconds an idle client connection is kept open between requests (HTTP/1.1 keep-alive,
+    /// HTTP/2 without open streams).
+    pub keepalive_timeout_secs: u64,
+    /// Open connections one client IP (IPv6: its /64) may hold; more are closed at once.
+    /// Trusted proxies are exempt. 0: no cap.
+    pub max_connections_per_ip: u32,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: crate::logging::LogFormat,
     /// A second listener that serves only `GET /metrics`, for scraping from another host. Off by
@@ -241,6 +252,10 @@ impl Default for GatewayConfig {
             tool_policy: true,
             tools: std::collections::BTreeMap::new(),
             audit_log: None,
+            audit_max_bytes: crate::audit::DEFAULT_MAX_BYTES,
+            audit_keep: crate::audit::DEFAULT_KEEP,
+            keepalive_timeout_secs: 60,
+            max_connections_per_ip: 256,
             log_format: crate::logging::LogFormat::Text,
             metrics_listen: None,
         }
@@ -719,6 +734,18 @@ impl GatewayConfig {
                 "audit_log",
                 "give a file path, \"stdout\" or \"off\"",
             ));
+        }
+        if self.audit_max_bytes > 0 && !(1..=1000).contains(&self.audit_keep) {
+            return Err(invalid("audit_keep", "keep 1 to 1000 rotated files"));
+        }
+        if self.audit_max_bytes > 0 && self.audit_max_bytes < 4096 {
+            return Err(invalid(
+                "audit_max_bytes",
+                "at least 4096 bytes (a few lines), or 0 for no rotation",
+            ));
+        }
+        if !(1..=3600).contains(&self.keepalive_timeout_secs) {
+            return Err(invalid("keepalive_timeout_secs", "1 to 3600 seconds"));
         }
         if self.scopes.is_empty() || self.scopes.iter().any(|s| !is_scope_token(s)) {
             return Err(invalid(
@@ -1267,10 +1294,27 @@ mod tests {
             ("[upstream]\nurl = \"ftp://svc/mcp\"", "upstream.url"),
             ("max_body_bytes = 10", "max_body_bytes"),
             ("scopes = [\"a b\"]\nrequired_scopes = []", "scopes"),
+            ("audit_keep = 0", "audit_keep"),
+            ("audit_max_bytes = 100", "audit_max_bytes"),
+            ("keepalive_timeout_secs = 0", "keepalive_timeout_secs"),
+            ("keepalive_timeout_secs = 86400", "keepalive_timeout_secs"),
         ] {
             let err = cfg(text).unwrap_err();
             assert!(err.to_string().starts_with(field), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn edge_bounds_have_defaults_and_an_off_switch() {
+        let s = cfg("").unwrap();
+        assert_eq!(s.file.keepalive_timeout_secs, 60);
+        assert_eq!(s.file.max_connections_per_ip, 256);
+        assert_eq!(s.file.audit_max_bytes, 100 * 1024 * 1024);
+        assert_eq!(s.file.audit_keep, 5);
+        // No rotation: any keep; no cap: 0.
+        let s = cfg("audit_max_bytes = 0\naudit_keep = 0\nmax_connections_per_ip = 0").unwrap();
+        assert_eq!(s.file.audit_max_bytes, 0);
+        assert_eq!(s.file.max_connections_per_ip, 0);
     }
 
     #[test]

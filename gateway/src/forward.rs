@@ -18,18 +18,40 @@ pub mod header {
     pub const FORWARDED_PROTO: &str = "x-forwarded-proto";
 }
 
+/// Client-IP and original-URL headers that some server or framework believes: the gateway sets
+/// `X-Forwarded-For` itself, so none of these may reach the upstream from the client.
+const LOOK_ALIKES: [&str; 16] = [
+    "forwarded",
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-cluster-client-ip",
+    "x-originating-ip",
+    "x-remote-ip",
+    "x-remote-addr",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-host",
+    "x-host",
+    "x-envoy-external-address",
+];
+
 /// Whether a client-sent header must never reach the upstream: the credential, anything in our
-/// identity namespace, and forwarding headers the client could forge.
+/// identity namespace, forwarding and client-IP headers the client could forge. Names are
+/// compared with `_` read as `-` (`x_pforte_subject` is `x-pforte-subject`: servers behind
+/// CGI-style gateways see both as `HTTP_X_PFORTE_SUBJECT`).
 pub fn is_stripped(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
+    let name = name.to_ascii_lowercase().replace('_', "-");
     name == "authorization"
         || name == "cookie"
         || name == "proxy-authorization"
         || name.starts_with("x-pforte-")
         || name == header::REQUEST_ID
-        || name == "forwarded"
         || name.starts_with("x-forwarded-")
-        || name == "x-real-ip"
+        || LOOK_ALIKES.contains(&name.as_str())
 }
 
 /// The headers the gateway sets on the upstream request.
@@ -123,10 +145,15 @@ impl TrustedProxy {
 }
 
 /// The client's IP: the socket peer, unless that peer is a trusted proxy — then the rightmost
-/// `X-Forwarded-For` entry that is not itself a trusted proxy.
+/// hop of `X-Forwarded-For` that is not itself a trusted proxy. `forwarded_for` holds every
+/// `X-Forwarded-For` line in the order received, read as one list (a proxy that adds a line of
+/// its own instead of appending to the client's still has the last word). A hop that is not an
+/// address (`unknown`, garbage; pass a line that is not UTF-8 as such) ends the walk: what lies
+/// left of it is not believed, and the answer is the peer. Empty list elements are skipped.
+/// Found nothing untrusted: the peer.
 pub fn client_ip(
     peer: Option<std::net::IpAddr>,
-    forwarded_for: Option<&str>,
+    forwarded_for: &[&str],
     trusted: &[TrustedProxy],
 ) -> Option<std::net::IpAddr> {
     let is_trusted = |ip: std::net::IpAddr| trusted.iter().any(|t| t.contains(ip));
@@ -134,14 +161,40 @@ pub fn client_ip(
     if !is_trusted(peer) {
         return Some(peer);
     }
-    let Some(chain) = forwarded_for else {
-        return Some(peer);
-    };
-    chain
-        .rsplit(',')
-        .filter_map(|hop| hop.trim().parse::<std::net::IpAddr>().ok())
-        .find(|ip| !is_trusted(*ip))
-        .or(Some(peer))
+    let hops = forwarded_for
+        .iter()
+        .rev()
+        .flat_map(|line| line.rsplit(','))
+        .map(str::trim)
+        .filter(|hop| !hop.is_empty());
+    for hop in hops {
+        match parse_hop(hop) {
+            Some(ip) if is_trusted(ip) => continue,
+            Some(ip) => return Some(ip),
+            None => break,
+        }
+    }
+    Some(peer)
+}
+
+/// One `X-Forwarded-For` hop: an address, also with a port (`192.0.2.1:4711`, `[2001:db8::1]:4711`).
+fn parse_hop(hop: &str) -> Option<std::net::IpAddr> {
+    hop.parse::<std::net::IpAddr>()
+        .ok()
+        .or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
+}
+
+/// Whether `/metrics` on the public listener answers: only a client on this machine — the
+/// resolved client (through trusted proxies), and never a request that an untrusted peer says
+/// was forwarded (a same-host proxy not listed in `trusted_proxies` forwards for anyone).
+pub fn metrics_allowed(
+    peer: Option<std::net::IpAddr>,
+    client: Option<std::net::IpAddr>,
+    forwarded: bool,
+    trusted: &[TrustedProxy],
+) -> bool {
+    let peer_trusted = peer.is_some_and(|ip| trusted.iter().any(|t| t.contains(ip)));
+    client.is_some_and(|ip| ip.is_loopback()) && (peer_trusted || !forwarded)
 }
 
 /// Maps the public path (`/mcp…`) onto the upstream's path prefix, keeping any query.
@@ -166,6 +219,7 @@ pub fn upstream_path(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::auth::AuthKind;
 
@@ -179,6 +233,23 @@ mod tests {
             "X-Forwarded-For",
             "Forwarded",
             "Cookie",
+            "x_pforte_subject",
+            "X_Pforte-Client",
+            "x-pforte_scopes",
+            "x_request_id",
+            "X_Forwarded_For",
+            "X-Forwarded-Host",
+            "X-Forwarded-Port",
+            "X-Forwarded-Proto",
+            "True-Client-IP",
+            "X-Client-IP",
+            "X-Real-IP",
+            "x_real_ip",
+            "X-Original-URL",
+            "X-Rewrite-URL",
+            "CF-Connecting-IP",
+            "Fastly-Client-IP",
+            "X-Cluster-Client-IP",
         ] {
             assert!(is_stripped(h), "{h}");
         }
@@ -190,6 +261,8 @@ mod tests {
             "Last-Event-ID",
             "Accept",
             "Content-Type",
+            "mcp_session_id",
+            "User-Agent",
         ] {
             assert!(!is_stripped(h), "{h}");
         }
@@ -228,13 +301,89 @@ mod tests {
             }),
         ];
         let spoof = "198.51.100.1, 203.0.113.7";
-        assert_eq!(client_ip(Some(client), Some(spoof), &trusted), Some(client));
-        assert_eq!(client_ip(Some(proxy), Some(spoof), &trusted), Some(client));
+        assert_eq!(client_ip(Some(client), &[spoof], &trusted), Some(client));
+        assert_eq!(client_ip(Some(proxy), &[spoof], &trusted), Some(client));
         assert_eq!(
-            client_ip(Some(proxy), Some("203.0.113.7, 10.0.0.9"), &trusted),
+            client_ip(Some(proxy), &["203.0.113.7, 10.0.0.9"], &trusted),
             Some(client)
         );
-        assert_eq!(client_ip(Some(proxy), None, &trusted), Some(proxy));
+        assert_eq!(client_ip(Some(proxy), &[], &trusted), Some(proxy));
+        assert_eq!(client_ip(None, &[spoof], &trusted), None);
+    }
+
+    #[test]
+    fn every_forwarded_for_line_is_one_list_read_from_the_right() {
+        let proxy = std::net::IpAddr::from([10, 0, 0, 2]);
+        let client = std::net::IpAddr::from([203, 0, 113, 7]);
+        let forged = std::net::IpAddr::from([198, 51, 100, 1]);
+        let trusted = [TrustedProxy::try_from("10.0.0.0/24".to_owned()).unwrap()];
+        // The client's forged line first, the proxy's own line after it: the proxy's wins.
+        assert_eq!(
+            client_ip(Some(proxy), &["198.51.100.1", "203.0.113.7"], &trusted),
+            Some(client)
+        );
+        // Trusted hops on the right are skipped across lines.
+        assert_eq!(
+            client_ip(
+                Some(proxy),
+                &["198.51.100.1", "203.0.113.7, 10.0.0.5", "10.0.0.9"],
+                &trusted
+            ),
+            Some(client)
+        );
+        // A hop that is no address ends the walk: nothing left of it is believed.
+        assert_eq!(
+            client_ip(Some(proxy), &["198.51.100.1", "unknown"], &trusted),
+            Some(proxy)
+        );
+        assert_eq!(
+            client_ip(Some(proxy), &["198.51.100.1, garbage, 10.0.0.5"], &trusted),
+            Some(proxy)
+        );
+        // Empty elements are skipped; ports are allowed.
+        assert_eq!(
+            client_ip(
+                Some(proxy),
+                &["198.51.100.1", " , 203.0.113.7:4711 ,"],
+                &trusted
+            ),
+            Some(client)
+        );
+        assert_eq!(
+            client_ip(Some(proxy), &["[2001:db8::7]:443"], &trusted),
+            Some("2001:db8::7".parse().unwrap())
+        );
+        // Only trusted hops: the peer.
+        assert_eq!(
+            client_ip(Some(proxy), &["10.0.0.7", "10.0.0.8"], &trusted),
+            Some(proxy)
+        );
+        assert_ne!(
+            client_ip(Some(proxy), &["203.0.113.7", "198.51.100.1"], &trusted),
+            Some(client),
+            "the rightmost untrusted hop, not the first"
+        );
+        assert_eq!(
+            client_ip(Some(proxy), &["203.0.113.7", "198.51.100.1"], &trusted),
+            Some(forged)
+        );
+    }
+
+    #[test]
+    fn metrics_only_for_a_client_on_this_machine() {
+        let lo = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+        let outside = Some(std::net::IpAddr::from([203, 0, 113, 7]));
+        let trusted = [TrustedProxy::try_from("127.0.0.1".to_owned()).unwrap()];
+        // A direct scrape on loopback.
+        assert!(metrics_allowed(lo, lo, false, &[]));
+        assert!(metrics_allowed(lo, lo, false, &trusted));
+        // Through a trusted same-host proxy: the resolved client decides.
+        assert!(!metrics_allowed(lo, outside, true, &trusted));
+        assert!(metrics_allowed(lo, lo, true, &trusted));
+        // Through a same-host proxy nobody listed: forwarded for someone, refused.
+        assert!(!metrics_allowed(lo, lo, true, &[]));
+        assert!(!metrics_allowed(outside, outside, false, &[]));
+        assert!(!metrics_allowed(None, None, false, &[]));
     }
 
     #[test]

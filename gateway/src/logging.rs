@@ -225,6 +225,28 @@ impl std::fmt::Display for Untrusted<'_> {
     }
 }
 
+/// The longest name or method (in bytes) copied into an audit line or a refusal body.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// `s` cut to at most `max` bytes on a character boundary, with `…(+N bytes)` naming what was
+/// cut; `s` itself when it fits.
+pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}…(+{} bytes)", &s[..end], s.len() - end))
+}
+
+/// Someone else's name for a log or audit line: [`clip`]ped to [`MAX_NAME_BYTES`], then
+/// [`untrusted`].
+pub fn untrusted_name(s: &str) -> String {
+    untrusted(&clip(s, MAX_NAME_BYTES)).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -271,5 +293,26 @@ mod tests {
         // A backslash is escaped too, so a written "\n" cannot pass for an escaped newline.
         assert_eq!(show("C:\\dir\\n"), "C:\\\\dir\\\\n");
         assert_eq!(show(""), "");
+        // Neighbours of the escaped ranges stay.
+        assert_eq!(
+            show(" \u{a0}\u{202f}\u{2065}\u{206a}"),
+            " \u{a0}\u{202f}\u{2065}\u{206a}"
+        );
+    }
+
+    #[test]
+    fn clip_cuts_on_a_char_boundary_and_says_how_much() {
+        assert_eq!(clip("whoami", 256), "whoami");
+        assert!(matches!(clip("whoami", 6), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(clip("whoami", 3), "who…(+3 bytes)");
+        // "ü" is two bytes: a cut inside it moves back to its start.
+        assert_eq!(clip("aüb", 2), "a…(+3 bytes)");
+        let huge = "x".repeat(4 << 20);
+        let clipped = untrusted_name(&huge);
+        assert!(clipped.len() < MAX_NAME_BYTES + 32, "{}", clipped.len());
+        assert!(clipped.ends_with(&format!("…(+{} bytes)", (4 << 20) - MAX_NAME_BYTES)));
+        // Escaping follows the cut: the output stays bounded whatever the input.
+        let controls = "\u{1b}".repeat(1 << 20);
+        assert!(untrusted_name(&controls).len() <= MAX_NAME_BYTES * 6 + 32);
     }
 }

@@ -168,35 +168,111 @@ pub fn decode_header(value: &[u8]) -> Option<String> {
     }
 }
 
-/// A header that contradicts the body.
+/// An `Mcp-Method` / `Mcp-Name` header that contradicts the body, is missing where the declared
+/// revision requires it, or is sent more than once. The client's text in it is cut to
+/// [`crate::logging::MAX_NAME_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the {header} header says {header_value:?} but the body says {body_value:?}")]
-pub struct Mismatch {
-    pub header: &'static str,
-    pub header_value: String,
-    pub body_value: String,
+pub enum Mismatch {
+    #[error("the {header} header says {header_value:?} but the body says {body_value:?}")]
+    Differs {
+        header: &'static str,
+        header_value: String,
+        body_value: String,
+    },
+    #[error("the {header} header is missing: protocol version {version} requires it for {method}")]
+    Missing {
+        header: &'static str,
+        version: &'static str,
+        method: String,
+    },
+    #[error("the {header} header is sent {lines} times: send it once")]
+    Repeated { header: &'static str, lines: usize },
+}
+
+impl Mismatch {
+    /// The header at fault.
+    pub fn header(&self) -> &'static str {
+        match self {
+            Self::Differs { header, .. }
+            | Self::Missing { header, .. }
+            | Self::Repeated { header, .. } => header,
+        }
+    }
+}
+
+/// The first protocol revision that requires `Mcp-Method` and `Mcp-Name` (SEP-2243).
+pub const HEADERS_REQUIRED_FROM: &str = "2026-07-28";
+
+/// The methods whose requests must carry `Mcp-Name` from [`HEADERS_REQUIRED_FROM`] on.
+const NAMED_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
+
+/// Whether a declared `MCP-Protocol-Version` requires the `Mcp-Method` / `Mcp-Name` headers:
+/// [`HEADERS_REQUIRED_FROM`] or a later revision (revisions are `YYYY-MM-DD` dates, in order as
+/// text). Absent or not a revision: no.
+pub fn requires_headers(version: Option<&[u8]>) -> bool {
+    let Some(v) = version
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::trim)
+    else {
+        return false;
+    };
+    let revision = v.len() == 10
+        && v.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    revision && v >= HEADERS_REQUIRED_FROM
+}
+
+/// At most one line each of `Mcp-Method` and `Mcp-Name`: with two, the gateway would check one
+/// and the upstream might read the other.
+pub fn check_header_lines(method_lines: usize, name_lines: usize) -> Result<(), Mismatch> {
+    for (header, lines) in [("Mcp-Method", method_lines), ("Mcp-Name", name_lines)] {
+        if lines > 1 {
+            return Err(Mismatch::Repeated { header, lines });
+        }
+    }
+    Ok(())
 }
 
 /// Checks the `Mcp-Method` and `Mcp-Name` headers, when present, against the body: both must
 /// equal what the body says, whatever protocol revision the client claims. The body wins; a
-/// header never names what is authorized.
+/// header never names what is authorized. With `required` (the request declares a revision
+/// that requires them, [`requires_headers`]) a `tools/call`, `prompts/get` or `resources/read`
+/// without them is refused too.
 pub fn check_headers(
     message: &Message,
     method_header: Option<&[u8]>,
     name_header: Option<&[u8]>,
+    required: bool,
 ) -> Result<(), Mismatch> {
+    let clip = |s: &str| crate::logging::clip(s, crate::logging::MAX_NAME_BYTES).into_owned();
     let checks = [
         ("Mcp-Method", method_header, Some(message.method.as_str())),
         ("Mcp-Name", name_header, message.target.as_deref()),
     ];
+    let named = NAMED_METHODS.contains(&message.method.as_str());
     for (header, sent, body) in checks {
-        let Some(sent) = sent else { continue };
+        let Some(sent) = sent else {
+            if required && named && body.is_some() {
+                return Err(Mismatch::Missing {
+                    header,
+                    version: HEADERS_REQUIRED_FROM,
+                    method: clip(&message.method),
+                });
+            }
+            continue;
+        };
         let decoded = decode_header(sent);
         if decoded.as_deref() != body {
-            return Err(Mismatch {
+            let header_value = match decoded {
+                Some(text) => clip(&text),
+                None => clip(&String::from_utf8_lossy(sent)),
+            };
+            return Err(Mismatch::Differs {
                 header,
-                header_value: decoded.unwrap_or_else(|| String::from_utf8_lossy(sent).into_owned()),
-                body_value: body.unwrap_or("").to_owned(),
+                header_value,
+                body_value: clip(body.unwrap_or("")),
             });
         }
     }
@@ -296,15 +372,91 @@ mod tests {
     #[test]
     fn headers_must_match_the_body() {
         let m = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"werkbaum_create"}}"#).unwrap();
-        assert!(check_headers(&m, None, None).is_ok());
-        assert!(check_headers(&m, Some(b"tools/call"), Some(b"werkbaum_create")).is_ok());
-        assert!(check_headers(&m, None, Some(b"=?base64?d2Vya2JhdW1fY3JlYXRl?=")).is_ok());
-        let e = check_headers(&m, None, Some(b"whoami")).unwrap_err();
-        assert_eq!(e.header, "Mcp-Name");
-        assert!(check_headers(&m, None, Some(b"=?base64?d2hvYW1p?=")).is_err());
-        assert!(check_headers(&m, Some(b"tools/list"), None).is_err());
+        assert!(check_headers(&m, None, None, false).is_ok());
+        assert!(check_headers(&m, Some(b"tools/call"), Some(b"werkbaum_create"), false).is_ok());
+        assert!(check_headers(&m, None, Some(b"=?base64?d2Vya2JhdW1fY3JlYXRl?="), false).is_ok());
+        let e = check_headers(&m, None, Some(b"whoami"), false).unwrap_err();
+        assert_eq!(e.header(), "Mcp-Name");
+        assert!(check_headers(&m, None, Some(b"=?base64?d2hvYW1p?="), false).is_err());
+        assert!(check_headers(&m, Some(b"tools/list"), None, false).is_err());
         // A name header on a message that names nothing is a mismatch too.
         let list = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).unwrap();
-        assert!(check_headers(&list, None, Some(b"whoami")).is_err());
+        assert!(check_headers(&list, None, Some(b"whoami"), false).is_err());
+    }
+
+    #[test]
+    fn a_mismatch_names_at_most_a_bounded_piece_of_the_headers_or_body() {
+        let name = "w".repeat(4 << 20);
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}"}}}}"#
+        );
+        let m = inspect(body.as_bytes()).unwrap();
+        let e = check_headers(&m, None, Some(&name.as_bytes()[1..]), false).unwrap_err();
+        assert!(e.to_string().len() < 1024, "{}", e.to_string().len());
+    }
+
+    #[test]
+    fn revisions_from_2026_07_28_require_the_headers() {
+        assert!(requires_headers(Some(b"2026-07-28")));
+        assert!(requires_headers(Some(b" 2027-01-01 ")));
+        assert!(!requires_headers(Some(b"2025-11-25")));
+        assert!(!requires_headers(Some(b"2025-06-18")));
+        assert!(!requires_headers(None));
+        assert!(!requires_headers(Some(b"latest")));
+        assert!(!requires_headers(Some(b"9999")));
+        assert!(!requires_headers(Some(b"2026-07-28x")));
+        let call = inspect(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"whoami"}}"#,
+        )
+        .unwrap();
+        let e = check_headers(&call, None, Some(b"whoami"), true).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Mismatch::Missing {
+                    header: "Mcp-Method",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = check_headers(&call, Some(b"tools/call"), None, true).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Mismatch::Missing {
+                    header: "Mcp-Name",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(check_headers(&call, Some(b"tools/call"), Some(b"whoami"), true).is_ok());
+        // Older revisions: absent headers pass.
+        assert!(check_headers(&call, None, None, false).is_ok());
+        // Only the methods that name something are held to it.
+        let list = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).unwrap();
+        assert!(check_headers(&list, None, None, true).is_ok());
+        let read = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"werkbaum://guide"}}"#).unwrap();
+        assert!(check_headers(&read, Some(b"resources/read"), None, true).is_err());
+        let prompt =
+            inspect(br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"plan"}}"#)
+                .unwrap();
+        assert!(check_headers(&prompt, None, Some(b"plan"), true).is_err());
+    }
+
+    #[test]
+    fn each_header_is_sent_at_most_once() {
+        assert!(check_header_lines(0, 0).is_ok());
+        assert!(check_header_lines(1, 1).is_ok());
+        let e = check_header_lines(2, 1).unwrap_err();
+        assert_eq!(
+            e,
+            Mismatch::Repeated {
+                header: "Mcp-Method",
+                lines: 2
+            }
+        );
+        assert_eq!(check_header_lines(1, 3).unwrap_err().header(), "Mcp-Name");
     }
 }

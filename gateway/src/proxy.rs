@@ -572,6 +572,17 @@ fn route(settings: &Settings, path: &str) -> Route {
     }
 }
 
+/// How long a client connection may idle before its next request: pingora's setting for it
+/// (`None`: closes after this request; `Some(0)`: no limit; `Some(s)`: what the client's
+/// `Keep-Alive: timeout=s` asked) bounded by `keepalive_timeout_secs`.
+fn keepalive(current: Option<u64>, max_secs: u64) -> Option<u64> {
+    match current {
+        None => None,
+        Some(0) => Some(max_secs),
+        Some(asked) => Some(asked.min(max_secs)),
+    }
+}
+
 /// Maps a pingora failure to what the client is told.
 fn classify(e: &Error) -> Option<Rejection> {
     match e.etype() {
@@ -628,16 +639,27 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        // pingora keeps an HTTP/1.1 connection open between requests without a time limit
+        // unless told otherwise (or as long as the client's `Keep-Alive: timeout=` asks).
+        let idle = keepalive(
+            session.get_keepalive(),
+            self.settings.file.keepalive_timeout_secs,
+        );
+        session.set_keepalive(idle);
         let peer = session
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
-        let forwarded = session
-            .req_header()
-            .headers
-            .get(forward::header::FORWARDED_FOR)
-            .and_then(|v| v.to_str().ok());
-        ctx.client_ip = forward::client_ip(peer, forwarded, &self.settings.file.trusted_proxies);
+        let trusted = &self.settings.file.trusted_proxies;
+        let headers = &session.req_header().headers;
+        // Every line, in order; a line that is not text is a hop that is no address.
+        let forwarded: Vec<&str> = headers
+            .get_all(forward::header::FORWARDED_FOR)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("?"))
+            .collect();
+        ctx.client_ip = forward::client_ip(peer, &forwarded, trusted);
+        let forwarded_any = !forwarded.is_empty() || headers.contains_key(http::header::FORWARDED);
         let req = session.req_header();
         let get = req.method == http::Method::GET || req.method == http::Method::HEAD;
         let route = route(&self.settings, req.uri.path());
@@ -689,7 +711,9 @@ impl ProxyHttp for Gateway {
                 Ok(true)
             }
             // Operators scrape from the machine itself; the public never sees it.
-            Route::Metrics if peer.is_some_and(|ip| ip.is_loopback()) => {
+            Route::Metrics
+                if forward::metrics_allowed(peer, ctx.client_ip, forwarded_any, trusted) =>
+            {
                 let mut reply = Reply::json(200, &serde_json::Value::Null);
                 reply.headers = vec![("content-type", metrics::CONTENT_TYPE.to_owned())];
                 reply.body = Bytes::from(self.metrics.encode().map_err(|_| {
@@ -1082,12 +1106,12 @@ impl ProxyHttp for Gateway {
         tracing::info!(
             request_id = %ctx.request_id,
             method = %req.method,
-            path = req.uri.path(),
+            path = %crate::logging::untrusted(req.uri.path()),
             status,
             subject,
             client,
             ms = ctx.started.elapsed().as_millis() as u64,
-            error = e.map(|e| e.to_string()),
+            error = e.map(|e| crate::logging::untrusted(&e.to_string()).to_string()),
             "request"
         );
     }
@@ -1196,6 +1220,18 @@ mod tests {
             &Error::new(ErrorType::ReadTimedout).into_up()
         ));
         assert!(!is_client_side(&Error::new(ErrorType::InternalError)));
+    }
+
+    #[test]
+    fn idle_connections_are_bounded_by_keepalive_timeout_secs() {
+        assert_eq!(
+            keepalive(Some(0), 60),
+            Some(60),
+            "pingora's default: forever"
+        );
+        assert_eq!(keepalive(Some(5), 60), Some(5), "a client may ask for less");
+        assert_eq!(keepalive(Some(86_400), 60), Some(60), "not for more");
+        assert_eq!(keepalive(None, 60), None, "Connection: close stays closed");
     }
 
     #[test]

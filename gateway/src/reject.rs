@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::{
     auth::AuthFailure,
     limit::{self, Class, Decision, Policy},
+    logging,
     mcp::{self, Malformed, Mismatch},
     policy::Denial,
 };
@@ -271,7 +272,11 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
         } => {
             let needed = needed.join(" ");
             let missing = missing.join(" ");
-            let message = match tool {
+            // The client's name for the tool, cut: a refusal is never larger than a few lines.
+            let tool = tool
+                .as_deref()
+                .map(|t| logging::clip(t, logging::MAX_NAME_BYTES));
+            let message = match &tool {
                 Some(tool) => format!("calling {tool} needs scope {missing}"),
                 None => format!("this request needs scope {missing}"),
             };
@@ -285,10 +290,13 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
             ));
             reply
         }
-        Denial::ToolDenied(tool) | Denial::UserNotAllowed(tool) => Reply::json(
-            403,
-            &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("the tool {tool} is not available to this principal"), "request_id": request_id}),
-        ),
+        Denial::ToolDenied(tool) | Denial::UserNotAllowed(tool) => {
+            let tool = logging::clip(tool, logging::MAX_NAME_BYTES);
+            Reply::json(
+                403,
+                &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("the tool {tool} is not available to this principal"), "request_id": request_id}),
+            )
+        }
     }
 }
 
@@ -422,6 +430,35 @@ mod tests {
                     .all(|b| matches!(b, 0x20 | 0x21 | 0x23..=0x5B | 0x5D..=0x7E));
             token && quoted
         })
+    }
+
+    #[test]
+    fn refusals_name_a_bounded_piece_of_a_huge_tool_name() {
+        let huge = "t".repeat(4 << 20);
+        for denial in [
+            Denial::InsufficientScope {
+                needed: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
+                missing: vec!["mcp:write".to_owned()],
+                tool: Some(huge.clone()),
+            },
+            Denial::ToolDenied(huge.clone()),
+            Denial::UserNotAllowed(huge.clone()),
+        ] {
+            let r = Rejection::Forbidden(denial).reply(RM, "r");
+            assert_eq!(r.status, 403);
+            assert!(r.body.len() < 2048, "{}", r.body.len());
+        }
+        let mismatch = Rejection::HeaderMismatch {
+            mismatch: mcp::Mismatch::Repeated {
+                header: "Mcp-Name",
+                lines: 2,
+            },
+            id: "null".to_owned(),
+        };
+        let r = mismatch.reply(RM, "r");
+        assert_eq!(r.status, 400);
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        assert_eq!(body["error"]["code"], mcp::HEADER_MISMATCH);
     }
 
     #[test]

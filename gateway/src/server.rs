@@ -16,8 +16,10 @@ use pingora::{
     },
 };
 
+mod conns;
+
 use crate::{
-    audit::{AuditLog, AuditSink, SighupReopen},
+    audit::{AuditLog, AuditSink, Rotation, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},
     clock::SystemClock,
     config::{Settings, UpstreamKind},
@@ -313,7 +315,16 @@ pub fn run(
     };
     let audit = match settings.audit_sink() {
         AuditSink::Off => None,
-        sink => Some(AuditLog::open(&sink).map_err(|e| ServeError::Pingora(e.to_string()))?),
+        sink => {
+            let rotation = Rotation {
+                max_bytes: settings.file.audit_max_bytes,
+                keep: settings.file.audit_keep,
+            };
+            Some(
+                AuditLog::open_with(&sink, crate::audit::DEFAULT_CAPACITY, rotation)
+                    .map_err(|e| ServeError::Pingora(e.to_string()))?,
+            )
+        }
     };
     let mut background: Vec<_> = catalogs
         .iter()
@@ -357,8 +368,23 @@ pub fn run(
     let prober = prober
         .has_work()
         .then(|| background_service("instance prober", prober));
-    let mut proxy =
-        pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "pforte");
+    let mut app = pingora::proxy::HttpProxy::new(gateway, server.configuration.clone());
+    app.handle_init_modules();
+    // An HTTP/2 connection without open streams closes like an idle HTTP/1.1 one (whose
+    // keep-alive the proxy phase sets per request).
+    let mut options = pingora::apps::HttpServerOptions::default();
+    options.h2_idle_timeout = Some(std::time::Duration::from_secs(
+        settings.file.keepalive_timeout_secs,
+    ));
+    app.server_options = Some(options);
+    let connections = conns::Connections::new(
+        settings.file.max_connections_per_ip,
+        settings.file.trusted_proxies.clone(),
+    );
+    let mut proxy = pingora::services::listening::Service::new(
+        "pforte".to_owned(),
+        conns::Capped::new(app, connections),
+    );
     let listen = settings.file.listen.to_string();
     let endpoint = ListenerConfig::tcp(listen.clone())
         .l4_buffer(downstream_buffers(settings.file.tls.is_some()));

@@ -478,3 +478,133 @@ async fn no_allowed_origins_means_no_cors_headers() {
     assert_eq!(resp.status(), 403);
     assert!(resp.headers().get("access-control-allow-origin").is_none());
 }
+
+/// A read-only token calling a tool with a 1 MiB name, five times: each 403 body and each audit
+/// line name a bounded piece of it (before: the name whole in the line and twice in the body —
+/// ten 4 MiB calls added 42 MB to `audit.jsonl`).
+#[tokio::test]
+async fn a_huge_tool_name_costs_a_bounded_audit_line_and_refusal() {
+    let (gw, _svc) = start("").await;
+    let ro = gw
+        .create_token_with("ci", &["--scope", "mcp:read"])
+        .await
+        .unwrap();
+    let raw = Raw::open(&gw, &ro).await;
+    let path = gw.data_dir().join("audit.jsonl");
+    let size = || std::fs::metadata(&path).map_or(0, |m| m.len());
+    let lines = || {
+        std::fs::read_to_string(&path)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let huge = format!("werkbaum_\u{1b}[31m\u{202e}{}", "x".repeat(1024 * 1024));
+    const CALLS: usize = 5;
+    let (before_size, before_lines) = (size(), lines());
+    for _ in 0..CALLS {
+        let resp = raw.call(&huge, json!({})).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let body = resp.bytes().await.unwrap();
+        assert!(body.len() < 4096, "a refusal of {} bytes", body.len());
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            body["tool"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("…(+{} bytes)", huge.len() - 256)),
+            "{body}"
+        );
+    }
+    let all = pforte_tests::eventually(std::time::Duration::from_secs(5), || {
+        let done = lines() >= before_lines + CALLS;
+        async move { done }
+    })
+    .await;
+    assert!(all, "{CALLS} audit lines");
+    let grown = size() - before_size;
+    assert!(
+        grown < (CALLS as u64) * 2048,
+        "the audit log grew by {grown} bytes for {CALLS} calls"
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let name = last["name"].as_str().unwrap();
+    assert!(
+        name.starts_with("werkbaum_\\u{1b}[31m\\u{202e}xxx"),
+        "{name}"
+    );
+    assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}'));
+}
+
+/// Two `Mcp-Name` (or `Mcp-Method`) lines: refused, whether they agree with the body or not
+/// (before: only the first was checked, all were forwarded).
+#[tokio::test]
+async fn a_repeated_mcp_header_is_refused() {
+    let (gw, _svc) = start("").await;
+    let rw = gw.create_token("rw").await.unwrap();
+    let raw = Raw::open(&gw, &rw).await;
+    let whoami = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}});
+    for headers in [
+        [("mcp-name", "whoami"), ("mcp-name", "werkbaum_create")],
+        [("mcp-name", "whoami"), ("mcp-name", "whoami")],
+        [("mcp-method", "tools/call"), ("mcp-method", "tools/list")],
+    ] {
+        let resp = raw.post(&whoami, &headers).await;
+        assert_eq!(resp.status(), 400, "{headers:?}");
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+    }
+    let once = raw
+        .post(
+            &whoami,
+            &[("mcp-method", "tools/call"), ("mcp-name", "whoami")],
+        )
+        .await;
+    assert_eq!(once.status(), 200);
+}
+
+/// A request that declares MCP 2026-07-28 must send `Mcp-Method` and `Mcp-Name` with a call,
+/// a read and a prompt; older revisions need not; methods that name nothing need no name.
+#[tokio::test]
+async fn protocol_2026_07_28_requires_the_mcp_headers() {
+    let (gw, _svc) = start("").await;
+    let rw = gw.create_token("rw").await.unwrap();
+    let raw = Raw::open(&gw, &rw).await;
+    let whoami = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}});
+    let modern = ("mcp-protocol-version", "2026-07-28");
+    for headers in [
+        vec![modern],
+        vec![modern, ("mcp-method", "tools/call")],
+        vec![modern, ("mcp-name", "whoami")],
+    ] {
+        // `Raw` sends 2025-06-18; a second line would be two versions: replace it.
+        let resp = raw
+            .request(&[])
+            .headers(header_map(&headers))
+            .body(whoami.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{headers:?}");
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+        assert_eq!(answer["id"], 5);
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("missing"),
+            "{answer}"
+        );
+    }
+    // The same call under 2025-06-18 passes without them.
+    assert_eq!(raw.post(&whoami, &[]).await.status(), 200);
+}
+
+/// Headers that replace (not add to) what a request builder set.
+fn header_map(headers: &[(&'static str, &'static str)]) -> reqwest::header::HeaderMap {
+    let mut map = reqwest::header::HeaderMap::new();
+    for (k, v) in headers {
+        map.insert(*k, reqwest::header::HeaderValue::from_static(v));
+    }
+    map
+}

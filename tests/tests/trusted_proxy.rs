@@ -1,7 +1,9 @@
 //! End to end behind a trusted proxy: a gateway with `trusted_proxies = ["127.0.0.1"]` takes
 //! the client IP from `X-Forwarded-For`, and the authorization server's throttles see that IP
 //! (not the proxy's): registrations from many clients all pass, and one client over the login
-//! throttle is refused while another is not.
+//! throttle is refused while another is not. Every `X-Forwarded-For` line counts (a client's
+//! forged line before the proxy's own does not win), and `/metrics` answers only a client on
+//! this machine, not the proxy.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pforte_tests::{
@@ -58,6 +60,64 @@ async fn registrations_are_throttled_per_forwarded_client() {
     }
     assert_eq!(&one[..10], [201; 10], "{one:?}");
     assert_eq!(one[10], 429, "{one:?}");
+}
+
+/// A proxy that adds its own `X-Forwarded-For` line (instead of appending to the client's): the
+/// client's forged first line is not believed. Twelve registrations, each with another forged
+/// line but the same real client: ten pass, then 429 (before: only the first line was read, so
+/// each forged IP had a budget of its own: 12 × 201).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_forwarded_for_line_before_the_proxys_own_is_not_believed() {
+    let (gw, _svc) = proxied_gateway("").await;
+    let http = gw.http();
+    let d = discover(&http, &gw.mcp_url()).await.unwrap();
+    let url = d.endpoint("registration_endpoint").unwrap();
+    let body = serde_json::json!({"redirect_uris": [CLAUDE_CALLBACK], "token_endpoint_auth_method": "client_secret_post"});
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        let resp = http
+            .post(url.clone())
+            // The client's own (forged) line, then the proxy's line with the real address.
+            .header("x-forwarded-for", format!("198.51.100.{}", i + 1))
+            .header("x-forwarded-for", "203.0.113.60")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(&statuses[..10], [201; 10], "{statuses:?}");
+    assert_eq!(&statuses[10..], [429; 2], "{statuses:?}");
+}
+
+/// `/metrics` on the public listener: a scrape from this machine is answered; the same request
+/// through the trusted same-host proxy for an outside client is not (before: the socket peer,
+/// loopback, decided).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_judged_on_the_resolved_client() {
+    let (gw, _svc) = proxied_gateway("").await;
+    let http = gw.http();
+    let url = format!("{}/metrics", gw.base);
+    let direct = http.get(&url).send().await.unwrap();
+    assert_eq!(direct.status(), StatusCode::OK);
+    let outside = http
+        .get(&url)
+        .header("x-forwarded-for", "203.0.113.7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(outside.status(), StatusCode::NOT_FOUND);
+    let local = http
+        .get(&url)
+        .header("x-forwarded-for", "127.0.0.1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        local.status(),
+        StatusCode::OK,
+        "a local client through the proxy"
+    );
 }
 
 /// A cookie-keeping client that sends every request as coming from `client_ip` through the

@@ -1,8 +1,8 @@
 //! The `/mcp` admission: one pipeline of small steps, each returning early with the
 //! `Rejection` that answers the request. The header steps run before anything reaches the
-//! upstream (origin → size → authenticate → session binding → per-person limit); the body
-//! steps run once the JSON-RPC body is whole, before a byte of it is forwarded
-//! (parse → header match → policy → tool budget).
+//! upstream (origin → size → authenticate → one `Mcp-Method` / `Mcp-Name` line each → session
+//! binding → per-person limit); the body steps run once the JSON-RPC body is whole, before a
+//! byte of it is forwarded (parse → header match → policy → tool budget).
 
 use pingora::http::RequestHeader;
 
@@ -53,6 +53,7 @@ impl Gateway {
         ctx.principal_key = principal_key(&principal);
         ctx.person_key = principal.person_key();
         ctx.principal = Some(principal);
+        check_mcp_header_lines(req)?;
         self.check_session(req, ctx).await?;
         ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
         self.check_open(req, ctx).await?;
@@ -333,12 +334,33 @@ fn check_declared_size(req: &RequestHeader, limit: u64) -> Result<(), Rejection>
     }
 }
 
-/// `Mcp-Method` / `Mcp-Name`, when sent, must say what the body says.
+/// `Mcp-Method` / `Mcp-Name`, when sent, must say what the body says; a request that declares
+/// a protocol revision requiring them (2026-07-28 on) must send them where it names something.
 fn check_mcp_headers(req: &RequestHeader, message: &Message) -> Result<(), Rejection> {
-    let method = req.headers.get("mcp-method").map(|v| v.as_bytes());
-    let name = req.headers.get("mcp-name").map(|v| v.as_bytes());
-    mcp::check_headers(message, method, name).map_err(|mismatch| Rejection::HeaderMismatch {
-        mismatch,
-        id: message.id.clone(),
+    let method = req.headers.get(MCP_METHOD).map(|v| v.as_bytes());
+    let name = req.headers.get(MCP_NAME).map(|v| v.as_bytes());
+    let version = req.headers.get(PROTOCOL_VERSION).map(|v| v.as_bytes());
+    let required = mcp::requires_headers(version);
+    mcp::check_headers(message, method, name, required).map_err(|mismatch| {
+        Rejection::HeaderMismatch {
+            mismatch,
+            id: message.id.clone(),
+        }
+    })
+}
+
+const MCP_METHOD: &str = "mcp-method";
+const MCP_NAME: &str = "mcp-name";
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+
+/// One line each of `Mcp-Method` and `Mcp-Name` at most: all lines are forwarded, so the
+/// upstream could read another than the one checked.
+fn check_mcp_header_lines(req: &RequestHeader) -> Result<(), Rejection> {
+    let lines = |name| req.headers.get_all(name).iter().count();
+    mcp::check_header_lines(lines(MCP_METHOD), lines(MCP_NAME)).map_err(|mismatch| {
+        Rejection::HeaderMismatch {
+            mismatch,
+            id: "null".to_owned(),
+        }
     })
 }

@@ -290,7 +290,7 @@ impl Gateway {
             });
             let config = format!(
                 "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nthreads = {threads}\n\
-                 tool_policy = {policy}\naudit_log = \"off\"\n\
+                 tool_policy = {policy}\naudit_log = \"off\"\nmax_connections_per_ip = 0\n\
                  {tls_section}[upstream]\nurl = {upstream:?}\n{}",
                 data_dir.display().to_string(),
                 limits.toml(),

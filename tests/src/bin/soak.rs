@@ -4,7 +4,8 @@
 //!
 //! Run: `cargo build --release --bins && ./target/release/pforte-soak [--short]`. It starts the
 //! `mcp-service` and `pforte` beside it on 127.0.0.1 (rate limits off; the per-principal
-//! session and stream bounds raised above `--streams`, since all streams use one token), opens
+//! session and stream bounds raised above `--streams`, since all streams use one token; no cap
+//! on connections per IP, since all come from 127.0.0.1), opens
 //! `--streams` sessions each with one `GET /mcp` (`Accept: text/event-stream`) stream, holds
 //! them `--hold-secs`, closes the streams and deletes the sessions, `--rounds` times.
 
@@ -325,7 +326,7 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
     let port = free_port();
     let cap = o.streams + 16;
     let config = format!(
-        "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nthreads = {}\naudit_log = \"off\"\n\
+        "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nthreads = {}\naudit_log = \"off\"\nmax_connections_per_ip = 0\n\
          [upstream]\nurl = {upstream:?}\n\
          [limits]\nenabled = false\nsessions_per_principal = {cap}\nstreams_per_principal = {cap}\n",
         data_dir.display().to_string(),

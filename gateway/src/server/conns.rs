@@ -1,0 +1,194 @@
+//! Open client connections per IP (`max_connections_per_ip`): the listener's application is
+//! wrapped so that each accepted connection holds a slot of its client IP (IPv6: its /64) for
+//! as long as pingora serves it, keep-alive and HTTP/2 included. A connection over the cap is
+//! closed at once, without an answer (the cap is on sockets, before any HTTP is read). Trusted
+//! proxies are exempt: they carry many clients, whose requests the rate limits see by the
+//! forwarded IP.
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+};
+
+use async_trait::async_trait;
+use pingora::{apps::ServerApp, protocols::Stream, server::ShutdownWatch};
+
+use crate::forward::TrustedProxy;
+
+/// Open connections per client IP, and the cap.
+#[derive(Debug)]
+pub struct Connections {
+    max_per_ip: u32,
+    trusted: Vec<TrustedProxy>,
+    open: Mutex<HashMap<String, u32>>,
+}
+
+/// A connection's slot; given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    owner: Option<(Arc<Connections>, String)>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some((conns, key)) = self.owner.take() {
+            let mut open = conns.lock();
+            if let Some(n) = open.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    open.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Whether one more connection fits beside `open` under `max` (0: no cap).
+pub fn has_room(open: u32, max: u32) -> bool {
+    max == 0 || open < max
+}
+
+impl Connections {
+    pub fn new(max_per_ip: u32, trusted: Vec<TrustedProxy>) -> Arc<Self> {
+        Arc::new(Self {
+            max_per_ip,
+            trusted,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a connection from `peer`, or `None` when that IP holds as many as it may.
+    /// No IP (a Unix socket), a trusted proxy, or no cap: a slot that counts nothing.
+    pub fn open(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Slot> {
+        let Some(ip) = peer else {
+            return Some(Slot { owner: None });
+        };
+        if self.max_per_ip == 0 || self.trusted.iter().any(|t| t.contains(ip)) {
+            return Some(Slot { owner: None });
+        }
+        let key = crate::limit::ip_key(Some(ip));
+        let mut open = self.lock();
+        let n = open.entry(key.clone()).or_insert(0);
+        if !has_room(*n, self.max_per_ip) {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            owner: Some((self.clone(), key)),
+        })
+    }
+
+    /// Connections open from `ip`'s key.
+    #[cfg(test)]
+    fn count(&self, ip: IpAddr) -> u32 {
+        self.lock()
+            .get(&crate::limit::ip_key(Some(ip)))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The listener's application (pingora's HTTP proxy), each connection counted against its IP.
+pub struct Capped<A> {
+    inner: Arc<A>,
+    conns: Arc<Connections>,
+}
+
+impl<A> Capped<A> {
+    pub fn new(inner: A, conns: Arc<Connections>) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            conns,
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Capped<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let peer = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        let Some(_slot) = self.conns.open(peer) else {
+            tracing::debug!(
+                peer = ?peer,
+                "connection closed: max_connections_per_ip reached"
+            );
+            return None;
+        };
+        // The slot is held while pingora serves the connection (every keep-alive request; the
+        // HTTP/1 and HTTP/2 loops return only when the connection is done).
+        let mut next = self.inner.process_new(stream, shutdown).await;
+        while let Some(stream) = next {
+            next = self.inner.process_new(stream, shutdown).await;
+        }
+        None
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn room_under_the_cap() {
+        assert!(has_room(0, 1));
+        assert!(has_room(7, 8));
+        assert!(!has_room(8, 8));
+        assert!(has_room(1_000_000, 0), "0: no cap");
+    }
+
+    #[test]
+    fn slots_count_per_ip_and_come_back_when_dropped() {
+        let conns = Connections::new(2, Vec::new());
+        let a: IpAddr = [203, 0, 113, 7].into();
+        let b: IpAddr = [203, 0, 113, 8].into();
+        let one = conns.open(Some(a)).unwrap();
+        let two = conns.open(Some(a)).unwrap();
+        assert!(conns.open(Some(a)).is_none(), "the third from one IP");
+        assert!(conns.open(Some(b)).is_some(), "another IP has its own");
+        assert_eq!(conns.count(a), 2);
+        drop(one);
+        assert_eq!(conns.count(a), 1);
+        let three = conns.open(Some(a));
+        assert!(three.is_some());
+        drop((two, three));
+        assert_eq!(conns.count(a), 0);
+        assert!(
+            conns.lock().is_empty(),
+            "no entry kept for an IP with none open"
+        );
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_and_trusted_proxies_are_exempt() {
+        let proxy = TrustedProxy::try_from("10.0.0.0/8".to_owned()).unwrap();
+        let conns = Connections::new(1, vec![proxy]);
+        let x: IpAddr = "2001:db8::1".parse().unwrap();
+        let y: IpAddr = "2001:db8::2".parse().unwrap();
+        let _x = conns.open(Some(x)).unwrap();
+        assert!(conns.open(Some(y)).is_none(), "same /64");
+        let p: IpAddr = [10, 1, 2, 3].into();
+        let held: Vec<_> = (0..10).map(|_| conns.open(Some(p)).unwrap()).collect();
+        assert_eq!(held.len(), 10);
+        assert_eq!(conns.count(p), 0);
+        assert!(conns.open(None).is_some(), "a Unix socket peer");
+        let off = Connections::new(0, Vec::new());
+        let many: Vec<_> = (0..100).map(|_| off.open(Some(x)).unwrap()).collect();
+        assert_eq!(many.len(), 100);
+    }
+}
