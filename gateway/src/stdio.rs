@@ -563,20 +563,26 @@ impl Shared {
     }
 }
 
-/// Whom a session counts against: the person (`auth::person_key`: an OAuth user whatever the
-/// client, so that registering more clients buys no more children); `None` for the gateway's
-/// own session (its tool catalog), which is outside the caps.
+/// Whom a session counts against: the person. An OAuth user counts whatever the client
+/// (`auth::person_key`), so registering more clients buys no more children; any other caller by
+/// subject and client (a static token is its own person). `None` for the gateway's own session
+/// (its tool catalog), which is outside the caps.
 fn person(headers: &HeaderMap) -> Option<String> {
-    let kind = match header_str(headers, AUTH_KIND_HEADER) {
-        Some(GATEWAY_AUTH_KIND) => return None,
-        Some("oauth") => crate::auth::AuthKind::OAuth,
-        _ => crate::auth::AuthKind::Static,
-    };
-    Some(crate::auth::person_key(
-        kind,
-        header_str(headers, SUBJECT_HEADER).unwrap_or_default(),
-        header_str(headers, CLIENT_HEADER).unwrap_or_default(),
-    ))
+    let kind = header_str(headers, AUTH_KIND_HEADER);
+    let subject = header_str(headers, SUBJECT_HEADER).unwrap_or_default();
+    match kind {
+        Some(GATEWAY_AUTH_KIND) => None,
+        Some("oauth") => Some(crate::auth::person_key(
+            crate::auth::AuthKind::OAuth,
+            subject,
+            "",
+        )),
+        _ => Some(format!(
+            "{}\n{subject}\n{}",
+            kind.unwrap_or_default(),
+            header_str(headers, CLIENT_HEADER).unwrap_or_default()
+        )),
+    }
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
