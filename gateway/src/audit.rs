@@ -626,12 +626,7 @@ mod tests {
             name.ends_with(&format!("…(+{} bytes)", (4 << 20) - 256)),
             "{name}"
         );
-        assert!(
-            v["method"]
-                .as_str()
-                .unwrap()
-                .starts_with("tools/call\\ny")
-        );
+        assert!(v["method"].as_str().unwrap().starts_with("tools/call\\ny"));
         let bidi = record(Some("who\u{202e}ami"));
         let v = serde_json::to_value(bidi).unwrap();
         assert_eq!(v["name"], "who\\u{202e}ami");

@@ -548,10 +548,14 @@ fn rand_suffix() -> u128 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_user_runs_its_children_as_that_user_away_from_the_gateways_files() {
-    let route = format!(
-        "[[routes]]\nname = \"nobody\"\ncommand = {:?}\nuser = \"nobody\"\n",
-        plain_command(&[])
-    );
+    use std::os::unix::fs::PermissionsExt as _;
+    // The fixture where nobody can read it, whatever the checkout's parents allow.
+    let public = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(public.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = reachable_copy(&fixture("plain_server.py"), public.path());
+    let command = vec!["/usr/bin/python3".to_owned(), script.display().to_string()];
+    let route =
+        format!("[[routes]]\nname = \"nobody\"\ncommand = {command:?}\nuser = \"nobody\"\n");
     let gw = gateway(route).await;
     let token = gw.create_token("nobody").await.unwrap();
     let url = format!("{}/nobody/mcp", gw.base);
@@ -619,10 +623,22 @@ fn nobody_config(dir: &Path, routes: &str) -> PathBuf {
     config
 }
 
-/// `pforte ARGS --config CONFIG` as `nobody`.
+/// `file` placed in `dir` (a hard link, or a copy across file systems; either keeps its mode),
+/// so that another user reaches it whatever the modes of the checkout's own parents (a clone
+/// under /root).
+fn reachable_copy(file: &Path, dir: &Path) -> PathBuf {
+    let to = dir.join(file.file_name().unwrap());
+    if std::fs::hard_link(file, &to).is_err() {
+        std::fs::copy(file, &to).unwrap();
+    }
+    to
+}
+
+/// `pforte ARGS --config CONFIG` as `nobody`, from a link of the binary beside the config.
 fn pforte_as_nobody(args: &[&str], config: &Path) -> std::process::Command {
     use std::os::unix::process::CommandExt as _;
-    let mut cmd = std::process::Command::new(bin("pforte"));
+    let dir = config.parent().unwrap();
+    let mut cmd = std::process::Command::new(reachable_copy(&bin("pforte"), dir));
     cmd.args(args)
         .arg("--config")
         .arg(config)
