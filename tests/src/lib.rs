@@ -797,6 +797,11 @@ pub struct PforteUp {
 impl PforteUp {
     /// Starts `pforte up --listen 127.0.0.1:0` and waits until `/readyz` answers 200.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with_env(&[]).await
+    }
+
+    /// [`PforteUp::start`] with these environment variables set (e.g. `PFORTE_REDIS_URL`).
+    pub async fn start_with_env(env: &[(&str, &str)]) -> anyhow::Result<Self> {
         fn field<'a>(banner: &'a [String], label: &str) -> anyhow::Result<&'a str> {
             banner
                 .iter()
@@ -808,7 +813,8 @@ impl PforteUp {
         let mut cmd = Command::new(bin("pforte"));
         cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path().join("data"))
-            .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"));
+            .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"))
+            .envs(env.iter().copied());
         let mut proc = Proc::spawn(cmd)?;
         let banner = proc.lines_until("Press Ctrl-C", Duration::from_secs(60))?;
         let mcp_url = field(&banner, "MCP URL:")?.to_owned();

@@ -1,11 +1,16 @@
 //! End to end, `pforte up`: one command starts gateway + mcp-service, prints a working token and
-//! the Claude Code line, stops cleanly on Ctrl-C, and a second run keeps the token.
+//! the Claude Code line, stops cleanly on Ctrl-C, and a second run keeps the token; with redis,
+//! what it provisions is in redis, where every gateway sees it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{path::Path, process::Command, time::Duration};
 
 use nix::sys::signal::Signal;
-use pforte_tests::{Proc, bin, http_client, mcp_client};
+use pforte_test_redis::RedisServer;
+use pforte_tests::{
+    Gateway, GatewayOptions, McpService, PforteUp, Proc, bin, http_client, mcp_client,
+    oauth::{access_token, mcp_status},
+};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
@@ -283,4 +288,34 @@ async fn a_sigint_right_after_the_banner_does_not_orphan_the_child() {
             "round {round}: mcp-service {kids:?} outlived pforte up"
         );
     }
+}
+
+/// `pforte up` with `redis_url` provisions its first user in redis (the store every gateway on
+/// that redis reads), not in a SQLite file in its data dir: the login its banner prints works
+/// on a second gateway, `pforte serve`, on the same redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_with_redis_prints_a_login_that_a_second_gateway_on_that_redis_accepts() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let redis_url = redis.url();
+    let up = PforteUp::start_with_env(&[("PFORTE_REDIS_URL", &redis_url)])
+        .await
+        .unwrap();
+    assert!(
+        !up.data_dir().join("oauth.db").exists(),
+        "up opened a SQLite OAuth store beside redis"
+    );
+
+    let svc = McpService::start(&[]).unwrap();
+    let mut opts = GatewayOptions::new(svc.url());
+    opts.redis_url = Some(redis_url);
+    let second = Gateway::start(opts).await.unwrap();
+    let token = access_token(&second, &up.user, &up.password, "mcp:read")
+        .await
+        .unwrap_or_else(|e| panic!("{}'s login on the second gateway: {e:#}", up.user));
+    assert_eq!(
+        mcp_status(&second.http(), &second.mcp_url(), &token).await,
+        200
+    );
 }

@@ -1,0 +1,139 @@
+//! What the admin commands (`token`, `user`, `client`, `grant`) share: finding the store a
+//! command works on and opening it once, the OAuth admin API on it, the password prompt, and
+//! how lists print.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use pforte::{
+    cli,
+    clock::{Clock as _, SystemClock},
+    config::GatewayConfig,
+    stores::{Site, Stores},
+};
+use pforte_oauth::{admin::Admin, crypto::Secret};
+
+use super::{CmdResult, Env, Failure, load_config};
+
+/// `--json` for list commands.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct ListArgs {
+    /// Print a JSON array instead of a table (times in RFC 3339 UTC).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The store a command works on: the config's data dir (or `--data-dir`), or redis.
+pub(crate) struct StoreSite {
+    pub(crate) cfg: GatewayConfig,
+    /// True when the embedded store did not exist before this command.
+    created: bool,
+}
+
+impl StoreSite {
+    /// Finds the store. A reading command on a dir without one is refused (66) and creates
+    /// nothing; an adding command (`adds`) may create it and says so afterwards.
+    pub(crate) fn find(
+        config: Option<PathBuf>,
+        data_dir: Option<PathBuf>,
+        adds: bool,
+        env: &Env,
+    ) -> Result<Self, Failure> {
+        let mut cfg = load_config(config.as_deref(), env)?;
+        if let Some(dir) = data_dir {
+            cfg.data_dir = dir;
+        }
+        let embedded = cfg.redis_url.is_none();
+        let missing = embedded && !cli::has_store(&cfg.data_dir);
+        if missing && !adds {
+            return Err(Failure::NoStore(cfg.data_dir));
+        }
+        Ok(Self {
+            cfg,
+            created: missing,
+        })
+    }
+
+    /// Opens the stores (creating the data dir when this command may create the store).
+    pub(crate) fn open(&self) -> Result<Stores, Failure> {
+        if self.created {
+            std::fs::create_dir_all(&self.cfg.data_dir).map_err(|e| {
+                Failure::Unavailable(format!(
+                    "cannot create {}: {e}",
+                    self.cfg.data_dir.display()
+                ))
+            })?;
+        }
+        Stores::open(&Site::new(
+            self.cfg.redis_url.as_deref(),
+            &self.cfg.data_dir,
+        ))
+        .map_err(|e| Failure::Unavailable(e.to_string()))
+    }
+
+    /// After success: the note that this command created a new store, if it did.
+    pub(crate) fn announce(&self) {
+        if self.created {
+            eprintln!("pforte: {}", cli::new_store_message(&self.cfg.data_dir));
+        }
+    }
+}
+
+/// Opens the OAuth store named by the config (or `--data-dir`) and runs `f` on its admin API,
+/// with the time now. `adds`: the command may create the store.
+pub(crate) fn with_admin<F, Fut>(
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    adds: bool,
+    env: &Env,
+    f: F,
+) -> CmdResult
+where
+    F: FnOnce(Admin, u64) -> Fut,
+    Fut: std::future::Future<Output = CmdResult>,
+{
+    let site = StoreSite::find(config, data_dir, adds, env)?;
+    let stores = site.open()?;
+    let admin = Admin::new(stores.oauth.clone());
+    stores.runtime.block_on(f(admin, SystemClock.now()))?;
+    site.announce();
+    Ok(())
+}
+
+/// Reads a password: a hidden prompt on a terminal, else one line of stdin. Never an argument.
+pub(crate) fn read_password(prompt: &str) -> anyhow::Result<Secret> {
+    use std::io::{BufRead as _, IsTerminal as _};
+    let password = if std::io::stdin().is_terminal() {
+        let first = rpassword::prompt_password(prompt)?;
+        let again = rpassword::prompt_password("Again: ")?;
+        if first != again {
+            bail!("the passwords differ");
+        }
+        first
+    } else {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        line.trim_end_matches(['\r', '\n']).to_owned()
+    };
+    if password.chars().count() < 8 {
+        bail!("a password needs at least 8 characters");
+    }
+    Ok(Secret::new(password))
+}
+
+/// Prints a list: a JSON array with `--json`, else an aligned table (or the `empty` line).
+pub(crate) fn print_list(
+    list: ListArgs,
+    json: Vec<serde_json::Value>,
+    headers: &[&str],
+    rows: Vec<Vec<String>>,
+    empty: &str,
+) -> CmdResult {
+    if list.json {
+        let text = serde_json::to_string_pretty(&json).map_err(|e| Failure::Other(e.into()))?;
+        println!("{text}");
+    } else {
+        print!("{}", cli::table(headers, &rows, empty));
+    }
+    Ok(())
+}

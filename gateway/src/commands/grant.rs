@@ -1,0 +1,147 @@
+//! `pforte grant`: OAuth grants (a user's consent to a client, with its tokens).
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use pforte::cli;
+use pforte_oauth::admin::{Admin, GrantFilter};
+
+use super::{
+    CmdResult, Env, Failure,
+    admin::{ListArgs, print_list, with_admin},
+};
+
+#[derive(Subcommand)]
+pub(crate) enum GrantAction {
+    /// List active grants, optionally for one user or client.
+    List {
+        /// Only this user's grants.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this client's grants.
+        #[arg(long)]
+        client: Option<String>,
+        /// Include revoked and expired grants.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        list: ListArgs,
+    },
+    /// Revoke grants: one by id, or every grant of a user and/or client.
+    Revoke {
+        /// The grant id as `grant list` shows it.
+        id: Option<String>,
+        /// Every grant of this user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Every grant of this client.
+        #[arg(long)]
+        client: Option<String>,
+    },
+}
+
+/// Runs `pforte grant ACTION`.
+pub(crate) fn run(
+    action: GrantAction,
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    env: &Env,
+) -> CmdResult {
+    with_admin(config, data_dir, false, env, |admin, now| {
+        grant_cmd(admin, action, now)
+    })
+}
+
+async fn grant_cmd(admin: Admin, action: GrantAction, now: u64) -> CmdResult {
+    match action {
+        GrantAction::List {
+            user,
+            client,
+            all,
+            list,
+        } => {
+            let filter = GrantFilter {
+                username: user,
+                client_id: client,
+                include_inactive: all,
+            };
+            let grants = admin.list_grants(&filter).await?;
+            let state = |g: &pforte_oauth::model::GrantRecord| {
+                if g.revoked_at.is_some() {
+                    "revoked"
+                } else if g.expires_at <= now {
+                    "expired"
+                } else {
+                    "active"
+                }
+            };
+            let json = grants
+                .iter()
+                .map(|g| {
+                    serde_json::json!({
+                        "id": g.family_id,
+                        "state": state(g),
+                        "username": g.username,
+                        "client_id": g.client_id,
+                        "scopes": g.scopes,
+                        "created_at": cli::rfc3339(g.created_at),
+                        "last_used_at": cli::rfc3339(g.last_used_at),
+                        "expires_at": cli::rfc3339(g.expires_at),
+                        "revoked_at": g.revoked_at.map(cli::rfc3339),
+                    })
+                })
+                .collect();
+            let rows = grants
+                .iter()
+                .map(|g| {
+                    vec![
+                        g.family_id.clone(),
+                        state(g).to_owned(),
+                        g.username.clone(),
+                        g.client_id.clone(),
+                        cli::utc_minute(g.created_at),
+                        cli::expiry(Some(g.expires_at), now),
+                        g.scopes.join(" "),
+                    ]
+                })
+                .collect();
+            print_list(
+                list,
+                json,
+                &[
+                    "grant", "state", "user", "client", "created", "expires", "scopes",
+                ],
+                rows,
+                "no grants",
+            )?;
+        }
+        GrantAction::Revoke {
+            id: Some(id),
+            user: None,
+            client: None,
+        } => {
+            admin.revoke_grant(&id).await?;
+            println!("revoked grant {id}");
+        }
+        GrantAction::Revoke {
+            id: None,
+            user,
+            client,
+        } if user.is_some() || client.is_some() => {
+            let n = admin
+                .revoke_grants(&GrantFilter {
+                    username: user,
+                    client_id: client,
+                    include_inactive: false,
+                })
+                .await?;
+            println!("revoked {n} grant(s)");
+        }
+        GrantAction::Revoke { .. } => {
+            return Err(Failure::Usage(
+                "name one grant id, or --user and/or --client".to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
