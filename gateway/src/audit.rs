@@ -122,11 +122,7 @@ fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch.
 pub fn rfc3339_ms(ms: u64) -> String {
-    let (y, m, d, hh, mm, ss) = crate::clock::utc_fields(ms / 1000);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{:03}Z",
-        ms % 1000
-    )
+    pforte_clock::UtcDateTime::from_unix_ms(ms).rfc3339_ms()
 }
 
 /// Where audit lines go (config `audit_log`).
@@ -626,12 +622,7 @@ mod tests {
             name.ends_with(&format!("…(+{} bytes)", (4 << 20) - 256)),
             "{name}"
         );
-        assert!(
-            v["method"]
-                .as_str()
-                .unwrap()
-                .starts_with("tools/call\\ny")
-        );
+        assert!(v["method"].as_str().unwrap().starts_with("tools/call\\ny"));
         let bidi = record(Some("who\u{202e}ami"));
         let v = serde_json::to_value(bidi).unwrap();
         assert_eq!(v["name"], "who\\u{202e}ami");

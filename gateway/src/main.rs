@@ -10,13 +10,13 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pforte::{
     cli,
-    clock::{Clock as _, SystemClock},
     config::{GatewayConfig, Settings},
     logging, preflight, server,
     stores::{Site, Stores},
     tls, tokens,
     up::{self, ServiceChild},
 };
+use pforte_clock::{Clock as _, SystemClock};
 use pforte_oauth::{
     admin::{Admin, AdminError, GrantFilter},
     crypto::Secret,
@@ -569,7 +569,7 @@ fn up_cmd(
             &settings.file.scopes,
             &[],
             None,
-            SystemClock.now(),
+            SystemClock.now_secs(),
             &mut rand::rng(),
         )?;
         println!("  Token:     {token}");
@@ -679,7 +679,7 @@ where
     let site = store_site(config, data_dir, adds)?;
     let stores = site.open()?;
     let admin = Admin::new(stores.oauth.clone());
-    stores.runtime.block_on(f(admin, SystemClock.now()))?;
+    stores.runtime.block_on(f(admin, SystemClock.now_secs()))?;
     site.announce();
     Ok(())
 }
@@ -953,7 +953,7 @@ fn token_cmd(action: TokenAction, config: Option<PathBuf>, data_dir: Option<Path
     let cfg = &site.cfg;
     let stores = site.open()?;
     let store = &stores.tokens;
-    let now = SystemClock.now();
+    let now = SystemClock.now_secs();
     match action {
         TokenAction::Create {
             name,
