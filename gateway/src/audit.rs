@@ -122,11 +122,7 @@ fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch.
 pub fn rfc3339_ms(ms: u64) -> String {
-    let (y, m, d, hh, mm, ss) = crate::clock::utc_fields(ms / 1000);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{:03}Z",
-        ms % 1000
-    )
+    pforte_clock::UtcDateTime::from_unix_ms(ms).rfc3339_ms()
 }
 
 /// Where audit lines go (config `audit_log`).

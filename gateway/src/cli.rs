@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::clock::utc_fields;
+use pforte_clock::UtcDateTime;
 
 /// Exit codes of the `pforte` binary (sysexits.h where one fits).
 pub mod exit {
@@ -44,20 +44,18 @@ pub fn new_store_message(dir: &Path) -> String {
 
 /// `2026-12-01 19:03Z`
 pub fn utc_minute(secs: u64) -> String {
-    let (y, m, d, hh, mm, _) = utc_fields(secs);
-    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}Z")
+    let t = UtcDateTime::from_unix_secs(secs);
+    format!("{} {:02}:{:02}Z", t.date(), t.hour, t.minute)
 }
 
 /// `2027-03-01`
 pub fn utc_date(secs: u64) -> String {
-    let (y, m, d, ..) = utc_fields(secs);
-    format!("{y:04}-{m:02}-{d:02}")
+    UtcDateTime::from_unix_secs(secs).date()
 }
 
 /// RFC 3339, for `--json`: `2026-12-01T19:03:07Z`
 pub fn rfc3339(secs: u64) -> String {
-    let (y, m, d, hh, mm, ss) = utc_fields(secs);
-    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z")
+    UtcDateTime::from_unix_secs(secs).rfc3339()
 }
 
 /// How far `at` is from `now`: `in 90 d`, `3 h ago`, `in 5 min`, `now`.

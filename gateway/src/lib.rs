@@ -6,7 +6,6 @@ pub mod auth;
 pub mod balance;
 pub mod catalog;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod forward;
 pub mod limit;

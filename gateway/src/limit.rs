@@ -9,7 +9,7 @@ use std::{
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use crate::clock::Clock;
+use pforte_clock::Clock;
 
 pub mod redis;
 
@@ -396,7 +396,9 @@ pub fn headers(class: Class, policy: Policy, d: &Decision) -> [(&'static str, St
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::clock::ManualClock;
+    use std::time::Duration;
+
+    use pforte_clock::ManualClock;
 
     const P: Policy = Policy {
         rate: 60,
@@ -405,7 +407,7 @@ mod tests {
     };
 
     fn limiter() -> (ManualClock, LocalLimiter) {
-        let clock = ManualClock::at(1_000);
+        let clock = ManualClock::at(Duration::from_secs(1_000));
         (clock.clone(), LocalLimiter::new(Arc::new(clock)))
     }
 
@@ -423,7 +425,7 @@ mod tests {
 
     #[tokio::test]
     async fn peek_answers_a_recent_refusal_without_charging() {
-        let clock = ManualClock::at(1_000);
+        let clock = ManualClock::at(Duration::from_secs(1_000));
         let shared = SharedLimiter::new(
             None,
             LocalLimiter::new(Arc::new(clock.clone())),
@@ -447,7 +449,7 @@ mod tests {
         for _ in 0..100 {
             assert!(shared.peek("ip", P).is_some());
         }
-        clock.advance_ms(refused.retry_after_ms);
+        clock.advance(Duration::from_millis(refused.retry_after_ms));
         assert_eq!(shared.peek("ip", P), None);
         assert!(shared.check("ip", P).await.allowed);
     }
@@ -463,9 +465,9 @@ mod tests {
         let refused = l.decide("k", P);
         assert!(!refused.allowed);
         assert_eq!(refused.retry_after_ms, 1000);
-        now.advance_ms(999);
+        now.advance(Duration::from_millis(999));
         assert!(!l.decide("k", P).allowed);
-        now.advance_ms(1);
+        now.advance(Duration::from_millis(1));
         assert!(l.decide("k", P).allowed);
         assert!(!l.decide("k", P).allowed);
     }
@@ -476,7 +478,7 @@ mod tests {
         for _ in 0..5 {
             assert!(l.decide("k", P).allowed);
         }
-        now.advance_ms(3_600_000);
+        now.advance(Duration::from_millis(3_600_000));
         let allowed = (0..10).filter(|_| l.decide("k", P).allowed).count();
         assert_eq!(allowed, 5);
     }
@@ -495,7 +497,7 @@ mod tests {
     /// amortised sweep itself: `pforte_oauth::ratelimit` `table_sweeps_are_amortised`).
     #[test]
     fn memory_is_bounded_and_busy_keys_survive_a_flood() {
-        let clock = ManualClock::at(1_000);
+        let clock = ManualClock::at(Duration::from_secs(1_000));
         let l = LocalLimiter::with_capacity(Arc::new(clock.clone()), 1_000);
         for _ in 0..5 {
             assert!(l.decide("busy", P).allowed);

@@ -5,6 +5,7 @@
 use std::{net::IpAddr, sync::Arc};
 
 use bytes::Bytes;
+use pforte_clock::Clock;
 use pforte_oauth::{
     AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator, http::ClientIp,
     store::Store,
@@ -89,6 +90,7 @@ fn token_binding(p: &pforte_oauth::Principal) -> Binding {
 pub struct AuthService {
     server: Arc<AuthServer>,
     store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
     /// Registered client names by client id, with when they were read (ms).
     client_names: std::sync::Mutex<std::collections::HashMap<String, (Option<String>, u64)>>,
     router: axum::Router,
@@ -115,21 +117,25 @@ impl std::fmt::Debug for AuthService {
 impl AuthService {
     /// Builds the server on `store` (loading or creating its key there), on the stores' runtime
     /// `rt`, which it keeps; called before pingora starts its runtimes.
-    /// Its events (logins, tokens, revocations, validation cache) go to `observer`.
+    /// Its events (logins, tokens, revocations, validation cache) go to `observer`; it reads
+    /// the time from `clock`.
     pub fn open(
         settings: &Settings,
         store: Arc<dyn Store>,
         rt: tokio::runtime::Runtime,
         observer: Arc<dyn pforte_oauth::Observer>,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, OAuthSetupError> {
         let cfg = oauth_config(settings)?;
         let server = rt.block_on(
             AuthServer::builder(cfg, store.clone())
                 .observer(observer)
+                .clock(clock.clone())
                 .build(),
         )?;
         Ok(Self {
             store,
+            clock,
             client_names: std::sync::Mutex::new(std::collections::HashMap::new()),
             router: pforte_oauth::router(server.clone()),
             validator: server.validator(),
@@ -175,7 +181,7 @@ impl AuthService {
     async fn client_name(&self, client_id: &str) -> Option<String> {
         const TTL_MS: u64 = 60_000;
         const MAX: usize = 10_000;
-        let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+        let now = self.clock.now_ms();
         if let Ok(names) = self.client_names.lock()
             && let Some((name, at)) = names.get(client_id)
             && now.saturating_sub(*at) < TTL_MS

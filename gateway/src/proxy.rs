@@ -6,6 +6,7 @@ use std::{sync::Arc, time::Instant};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
+use pforte_clock::Clock;
 use pingora::{
     Error, ErrorSource, ErrorType, Result,
     http::{RequestHeader, ResponseHeader},
@@ -19,7 +20,6 @@ use crate::{
     auth::{self, AuthFailure, Principal},
     balance::{self, Instances},
     catalog::{self, Catalog},
-    clock::Clock,
     config::{self, Settings, Upstream, UpstreamKind},
     forward,
     limit::{Class, Decision, Policy, SharedLimiter},
@@ -305,7 +305,7 @@ impl Gateway {
     ) -> Result<Principal, AuthFailure> {
         let token = token?.ok_or(AuthFailure::Missing)?;
         let principal = if auth::looks_static(token) {
-            auth::authenticate_static(token, &self.tokens.get(), self.clock.now())?
+            auth::authenticate_static(token, &self.tokens.get(), self.clock.now_secs())?
         } else {
             let principal = self.oauth.authenticate(token).await?;
             // An OAuth token is for one resource: another route's is not valid here.

@@ -4,6 +4,7 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use async_trait::async_trait;
+use pforte_clock::{Clock, SystemClock};
 use pingora::{
     listeners::{L4BufferSettings, ListenerConfig, tls::TlsSettings},
     server::{
@@ -21,7 +22,6 @@ mod conns;
 use crate::{
     audit::{AuditLog, AuditSink, Rotation, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},
-    clock::SystemClock,
     config::{Settings, UpstreamKind},
     limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
     metrics::{self, Metrics},
@@ -219,11 +219,13 @@ pub fn run(
     } = stores;
     let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
     let metrics = Arc::new(Metrics::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let oauth = Arc::new(AuthService::open(
         &settings,
         oauth,
         runtime,
         metrics.clone(),
+        clock.clone(),
     )?);
     let metrics_listener = match settings.file.metrics_listen {
         Some(addr) => Some(
@@ -262,7 +264,6 @@ pub fn run(
     server.bootstrap();
 
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
-    let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
     let shared: Option<Arc<dyn Limiter>> = match (&settings.file.redis_url, oauth.runtime()) {
         (Some(url), Some(rt)) => {
             // The connection manager lives on the store runtime, not on a pingora one.

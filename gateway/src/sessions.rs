@@ -24,7 +24,7 @@ use std::{
 use redis::{Script, aio::ConnectionManager};
 use sha2::{Digest as _, Sha256};
 
-use crate::clock::Clock;
+use pforte_clock::Clock;
 
 /// Who binds or uses a session: the principal that owns it, and the person it counts against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -603,7 +603,7 @@ impl RedisSessions {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use pforte_clock::ManualClock;
 
     const HOUR: u64 = 3_600_000;
 
@@ -696,7 +696,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_backend_with_a_fake_clock() {
-        let clock = ManualClock::at(1_000);
+        let clock = ManualClock::at(Duration::from_secs(1_000));
         let sessions = Sessions::local(
             Arc::new(clock.clone()),
             SessionOptions {
@@ -716,12 +716,12 @@ mod tests {
             sessions.check("s1", h("bob")).await.unwrap().ownership,
             Ownership::Foreign
         );
-        clock.advance(59);
+        clock.advance(Duration::from_secs(59));
         assert_eq!(
             sessions.check("s1", h("alice")).await.unwrap().ownership,
             Ownership::Owner
         );
-        clock.advance(60);
+        clock.advance(Duration::from_secs(60));
         assert_eq!(
             sessions.check("s1", h("alice")).await.unwrap().ownership,
             Ownership::Unknown
@@ -889,7 +889,10 @@ mod tests {
 
     #[tokio::test]
     async fn an_unstorable_instance_is_not_recorded() {
-        let sessions = Sessions::local(Arc::new(ManualClock::at(1)), SessionOptions::default());
+        let sessions = Sessions::local(
+            Arc::new(ManualClock::at(Duration::from_secs(1))),
+            SessionOptions::default(),
+        );
         assert_eq!(
             sessions.bind("s", h("a"), Some("bad\nurl")).await.unwrap(),
             Binding::owner(None)

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::clock::{RandomIds, SystemClock};
+use pforte_clock::SystemClock;
+
 use crate::config::{ServiceConfig, StoreKind};
 use crate::engine::{Engine, EngineConfig, EngineError};
+use crate::ids::RandomIds;
 use crate::store::{RedisStore, SqliteStore, Store, StoreError};
 use crate::tools::{Bounds, Planner};
 

@@ -24,8 +24,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
-use crate::clock::{Clock, Ids, rfc3339};
+use pforte_clock::{Clock, UtcDateTime};
+
 use crate::engine::Engine;
+use crate::ids::Ids;
 use crate::store::{Document, DocumentSummary, HistoryEntry, Store, WriteOutcome};
 use answer::{
     CheckAnswer, CreateAnswer, EditAnswer, Finding, HistoryAnswer, HistoryItem, InspectAnswer,
@@ -475,7 +477,7 @@ impl Planner {
             };
             return Ok(Answer::new(&answer, text));
         }
-        let now = self.clock.now_millis();
+        let now = self.clock.now_ms();
         let next = Document {
             version: doc.version + 1,
             checksum: checksum(&after),
@@ -569,7 +571,7 @@ impl Planner {
                 revision: json!({ "checksum": checksum(&input.text) }),
             });
         }
-        let now = self.clock.now_millis();
+        let now = self.clock.now_ms();
         let doc = Document {
             uuid: self.ids.new_uuid(),
             title: title.to_owned(),
@@ -628,13 +630,13 @@ impl Planner {
                     text,
                     "v{} {} {} — {}",
                     e.version,
-                    rfc3339(e.time),
+                    UtcDateTime::from_unix_ms(e.time).rfc3339(),
                     e.author,
                     e.subject
                 );
                 HistoryItem {
                     version: e.version,
-                    time: rfc3339(e.time),
+                    time: UtcDateTime::from_unix_ms(e.time).rfc3339(),
                     author: e.author,
                     host: e.host,
                     user: e.user,

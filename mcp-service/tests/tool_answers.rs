@@ -5,9 +5,10 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use mcp_service::clock::{ManualClock, SequentialIds};
 use mcp_service::engine::{Engine, EngineConfig, EngineError};
+use mcp_service::ids::SequentialIds;
 use mcp_service::server::catalog;
 use mcp_service::store::SqliteStore;
 use mcp_service::tools::answer::{WhoamiAnswer, to_value};
@@ -16,6 +17,7 @@ use mcp_service::tools::input::{
     MoveNodeInput, RemoveNodeInput, SetSizeInput, SetStatusInput, Source, WriteInput,
 };
 use mcp_service::tools::{Answer, Bounds, Caller, Edit, Planner, ToolError};
+use pforte_clock::ManualClock;
 use serde_json::{Value, json};
 
 const PROSE: &str = "hello world\nthis is a letter to a friend, not a plan.\n";
@@ -50,7 +52,7 @@ fn planner() -> Planner {
     Planner::new(
         Engine::new(EngineConfig::default()).unwrap(),
         Arc::new(SqliteStore::in_memory().unwrap()),
-        Arc::new(ManualClock::at(1_700_000_000_000)),
+        Arc::new(ManualClock::at(Duration::from_millis(1_700_000_000_000))),
         Arc::new(SequentialIds::default()),
         4 << 20,
     )

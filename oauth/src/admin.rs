@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::clock::{Clock, Entropy, OsEntropy, SystemClock};
+use pforte_clock::{Clock, SystemClock};
+
 use crate::config::PasswordHashing;
 use crate::crypto::{self, PasswordError, Secret};
+use crate::entropy::{Entropy, OsEntropy};
 use crate::error::StoreError;
 use crate::model::{AuthMethod, GrantRecord, UserRecord};
 use crate::store::Store;
@@ -126,7 +128,7 @@ impl Admin {
             return Err(AdminError::InvalidUsername(username.to_owned()));
         }
         let hash = self.hash(password).await?;
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         let user = UserRecord {
             username: username.to_owned(),
             password_hash: hash,
@@ -144,7 +146,7 @@ impl Admin {
         let hash = self.hash(password).await?;
         if !self
             .store
-            .set_password(username, &hash, self.clock.now())
+            .set_password(username, &hash, self.clock.now_secs())
             .await?
         {
             return Err(AdminError::NoSuchUser(username.to_owned()));
@@ -169,7 +171,11 @@ impl Admin {
 
     /// `pforte user remove`: also revokes every grant of the user.
     pub async fn remove_user(&self, username: &str) -> Result<(), AdminError> {
-        if !self.store.delete_user(username, self.clock.now()).await? {
+        if !self
+            .store
+            .delete_user(username, self.clock.now_secs())
+            .await?
+        {
             return Err(AdminError::NoSuchUser(username.to_owned()));
         }
         Ok(())
@@ -197,7 +203,7 @@ impl Admin {
     pub async fn remove_client(&self, client_id: &str) -> Result<(), AdminError> {
         if !self
             .store
-            .delete_client(client_id, self.clock.now())
+            .delete_client(client_id, self.clock.now_secs())
             .await?
         {
             return Err(AdminError::NoSuchClient(client_id.to_owned()));
@@ -207,7 +213,7 @@ impl Admin {
 
     /// `pforte grant list`.
     pub async fn list_grants(&self, filter: &GrantFilter) -> Result<Vec<GrantRecord>, AdminError> {
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         Ok(self
             .store
             .list_grants()
@@ -225,7 +231,7 @@ impl Admin {
             include_inactive: false,
             ..filter.clone()
         };
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         let mut n = 0;
         for g in self.list_grants(&active).await? {
             if self.store.revoke_grant(&g.family_id, now).await? {
@@ -237,7 +243,11 @@ impl Admin {
 
     /// `pforte grant revoke ID`.
     pub async fn revoke_grant(&self, family_id: &str) -> Result<(), AdminError> {
-        if !self.store.revoke_grant(family_id, self.clock.now()).await? {
+        if !self
+            .store
+            .revoke_grant(family_id, self.clock.now_secs())
+            .await?
+        {
             return Err(AdminError::NoSuchGrant(family_id.to_owned()));
         }
         Ok(())

@@ -9,8 +9,8 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use subtle::ConstantTimeEq;
 
-use crate::clock::Entropy;
 use crate::config::PasswordHashing;
+use crate::entropy::Entropy;
 
 /// Prefix of every access token this server mints.
 pub const ACCESS_PREFIX: &str = "pfat_";
@@ -167,7 +167,7 @@ pub fn verify_password(password: &str, phc: &str) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::clock::OsEntropy;
+    use crate::entropy::OsEntropy;
 
     #[test]
     fn rfc7636_appendix_b_vector() {

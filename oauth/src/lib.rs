@@ -3,9 +3,9 @@
 
 pub mod admin;
 pub mod cimd;
-pub mod clock;
 pub mod config;
 pub mod crypto;
+pub mod entropy;
 pub mod error;
 pub mod http;
 pub mod model;

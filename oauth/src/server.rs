@@ -4,10 +4,12 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use pforte_clock::{Clock, SystemClock};
+
 use crate::cimd::{CimdResolver, DocumentFetcher, HttpFetcher};
-use crate::clock::{Clock, Entropy, OsEntropy, SystemClock};
 use crate::config::{ConfigError, OAuthConfig};
 use crate::crypto::{self, CODE_PREFIX, REFRESH_PREFIX, SECRET_PREFIX, ServerKey};
+use crate::entropy::{Entropy, OsEntropy};
 use crate::error::{OAuthError, StoreError};
 use crate::model::{AuthMethod, ClientRecord};
 use crate::observe::{Event, Observer, Unobserved};
@@ -168,7 +170,7 @@ impl AuthServer {
     }
 
     pub(crate) fn now(&self) -> u64 {
-        self.clock.now()
+        self.clock.now_secs()
     }
 
     /// The client `client_id`; a metadata-document client is fetched (on a cache miss) within

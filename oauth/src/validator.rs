@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::clock::Clock;
+use pforte_clock::Clock;
+
 use crate::config::OAuthConfig;
 use crate::crypto::{ACCESS_PREFIX, hash_secret};
 use crate::error::ValidationError;
@@ -170,7 +171,9 @@ fn expiry(p: Principal, now_ms: u64) -> Result<Principal, ValidationError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::clock::ManualClock;
+    use pforte_clock::ManualClock;
+    use std::time::Duration;
+
     use crate::model::{AccessRecord, GrantRecord, RefreshRecord};
     use crate::store::SqliteStore;
 
@@ -182,7 +185,11 @@ mod tests {
 
     async fn setup_with(resource: &str, cfg: OAuthConfig) -> (Arc<dyn Store>, Validator, String) {
         let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
-        let v = Validator::new(store.clone(), &cfg, Arc::new(ManualClock::at(T)));
+        let v = Validator::new(
+            store.clone(),
+            &cfg,
+            Arc::new(ManualClock::at(Duration::from_secs(T))),
+        );
         let token = format!("{ACCESS_PREFIX}abc");
         let g = GrantRecord {
             family_id: "f".into(),

@@ -5,10 +5,8 @@
 
 use std::sync::Arc;
 
-use pforte::{
-    clock::SystemClock,
-    limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter},
-};
+use pforte::limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter};
+use pforte_clock::SystemClock;
 use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer};
 use serde_json::Value;
 

@@ -9,7 +9,7 @@ use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 use tokio::task::JoinSet;
 
 use super::Instances;
-use crate::clock::Clock;
+use pforte_clock::Clock;
 
 /// How long one probe may take to connect (below the one-second round).
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(900);
@@ -94,7 +94,9 @@ impl BackgroundService for Prober {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::{balance::PROBE_UP_EVERY_MS, clock::ManualClock};
+    use pforte_clock::ManualClock;
+
+    use crate::balance::PROBE_UP_EVERY_MS;
 
     /// A port nothing listens on (bound a moment ago, then released).
     fn closed_port() -> u16 {
@@ -117,7 +119,7 @@ mod tests {
         let route = Arc::new(Instances::new("plans", &urls).unwrap());
         let single =
             Arc::new(Instances::new("one", &[format!("http://127.0.0.1:{dead}/mcp")]).unwrap());
-        let clock = ManualClock::at(100);
+        let clock = ManualClock::at(Duration::from_secs(100));
         let prober = Prober::new(vec![route.clone(), single.clone()], Arc::new(clock.clone()));
         assert!(prober.has_work());
 
@@ -133,7 +135,7 @@ mod tests {
 
         // Nothing is due within the second; then only the down one.
         assert_eq!(prober.round().await, 0);
-        clock.advance(1);
+        clock.advance(Duration::from_secs(1));
         assert_eq!(prober.round().await, 1);
         assert!(!route.is_healthy(1));
 
@@ -142,13 +144,13 @@ mod tests {
         let Ok(_back) = back else {
             return; // the port was taken meanwhile; nothing to learn here
         };
-        clock.advance(1);
+        clock.advance(Duration::from_secs(1));
         assert_eq!(prober.round().await, 1);
         assert!(route.is_healthy(1));
 
         // The live one dies: noticed by the slower probe of healthy instances.
         drop(listener);
-        clock.advance_ms(PROBE_UP_EVERY_MS);
+        clock.advance(Duration::from_millis(PROBE_UP_EVERY_MS));
         prober.round().await;
         assert!(!route.is_healthy(0));
         assert_eq!(route.pick(), Some(1));
@@ -157,7 +159,7 @@ mod tests {
     #[tokio::test]
     async fn a_prober_without_balanced_routes_has_nothing_to_do() {
         let one = Arc::new(Instances::new("one", &["http://127.0.0.1:1/mcp"]).unwrap());
-        let prober = Prober::new(vec![one], Arc::new(ManualClock::at(1)));
+        let prober = Prober::new(vec![one], Arc::new(ManualClock::at(Duration::from_secs(1))));
         assert!(!prober.has_work());
         assert_eq!(prober.round().await, 0);
     }

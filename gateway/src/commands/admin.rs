@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use anyhow::bail;
 use pforte::{
     cli,
-    clock::{Clock as _, SystemClock},
     config::GatewayConfig,
     stores::{Site, Stores},
 };
+use pforte_clock::{Clock as _, SystemClock};
 use pforte_oauth::{admin::Admin, crypto::Secret};
 
 use super::{CmdResult, Env, Failure, load_config};
@@ -95,7 +95,7 @@ where
     let site = StoreSite::find(config, data_dir, adds, env)?;
     let stores = site.open()?;
     let admin = Admin::new(stores.oauth.clone());
-    stores.runtime.block_on(f(admin, SystemClock.now()))?;
+    stores.runtime.block_on(f(admin, SystemClock.now_secs()))?;
     site.announce();
     Ok(())
 }

@@ -4,11 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
-use pforte::{
-    cli,
-    clock::{Clock as _, SystemClock},
-    tokens,
-};
+use pforte::{cli, tokens};
+use pforte_clock::{Clock as _, SystemClock};
 
 use super::{
     CmdResult, Env, Failure,
@@ -54,7 +51,7 @@ pub(crate) fn run(
     let cfg = &site.cfg;
     let stores = site.open()?;
     let store = &stores.tokens;
-    let now = SystemClock.now();
+    let now = SystemClock.now_secs();
     match action {
         TokenAction::Create {
             name,

@@ -12,13 +12,13 @@ use std::{
 use anyhow::Context as _;
 use pforte::{
     cli,
-    clock::{Clock as _, SystemClock},
     config::{GatewayConfig, RouteConfig, TlsFiles},
     preflight, server,
     stores::Stores,
     tls, tokens,
     up::{self, ServiceChild},
 };
+use pforte_clock::{Clock as _, SystemClock};
 use pforte_oauth::{
     admin::{Admin, AdminError},
     crypto::Secret,
@@ -119,7 +119,7 @@ fn run(
     let token = first_token(
         stores.tokens.as_ref(),
         &settings.file.scopes,
-        SystemClock.now(),
+        SystemClock.now_secs(),
     )?;
     match &token {
         Some(token) => {

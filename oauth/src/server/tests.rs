@@ -5,14 +5,15 @@
 
 use async_trait::async_trait;
 use base64::Engine;
+use pforte_clock::ManualClock;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::Duration;
 use url::Url;
 
 use super::*;
 use crate::admin::Admin;
 use crate::cimd::FetchedDocument;
-use crate::clock::ManualClock;
 use crate::config::{PasswordHashing, Quota};
 use crate::crypto::{Secret, pkce_s256};
 use crate::error::ValidationError;
@@ -55,7 +56,7 @@ fn config() -> OAuthConfig {
 
 async fn harness_with(cfg: OAuthConfig, fetcher: Option<Arc<dyn DocumentFetcher>>) -> H {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
-    let clock = Arc::new(ManualClock::at(T0));
+    let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
     let mut b = AuthServer::builder(cfg, store.clone()).clock(clock.clone());
     if let Some(f) = fetcher {
         b = b.document_fetcher(f);
@@ -451,7 +452,7 @@ async fn code_expires_after_60_seconds() {
     let h = harness().await;
     let (cid, _) = h.register("none").await;
     let code = h.code(&cid).await;
-    h.clock.advance_secs(60);
+    h.clock.advance(Duration::from_secs(60));
     assert_eq!(
         h.exchange(&cid, None, &code, VERIFIER)
             .await
@@ -488,7 +489,7 @@ async fn refresh_reuse_inside_grace_returns_same_pair() {
         .refresh(&cid, None, t.refresh_token.expose())
         .await
         .unwrap();
-    h.clock.advance_secs(30);
+    h.clock.advance(Duration::from_secs(30));
     let b = h
         .refresh(&cid, None, t.refresh_token.expose())
         .await
@@ -522,7 +523,7 @@ async fn refresh_reuse_after_grace_revokes_family() {
         .refresh(&cid, None, t.refresh_token.expose())
         .await
         .unwrap();
-    h.clock.advance_secs(31);
+    h.clock.advance(Duration::from_secs(31));
     assert_eq!(
         h.refresh(&cid, None, t.refresh_token.expose())
             .await
@@ -707,7 +708,7 @@ async fn expired_and_revoked_access_tokens() {
         .await
         .unwrap();
     let v = h.s.validator();
-    h.clock.advance_secs(3600);
+    h.clock.advance(Duration::from_secs(3600));
     assert!(matches!(
         v.validate(t.access_token.expose()).await,
         Err(ValidationError::Expired)
@@ -888,7 +889,7 @@ async fn wrong_passwords_from_one_ip_never_lock_the_user_out_elsewhere() {
                 }
                 other => panic!("attacker got {other}"),
             }
-            h.clock.advance_ms(rng.below(3_000));
+            h.clock.advance(Duration::from_millis(rng.below(3_000)));
         }
         let owner = ip(&format!("203.0.113.{}", 1 + round % 200));
         let form = login_form(&h, &cid, owner).await;
@@ -909,7 +910,7 @@ async fn six_successful_logins_within_a_minute_all_succeed() {
         let form = login_form(&h, &cid, home).await;
         let r = try_login(&h, &form, "alice", "correct horse", home).await;
         assert_eq!(status(&r), 303, "device {device}");
-        h.clock.advance_secs(5);
+        h.clock.advance(Duration::from_secs(5));
     }
     // A success resets its (user, IP) bucket: failures before it do not add up across it.
     let form = login_form(&h, &cid, home).await;
@@ -924,7 +925,7 @@ async fn six_successful_logins_within_a_minute_all_succeed() {
             status(&try_login(&h, &form, "alice", "correct horse", home).await),
             303
         );
-        h.clock.advance_secs(30);
+        h.clock.advance(Duration::from_secs(30));
     }
 }
 
@@ -954,7 +955,7 @@ async fn one_ip_cannot_try_more_than_n_passwords_a_minute_across_usernames() {
             429 => assert!(r.retry_after.is_some()),
             other => panic!("{other}"),
         }
-        h.clock.advance_ms(rng.below(1_500));
+        h.clock.advance(Duration::from_millis(rng.below(1_500)));
     }
     let n = (quota.burst + quota.per_minute) as usize;
     for (i, t) in verified.iter().enumerate() {
@@ -977,7 +978,7 @@ async fn cookieless_authorize_gets_store_nothing_and_are_throttled() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("oauth.db");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
-    let clock = Arc::new(ManualClock::at(T0));
+    let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
     let s = AuthServer::builder(config(), store.clone())
         .clock(clock.clone())
         .build()
@@ -1100,9 +1101,9 @@ async fn registration_throttled_per_ip() {
 async fn unused_clients_are_reaped() {
     let h = harness().await;
     let (idle, _) = h.register("none").await;
-    h.clock.advance_secs(29 * 86_400);
+    h.clock.advance(Duration::from_secs(29 * 86_400));
     let (busy, _) = h.register("none").await;
-    h.clock.advance_secs(2 * 86_400);
+    h.clock.advance(Duration::from_secs(2 * 86_400));
     let report = h.s.maintenance().await.unwrap();
     assert_eq!(report.clients_reaped, 1);
     assert!(h.store.get_client(&idle).await.unwrap().is_none());
@@ -1237,7 +1238,7 @@ impl Seen {
 async fn the_observer_sees_each_event_once() {
     use crate::observe::Event::*;
     let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
-    let clock = Arc::new(ManualClock::at(T0));
+    let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
     let seen = Arc::new(Seen::default());
     let s = AuthServer::builder(config(), store.clone())
         .clock(clock.clone())

@@ -7,10 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pforte::{
-    clock::SystemClock,
-    limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter},
-};
+use pforte::limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter};
+use pforte_clock::SystemClock;
 use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer};
 
 const BIG: Policy = Policy {
