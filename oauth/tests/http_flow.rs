@@ -114,7 +114,7 @@ impl RedisServer {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "redis-server missing under CI=true"
             );
-            eprintln!("SKIP: redis-server not installed");
+            pforte_test_redis::skip("redis-server not installed");
             return None;
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")

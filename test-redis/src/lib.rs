@@ -12,6 +12,28 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
+/// Environment variable naming a file where every skipped test adds one line (`./test.sh` sets
+/// it and lists the file at the end, since the test runner hides a passing test's output).
+pub const SKIP_LOG_ENV: &str = "PFORTE_SKIP_LOG";
+
+/// Reports that the running test skips itself because `why` (a tool or input is missing): a
+/// `SKIP test: why` line on stderr and, when [`SKIP_LOG_ENV`] is set, in that file. Call it only
+/// outside CI; under `CI=true` a missing input is a failure.
+pub fn skip(why: &str) {
+    use std::io::Write as _;
+    let thread = std::thread::current();
+    let line = format!("SKIP {}: {why}", thread.name().unwrap_or("?"));
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV)
+        && let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        let _ = writeln!(file, "{line}");
+    }
+}
+
 /// The first `name` executable on `PATH`.
 pub fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
@@ -46,7 +68,7 @@ impl RedisServer {
                 !in_ci(),
                 "redis-server is missing under CI=true (apt-get install redis-server)"
             );
-            eprintln!("SKIP: redis-server is not installed (apt-get install redis-server)");
+            skip("redis-server is not installed (apt-get install redis-server)");
             return None;
         };
         // A port can be taken between probing and binding: retry on a fresh one.

@@ -17,7 +17,7 @@ pub fn tools() -> Option<(PathBuf, PathBuf)> {
     match node22().and_then(|node| Ok((node, conformance_packages()?))) {
         Ok(t) => Some(t),
         Err(why) if !in_ci() => {
-            eprintln!("skipped: {why}");
+            crate::skip(&why);
             None
         }
         Err(why) => panic!("{why}"),

@@ -775,7 +775,7 @@ pub fn python_sdk_or_skip() -> Option<PathBuf> {
         Ok(p) => Some(p),
         Err(e) if in_ci() => panic!("{e}"),
         Err(e) => {
-            eprintln!("skipping: {e}");
+            skip(&e);
             None
         }
     }
@@ -920,7 +920,7 @@ pub fn parse_challenge(header: &str) -> Option<(String, HashMap<String, String>)
     }
 }
 
-pub use pforte_test_redis::{RedisServer, free_port, in_ci, which};
+pub use pforte_test_redis::{RedisServer, free_port, in_ci, skip, which};
 
 pub mod conformance;
 pub mod oauth;

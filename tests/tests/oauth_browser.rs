@@ -37,7 +37,7 @@ fn is_png(path: &Path) -> bool {
 async fn chromium_renders_login_and_consent_without_console_errors() {
     let Some(chromium) = chromium() else {
         assert!(!in_ci(), "chromium is missing under CI=true");
-        eprintln!("SKIP: chromium is not installed (apt-get install -y chromium)");
+        pforte_tests::skip("chromium is not installed (apt-get install -y chromium)");
         return;
     };
     let svc = McpService::start(&[]).unwrap();

@@ -40,7 +40,7 @@ async fn python_sdk_completes_oauth_against_pforte_up() {
     let python = match python_with_sdk() {
         Ok(p) => p,
         Err(why) if !in_ci() => {
-            eprintln!("SKIP: {why}");
+            pforte_tests::skip(&why);
             return;
         }
         Err(why) => panic!("{why}"),

@@ -224,7 +224,7 @@ impl AofRedis {
                 !pforte_tests::in_ci(),
                 "redis-server is missing under CI=true"
             );
-            eprintln!("SKIP: redis-server is not installed");
+            pforte_tests::skip("redis-server is not installed");
             None
         })?;
         let mut r = Self {

@@ -34,7 +34,7 @@ async fn the_python_sdk_steps_up_from_read_to_write() {
     let python = match python_with_mcp_sdk(MCP_SDK_VERSION) {
         Ok(p) => p,
         Err(why) if !in_ci() => {
-            eprintln!("skipped: {why}");
+            pforte_tests::skip(&why);
             return;
         }
         Err(why) => panic!("{why}"),

@@ -30,7 +30,7 @@ pub fn fixtures() -> Option<PathBuf> {
         "fixtures missing at {} but CI=true",
         dir.display()
     );
-    eprintln!("SKIP: Werkbaum fixtures not found at {}", dir.display());
+    pforte_tests::skip(&format!("Werkbaum fixtures not found at {}", dir.display()));
     None
 }
 
@@ -243,7 +243,7 @@ impl Redis {
             .find(|p| Path::new(p).exists());
         let Some(bin) = bin else {
             assert!(!pforte_tests::in_ci(), "redis-server missing under CI=true");
-            eprintln!("SKIP: redis-server not installed");
+            pforte_tests::skip("redis-server not installed");
             return None;
         };
         let port = pforte_tests::free_port();
