@@ -3,7 +3,7 @@
 # a C compiler, cmake for pingora's zlib), installs the missing system packages on Debian/Ubuntu
 # (as root or with sudo), then builds `pforte` and `mcp-service` in release mode.
 #   ./build.sh              check/install, then cargo build --release
-#   ./build.sh --test       also install what ./test.sh needs (redis-server, git)
+#   ./build.sh --test       also install the packages ./test.sh needs (redis-server, chromium, git)
 #   ./build.sh --deps-only  check/install only (.ci/run uses this before its own builds)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -30,6 +30,7 @@ command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)
 if $test_deps; then
   command -v redis-server >/dev/null || need+=(redis-server)
+  command -v chromium >/dev/null || need+=(chromium)
   command -v git >/dev/null || need+=(git)
 fi
 if [ ${#need[@]} -gt 0 ]; then

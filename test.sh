@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Runs every test: builds the binaries the end-to-end tests start, then the whole workspace's
-# tests. Needs cmake (pingora) and redis-server (the redis-backed suites) installed.
+# Runs every test: installs the tools the tests use (tests/prepare.sh), builds the binaries the
+# end-to-end tests start, then runs the whole workspace's tests.
 # A test that skips itself for a missing tool (outside CI) says so in target/skipped.txt; the
 # list is printed at the end, so a skip is never silent.
 set -euo pipefail
 cd "$(dirname "$0")"
+# The tools the tests use, installed when missing (tests/prepare.sh). Where that cannot be done
+# (no root, no network) the tests that need them skip and are listed below; under CI=true it
+# is a failure.
+if ! tests/prepare.sh; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "test.sh: tests/prepare.sh failed" >&2
+    exit 1
+  fi
+  echo "test.sh: could not install every test tool; the tests that need one will skip" >&2
+fi
 mkdir -p target
 export PFORTE_SKIP_LOG="$PWD/target/skipped.txt"
 : > "$PFORTE_SKIP_LOG"

