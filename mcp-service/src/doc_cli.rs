@@ -67,23 +67,10 @@ fn cli_message(e: &ToolError) -> String {
     }
 }
 
-/// `2026-12-01 19:03Z` for Unix seconds (UTC, proleptic Gregorian).
+/// `2026-12-01 19:03Z` for Unix seconds (UTC).
 pub fn utc_minute(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let z = days + 719_468;
-    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let rest = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}Z",
-        rest / 3_600,
-        rest % 3_600 / 60
-    )
+    let t = pforte_clock::UtcDateTime::from_unix_secs(secs);
+    format!("{} {:02}:{:02}Z", t.date(), t.hour, t.minute)
 }
 
 /// The `doc list` table: sorted by title (then uuid), a header, aligned columns.

@@ -425,28 +425,8 @@ impl Gateway {
     /// Runs `pforte ARGS… --config <this gateway's config>` (the admin commands reach the same
     /// store as the gateway, embedded or redis), feeding `stdin`; returns stdout.
     pub fn admin_cmd(&self, args: &[&str], stdin: &str) -> anyhow::Result<String> {
-        use std::io::Write as _;
-        let mut child = Command::new(bin("pforte"))
-            .args(args)
-            .arg("--config")
-            .arg(self.config_path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        child
-            .stdin
-            .take()
-            .context("stdin")?
-            .write_all(stdin.as_bytes())?;
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            bail!(
-                "pforte {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8(out.stdout)?)
+        let config = self.config_path().display().to_string();
+        pforte_cmd(args, &["--config", &config], stdin)
     }
 
     /// Adds an OAuth user with `pforte user add` (password on stdin).
@@ -518,6 +498,32 @@ impl Gateway {
     ) -> anyhow::Result<RunningService<RoleClient, ClientConfig>> {
         mcp_client(&self.mcp_url(), self.http(), token, extra_headers).await
     }
+}
+
+/// Runs `pforte ARGS… STORE_ARGS…` (e.g. `--config F` or `--data-dir D`: which store an admin
+/// command works on), feeding `stdin`; returns stdout, or an error with stderr when it fails.
+pub fn pforte_cmd(args: &[&str], store_args: &[&str], stdin: &str) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    let mut child = Command::new(bin("pforte"))
+        .args(args)
+        .args(store_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(stdin.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "pforte {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 /// A reqwest client trusting `ca_pem` only (or the default roots for plain http).

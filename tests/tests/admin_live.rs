@@ -4,14 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    io::Write as _,
     path::PathBuf,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, PforteUp, bin, eventually, http_client,
+    Gateway, GatewayOptions, McpService, PforteUp, eventually, http_client,
     oauth::{access_token_at, mcp_status},
 };
 use reqwest::StatusCode;
@@ -27,27 +25,8 @@ struct Target {
 impl Target {
     /// Runs `pforte ARGS… <store args>` with `stdin`; returns stdout, failing on a non-zero exit.
     fn admin(&self, args: &[&str], stdin: &str) -> String {
-        let mut child = Command::new(bin("pforte"))
-            .args(args)
-            .args(&self.store_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "pforte {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let store: Vec<&str> = self.store_args.iter().map(String::as_str).collect();
+        pforte_tests::pforte_cmd(args, &store, stdin).unwrap()
     }
 
     fn json(&self, args: &[&str]) -> Vec<serde_json::Value> {

@@ -601,8 +601,9 @@ impl AuthServer {
                     403,
                     "Too many connected apps",
                     format!(
-                        "Your account already has {held} connected apps, the most this server allows. \
-                         Ask the operator to revoke one you no longer use, then try again."
+                        "Your account already has {held} connected {}, the most this server \
+                         allows. Ask the operator to revoke one you no longer use, then try again.",
+                        if held == 1 { "app" } else { "apps" }
                     ),
                 );
             }
