@@ -4,18 +4,21 @@
 //! binding → per-person limit); the body steps run once the JSON-RPC body is whole, before a
 //! byte of it is forwarded (parse → header match → policy → tool budget).
 
-use pingora::http::RequestHeader;
+use bytes::Bytes;
+use pingora::{Error, ErrorType, http::RequestHeader};
 
-use super::{Gateway, RequestCtx};
+use super::{Gateway, RequestCtx, Step};
 use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::Lookup,
-    config::normalise_origin,
+    config::{self, normalise_origin},
+    cors,
     limit::{Class, Decision, Policy as LimitPolicy},
     mcp::{self, Message},
+    metrics,
     policy::Annotation,
-    reject::{Open, Rejection},
-    sessions::{self, Holder, Ownership},
+    reply::{Open, Rejection, Reply},
+    sessions::{self, Ownership},
 };
 
 /// The header that names an MCP session.
@@ -26,16 +29,78 @@ pub fn principal_key(p: &Principal) -> String {
     format!("{}:{}:{}", p.kind.as_str(), p.subject, p.client)
 }
 
-impl RequestCtx {
-    /// Who this request's sessions belong to and count against.
-    pub(super) fn holder(&self) -> Holder<'_> {
-        Holder::new(&self.principal_key, &self.person_key)
-    }
-}
-
 impl Gateway {
+    /// An `/mcp` request's header phase: a CORS preflight is answered without credentials;
+    /// anything else goes through the header half of the pipeline.
+    pub(super) async fn admit_request(
+        &self,
+        req: &RequestHeader,
+        route: usize,
+        ctx: &mut RequestCtx,
+    ) -> Step {
+        ctx.mcp.route = true;
+        let admitted = if cors::is_preflight(&req.method, &req.headers) {
+            self.check_origin(req, route).map(preflight)
+        } else {
+            self.admit_headers(req, route, ctx)
+                .await
+                .map(|()| Step::Proxy)
+        };
+        admitted.unwrap_or_else(Step::Refuse)
+    }
+
+    /// One chunk of an `/mcp` request body: counted against `max_body_bytes`; when the body is
+    /// inspected, held until it is whole, then admitted (the body half of the pipeline) and
+    /// released. A refusal is answered by `fail_to_proxy`.
+    pub(super) async fn admit_chunk(
+        &self,
+        req: &RequestHeader,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> pingora::Result<()> {
+        if let Some(chunk) = body {
+            ctx.body_bytes += chunk.len() as u64;
+            if ctx.body_bytes > self.settings.file.max_body_bytes {
+                return Error::e_explain(ErrorType::HTTPStatus(413), "request body over the limit");
+            }
+        }
+        if !ctx.mcp.inspect {
+            return Ok(());
+        }
+        if !end_of_stream {
+            // Hold the chunk: nothing reaches the upstream before the whole body is admitted.
+            if let Some(chunk) = body.take() {
+                ctx.mcp.held.extend_from_slice(&chunk);
+            }
+            *body = Some(Bytes::new());
+            return Ok(());
+        }
+        ctx.mcp.inspect = false;
+        // The usual single-chunk body is read where it lies; only a split one is joined, once.
+        let whole = match body.take() {
+            Some(chunk) if ctx.mcp.held.is_empty() => chunk,
+            chunk => {
+                if let Some(chunk) = chunk {
+                    ctx.mcp.held.extend_from_slice(&chunk);
+                }
+                std::mem::take(&mut ctx.mcp.held).freeze()
+            }
+        };
+        match self.admit_body(req, &whole, ctx).await {
+            Ok(()) => {
+                *body = Some(whole);
+                Ok(())
+            }
+            Err(rejection) => {
+                ctx.mcp.rejection = Some(rejection);
+                Error::e_explain(ErrorType::Custom("refused"), "refused by the /mcp policy")
+            }
+        }
+    }
+
     /// The header half of the pipeline, applied in `request_filter`.
-    pub(super) async fn admit_headers(
+    async fn admit_headers(
         &self,
         req: &RequestHeader,
         route: usize,
@@ -64,7 +129,7 @@ impl Gateway {
     }
 
     /// The body half of the pipeline, applied in `request_body_filter` on the whole body.
-    pub(super) async fn admit_body(
+    async fn admit_body(
         &self,
         req: &RequestHeader,
         body: &[u8],
@@ -90,11 +155,7 @@ impl Gateway {
     /// Origin: absent passes (non-browser clients); present must be the gateway's own or one
     /// the route allows. Returns the origin to answer with CORS headers (allowed foreign ones
     /// only).
-    pub(super) fn check_origin(
-        &self,
-        req: &RequestHeader,
-        route: usize,
-    ) -> Result<Option<String>, Rejection> {
+    fn check_origin(&self, req: &RequestHeader, route: usize) -> Result<Option<String>, Rejection> {
         let Some(value) = req.headers.get(http::header::ORIGIN) else {
             return Ok(None);
         };
@@ -126,15 +187,48 @@ impl Gateway {
         match self.authenticate(req, &self.settings.routes[route]).await {
             Ok(principal) => Ok(principal),
             // A valid token without the baseline scope is authenticated: no IP budget spent.
-            Err(failure @ AuthFailure::InsufficientScope(_)) => {
-                Err(Rejection::Unauthorized(failure))
-            }
+            Err(failure @ AuthFailure::InsufficientScope(_)) => Err(failure.into()),
             Err(failure) => {
-                let key = Self::ip_key(ctx);
-                ctx.rate = self.limit(Class::Unauthenticated, &key).await?;
-                Err(Rejection::Unauthorized(failure))
+                ctx.rate = self.limit(Class::Unauthenticated, &ctx.ip_key()).await?;
+                Err(failure.into())
             }
         }
+    }
+
+    /// Authenticates the request's `Authorization` header for `route`: a static token or an
+    /// OAuth access token (for this route's resource), then the scopes every `/mcp` request
+    /// needs. Counted by credential kind and outcome.
+    async fn authenticate(
+        &self,
+        req: &RequestHeader,
+        route: &config::Route,
+    ) -> Result<Principal, AuthFailure> {
+        let values = req.headers.get_all(http::header::AUTHORIZATION);
+        let token = auth::bearer_token(values.iter().map(|v| v.as_bytes()));
+        let kind = metrics::credential_kind(token.as_ref().ok().copied().flatten());
+        let result = self.check_credential(token, route).await;
+        self.metrics.auth(kind, metrics::auth_reason(&result));
+        result
+    }
+
+    async fn check_credential(
+        &self,
+        token: Result<Option<&str>, AuthFailure>,
+        route: &config::Route,
+    ) -> Result<Principal, AuthFailure> {
+        let token = token?.ok_or(AuthFailure::Missing)?;
+        let principal = if auth::looks_static(token) {
+            auth::authenticate_static(token, &self.tokens.get(), self.clock.now_secs())?
+        } else {
+            let principal = self.oauth.authenticate(token).await?;
+            // An OAuth token is for one resource: another route's is not valid here.
+            if auth::check_route(&principal, &route.name, &route.resource).is_err() {
+                return Err(AuthFailure::OtherResource);
+            }
+            principal
+        };
+        auth::require_scopes(&principal, &self.settings.file.required_scopes)?;
+        Ok(principal)
     }
 
     /// Before any credential lookup: a client IP whose unauthenticated budget was refused a
@@ -146,7 +240,7 @@ impl Gateway {
             return Ok(());
         }
         let policy = limits.policy(Class::Unauthenticated);
-        let key = format!("{}:{}", Class::Unauthenticated.name(), Self::ip_key(ctx));
+        let key = format!("{}:{}", Class::Unauthenticated.name(), ctx.ip_key());
         match self.limiter.peek(&key, policy) {
             None => Ok(()),
             Some(decision) => Err(Rejection::RateLimited {
@@ -177,7 +271,7 @@ impl Gateway {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "session records unavailable");
-                return Err(Rejection::Unauthorized(AuthFailure::Unavailable));
+                return Err(Rejection::CredentialsUnavailable);
             }
         };
         match binding.ownership {
@@ -217,7 +311,7 @@ impl Gateway {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "session records unavailable");
-                    return Err(Rejection::Unauthorized(AuthFailure::Unavailable));
+                    return Err(Rejection::CredentialsUnavailable);
                 }
             };
             if !sessions::has_room(open, max) {
@@ -318,6 +412,20 @@ impl Gateway {
             })
         }
     }
+}
+
+/// The answer to a CORS preflight of `/mcp` whose origin passed: 204, with the CORS headers
+/// for an allowed foreign origin (same-origin pages need no preflight, nor CORS headers).
+fn preflight(origin: Option<String>) -> Step {
+    let reply = match origin {
+        Some(origin) => cors::preflight_headers(&origin)
+            .into_iter()
+            .fold(Reply::empty(204), |reply, (name, value)| {
+                reply.header(name, value)
+            }),
+        None => Reply::empty(204).header("allow", cors::ALLOW_METHODS),
+    };
+    Step::Answer(reply)
 }
 
 /// A declared body over the limit is refused before it is read (also with

@@ -1,11 +1,14 @@
-//! The one place where a refused or failed request becomes an HTTP response: status, headers and
-//! a short JSON body a client can read.
+//! Every answer the gateway makes itself, and the one place that writes answers to the client:
+//! refusals and failures (`Rejection`, each variant one status), the built-in endpoints'
+//! `Reply`s, and the authorization server's responses passed through.
 
 use bytes::Bytes;
+use pingora::{Error, ErrorSource, ErrorType, http::ResponseHeader, proxy::Session};
 use serde_json::json;
 
 use crate::{
     auth::AuthFailure,
+    cors, forward,
     limit::{self, Class, Decision, Policy},
     logging,
     mcp::{self, Malformed, Mismatch},
@@ -15,7 +18,12 @@ use crate::{
 /// Every way the gateway answers instead of the upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
-    Unauthorized(AuthFailure),
+    /// No usable credential (401): missing, malformed, unknown, expired, another resource's.
+    Unauthenticated(AuthFailure),
+    /// A valid credential without a scope every request needs (403, a step-up challenge).
+    InsufficientScope(String),
+    /// Credentials or session records cannot be checked right now (503).
+    CredentialsUnavailable,
     OriginForbidden,
     PayloadTooLarge {
         limit: u64,
@@ -92,15 +100,121 @@ impl Reply {
             body: Bytes::from(value.to_string()),
         }
     }
+
+    /// A reply with no body.
+    pub fn empty(status: u16) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// `body` as it is, of type `content_type`.
+    pub fn bytes(status: u16, content_type: &str, body: Bytes) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type", content_type.to_owned())],
+            body,
+        }
+    }
+
+    /// The reply with one more header.
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// What frames every answer the gateway writes itself: the request id, and the CORS headers of
+/// an allowed foreign origin.
+#[derive(Debug, Clone, Copy)]
+pub struct Framing<'a> {
+    pub request_id: &'a str,
+    pub cors_origin: Option<&'a str>,
+}
+
+/// Writes `reply` to the client, framed: its length, the request id, CORS headers.
+pub async fn write(
+    session: &mut Session,
+    reply: Reply,
+    framing: Framing<'_>,
+) -> pingora::Result<()> {
+    let mut resp = ResponseHeader::build(reply.status, Some(reply.headers.len() + 6))?;
+    for (name, value) in &reply.headers {
+        resp.insert_header(*name, value.as_str())?;
+    }
+    if let Some(origin) = framing.cors_origin {
+        for (name, value) in cors::response_headers(origin) {
+            resp.insert_header(name, value)?;
+        }
+    }
+    resp.insert_header("content-length", reply.body.len().to_string())?;
+    resp.insert_header(forward::header::REQUEST_ID, framing.request_id)?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(reply.body), true).await?;
+    Ok(())
+}
+
+/// Writes the authorization server's `response` to the client as it is (every header line,
+/// `Set-Cookie` included), with its length and the request id.
+pub async fn write_passed(
+    session: &mut Session,
+    response: http::Response<Bytes>,
+    request_id: &str,
+) -> pingora::Result<()> {
+    let (parts, body) = response.into_parts();
+    let mut resp = ResponseHeader::build(parts.status, Some(parts.headers.len() + 2))?;
+    for (name, value) in &parts.headers {
+        if name != http::header::CONTENT_LENGTH {
+            resp.append_header(name.clone(), value.clone())?;
+        }
+    }
+    resp.insert_header("content-length", body.len().to_string())?;
+    resp.insert_header(forward::header::REQUEST_ID, request_id)?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(body), true).await?;
+    Ok(())
+}
+
+impl From<AuthFailure> for Rejection {
+    fn from(failure: AuthFailure) -> Self {
+        match failure {
+            AuthFailure::InsufficientScope(scope) => Self::InsufficientScope(scope),
+            AuthFailure::Unavailable => Self::CredentialsUnavailable,
+            other => Self::Unauthenticated(other),
+        }
+    }
 }
 
 impl Rejection {
+    /// What the client is told when proxying fails with `e` (`None`: the client went away or
+    /// sent garbage; nobody is listening). `max_body_bytes` names the limit a 413 reports.
+    pub fn from_proxy_error(e: &Error, max_body_bytes: u64) -> Option<Self> {
+        match e.etype() {
+            ErrorType::HTTPStatus(413) => Some(Self::PayloadTooLarge {
+                limit: max_body_bytes,
+            }),
+            ErrorType::ConnectTimedout => Some(Self::UpstreamTimeout),
+            ErrorType::ReadTimedout | ErrorType::WriteTimedout
+                if e.esource() == &ErrorSource::Upstream =>
+            {
+                Some(Self::UpstreamTimeout)
+            }
+            _ => match e.esource() {
+                ErrorSource::Upstream => Some(Self::UpstreamUnavailable),
+                ErrorSource::Downstream => None,
+                ErrorSource::Internal | ErrorSource::Unset => Some(Self::Internal),
+            },
+        }
+    }
+
     /// A short, stable code for the audit log.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::Unauthorized(AuthFailure::InsufficientScope(_)) => "insufficient_scope",
-            Self::Unauthorized(AuthFailure::Unavailable) => "unavailable",
-            Self::Unauthorized(_) => "unauthenticated",
+            Self::InsufficientScope(_) => "insufficient_scope",
+            Self::CredentialsUnavailable => "unavailable",
+            Self::Unauthenticated(_) => "unauthenticated",
             Self::OriginForbidden => "origin_forbidden",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::NotFound => "not_found",
@@ -129,8 +243,25 @@ impl Rejection {
     /// Renders the rejection. `resource_metadata` is the RFC 9728 URL for `WWW-Authenticate`.
     pub fn reply(&self, resource_metadata: &str, request_id: &str) -> Reply {
         let (status, error, message) = match self {
-            Self::Unauthorized(failure) => {
-                return unauthorized(failure, resource_metadata, request_id);
+            Self::Unauthenticated(failure) => {
+                return unauthenticated(failure, resource_metadata, request_id);
+            }
+            Self::InsufficientScope(scope) => {
+                let mut reply = Reply::json(
+                    403,
+                    &json!({"error": "insufficient_scope", "scope": scope, "request_id": request_id}),
+                );
+                let challenge = step_up_challenge(resource_metadata, scope);
+                reply.headers.push(("www-authenticate", challenge));
+                return reply;
+            }
+            Self::CredentialsUnavailable => {
+                let mut reply = Reply::json(
+                    503,
+                    &json!({"error": "temporarily_unavailable", "message": "credentials cannot be checked right now", "request_id": request_id}),
+                );
+                reply.headers.push(("retry-after", "5".to_owned()));
+                return reply;
             }
             Self::RateLimited {
                 class,
@@ -300,28 +431,8 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
     }
 }
 
-fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str) -> Reply {
+fn unauthenticated(failure: &AuthFailure, resource_metadata: &str, request_id: &str) -> Reply {
     let mut challenge = format!("Bearer resource_metadata={}", quoted(resource_metadata));
-    match failure {
-        AuthFailure::InsufficientScope(scope) => {
-            let challenge = step_up_challenge(resource_metadata, scope);
-            let mut reply = Reply::json(
-                403,
-                &json!({"error": "insufficient_scope", "scope": scope, "request_id": request_id}),
-            );
-            reply.headers.push(("www-authenticate", challenge));
-            return reply;
-        }
-        AuthFailure::Unavailable => {
-            let mut reply = Reply::json(
-                503,
-                &json!({"error": "temporarily_unavailable", "message": "credentials cannot be checked right now", "request_id": request_id}),
-            );
-            reply.headers.push(("retry-after", "5".to_owned()));
-            return reply;
-        }
-        _ => {}
-    }
     // RFC 6750 §3: no error code when the request carried no credentials at all.
     let (code, description) = match failure {
         AuthFailure::Missing => (None, "a bearer token is required".to_owned()),
@@ -335,6 +446,7 @@ fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str
             Some("invalid_token"),
             "token is for another resource".to_owned(),
         ),
+        // `Rejection::from` gives these their own variants; named here for completeness.
         AuthFailure::InsufficientScope(_) | AuthFailure::Unavailable => {
             (Some("invalid_token"), failure.to_string())
         }
@@ -359,131 +471,4 @@ fn unauthorized(failure: &AuthFailure, resource_metadata: &str, request_id: &str
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const RM: &str = "https://gw.example/.well-known/oauth-protected-resource/mcp";
-
-    fn header<'a>(r: &'a Reply, name: &str) -> Option<&'a str> {
-        r.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    #[test]
-    fn missing_token_has_no_error_code() {
-        let r = Rejection::Unauthorized(AuthFailure::Missing).reply(RM, "r");
-        assert_eq!(r.status, 401);
-        assert_eq!(
-            header(&r, "www-authenticate"),
-            Some(format!("Bearer resource_metadata=\"{RM}\"").as_str())
-        );
-    }
-
-    #[test]
-    fn bad_tokens_say_invalid_token_or_invalid_request() {
-        let r = Rejection::Unauthorized(AuthFailure::Invalid).reply(RM, "r");
-        assert!(
-            header(&r, "www-authenticate").is_some_and(|h| h.contains("error=\"invalid_token\""))
-        );
-        let r = Rejection::Unauthorized(AuthFailure::Malformed("x")).reply(RM, "r");
-        assert_eq!(r.status, 401);
-        assert!(
-            header(&r, "www-authenticate").is_some_and(|h| h.contains("error=\"invalid_request\""))
-        );
-    }
-
-    #[test]
-    fn statuses() {
-        for (rej, status) in [
-            (Rejection::OriginForbidden, 403),
-            (Rejection::PayloadTooLarge { limit: 1 }, 413),
-            (Rejection::UpstreamUnavailable, 502),
-            (Rejection::UpstreamTimeout, 504),
-            (Rejection::NotFound, 404),
-        ] {
-            let r = rej.reply(RM, "rid");
-            assert_eq!(r.status, status);
-            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
-            assert_eq!(body["request_id"], "rid");
-        }
-    }
-
-    /// `Bearer` 1*SP auth-param *( "," *SP auth-param ), each `token "=" quoted-string` whose
-    /// content is RFC 6750's `%x20-21 / %x23-5B / %x5D-7E` (so no escapes at all).
-    fn strict_challenge(h: &str) -> bool {
-        let Some(rest) = h.strip_prefix("Bearer ") else {
-            return false;
-        };
-        rest.split(", ").all(|param| {
-            let Some((name, value)) = param.split_once('=') else {
-                return false;
-            };
-            let token =
-                !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            let quoted = value.len() >= 2
-                && value.starts_with('"')
-                && value.ends_with('"')
-                && value[1..value.len() - 1]
-                    .bytes()
-                    .all(|b| matches!(b, 0x20 | 0x21 | 0x23..=0x5B | 0x5D..=0x7E));
-            token && quoted
-        })
-    }
-
-    #[test]
-    fn refusals_name_a_bounded_piece_of_a_huge_tool_name() {
-        let huge = "t".repeat(4 << 20);
-        for denial in [
-            Denial::InsufficientScope {
-                needed: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
-                missing: vec!["mcp:write".to_owned()],
-                tool: Some(huge.clone()),
-            },
-            Denial::ToolDenied(huge.clone()),
-            Denial::UserNotAllowed(huge.clone()),
-        ] {
-            let r = Rejection::Forbidden(denial).reply(RM, "r");
-            assert_eq!(r.status, 403);
-            assert!(r.body.len() < 2048, "{}", r.body.len());
-        }
-        let mismatch = Rejection::HeaderMismatch {
-            mismatch: mcp::Mismatch::Repeated {
-                header: "Mcp-Name",
-                lines: 2,
-            },
-            id: "null".to_owned(),
-        };
-        let r = mismatch.reply(RM, "r");
-        assert_eq!(r.status, 400);
-        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
-        assert_eq!(body["error"]["code"], mcp::HEADER_MISMATCH);
-    }
-
-    #[test]
-    fn challenges_parse_with_a_strict_grammar() {
-        let failures = [
-            AuthFailure::Missing,
-            AuthFailure::Malformed("expected \"Bearer <token>\" \\ here"),
-            AuthFailure::Invalid,
-            AuthFailure::Expired,
-            AuthFailure::InsufficientScope("mcp:read".to_owned()),
-        ];
-        let mut rejections: Vec<Rejection> =
-            failures.into_iter().map(Rejection::Unauthorized).collect();
-        rejections.push(Rejection::Forbidden(Denial::InsufficientScope {
-            needed: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
-            missing: vec!["mcp:write".to_owned()],
-            tool: Some("werkbaum_create".to_owned()),
-        }));
-        for rejection in rejections {
-            let r = rejection.reply(
-                "https://gw.example/.well-known/oauth-protected-resource/mcp\"x",
-                "r",
-            );
-            let h = header(&r, "www-authenticate").unwrap_or_default();
-            assert!(strict_challenge(h), "{rejection:?}: {h}");
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,123 @@
+//! `RequestCtx`: what the phases of one request share, created in `new_ctx` and dropped when
+//! the request ends (which releases its SSE stream slot and open-stream gauge).
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use crate::{
+    auth::Principal,
+    limit::{Class, Decision, Policy},
+    mcp::Message,
+    metrics::{OpenStream, RouteLabel},
+    reply::{Framing, Rejection},
+    sessions::{Holder, StreamSlot},
+};
+
+/// Per-request state shared by the phases.
+#[derive(Debug)]
+pub struct RequestCtx {
+    pub request_id: String,
+    pub principal: Option<Principal>,
+    /// `kind:subject:client`, formatted once when the request is authenticated: who owns the
+    /// sessions it opens.
+    pub(super) principal_key: String,
+    /// `auth::person_key`: whom its sessions, streams, rates and tool budgets count against.
+    pub(super) person_key: String,
+    pub(super) client_ip: Option<std::net::IpAddr>,
+    /// The rate-limit decision for this request, reported in response headers.
+    pub(super) rate: Option<(Class, Policy, Decision)>,
+    /// An allowed foreign browser origin: answers carry CORS headers for it.
+    pub(super) cors_origin: Option<String>,
+    /// Why the gateway refused the request, for the audit log.
+    pub(super) refused: Option<&'static str>,
+    pub(super) mcp: Exchange,
+    pub(super) body_bytes: u64,
+    pub(super) started: Instant,
+    /// Wall-clock arrival, milliseconds since the epoch (the audit line's time).
+    pub(super) arrived_ms: u64,
+    /// The route as a metrics label.
+    pub(super) route: RouteLabel,
+    /// The MCP route (index into `Settings::routes`) of a `/NAME/mcp` request or its RFC 9728
+    /// document.
+    pub(super) mcp_route: Option<usize>,
+    /// When the request went upstream (for the time to its response header).
+    pub(super) upstream_sent: Option<Instant>,
+    /// Counts an event-stream answer as open until the context drops.
+    pub(super) stream: Option<OpenStream>,
+    /// A balanced route: the instance (index into the route's `urls`) the request goes to.
+    pub(super) instance: Option<usize>,
+    /// The request carries `Mcp-Session-Id` (it must reach the session's instance).
+    pub(super) in_session: bool,
+    /// Failed attempts to connect to an instance (a retry goes to another one).
+    pub(super) connect_failures: usize,
+}
+
+/// What the gateway keeps of one `/mcp` exchange between phases.
+#[derive(Debug, Default)]
+pub(super) struct Exchange {
+    /// The request is for `/mcp` (audited).
+    pub(super) route: bool,
+    /// The body is read whole and admitted before it goes upstream.
+    pub(super) inspect: bool,
+    /// Body chunks held until the body is whole.
+    pub(super) held: BytesMut,
+    pub(super) message: Option<Message>,
+    /// A refusal decided in the body phase, answered by `fail_to_proxy`.
+    pub(super) rejection: Option<Rejection>,
+    /// A `tools/list` answer to filter for the principal.
+    pub(super) filter_list: bool,
+    pub(super) list_is_sse: bool,
+    pub(super) list_held: BytesMut,
+    /// An `initialize`: the answer's `Mcp-Session-Id` is bound to the principal.
+    pub(super) opens_session: bool,
+    /// A `DELETE` of this session: its record goes when the upstream agrees.
+    pub(super) ends_session: Option<String>,
+    /// An SSE stream's slot among the principal's; released when the context drops.
+    pub(super) stream: Option<StreamSlot>,
+}
+
+impl RequestCtx {
+    /// A request that arrived at `arrived_ms` (wall clock) with id `request_id`.
+    pub(super) fn new(request_id: String, arrived_ms: u64) -> Self {
+        Self {
+            request_id,
+            principal: None,
+            principal_key: String::new(),
+            person_key: String::new(),
+            client_ip: None,
+            rate: None,
+            cors_origin: None,
+            refused: None,
+            mcp: Exchange::default(),
+            body_bytes: 0,
+            started: Instant::now(),
+            arrived_ms,
+            route: RouteLabel::Other,
+            mcp_route: None,
+            upstream_sent: None,
+            stream: None,
+            instance: None,
+            in_session: false,
+            connect_failures: 0,
+        }
+    }
+
+    /// Who this request's sessions belong to and count against.
+    pub(super) fn holder(&self) -> Holder<'_> {
+        Holder::new(&self.principal_key, &self.person_key)
+    }
+
+    /// How the gateway's own answers to this request are framed.
+    pub(super) fn framing(&self) -> Framing<'_> {
+        Framing {
+            request_id: &self.request_id,
+            cors_origin: self.cors_origin.as_deref(),
+        }
+    }
+
+    /// The client IP as a limit key (IPv6 by its /64).
+    pub(super) fn ip_key(&self) -> String {
+        crate::limit::ip_key(self.client_ip)
+    }
+}

@@ -1,0 +1,100 @@
+//! What a finished request leaves behind: its audit line (every `/mcp` request that names a
+//! tool, resource or prompt, and every refusal), its metrics, and its `request` log line.
+
+use pingora::{Error, http::RequestHeader, proxy::Session};
+
+use crate::{
+    audit::{AuditDecision, AuditPrincipal, AuditRecord},
+    catalog,
+    config::DEFAULT_ROUTE,
+    logging,
+    mcp::{Kind, Message},
+    metrics,
+};
+
+use super::{Gateway, RequestCtx};
+
+impl Gateway {
+    /// Everything a finished request leaves behind; `status` is what the client got (0: none).
+    pub(super) fn observe(&self, session: &Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let req = session.req_header();
+        if ctx.mcp.route {
+            self.audit(req, ctx, status);
+        }
+        self.count(req, e, ctx, status);
+        let (subject, client) = ctx
+            .principal
+            .as_ref()
+            .map_or(("-", "-"), |p| (p.subject.as_str(), p.client.as_str()));
+        tracing::info!(
+            request_id = %ctx.request_id,
+            method = %req.method,
+            path = %logging::untrusted(req.uri.path()),
+            status,
+            subject,
+            client,
+            ms = ctx.started.elapsed().as_millis() as u64,
+            error = e.map(|e| logging::untrusted(&e.to_string()).to_string()),
+            "request"
+        );
+    }
+
+    /// The audit line of one `/mcp` request, when it names something or was refused.
+    fn audit(&self, req: &RequestHeader, ctx: &RequestCtx, status: u16) {
+        let Some(log) = &self.edge.audit else { return };
+        let target = ctx.mcp.message.as_ref().and_then(|m| m.target.as_deref());
+        if target.is_none() && ctx.refused.is_none() {
+            return;
+        }
+        let method = match &ctx.mcp.message {
+            Some(m) if m.kind == Kind::Response => "response",
+            Some(m) => m.method.as_str(),
+            None => req.method.as_str(),
+        };
+        let record = AuditRecord {
+            time_ms: ctx.arrived_ms,
+            request_id: &ctx.request_id,
+            route: ctx
+                .mcp_route
+                .and_then(|i| self.settings.routes.get(i))
+                .map_or(DEFAULT_ROUTE, |r| r.name.as_str()),
+            principal: ctx.principal.as_ref().map(AuditPrincipal::from),
+            method,
+            name: target,
+            decision: if ctx.refused.is_some() {
+                AuditDecision::Denied
+            } else {
+                AuditDecision::Allowed
+            },
+            reason: ctx.refused,
+            upstream_status: ctx.refused.is_none().then_some(status),
+            duration_ms: ctx.started.elapsed().as_millis() as u64,
+        };
+        log.record(&record);
+    }
+
+    /// The metrics of one finished request (its `tools/call`, an upstream failure).
+    fn count(&self, req: &RequestHeader, e: Option<&Error>, ctx: &mut RequestCtx, status: u16) {
+        let took = ctx.started.elapsed();
+        let method = metrics::method_class(&req.method);
+        self.metrics.request(ctx.route, method, status, took);
+        if let Some(kind) = e.and_then(metrics::upstream_failure) {
+            self.metrics.upstream_failure(kind);
+        }
+        if let Some(tool) = ctx.mcp.message.as_ref().and_then(Message::tool)
+            && let Some(i) = ctx.mcp_route
+        {
+            let known = self
+                .edge
+                .catalogs
+                .get(i)
+                .is_some_and(|c| c.tool(tool) != catalog::Lookup::Unknown)
+                || self.settings.routes[i].tools.contains_key(tool)
+                || self.settings.file.limits.tools.contains_key(tool);
+            self.metrics
+                .tool_call(tool, known, metrics::tool_decision(ctx.refused));
+        }
+        ctx.stream = None;
+    }
+}

@@ -1,0 +1,129 @@
+//! The upstream's answer on its way back: a new session is bound to its owner, an ended one
+//! forgotten, a `tools/list` answer filtered for the principal, and every answer carries the
+//! request id, CORS and rate-limit headers.
+
+use bytes::Bytes;
+use pingora::{Error, ErrorType, Result, http::ResponseHeader};
+
+use crate::{catalog, cors, forward, limit, policy};
+
+use super::{Gateway, RequestCtx, admission::SESSION_ID};
+
+/// The largest `tools/list` answer the gateway holds to filter.
+const MAX_LIST_ANSWER: usize = 8 * 1024 * 1024;
+
+/// Whether an upstream answer is an event stream.
+fn is_event_stream(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+impl Gateway {
+    /// The answer's header: session records, the list filter's framing, the gateway's headers.
+    pub(super) async fn respond(
+        &self,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(sent) = ctx.upstream_sent {
+            self.metrics.upstream_first_byte(sent.elapsed());
+        }
+        let ok = resp.status.is_success();
+        if ok && is_event_stream(resp) {
+            ctx.stream = Some(self.metrics.stream_opened());
+        }
+        if ok {
+            self.record_session(resp, ctx).await;
+        }
+        if ctx.mcp.filter_list {
+            if ok {
+                ctx.mcp.list_is_sse = is_event_stream(resp);
+                // The filtered answer has another length; it goes out chunked.
+                resp.remove_header(&http::header::CONTENT_LENGTH);
+                resp.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+            } else {
+                ctx.mcp.filter_list = false;
+            }
+        }
+        if let Some(origin) = &ctx.cors_origin {
+            for (name, value) in cors::response_headers(origin) {
+                resp.insert_header(name, value)?;
+            }
+        }
+        resp.insert_header(forward::header::REQUEST_ID, ctx.request_id.as_str())?;
+        if let Some((class, policy, decision)) = &ctx.rate {
+            for (name, value) in limit::headers(*class, *policy, decision) {
+                resp.insert_header(name, value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A successful `initialize` binds its `Mcp-Session-Id` to the principal; a successful
+    /// `DELETE` forgets the session.
+    async fn record_session(&self, resp: &ResponseHeader, ctx: &mut RequestCtx) {
+        let sessions = &self.edge.sessions;
+        if ctx.mcp.opens_session
+            && let Some(id) = resp.headers.get(SESSION_ID).and_then(|v| v.to_str().ok())
+            && let Err(e) = sessions
+                .bind(id, ctx.holder(), self.instance_url(ctx))
+                .await
+        {
+            tracing::warn!(request_id = %ctx.request_id, error = %e, "could not record the session's owner");
+        }
+        if let Some(id) = ctx.mcp.ends_session.take()
+            && let Err(e) = sessions.forget(&id, ctx.holder()).await
+        {
+            tracing::debug!(error = %e, "could not forget an ended session");
+        }
+    }
+
+    /// A chunk of the answer's body: held while a `tools/list` answer is filtered, which goes
+    /// out whole, with only what the principal may see.
+    pub(super) fn respond_body(
+        &self,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if !ctx.mcp.filter_list {
+            return Ok(());
+        }
+        if let Some(chunk) = body.take() {
+            if ctx.mcp.list_held.len() + chunk.len() > MAX_LIST_ANSWER {
+                return Error::e_explain(
+                    ErrorType::Custom("list too large"),
+                    "tools/list answer over the filter's limit",
+                );
+            }
+            ctx.mcp.list_held.extend_from_slice(&chunk);
+        }
+        if !end_of_stream {
+            return Ok(());
+        }
+        ctx.mcp.filter_list = false;
+        let held = std::mem::take(&mut ctx.mcp.list_held).freeze();
+        let Some(principal) = &ctx.principal else {
+            return Error::e_explain(ErrorType::InternalError, "tools/list without a principal");
+        };
+        let Some(edge) = ctx.mcp_route.and_then(|i| self.routes.get(i)) else {
+            return Error::e_explain(ErrorType::InternalError, "tools/list without a route");
+        };
+        let keep = |name: &str, annotation: policy::Annotation| {
+            edge.policy.may_list(principal, name, annotation)
+        };
+        *body = match catalog::filter_tools_list(&held, ctx.mcp.list_is_sse, keep) {
+            Ok(Some(filtered)) => Some(filtered),
+            Ok(None) => Some(held),
+            Err(e) => {
+                return Error::e_explain(
+                    ErrorType::Custom("tools/list unreadable"),
+                    format!("cannot filter the tools/list answer: {e}"),
+                );
+            }
+        };
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+//! The way upstream: what the gateway keeps per route (its RFC 9728 document, policy, CA and
+//! instances), which instance and peer a request goes to, what a failed connect means for a
+//! balanced route, and the request as the upstream sees it (credential stripped, trusted
+//! identity headers, its own host and path).
+
+use std::{sync::Arc, time::Duration, time::Instant};
+
+use bytes::Bytes;
+use pingora::{Error, ErrorType, Result, http::RequestHeader, upstreams::peer::HttpPeer};
+
+use crate::{
+    balance::{self, Instances},
+    config::{self, Settings, Upstream, UpstreamKind},
+    forward, metadata, policy,
+};
+
+use super::{Gateway, GatewayError, RequestCtx};
+
+/// What the request path keeps per route besides its settings.
+pub(super) struct RouteEdge {
+    /// The RFC 9728 document, serialised once.
+    pub(super) metadata: Bytes,
+    pub(super) policy: policy::Policy,
+    /// An https upstream's own CA (`ca_file`), parsed once; `None`: the system roots.
+    ca: Option<Arc<pingora::protocols::tls::CaType>>,
+    /// A route with several `urls`: its instances and their health.
+    pub(super) instances: Option<Arc<Instances>>,
+}
+
+impl std::fmt::Debug for RouteEdge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteEdge")
+            .field("policy", &self.policy)
+            .field("ca", &self.ca.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RouteEdge {
+    /// Route `i` of `settings`, prepared for the request path.
+    pub(super) fn new(settings: &Settings, i: usize) -> Result<Self, GatewayError> {
+        let route = &settings.routes[i];
+        let ca = match route.upstream.ca_file() {
+            Some(path) => Some(load_ca(path).map_err(|reason| GatewayError::CaFile {
+                route: route.name.clone(),
+                path: path.display().to_string(),
+                reason,
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            metadata: Bytes::from(metadata::protected_resource(settings, route).to_string()),
+            policy: settings.route_policy(i),
+            ca,
+            instances: instances_of(route)?,
+        })
+    }
+}
+
+/// The instances of a route with several `urls`, named by their URLs (`scheme://host:port/path`,
+/// derived from the configuration alike on every gateway); `None` for any other route.
+pub(super) fn instances_of(route: &config::Route) -> Result<Option<Arc<Instances>>, GatewayError> {
+    let UpstreamKind::Replicas { instances, .. } = &route.upstream else {
+        return Ok(None);
+    };
+    if instances.len() < 2 {
+        return Ok(None);
+    }
+    let urls: Vec<String> = instances.iter().map(Upstream::http_url).collect();
+    Instances::new(&route.name, &urls)
+        .map(|i| Some(Arc::new(i)))
+        .map_err(|source| GatewayError::Instances {
+            route: route.name.clone(),
+            source,
+        })
+}
+
+/// The upstream a request of `route` goes to: instance `instance` of a balanced route, else
+/// the route's one upstream.
+pub(super) fn upstream_of(route: &config::Route, instance: Option<usize>) -> &Upstream {
+    match (&route.upstream, instance) {
+        (UpstreamKind::Replicas { instances, .. }, Some(i)) => {
+            instances.get(i).unwrap_or_else(|| route.upstream.primary())
+        }
+        _ => route.upstream.primary(),
+    }
+}
+
+/// The certificates of a PEM CA file, as pingora's per-peer CA list.
+fn load_ca(path: &std::path::Path) -> Result<Arc<pingora::protocols::tls::CaType>, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificate in it".to_owned());
+    }
+    Ok(certs
+        .into_iter()
+        .map(|der| {
+            pingora::utils::tls::WrappedX509::new(der.to_vec(), pingora::utils::tls::parse_x509)
+        })
+        .collect::<Vec<_>>()
+        .into())
+}
+
+impl Gateway {
+    /// The request's route's instances, when it is balanced.
+    pub(super) fn instances(&self, ctx: &RequestCtx) -> Option<&Arc<Instances>> {
+        ctx.mcp_route
+            .and_then(|i| self.routes.get(i))
+            .and_then(|r| r.instances.as_ref())
+    }
+
+    /// The instance a balanced route's request went to, and the URL naming it.
+    pub(super) fn instance_url(&self, ctx: &RequestCtx) -> Option<&str> {
+        let i = ctx.instance?;
+        Some(self.instances(ctx)?.get(i)?.url.as_str())
+    }
+
+    /// The peer the request goes to: a session's instance, a balanced pick (another one after a
+    /// failed connect), or the route's one upstream.
+    pub(super) async fn peer(&self, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
+        let Some(i) = ctx.mcp_route else {
+            return Error::e_explain(ErrorType::InternalError, "no route for the upstream");
+        };
+        let route = &self.settings.routes[i];
+        if let Some(instances) = self.instances(ctx) {
+            // A session's instance was decided by the admission; anything else is balanced,
+            // and a retry after a failed connect avoids the instance that failed.
+            let chosen = match ctx.instance {
+                Some(i) if ctx.in_session || ctx.connect_failures == 0 => Some(i),
+                Some(failed) => instances.pick_other(failed),
+                None => instances.pick(),
+            };
+            ctx.instance = Some(chosen.ok_or_else(|| {
+                Error::explain(
+                    ErrorType::ConnectNoRoute,
+                    format!("route {:?}: no instance is up", route.name),
+                )
+                .into_up()
+            })?);
+        }
+        let upstream = upstream_of(route, ctx.instance);
+        let mut peer = match &upstream.socket {
+            Some(path) => HttpPeer::new_uds(&path.to_string_lossy(), false, String::new())
+                .map_err(|e| e.into_up())?,
+            None => {
+                let addr = tokio::net::lookup_host(upstream.authority.as_str())
+                    .await
+                    .ok()
+                    .and_then(|mut addrs| addrs.next())
+                    .ok_or_else(|| {
+                        Error::explain(
+                            ErrorType::ConnectNoRoute,
+                            format!("cannot resolve {}", upstream.authority),
+                        )
+                        .into_up()
+                    })?;
+                // https: the host is the SNI and the name verified (system roots or ca_file).
+                let sni = if upstream.tls {
+                    upstream.host.clone()
+                } else {
+                    String::new()
+                };
+                HttpPeer::new(addr, upstream.tls, sni)
+            }
+        };
+        // Each route keeps its own upstream connections: pingora's reuse key does not include
+        // the per-peer CA, so without this a connection verified for one route's `ca_file`
+        // would be reused by another route to the same address with another (or no) CA.
+        peer.group_key = i as u64;
+        if upstream.tls {
+            peer.options.ca = self.routes[i].ca.clone();
+            peer.options.verify_cert = true;
+            peer.options.verify_hostname = true;
+        }
+        peer.options.connection_timeout = Some(Duration::from_millis(route.connect_timeout_ms));
+        peer.options.read_timeout = Some(Duration::from_millis(route.read_timeout_ms));
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        Ok(Box::new(peer))
+    }
+
+    /// A failed connect to an instance of a balanced route marks it down and, outside a
+    /// session, lets pingora retry on another one.
+    pub(super) fn connect_failed(&self, ctx: &mut RequestCtx, e: &mut Error) {
+        if let (Some(instances), Some(i)) = (self.instances(ctx), ctx.instance) {
+            if balance::marks_down(e) {
+                instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());
+            }
+            ctx.connect_failures += 1;
+            if balance::retries_elsewhere(ctx.in_session, instances.len(), ctx.connect_failures) {
+                e.set_retry(true);
+            }
+        }
+    }
+
+    /// A failed proxy attempt to an instance marks it down; `true` when the request's session
+    /// lived there (the client is told the session is gone and re-initializes).
+    pub(super) fn proxy_failed(&self, ctx: &RequestCtx, e: &Error) -> bool {
+        let (Some(instances), Some(i)) = (self.instances(ctx), ctx.instance) else {
+            return false;
+        };
+        if ctx.mcp.rejection.is_some() || !balance::marks_down(e) {
+            return false;
+        }
+        instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());
+        ctx.in_session && ctx.connect_failures > 0
+    }
+
+    /// The request as the upstream sees it: no credential or look-alike identity header, the
+    /// trusted identity headers, the upstream's host and path.
+    pub(super) fn rewrite_request(
+        &self,
+        req: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let Some(principal) = &ctx.principal else {
+            // request_filter lets only authenticated requests through; refuse loudly otherwise.
+            return Error::e_explain(
+                ErrorType::InternalError,
+                "unauthenticated request reached the upstream phase",
+            );
+        };
+        let stripped: Vec<http::HeaderName> = req
+            .headers
+            .keys()
+            .filter(|name| forward::is_stripped(name.as_str()))
+            .cloned()
+            .collect();
+        for name in &stripped {
+            req.remove_header(name);
+        }
+        let client_ip = ctx.client_ip.map(|ip| ip.to_string());
+        let proto = if self.settings.tls_enabled() || self.settings.file.behind_tls_proxy {
+            "https"
+        } else {
+            "http"
+        };
+        let Some(route) = ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) else {
+            return Error::e_explain(ErrorType::InternalError, "no route for the upstream");
+        };
+        let upstream = upstream_of(route, ctx.instance);
+        for (name, value) in forward::trusted_headers(
+            principal,
+            &route.name,
+            &ctx.request_id,
+            client_ip.as_deref(),
+            proto,
+        ) {
+            req.insert_header(name, value)?;
+        }
+        req.insert_header(http::header::HOST, upstream.authority.as_str())?;
+        let path_and_query = req
+            .uri
+            .path_and_query()
+            .map(|pq| pq.as_str().to_owned())
+            .unwrap_or_else(|| route.path.clone());
+        let path = forward::upstream_path(&path_and_query, &route.path, &upstream.path);
+        let uri = path
+            .parse::<http::Uri>()
+            .map_err(|e| Error::explain(ErrorType::InvalidHTTPHeader, e.to_string()))?;
+        req.set_uri(uri);
+        ctx.upstream_sent = Some(Instant::now());
+        Ok(())
+    }
+}
