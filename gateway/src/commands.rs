@@ -1,7 +1,7 @@
 //! The `pforte` commands, one module per group, and what they share: how a command fails and
-//! so how the process exits ([`Failure`]), the `PFORTE_*` environment read once at start
-//! ([`Env`]), loading a configuration as `serve` would, and the run every command but the stdio
-//! bridge's goes through ([`run`]).
+//! so how the process exits ([`Failure`]), the environment read once at start ([`Env`]),
+//! reading a configuration file and checking its settings as `serve` would, and the run every
+//! command but the stdio bridge's goes through ([`run`]).
 
 pub(crate) mod admin;
 pub(crate) mod client;
@@ -13,13 +13,14 @@ pub(crate) mod user;
 
 use std::{
     collections::HashMap,
+    ffi::{OsStr, OsString},
     path::{Path, PathBuf},
     process::ExitCode,
 };
 
 use pforte::{
     cli,
-    config::{GatewayConfig, Settings},
+    config::{ConfigError, GatewayConfig, Settings},
     logging, preflight, server, tokens,
 };
 use pforte_oauth::admin::AdminError;
@@ -86,19 +87,25 @@ impl From<tokens::StoreError> for Failure {
 
 pub(crate) type CmdResult = Result<(), Failure>;
 
-/// The `PFORTE_*` environment, read once at start: each variable as set, or else the content
-/// of the file its `PFORTE_*_FILE` names (a secret such as a redis URL with its password,
-/// mounted as a file). Passed to whatever reads the environment; no global holds it.
+/// The environment the gateway reads, read once at start: the `PFORTE_*` variables, each as set
+/// or else the content of the file its `PFORTE_*_FILE` names (a secret such as a redis URL with
+/// its password, mounted as a file), and `PATH` (where a `command` route's program is looked
+/// up). Passed to whatever reads the environment; no global holds it.
 #[derive(Debug, Default)]
 pub(crate) struct Env {
     vars: HashMap<String, String>,
+    path: Option<OsString>,
 }
 
 impl Env {
     /// The process's `PFORTE_*` variables, with every `PFORTE_X_FILE` read into `PFORTE_X`
-    /// (unless `PFORTE_X` itself is set).
+    /// (unless `PFORTE_X` itself is set), and its `PATH`.
     pub(crate) fn from_process() -> Result<Self, Failure> {
-        Self::from_vars(std::env::vars(), |path| std::fs::read_to_string(path))
+        let env = Self::from_vars(std::env::vars(), |path| std::fs::read_to_string(path))?;
+        Ok(Self {
+            path: std::env::var_os(preflight::PATH_ENV),
+            ..env
+        })
     }
 
     /// [`Env::from_process`] over given variables and a given file reader.
@@ -127,12 +134,20 @@ impl Env {
                 value.trim_end_matches(['\r', '\n']).to_owned(),
             );
         }
-        Ok(Self { vars: set })
+        Ok(Self {
+            vars: set,
+            path: None,
+        })
     }
 
     /// The value of `name`, e.g. `PFORTE_REDIS_URL`.
     pub(crate) fn get(&self, name: &str) -> Option<String> {
         self.vars.get(name).cloned()
+    }
+
+    /// The value of `PATH`.
+    pub(crate) fn path(&self) -> Option<&OsStr> {
+        self.path.as_deref()
     }
 }
 
@@ -194,9 +209,24 @@ pub(crate) fn bad_config(e: impl std::fmt::Display) -> Failure {
     Failure::Usage(format!("bad configuration: {e}"))
 }
 
-/// The configuration file (or defaults) with the environment over it: no validation yet.
+/// The configuration file (read here; or the defaults without one) with the environment over
+/// it: no validation yet.
+pub(crate) fn read_config(config: Option<&Path>, env: &Env) -> Result<GatewayConfig, ConfigError> {
+    let text = match config {
+        Some(path) => Some(
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    GatewayConfig::load(config.zip(text.as_deref()), |name| env.get(name))
+}
+
+/// [`read_config`], a failure of it a usage error.
 pub(crate) fn load_config(config: Option<&Path>, env: &Env) -> Result<GatewayConfig, Failure> {
-    GatewayConfig::load(config, |name| env.get(name)).map_err(bad_config)
+    read_config(config, env).map_err(bad_config)
 }
 
 /// Loads and validates everything `serve` would, without listening.
@@ -210,8 +240,14 @@ pub(crate) fn settings(
         cfg.data_dir = dir;
     }
     cfg.listen = server::resolve_port(cfg.listen).map_err(bad_config)?;
+    validated(cfg, env)
+}
+
+/// The one way from a configuration to settings, for `check`, `serve` and `up`: the pure
+/// validation, then the preflight checks of what it names on this machine.
+pub(crate) fn validated(cfg: GatewayConfig, env: &Env) -> Result<Settings, Failure> {
     let settings = cfg.validate().map_err(bad_config)?;
-    preflight::check(&settings).map_err(bad_config)?;
+    preflight::check(&settings, env.path()).map_err(bad_config)?;
     Ok(settings)
 }
 

@@ -16,7 +16,7 @@ pub fn protected_resource(settings: &Settings, route: &Route) -> Value {
         "resource": route.resource,
         "authorization_servers": [settings.issuer()],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": settings.file.scopes,
+        "scopes_supported": settings.scopes,
         "resource_name": name,
     })
 }

@@ -48,14 +48,14 @@ pub fn is_as_path(path: &str) -> bool {
 /// The authorization server's configuration for this gateway: the `[oauth]` table with the
 /// issuer, resource and scopes taken from the gateway's own settings, so they are identical.
 pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError> {
-    let mut cfg = settings.file.oauth.clone();
+    let mut cfg = settings.oauth.clone();
     let base = OAuthConfig::new(settings.issuer())?;
     cfg.issuer = base.issuer;
     cfg.resource = base.resource;
-    cfg.scopes_supported = settings.file.scopes.clone();
+    cfg.scopes_supported = settings.scopes.clone();
     set_resources(&mut cfg, settings);
     // Browsers drop `Secure` cookies over plain http: only a loopback listener serves it.
-    if !settings.tls_enabled() && !settings.file.behind_tls_proxy {
+    if !settings.listen.serves_https() {
         cfg.cookie_secure = false;
     }
     cfg.validate()?;

@@ -1,23 +1,30 @@
-//! Start-up checks that `pforte check`, `pforte serve` and `pforte up` share: everything that
-//! would otherwise fail inside pingora's threads (a certificate that is not PEM, a key that does
-//! not belong to it, an `[oauth]` table or a tool budget that does not validate, a listener that
-//! cannot bind) is found here, before anything prints success, and named in one line.
+//! Start-up checks that `pforte check`, `pforte serve` and `pforte up` share, after the pure
+//! validation of the configuration: what the settings name on this machine (TLS and CA files,
+//! a route's program, directory and user: `routes`), and everything that would otherwise fail
+//! inside pingora's threads (a certificate that is not PEM, a key that does not belong to it,
+//! an `[oauth]` table that does not validate, a listener that cannot bind) is found here,
+//! before anything prints success, and named in one line.
+
+mod routes;
 
 use std::{
+    ffi::OsStr,
     io::ErrorKind,
     net::{SocketAddr, TcpListener},
 };
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 
-use crate::{
-    config::{Settings, TlsFiles},
-    limit::Limits,
-};
+pub use routes::PATH_ENV;
+
+use crate::config::{ConfigError, Settings, TlsFiles};
 
 /// Why the gateway cannot start with these settings. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
+    /// A file, program, directory or user the configuration names, in its own words.
+    #[error(transparent)]
+    Named(#[from] ConfigError),
     #[error("tls.cert {path}: {reason}")]
     Cert { path: String, reason: String },
     #[error("tls.key {path}: {reason}")]
@@ -26,8 +33,6 @@ pub enum PreflightError {
     KeyMismatch { cert: String, key: String },
     #[error("{0}")]
     OAuth(String),
-    #[error("limits.tools.{tool}: {reason}")]
-    Tool { tool: String, reason: String },
     #[error(
         "[[routes]] {route:?}: user = {user:?} needs the gateway to run as root (it runs as uid {uid})"
     )]
@@ -39,11 +44,13 @@ pub enum PreflightError {
 }
 
 /// Every check that needs no listener: the same function for `check`, `serve` and `up`.
-pub fn check(settings: &Settings) -> Result<(), PreflightError> {
-    check_tools(&settings.file.limits)?;
+/// `path_var` is the value of [`PATH_ENV`], read by the caller with the rest of its
+/// environment.
+pub fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(), PreflightError> {
+    routes::check_named(settings, path_var)?;
     check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
-    if let Some(files) = &settings.file.tls {
+    if let Some(files) = &settings.listen.tls {
         check_tls(files)?;
     }
     Ok(())
@@ -62,29 +69,6 @@ pub fn check_run_as(routes: &[crate::config::Route], euid: u32) -> Result<(), Pr
                 user: who.user.clone(),
                 uid: euid,
             });
-        }
-    }
-    Ok(())
-}
-
-/// Tool budgets: a tool name as MCP spells them and a policy that allows something.
-pub fn check_tools(limits: &Limits) -> Result<(), PreflightError> {
-    for (tool, policy) in &limits.tools {
-        let err = |reason: &str| PreflightError::Tool {
-            tool: tool.clone(),
-            reason: reason.to_owned(),
-        };
-        let name_ok = (1..=128).contains(&tool.len())
-            && tool
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !name_ok {
-            return Err(err(
-                "a tool name is 1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.'",
-            ));
-        }
-        if !policy.is_valid() {
-            return Err(err("rate, period_secs and burst must all be above 0"));
         }
     }
     Ok(())
@@ -181,7 +165,6 @@ pub fn is_startup_panic(message: &str) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::limit::Policy;
     use std::path::Path;
 
     #[test]
@@ -228,25 +211,6 @@ mod tests {
         let mismatch = files(dir.path(), &a.cert.pem(), &b.signing_key.serialize_pem());
         let e = check_tls(&mismatch).unwrap_err().to_string();
         assert!(e.contains("does not belong"), "{e}");
-    }
-
-    #[test]
-    fn tool_budgets_are_checked() {
-        let ok = Policy {
-            rate: 1,
-            period_secs: 60,
-            burst: 1,
-        };
-        let zero = Policy { rate: 0, ..ok };
-        let mut limits = Limits::default();
-        limits.tools.insert("werkbaum_write".into(), ok);
-        check_tools(&limits).unwrap();
-        limits.tools.insert("bad name".into(), ok);
-        assert!(check_tools(&limits).is_err());
-        limits.tools.remove("bad name");
-        limits.tools.insert("x".into(), zero);
-        let e = check_tools(&limits).unwrap_err().to_string();
-        assert!(e.starts_with("limits.tools.x:"), "{e}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use pingora::{
 mod conns;
 
 use crate::{
-    audit::{AuditLog, AuditSink, Rotation, SighupReopen},
+    audit::{AuditLog, AuditSink, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},
     config::{Settings, UpstreamKind},
     limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
@@ -28,8 +28,8 @@ use crate::{
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
     sessions::{SessionOptions, Sessions},
-    stdio::{StdioBridge, StdioSpec},
-    stores::Stores,
+    stdio::{StdioBridge, StdioSpec, exec::RunAs},
+    stores::{Site, Stores},
     tokens::{StoreError, TokenCache},
 };
 
@@ -49,10 +49,15 @@ pub enum ServeError {
     Gateway(#[from] crate::proxy::GatewayError),
     #[error(transparent)]
     Stdio(#[from] crate::stdio::StdioError),
+    #[error("[[routes]] {route:?}: user: {reason}")]
+    RunAs { route: String, reason: String },
 }
 
-/// The bridge spec of a `command` route (`None` for every other kind).
-pub fn stdio_spec(route: &crate::config::Route) -> Option<(StdioSpec, std::path::PathBuf)> {
+/// The bridge spec of a `command` route (`None` for every other kind), its `user` looked up
+/// (as `preflight` did before).
+pub fn stdio_spec(
+    route: &crate::config::Route,
+) -> Result<Option<(StdioSpec, std::path::PathBuf)>, ServeError> {
     let UpstreamKind::Stdio {
         upstream,
         command,
@@ -62,10 +67,20 @@ pub fn stdio_spec(route: &crate::config::Route) -> Option<(StdioSpec, std::path:
         run_as,
     } = &route.upstream
     else {
-        return None;
+        return Ok(None);
     };
-    let socket = upstream.socket.clone()?;
-    Some((
+    let Some(socket) = upstream.socket.clone() else {
+        return Ok(None);
+    };
+    let run_as = run_as
+        .as_ref()
+        .map(|who| RunAs::resolve(&who.user, who.group.as_deref()))
+        .transpose()
+        .map_err(|reason| ServeError::RunAs {
+            route: route.name.clone(),
+            reason,
+        })?;
+    Ok(Some((
         StdioSpec {
             route: route.name.clone(),
             command: command.clone(),
@@ -76,10 +91,10 @@ pub fn stdio_spec(route: &crate::config::Route) -> Option<(StdioSpec, std::path:
             idle_timeout: std::time::Duration::from_secs(limits.idle_timeout_secs),
             pool: limits.pool,
             max_line_bytes: limits.max_line_bytes,
-            run_as: run_as.clone(),
+            run_as,
         },
         socket,
-    ))
+    )))
 }
 
 /// How often the token snapshot checks the store: revocations take effect within this.
@@ -227,7 +242,7 @@ pub fn run(
         metrics.clone(),
         clock.clone(),
     )?);
-    let metrics_listener = match settings.file.metrics_listen {
+    let metrics_listener = match settings.listen.metrics_listen {
         Some(addr) => Some(
             std::net::TcpListener::bind(addr).map_err(|e| ServeError::MetricsListen(addr, e))?,
         ),
@@ -235,7 +250,7 @@ pub fn run(
     };
 
     let conf = ServerConf {
-        threads: match settings.file.threads {
+        threads: match settings.threads {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         },
@@ -246,14 +261,8 @@ pub fn run(
         // no faster, more CPU per request. See docs/performance.md.
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(3),
-        pid_file: settings
-            .file
-            .data_dir
-            .join("pforte.pid")
-            .display()
-            .to_string(),
+        pid_file: settings.data_dir.join("pforte.pid").display().to_string(),
         upgrade_sock: settings
-            .file
             .data_dir
             .join("pforte-upgrade.sock")
             .display()
@@ -264,8 +273,8 @@ pub fn run(
     server.bootstrap();
 
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
-    let shared: Option<Arc<dyn Limiter>> = match (&settings.file.redis_url, oauth.runtime()) {
-        (Some(url), Some(rt)) => {
+    let shared: Option<Arc<dyn Limiter>> = match (&settings.store, oauth.runtime()) {
+        (Site::Redis(url), Some(rt)) => {
             // The connection manager lives on the store runtime, not on a pingora one.
             let _in_runtime = rt.enter();
             let limiter = RedisLimiter::connect(url, "pforte:limit:")
@@ -282,7 +291,7 @@ pub fn run(
     // Each command route's bridge binds its socket now, so that a failure is one line.
     let mut bridges = Vec::new();
     for route in &settings.routes {
-        if let Some((spec, socket)) = stdio_spec(route) {
+        if let Some((spec, socket)) = stdio_spec(route)? {
             let bridge = StdioBridge::bind(spec, &socket)?;
             bridges.push(background_service(&format!("stdio {}", route.name), bridge));
         }
@@ -306,26 +315,24 @@ pub fn run(
         })?;
         catalogs.push(Arc::new(catalog));
     }
-    let sessions = match (&settings.file.redis_url, oauth.runtime()) {
-        (Some(url), Some(rt)) => {
+    let sessions = match (&settings.store, oauth.runtime()) {
+        (Site::Redis(url), Some(rt)) => {
             let _in_runtime = rt.enter();
             Sessions::redis(url, "pforte:", SessionOptions::default())
                 .map_err(|e| ServeError::Pingora(e.to_string()))?
         }
         _ => Sessions::local(clock.clone(), SessionOptions::default()),
     };
-    let audit = match settings.audit_sink() {
+    let audit = match &settings.audit.sink {
         AuditSink::Off => None,
-        sink => {
-            let rotation = Rotation {
-                max_bytes: settings.file.audit_max_bytes,
-                keep: settings.file.audit_keep,
-            };
-            Some(
-                AuditLog::open_with(&sink, crate::audit::DEFAULT_CAPACITY, rotation)
-                    .map_err(|e| ServeError::Pingora(e.to_string()))?,
+        sink => Some(
+            AuditLog::open_with(
+                sink,
+                crate::audit::DEFAULT_CAPACITY,
+                settings.audit.rotation,
             )
-        }
+            .map_err(|e| ServeError::Pingora(e.to_string()))?,
+        ),
     };
     let mut background: Vec<_> = catalogs
         .iter()
@@ -375,21 +382,21 @@ pub fn run(
     // keep-alive the proxy phase sets per request).
     let mut options = pingora::apps::HttpServerOptions::default();
     options.h2_idle_timeout = Some(std::time::Duration::from_secs(
-        settings.file.keepalive_timeout_secs,
+        settings.listen.keepalive_timeout_secs,
     ));
     app.server_options = Some(options);
     let connections = conns::Connections::new(
-        settings.file.max_connections_per_ip,
-        settings.file.trusted_proxies.clone(),
+        settings.listen.max_connections_per_ip,
+        settings.admission.trusted_proxies.clone(),
     );
     let mut proxy = pingora::services::listening::Service::new(
         "pforte".to_owned(),
         conns::Capped::new(app, connections),
     );
-    let listen = settings.file.listen.to_string();
+    let listen = settings.listen.addr.to_string();
     let endpoint = ListenerConfig::tcp(listen.clone())
-        .l4_buffer(downstream_buffers(settings.file.tls.is_some()));
-    match &settings.file.tls {
+        .l4_buffer(downstream_buffers(settings.listen.tls.is_some()));
+    match &settings.listen.tls {
         Some(files) => {
             let mut tls = TlsSettings::intermediate(
                 &files.cert.display().to_string(),
@@ -450,8 +457,8 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap();
-        assert!(stdio_spec(&settings.routes[0]).is_none());
-        let (spec, socket) = stdio_spec(&settings.routes[1]).unwrap();
+        assert!(stdio_spec(&settings.routes[0]).unwrap().is_none());
+        let (spec, socket) = stdio_spec(&settings.routes[1]).unwrap().unwrap();
         assert_eq!(socket, std::path::Path::new("/srv/pf/run/stdio/plans.sock"));
         assert_eq!(spec.route, "plans");
         assert_eq!(spec.command, ["sh", "-c", "cat"]);
@@ -466,5 +473,27 @@ mod tests {
             (16, 4, 1)
         );
         assert_eq!(spec.idle_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(spec.run_as, None);
+    }
+
+    #[test]
+    fn a_route_user_is_looked_up_for_its_bridge() {
+        let text = "[[routes]]\nname = \"p\"\ncommand = [\"sh\"]\nuser = \"root\"";
+        let settings = toml::from_str::<crate::config::GatewayConfig>(text)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let (spec, _) = stdio_spec(&settings.routes[0]).unwrap().unwrap();
+        assert_eq!(spec.run_as.map(|r| (r.uid, r.gid)), Some((0, 0)));
+        let text = "[[routes]]\nname = \"p\"\ncommand = [\"sh\"]\nuser = \"no-such-user-pforte\"";
+        let settings = toml::from_str::<crate::config::GatewayConfig>(text)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let err = stdio_spec(&settings.routes[0]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("[[routes]] \"p\": user: no user named \"no-such-user-pforte\""),
+            "{err}"
+        );
     }
 }

@@ -26,15 +26,15 @@ pub(crate) fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env)
 pub(crate) fn serve(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> CmdResult {
     harden_process();
     let s = settings(config, data_dir, env)?;
-    logging::init(s.file.log_format);
-    preflight::check_bind(s.file.listen).map_err(|e| Failure::Other(e.into()))?;
+    logging::init(s.log_format);
+    preflight::check_bind(s.listen.addr).map_err(|e| Failure::Other(e.into()))?;
     let resources: Vec<&str> = s.routes.iter().map(|r| r.resource.as_str()).collect();
     println!(
         "pforte listening on {} (MCP: {})",
         s.base_url,
         resources.join(", ")
     );
-    let stores = Stores::open(&s.store_site()).map_err(|e| Failure::Other(e.into()))?;
+    let stores = Stores::open(&s.store).map_err(|e| Failure::Other(e.into()))?;
     server::run(s, stores, Vec::new()).map_err(|e| Failure::Other(e.into()))
 }
 

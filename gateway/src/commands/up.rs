@@ -12,7 +12,7 @@ use std::{
 use anyhow::Context as _;
 use pforte::{
     cli,
-    config::{GatewayConfig, RouteConfig, TlsFiles},
+    config::{RouteConfig, TlsFiles},
     preflight, server,
     stores::Stores,
     tls, tokens,
@@ -25,7 +25,7 @@ use pforte_oauth::{
 };
 use pingora::services::background::background_service;
 
-use super::{Env, Failure, harden_process};
+use super::{Env, Failure, harden_process, read_config, validated};
 
 /// The static token `up` creates on its first run.
 const UP_TOKEN: &str = "pforte-up";
@@ -90,7 +90,7 @@ fn run(
         .join("mcp.sock");
     let child = ServiceChild::start(&up::find_service_bin()?, &socket, &data_dir.join("service"))?;
 
-    let mut cfg = GatewayConfig::load(config.as_deref(), |name| env.get(name))?;
+    let mut cfg = read_config(config.as_deref(), env)?;
     cfg.listen = listen;
     cfg.data_dir = data_dir.clone();
     cfg.public_url = public_url.or(cfg.public_url);
@@ -101,24 +101,19 @@ fn run(
     if cfg.tls.is_none() {
         cfg.tls = certificate(listen, cfg.public_url.as_deref(), &data_dir)?;
     }
-    let settings = match cfg
-        .validate()
-        .map_err(|e| e.to_string())
-        .and_then(|s| preflight::check(&s).map(|()| s).map_err(|e| e.to_string()))
-    {
+    let public_url_given = cfg.public_url.is_some();
+    let settings = match validated(cfg, env) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("pforte: bad configuration: {e}");
-            return Ok(ExitCode::from(cli::exit::USAGE));
-        }
+        // `pforte: bad configuration: …`, exit 64.
+        Err(failure) => return Ok(failure.report()),
     };
 
-    let stores = Stores::open(&settings.store_site())?;
+    let stores = Stores::open(&settings.store)?;
     println!("Pforte is up.");
     println!("  MCP URL:   {}", settings.resource());
     let token = first_token(
         stores.tokens.as_ref(),
-        &settings.file.scopes,
+        &settings.scopes,
         SystemClock.now_secs(),
     )?;
     match &token {
@@ -155,7 +150,7 @@ fn run(
         ),
     }
     drop(admin);
-    if settings.tls_enabled() && settings.file.public_url.is_none() {
+    if settings.tls_enabled() && !public_url_given {
         println!(
             "  TLS:       self-signed certificate in {}",
             data_dir.display()

@@ -1,0 +1,445 @@
+//! The route table: `[upstream]` and every `[[routes]]` entry checked and turned into the
+//! [`Route`]s the request path serves, each with its public path, resource URLs and upstream.
+//! Pure: what a route names on this machine (a program, a directory, a user, a CA file) is
+//! looked at by `preflight`.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use http::Uri;
+
+use super::{
+    ConfigError, GatewayConfig, MCP_PATH, RouteConfig, StdioConfig, UpstreamConfig,
+    file::DEFAULT_UPSTREAM_URL, invalid, origins::normalise_origin, route_err,
+};
+
+/// The name of the `[upstream]` route.
+pub const DEFAULT_ROUTE: &str = "mcp";
+
+/// What an upstream URL may be, for the error that refuses another.
+pub const ACCEPTED_UPSTREAMS: &str = "http://HOST:PORT/PATH, https://HOST:PORT/PATH or unix:PATH";
+
+/// The smallest `max_line_bytes` accepted.
+const MIN_MAX_LINE_BYTES: usize = 4096;
+
+/// Where an upstream is, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// `host:port`, used for connecting and as the `Host` header.
+    pub authority: String,
+    pub host: String,
+    pub port: u16,
+    /// Path prefix that replaces the public `/mcp` (or `/NAME/mcp`).
+    pub path: String,
+    /// `https://`: TLS to the upstream, the host as SNI and the name verified.
+    pub tls: bool,
+    /// `unix:PATH`: connect to this Unix domain socket instead (`authority` is then
+    /// `localhost`, sent as `Host`; the path is `/mcp`).
+    pub socket: Option<PathBuf>,
+}
+
+impl Upstream {
+    /// The URL of the MCP endpoint, for HTTP clients that connect over `socket` themselves
+    /// (the tool catalog).
+    pub fn http_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.authority, self.path)
+    }
+
+    fn unix(path: PathBuf) -> Self {
+        Self {
+            authority: "localhost".to_owned(),
+            host: "localhost".to_owned(),
+            port: 80,
+            path: MCP_PATH.to_owned(),
+            tls: false,
+            socket: Some(path),
+        }
+    }
+}
+
+/// The account a `command` route's children run as, as written (`user`, `group`): `preflight`
+/// checks that this machine knows it, the stdio bridge looks it up when it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAsName {
+    pub user: String,
+    /// Instead of the user's primary group.
+    pub group: Option<String>,
+}
+
+/// How a route reaches its MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamKind {
+    Http(Upstream),
+    /// `https://`, verified against the system roots or `ca` (a PEM file).
+    Https {
+        upstream: Upstream,
+        ca: Option<PathBuf>,
+    },
+    Unix(Upstream),
+    /// A stdio server run by the gateway's bridge, reached on `upstream.socket`.
+    Stdio {
+        upstream: Upstream,
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+        limits: StdioConfig,
+        /// `user` / `group`.
+        run_as: Option<RunAsName>,
+    },
+    /// Instances of one server (http or https), sharing `ca`.
+    Replicas {
+        instances: Vec<Upstream>,
+        ca: Option<PathBuf>,
+    },
+}
+
+impl UpstreamKind {
+    /// The instance that requests go to (the first of several replicas until balancing
+    /// picks one), and the tool catalog's.
+    pub fn primary(&self) -> &Upstream {
+        match self {
+            Self::Http(u) | Self::Unix(u) => u,
+            Self::Https { upstream, .. } | Self::Stdio { upstream, .. } => upstream,
+            Self::Replicas { instances, .. } => &instances[0],
+        }
+    }
+
+    /// The CA file the upstream's certificate is verified against, if any.
+    pub fn ca_file(&self) -> Option<&Path> {
+        match self {
+            Self::Https { ca, .. } | Self::Replicas { ca, .. } => ca.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// One validated route with everything the request path needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub name: String,
+    /// Public path: `/NAME/mcp`, or `/mcp` for `[upstream]`.
+    pub path: String,
+    /// The canonical resource URL: `<base_url>` + `path`.
+    pub resource: String,
+    /// `/.well-known/oauth-protected-resource` + `path`.
+    pub metadata_path: String,
+    /// `<base_url>` + `metadata_path`: named in `WWW-Authenticate`.
+    pub metadata_url: String,
+    pub upstream: UpstreamKind,
+    pub connect_timeout_ms: u64,
+    pub read_timeout_ms: u64,
+    /// Normalised allowed origins of this route.
+    pub allowed_origins: Vec<String>,
+    /// Top-level `[tools.NAME]` with this route's `[routes.tools.NAME]` over them.
+    pub tools: BTreeMap<String, crate::policy::ToolRule>,
+}
+
+impl Route {
+    /// Whether this is the `[upstream]` route (served at `/mcp`), not a `[[routes]]` entry:
+    /// its errors name `upstream.FIELD`.
+    pub fn is_upstream_table(&self) -> bool {
+        self.path == MCP_PATH
+    }
+}
+
+/// The route table: `[upstream]` as `mcp` at `/mcp` (or the default upstream when there are
+/// no `[[routes]]`), then every `[[routes]]` entry at `/NAME/mcp`.
+pub(super) fn table(
+    cfg: &GatewayConfig,
+    base_url: &str,
+    allowed_origins: &[String],
+) -> Result<Vec<Route>, ConfigError> {
+    let defaults = UpstreamConfig::default();
+    let upstream = match (&cfg.upstream, cfg.routes.is_empty()) {
+        (Some(u), _) => Some(u),
+        (None, true) => Some(&defaults),
+        (None, false) => None,
+    };
+    let mut routes = Vec::with_capacity(cfg.routes.len() + 1);
+    if let Some(u) = upstream {
+        let kind = match (&u.url, &u.urls) {
+            (url, None) => endpoint_kind(
+                url.as_deref().unwrap_or(DEFAULT_UPSTREAM_URL),
+                u.ca_file.clone(),
+            )
+            .map_err(|reason| invalid("upstream.url", reason))?,
+            (None, Some(urls)) => replicas(urls, u.ca_file.clone())
+                .map_err(|reason| invalid("upstream.urls", reason))?,
+            (Some(_), Some(_)) => {
+                return Err(invalid("upstream.url", "give url or urls, not both"));
+            }
+        };
+        if u.ca_file.is_some() {
+            check_ca_upstream(&kind).map_err(|reason| invalid("upstream.ca_file", reason))?;
+        }
+        routes.push(Route {
+            name: DEFAULT_ROUTE.to_owned(),
+            path: MCP_PATH.to_owned(),
+            resource: format!("{base_url}{MCP_PATH}"),
+            metadata_path: format!("/.well-known/oauth-protected-resource{MCP_PATH}"),
+            metadata_url: format!("{base_url}/.well-known/oauth-protected-resource{MCP_PATH}"),
+            upstream: kind,
+            connect_timeout_ms: u.connect_timeout_ms,
+            read_timeout_ms: u.read_timeout_ms,
+            allowed_origins: allowed_origins.to_vec(),
+            tools: cfg.tools.clone(),
+        });
+    }
+    let timeouts = upstream.unwrap_or(&defaults);
+    for r in &cfg.routes {
+        let route = route(cfg, r, base_url, allowed_origins, timeouts)?;
+        if routes.iter().any(|known| known.name == route.name) {
+            let reason = if route.name == DEFAULT_ROUTE {
+                "the name mcp is the [upstream] route's; choose another".to_owned()
+            } else {
+                "a route of this name exists already; names are unique".to_owned()
+            };
+            return Err(route_err(&route.name, "name", reason));
+        }
+        routes.push(route);
+    }
+    Ok(routes)
+}
+
+/// One `[[routes]]` entry, checked.
+fn route(
+    cfg: &GatewayConfig,
+    r: &RouteConfig,
+    base_url: &str,
+    allowed_origins: &[String],
+    timeouts: &UpstreamConfig,
+) -> Result<Route, ConfigError> {
+    let err = |field: &'static str, reason: String| route_err(&r.name, field, reason);
+    if !valid_route_name(&r.name) {
+        return Err(err(
+            "name",
+            "a route name is 1 to 63 characters of a-z, 0-9 and '-'".to_owned(),
+        ));
+    }
+    let upstream = match (&r.url, &r.urls, &r.command) {
+        (Some(url), None, None) => {
+            endpoint_kind(url, r.ca_file.clone()).map_err(|e| err("url", e))?
+        }
+        (None, Some(urls), None) => {
+            replicas(urls, r.ca_file.clone()).map_err(|e| err("urls", e))?
+        }
+        (None, None, Some(command)) => stdio_kind(cfg, r, command).map_err(|(f, e)| err(f, e))?,
+        (None, None, None) => {
+            return Err(err(
+                "url",
+                format!("give exactly one of url ({ACCEPTED_UPSTREAMS}), urls or command"),
+            ));
+        }
+        _ => {
+            return Err(err(
+                "url",
+                "give exactly one of url, urls or command, not several".to_owned(),
+            ));
+        }
+    };
+    if r.command.is_none()
+        && (!r.env.is_empty() || r.cwd.is_some() || r.user.is_some() || r.group.is_some())
+    {
+        return Err(err(
+            "env",
+            "env, cwd, user and group are for command routes".to_owned(),
+        ));
+    }
+    if r.ca_file.is_some() {
+        check_ca_upstream(&upstream).map_err(|e| err("ca_file", e))?;
+    }
+    let connect_timeout_ms = r.connect_timeout_ms.unwrap_or(timeouts.connect_timeout_ms);
+    if connect_timeout_ms == 0 {
+        return Err(err("connect_timeout_ms", "must be above 0".to_owned()));
+    }
+    let origins = match &r.allowed_origins {
+        None => allowed_origins.to_vec(),
+        Some(list) => list
+            .iter()
+            .map(|o| {
+                normalise_origin(o).ok_or_else(|| {
+                    err(
+                        "allowed_origins",
+                        format!("{o:?} is not an origin (scheme://host[:port])"),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    for (tool, rule) in &r.tools {
+        if let Some(s) = rule
+            .scopes
+            .iter()
+            .flatten()
+            .find(|s| !cfg.scopes.contains(s))
+        {
+            return Err(err(
+                "tools",
+                format!("[routes.tools.{tool}] scope {s:?} is not one of the configured scopes"),
+            ));
+        }
+    }
+    let mut tools = cfg.tools.clone();
+    tools.extend(r.tools.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let path = format!("/{}{MCP_PATH}", r.name);
+    Ok(Route {
+        name: r.name.clone(),
+        resource: format!("{base_url}{path}"),
+        metadata_path: format!("/.well-known/oauth-protected-resource{path}"),
+        metadata_url: format!("{base_url}/.well-known/oauth-protected-resource{path}"),
+        path,
+        upstream,
+        connect_timeout_ms,
+        read_timeout_ms: r.read_timeout_ms.unwrap_or(timeouts.read_timeout_ms),
+        allowed_origins: origins,
+        tools,
+    })
+}
+
+/// A `command` route's upstream: its bridge socket under `data_dir` and the child's bounds.
+/// An error names the field.
+fn stdio_kind(
+    cfg: &GatewayConfig,
+    r: &RouteConfig,
+    command: &[String],
+) -> Result<UpstreamKind, (&'static str, String)> {
+    if command.is_empty() {
+        return Err(("command", "give the program and its arguments".to_owned()));
+    }
+    if r.stdio.max_children == 0
+        || r.stdio.max_children_per_principal == 0
+        || r.stdio.idle_timeout_secs == 0
+    {
+        return Err((
+            "stdio",
+            "max_children, max_children_per_principal and idle_timeout_secs must be above 0"
+                .to_owned(),
+        ));
+    }
+    if r.stdio.max_line_bytes < MIN_MAX_LINE_BYTES {
+        return Err((
+            "stdio",
+            format!("max_line_bytes must be at least {MIN_MAX_LINE_BYTES}"),
+        ));
+    }
+    let run_as = match (&r.user, &r.group) {
+        (Some(user), group) => Some(RunAsName {
+            user: user.clone(),
+            group: group.clone(),
+        }),
+        (None, Some(_)) => {
+            return Err(("group", "group is for a route with user".to_owned()));
+        }
+        (None, None) => None,
+    };
+    Ok(UpstreamKind::Stdio {
+        upstream: Upstream::unix(stdio_socket(&cfg.data_dir, &r.name)),
+        command: command.to_vec(),
+        env: r.env.clone(),
+        cwd: r.cwd.clone(),
+        limits: r.stdio,
+        run_as,
+    })
+}
+
+/// `[a-z0-9-]+`, 1 to 63 characters.
+pub fn valid_route_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Where the bridge of the `command` route `name` listens: `<data_dir>/run/stdio/NAME.sock`.
+pub fn stdio_socket(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir
+        .join("run")
+        .join("stdio")
+        .join(format!("{name}.sock"))
+}
+
+/// A `ca_file` is only for https upstreams (its content is `preflight`'s to read).
+fn check_ca_upstream(kind: &UpstreamKind) -> Result<(), String> {
+    let https = match kind {
+        UpstreamKind::Https { .. } => true,
+        UpstreamKind::Replicas { instances, .. } => instances.iter().all(|u| u.tls),
+        _ => false,
+    };
+    if https {
+        Ok(())
+    } else {
+        Err("a CA file is only for https:// upstreams".to_owned())
+    }
+}
+
+/// Several instances of one server: each http or https, each listed once (sessions record
+/// their instance by URL).
+fn replicas(urls: &[String], ca: Option<PathBuf>) -> Result<UpstreamKind, String> {
+    if urls.is_empty() {
+        return Err("list at least one URL".to_owned());
+    }
+    let mut instances: Vec<Upstream> = Vec::with_capacity(urls.len());
+    for url in urls {
+        match endpoint_kind(url, None)? {
+            UpstreamKind::Http(u) | UpstreamKind::Https { upstream: u, .. } => {
+                if instances.iter().any(|i| i.http_url() == u.http_url()) {
+                    return Err(format!("{url:?} is listed twice"));
+                }
+                instances.push(u);
+            }
+            _ => {
+                return Err(format!(
+                    "{url:?}: replicas are http://HOST:PORT/PATH or https://HOST:PORT/PATH"
+                ));
+            }
+        }
+    }
+    Ok(UpstreamKind::Replicas { instances, ca })
+}
+
+/// One upstream URL: `http://`, `https://` (verified against `ca` or the system roots) or
+/// `unix:PATH`. The error says what is accepted.
+fn endpoint_kind(url: &str, ca: Option<PathBuf>) -> Result<UpstreamKind, String> {
+    if let Some(path) = url.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(format!(
+                "unix: needs a socket path; accepted: {ACCEPTED_UPSTREAMS}"
+            ));
+        }
+        return Ok(UpstreamKind::Unix(Upstream::unix(path.into())));
+    }
+    let bad = |why: String| format!("{url:?}: {why}; accepted: {ACCEPTED_UPSTREAMS}");
+    let uri: Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        Some(other) => return Err(bad(format!("unsupported scheme {other:?}"))),
+        None => return Err(bad("no scheme".to_owned())),
+    };
+    let authority = uri.authority().ok_or_else(|| bad("no host".to_owned()))?;
+    let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let host = authority.host().to_owned();
+    let path = uri.path().trim_end_matches('/');
+    let upstream = Upstream {
+        authority: format!("{host}:{port}"),
+        host,
+        port,
+        path: if path.is_empty() {
+            "/".to_owned()
+        } else {
+            path.to_owned()
+        },
+        tls,
+        socket: None,
+    };
+    Ok(if tls {
+        UpstreamKind::Https { upstream, ca }
+    } else {
+        UpstreamKind::Http(upstream)
+    })
+}
