@@ -117,9 +117,6 @@ pub struct Settings {
     /// Worker threads for the proxy; 0 means one per core.
     pub threads: usize,
     pub log_format: LogFormat,
-    /// The file as written. Only `proxy.rs` and `proxy/` still read it, until they read the
-    /// parts above.
-    pub(crate) file: GatewayConfig,
 }
 
 /// The public listener (`listen`, `[tls]`, `behind_tls_proxy`), the connections it keeps, and
@@ -334,7 +331,6 @@ impl GatewayConfig {
             audit,
             threads: self.threads,
             log_format: self.log_format,
-            file: self,
         })
     }
 

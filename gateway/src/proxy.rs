@@ -149,7 +149,7 @@ impl Gateway {
         // unless told otherwise (or as long as the client's `Keep-Alive: timeout=` asks).
         let idle = keepalive(
             session.get_keepalive(),
-            self.settings.file.keepalive_timeout_secs,
+            self.settings.listen.keepalive_timeout_secs,
         );
         session.set_keepalive(idle);
         let peer = session
@@ -163,7 +163,8 @@ impl Gateway {
             .iter()
             .map(|v| v.to_str().unwrap_or("?"))
             .collect();
-        ctx.client_ip = forward::client_ip(peer, &forwarded, &self.settings.file.trusted_proxies);
+        ctx.client_ip =
+            forward::client_ip(peer, &forwarded, &self.settings.admission.trusted_proxies);
         let forwarded = !forwarded.is_empty() || headers.contains_key(http::header::FORWARDED);
         let req = session.req_header();
         let target = Target::of(&self.settings, req.uri.path());
@@ -312,7 +313,7 @@ impl ProxyHttp for Gateway {
         let rejection = match ctx.mcp.rejection.take() {
             Some(rejection) => Some(rejection),
             None if session_gone => Some(Rejection::SessionNotFound),
-            None => Rejection::from_proxy_error(e, self.settings.file.max_body_bytes),
+            None => Rejection::from_proxy_error(e, self.settings.admission.max_body_bytes),
         };
         let mut error_code = 0;
         if let Some(rejection) = rejection

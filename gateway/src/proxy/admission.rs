@@ -61,7 +61,7 @@ impl Gateway {
     ) -> pingora::Result<()> {
         if let Some(chunk) = body {
             ctx.body_bytes += chunk.len() as u64;
-            if ctx.body_bytes > self.settings.file.max_body_bytes {
+            if ctx.body_bytes > self.settings.admission.max_body_bytes {
                 return Error::e_explain(ErrorType::HTTPStatus(413), "request body over the limit");
             }
         }
@@ -107,7 +107,7 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<(), Rejection> {
         ctx.cors_origin = self.check_origin(req, route)?;
-        check_declared_size(req, self.settings.file.max_body_bytes)?;
+        check_declared_size(req, self.settings.admission.max_body_bytes)?;
         self.refuse_spent_ip(ctx)?;
         let principal = self.authenticate_counting_failures(req, route, ctx).await?;
         let r = &self.settings.routes[route];
@@ -123,7 +123,7 @@ impl Gateway {
         ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
         self.check_open(req, ctx).await?;
         let policy_or_budgets =
-            self.settings.file.tool_policy || !self.settings.file.limits.tools.is_empty();
+            self.settings.admission.tool_policy || !self.settings.limits.tools.is_empty();
         ctx.mcp.inspect = req.method == http::Method::POST && policy_or_budgets;
         Ok(())
     }
@@ -140,7 +140,7 @@ impl Gateway {
         check_mcp_headers(req, message)?;
         let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
         let route = ctx.mcp_route.ok_or(Rejection::Internal)?;
-        if self.settings.file.tool_policy {
+        if self.settings.admission.tool_policy {
             self.authorize(principal, message, route).await?;
             ctx.mcp.filter_list = message.method == "tools/list"
                 && !self.routes[route].policy.lists_everything(principal);
@@ -227,7 +227,7 @@ impl Gateway {
             }
             principal
         };
-        auth::require_scopes(&principal, &self.settings.file.required_scopes)?;
+        auth::require_scopes(&principal, &self.settings.admission.required_scopes)?;
         Ok(principal)
     }
 
@@ -235,7 +235,7 @@ impl Gateway {
     /// moment ago is refused again from memory (nothing charged, no token store or redis
     /// touched), whatever credential it sends, until its `Retry-After` has passed.
     fn refuse_spent_ip(&self, ctx: &RequestCtx) -> Result<(), Rejection> {
-        let limits = &self.settings.file.limits;
+        let limits = &self.settings.limits;
         if !limits.enabled {
             return Ok(());
         }
@@ -303,7 +303,7 @@ impl Gateway {
     /// `limits.sessions_per_principal`; a `GET` is an SSE stream and holds one of
     /// `limits.streams_per_principal` slots until it ends.
     async fn check_open(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> Result<(), Rejection> {
-        let limits = &self.settings.file.limits;
+        let limits = &self.settings.limits;
         let has_session = req.headers.contains_key(SESSION_ID);
         if req.method == http::Method::POST && !has_session {
             let max = limits.sessions_per_principal;
@@ -362,7 +362,7 @@ impl Gateway {
         class: Class,
         key: &str,
     ) -> Result<Option<(Class, LimitPolicy, Decision)>, Rejection> {
-        let limits = &self.settings.file.limits;
+        let limits = &self.settings.limits;
         if !limits.enabled {
             return Ok(None);
         }
@@ -391,10 +391,10 @@ impl Gateway {
         route: &str,
         person_key: &str,
     ) -> Result<(), Rejection> {
-        let Some(policy) = self.settings.file.limits.tool(tool) else {
+        let Some(policy) = self.settings.limits.tool(tool) else {
             return Ok(());
         };
-        if !self.settings.file.limits.enabled {
+        if !self.settings.limits.enabled {
             return Ok(());
         }
         let decision = self

@@ -116,7 +116,7 @@ impl Gateway {
     }
 
     fn metrics_allowed(&self, caller: Caller) -> bool {
-        let trusted = &self.settings.file.trusted_proxies;
+        let trusted = &self.settings.admission.trusted_proxies;
         forward::metrics_allowed(caller.peer, caller.client, caller.forwarded, trusted)
     }
 

@@ -91,7 +91,7 @@ impl Gateway {
                 .get(i)
                 .is_some_and(|c| c.tool(tool) != catalog::Lookup::Unknown)
                 || self.settings.routes[i].tools.contains_key(tool)
-                || self.settings.file.limits.tools.contains_key(tool);
+                || self.settings.limits.tools.contains_key(tool);
             self.metrics
                 .tool_call(tool, known, metrics::tool_decision(ctx.refused));
         }

@@ -233,7 +233,7 @@ impl Gateway {
             req.remove_header(name);
         }
         let client_ip = ctx.client_ip.map(|ip| ip.to_string());
-        let proto = if self.settings.tls_enabled() || self.settings.file.behind_tls_proxy {
+        let proto = if self.settings.listen.serves_https() {
             "https"
         } else {
             "http"
