@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pforte::auth::bearer_token;
+use pforte::for_tests::bearer_token;
 
 fuzz_target!(|data: &[u8]| {
     // One header value, or (after a NUL) two: more than one must be refused.

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use libfuzzer_sys::fuzz_target;
-use pforte::forward::{TrustedProxy, client_ip};
+use pforte::for_tests::{TrustedProxy, client_ip};
 
 const PEERS: [&str; 4] = ["127.0.0.1", "10.1.2.3", "192.0.2.7", "::1"];
 

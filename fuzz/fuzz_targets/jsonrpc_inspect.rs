@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pforte::mcp::{Kind, decode_header, inspect};
+use pforte::for_tests::{Kind, decode_header, inspect};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(message) = inspect(data) {

@@ -39,15 +39,10 @@ use crate::auth::Principal;
 pub mod reason {
     pub const UNAUTHENTICATED: &str = "unauthenticated";
     pub const INSUFFICIENT_SCOPE: &str = "insufficient_scope";
-    pub const TOOL_DENIED: &str = "tool_denied";
-    pub const USER_NOT_ALLOWED: &str = "user_not_allowed";
-    pub const RATE_LIMITED: &str = "rate_limited";
-    pub const HEADER_MISMATCH: &str = "header_mismatch";
-    pub const SESSION_FOREIGN: &str = "session_foreign";
 }
 
 /// Default capacity of the channel to the writer, in lines.
-pub const DEFAULT_CAPACITY: usize = 8192;
+pub(crate) const DEFAULT_CAPACITY: usize = 8192;
 
 /// The outcome recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -121,7 +116,7 @@ fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch.
-pub fn rfc3339_ms(ms: u64) -> String {
+pub(crate) fn rfc3339_ms(ms: u64) -> String {
     pforte_clock::UtcDateTime::from_unix_ms(ms).rfc3339_ms()
 }
 
@@ -153,15 +148,15 @@ impl std::str::FromStr for AuditSink {
 /// `PATH.2`, …, `PATH.keep` is dropped) and a new file is started. `max_bytes = 0`: never
 /// (another program rotates and sends SIGHUP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rotation {
-    pub max_bytes: u64,
-    pub keep: u32,
+pub(crate) struct Rotation {
+    pub(crate) max_bytes: u64,
+    pub(crate) keep: u32,
 }
 
 /// `audit_max_bytes`'s default: 100 MiB.
-pub const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;
 /// `audit_keep`'s default.
-pub const DEFAULT_KEEP: u32 = 5;
+pub(crate) const DEFAULT_KEEP: u32 = 5;
 
 impl Default for Rotation {
     fn default() -> Self {
@@ -175,13 +170,13 @@ impl Default for Rotation {
 impl Rotation {
     /// Whether a file holding `written` bytes is rotated before a line of `line` bytes is
     /// appended. A file never holds less than one line: an empty one takes any line.
-    pub fn due(&self, written: u64, line: usize) -> bool {
+    pub(crate) fn due(&self, written: u64, line: usize) -> bool {
         self.max_bytes > 0 && written > 0 && written.saturating_add(line as u64) > self.max_bytes
     }
 
     /// The renames of one rotation, oldest first: `PATH.{keep-1}` → `PATH.{keep}`, …,
     /// `PATH` → `PATH.1` (what was at `PATH.{keep}` is replaced, so dropped).
-    pub fn renames(&self, path: &Path) -> Vec<(PathBuf, PathBuf)> {
+    pub(crate) fn renames(&self, path: &Path) -> Vec<(PathBuf, PathBuf)> {
         let numbered = |n: u32| {
             let mut name = path.as_os_str().to_owned();
             name.push(format!(".{n}"));
@@ -243,13 +238,17 @@ impl AuditLog {
         Self::open_with(sink, DEFAULT_CAPACITY, Rotation::default())
     }
 
+    #[cfg(test)]
     /// [`AuditLog::open`] with a channel of `capacity` lines.
-    pub fn open_with_capacity(sink: &AuditSink, capacity: usize) -> Result<Self, AuditError> {
+    pub(crate) fn open_with_capacity(
+        sink: &AuditSink,
+        capacity: usize,
+    ) -> Result<Self, AuditError> {
         Self::open_with(sink, capacity, Rotation::default())
     }
 
     /// [`AuditLog::open`] with a channel of `capacity` lines and a file rotated by `rotation`.
-    pub fn open_with(
+    pub(crate) fn open_with(
         sink: &AuditSink,
         capacity: usize,
         rotation: Rotation,
@@ -283,7 +282,7 @@ impl AuditLog {
     }
 
     /// Whether lines go anywhere.
-    pub fn is_enabled(&self) -> bool {
+    pub(crate) fn is_enabled(&self) -> bool {
         self.inner.is_some()
     }
 
@@ -383,7 +382,7 @@ async fn reopen_loop(
 
 /// The SIGHUP reopen as a pingora background service (runs until shutdown).
 #[derive(Debug, Clone)]
-pub struct SighupReopen(pub AuditLog);
+pub(crate) struct SighupReopen(pub AuditLog);
 
 #[async_trait]
 impl BackgroundService for SighupReopen {

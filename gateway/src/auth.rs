@@ -5,7 +5,7 @@ use crate::tokens::{TOKEN_PREFIX, TokenSet};
 
 /// How the caller authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthKind {
+pub(crate) enum AuthKind {
     /// An operator-issued static bearer token.
     Static,
     /// An OAuth access token issued by Pforte's authorization server.
@@ -13,7 +13,7 @@ pub enum AuthKind {
 }
 
 impl AuthKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Static => "static",
             Self::OAuth => "oauth",
@@ -23,23 +23,23 @@ impl AuthKind {
 
 /// The authenticated caller, as forwarded to the service.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
+pub(crate) struct Principal {
     /// The user (OAuth) or `operator` (static tokens act for the operator).
-    pub subject: String,
+    pub(crate) subject: String,
     /// The OAuth client id, or the static token's name.
-    pub client: String,
+    pub(crate) client: String,
     /// The OAuth client's registered name (`client_name`), when it has one.
-    pub client_name: Option<String>,
-    pub kind: AuthKind,
-    pub scopes: Vec<String>,
+    pub(crate) client_name: Option<String>,
+    pub(crate) kind: AuthKind,
+    pub(crate) scopes: Vec<String>,
     /// Which routes the credential is good for.
-    pub binding: Binding,
+    pub(crate) binding: Binding,
 }
 
 impl Principal {
     /// Whom this caller's sessions, streams, rates and tool budgets count against: see
     /// [`person_key`].
-    pub fn person_key(&self) -> String {
+    pub(crate) fn person_key(&self) -> String {
         person_key(self.kind, &self.subject, &self.client)
     }
 }
@@ -47,7 +47,7 @@ impl Principal {
 /// The person behind a credential, as one key: an OAuth user whatever the client
 /// (`oauth:SUBJECT`; registering more clients buys nothing), a static token by its name
 /// (`static:NAME`; only the operator mints them, and each is handed to someone).
-pub fn person_key(kind: AuthKind, subject: &str, client: &str) -> String {
+pub(crate) fn person_key(kind: AuthKind, subject: &str, client: &str) -> String {
     match kind {
         AuthKind::OAuth => format!("oauth:{subject}"),
         AuthKind::Static => format!("static:{client}"),
@@ -56,7 +56,7 @@ pub fn person_key(kind: AuthKind, subject: &str, client: &str) -> String {
 
 /// Which routes a credential is good for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Binding {
+pub(crate) enum Binding {
     /// Every route (a static token without `--route`).
     #[default]
     Any,
@@ -68,7 +68,7 @@ pub enum Binding {
 
 /// Why a valid credential does not open a route.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RouteRefusal {
+pub(crate) enum RouteRefusal {
     /// A static token limited to other routes.
     NotListed,
     /// An OAuth token for another resource.
@@ -76,7 +76,11 @@ pub enum RouteRefusal {
 }
 
 /// Whether `principal` may use the route `name` whose resource URL is `resource`.
-pub fn check_route(principal: &Principal, name: &str, resource: &str) -> Result<(), RouteRefusal> {
+pub(crate) fn check_route(
+    principal: &Principal,
+    name: &str,
+    resource: &str,
+) -> Result<(), RouteRefusal> {
     match &principal.binding {
         Binding::Any => Ok(()),
         Binding::Routes(names) if names.iter().any(|n| n == name) => Ok(()),
@@ -87,7 +91,7 @@ pub fn check_route(principal: &Principal, name: &str, resource: &str) -> Result<
 }
 
 /// The subject of every static token: static tokens are the operator's own credential.
-pub const OPERATOR: &str = "operator";
+pub(crate) const OPERATOR: &str = "operator";
 
 /// Why a request was not authenticated; each maps to one precise 401.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,7 +113,10 @@ pub enum AuthFailure {
 }
 
 /// Checks that `principal` holds every scope in `required`.
-pub fn require_scopes(principal: &Principal, required: &[String]) -> Result<(), AuthFailure> {
+pub(crate) fn require_scopes(
+    principal: &Principal,
+    required: &[String],
+) -> Result<(), AuthFailure> {
     let missing: Vec<&str> = required
         .iter()
         .filter(|r| !principal.scopes.contains(r))
@@ -162,12 +169,12 @@ fn is_token68(s: &str) -> bool {
 }
 
 /// Whether a bearer token has the static-token shape (the OAuth path handles every other).
-pub fn looks_static(token: &str) -> bool {
+pub(crate) fn looks_static(token: &str) -> bool {
     token.starts_with(TOKEN_PREFIX)
 }
 
 /// Decides on a static token.
-pub fn authenticate_static(
+pub(crate) fn authenticate_static(
     token: &str,
     tokens: &TokenSet,
     now: u64,

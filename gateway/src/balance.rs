@@ -9,18 +9,18 @@
 //! behind a lock for the request path. A route with a single instance has nothing to balance:
 //! every request goes to it whatever its health (its failures are answered as before).
 
-pub mod probe;
+pub(crate) mod probe;
 
 use std::sync::Mutex;
 
 /// Every down instance is probed this often.
-pub const PROBE_DOWN_EVERY_MS: u64 = 1_000;
+pub(crate) const PROBE_DOWN_EVERY_MS: u64 = 1_000;
 /// Every healthy instance is probed this often, so a dead one is noticed without traffic.
-pub const PROBE_UP_EVERY_MS: u64 = 5_000;
+pub(crate) const PROBE_UP_EVERY_MS: u64 = 5_000;
 
 /// An instance URL the balancer cannot use.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum BalanceError {
+pub(crate) enum BalanceError {
     #[error("a route needs at least one instance URL")]
     Empty,
     #[error("instance URL {url:?}: {reason}")]
@@ -31,7 +31,7 @@ pub enum BalanceError {
 
 /// Why a session's requests cannot reach its instance: the client must open a new session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gone {
+pub(crate) enum Gone {
     /// The session record names no instance (bound on first use, or written before
     /// instances were kept), and the route has several.
     Unrecorded,
@@ -43,7 +43,7 @@ pub enum Gone {
 
 impl Gone {
     /// A short reason for logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Unrecorded => "session has no recorded instance",
             Self::Removed => "session's instance is no longer configured",
@@ -55,15 +55,15 @@ impl Gone {
 /// One instance: its URL as configured (what session records keep) and where the prober
 /// connects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instance {
-    pub url: String,
+pub(crate) struct Instance {
+    pub(crate) url: String,
     /// `host:port` (IPv6 literals in brackets), resolved at every probe.
-    pub authority: String,
+    pub(crate) authority: String,
 }
 
 impl Instance {
     /// An `http://` or `https://` URL with a host; the port defaults to the scheme's.
-    pub fn parse(url: &str) -> Result<Self, BalanceError> {
+    pub(crate) fn parse(url: &str) -> Result<Self, BalanceError> {
         let bad = |reason| BalanceError::Url {
             url: url.to_owned(),
             reason,
@@ -88,7 +88,7 @@ impl Instance {
 
 /// What a health change was, for the one log line it deserves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// It was up and is now down.
     WentDown,
     /// It was down and is now up; it had been down since this time (ms).
@@ -108,7 +108,7 @@ struct State {
 /// The health of a route's instances and the round-robin cursor. Pure: every decision takes
 /// its inputs and `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
+pub(crate) struct Health {
     states: Vec<State>,
     /// The index the next pick starts from.
     next: usize,
@@ -116,23 +116,19 @@ pub struct Health {
 
 impl Health {
     /// `n` instances, all healthy.
-    pub fn new(n: usize) -> Self {
+    pub(crate) fn new(n: usize) -> Self {
         Self {
             states: vec![State::default(); n],
             next: 0,
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.states.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.states.is_empty()
-    }
-
     /// Whether instance `i` takes requests (out of range: no).
-    pub fn is_healthy(&self, i: usize) -> bool {
+    pub(crate) fn is_healthy(&self, i: usize) -> bool {
         self.states
             .get(i)
             .is_some_and(|s| s.down_since_ms.is_none())
@@ -141,7 +137,7 @@ impl Health {
     /// The instance for a request that opens a session or needs none: the next healthy one
     /// after the last pick, round-robin; `None` when every instance is down. A single instance
     /// is always picked.
-    pub fn pick(&mut self) -> Option<usize> {
+    pub(crate) fn pick(&mut self) -> Option<usize> {
         let n = self.states.len();
         if n == 1 {
             return Some(0);
@@ -156,7 +152,7 @@ impl Health {
 
     /// Like [`Self::pick`], but never `avoid` (the instance a retried request just failed on)
     /// while another one is healthy.
-    pub fn pick_other(&mut self, avoid: usize) -> Option<usize> {
+    pub(crate) fn pick_other(&mut self, avoid: usize) -> Option<usize> {
         let first = self.pick()?;
         if first != avoid {
             return Some(first);
@@ -168,7 +164,7 @@ impl Health {
     }
 
     /// Instance `i` failed (a connect failure or a 502-class error) at `now`.
-    pub fn mark_down(&mut self, i: usize, now_ms: u64) -> Change {
+    pub(crate) fn mark_down(&mut self, i: usize, now_ms: u64) -> Change {
         let Some(s) = self.states.get_mut(i) else {
             return Change::Same;
         };
@@ -181,7 +177,7 @@ impl Health {
     }
 
     /// Instance `i` answered again.
-    pub fn mark_up(&mut self, i: usize) -> Change {
+    pub(crate) fn mark_up(&mut self, i: usize) -> Change {
         match self.states.get_mut(i).and_then(|s| s.down_since_ms.take()) {
             Some(down_since_ms) => Change::CameBack { down_since_ms },
             None => Change::Same,
@@ -189,7 +185,7 @@ impl Health {
     }
 
     /// The outcome of probing `i` at `now`: answered (`up`) or not.
-    pub fn probed(&mut self, i: usize, up: bool, now_ms: u64) -> Change {
+    pub(crate) fn probed(&mut self, i: usize, up: bool, now_ms: u64) -> Change {
         if let Some(s) = self.states.get_mut(i) {
             s.checked_ms = Some(now_ms);
         }
@@ -203,7 +199,7 @@ impl Health {
     /// The instances to probe at `now`: a down one [`PROBE_DOWN_EVERY_MS`] after it was last
     /// checked, a healthy one every [`PROBE_UP_EVERY_MS`], one never checked at once. A single
     /// instance is never probed (its health decides nothing).
-    pub fn due(&self, now_ms: u64) -> Vec<usize> {
+    pub(crate) fn due(&self, now_ms: u64) -> Vec<usize> {
         if self.states.len() < 2 {
             return Vec::new();
         }
@@ -227,7 +223,7 @@ impl Health {
 /// Where the requests of a session recorded with `instance` go, given the route's instance
 /// `urls` and their health: its index, or why it is [`Gone`]. A route with one instance
 /// serves every session (whatever the record says: its URL may have been rewritten).
-pub fn route_session(
+pub(crate) fn route_session(
     urls: &[&str],
     health: &Health,
     instance: Option<&str>,
@@ -251,7 +247,7 @@ pub fn route_session(
 /// it could not be connected to, or an established connection to it broke (what is answered
 /// 502). A slow answer (504) does not, nor a TLS failure: that is a certificate problem a TCP
 /// probe cannot see, so the instance would only flap.
-pub fn marks_down(e: &pingora::Error) -> bool {
+pub(crate) fn marks_down(e: &pingora::Error) -> bool {
     use pingora::ErrorType as T;
     e.esource() == &pingora::ErrorSource::Upstream
         && matches!(
@@ -271,14 +267,14 @@ pub fn marks_down(e: &pingora::Error) -> bool {
 /// retry, which asks for a peer again): only a request without a session (an `initialize` or
 /// a stateless request, which any instance serves alike), and only while some of the route's
 /// `instances` are untried (`tried` counts the failed attempts).
-pub fn retries_elsewhere(has_session: bool, instances: usize, tried: usize) -> bool {
+pub(crate) fn retries_elsewhere(has_session: bool, instances: usize, tried: usize) -> bool {
     !has_session && tried < instances
 }
 
 /// The instances of one route, shared by the request path and the prober
 /// (`Arc<Instances>`).
 #[derive(Debug)]
-pub struct Instances {
+pub(crate) struct Instances {
     /// The route's name, for logs.
     route: String,
     instances: Vec<Instance>,
@@ -288,7 +284,7 @@ pub struct Instances {
 impl Instances {
     /// The instances of route `route`, from its URLs in configuration order; all start
     /// healthy (the prober checks them at once).
-    pub fn new<S: AsRef<str>>(route: &str, urls: &[S]) -> Result<Self, BalanceError> {
+    pub(crate) fn new<S: AsRef<str>>(route: &str, urls: &[S]) -> Result<Self, BalanceError> {
         if urls.is_empty() {
             return Err(BalanceError::Empty);
         }
@@ -307,25 +303,22 @@ impl Instances {
         })
     }
 
-    pub fn route(&self) -> &str {
+    pub(crate) fn route(&self) -> &str {
         &self.route
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.instances.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.instances.is_empty()
-    }
-
     /// Instance `i` (in configuration order).
-    pub fn get(&self, i: usize) -> Option<&Instance> {
+    pub(crate) fn get(&self, i: usize) -> Option<&Instance> {
         self.instances.get(i)
     }
 
+    #[cfg(test)]
     /// Every instance, in configuration order.
-    pub fn all(&self) -> &[Instance] {
+    pub(crate) fn all(&self) -> &[Instance] {
         &self.instances
     }
 
@@ -337,50 +330,52 @@ impl Instances {
     }
 
     /// See [`Health::pick`].
-    pub fn pick(&self) -> Option<usize> {
+    pub(crate) fn pick(&self) -> Option<usize> {
         self.health().pick()
     }
 
     /// See [`Health::pick_other`].
-    pub fn pick_other(&self, avoid: usize) -> Option<usize> {
+    pub(crate) fn pick_other(&self, avoid: usize) -> Option<usize> {
         self.health().pick_other(avoid)
     }
 
     /// See [`route_session`].
-    pub fn route_session(&self, instance: Option<&str>) -> Result<usize, Gone> {
+    pub(crate) fn route_session(&self, instance: Option<&str>) -> Result<usize, Gone> {
         let urls: Vec<&str> = self.instances.iter().map(|i| i.url.as_str()).collect();
         route_session(&urls, &self.health(), instance)
     }
 
-    pub fn is_healthy(&self, i: usize) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_healthy(&self, i: usize) -> bool {
         self.health().is_healthy(i)
     }
 
     /// Whether any instance takes requests (a route with one instance always does).
-    pub fn any_healthy(&self) -> bool {
+    pub(crate) fn any_healthy(&self) -> bool {
         let health = self.health();
         health.len() == 1 || (0..health.len()).any(|i| health.is_healthy(i))
     }
 
     /// Instance `i` failed at `now`; logs the change once.
-    pub fn mark_down(&self, i: usize, now_ms: u64, why: &str) {
+    pub(crate) fn mark_down(&self, i: usize, now_ms: u64, why: &str) {
         let change = self.health().mark_down(i, now_ms);
         self.log(i, change, now_ms, why);
     }
 
+    #[cfg(test)]
     /// Instance `i` answered again at `now`; logs the change once.
-    pub fn mark_up(&self, i: usize, now_ms: u64) {
+    pub(crate) fn mark_up(&self, i: usize, now_ms: u64) {
         let change = self.health().mark_up(i);
         self.log(i, change, now_ms, "it answers again");
     }
 
     /// See [`Health::due`].
-    pub fn due(&self, now_ms: u64) -> Vec<usize> {
+    pub(crate) fn due(&self, now_ms: u64) -> Vec<usize> {
         self.health().due(now_ms)
     }
 
     /// Records a probe's outcome; logs a change once.
-    pub fn probed(&self, i: usize, up: bool, now_ms: u64) {
+    pub(crate) fn probed(&self, i: usize, up: bool, now_ms: u64) {
         let change = self.health().probed(i, up, now_ms);
         let why = if up {
             "it answers again"

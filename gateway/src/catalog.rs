@@ -25,14 +25,14 @@ use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-pub use filter::{FilterError, filter_tools_list};
+pub use filter::filter_tools_list;
 
 use crate::forward::header;
 
 /// The protocol revision the catalog client speaks.
-pub const PROTOCOL_VERSION: &str = "2025-06-18";
+pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
 /// The subject the catalog's own calls carry (`x-pforte-subject`, attribution only).
-pub const SUBJECT: &str = "pforte-gateway";
+pub(crate) const SUBJECT: &str = "pforte-gateway";
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 /// Upper bound on `tools/list` pages followed in one refresh (a loop guard).
@@ -135,7 +135,7 @@ pub struct Catalog {
 }
 
 /// Whether a miss at `now_ms` may start a refresh, given the last miss-triggered one.
-pub fn miss_may_refresh(last_ms: Option<u64>, now_ms: u64, interval: Duration) -> bool {
+pub(crate) fn miss_may_refresh(last_ms: Option<u64>, now_ms: u64, interval: Duration) -> bool {
     last_ms.is_none_or(|last| now_ms.saturating_sub(last) >= interval.as_millis() as u64)
 }
 
@@ -617,7 +617,7 @@ async fn stopped(shutdown: &mut Option<watch::Receiver<bool>>) {
 
 /// The catalog as a pingora background service: runs [`Catalog::run`] until shutdown.
 #[derive(Debug)]
-pub struct CatalogService(pub Arc<Catalog>);
+pub(crate) struct CatalogService(pub Arc<Catalog>);
 
 #[async_trait]
 impl BackgroundService for CatalogService {

@@ -19,15 +19,15 @@ pub mod exit {
 }
 
 /// The files that make a directory a Pforte store (the gateway creates both on first start).
-pub const STORE_FILES: [&str; 2] = ["pforte.db", "oauth.db"];
+pub(crate) const STORE_FILES: [&str; 2] = ["pforte.db", "oauth.db"];
 
 /// Whether `dir` holds an embedded Pforte store. Looks only; creates nothing.
-pub fn has_store(dir: &Path) -> bool {
+pub(crate) fn has_store(dir: &Path) -> bool {
     STORE_FILES.iter().any(|f| dir.join(f).is_file())
 }
 
 /// The refusal of a reading command on a dir without a store.
-pub fn no_store_message(dir: &Path) -> String {
+pub(crate) fn no_store_message(dir: &Path) -> String {
     format!(
         "no Pforte store at {} — pass the --data-dir the gateway uses",
         dir.display()
@@ -35,7 +35,7 @@ pub fn no_store_message(dir: &Path) -> String {
 }
 
 /// The note an adding command prints after it created a store.
-pub fn new_store_message(dir: &Path) -> String {
+pub(crate) fn new_store_message(dir: &Path) -> String {
     format!(
         "created a new, empty store at {}; no gateway uses it yet",
         dir.display()
@@ -43,23 +43,23 @@ pub fn new_store_message(dir: &Path) -> String {
 }
 
 /// `2026-12-01 19:03Z`
-pub fn utc_minute(secs: u64) -> String {
+pub(crate) fn utc_minute(secs: u64) -> String {
     let t = UtcDateTime::from_unix_secs(secs);
     format!("{} {:02}:{:02}Z", t.date(), t.hour, t.minute)
 }
 
 /// `2027-03-01`
-pub fn utc_date(secs: u64) -> String {
+pub(crate) fn utc_date(secs: u64) -> String {
     UtcDateTime::from_unix_secs(secs).date()
 }
 
 /// RFC 3339, for `--json`: `2026-12-01T19:03:07Z`
-pub fn rfc3339(secs: u64) -> String {
+pub(crate) fn rfc3339(secs: u64) -> String {
     UtcDateTime::from_unix_secs(secs).rfc3339()
 }
 
 /// How far `at` is from `now`: `in 90 d`, `3 h ago`, `in 5 min`, `now`.
-pub fn relative(at: u64, now: u64) -> String {
+pub(crate) fn relative(at: u64, now: u64) -> String {
     let (delta, future) = if at >= now {
         (at - now, true)
     } else {
@@ -81,7 +81,7 @@ pub fn relative(at: u64, now: u64) -> String {
 }
 
 /// An expiry as listed: `2027-03-01 (in 90 d)`, `2026-11-30 (1 d ago)` or `never`.
-pub fn expiry(at: Option<u64>, now: u64) -> String {
+pub(crate) fn expiry(at: Option<u64>, now: u64) -> String {
     match at {
         Some(at) => format!("{} ({})", utc_date(at), relative(at, now)),
         None => "never".to_owned(),
@@ -90,7 +90,7 @@ pub fn expiry(at: Option<u64>, now: u64) -> String {
 
 /// An aligned table: a header row, then one row per item; the last column is not padded.
 /// With no rows it is the `empty` line instead ("no clients").
-pub fn table(headers: &[&str], rows: &[Vec<String>], empty: &str) -> String {
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>], empty: &str) -> String {
     if rows.is_empty() {
         return format!("{empty}\n");
     }

@@ -18,7 +18,7 @@ use std::{
     process::ExitCode,
 };
 
-use pforte::{
+use crate::{
     cli,
     config::{ConfigError, GatewayConfig, Settings},
     logging, preflight, server, tokens,
@@ -27,7 +27,7 @@ use pforte_oauth::admin::AdminError;
 
 /// How a command failed, and so how the process exits.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// Usage or configuration (64).
     Usage(String),
     /// The data dir holds no store (66).
@@ -40,7 +40,7 @@ pub(crate) enum Failure {
 
 impl Failure {
     /// Prints the one line and returns the exit code.
-    pub(crate) fn report(self) -> ExitCode {
+    pub fn report(self) -> ExitCode {
         let (code, line) = match self {
             Self::Usage(m) => (cli::exit::USAGE, m),
             Self::NoStore(dir) => (cli::exit::NO_STORE, cli::no_store_message(&dir)),
@@ -67,8 +67,8 @@ impl From<AdminError> for Failure {
     }
 }
 
-impl From<pforte::stores::StoresError> for Failure {
-    fn from(e: pforte::stores::StoresError) -> Self {
+impl From<crate::stores::StoresError> for Failure {
+    fn from(e: crate::stores::StoresError) -> Self {
         Self::Unavailable(e.to_string())
     }
 }
@@ -92,7 +92,7 @@ pub(crate) type CmdResult = Result<(), Failure>;
 /// its password, mounted as a file), and `PATH` (where a `command` route's program is looked
 /// up). Passed to whatever reads the environment; no global holds it.
 #[derive(Debug, Default)]
-pub(crate) struct Env {
+pub struct Env {
     vars: HashMap<String, String>,
     path: Option<OsString>,
 }
@@ -154,10 +154,7 @@ impl Env {
 /// Runs a command as every command but the stdio bridge's runs: a startup panic reported as one
 /// line, the environment read once, logging started (unless the command starts it itself, as
 /// `serve` does with its configured format), and the last log lines flushed before the outcome.
-pub(crate) fn run(
-    logs_itself: bool,
-    command: impl FnOnce(&Env) -> Result<ExitCode, Failure>,
-) -> ExitCode {
+pub fn run(logs_itself: bool, command: impl FnOnce(&Env) -> Result<ExitCode, Failure>) -> ExitCode {
     install_panic_hook();
     let env = match Env::from_process() {
         Ok(env) => env,
@@ -200,7 +197,7 @@ fn install_panic_hook() {
 /// `serve` and `up` hold secrets (token and OAuth stores, keys, the environment): nobody but
 /// root may read their memory or `/proc/<pid>/environ`, and they leave no core dump.
 pub(crate) fn harden_process() {
-    if let Err(e) = pforte::stdio::exec::not_dumpable() {
+    if let Err(e) = crate::stdio::exec::not_dumpable() {
         eprintln!("pforte: PR_SET_DUMPABLE: {e}");
     }
 }

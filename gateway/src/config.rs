@@ -12,15 +12,10 @@ mod tests;
 
 use std::{net::SocketAddr, path::PathBuf};
 
-pub use file::{
-    DEFAULT_MAX_LINE_BYTES, DEFAULT_UPSTREAM_URL, GatewayConfig, RouteConfig, StdioConfig,
-    TlsFiles, UpstreamConfig,
-};
-pub use origins::normalise_origin;
-pub use routes::{
-    ACCEPTED_UPSTREAMS, DEFAULT_ROUTE, Route, RunAsName, Upstream, UpstreamKind, stdio_socket,
-    valid_route_name,
-};
+pub use file::{DEFAULT_MAX_LINE_BYTES, GatewayConfig};
+pub(crate) use file::{RouteConfig, StdioConfig, TlsFiles, UpstreamConfig};
+pub(crate) use origins::normalise_origin;
+pub(crate) use routes::{DEFAULT_ROUTE, Route, Upstream, UpstreamKind, valid_route_name};
 
 use crate::{
     audit::{AuditSink, Rotation},
@@ -32,11 +27,11 @@ use crate::{
 };
 
 /// The public path of the MCP endpoint on the gateway.
-pub const MCP_PATH: &str = "/mcp";
+pub(crate) const MCP_PATH: &str = "/mcp";
 
 /// Why a configuration was refused. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read {
         path: String,
@@ -85,60 +80,64 @@ pub(crate) fn route_err(route: &str, field: &'static str, reason: String) -> Con
 /// A validated configuration in typed parts, with everything derived that the request path
 /// needs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Public base URL without a trailing slash: the issuer.
-    pub base_url: String,
+    pub(crate) base_url: String,
     /// The public listener and the connections it keeps.
-    pub listen: Listen,
+    pub(crate) listen: Listen,
     /// What a request is held to before it reaches a route.
-    pub admission: Admission,
+    pub(crate) admission: Admission,
     /// Rate limits per route class and tool, and the per-principal bounds.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Every route, `[upstream]` (`mcp`) first when there is one. Never empty.
-    pub routes: Vec<Route>,
+    pub(crate) routes: Vec<Route>,
     /// Normalised allowed origins (`scheme://host[:port]`, lower-case, default ports removed).
-    pub allowed_origins: Vec<String>,
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "each route holds its merged origins")
+    )]
+    pub(crate) allowed_origins: Vec<String>,
     /// The gateway's own origins: the public URL's, and for a loopback public URL the same port
     /// under every loopback name (a page can only send those from this machine).
-    pub own_origins: Vec<String>,
+    pub(crate) own_origins: Vec<String>,
     /// The OAuth scopes this resource understands: RFC 9728 `scopes_supported`, the
     /// authorization server's, and a first static token's.
-    pub scopes: Vec<String>,
+    pub(crate) scopes: Vec<String>,
     /// The `[oauth]` table as written; `oauth::oauth_config` completes it with the issuer, the
     /// resources and the scopes.
-    pub oauth: pforte_oauth::OAuthConfig,
+    pub(crate) oauth: pforte_oauth::OAuthConfig,
     /// Where the embedded store, the pid file, the stdio bridges' sockets and the default audit
     /// file live.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Where the stores live: redis when `redis_url` is set, else `data_dir`.
-    pub store: Site,
+    pub(crate) store: Site,
     /// Where audit lines go and how a file of them rotates.
-    pub audit: Audit,
+    pub(crate) audit: Audit,
     /// Worker threads for the proxy; 0 means one per core.
-    pub threads: usize,
-    pub log_format: LogFormat,
+    pub(crate) threads: usize,
+    pub(crate) log_format: LogFormat,
 }
 
 /// The public listener (`listen`, `[tls]`, `behind_tls_proxy`), the connections it keeps, and
 /// the metrics listener.
 #[derive(Debug, Clone)]
-pub struct Listen {
-    pub addr: SocketAddr,
+pub(crate) struct Listen {
+    pub(crate) addr: SocketAddr,
     /// TLS on this listener.
-    pub tls: Option<TlsFiles>,
+    pub(crate) tls: Option<TlsFiles>,
     /// A TLS-terminating proxy sits in front: clients speak https to it.
-    pub behind_tls_proxy: bool,
+    pub(crate) behind_tls_proxy: bool,
     /// Seconds an idle client connection is kept open between requests.
-    pub keepalive_timeout_secs: u64,
+    pub(crate) keepalive_timeout_secs: u64,
     /// Open connections one client IP (IPv6: its /64) may hold; 0: no cap.
-    pub max_connections_per_ip: u32,
+    pub(crate) max_connections_per_ip: u32,
     /// A second listener that serves only `GET /metrics`.
-    pub metrics_listen: Option<SocketAddr>,
+    pub(crate) metrics_listen: Option<SocketAddr>,
 }
 
 impl Listen {
     /// Whether clients reach the gateway over https: TLS here, or a TLS proxy in front.
-    pub fn serves_https(&self) -> bool {
+    pub(crate) fn serves_https(&self) -> bool {
         self.tls.is_some() || self.behind_tls_proxy
     }
 }
@@ -146,39 +145,43 @@ impl Listen {
 /// What every request on a route is held to: the scopes it must carry, how its client address
 /// is believed, its size, and the tool rules.
 #[derive(Debug, Clone)]
-pub struct Admission {
+pub(crate) struct Admission {
     /// Scopes every `/mcp` request must carry (403 `insufficient_scope` otherwise).
-    pub required_scopes: Vec<String>,
+    pub(crate) required_scopes: Vec<String>,
     /// Proxies whose `X-Forwarded-For` is believed (and that the per-IP connection cap spares).
-    pub trusted_proxies: Vec<TrustedProxy>,
+    pub(crate) trusted_proxies: Vec<TrustedProxy>,
     /// Largest request body accepted, in bytes; larger gets 413.
-    pub max_body_bytes: u64,
+    pub(crate) max_body_bytes: u64,
     /// Per-tool authorization on (every `POST /mcp` is read).
-    pub tool_policy: bool,
+    pub(crate) tool_policy: bool,
     /// The top-level `[tools.NAME]` rules.
-    pub tools: std::collections::BTreeMap<String, ToolRule>,
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "each route holds its merged rules")
+    )]
+    pub(crate) tools: std::collections::BTreeMap<String, ToolRule>,
 }
 
 /// The audit log: where its lines go, and when a file of them is rotated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Audit {
-    pub sink: AuditSink,
-    pub rotation: Rotation,
+pub(crate) struct Audit {
+    pub(crate) sink: AuditSink,
+    pub(crate) rotation: Rotation,
 }
 
 impl Settings {
     /// The OAuth issuer identifier: byte-identical wherever it appears.
-    pub fn issuer(&self) -> &str {
+    pub(crate) fn issuer(&self) -> &str {
         &self.base_url
     }
     /// The canonical URL of the default protected resource (`<base_url>/mcp`): the OAuth
     /// server's default `resource`.
-    pub fn resource(&self) -> String {
+    pub(crate) fn resource(&self) -> String {
         format!("{}{MCP_PATH}", self.base_url)
     }
     /// The RFC 9728 metadata URL named in `WWW-Authenticate` outside any route: the default
     /// route's (`mcp`, else the first).
-    pub fn resource_metadata_url(&self) -> String {
+    pub(crate) fn resource_metadata_url(&self) -> String {
         match self.default_route() {
             Some(i) => self.routes[i].metadata_url.clone(),
             None => format!(
@@ -188,43 +191,45 @@ impl Settings {
         }
     }
     /// The route serving `path` exactly (`/mcp` or `/NAME/mcp`).
-    pub fn route_for_path(&self, path: &str) -> Option<usize> {
+    pub(crate) fn route_for_path(&self, path: &str) -> Option<usize> {
         self.routes.iter().position(|r| r.path == path)
     }
     /// The route whose RFC 9728 document is at `path`; the bare well-known path names the
     /// default route.
-    pub fn route_for_metadata(&self, path: &str) -> Option<usize> {
+    pub(crate) fn route_for_metadata(&self, path: &str) -> Option<usize> {
         if path == "/.well-known/oauth-protected-resource" {
             return self.default_route();
         }
         self.routes.iter().position(|r| r.metadata_path == path)
     }
     /// The route named `name`.
-    pub fn route_named(&self, name: &str) -> Option<usize> {
+    pub(crate) fn route_named(&self, name: &str) -> Option<usize> {
         self.routes.iter().position(|r| r.name == name)
     }
     /// The `mcp` route when there is one, else the only route.
-    pub fn default_route(&self) -> Option<usize> {
+    pub(crate) fn default_route(&self) -> Option<usize> {
         self.route_named(DEFAULT_ROUTE)
             .or_else(|| (self.routes.len() == 1).then_some(0))
     }
-    pub fn tls_enabled(&self) -> bool {
+    pub(crate) fn tls_enabled(&self) -> bool {
         self.listen.tls.is_some()
     }
+    #[cfg(test)]
     /// Whether a browser `Origin` (normalised) may call `/mcp`.
-    pub fn origin_allowed(&self, origin: &str) -> bool {
+    pub(crate) fn origin_allowed(&self, origin: &str) -> bool {
         self.own_origins.iter().any(|o| o == origin)
             || self.allowed_origins.iter().any(|o| o == origin)
     }
+    #[cfg(test)]
     /// The policy the `/mcp` admission applies (the top-level `[tools.NAME]` rules).
-    pub fn policy(&self) -> crate::policy::Policy {
+    pub(crate) fn policy(&self) -> crate::policy::Policy {
         crate::policy::Policy {
             rules: self.admission.tools.clone(),
             baseline: self.admission.required_scopes.clone(),
         }
     }
     /// The policy of route `i`: its merged tool rules.
-    pub fn route_policy(&self, i: usize) -> crate::policy::Policy {
+    pub(crate) fn route_policy(&self, i: usize) -> crate::policy::Policy {
         crate::policy::Policy {
             rules: self.routes[i].tools.clone(),
             baseline: self.admission.required_scopes.clone(),
@@ -236,7 +241,7 @@ impl GatewayConfig {
     /// Checks every rule and derives the request-path settings. Pure: what the settings name
     /// on this machine is checked by `preflight::check`, which `check`, `serve` and `up` run
     /// after this.
-    pub fn validate(self) -> Result<Settings, ConfigError> {
+    pub(crate) fn validate(self) -> Result<Settings, ConfigError> {
         let loopback = self.listen.ip().is_loopback();
         if self.tls.is_none() && !loopback && !self.behind_tls_proxy {
             return Err(invalid(

@@ -3,18 +3,18 @@
 //! origin is same-origin and needs none).
 
 /// Request headers a browser MCP client may send.
-pub const ALLOW_HEADERS: &str = "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID";
+pub(crate) const ALLOW_HEADERS: &str = "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID";
 /// Response headers a browser MCP client must be able to read.
-pub const EXPOSE_HEADERS: &str = "Mcp-Session-Id, WWW-Authenticate";
-pub const ALLOW_METHODS: &str = "GET, POST, DELETE, OPTIONS";
+pub(crate) const EXPOSE_HEADERS: &str = "Mcp-Session-Id, WWW-Authenticate";
+pub(crate) const ALLOW_METHODS: &str = "GET, POST, DELETE, OPTIONS";
 
 /// Whether a request is a CORS preflight (`OPTIONS` with `Access-Control-Request-Method`).
-pub fn is_preflight(method: &http::Method, headers: &http::HeaderMap) -> bool {
+pub(crate) fn is_preflight(method: &http::Method, headers: &http::HeaderMap) -> bool {
     method == http::Method::OPTIONS && headers.contains_key("access-control-request-method")
 }
 
 /// The headers of a preflight answer for `origin` (already known to be allowed).
-pub fn preflight_headers(origin: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn preflight_headers(origin: &str) -> Vec<(&'static str, String)> {
     vec![
         ("access-control-allow-origin", origin.to_owned()),
         ("access-control-allow-methods", ALLOW_METHODS.to_owned()),
@@ -26,7 +26,7 @@ pub fn preflight_headers(origin: &str) -> Vec<(&'static str, String)> {
 }
 
 /// The headers every other answer to `origin` carries.
-pub fn response_headers(origin: &str) -> [(&'static str, String); 3] {
+pub(crate) fn response_headers(origin: &str) -> [(&'static str, String); 3] {
     [
         ("access-control-allow-origin", origin.to_owned()),
         ("access-control-expose-headers", EXPOSE_HEADERS.to_owned()),

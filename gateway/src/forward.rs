@@ -4,18 +4,18 @@
 use crate::auth::Principal;
 
 /// Trusted identity headers set by the gateway (the service's `identity` module reads them).
-pub mod header {
-    pub const SUBJECT: &str = "x-pforte-subject";
-    pub const CLIENT: &str = "x-pforte-client";
+pub(crate) mod header {
+    pub(crate) const SUBJECT: &str = "x-pforte-subject";
+    pub(crate) const CLIENT: &str = "x-pforte-client";
     /// The OAuth client's registered name, percent-encoded UTF-8 (absent without a name).
-    pub const CLIENT_NAME: &str = "x-pforte-client-name";
-    pub const AUTH_KIND: &str = "x-pforte-auth-kind";
-    pub const SCOPES: &str = "x-pforte-scopes";
+    pub(crate) const CLIENT_NAME: &str = "x-pforte-client-name";
+    pub(crate) const AUTH_KIND: &str = "x-pforte-auth-kind";
+    pub(crate) const SCOPES: &str = "x-pforte-scopes";
     /// The route's name (`mcp` for `[upstream]`).
-    pub const ROUTE: &str = "x-pforte-route";
-    pub const REQUEST_ID: &str = "x-request-id";
-    pub const FORWARDED_FOR: &str = "x-forwarded-for";
-    pub const FORWARDED_PROTO: &str = "x-forwarded-proto";
+    pub(crate) const ROUTE: &str = "x-pforte-route";
+    pub(crate) const REQUEST_ID: &str = "x-request-id";
+    pub(crate) const FORWARDED_FOR: &str = "x-forwarded-for";
+    pub(crate) const FORWARDED_PROTO: &str = "x-forwarded-proto";
 }
 
 /// Client-IP and original-URL headers that some server or framework believes: the gateway sets
@@ -43,7 +43,7 @@ const LOOK_ALIKES: [&str; 16] = [
 /// identity namespace, forwarding and client-IP headers the client could forge. Names are
 /// compared with `_` read as `-` (`x_pforte_subject` is `x-pforte-subject`: servers behind
 /// CGI-style gateways see both as `HTTP_X_PFORTE_SUBJECT`).
-pub fn is_stripped(name: &str) -> bool {
+pub(crate) fn is_stripped(name: &str) -> bool {
     let name = name.to_ascii_lowercase().replace('_', "-");
     name == "authorization"
         || name == "cookie"
@@ -55,7 +55,7 @@ pub fn is_stripped(name: &str) -> bool {
 }
 
 /// The headers the gateway sets on the upstream request.
-pub fn trusted_headers(
+pub(crate) fn trusted_headers(
     principal: &Principal,
     route: &str,
     request_id: &str,
@@ -123,7 +123,7 @@ impl TryFrom<String> for TrustedProxy {
 }
 
 impl TrustedProxy {
-    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: std::net::IpAddr) -> bool {
         fn masked(bits: u128, prefix: u8, width: u8) -> u128 {
             if prefix == 0 {
                 0
@@ -187,7 +187,7 @@ fn parse_hop(hop: &str) -> Option<std::net::IpAddr> {
 /// Whether `/metrics` on the public listener answers: only a client on this machine — the
 /// resolved client (through trusted proxies), and never a request that an untrusted peer says
 /// was forwarded (a same-host proxy not listed in `trusted_proxies` forwards for anyone).
-pub fn metrics_allowed(
+pub(crate) fn metrics_allowed(
     peer: Option<std::net::IpAddr>,
     client: Option<std::net::IpAddr>,
     forwarded: bool,
@@ -198,7 +198,7 @@ pub fn metrics_allowed(
 }
 
 /// Maps the public path (`/mcp…`) onto the upstream's path prefix, keeping any query.
-pub fn upstream_path(
+pub(crate) fn upstream_path(
     public_path_and_query: &str,
     public_prefix: &str,
     upstream_prefix: &str,

@@ -1,29 +1,67 @@
 //! Pforte, the auth gateway in front of MCP services: configuration, credentials, the request
-//! decisions, and the pingora proxy that applies them.
+//! decisions, and the pingora proxy that applies them. Its public API is what the `pforte`
+//! binary calls: the commands' entry points. Everything else is private to the crate; the
+//! workspace's tests, benchmarks and fuzz targets reach the parts they exercise through
+//! `for_tests`, which is not an API.
 
-pub mod audit;
-pub mod auth;
-pub mod balance;
-pub mod catalog;
-pub mod cli;
-pub mod config;
-pub mod cors;
-pub mod forward;
-pub mod limit;
-pub mod logging;
-pub mod mcp;
-pub mod metadata;
-pub mod metrics;
-pub mod oauth;
-pub mod policy;
-pub mod preflight;
-pub mod proxy;
-pub mod reply;
-pub mod request_id;
-pub mod server;
-pub mod sessions;
-pub mod stdio;
-pub mod stores;
-pub mod tls;
-pub mod tokens;
-pub mod up;
+#![warn(unreachable_pub)]
+
+mod audit;
+mod auth;
+mod balance;
+mod catalog;
+mod cli;
+mod commands;
+mod config;
+mod cors;
+mod forward;
+mod limit;
+mod logging;
+mod mcp;
+mod metadata;
+mod metrics;
+mod oauth;
+mod policy;
+mod preflight;
+mod proxy;
+mod reply;
+mod request_id;
+mod server;
+mod sessions;
+mod stdio;
+mod stores;
+mod tls;
+mod tokens;
+mod up;
+
+pub use cli::exit;
+pub use commands::{
+    Env, Failure,
+    client::{ClientAction, run as client},
+    grant::{GrantAction, run as grant},
+    run,
+    serve::{check, serve},
+    token::{TokenAction, run as token},
+    up::{UpArgs, up},
+    user::{UserAction, run as user},
+};
+pub use stdio::{AS_USER_SUBCOMMAND, EXEC_SUBCOMMAND, exec_as, exec_child};
+
+/// What the workspace's end-to-end tests, benchmarks and fuzz targets use directly: the parsers
+/// of untrusted input, the limiter, the session records, the catalog, the audit log and the
+/// stdio bridge. Not an API; hidden from the docs.
+#[doc(hidden)]
+pub mod for_tests {
+    pub use crate::{
+        audit::{AuditDecision, AuditLog, AuditPrincipal, AuditRecord, AuditSink, reason},
+        auth::bearer_token,
+        catalog::{Catalog, CatalogOptions, Lookup, filter_tools_list},
+        config::{DEFAULT_MAX_LINE_BYTES, GatewayConfig},
+        forward::{TrustedProxy, client_ip},
+        limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter},
+        logging::{LogFormat, init},
+        mcp::{Kind, decode_header, inspect},
+        sessions::{Holder, Ownership, SessionOptions, Sessions},
+        stdio::{StdioBridge, StdioSpec},
+    };
+}

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use pforte_clock::Clock;
 
-pub mod redis;
+pub(crate) mod redis;
 
 /// A limit: `rate` requests per `period_secs`, with bursts of up to `burst` at once.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -24,21 +24,21 @@ pub struct Policy {
 
 impl Policy {
     /// Milliseconds between two requests at the sustained rate (the GCRA emission interval).
-    pub fn interval_ms(&self) -> u64 {
+    pub(crate) fn interval_ms(&self) -> u64 {
         (u64::from(self.period_secs) * 1000 / u64::from(self.rate.max(1))).max(1)
     }
     /// How far ahead of `now` the theoretical arrival time may run: `burst` intervals.
-    pub fn window_ms(&self) -> u64 {
+    pub(crate) fn window_ms(&self) -> u64 {
         self.interval_ms() * u64::from(self.burst.max(1))
     }
-    pub fn is_valid(&self) -> bool {
+    pub(crate) fn is_valid(&self) -> bool {
         self.rate > 0 && self.period_secs > 0 && self.burst > 0
     }
 }
 
 /// The route classes that carry their own budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Class {
+pub(crate) enum Class {
     /// `/mcp`, per principal (static token, or user + client).
     Mcp,
     /// Requests that failed authentication, per client IP.
@@ -50,7 +50,7 @@ pub enum Class {
 }
 
 impl Class {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Mcp => "mcp",
             Self::Unauthenticated => "unauthenticated",
@@ -63,18 +63,18 @@ impl Class {
 /// The configured policies.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    pub enabled: bool,
-    pub mcp: Policy,
-    pub unauthenticated: Policy,
-    pub oauth: Policy,
+pub(crate) struct Limits {
+    pub(crate) enabled: bool,
+    pub(crate) mcp: Policy,
+    pub(crate) unauthenticated: Policy,
+    pub(crate) oauth: Policy,
     /// Budgets of their own for named tools (by the name in the JSON-RPC body).
-    pub tools: std::collections::BTreeMap<String, Policy>,
+    pub(crate) tools: std::collections::BTreeMap<String, Policy>,
     /// Live MCP sessions one principal may hold (a new one past it: 429). Applies also with
     /// `enabled = false` (a bound, not a rate).
-    pub sessions_per_principal: u32,
+    pub(crate) sessions_per_principal: u32,
     /// Open SSE streams (`GET /mcp`) one principal may hold on this gateway (past it: 429).
-    pub streams_per_principal: u32,
+    pub(crate) streams_per_principal: u32,
 }
 
 impl Default for Limits {
@@ -106,7 +106,7 @@ impl Default for Limits {
 
 impl Limits {
     /// The policy of a route class (`Tool` budgets are looked up by name, see `tool`).
-    pub fn policy(&self, class: Class) -> Policy {
+    pub(crate) fn policy(&self, class: Class) -> Policy {
         match class {
             Class::Mcp | Class::Tool => self.mcp,
             Class::Unauthenticated => self.unauthenticated,
@@ -115,7 +115,7 @@ impl Limits {
     }
 
     /// The budget of the tool called `name`, if it has one.
-    pub fn tool(&self, name: &str) -> Option<Policy> {
+    pub(crate) fn tool(&self, name: &str) -> Option<Policy> {
         self.tools.get(name).copied()
     }
 }
@@ -134,7 +134,7 @@ pub struct Decision {
 
 /// GCRA: given the stored theoretical arrival time (`tat_ms`, if any) and `now_ms`, decide and
 /// return the new TAT to store when allowed.
-pub fn gcra(policy: Policy, tat_ms: Option<u64>, now_ms: u64) -> (Decision, Option<u64>) {
+pub(crate) fn gcra(policy: Policy, tat_ms: Option<u64>, now_ms: u64) -> (Decision, Option<u64>) {
     let interval = policy.interval_ms();
     let window = policy.window_ms();
     let tat = tat_ms.unwrap_or(now_ms).max(now_ms);
@@ -181,7 +181,7 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
 
 /// The rate-limit key of a client IP: IPv4 as is, IPv6 by its /64 (a host usually owns a
 /// whole /64; a bucket per /128 would be no limit), `unknown` when there is none.
-pub fn ip_key(ip: Option<IpAddr>) -> String {
+pub(crate) fn ip_key(ip: Option<IpAddr>) -> String {
     pforte_oauth::ratelimit::ip_key(ip)
 }
 
@@ -203,7 +203,7 @@ impl LocalLimiter {
     }
 
     /// A limiter holding at most `max_keys` keys.
-    pub fn with_capacity(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
+    pub(crate) fn with_capacity(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
         Self {
             clock,
             state: Mutex::new(pforte_oauth::ratelimit::TatTable::new(max_keys)),
@@ -211,11 +211,11 @@ impl LocalLimiter {
     }
 
     /// The limiter's clock, in milliseconds.
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
 
-    pub fn decide(&self, key: &str, policy: Policy) -> Decision {
+    pub(crate) fn decide(&self, key: &str, policy: Policy) -> Decision {
         let now = self.clock.now_ms();
         let mut state = match self.state.lock() {
             Ok(g) => g,
@@ -229,16 +229,13 @@ impl LocalLimiter {
         decision
     }
 
+    #[cfg(test)]
     /// Keys currently held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self.state.lock() {
             Ok(g) => g.len(),
             Err(poisoned) => poisoned.into_inner().len(),
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -253,7 +250,7 @@ impl Limiter for LocalLimiter {
 /// unavailable, decisions are made locally (and said so in the log) until it answers again.
 /// Its state is counted into the gateway's metrics (`RateLimitMetrics`).
 #[derive(Debug)]
-pub struct SharedLimiter {
+pub(crate) struct SharedLimiter {
     primary: Option<Arc<dyn Limiter>>,
     fallback: LocalLimiter,
     /// Keys refused recently → until when (ms on the fallback's clock) they stay refused:
@@ -266,7 +263,7 @@ pub struct SharedLimiter {
 }
 
 impl SharedLimiter {
-    pub fn new(
+    pub(crate) fn new(
         primary: Option<Arc<dyn Limiter>>,
         fallback: LocalLimiter,
         metrics: crate::metrics::RateLimitMetrics,
@@ -281,12 +278,7 @@ impl SharedLimiter {
         }
     }
 
-    /// Whether decisions are currently made locally because the shared backend failed.
-    pub fn degraded(&self) -> bool {
-        self.degraded.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    pub async fn check(&self, key: &str, policy: Policy) -> Decision {
+    pub(crate) async fn check(&self, key: &str, policy: Policy) -> Decision {
         let decision = self.decide(key, policy).await;
         if !decision.allowed {
             self.metrics.refusals.inc();
@@ -306,7 +298,7 @@ impl SharedLimiter {
     /// Whether `key` is still over its budget after a recent refusal, answered from memory in
     /// this process: no backend round trip, nothing charged. `Some` is the refusal to give;
     /// `None` means "ask [`SharedLimiter::check`]" (this is a pre-check, never an allowance).
-    pub fn peek(&self, key: &str, policy: Policy) -> Option<Decision> {
+    pub(crate) fn peek(&self, key: &str, policy: Policy) -> Option<Decision> {
         let now = self.fallback.now_ms();
         if self
             .refused_latest
@@ -354,7 +346,7 @@ impl SharedLimiter {
 /// The pre-check's decision: a key refused until `refused_until_ms` is still refused at
 /// `now_ms` (with the exact `Retry-After` and reset of that refusal), or the caller must ask
 /// the limiter.
-pub fn still_refused(
+pub(crate) fn still_refused(
     policy: Policy,
     refused_until_ms: Option<u64>,
     now_ms: u64,
@@ -371,7 +363,7 @@ pub fn still_refused(
 }
 
 /// The IETF `RateLimit` and `RateLimit-Policy` header values for a decision.
-pub fn headers(class: Class, policy: Policy, d: &Decision) -> [(&'static str, String); 2] {
+pub(crate) fn headers(class: Class, policy: Policy, d: &Decision) -> [(&'static str, String); 2] {
     let name = class.name();
     [
         (

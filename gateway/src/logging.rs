@@ -15,7 +15,7 @@ use std::{
 use serde::Deserialize;
 
 /// The level filter when `RUST_LOG` is unset: pingora's own chatter is kept to warnings.
-pub const DEFAULT_FILTER: &str = "info,pingora_core=warn,pingora_proxy=warn";
+pub(crate) const DEFAULT_FILTER: &str = "info,pingora_core=warn,pingora_proxy=warn";
 
 /// How log lines are written (to stderr).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -41,7 +41,7 @@ impl std::str::FromStr for LogFormat {
 
 /// Installs the global subscriber (once; later calls do nothing). Colour codes are written
 /// only when `ansi` is true; [`init`] passes whether stderr is a terminal.
-pub fn init_with(format: LogFormat, ansi: bool) {
+pub(crate) fn init_with(format: LogFormat, ansi: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| DEFAULT_FILTER.into());
     let builder = tracing_subscriber::fmt()
@@ -72,7 +72,7 @@ const BATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// [`BATCH_INTERVAL`], at once when over [`BATCH_BYTES`], for warnings and errors, and on
 /// [`flush`].
 #[derive(Debug)]
-pub struct BatchedStderr {
+pub(crate) struct BatchedStderr {
     pending: Mutex<Vec<u8>>,
     /// No flushing thread: every line is written as it comes.
     through: std::sync::atomic::AtomicBool,
@@ -82,7 +82,7 @@ static GLOBAL: OnceLock<&'static BatchedStderr> = OnceLock::new();
 
 impl BatchedStderr {
     /// The process's one instance; the first call starts its flushing thread.
-    pub fn global() -> &'static Self {
+    pub(crate) fn global() -> &'static Self {
         GLOBAL.get_or_init(|| {
             let this: &'static Self = Box::leak(Box::new(Self::new()));
             let started = std::thread::Builder::new()
@@ -139,14 +139,14 @@ impl BatchedStderr {
 }
 
 /// Writes the pending log lines to stderr now.
-pub fn flush() {
+pub(crate) fn flush() {
     if let Some(log) = GLOBAL.get() {
         log.write_pending(&mut std::io::stderr());
     }
 }
 
 /// One event's writer: the formatter writes its line, then it is queued (or written at once).
-pub struct EventWriter {
+pub(crate) struct EventWriter {
     log: &'static BatchedStderr,
     urgent: bool,
 }
@@ -188,13 +188,13 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for &'static BatchedStderr {
 /// (`\n`, `\r`, `\t`, `\0`, `\u{1b}`, `\u{202e}`), and a backslash as `\\`, so the text stays
 /// on its line, cannot move the cursor or reorder what a terminal shows, and reads back
 /// unambiguously.
-pub fn untrusted(text: &str) -> Untrusted<'_> {
+pub(crate) fn untrusted(text: &str) -> Untrusted<'_> {
     Untrusted(text)
 }
 
 /// [`untrusted`]'s result: escapes as it is displayed, allocating nothing.
 #[derive(Debug, Clone, Copy)]
-pub struct Untrusted<'a>(&'a str);
+pub(crate) struct Untrusted<'a>(&'a str);
 
 /// Whether `c` is written escaped by [`untrusted`].
 fn needs_escape(c: char) -> bool {
@@ -226,11 +226,11 @@ impl std::fmt::Display for Untrusted<'_> {
 }
 
 /// The longest name or method (in bytes) copied into an audit line or a refusal body.
-pub const MAX_NAME_BYTES: usize = 256;
+pub(crate) const MAX_NAME_BYTES: usize = 256;
 
 /// `s` cut to at most `max` bytes on a character boundary, with `…(+N bytes)` naming what was
 /// cut; `s` itself when it fits.
-pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+pub(crate) fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if s.len() <= max {
         return std::borrow::Cow::Borrowed(s);
     }
@@ -243,7 +243,7 @@ pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
 
 /// Someone else's name for a log or audit line: [`clip`]ped to [`MAX_NAME_BYTES`], then
 /// [`untrusted`].
-pub fn untrusted_name(s: &str) -> String {
+pub(crate) fn untrusted_name(s: &str) -> String {
     untrusted(&clip(s, MAX_NAME_BYTES)).to_string()
 }
 

@@ -1,16 +1,10 @@
 //! The `pforte` binary: command-line parsing and dispatch only. Each command group lives in its
-//! own module under `commands/` (private to this binary).
-
-mod commands;
+//! own module under the library's `commands/`; the library exports exactly these entry points.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use commands::{
-    Env, Failure, client::ClientAction, grant::GrantAction, token::TokenAction, up::UpArgs,
-    user::UserAction,
-};
-use pforte::cli;
+use pforte::{ClientAction, Env, Failure, GrantAction, TokenAction, UpArgs, UserAction, exit};
 
 /// jemalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
 /// 1,000 closed SSE streams freed back to the kernel (the RSS stayed at its peak); jemalloc
@@ -67,7 +61,7 @@ enum Command {
         action: TokenAction,
     },
     /// Internal: how the stdio bridge starts a child (dies with the gateway, own process group).
-    #[command(name = pforte::stdio::EXEC_SUBCOMMAND, hide = true)]
+    #[command(name = pforte::EXEC_SUBCOMMAND, hide = true)]
     StdioExec {
         /// The gateway's pid.
         parent: i32,
@@ -81,7 +75,7 @@ enum Command {
         command: Vec<std::ffi::OsString>,
     },
     /// Internal: a stdio child's step down to a route's `user` before its command.
-    #[command(name = pforte::stdio::AS_USER_SUBCOMMAND, hide = true)]
+    #[command(name = pforte::AS_USER_SUBCOMMAND, hide = true)]
     StdioAs {
         uid: u32,
         gid: u32,
@@ -96,7 +90,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(cli::exit::USAGE)
+                ExitCode::from(exit::USAGE)
             } else {
                 ExitCode::SUCCESS
             };
@@ -112,28 +106,28 @@ fn main() -> ExitCode {
     }
     // `serve` logs in the configured format; it starts logging once its config is loaded.
     let logs_itself = matches!(cli.command, Command::Serve);
-    commands::run(logs_itself, |env| dispatch(cli, env))
+    pforte::run(logs_itself, |env| dispatch(cli, env))
 }
 
 /// Runs one command with the `PFORTE_*` environment (`env`) read at start.
 fn dispatch(cli: Cli, env: &Env) -> Result<ExitCode, Failure> {
     let (config, data_dir) = (cli.config, cli.data_dir);
     let done = match cli.command {
-        Command::Check => commands::serve::check(config.as_deref(), data_dir, env),
-        Command::Serve => commands::serve::serve(config.as_deref(), data_dir, env),
-        Command::Up(args) => return commands::up::up(args, config, data_dir, env),
-        Command::Token { action } => commands::token::run(action, config, data_dir, env),
-        Command::User { action } => commands::user::run(action, config, data_dir, env),
-        Command::Client { action } => commands::client::run(action, config, data_dir, env),
-        Command::Grant { action } => commands::grant::run(action, config, data_dir, env),
+        Command::Check => pforte::check(config.as_deref(), data_dir, env),
+        Command::Serve => pforte::serve(config.as_deref(), data_dir, env),
+        Command::Up(args) => return pforte::up(args, config, data_dir, env),
+        Command::Token { action } => pforte::token(action, config, data_dir, env),
+        Command::User { action } => pforte::user(action, config, data_dir, env),
+        Command::Client { action } => pforte::client(action, config, data_dir, env),
+        Command::Grant { action } => pforte::grant(action, config, data_dir, env),
         Command::StdioExec {
             parent,
             uid,
             gid,
             command,
-        } => return Ok(pforte::stdio::exec_child(parent, uid.zip(gid), &command)),
+        } => return Ok(pforte::exec_child(parent, uid.zip(gid), &command)),
         Command::StdioAs { uid, gid, command } => {
-            return Ok(pforte::stdio::exec_as(uid, gid, &command));
+            return Ok(pforte::exec_as(uid, gid, &command));
         }
     };
     done.map(|()| ExitCode::SUCCESS)

@@ -9,11 +9,11 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 /// JSON-RPC error code for a request whose `Mcp-Method` / `Mcp-Name` header contradicts its body.
-pub const HEADER_MISMATCH: i64 = -32020;
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
 /// JSON-RPC: the body is not JSON.
-pub const PARSE_ERROR: i64 = -32700;
+pub(crate) const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC: JSON, but not a single valid JSON-RPC message.
-pub const INVALID_REQUEST: i64 = -32600;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
 
 /// What kind of JSON-RPC message a POST carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,18 +29,18 @@ pub enum Kind {
 /// One inspected MCP message: what the gateway needs to decide on it, nothing more.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// The JSON-RPC method; empty for responses.
-    pub method: String,
+    pub(crate) method: String,
     /// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`.
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
     /// The request id as JSON text (`1`, `"a"`), to echo in a JSON-RPC error; `null` otherwise.
-    pub id: String,
+    pub(crate) id: String,
 }
 
 impl Message {
     /// The tool a `tools/call` calls.
-    pub fn tool(&self) -> Option<&str> {
+    pub(crate) fn tool(&self) -> Option<&str> {
         (self.method == "tools/call")
             .then_some(self.target.as_deref())
             .flatten()
@@ -62,7 +62,7 @@ pub enum Malformed {
 
 impl Malformed {
     /// The JSON-RPC error code for this refusal.
-    pub fn code(&self) -> i64 {
+    pub(crate) fn code(&self) -> i64 {
         match self {
             Self::NotJson(_) => PARSE_ERROR,
             Self::Batch | Self::NotJsonRpc(_) => INVALID_REQUEST,
@@ -172,7 +172,7 @@ pub fn decode_header(value: &[u8]) -> Option<String> {
 /// revision requires it, or is sent more than once. The client's text in it is cut to
 /// [`crate::logging::MAX_NAME_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Mismatch {
+pub(crate) enum Mismatch {
     #[error("the {header} header says {header_value:?} but the body says {body_value:?}")]
     Differs {
         header: &'static str,
@@ -190,8 +190,9 @@ pub enum Mismatch {
 }
 
 impl Mismatch {
+    #[cfg(test)]
     /// The header at fault.
-    pub fn header(&self) -> &'static str {
+    pub(crate) fn header(&self) -> &'static str {
         match self {
             Self::Differs { header, .. }
             | Self::Missing { header, .. }
@@ -201,7 +202,7 @@ impl Mismatch {
 }
 
 /// The first protocol revision that requires `Mcp-Method` and `Mcp-Name` (SEP-2243).
-pub const HEADERS_REQUIRED_FROM: &str = "2026-07-28";
+pub(crate) const HEADERS_REQUIRED_FROM: &str = "2026-07-28";
 
 /// The methods whose requests must carry `Mcp-Name` from [`HEADERS_REQUIRED_FROM`] on.
 const NAMED_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
@@ -209,7 +210,7 @@ const NAMED_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"]
 /// Whether a declared `MCP-Protocol-Version` requires the `Mcp-Method` / `Mcp-Name` headers:
 /// [`HEADERS_REQUIRED_FROM`] or a later revision (revisions are `YYYY-MM-DD` dates, in order as
 /// text). Absent or not a revision: no.
-pub fn requires_headers(version: Option<&[u8]>) -> bool {
+pub(crate) fn requires_headers(version: Option<&[u8]>) -> bool {
     let Some(v) = version
         .and_then(|v| std::str::from_utf8(v).ok())
         .map(str::trim)
@@ -226,7 +227,7 @@ pub fn requires_headers(version: Option<&[u8]>) -> bool {
 
 /// At most one line each of `Mcp-Method` and `Mcp-Name`: with two, the gateway would check one
 /// and the upstream might read the other.
-pub fn check_header_lines(method_lines: usize, name_lines: usize) -> Result<(), Mismatch> {
+pub(crate) fn check_header_lines(method_lines: usize, name_lines: usize) -> Result<(), Mismatch> {
     for (header, lines) in [("Mcp-Method", method_lines), ("Mcp-Name", name_lines)] {
         if lines > 1 {
             return Err(Mismatch::Repeated { header, lines });
@@ -240,7 +241,7 @@ pub fn check_header_lines(method_lines: usize, name_lines: usize) -> Result<(), 
 /// header never names what is authorized. With `required` (the request declares a revision
 /// that requires them, [`requires_headers`]) a `tools/call`, `prompts/get` or `resources/read`
 /// without them is refused too.
-pub fn check_headers(
+pub(crate) fn check_headers(
     message: &Message,
     method_header: Option<&[u8]>,
     name_header: Option<&[u8]>,

@@ -6,7 +6,7 @@ use crate::config::{Route, Settings};
 
 /// The metadata document of one route: its MCP URL as the resource, the gateway's own origin
 /// as the authorization server.
-pub fn protected_resource(settings: &Settings, route: &Route) -> Value {
+pub(crate) fn protected_resource(settings: &Settings, route: &Route) -> Value {
     let name = if route.name == crate::config::DEFAULT_ROUTE {
         "Pforte MCP gateway".to_owned()
     } else {

@@ -15,25 +15,26 @@ use prometheus_client::{
 use crate::auth::{self, AuthFailure, Principal};
 
 /// The `Content-Type` of the exposition (Prometheus text format 0.0.4).
-pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// The most tool names with a series of their own; later names count as `other`.
-pub const MAX_TOOL_SERIES: usize = 256;
+pub(crate) const MAX_TOOL_SERIES: usize = 256;
 
 /// A closed set of label values, each spelled once.
 macro_rules! label_values {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
+        pub(crate) enum $name {
             $($variant),+
         }
 
         impl $name {
             /// Every value, for pre-created series and tests.
-            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+            #[allow(dead_code, reason = "generated for every label; not every label pre-creates")]
+            pub(crate) const ALL: &'static [Self] = &[$(Self::$variant),+];
 
-            pub fn as_str(self) -> &'static str {
+            pub(crate) fn as_str(self) -> &'static str {
                 match self {
                     $(Self::$variant => $text),+
                 }
@@ -189,11 +190,11 @@ struct ToolLabels {
 
 /// The rate limiter's series; the limiter holds this and counts into it.
 #[derive(Clone, Debug, Default)]
-pub struct RateLimitMetrics {
+pub(crate) struct RateLimitMetrics {
     /// 1 while the shared (redis) limiter is unavailable.
-    pub degraded: Gauge,
-    pub fallback_decisions: Counter,
-    pub refusals: Counter,
+    pub(crate) degraded: Gauge,
+    pub(crate) fallback_decisions: Counter,
+    pub(crate) refusals: Counter,
 }
 
 /// One counter per [`ToolDecision`], indexed by it.
@@ -209,7 +210,7 @@ fn duration_histogram() -> Histogram {
 }
 
 /// Every series the gateway exports. Share it as `Arc<Metrics>`.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
@@ -240,7 +241,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Registers every family; series with a fixed, small label set exist from the start at 0.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -341,19 +342,25 @@ impl Metrics {
     }
 
     /// The limiter's series, for `SharedLimiter::new`.
-    pub fn ratelimit(&self) -> RateLimitMetrics {
+    pub(crate) fn ratelimit(&self) -> RateLimitMetrics {
         self.ratelimit.clone()
     }
 
     /// The exposition text.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut text = String::with_capacity(8 * 1024);
         prometheus_text::encode(&mut text, &self.registry)?;
         Ok(text)
     }
 
     /// One finished request.
-    pub fn request(&self, route: RouteLabel, method: MethodClass, status: u16, took: Duration) {
+    pub(crate) fn request(
+        &self,
+        route: RouteLabel,
+        method: MethodClass,
+        status: u16,
+        took: Duration,
+    ) {
         let status = status_class(status);
         self.requests
             .get_or_create(&RequestLabels {
@@ -368,16 +375,16 @@ impl Metrics {
     }
 
     /// The upstream's time to its response header.
-    pub fn upstream_first_byte(&self, took: Duration) {
+    pub(crate) fn upstream_first_byte(&self, took: Duration) {
         self.upstream_first_byte.observe(took.as_secs_f64());
     }
 
     /// One authentication on `/mcp`.
-    pub fn auth(&self, kind: CredentialKind, reason: AuthReason) {
+    pub(crate) fn auth(&self, kind: CredentialKind, reason: AuthReason) {
         self.auth.get_or_create(&AuthLabels { kind, reason }).inc();
     }
 
-    pub fn upstream_failure(&self, kind: UpstreamFailure) {
+    pub(crate) fn upstream_failure(&self, kind: UpstreamFailure) {
         self.upstream_errors
             .get_or_create(&UpstreamLabels { kind })
             .inc();
@@ -385,14 +392,14 @@ impl Metrics {
 
     /// An event-stream response started; the stream counts as open until the guard drops
     /// (the request's context ends: finished, failed or the client went away).
-    pub fn stream_opened(&self) -> OpenStream {
+    pub(crate) fn stream_opened(&self) -> OpenStream {
         self.open_streams.inc();
         OpenStream(self.open_streams.clone())
     }
 
     /// One `tools/call`. `known` says whether the name comes from the catalog or the config;
     /// unknown names, and names past [`MAX_TOOL_SERIES`], count as `other`.
-    pub fn tool_call(&self, name: &str, known: bool, decision: ToolDecision) {
+    pub(crate) fn tool_call(&self, name: &str, known: bool, decision: ToolDecision) {
         let index = decision as usize;
         if known {
             if let Ok(tools) = self.tools.read()
@@ -447,7 +454,7 @@ impl Observer for Metrics {
 
 /// Keeps one event stream counted as open until dropped.
 #[derive(Debug)]
-pub struct OpenStream(Gauge);
+pub(crate) struct OpenStream(Gauge);
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
@@ -456,7 +463,7 @@ impl Drop for OpenStream {
 }
 
 /// The authorization server's event as an `oauth_events` label, or a validation-cache result.
-pub fn oauth_event(event: Event) -> Result<OAuthEvent, CacheResult> {
+pub(crate) fn oauth_event(event: Event) -> Result<OAuthEvent, CacheResult> {
     Ok(match event {
         Event::ClientRegistered => OAuthEvent::Registration,
         Event::LoginSucceeded => OAuthEvent::LoginOk,
@@ -472,7 +479,7 @@ pub fn oauth_event(event: Event) -> Result<OAuthEvent, CacheResult> {
     })
 }
 
-pub fn method_class(method: &http::Method) -> MethodClass {
+pub(crate) fn method_class(method: &http::Method) -> MethodClass {
     match *method {
         http::Method::GET => MethodClass::Get,
         http::Method::POST => MethodClass::Post,
@@ -483,7 +490,7 @@ pub fn method_class(method: &http::Method) -> MethodClass {
 }
 
 /// `0` (nothing written) is `none`.
-pub fn status_class(status: u16) -> StatusClass {
+pub(crate) fn status_class(status: u16) -> StatusClass {
     match status {
         100..=199 => StatusClass::Informational,
         200..=299 => StatusClass::Success,
@@ -495,7 +502,7 @@ pub fn status_class(status: u16) -> StatusClass {
 }
 
 /// The kind of credential a bearer token is (by its shape; `none` without one).
-pub fn credential_kind(token: Option<&str>) -> CredentialKind {
+pub(crate) fn credential_kind(token: Option<&str>) -> CredentialKind {
     match token {
         Some(t) if auth::looks_static(t) => CredentialKind::Static,
         Some(_) => CredentialKind::OAuth,
@@ -504,7 +511,7 @@ pub fn credential_kind(token: Option<&str>) -> CredentialKind {
 }
 
 /// How an authentication ended.
-pub fn auth_reason(result: &Result<Principal, AuthFailure>) -> AuthReason {
+pub(crate) fn auth_reason(result: &Result<Principal, AuthFailure>) -> AuthReason {
     match result {
         Ok(_) => AuthReason::Ok,
         Err(AuthFailure::Missing) => AuthReason::Missing,
@@ -518,7 +525,7 @@ pub fn auth_reason(result: &Result<Principal, AuthFailure>) -> AuthReason {
 }
 
 /// Which upstream failure a request's error was, if it was the upstream's.
-pub fn upstream_failure(e: &pingora::Error) -> Option<UpstreamFailure> {
+pub(crate) fn upstream_failure(e: &pingora::Error) -> Option<UpstreamFailure> {
     use pingora::{ErrorSource, ErrorType};
     if e.esource() != &ErrorSource::Upstream {
         return None;
@@ -539,7 +546,7 @@ pub fn upstream_failure(e: &pingora::Error) -> Option<UpstreamFailure> {
 
 /// What became of a `tools/call`, from the reason the gateway refused it (`None`: it went on to
 /// the upstream). A failing upstream does not make a call denied.
-pub fn tool_decision(refused: Option<&str>) -> ToolDecision {
+pub(crate) fn tool_decision(refused: Option<&str>) -> ToolDecision {
     match refused {
         None | Some("upstream_unavailable" | "upstream_timeout") => ToolDecision::Allowed,
         Some("rate_limited") => ToolDecision::Budget,

@@ -18,10 +18,10 @@ use crate::{
 };
 
 /// Largest request body the authorization server accepts (forms and registration JSON).
-pub const MAX_AS_BODY: usize = 64 * 1024;
+pub(crate) const MAX_AS_BODY: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
-pub enum OAuthSetupError {
+pub(crate) enum OAuthSetupError {
     #[error("oauth config: {0}")]
     Config(#[from] pforte_oauth::config::ConfigError),
     #[error("oauth store: {0}")]
@@ -33,7 +33,7 @@ pub enum OAuthSetupError {
 }
 
 /// Whether a path is served by the authorization server.
-pub fn is_as_path(path: &str) -> bool {
+pub(crate) fn is_as_path(path: &str) -> bool {
     matches!(
         path,
         "/.well-known/oauth-authorization-server"
@@ -47,7 +47,7 @@ pub fn is_as_path(path: &str) -> bool {
 
 /// The authorization server's configuration for this gateway: the `[oauth]` table with the
 /// issuer, resource and scopes taken from the gateway's own settings, so they are identical.
-pub fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError> {
+pub(crate) fn oauth_config(settings: &Settings) -> Result<OAuthConfig, OAuthSetupError> {
     let mut cfg = settings.oauth.clone();
     let base = OAuthConfig::new(settings.issuer())?;
     cfg.issuer = base.issuer;
@@ -87,7 +87,7 @@ fn token_binding(p: &pforte_oauth::Principal) -> Binding {
 }
 
 /// The authorization server as the gateway uses it.
-pub struct AuthService {
+pub(crate) struct AuthService {
     server: Arc<AuthServer>,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -119,7 +119,7 @@ impl AuthService {
     /// `rt`, which it keeps; called before pingora starts its runtimes.
     /// Its events (logins, tokens, revocations, validation cache) go to `observer`; it reads
     /// the time from `clock`.
-    pub fn open(
+    pub(crate) fn open(
         settings: &Settings,
         store: Arc<dyn Store>,
         rt: tokio::runtime::Runtime,
@@ -144,18 +144,18 @@ impl AuthService {
         })
     }
 
-    pub fn server(&self) -> &Arc<AuthServer> {
+    pub(crate) fn server(&self) -> &Arc<AuthServer> {
         &self.server
     }
 
     /// The runtime that owns the store's background connections; other shared clients (the
     /// redis rate limiter) are created on it too.
-    pub fn runtime(&self) -> Option<tokio::runtime::Handle> {
+    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.runtime.as_ref().map(|rt| rt.handle().clone())
     }
 
     /// Validates an OAuth access token for this resource.
-    pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthFailure> {
+    pub(crate) async fn authenticate(&self, token: &str) -> Result<Principal, AuthFailure> {
         match self.validator.validate(token).await {
             Ok(p) => Ok(Principal {
                 client_name: self.client_name(&p.client_id).await,
@@ -206,7 +206,7 @@ impl AuthService {
 
     /// Runs one request through the router in-process. The client IP is handed over as a
     /// request extension, so no header can spoof it.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         request: http::Request<Bytes>,
         client_ip: Option<IpAddr>,

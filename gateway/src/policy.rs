@@ -12,20 +12,20 @@ use crate::{
 };
 
 /// The scope of everything that only reads.
-pub const READ: &str = "mcp:read";
+pub(crate) const READ: &str = "mcp:read";
 /// The scope of tools that change something (and of anything not known to only read).
-pub const WRITE: &str = "mcp:write";
+pub(crate) const WRITE: &str = "mcp:write";
 
 /// An operator's rule for one tool (`[tools.NAME]`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
-pub struct ToolRule {
+pub(crate) struct ToolRule {
     /// The scopes a call needs, instead of the ones its annotations imply.
-    pub scopes: Option<Vec<String>>,
+    pub(crate) scopes: Option<Vec<String>>,
     /// OAuth subjects allowed to call it; empty means everyone with the scopes.
-    pub users: Vec<String>,
+    pub(crate) users: Vec<String>,
     /// Nobody may call it, and it is not listed.
-    pub deny: bool,
+    pub(crate) deny: bool,
 }
 
 /// What the gateway knows of a tool from the upstream's catalog.
@@ -41,7 +41,7 @@ pub enum Annotation {
 
 /// Why a message is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Denial {
+pub(crate) enum Denial {
     /// The principal lacks scopes: `needed` is every scope the call needs (for a step-up
     /// challenge), `missing` those it lacks.
     InsufficientScope {
@@ -57,7 +57,7 @@ pub enum Denial {
 
 impl Denial {
     /// A short, stable code for logs and the audit log.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Self::InsufficientScope { .. } => "insufficient_scope",
             Self::ToolDenied(_) => "tool_denied",
@@ -68,10 +68,10 @@ impl Denial {
 
 /// The policy: the operator's tool rules and the scopes every request needs.
 #[derive(Debug, Clone, Default)]
-pub struct Policy {
-    pub rules: BTreeMap<String, ToolRule>,
+pub(crate) struct Policy {
+    pub(crate) rules: BTreeMap<String, ToolRule>,
     /// `required_scopes`: what every `/mcp` request needs, whatever it is.
-    pub baseline: Vec<String>,
+    pub(crate) baseline: Vec<String>,
 }
 
 impl Policy {
@@ -115,7 +115,7 @@ impl Policy {
     }
 
     /// Decides on one message for `principal`.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         principal: &Principal,
         message: &Message,
@@ -161,7 +161,12 @@ impl Policy {
     }
 
     /// Whether `tools/list` shows `tool` to `principal`: exactly when a call would be allowed.
-    pub fn may_list(&self, principal: &Principal, tool: &str, annotation: Annotation) -> bool {
+    pub(crate) fn may_list(
+        &self,
+        principal: &Principal,
+        tool: &str,
+        annotation: Annotation,
+    ) -> bool {
         self.tool_allowed(principal, tool).is_ok()
             && self
                 .tool_scopes(tool, annotation)
@@ -171,7 +176,7 @@ impl Policy {
 
     /// Whether `tools/list` can be passed on unfiltered for `principal`: no rule restricts a
     /// tool and the principal holds every scope any tool could need.
-    pub fn lists_everything(&self, principal: &Principal) -> bool {
+    pub(crate) fn lists_everything(&self, principal: &Principal) -> bool {
         self.rules.is_empty()
             && [READ, WRITE]
                 .iter()

@@ -15,13 +15,13 @@ use std::{
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 
-pub use routes::PATH_ENV;
+pub(crate) use routes::PATH_ENV;
 
 use crate::config::{ConfigError, Settings, TlsFiles};
 
 /// Why the gateway cannot start with these settings. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
-pub enum PreflightError {
+pub(crate) enum PreflightError {
     /// A file, program, directory or user the configuration names, in its own words.
     #[error(transparent)]
     Named(#[from] ConfigError),
@@ -46,7 +46,7 @@ pub enum PreflightError {
 /// Every check that needs no listener: the same function for `check`, `serve` and `up`.
 /// `path_var` is the value of [`PATH_ENV`], read by the caller with the rest of its
 /// environment.
-pub fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(), PreflightError> {
+pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(), PreflightError> {
     routes::check_named(settings, path_var)?;
     check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
@@ -57,7 +57,10 @@ pub fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(), Prefli
 }
 
 /// A route whose children run as another `user` needs a gateway running as root (`euid`).
-pub fn check_run_as(routes: &[crate::config::Route], euid: u32) -> Result<(), PreflightError> {
+pub(crate) fn check_run_as(
+    routes: &[crate::config::Route],
+    euid: u32,
+) -> Result<(), PreflightError> {
     for route in routes {
         if let crate::config::UpstreamKind::Stdio {
             run_as: Some(who), ..
@@ -75,7 +78,7 @@ pub fn check_run_as(routes: &[crate::config::Route], euid: u32) -> Result<(), Pr
 }
 
 /// Loads the certificate chain and key as the TLS listener will, and checks that they match.
-pub fn check_tls(files: &TlsFiles) -> Result<(), PreflightError> {
+pub(crate) fn check_tls(files: &TlsFiles) -> Result<(), PreflightError> {
     let cert_path = files.cert.display().to_string();
     let key_path = files.key.display().to_string();
     let cert_err = |reason: String| PreflightError::Cert {
@@ -126,7 +129,7 @@ fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
 
 /// Why the listener cannot bind, as one line the operator can act on.
 #[derive(Debug, thiserror::Error)]
-pub enum BindError {
+pub(crate) enum BindError {
     #[error("{0} is in use; pass --listen")]
     InUse(SocketAddr),
     #[error("{0} is not an address of this machine; pass --listen")]
@@ -138,7 +141,7 @@ pub enum BindError {
 /// Binds `addr` once and lets go, so that a listener that cannot start is reported before
 /// anything prints success (pingora binds later, on its own threads, and retries in-use
 /// addresses forever).
-pub fn check_bind(addr: SocketAddr) -> Result<(), BindError> {
+pub(crate) fn check_bind(addr: SocketAddr) -> Result<(), BindError> {
     match TcpListener::bind(addr) {
         Ok(_) => Ok(()),
         Err(e) => Err(bind_error(addr, e)),
@@ -146,7 +149,7 @@ pub fn check_bind(addr: SocketAddr) -> Result<(), BindError> {
 }
 
 /// The one line for a failed bind.
-pub fn bind_error(addr: SocketAddr, e: std::io::Error) -> BindError {
+pub(crate) fn bind_error(addr: SocketAddr, e: std::io::Error) -> BindError {
     match e.kind() {
         ErrorKind::AddrInUse => BindError::InUse(addr),
         ErrorKind::AddrNotAvailable => BindError::NotAvailable(addr),
@@ -156,7 +159,7 @@ pub fn bind_error(addr: SocketAddr, e: std::io::Error) -> BindError {
 
 /// Whether a panic message is one of pingora's start-up failures (listener or TLS files), which
 /// are operator errors: `main` prints them as one line and exits instead of a backtrace.
-pub fn is_startup_panic(message: &str) -> bool {
+pub(crate) fn is_startup_panic(message: &str) -> bool {
     message.starts_with("Failed to build listeners")
         || message.starts_with("Failed to load provided certificates")
 }

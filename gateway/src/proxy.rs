@@ -39,7 +39,7 @@ mod observe;
 mod respond;
 mod upstream;
 
-pub use ctx::RequestCtx;
+pub(crate) use ctx::RequestCtx;
 
 use builtin::{Caller, Target};
 use upstream::RouteEdge;
@@ -47,18 +47,18 @@ use upstream::RouteEdge;
 /// What the `/mcp` admission consults besides credentials: each route's tool catalog, the
 /// session records, and the audit log.
 #[derive(Debug)]
-pub struct McpEdge {
+pub(crate) struct McpEdge {
     /// One catalog per route, in the order of `Settings::routes`.
-    pub catalogs: Vec<Arc<Catalog>>,
-    pub sessions: Arc<Sessions>,
+    pub(crate) catalogs: Vec<Arc<Catalog>>,
+    pub(crate) sessions: Arc<Sessions>,
     /// Open SSE streams per principal.
-    pub streams: Arc<Streams>,
-    pub audit: Option<AuditLog>,
+    pub(crate) streams: Arc<Streams>,
+    pub(crate) audit: Option<AuditLog>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
 #[derive(Debug)]
-pub struct Gateway {
+pub(crate) struct Gateway {
     settings: Arc<Settings>,
     tokens: TokenCache,
     oauth: Arc<AuthService>,
@@ -73,7 +73,7 @@ pub struct Gateway {
 
 /// Why the gateway cannot be built from valid settings.
 #[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
+pub(crate) enum GatewayError {
     #[error("[[routes]] {route:?}: ca_file {path}: {reason}")]
     CaFile {
         route: String,
@@ -101,7 +101,7 @@ enum Step {
 }
 
 impl Gateway {
-    pub fn new(
+    pub(crate) fn new(
         settings: Arc<Settings>,
         tokens: TokenCache,
         oauth: Arc<AuthService>,
@@ -127,7 +127,7 @@ impl Gateway {
     }
 
     /// The instances of every balanced route, for the prober.
-    pub fn balanced(&self) -> Vec<Arc<Instances>> {
+    pub(crate) fn balanced(&self) -> Vec<Arc<Instances>> {
         self.routes
             .iter()
             .filter_map(|r| r.instances.clone())

@@ -17,7 +17,7 @@ use crate::{
 
 /// Every way the gateway answers instead of the upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     /// No usable credential (401): missing, malformed, unknown, expired, another resource's.
     Unauthenticated(AuthFailure),
     /// A valid credential without a scope every request needs (403, a step-up challenge).
@@ -65,14 +65,14 @@ pub enum Rejection {
 
 /// What a principal holds too many of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Open {
+pub(crate) enum Open {
     Sessions,
     Streams,
 }
 
 impl Open {
     /// The config key of the bound.
-    pub fn limit(self) -> &'static str {
+    pub(crate) fn limit(self) -> &'static str {
         match self {
             Self::Sessions => "limits.sessions_per_principal",
             Self::Streams => "limits.streams_per_principal",
@@ -85,15 +85,15 @@ const TOO_MANY_OPEN_RETRY_SECS: u32 = 10;
 
 /// A response ready to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Bytes,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) body: Bytes,
 }
 
 impl Reply {
     /// A JSON reply with no extra headers.
-    pub fn json(status: u16, value: &serde_json::Value) -> Self {
+    pub(crate) fn json(status: u16, value: &serde_json::Value) -> Self {
         Self {
             status,
             headers: vec![("content-type", "application/json".to_owned())],
@@ -102,7 +102,7 @@ impl Reply {
     }
 
     /// A reply with no body.
-    pub fn empty(status: u16) -> Self {
+    pub(crate) fn empty(status: u16) -> Self {
         Self {
             status,
             headers: Vec::new(),
@@ -111,7 +111,7 @@ impl Reply {
     }
 
     /// `body` as it is, of type `content_type`.
-    pub fn bytes(status: u16, content_type: &str, body: Bytes) -> Self {
+    pub(crate) fn bytes(status: u16, content_type: &str, body: Bytes) -> Self {
         Self {
             status,
             headers: vec![("content-type", content_type.to_owned())],
@@ -120,7 +120,7 @@ impl Reply {
     }
 
     /// The reply with one more header.
-    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+    pub(crate) fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
         self.headers.push((name, value.into()));
         self
     }
@@ -129,13 +129,13 @@ impl Reply {
 /// What frames every answer the gateway writes itself: the request id, and the CORS headers of
 /// an allowed foreign origin.
 #[derive(Debug, Clone, Copy)]
-pub struct Framing<'a> {
-    pub request_id: &'a str,
-    pub cors_origin: Option<&'a str>,
+pub(crate) struct Framing<'a> {
+    pub(crate) request_id: &'a str,
+    pub(crate) cors_origin: Option<&'a str>,
 }
 
 /// Writes `reply` to the client, framed: its length, the request id, CORS headers.
-pub async fn write(
+pub(crate) async fn write(
     session: &mut Session,
     reply: Reply,
     framing: Framing<'_>,
@@ -158,7 +158,7 @@ pub async fn write(
 
 /// Writes the authorization server's `response` to the client as it is (every header line,
 /// `Set-Cookie` included), with its length and the request id.
-pub async fn write_passed(
+pub(crate) async fn write_passed(
     session: &mut Session,
     response: http::Response<Bytes>,
     request_id: &str,
@@ -190,7 +190,7 @@ impl From<AuthFailure> for Rejection {
 impl Rejection {
     /// What the client is told when proxying fails with `e` (`None`: the client went away or
     /// sent garbage; nobody is listening). `max_body_bytes` names the limit a 413 reports.
-    pub fn from_proxy_error(e: &Error, max_body_bytes: u64) -> Option<Self> {
+    pub(crate) fn from_proxy_error(e: &Error, max_body_bytes: u64) -> Option<Self> {
         match e.etype() {
             ErrorType::HTTPStatus(413) => Some(Self::PayloadTooLarge {
                 limit: max_body_bytes,
@@ -210,7 +210,7 @@ impl Rejection {
     }
 
     /// A short, stable code for the audit log.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Self::InsufficientScope(_) => "insufficient_scope",
             Self::CredentialsUnavailable => "unavailable",
@@ -241,7 +241,7 @@ impl Rejection {
     }
 
     /// Renders the rejection. `resource_metadata` is the RFC 9728 URL for `WWW-Authenticate`.
-    pub fn reply(&self, resource_metadata: &str, request_id: &str) -> Reply {
+    pub(crate) fn reply(&self, resource_metadata: &str, request_id: &str) -> Reply {
         let (status, error, message) = match self {
             Self::Unauthenticated(failure) => {
                 return unauthenticated(failure, resource_metadata, request_id);

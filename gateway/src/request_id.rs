@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Hands out request ids.
 #[derive(Debug)]
-pub struct RequestIds {
+pub(crate) struct RequestIds {
     seed: [u8; 8],
     base: u64,
     next: AtomicU64,
@@ -13,7 +13,7 @@ pub struct RequestIds {
 
 impl RequestIds {
     /// Ids from a 128-bit seed (the caller draws it, once).
-    pub fn new(seed: u128) -> Self {
+    pub(crate) fn new(seed: u128) -> Self {
         let bytes = seed.to_be_bytes();
         let mut head = [0u8; 8];
         head.copy_from_slice(&bytes[..8]);
@@ -27,12 +27,12 @@ impl RequestIds {
     }
 
     /// Seeded from the OS's randomness.
-    pub fn random() -> Self {
+    pub(crate) fn random() -> Self {
         Self::new(rand::random())
     }
 
     /// The next id, e.g. `5b0c41d2-9a7e-4f13-8e21-0000000a31c7`-like (hex, lower case).
-    pub fn next_id(&self) -> String {
+    pub(crate) fn next_id(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&self.seed);

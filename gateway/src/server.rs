@@ -34,7 +34,7 @@ use crate::{
 };
 
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -55,7 +55,7 @@ pub enum ServeError {
 
 /// The bridge spec of a `command` route (`None` for every other kind), its `user` looked up
 /// (as `preflight` did before).
-pub fn stdio_spec(
+pub(crate) fn stdio_spec(
     route: &crate::config::Route,
 ) -> Result<Option<(StdioSpec, std::path::PathBuf)>, ServeError> {
     let UpstreamKind::Stdio {
@@ -113,7 +113,7 @@ fn downstream_buffers(tls: bool) -> L4BufferSettings {
 
 /// Resolves port 0 to a concrete free port. Pingora binds its listeners itself and cannot report
 /// an ephemeral port, so the gateway asks the kernel for one first and then binds that.
-pub fn resolve_port(addr: SocketAddr) -> Result<SocketAddr, ServeError> {
+pub(crate) fn resolve_port(addr: SocketAddr) -> Result<SocketAddr, ServeError> {
     if addr.port() != 0 {
         return Ok(addr);
     }
@@ -220,7 +220,7 @@ fn metrics_answer(metrics: &Metrics) -> axum::response::Response {
 }
 
 /// Builds the server and blocks until it is told to stop.
-pub fn run(
+pub(crate) fn run(
     settings: Settings,
     stores: Stores,
     extra: Vec<Box<dyn ServiceWithDependents>>,

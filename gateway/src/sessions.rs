@@ -30,9 +30,9 @@ use pforte_clock::Clock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Holder<'a> {
     /// `kind:subject:client`: only this principal may use the session.
-    pub owner: &'a str,
+    pub(crate) owner: &'a str,
     /// `auth::person_key`: the sessions of all of a person's clients count together.
-    pub person: &'a str,
+    pub(crate) person: &'a str,
 }
 
 impl<'a> Holder<'a> {
@@ -59,24 +59,24 @@ pub struct Binding {
     /// The upstream instance (its URL) that serves the session. Only told to the owner; `None`
     /// when the record has none (a route with one instance, a session bound on its first use,
     /// or a record written before instances were kept).
-    pub instance: Option<String>,
+    pub(crate) instance: Option<String>,
 }
 
 impl Binding {
     /// The owner's standing, with the record's instance.
-    pub fn owner(instance: Option<String>) -> Self {
+    pub(crate) fn owner(instance: Option<String>) -> Self {
         Self {
             ownership: Ownership::Owner,
             instance,
         }
     }
 
-    pub const FOREIGN: Self = Self {
+    pub(crate) const FOREIGN: Self = Self {
         ownership: Ownership::Foreign,
         instance: None,
     };
 
-    pub const UNKNOWN: Self = Self {
+    pub(crate) const UNKNOWN: Self = Self {
         ownership: Ownership::Unknown,
         instance: None,
     };
@@ -165,7 +165,7 @@ enum Backend {
 
 impl Sessions {
     /// In-process bindings on `clock`.
-    pub fn local(clock: Arc<dyn Clock>, opts: SessionOptions) -> Self {
+    pub(crate) fn local(clock: Arc<dyn Clock>, opts: SessionOptions) -> Self {
         Self {
             backend: Backend::Local {
                 table: Mutex::new(Table::new(opts)),
@@ -236,26 +236,37 @@ impl Sessions {
 }
 
 /// Whether `owner` may open one more session (or stream) holding `open` of at most `max`.
-pub fn has_room(open: usize, max: u32) -> bool {
+pub(crate) fn has_room(open: usize, max: u32) -> bool {
     open < max as usize
 }
 
 /// Open SSE streams per person, in this process. Share it as `Arc<Streams>`.
 #[derive(Debug, Default)]
-pub struct Streams {
+pub(crate) struct Streams {
     open: Mutex<HashMap<Box<str>, u32>>,
 }
 
 /// One open stream's slot; dropping it (the request ended, however) releases the slot.
 #[derive(Debug)]
-pub struct StreamSlot {
+pub(crate) struct StreamSlot {
     streams: Arc<Streams>,
     owner: Box<str>,
 }
 
 impl Streams {
+    #[cfg(test)]
+    /// Streams `owner` holds open now.
+    pub(crate) fn count(&self, owner: &str) -> u32 {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(owner)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// A slot for one more stream of `owner`, unless it holds `max` already.
-    pub fn open(self: &Arc<Self>, owner: &str, max: u32) -> Option<StreamSlot> {
+    pub(crate) fn open(self: &Arc<Self>, owner: &str, max: u32) -> Option<StreamSlot> {
         let mut open = self
             .open
             .lock()
@@ -269,16 +280,6 @@ impl Streams {
             streams: Arc::clone(self),
             owner: owner.into(),
         })
-    }
-
-    /// Streams `owner` holds open now.
-    pub fn count(&self, owner: &str) -> u32 {
-        self.open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(owner)
-            .copied()
-            .unwrap_or(0)
     }
 }
 

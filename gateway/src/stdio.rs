@@ -12,10 +12,10 @@
 //! socket (0600 in a 0700 directory). Decisions live in [`decide`], one child's supervision in
 //! [`conn`], the no-orphans start in [`exec`].
 
-pub mod conn;
-pub mod decide;
-pub mod exec;
-pub mod lines;
+pub(crate) mod conn;
+pub(crate) mod decide;
+pub(crate) mod exec;
+pub(crate) mod lines;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -49,10 +49,10 @@ use self::{
 pub use self::exec::{AS_USER_SUBCOMMAND, EXEC_SUBCOMMAND, exec_as, exec_child};
 
 /// The session header of streamable HTTP.
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 /// The gateway's identity headers the per-person cap is keyed by (with the auth kind).
-pub const SUBJECT_HEADER: &str = crate::forward::header::SUBJECT;
-pub const CLIENT_HEADER: &str = crate::forward::header::CLIENT;
+pub(crate) const SUBJECT_HEADER: &str = crate::forward::header::SUBJECT;
+pub(crate) const CLIENT_HEADER: &str = crate::forward::header::CLIENT;
 /// `x-pforte-auth-kind` of the gateway's own calls (its tool catalog); the gateway strips
 /// every `x-pforte-*` header a client sends, so no client request carries it.
 const AUTH_KIND_HEADER: &str = crate::forward::header::AUTH_KIND;
@@ -172,7 +172,7 @@ impl StdioBridge {
     /// Binds the Unix socket (parent dir created 0700, socket 0600, a stale socket replaced);
     /// synchronous, so `pforte serve` fails early with one clear line. Children are started
     /// through this executable's hidden `__stdio-exec` subcommand.
-    pub fn bind(spec: StdioSpec, socket: &Path) -> Result<Self, StdioError> {
+    pub(crate) fn bind(spec: StdioSpec, socket: &Path) -> Result<Self, StdioError> {
         let launcher = std::env::current_exe().map_err(|source| StdioError::Launcher {
             route: spec.route.clone(),
             source,
@@ -223,11 +223,6 @@ impl StdioBridge {
             listener: Mutex::new(Some(listener)),
             socket: socket.to_owned(),
         })
-    }
-
-    /// The socket path.
-    pub fn socket(&self) -> &Path {
-        &self.socket
     }
 
     /// The pids of the running children (sessions and pool).
@@ -704,7 +699,7 @@ async fn delete_mcp(State(bridge): State<Arc<Shared>>, headers: HeaderMap) -> Re
 mod reply {
     use super::*;
 
-    pub fn json(status: StatusCode, body: &Value) -> Response {
+    pub(crate) fn json(status: StatusCode, body: &Value) -> Response {
         let mut r = Response::new(Body::from(body.to_string()));
         *r.status_mut() = status;
         r.headers_mut().insert(
@@ -714,17 +709,17 @@ mod reply {
         r
     }
 
-    pub fn empty(status: StatusCode) -> Response {
+    pub(crate) fn empty(status: StatusCode) -> Response {
         let mut r = Response::new(Body::empty());
         *r.status_mut() = status;
         r
     }
 
-    pub fn accepted() -> Response {
+    pub(crate) fn accepted() -> Response {
         empty(StatusCode::ACCEPTED)
     }
 
-    pub fn method_not_allowed() -> Response {
+    pub(crate) fn method_not_allowed() -> Response {
         let mut r = empty(StatusCode::METHOD_NOT_ALLOWED);
         r.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
@@ -732,16 +727,16 @@ mod reply {
     }
 
     /// A JSON-RPC error with `code`.
-    pub fn protocol(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+    pub(crate) fn protocol(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
         json(status, &decide::error_response(id, code, message))
     }
 
     /// A JSON-RPC internal error (the child is down, restarting, …).
-    pub fn error(status: StatusCode, id: Value, message: &str) -> Response {
+    pub(crate) fn error(status: StatusCode, id: Value, message: &str) -> Response {
         protocol(status, id, decide::INTERNAL_ERROR, message)
     }
 
-    pub fn cap_message(route: &str, refusal: CapRefusal) -> String {
+    pub(crate) fn cap_message(route: &str, refusal: CapRefusal) -> String {
         match refusal {
             CapRefusal::Route { max } => format!(
                 "the stdio route `{route}` runs {max} servers already (max_children); retry later"
@@ -754,7 +749,7 @@ mod reply {
     }
 
     /// 503 + `Retry-After` for a client over a cap.
-    pub fn over_cap(route: &str, id: Value, refusal: CapRefusal) -> Response {
+    pub(crate) fn over_cap(route: &str, id: Value, refusal: CapRefusal) -> Response {
         let message = cap_message(route, refusal);
         let mut r = protocol(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -785,13 +780,13 @@ mod reply {
     }
 
     /// One message as an event stream.
-    pub fn sse_once(msg: &Value) -> Response {
+    pub(crate) fn sse_once(msg: &Value) -> Response {
         event_stream(Body::from(event(msg)))
     }
 
     /// A request's answer: every message of `rx` as an event stream, or only the response as
     /// JSON when the client does not accept event streams.
-    pub async fn answer(mut rx: mpsc::Receiver<Value>, sse: bool) -> Response {
+    pub(crate) async fn answer(mut rx: mpsc::Receiver<Value>, sse: bool) -> Response {
         if sse {
             let stream = ReceiverStream::new(rx).map(|msg| Ok::<_, Infallible>(event(&msg)));
             return event_stream(Body::from_stream(stream));
@@ -809,7 +804,7 @@ mod reply {
     }
 
     /// The standalone stream of a session, with keep-alive comments.
-    pub fn standalone(mut rx: mpsc::Receiver<Value>) -> Response {
+    pub(crate) fn standalone(mut rx: mpsc::Receiver<Value>) -> Response {
         let (tx, out) = mpsc::channel::<Bytes>(16);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(KEEPALIVE);

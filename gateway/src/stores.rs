@@ -21,13 +21,13 @@ use pforte_oauth::store::{
 use crate::tokens::{self, TokenSource};
 
 /// File name of the static-token store in the data dir.
-pub const TOKENS_DB: &str = "pforte.db";
+pub(crate) const TOKENS_DB: &str = "pforte.db";
 /// File name of the authorization server's store in the data dir.
-pub const OAUTH_DB: &str = "oauth.db";
+pub(crate) const OAUTH_DB: &str = "oauth.db";
 
 /// Where the stores live.
 #[derive(Debug, Clone)]
-pub enum Site {
+pub(crate) enum Site {
     /// SQLite files in this data dir.
     Embedded(PathBuf),
     /// One redis for every gateway.
@@ -36,7 +36,7 @@ pub enum Site {
 
 impl Site {
     /// The site a configuration names: redis when `redis_url` is set, else the data dir.
-    pub fn new(redis_url: Option<&str>, data_dir: &Path) -> Self {
+    pub(crate) fn new(redis_url: Option<&str>, data_dir: &Path) -> Self {
         match redis_url {
             Some(url) => Self::Redis(url.to_owned()),
             None => Self::Embedded(data_dir.to_path_buf()),
@@ -45,7 +45,7 @@ impl Site {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoresError {
+pub(crate) enum StoresError {
     #[error("starting the store runtime: {0}")]
     Runtime(std::io::Error),
     #[error("token store: {0}")]
@@ -55,11 +55,11 @@ pub enum StoresError {
 }
 
 /// Both stores, and the runtime their background work (redis connection drivers) lives on.
-pub struct Stores {
-    pub tokens: Box<dyn TokenSource>,
-    pub oauth: Arc<dyn Store>,
+pub(crate) struct Stores {
+    pub(crate) tokens: Box<dyn TokenSource>,
+    pub(crate) oauth: Arc<dyn Store>,
     /// Runs the OAuth store's work for this process; it outlives pingora's runtimes.
-    pub runtime: tokio::runtime::Runtime,
+    pub(crate) runtime: tokio::runtime::Runtime,
 }
 
 impl std::fmt::Debug for Stores {
@@ -70,7 +70,7 @@ impl std::fmt::Debug for Stores {
 
 impl Stores {
     /// Opens both stores of `site`. Call once per process and pass the result on.
-    pub fn open(site: &Site) -> Result<Self, StoresError> {
+    pub(crate) fn open(site: &Site) -> Result<Self, StoresError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("pforte-store")

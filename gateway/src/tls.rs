@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::config::TlsFiles;
 
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+pub(crate) enum TlsError {
     #[error("generating a certificate: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("writing {path}: {source}")]
@@ -18,7 +18,7 @@ pub enum TlsError {
 
 /// Returns the PEM files in `dir`, generating a self-signed certificate for `names` when they
 /// do not exist yet. The key file is created readable by the owner only.
-pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<TlsFiles, TlsError> {
+pub(crate) fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<TlsFiles, TlsError> {
     let files = TlsFiles {
         cert: dir.join("tls-cert.pem"),
         key: dir.join("tls-key.pem"),

@@ -15,19 +15,19 @@ use subtle::ConstantTimeEq;
 
 /// What a token carries once verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaticToken {
-    pub name: String,
-    pub scopes: Vec<String>,
+pub(crate) struct StaticToken {
+    pub(crate) name: String,
+    pub(crate) scopes: Vec<String>,
     /// The routes it opens; empty means every route.
-    pub routes: Vec<String>,
-    pub created_at: u64,
-    pub expires_at: Option<u64>,
-    pub revoked_at: Option<u64>,
+    pub(crate) routes: Vec<String>,
+    pub(crate) created_at: u64,
+    pub(crate) expires_at: Option<u64>,
+    pub(crate) revoked_at: Option<u64>,
 }
 
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error("token store: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("cannot create data dir {path}: {source}")]
@@ -46,15 +46,15 @@ pub enum StoreError {
 }
 
 /// The prefix that makes a Pforte static token recognisable (e.g. to secret scanners).
-pub const TOKEN_PREFIX: &str = "pft_";
+pub(crate) const TOKEN_PREFIX: &str = "pft_";
 
 /// SHA-256 of a presented token.
-pub fn hash_token(token: &str) -> [u8; 32] {
+pub(crate) fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
 /// A fresh token: the prefix and 256 random bits, base64url.
-pub fn generate_token(rng: &mut dyn rand::RngCore) -> String {
+pub(crate) fn generate_token(rng: &mut dyn rand::RngCore) -> String {
     let mut bytes = [0u8; 32];
     rng.fill_bytes(&mut bytes);
     format!(
@@ -70,11 +70,11 @@ pub(crate) fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
-pub mod redis;
+pub(crate) mod redis;
 
 /// Where static tokens are kept: the embedded SQLite store, or redis when several gateways
 /// share one set. The admin CLI writes through it; the gateway's refresher reads through it.
-pub trait TokenSource: Send + std::fmt::Debug {
+pub(crate) trait TokenSource: Send + std::fmt::Debug {
     /// Creates a token and returns its plaintext — the only time it exists outside the client.
     /// `routes` limits it to those routes (empty: every route).
     fn create(
@@ -98,20 +98,9 @@ pub trait TokenSource: Send + std::fmt::Debug {
     fn version(&self) -> Result<i64, StoreError>;
 }
 
-/// Opens the token store the configuration names.
-pub fn open_source(
-    redis_url: Option<&str>,
-    sqlite_path: &Path,
-) -> Result<Box<dyn TokenSource>, StoreError> {
-    Ok(match redis_url {
-        Some(url) => Box::new(redis::RedisTokenStore::open(url)?),
-        None => Box::new(TokenStore::open(sqlite_path)?),
-    })
-}
-
 /// The durable token table.
 #[derive(Debug)]
-pub struct TokenStore {
+pub(crate) struct TokenStore {
     conn: Mutex<Connection>,
 }
 
@@ -142,7 +131,7 @@ fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
 
 impl TokenStore {
     /// Opens (and creates) the store at `path`.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, StoreError> {
         // The data dir 0700, the database and its -wal/-shm 0600 (also when they existed).
         let private = |source| StoreError::DataDir {
             path: path.display().to_string(),
@@ -166,7 +155,7 @@ impl TokenStore {
     }
 
     /// Creates a token and returns its plaintext — the only time it exists outside the client.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         name: &str,
         scopes: &[String],
@@ -204,7 +193,7 @@ impl TokenStore {
     }
 
     /// Every token, newest first, revoked ones included.
-    pub fn list(&self) -> Result<Vec<StaticToken>, StoreError> {
+    pub(crate) fn list(&self) -> Result<Vec<StaticToken>, StoreError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare(
             "SELECT name, scopes, created_at, expires_at, revoked_at, routes FROM static_tokens
@@ -224,7 +213,7 @@ impl TokenStore {
     }
 
     /// Revokes the active token called `name`; `false` if there is none.
-    pub fn revoke(&self, name: &str, now: u64) -> Result<bool, StoreError> {
+    pub(crate) fn revoke(&self, name: &str, now: u64) -> Result<bool, StoreError> {
         let n = self.conn()?.execute(
             "UPDATE static_tokens SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
             params![name, now as i64],
@@ -233,7 +222,7 @@ impl TokenStore {
     }
 
     /// Whether the token called `name` is active (not revoked).
-    pub fn exists(&self, name: &str) -> Result<bool, StoreError> {
+    pub(crate) fn exists(&self, name: &str) -> Result<bool, StoreError> {
         Ok(self
             .conn()?
             .query_row(
@@ -246,7 +235,7 @@ impl TokenStore {
     }
 
     /// The snapshot the request path verifies against: every unrevoked token.
-    pub fn snapshot(&self) -> Result<TokenSet, StoreError> {
+    pub(crate) fn snapshot(&self) -> Result<TokenSet, StoreError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare(
             "SELECT hash, name, scopes, created_at, expires_at, routes FROM static_tokens
@@ -324,14 +313,19 @@ pub(crate) struct Entry {
 
 /// An immutable snapshot of the active tokens.
 #[derive(Debug, Clone, Default)]
-pub struct TokenSet {
+pub(crate) struct TokenSet {
     pub(crate) entries: Vec<Entry>,
 }
 
 impl TokenSet {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Finds the token whose hash equals the presented token's. Every entry is compared, in
     /// constant time each, so the time taken does not depend on which entry (if any) matched.
-    pub fn find(&self, presented: &str) -> Option<&StaticToken> {
+    pub(crate) fn find(&self, presented: &str) -> Option<&StaticToken> {
         let digest = hash_token(presented);
         let mut found = None;
         for entry in &self.entries {
@@ -342,19 +336,15 @@ impl TokenSet {
         found
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
 /// The request path's view of the store: a snapshot refreshed by a background thread whenever
 /// the store changes, polled every `interval` (revocation reaches the gateway within it).
 #[derive(Debug, Clone)]
-pub struct TokenCache {
+pub(crate) struct TokenCache {
     current: Arc<RwLock<Arc<TokenSet>>>,
 }
 
@@ -363,7 +353,10 @@ impl TokenCache {
     /// cache is dropped.
     /// A store that cannot be read at start (redis down) starts the cache empty; it fills as
     /// soon as the store answers.
-    pub fn start(store: Box<dyn TokenSource>, interval: Duration) -> Result<Self, StoreError> {
+    pub(crate) fn start(
+        store: Box<dyn TokenSource>,
+        interval: Duration,
+    ) -> Result<Self, StoreError> {
         let (initial, mut seen) = match (store.snapshot(), store.version()) {
             (Ok(set), Ok(version)) => (set, version),
             (Err(e), _) | (_, Err(e)) => {
@@ -408,15 +401,8 @@ impl TokenCache {
         Ok(Self { current })
     }
 
-    /// A cache over a fixed set, for tests.
-    pub fn fixed(set: TokenSet) -> Self {
-        Self {
-            current: Arc::new(RwLock::new(Arc::new(set))),
-        }
-    }
-
     /// The current snapshot.
-    pub fn get(&self) -> Arc<TokenSet> {
+    pub(crate) fn get(&self) -> Arc<TokenSet> {
         match self.current.read() {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -437,9 +423,9 @@ mod tests {
 
     /// A tiny temp dir helper, so the crate needs no extra dependency for tests.
     mod tempdir {
-        pub struct Dir(std::path::PathBuf);
+        pub(crate) struct Dir(std::path::PathBuf);
         impl Dir {
-            pub fn new() -> Self {
+            pub(crate) fn new() -> Self {
                 let p = std::env::temp_dir().join(format!(
                     "pforte-test-{}-{}",
                     std::process::id(),
@@ -448,7 +434,7 @@ mod tests {
                 std::fs::create_dir_all(&p).unwrap();
                 Self(p)
             }
-            pub fn path(&self) -> &std::path::Path {
+            pub(crate) fn path(&self) -> &std::path::Path {
                 &self.0
             }
         }

@@ -23,7 +23,7 @@ use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 
 /// The child process and how to start it again.
 #[derive(Debug)]
-pub struct ServiceChild {
+pub(crate) struct ServiceChild {
     bin: PathBuf,
     /// The Unix domain socket the child listens on.
     socket: PathBuf,
@@ -39,14 +39,14 @@ struct Running {
 }
 
 /// The directory for the child's socket: `run/` in the data dir, created (or tightened) 0700.
-pub fn socket_dir(data_dir: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn socket_dir(data_dir: &Path) -> std::io::Result<PathBuf> {
     let dir = data_dir.join("run");
     pforte_oauth::private_fs::private_dir(&dir)?;
     Ok(dir)
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ChildError {
+pub(crate) enum ChildError {
     #[error("starting {bin}")]
     Spawn { bin: String, source: std::io::Error },
     #[error(
@@ -62,7 +62,7 @@ pub enum ChildError {
 
 /// Finds the `mcp-service` binary: `PFORTE_MCP_SERVICE_BIN`, else beside this executable,
 /// else on `PATH`; the error names both places it looked.
-pub fn find_service_bin() -> Result<PathBuf, ChildError> {
+pub(crate) fn find_service_bin() -> Result<PathBuf, ChildError> {
     if let Some(p) = std::env::var_os("PFORTE_MCP_SERVICE_BIN") {
         return Ok(PathBuf::from(p));
     }
@@ -85,7 +85,7 @@ pub fn find_service_bin() -> Result<PathBuf, ChildError> {
 impl ServiceChild {
     /// Starts mcp-service on the Unix domain socket `socket` with its documents under
     /// `data_dir`, and waits (up to 30 s) until it reports it is listening.
-    pub fn start(bin: &Path, socket: &Path, data_dir: &Path) -> Result<Self, ChildError> {
+    pub(crate) fn start(bin: &Path, socket: &Path, data_dir: &Path) -> Result<Self, ChildError> {
         let child = spawn(bin, socket, data_dir)?;
         Ok(Self {
             bin: bin.to_owned(),
@@ -96,7 +96,7 @@ impl ServiceChild {
     }
 
     /// The gateway's `upstream.url` for this child.
-    pub fn upstream_url(&self) -> String {
+    pub(crate) fn upstream_url(&self) -> String {
         format!("unix:{}", self.socket.display())
     }
 
@@ -240,7 +240,7 @@ impl Drop for ServiceChild {
 
 /// A `--stdio` or `--route` flag that cannot become a route.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum RouteFlagError {
+pub(crate) enum RouteFlagError {
     #[error("--{flag} {value:?}: expected NAME={what}")]
     NoName {
         flag: &'static str,
@@ -254,7 +254,7 @@ pub enum RouteFlagError {
 /// The `[[routes]]` that `--stdio NAME='COMMAND ARGS…'` (shell words) and `--route NAME=URL`
 /// add, in the order given. Names and URLs are checked by the config's validation like any
 /// other route's, so `pforte up` and `pforte check` say the same about them.
-pub fn extra_routes(
+pub(crate) fn extra_routes(
     stdio: &[String],
     urls: &[String],
 ) -> Result<Vec<crate::config::RouteConfig>, RouteFlagError> {
@@ -298,7 +298,7 @@ fn split_flag<'a>(
 
 /// The banner's lines for every route: its connector URL (what Claude.ai's "Add custom
 /// connector" takes) and the `claude mcp add` line, with `token` in the header.
-pub fn route_lines(routes: &[crate::config::Route], token: &str) -> Vec<String> {
+pub(crate) fn route_lines(routes: &[crate::config::Route], token: &str) -> Vec<String> {
     let width = routes.iter().map(|r| r.name.len()).max().unwrap_or(0);
     let mut lines = vec!["  Routes (connector URL for Claude.ai):".to_owned()];
     for r in routes {

@@ -20,10 +20,9 @@ use axum::{
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
-use pforte::{
-    audit::{AuditDecision, AuditLog, AuditPrincipal, AuditRecord, AuditSink, reason},
-    catalog::{Catalog, CatalogOptions, Lookup, filter_tools_list},
-    sessions::{Holder, Ownership, SessionOptions, Sessions},
+use pforte::for_tests::{
+    AuditDecision, AuditLog, AuditPrincipal, AuditRecord, AuditSink, Catalog, CatalogOptions,
+    Holder, Lookup, Ownership, SessionOptions, Sessions, filter_tools_list, reason,
 };
 use pforte_tests::{McpService, Proc, RedisServer, bin, eventually, free_port};
 use serde_json::{Value, json};

@@ -12,7 +12,7 @@ use std::{
 };
 
 use futures::StreamExt as _;
-use pforte::stdio::{StdioBridge, StdioSpec};
+use pforte::for_tests::{StdioBridge, StdioSpec};
 use pforte_tests::{Proc, bin, eventually};
 use serde_json::{Value, json};
 
@@ -39,7 +39,7 @@ fn spec(route: &str, command: Vec<String>) -> StdioSpec {
         max_children_per_principal: 4,
         idle_timeout: Duration::from_secs(600),
         pool: 2,
-        max_line_bytes: pforte::config::DEFAULT_MAX_LINE_BYTES,
+        max_line_bytes: pforte::for_tests::DEFAULT_MAX_LINE_BYTES,
         run_as: None,
     }
 }
@@ -683,7 +683,7 @@ async fn bridge_host() {
     ) else {
         return;
     };
-    pforte::logging::init(pforte::logging::LogFormat::Text);
+    pforte::for_tests::init(pforte::for_tests::LogFormat::Text);
     let mut spec = python_spec(Path::new(&python));
     // Only the parent-death signal can end these children: their end of input does not.
     spec.env

@@ -12,20 +12,20 @@ use super::Instances;
 use pforte_clock::Clock;
 
 /// How long one probe may take to connect (below the one-second round).
-pub const PROBE_TIMEOUT: Duration = Duration::from_millis(900);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(900);
 /// How often the prober looks for due probes.
-pub const ROUND_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const ROUND_EVERY: Duration = Duration::from_secs(1);
 
 /// Probes the instances of every route given (routes with one instance are never due).
 #[derive(Debug)]
-pub struct Prober {
+pub(crate) struct Prober {
     routes: Vec<Arc<Instances>>,
     clock: Arc<dyn Clock>,
     timeout: Duration,
 }
 
 impl Prober {
-    pub fn new(routes: Vec<Arc<Instances>>, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(routes: Vec<Arc<Instances>>, clock: Arc<dyn Clock>) -> Self {
         Self {
             routes,
             clock,
@@ -34,13 +34,13 @@ impl Prober {
     }
 
     /// Whether any route has instances to probe at all.
-    pub fn has_work(&self) -> bool {
+    pub(crate) fn has_work(&self) -> bool {
         self.routes.iter().any(|r| r.len() > 1)
     }
 
     /// One round: every due instance is probed at once; each outcome is recorded when it is
     /// known. Returns how many instances were probed.
-    pub async fn round(&self) -> usize {
+    pub(crate) async fn round(&self) -> usize {
         let now = self.clock.now_ms();
         let mut probes = JoinSet::new();
         for route in &self.routes {
@@ -67,7 +67,7 @@ impl Prober {
 
 /// Whether a TCP connection to `authority` (`host:port`, resolved now, every address tried)
 /// opens within `timeout`. The connection is closed at once.
-pub async fn reachable(authority: &str, timeout: Duration) -> bool {
+pub(crate) async fn reachable(authority: &str, timeout: Duration) -> bool {
     matches!(
         tokio::time::timeout(timeout, tokio::net::TcpStream::connect(authority)).await,
         Ok(Ok(_))

@@ -6,13 +6,13 @@
 /// One line of an SSE body: its content and its terminator (empty for an unterminated last line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Line<'a> {
-    pub content: &'a [u8],
-    pub end: &'a [u8],
+    pub(crate) content: &'a [u8],
+    pub(crate) end: &'a [u8],
 }
 
 impl Line<'_> {
     /// The value of a `data` field on this line, if it is one.
-    pub fn data(&self) -> Option<&[u8]> {
+    pub(crate) fn data(&self) -> Option<&[u8]> {
         field_value(self.content, b"data")
     }
 }
@@ -64,7 +64,7 @@ pub(crate) struct EventReader {
 
 impl EventReader {
     /// Feeds a chunk; returns the data of every event it completed.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
         let mut done = Vec::new();
         for &b in chunk {
             if self.after_cr {
@@ -88,7 +88,7 @@ impl EventReader {
     }
 
     /// The stream ended: an event still open is dispatched (the body is complete).
-    pub fn finish(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn finish(&mut self) -> Option<Vec<u8>> {
         let line = std::mem::take(&mut self.partial);
         if !line.is_empty()
             && let Some(event) = self.line(&line)

@@ -4,12 +4,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
-use pforte::{
+use crate::{
     cli,
     config::GatewayConfig,
     stores::{Site, Stores},
 };
+use anyhow::bail;
 use pforte_clock::{Clock as _, SystemClock};
 use pforte_oauth::{admin::Admin, crypto::Secret};
 
@@ -17,7 +17,7 @@ use super::{CmdResult, Env, Failure, load_config};
 
 /// `--json` for list commands.
 #[derive(clap::Args, Clone, Copy)]
-pub(crate) struct ListArgs {
+pub struct ListArgs {
     /// Print a JSON array instead of a table (times in RFC 3339 UTC).
     #[arg(long)]
     json: bool,

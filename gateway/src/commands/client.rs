@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::cli;
 use clap::Subcommand;
-use pforte::cli;
 use pforte_oauth::admin::Admin;
 
 use super::{
@@ -12,7 +12,7 @@ use super::{
 };
 
 #[derive(Subcommand)]
-pub(crate) enum ClientAction {
+pub enum ClientAction {
     /// List registered clients: id, name, authentication method, redirect URIs, last use.
     List(ListArgs),
     /// Remove a client and revoke its grants.
@@ -23,7 +23,7 @@ pub(crate) enum ClientAction {
 }
 
 /// Runs `pforte client ACTION`.
-pub(crate) fn run(
+pub fn run(
     action: ClientAction,
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,

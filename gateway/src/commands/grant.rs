@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::cli;
 use clap::Subcommand;
-use pforte::cli;
 use pforte_oauth::admin::{Admin, GrantFilter};
 
 use super::{
@@ -12,7 +12,7 @@ use super::{
 };
 
 #[derive(Subcommand)]
-pub(crate) enum GrantAction {
+pub enum GrantAction {
     /// List active grants, optionally for one user or client.
     List {
         /// Only this user's grants.
@@ -41,7 +41,7 @@ pub(crate) enum GrantAction {
 }
 
 /// Runs `pforte grant ACTION`.
-pub(crate) fn run(
+pub fn run(
     action: GrantAction,
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use pforte::{config::UpstreamKind, logging, preflight, server, stores::Stores};
+use crate::{config::UpstreamKind, logging, preflight, server, stores::Stores};
 
 use super::{CmdResult, Env, Failure, harden_process, settings};
 
 /// Validates everything `serve` would and prints each route with its upstream.
-pub(crate) fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> CmdResult {
+pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> CmdResult {
     let s = settings(config, data_dir, env)?;
     println!("configuration ok:");
     for route in &s.routes {
@@ -23,7 +23,7 @@ pub(crate) fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env)
 
 /// Runs the gateway: binds the listener once before it prints success, then serves until
 /// stopped.
-pub(crate) fn serve(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> CmdResult {
+pub fn serve(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> CmdResult {
     harden_process();
     let s = settings(config, data_dir, env)?;
     logging::init(s.log_format);

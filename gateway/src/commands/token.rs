@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
+use crate::{cli, tokens};
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
-use pforte::{cli, tokens};
 use pforte_clock::{Clock as _, SystemClock};
 
 use super::{
@@ -13,7 +13,7 @@ use super::{
 };
 
 #[derive(Subcommand)]
-pub(crate) enum TokenAction {
+pub enum TokenAction {
     /// Create a token and print it once. Creates the store if the data dir has none (and says so).
     Create {
         /// 1-64 letters, digits, '.', '_', '-'.
@@ -38,7 +38,7 @@ pub(crate) enum TokenAction {
 }
 
 /// Runs `pforte token ACTION`; `create` may create the store.
-pub(crate) fn run(
+pub fn run(
     action: TokenAction,
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
@@ -59,7 +59,7 @@ pub(crate) fn run(
             expires,
             routes,
         } => {
-            if let Some(bad) = routes.iter().find(|r| !pforte::config::valid_route_name(r)) {
+            if let Some(bad) = routes.iter().find(|r| !crate::config::valid_route_name(r)) {
                 return Err(Failure::Usage(format!(
                     "--route {bad:?}: a route name is 1 to 63 characters of a-z, 0-9 and '-'"
                 )));

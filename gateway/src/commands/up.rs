@@ -9,8 +9,7 @@ use std::{
     process::ExitCode,
 };
 
-use anyhow::Context as _;
-use pforte::{
+use crate::{
     cli,
     config::{RouteConfig, TlsFiles},
     preflight, server,
@@ -18,6 +17,7 @@ use pforte::{
     tls, tokens,
     up::{self, ServiceChild},
 };
+use anyhow::Context as _;
 use pforte_clock::{Clock as _, SystemClock};
 use pforte_oauth::{
     admin::{Admin, AdminError},
@@ -34,7 +34,7 @@ const UP_USER: &str = "admin";
 
 // `pforte up`'s flags (no doc comment: the subcommand's help is the `Up` variant's).
 #[derive(clap::Args)]
-pub(crate) struct UpArgs {
+pub struct UpArgs {
     /// Public listener. Off loopback, a self-signed certificate is generated.
     #[arg(long, default_value = "127.0.0.1:8787")]
     listen: SocketAddr,
@@ -52,7 +52,7 @@ pub(crate) struct UpArgs {
 }
 
 /// Runs `pforte up` (data dir `.pforte` unless `--data-dir` names one) until stopped.
-pub(crate) fn up(
+pub fn up(
     args: UpArgs,
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
@@ -220,7 +220,7 @@ async fn first_user(admin: &Admin) -> Result<Option<Secret>, AdminError> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use pforte::stores::Site;
+    use crate::stores::Site;
 
     use super::*;
 

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::cli;
 use clap::Subcommand;
-use pforte::cli;
 use pforte_oauth::admin::Admin;
 
 use super::{
@@ -12,7 +12,7 @@ use super::{
 };
 
 #[derive(Subcommand)]
-pub(crate) enum UserAction {
+pub enum UserAction {
     /// Add a user; the password is read from a prompt, or from stdin when it is not a terminal.
     /// Creates the store if the data dir has none (and says so).
     Add {
@@ -34,7 +34,7 @@ pub(crate) enum UserAction {
 }
 
 /// Runs `pforte user ACTION`; `add` may create the store.
-pub(crate) fn run(
+pub fn run(
     action: UserAction,
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,

@@ -14,30 +14,30 @@ use super::{ConfigError, DEFAULT_ROUTE};
 /// TLS certificate and key, PEM files.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
+pub(crate) struct TlsFiles {
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
 }
 
 /// `[upstream]`'s URL when it names none.
-pub const DEFAULT_UPSTREAM_URL: &str = "http://127.0.0.1:8080/mcp";
+pub(crate) const DEFAULT_UPSTREAM_URL: &str = "http://127.0.0.1:8080/mcp";
 
 /// Where requests go after the gateway (`[upstream]`: the route `mcp`, served at `/mcp`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
-pub struct UpstreamConfig {
+pub(crate) struct UpstreamConfig {
     /// The MCP service's streamable-HTTP URL: `http://`, `https://` or `unix:PATH`
     /// (default [`DEFAULT_UPSTREAM_URL`]).
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// Replicas of the MCP service (http or https), instead of `url`.
-    pub urls: Option<Vec<String>>,
+    pub(crate) urls: Option<Vec<String>>,
     /// PEM file of the CA that signs an https upstream's certificate (default: system roots).
-    pub ca_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
     /// Connecting to the upstream longer than this answers 504.
-    pub connect_timeout_ms: u64,
+    pub(crate) connect_timeout_ms: u64,
     /// The longest silence tolerated while reading an upstream response. MCP SSE streams carry
     /// keep-alive comments every 15 s, so this never cuts a healthy long stream.
-    pub read_timeout_ms: u64,
+    pub(crate) read_timeout_ms: u64,
 }
 
 impl Default for UpstreamConfig {
@@ -59,18 +59,18 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// The stdio bridge's bounds for a `command` route (`[routes.stdio]`).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
-pub struct StdioConfig {
+pub(crate) struct StdioConfig {
     /// Children of this route at most (over it: 503 with `Retry-After`).
-    pub max_children: usize,
+    pub(crate) max_children: usize,
     /// Children one principal may hold at most.
-    pub max_children_per_principal: usize,
+    pub(crate) max_children_per_principal: usize,
     /// A child without requests for this long is stopped.
-    pub idle_timeout_secs: u64,
+    pub(crate) idle_timeout_secs: u64,
     /// Initialized children kept for stateless requests.
-    pub pool: usize,
+    pub(crate) pool: usize,
     /// The longest line (one JSON-RPC message) a child may write on stdout, in bytes; a child
     /// that writes a longer one is stopped and restarted, its requests fail.
-    pub max_line_bytes: usize,
+    pub(crate) max_line_bytes: usize,
 }
 
 impl Default for StdioConfig {
@@ -88,34 +88,34 @@ impl Default for StdioConfig {
 /// One `[[routes]]` entry as written: an MCP server served at `/NAME/mcp`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
-pub struct RouteConfig {
+pub(crate) struct RouteConfig {
     /// `[a-z0-9-]+`, 1 to 63 characters, unique.
-    pub name: String,
+    pub(crate) name: String,
     /// Streamable HTTP: `http://…`, `https://…` or `unix:PATH`.
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// Replicas of one server (http or https).
-    pub urls: Option<Vec<String>>,
+    pub(crate) urls: Option<Vec<String>>,
     /// A stdio MCP server the gateway runs: program and arguments.
-    pub command: Option<Vec<String>>,
+    pub(crate) command: Option<Vec<String>>,
     /// The only variables the command sees besides PATH and HOME.
-    pub env: BTreeMap<String, String>,
-    pub cwd: Option<PathBuf>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Run the command as this user (the gateway must run as root); default: the gateway's.
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
     /// With `user`: this group instead of the user's primary group.
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// PEM file of the CA of an https upstream (default: system roots).
-    pub ca_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
     /// Default: `[upstream]`'s.
-    pub connect_timeout_ms: Option<u64>,
+    pub(crate) connect_timeout_ms: Option<u64>,
     /// Default: `[upstream]`'s.
-    pub read_timeout_ms: Option<u64>,
+    pub(crate) read_timeout_ms: Option<u64>,
     /// Browser origins for this route; default: the top-level `allowed_origins`.
-    pub allowed_origins: Option<Vec<String>>,
+    pub(crate) allowed_origins: Option<Vec<String>>,
     /// `[routes.tools.NAME]`: rules for this route's tools, over the top-level `[tools.NAME]`.
-    pub tools: BTreeMap<String, crate::policy::ToolRule>,
+    pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
     /// `[routes.stdio]`: bounds of a `command` route's children.
-    pub stdio: StdioConfig,
+    pub(crate) stdio: StdioConfig,
 }
 
 /// The gateway's settings as written in the file.
@@ -123,65 +123,65 @@ pub struct RouteConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// The public listener.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// The base URL clients use (scheme, host, port; no path). It is the OAuth issuer and the
     /// prefix of the MCP resource URL. Defaults to the listen address.
-    pub public_url: Option<String>,
+    pub(crate) public_url: Option<String>,
     /// Where the embedded store and generated files live.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// TLS on the public listener. Required unless the listener is loopback or
     /// `behind_tls_proxy` says a TLS-terminating proxy sits in front.
-    pub tls: Option<TlsFiles>,
-    pub behind_tls_proxy: bool,
+    pub(crate) tls: Option<TlsFiles>,
+    pub(crate) behind_tls_proxy: bool,
     /// The route `mcp` at `/mcp`. Absent with `[[routes]]`: no `/mcp` route; absent without
     /// them: the default upstream.
-    pub upstream: Option<UpstreamConfig>,
+    pub(crate) upstream: Option<UpstreamConfig>,
     /// `[[routes]]`: more MCP servers, each at `/NAME/mcp`.
-    pub routes: Vec<RouteConfig>,
+    pub(crate) routes: Vec<RouteConfig>,
     /// Browser origins allowed to call `/mcp`. A request with any other `Origin` gets 403;
     /// requests without `Origin` (non-browser clients) pass.
-    pub allowed_origins: Vec<String>,
+    pub(crate) allowed_origins: Vec<String>,
     /// Largest request body accepted on `/mcp`, in bytes; larger gets 413.
-    pub max_body_bytes: u64,
+    pub(crate) max_body_bytes: u64,
     /// OAuth scopes this resource understands.
-    pub scopes: Vec<String>,
+    pub(crate) scopes: Vec<String>,
     /// Scopes every `/mcp` request must carry (403 `insufficient_scope` otherwise).
-    pub required_scopes: Vec<String>,
+    pub(crate) required_scopes: Vec<String>,
     /// Worker threads for the proxy; 0 means one per core.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// The authorization server's settings (issuer, resource and scopes come from above).
-    pub oauth: pforte_oauth::OAuthConfig,
+    pub(crate) oauth: pforte_oauth::OAuthConfig,
     /// Shared state for several gateways. Without it, the embedded store under `data_dir`.
-    pub redis_url: Option<String>,
+    pub(crate) redis_url: Option<String>,
     /// Rate limits per route class.
-    pub limits: crate::limit::Limits,
+    pub(crate) limits: crate::limit::Limits,
     /// Proxies whose `X-Forwarded-For` is believed; the client IP is otherwise the socket's.
-    pub trusted_proxies: Vec<crate::forward::TrustedProxy>,
+    pub(crate) trusted_proxies: Vec<crate::forward::TrustedProxy>,
     /// Per-tool authorization: every `POST /mcp` is read, tools need the scopes their
     /// annotations imply (or `[tools.NAME]` says), `tools/list` shows what may be called.
     /// Off only for measuring what it costs.
-    pub tool_policy: bool,
+    pub(crate) tool_policy: bool,
     /// Operator rules per tool: `[tools.NAME] scopes = [...]`, `users = [...]`, `deny = true`.
-    pub tools: BTreeMap<String, crate::policy::ToolRule>,
+    pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
     /// Where the audit log goes: a path, `"stdout"` or `"off"`; `<data_dir>/audit.jsonl` by
     /// default.
-    pub audit_log: Option<String>,
+    pub(crate) audit_log: Option<String>,
     /// An audit file past this many bytes is rotated (`audit.jsonl.1`, …); 0: never (rotate
     /// it with another program and SIGHUP).
-    pub audit_max_bytes: u64,
+    pub(crate) audit_max_bytes: u64,
     /// Rotated audit files kept (`audit.jsonl.1` … `audit.jsonl.N`).
-    pub audit_keep: u32,
+    pub(crate) audit_keep: u32,
     /// Seconds an idle client connection is kept open between requests (HTTP/1.1 keep-alive,
     /// HTTP/2 without open streams).
-    pub keepalive_timeout_secs: u64,
+    pub(crate) keepalive_timeout_secs: u64,
     /// Open connections one client IP (IPv6: its /64) may hold; more are closed at once.
     /// Trusted proxies are exempt. 0: no cap.
-    pub max_connections_per_ip: u32,
+    pub(crate) max_connections_per_ip: u32,
     /// `text` (default) or `json`: one JSON object per log line.
-    pub log_format: crate::logging::LogFormat,
+    pub(crate) log_format: crate::logging::LogFormat,
     /// A second listener that serves only `GET /metrics`, for scraping from another host. Off by
     /// default: the public listener answers `/metrics` to loopback peers only.
-    pub metrics_listen: Option<SocketAddr>,
+    pub(crate) metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for GatewayConfig {
@@ -219,7 +219,7 @@ impl Default for GatewayConfig {
 impl GatewayConfig {
     /// The settings of a config file (`path` and the `text` the caller read from it), or the
     /// defaults without one, with the overrides `env` gives for `PFORTE_*` names over them.
-    pub fn load(
+    pub(crate) fn load(
         file: Option<(&Path, &str)>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
@@ -232,7 +232,7 @@ impl GatewayConfig {
     }
 
     /// Parses the TOML text of a config file (`path` names it in errors); no env overrides.
-    pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
         toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: path.to_owned(),
             source: Box::new(source),
@@ -329,7 +329,7 @@ impl GatewayConfig {
 
     /// The route names a token may be limited to: `mcp` when `[upstream]` is a route, and
     /// every `[[routes]]` name (unchecked: for the admin CLI).
-    pub fn route_names(&self) -> Vec<&str> {
+    pub(crate) fn route_names(&self) -> Vec<&str> {
         let mut names = Vec::with_capacity(self.routes.len() + 1);
         if self.upstream.is_some() || self.routes.is_empty() {
             names.push(DEFAULT_ROUTE);

@@ -87,7 +87,7 @@ pub(super) fn normalise_base_url(url: &str, behind_tls_proxy: bool) -> Result<St
 }
 
 /// Normalises an origin for comparison; `None` if it is not one.
-pub fn normalise_origin(origin: &str) -> Option<String> {
+pub(crate) fn normalise_origin(origin: &str) -> Option<String> {
     let uri: Uri = origin.trim().parse().ok()?;
     let scheme = uri.scheme_str()?.to_ascii_lowercase();
     let authority = uri.authority()?;

@@ -16,34 +16,35 @@ use super::{
 };
 
 /// The name of the `[upstream]` route.
-pub const DEFAULT_ROUTE: &str = "mcp";
+pub(crate) const DEFAULT_ROUTE: &str = "mcp";
 
 /// What an upstream URL may be, for the error that refuses another.
-pub const ACCEPTED_UPSTREAMS: &str = "http://HOST:PORT/PATH, https://HOST:PORT/PATH or unix:PATH";
+pub(crate) const ACCEPTED_UPSTREAMS: &str =
+    "http://HOST:PORT/PATH, https://HOST:PORT/PATH or unix:PATH";
 
 /// The smallest `max_line_bytes` accepted.
 const MIN_MAX_LINE_BYTES: usize = 4096;
 
 /// Where an upstream is, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// `host:port`, used for connecting and as the `Host` header.
-    pub authority: String,
-    pub host: String,
-    pub port: u16,
+    pub(crate) authority: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// Path prefix that replaces the public `/mcp` (or `/NAME/mcp`).
-    pub path: String,
+    pub(crate) path: String,
     /// `https://`: TLS to the upstream, the host as SNI and the name verified.
-    pub tls: bool,
+    pub(crate) tls: bool,
     /// `unix:PATH`: connect to this Unix domain socket instead (`authority` is then
     /// `localhost`, sent as `Host`; the path is `/mcp`).
-    pub socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
 }
 
 impl Upstream {
     /// The URL of the MCP endpoint, for HTTP clients that connect over `socket` themselves
     /// (the tool catalog).
-    pub fn http_url(&self) -> String {
+    pub(crate) fn http_url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}{}", self.authority, self.path)
     }
@@ -63,15 +64,15 @@ impl Upstream {
 /// The account a `command` route's children run as, as written (`user`, `group`): `preflight`
 /// checks that this machine knows it, the stdio bridge looks it up when it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAsName {
-    pub user: String,
+pub(crate) struct RunAsName {
+    pub(crate) user: String,
     /// Instead of the user's primary group.
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
 }
 
 /// How a route reaches its MCP server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpstreamKind {
+pub(crate) enum UpstreamKind {
     Http(Upstream),
     /// `https://`, verified against the system roots or `ca` (a PEM file).
     Https {
@@ -99,7 +100,7 @@ pub enum UpstreamKind {
 impl UpstreamKind {
     /// The instance that requests go to (the first of several replicas until balancing
     /// picks one), and the tool catalog's.
-    pub fn primary(&self) -> &Upstream {
+    pub(crate) fn primary(&self) -> &Upstream {
         match self {
             Self::Http(u) | Self::Unix(u) => u,
             Self::Https { upstream, .. } | Self::Stdio { upstream, .. } => upstream,
@@ -108,7 +109,7 @@ impl UpstreamKind {
     }
 
     /// The CA file the upstream's certificate is verified against, if any.
-    pub fn ca_file(&self) -> Option<&Path> {
+    pub(crate) fn ca_file(&self) -> Option<&Path> {
         match self {
             Self::Https { ca, .. } | Self::Replicas { ca, .. } => ca.as_deref(),
             _ => None,
@@ -118,29 +119,29 @@ impl UpstreamKind {
 
 /// One validated route with everything the request path needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub name: String,
+pub(crate) struct Route {
+    pub(crate) name: String,
     /// Public path: `/NAME/mcp`, or `/mcp` for `[upstream]`.
-    pub path: String,
+    pub(crate) path: String,
     /// The canonical resource URL: `<base_url>` + `path`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// `/.well-known/oauth-protected-resource` + `path`.
-    pub metadata_path: String,
+    pub(crate) metadata_path: String,
     /// `<base_url>` + `metadata_path`: named in `WWW-Authenticate`.
-    pub metadata_url: String,
-    pub upstream: UpstreamKind,
-    pub connect_timeout_ms: u64,
-    pub read_timeout_ms: u64,
+    pub(crate) metadata_url: String,
+    pub(crate) upstream: UpstreamKind,
+    pub(crate) connect_timeout_ms: u64,
+    pub(crate) read_timeout_ms: u64,
     /// Normalised allowed origins of this route.
-    pub allowed_origins: Vec<String>,
+    pub(crate) allowed_origins: Vec<String>,
     /// Top-level `[tools.NAME]` with this route's `[routes.tools.NAME]` over them.
-    pub tools: BTreeMap<String, crate::policy::ToolRule>,
+    pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
 }
 
 impl Route {
     /// Whether this is the `[upstream]` route (served at `/mcp`), not a `[[routes]]` entry:
     /// its errors name `upstream.FIELD`.
-    pub fn is_upstream_table(&self) -> bool {
+    pub(crate) fn is_upstream_table(&self) -> bool {
         self.path == MCP_PATH
     }
 }
@@ -346,7 +347,7 @@ fn stdio_kind(
 }
 
 /// `[a-z0-9-]+`, 1 to 63 characters.
-pub fn valid_route_name(name: &str) -> bool {
+pub(crate) fn valid_route_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
         && name
             .bytes()
@@ -354,7 +355,7 @@ pub fn valid_route_name(name: &str) -> bool {
 }
 
 /// Where the bridge of the `command` route `name` listens: `<data_dir>/run/stdio/NAME.sock`.
-pub fn stdio_socket(data_dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn stdio_socket(data_dir: &Path, name: &str) -> PathBuf {
     data_dir
         .join("run")
         .join("stdio")

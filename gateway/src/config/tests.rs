@@ -3,6 +3,7 @@
 //! environment: validation does not.
 #![allow(clippy::unwrap_used)]
 
+use super::routes::RunAsName;
 use super::*;
 
 fn cfg(toml_text: &str) -> Result<Settings, ConfigError> {

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// The environment variable a route's program is looked up in when it has no `/`.
-pub const PATH_ENV: &str = "PATH";
+pub(crate) const PATH_ENV: &str = "PATH";
 
 /// Every file, program, directory and account the settings name. `path_var` is the value of
 /// [`PATH_ENV`] the caller read.

@@ -22,10 +22,10 @@ use crate::{
 };
 
 /// The header that names an MCP session.
-pub const SESSION_ID: &str = "mcp-session-id";
+pub(crate) const SESSION_ID: &str = "mcp-session-id";
 
 /// The key that names a principal in session records: `kind:subject:client`.
-pub fn principal_key(p: &Principal) -> String {
+pub(crate) fn principal_key(p: &Principal) -> String {
     format!("{}:{}:{}", p.kind.as_str(), p.subject, p.client)
 }
 

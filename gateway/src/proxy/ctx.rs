@@ -16,9 +16,9 @@ use crate::{
 
 /// Per-request state shared by the phases.
 #[derive(Debug)]
-pub struct RequestCtx {
-    pub request_id: String,
-    pub principal: Option<Principal>,
+pub(crate) struct RequestCtx {
+    pub(crate) request_id: String,
+    pub(crate) principal: Option<Principal>,
     /// `kind:subject:client`, formatted once when the request is authenticated: who owns the
     /// sessions it opens.
     pub(super) principal_key: String,

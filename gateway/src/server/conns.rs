@@ -18,7 +18,7 @@ use crate::forward::TrustedProxy;
 
 /// Open connections per client IP, and the cap.
 #[derive(Debug)]
-pub struct Connections {
+pub(crate) struct Connections {
     max_per_ip: u32,
     trusted: Vec<TrustedProxy>,
     open: Mutex<HashMap<String, u32>>,
@@ -26,7 +26,7 @@ pub struct Connections {
 
 /// A connection's slot; given back when dropped.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     owner: Option<(Arc<Connections>, String)>,
 }
 
@@ -45,12 +45,12 @@ impl Drop for Slot {
 }
 
 /// Whether one more connection fits beside `open` under `max` (0: no cap).
-pub fn has_room(open: u32, max: u32) -> bool {
+pub(crate) fn has_room(open: u32, max: u32) -> bool {
     max == 0 || open < max
 }
 
 impl Connections {
-    pub fn new(max_per_ip: u32, trusted: Vec<TrustedProxy>) -> Arc<Self> {
+    pub(crate) fn new(max_per_ip: u32, trusted: Vec<TrustedProxy>) -> Arc<Self> {
         Arc::new(Self {
             max_per_ip,
             trusted,
@@ -64,7 +64,7 @@ impl Connections {
 
     /// A slot for a connection from `peer`, or `None` when that IP holds as many as it may.
     /// No IP (a Unix socket), a trusted proxy, or no cap: a slot that counts nothing.
-    pub fn open(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Slot> {
+    pub(crate) fn open(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Slot> {
         let Some(ip) = peer else {
             return Some(Slot { owner: None });
         };
@@ -94,13 +94,13 @@ impl Connections {
 }
 
 /// The listener's application (pingora's HTTP proxy), each connection counted against its IP.
-pub struct Capped<A> {
+pub(crate) struct Capped<A> {
     inner: Arc<A>,
     conns: Arc<Connections>,
 }
 
 impl<A> Capped<A> {
-    pub fn new(inner: A, conns: Arc<Connections>) -> Self {
+    pub(crate) fn new(inner: A, conns: Arc<Connections>) -> Self {
         Self {
             inner: Arc::new(inner),
             conns,

@@ -38,17 +38,17 @@ const BACKLOG: usize = 100;
 const STDIN_BUFFER: usize = 256;
 /// How long a child has between SIGTERM and SIGKILL (its supervisor, `__stdio-exec`, gives
 /// the command [`super::exec::TREE_GRACE`] and then kills its tree).
-pub const STOP_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long the gateway waits for a supervisor that was told to stop before it kills it (a
 /// supervisor that is killed cannot clean up its tree, so it gets the tree's grace and more).
-pub const SUPERVISOR_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const SUPERVISOR_GRACE: Duration = Duration::from_secs(5);
 /// The most of one stderr line (or of a stdout line that is not JSON) that is logged; the
 /// rest of the line is skipped.
-pub const LOG_LINE_MAX: usize = 8 * 1024;
+pub(crate) const LOG_LINE_MAX: usize = 8 * 1024;
 
 /// The first `initialize` answer of a connection: the child's whole response (a `result` or an
 /// `error`), or why there is none.
-pub type Ready = oneshot::Receiver<Result<Value, String>>;
+pub(crate) type Ready = oneshot::Receiver<Result<Value, String>>;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ struct State {
 }
 
 /// One child and the MCP connection over its stdin/stdout.
-pub struct Conn {
+pub(crate) struct Conn {
     route: String,
     cmd: ChildCommand,
     spawner: Spawner,
@@ -120,7 +120,7 @@ impl Conn {
     /// Starts a child and its supervisor. `init_params` is the `initialize` to send (and replay)
     /// after every start, None for none (the child is ready once it runs); `initialized`
     /// whether `notifications/initialized` follows it without the client.
-    pub fn start(
+    pub(crate) fn start(
         route: &str,
         cmd: ChildCommand,
         spawner: Spawner,
@@ -163,30 +163,30 @@ impl Conn {
     }
 
     /// The child's pid while it runs.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.lock().pid
     }
 
     /// Requests in flight (the bridge's own not counted).
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.lock().pending.values().filter(|p| !p.internal).count()
     }
 
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         self.lock().phase == Phase::Up
     }
 
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.lock().phase == Phase::Stopped
     }
 
     /// Notes client activity (idle expiry counts from the last one).
-    pub fn touch(&self, now: Instant) {
+    pub(crate) fn touch(&self, now: Instant) {
         self.lock().last_activity = now;
     }
 
     /// Whether the connection has been idle for `timeout` at `now`.
-    pub fn idle_expired(&self, now: Instant, timeout: Duration) -> bool {
+    pub(crate) fn idle_expired(&self, now: Instant, timeout: Duration) -> bool {
         let st = self.lock();
         let busy = st.phase == Phase::Starting
             || st.pending.values().any(|p| !p.internal)
@@ -197,7 +197,11 @@ impl Conn {
     /// Sends a client request (its id remapped); the receiver yields every server message tied
     /// to it and then its response (`stream`: the client reads an event stream). Err is the
     /// message of the JSON-RPC error to answer with.
-    pub fn request(&self, mut msg: Value, stream: bool) -> Result<mpsc::Receiver<Value>, String> {
+    pub(crate) fn request(
+        &self,
+        mut msg: Value,
+        stream: bool,
+    ) -> Result<mpsc::Receiver<Value>, String> {
         let mut st = self.lock();
         match st.phase {
             Phase::Up => {}
@@ -247,7 +251,7 @@ impl Conn {
 
     /// Passes a client notification or response to the child (a `notifications/cancelled`
     /// with the request's bridge id). Dropped while the child is down.
-    pub fn send(&self, mut msg: Value) {
+    pub(crate) fn send(&self, mut msg: Value) {
         let st = self.lock();
         if let Kind::Notification { method } = decide::classify(&msg) {
             match method {
@@ -275,7 +279,7 @@ impl Conn {
     }
 
     /// Opens the standalone stream (a previous one ends); buffered messages come first.
-    pub fn open_standalone(&self) -> mpsc::Receiver<Value> {
+    pub(crate) fn open_standalone(&self) -> mpsc::Receiver<Value> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let mut st = self.lock();
         while let Some(msg) = st.backlog.pop_front() {
@@ -288,17 +292,17 @@ impl Conn {
     }
 
     /// Closes the child's stdin (stdio servers stop at end of input).
-    pub fn close_stdin(&self) {
+    pub(crate) fn close_stdin(&self) {
         self.lock().stdin = None;
     }
 
     /// Asks the supervisor to stop the child (SIGTERM, SIGKILL after [`STOP_GRACE`]).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let _ = self.stop.send(true);
     }
 
     /// Stops the child and waits until it is gone.
-    pub async fn stop_and_wait(&self) {
+    pub(crate) async fn stop_and_wait(&self) {
         self.stop();
         let task = self.done.lock().ok().and_then(|mut d| d.take());
         if let Some(task) = task {
@@ -644,7 +648,7 @@ async fn log_stderr(route: String, pid: Option<u32>, stderr: tokio::process::Chi
 
 /// Sends `signal` to the process group of the child `pid` (before the child's setpgid there
 /// is no such group: then to the child alone).
-pub fn signal_group(pid: u32, signal: Signal) {
+pub(crate) fn signal_group(pid: u32, signal: Signal) {
     if let Ok(pid) = i32::try_from(pid) {
         let pid = Pid::from_raw(pid);
         if killpg(pid, signal).is_err() {
@@ -654,7 +658,7 @@ pub fn signal_group(pid: u32, signal: Signal) {
 }
 
 /// Whether the process `pid` has ended (gone, or a zombie waiting to be reaped).
-pub fn has_exited(pid: u32) -> bool {
+pub(crate) fn has_exited(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return true;
     };

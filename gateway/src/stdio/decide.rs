@@ -7,17 +7,17 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// Seconds a client over a cap is told to wait (`Retry-After`).
-pub const CAP_RETRY_AFTER_SECS: u64 = 10;
+pub(crate) const CAP_RETRY_AFTER_SECS: u64 = 10;
 /// First restart delay after a crash.
-pub const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 /// Longest restart delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A child that stayed up this long starts the schedule again at [`BACKOFF_FIRST`].
-pub const BACKOFF_RESET: Duration = Duration::from_secs(60);
+pub(crate) const BACKOFF_RESET: Duration = Duration::from_secs(60);
 
 /// Why a new child is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CapRefusal {
+pub(crate) enum CapRefusal {
     /// The route runs `max` children (sessions and pool) already.
     Route { max: usize },
     /// This principal holds `max` sessions on the route already.
@@ -26,7 +26,7 @@ pub enum CapRefusal {
 
 /// Whether one more child may start: `live` children on the route (every session's and the
 /// pool's), `principal_live` of them opened by the asking principal.
-pub fn admit(
+pub(crate) fn admit(
     live: usize,
     max_children: usize,
     principal_live: usize,
@@ -45,7 +45,7 @@ pub fn admit(
 
 /// The delay before restart number `failures + 1` after consecutive crashes: 0.5 s, 1 s, 2 s, …
 /// capped at 30 s.
-pub fn backoff_delay(failures: u32) -> Duration {
+pub(crate) fn backoff_delay(failures: u32) -> Duration {
     let factor = 1u64 << failures.min(10);
     let ms = u64::try_from(BACKOFF_FIRST.as_millis()).unwrap_or(u64::MAX);
     Duration::from_millis(ms.saturating_mul(factor)).min(BACKOFF_MAX)
@@ -53,7 +53,7 @@ pub fn backoff_delay(failures: u32) -> Duration {
 
 /// The consecutive-crash count after a child that ran for `up_for` exited: a child that stayed
 /// up [`BACKOFF_RESET`] or longer starts the schedule again.
-pub fn failures_after_exit(previous: u32, up_for: Duration) -> u32 {
+pub(crate) fn failures_after_exit(previous: u32, up_for: Duration) -> u32 {
     if up_for >= BACKOFF_RESET {
         0
     } else {
@@ -63,7 +63,7 @@ pub fn failures_after_exit(previous: u32, up_for: Duration) -> u32 {
 
 /// One JSON-RPC message by shape.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Kind<'a> {
+pub(crate) enum Kind<'a> {
     Request { id: &'a Value, method: &'a str },
     Notification { method: &'a str },
     Response { id: &'a Value },
@@ -72,7 +72,7 @@ pub enum Kind<'a> {
 
 /// What a JSON-RPC message is (a request has `method` and `id`, a notification only `method`,
 /// a response `id` and `result` or `error`).
-pub fn classify(msg: &Value) -> Kind<'_> {
+pub(crate) fn classify(msg: &Value) -> Kind<'_> {
     let Some(obj) = msg.as_object() else {
         return Kind::Invalid;
     };
@@ -88,31 +88,31 @@ pub fn classify(msg: &Value) -> Kind<'_> {
 }
 
 /// Replaces a message's `id` with the bridge's `bridge_id`; returns the client's id.
-pub fn remap_id(msg: &mut Value, bridge_id: u64) -> Option<Value> {
+pub(crate) fn remap_id(msg: &mut Value, bridge_id: u64) -> Option<Value> {
     let obj = msg.as_object_mut()?;
     obj.insert("id".to_owned(), Value::from(bridge_id))
 }
 
 /// The bridge id of a message coming back from a child, if it is one the bridge handed out.
-pub fn bridge_id(msg: &Value) -> Option<u64> {
+pub(crate) fn bridge_id(msg: &Value) -> Option<u64> {
     msg.get("id").and_then(Value::as_u64)
 }
 
 /// Puts the client's id back on a response.
-pub fn restore_id(msg: &mut Value, client_id: Value) {
+pub(crate) fn restore_id(msg: &mut Value, client_id: Value) {
     if let Some(obj) = msg.as_object_mut() {
         obj.insert("id".to_owned(), client_id);
     }
 }
 
 /// A request's progress token (`params._meta.progressToken`), if any.
-pub fn progress_token(msg: &Value) -> Option<&Value> {
+pub(crate) fn progress_token(msg: &Value) -> Option<&Value> {
     msg.pointer("/params/_meta/progressToken")
 }
 
 /// Where a server→client message that is not a response goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dest {
+pub(crate) enum Dest {
     /// The stream answering the client request with this bridge id.
     Request(u64),
     /// The session's standalone stream (`GET /mcp`).
@@ -123,7 +123,7 @@ pub enum Dest {
 /// progress to the request that owns its token; server requests and logging to the only
 /// request in flight (the one it is most likely tied to); everything else (and anything
 /// when several requests are in flight) to the standalone stream.
-pub fn route_server_message(msg: &Value, in_flight: &[(u64, Option<&Value>)]) -> Dest {
+pub(crate) fn route_server_message(msg: &Value, in_flight: &[(u64, Option<&Value>)]) -> Dest {
     let only = || match in_flight {
         [(id, _)] => Dest::Request(*id),
         _ => Dest::Standalone,
@@ -148,13 +148,18 @@ pub fn route_server_message(msg: &Value, in_flight: &[(u64, Option<&Value>)]) ->
 
 /// Whether a child is idle long enough to stop: nothing in flight, no open stream, and the
 /// last client message `timeout` or longer ago.
-pub fn idle_expired(last_activity: Instant, now: Instant, busy: bool, timeout: Duration) -> bool {
+pub(crate) fn idle_expired(
+    last_activity: Instant,
+    now: Instant,
+    busy: bool,
+    timeout: Duration,
+) -> bool {
     !busy && now.saturating_duration_since(last_activity) >= timeout
 }
 
 /// Whether the answer is an event stream (the client accepts `text/event-stream`) or one JSON
 /// body.
-pub fn wants_event_stream(accept: Option<&str>) -> bool {
+pub(crate) fn wants_event_stream(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| {
         a.split(',').any(|part| {
             let media = part.split(';').next().unwrap_or_default().trim();
@@ -164,14 +169,14 @@ pub fn wants_event_stream(accept: Option<&str>) -> bool {
 }
 
 /// The JSON-RPC error a client gets for a request the bridge cannot deliver.
-pub fn error_response(id: Value, code: i64, message: &str) -> Value {
+pub(crate) fn error_response(id: Value, code: i64, message: &str) -> Value {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
 /// JSON-RPC "internal error".
-pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
 /// Used for "over the cap": a server error in the implementation-defined range.
-pub const SERVER_BUSY: i64 = -32000;
+pub(crate) const SERVER_BUSY: i64 = -32000;
 
 #[cfg(test)]
 mod tests {

@@ -47,7 +47,7 @@ pub const AS_USER_SUBCOMMAND: &str = "__stdio-as";
 const EXEC_FAILED: u8 = 127;
 /// How long the command's group has between SIGTERM and SIGKILL when the supervisor is told
 /// to stop (the gateway waits longer for the supervisor itself).
-pub const TREE_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const TREE_GRACE: Duration = Duration::from_secs(2);
 /// How long the supervisor keeps killing what is left of the tree.
 const KILL_DEADLINE: Duration = Duration::from_secs(5);
 /// Signals that stop the tree: the death signal and the gateway's stop.
@@ -56,17 +56,17 @@ const STOP_SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGH
 /// The user (and group) a route's children run as: `user` / `group` resolved once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunAs {
-    pub user: String,
-    pub uid: u32,
-    pub gid: u32,
+    pub(crate) user: String,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
     /// The user's home directory (the child's `HOME` unless the route's `env` sets one).
-    pub home: PathBuf,
+    pub(crate) home: PathBuf,
 }
 
 impl RunAs {
     /// Looks `user` (and `group`, else the user's primary group) up in the system's user
     /// database; a name that is not there is an error naming it.
-    pub fn resolve(user: &str, group: Option<&str>) -> Result<Self, String> {
+    pub(crate) fn resolve(user: &str, group: Option<&str>) -> Result<Self, String> {
         let found = nix::unistd::User::from_name(user)
             .map_err(|e| format!("looking up the user {user:?}: {e}"))?
             .ok_or_else(|| format!("no user named {user:?} on this system"))?;
@@ -245,7 +245,7 @@ fn wait_for(child: Pid, signals: &SigSet) -> u8 {
 }
 
 /// The processes whose parent is `parent` (from `/proc`).
-pub fn children_of(parent: i32) -> Vec<i32> {
+pub(crate) fn children_of(parent: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -324,29 +324,29 @@ pub fn exec_as(uid: u32, gid: u32, command: &[OsString]) -> ExitCode {
 /// Clears the process's dumpable flag (`PR_SET_DUMPABLE 0`): its `/proc/<pid>/` files become
 /// root's, so a process of the same user (a stdio child among them) can neither read its
 /// environment nor attach to it, and no core dump is written.
-pub fn not_dumpable() -> nix::Result<()> {
+pub(crate) fn not_dumpable() -> nix::Result<()> {
     prctl::set_dumpable(false)
 }
 
 /// What a child is started from.
 #[derive(Debug, Clone)]
-pub struct ChildCommand {
+pub(crate) struct ChildCommand {
     /// The `pforte` binary that has the hidden subcommand.
-    pub launcher: PathBuf,
-    pub command: Vec<String>,
+    pub(crate) launcher: PathBuf,
+    pub(crate) command: Vec<String>,
     /// The child's whole environment.
-    pub env: Vec<(String, OsString)>,
-    pub cwd: Option<PathBuf>,
+    pub(crate) env: Vec<(String, OsString)>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Run the command as this user.
-    pub run_as: Option<RunAs>,
+    pub(crate) run_as: Option<RunAs>,
     /// The longest line the child may write on stdout (bytes, newline not counted).
-    pub max_line_bytes: usize,
+    pub(crate) max_line_bytes: usize,
 }
 
 impl ChildCommand {
     /// The environment a child gets: `PATH` and `HOME` from the gateway's (when set), then the
     /// route's own variables.
-    pub fn clean_env(
+    pub(crate) fn clean_env(
         route_env: &std::collections::BTreeMap<String, String>,
         path: Option<OsString>,
         home: Option<OsString>,
@@ -397,13 +397,13 @@ type Job = (
 /// The one thread that forks every child of a bridge (see the module doc). It ends when the
 /// last handle is dropped.
 #[derive(Debug, Clone)]
-pub struct Spawner {
+pub(crate) struct Spawner {
     jobs: std::sync::mpsc::Sender<Job>,
 }
 
 impl Spawner {
     /// Starts the thread; children are registered with the runtime of `handle`.
-    pub fn start(handle: tokio::runtime::Handle, route: &str) -> std::io::Result<Self> {
+    pub(crate) fn start(handle: tokio::runtime::Handle, route: &str) -> std::io::Result<Self> {
         let (jobs, rx) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name(format!("stdio-spawn-{route}"))
@@ -417,7 +417,7 @@ impl Spawner {
     }
 
     /// Forks `cmd` on the spawner thread.
-    pub async fn spawn(&self, cmd: ChildCommand) -> std::io::Result<tokio::process::Child> {
+    pub(crate) async fn spawn(&self, cmd: ChildCommand) -> std::io::Result<tokio::process::Child> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.jobs
             .send((cmd, tx))

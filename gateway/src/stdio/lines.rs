@@ -6,7 +6,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncReadExt as _};
 
 /// What [`read_line`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     /// A whole line is in the buffer (without `\n` / `\r\n`); also the last one at end of
     /// input without a newline.
     Whole,
@@ -22,7 +22,7 @@ pub enum Line {
 const KEEP_CAPACITY: usize = 64 * 1024;
 
 /// Reads the next line of `reader` into `buf` (cleared first), at most `max` bytes of it.
-pub async fn read_line<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
@@ -52,7 +52,7 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
 }
 
 /// Reads past the rest of the current line (after [`Line::TooLong`]) without keeping it.
-pub async fn skip_rest<R: AsyncBufRead + Unpin>(reader: &mut R) -> std::io::Result<()> {
+pub(crate) async fn skip_rest<R: AsyncBufRead + Unpin>(reader: &mut R) -> std::io::Result<()> {
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {

@@ -68,7 +68,7 @@ fn list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
 }
 
 /// The redis-backed token store (blocking client: the admin CLI and the refresher thread).
-pub struct RedisTokenStore {
+pub(crate) struct RedisTokenStore {
     client: redis::Client,
     conn: Mutex<Option<Connection>>,
 }
@@ -85,7 +85,7 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 
 impl RedisTokenStore {
     /// Connects lazily; operations fail with [`StoreError::Redis`] while redis is down.
-    pub fn open(url: &str) -> Result<Self, StoreError> {
+    pub(crate) fn open(url: &str) -> Result<Self, StoreError> {
         Ok(Self {
             client: redis::Client::open(url).map_err(err)?,
             conn: Mutex::new(None),

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pforte::limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter};
+use pforte::for_tests::{Limiter, LocalLimiter, Policy, RedisLimiter};
 use pforte_clock::SystemClock;
 use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer};
 
