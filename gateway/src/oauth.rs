@@ -27,7 +27,7 @@ pub enum OAuthSetupError {
     #[error("oauth store: {0}")]
     Store(#[from] pforte_oauth::StoreError),
     #[error("oauth server: {0}")]
-    Build(#[from] pforte_oauth::server::BuildError),
+    Build(#[from] pforte_oauth::auth_server::BuildError),
     #[error("the oauth issuer {oauth:?} differs from the gateway's public URL {gateway:?}")]
     IssuerMismatch { oauth: String, gateway: String },
 }

@@ -15,7 +15,7 @@ use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use crate::server::AuthServer;
+use crate::auth_server::AuthServer;
 
 pub mod response;
 

@@ -2,6 +2,7 @@
 //! validator the gateway calls on every request, admin functions and thin axum adapters.
 
 pub mod admin;
+pub mod auth_server;
 pub mod cimd;
 pub mod config;
 pub mod crypto;
@@ -14,13 +15,12 @@ pub mod pages;
 pub mod private_fs;
 pub mod protocol;
 pub mod ratelimit;
-pub mod server;
 pub mod store;
 pub mod validator;
 
+pub use auth_server::AuthServer;
 pub use config::{OAuthConfig, ResourceEntry};
 pub use error::{OAuthError, StoreError, ValidationError};
 pub use http::router;
 pub use observe::{Event, Observer};
-pub use server::AuthServer;
 pub use validator::{Principal, Validator};

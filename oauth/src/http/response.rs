@@ -6,11 +6,11 @@ use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
+use crate::auth_server::{AuthorizeOutcome, AuthorizeResponse, Page};
 use crate::config::OAuthConfig;
 use crate::error::{OAuthError, ValidationError};
 use crate::pages;
 use crate::protocol::token::TokenResponse;
-use crate::server::{AuthorizeOutcome, AuthorizeResponse, Page};
 
 fn no_store(resp: &mut Response) {
     let h = resp.headers_mut();

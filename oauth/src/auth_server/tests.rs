@@ -13,12 +13,12 @@ use url::Url;
 
 use super::*;
 use crate::admin::Admin;
+use crate::auth_server::authorize::{AuthorizeOutcome, Page};
 use crate::cimd::FetchedDocument;
 use crate::config::{PasswordHashing, Quota};
 use crate::crypto::{Secret, pkce_s256};
 use crate::error::ValidationError;
 use crate::protocol::cimd::CimdError;
-use crate::server::authorize::{AuthorizeOutcome, Page};
 use crate::store::SqliteStore;
 
 const T0: u64 = 1_800_000_000;
