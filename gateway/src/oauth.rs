@@ -167,9 +167,6 @@ impl AuthService {
             }),
             Err(ValidationError::Invalid) => Err(AuthFailure::Invalid),
             Err(ValidationError::Expired) => Err(AuthFailure::Expired),
-            Err(ValidationError::InsufficientScope { required }) => {
-                Err(AuthFailure::InsufficientScope(required))
-            }
             Err(ValidationError::Unavailable(e)) => {
                 tracing::warn!(error = %e, "oauth store unavailable during token validation");
                 Err(AuthFailure::Unavailable)

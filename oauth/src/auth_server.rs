@@ -164,11 +164,6 @@ impl AuthServer {
         metadata::authorization_server(&self.cfg)
     }
 
-    /// The RFC 9728 document for the gateway.
-    pub fn protected_resource_metadata(&self) -> serde_json::Value {
-        metadata::protected_resource(&self.cfg)
-    }
-
     pub(crate) fn now(&self) -> u64 {
         self.clock.now_secs()
     }

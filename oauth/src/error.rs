@@ -101,9 +101,6 @@ pub enum ValidationError {
     /// Past its expiry (401 `invalid_token`).
     #[error("token expired")]
     Expired,
-    /// Valid, but lacks a scope the request needs (403 `insufficient_scope`).
-    #[error("insufficient scope: needs {required}")]
-    InsufficientScope { required: String },
     /// The store could not be asked (503).
     #[error("token store unavailable: {0}")]
     Unavailable(#[from] StoreError),

@@ -30,28 +30,6 @@ pub struct Principal {
     pub resource: String,
 }
 
-impl Principal {
-    pub fn has_scope(&self, scope: &str) -> bool {
-        self.scopes.iter().any(|s| s == scope)
-    }
-
-    /// Err(InsufficientScope) unless every scope in `required` is held.
-    pub fn require_scopes(&self, required: &[&str]) -> Result<(), ValidationError> {
-        let missing: Vec<&str> = required
-            .iter()
-            .copied()
-            .filter(|r| !self.has_scope(r))
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(ValidationError::InsufficientScope {
-                required: missing.join(" "),
-            })
-        }
-    }
-}
-
 /// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
 pub const CACHE_TTL_MS: u64 = 1000;
 const MAX_ENTRIES: usize = 10_000;
@@ -234,11 +212,7 @@ mod tests {
         let p = v.validate(&token).await.unwrap();
         assert_eq!((p.subject.as_str(), p.client_id.as_str()), ("bob", "c"));
         assert_eq!(p.resource, "https://gw.example/mcp");
-        assert!(p.require_scopes(&["mcp:read"]).is_ok());
-        assert!(matches!(
-            p.require_scopes(&["mcp:write"]),
-            Err(ValidationError::InsufficientScope { .. })
-        ));
+        assert_eq!(p.scopes, ["mcp:read"]);
         assert!(matches!(
             v.validate("pfat_unknown").await,
             Err(ValidationError::Invalid)

@@ -1,4 +1,4 @@
-//! RFC 8414 authorization-server metadata and the RFC 9728 protected-resource document.
+//! RFC 8414 authorization-server metadata.
 
 use serde_json::{Value, json};
 
@@ -25,16 +25,6 @@ pub fn authorization_server(cfg: &OAuthConfig) -> Value {
     })
 }
 
-/// The RFC 9728 document the gateway serves at `/.well-known/oauth-protected-resource[/mcp]`.
-pub fn protected_resource(cfg: &OAuthConfig) -> Value {
-    json!({
-        "resource": cfg.resource,
-        "authorization_servers": [cfg.issuer],
-        "bearer_methods_supported": ["header"],
-        "scopes_supported": cfg.scopes_supported,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -58,8 +48,5 @@ mod tests {
         );
         assert_eq!(m["client_id_metadata_document_supported"], true);
         assert_eq!(m["authorization_response_iss_parameter_supported"], true);
-        let prm = protected_resource(&cfg);
-        assert_eq!(prm["authorization_servers"][0], m["issuer"]);
-        assert_eq!(prm["resource"], "https://gw.example/mcp");
     }
 }
