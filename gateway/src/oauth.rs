@@ -15,6 +15,7 @@ use tower::ServiceExt as _;
 use crate::{
     auth::{AuthFailure, AuthKind, Binding, Principal},
     config::Settings,
+    limit::SharedLimiter,
 };
 
 /// Largest request body the authorization server accepts (forms and registration JSON).
@@ -117,18 +118,19 @@ impl std::fmt::Debug for AuthService {
 impl AuthService {
     /// Builds the server on `store` (loading or creating its key there), on the stores' runtime
     /// `rt`, which it keeps; called before pingora starts its runtimes.
-    /// Its events (logins, tokens, revocations, validation cache) go to `observer`; it reads
-    /// the time from `clock`.
+    /// Its throttles are counted by the gateway's `limiter`; its events (logins, tokens,
+    /// revocations, validation cache) go to `observer`; it reads the time from `clock`.
     pub fn open(
         settings: &Settings,
         store: Arc<dyn Store>,
         rt: tokio::runtime::Runtime,
+        limiter: Arc<SharedLimiter>,
         observer: Arc<dyn pforte_oauth::Observer>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, OAuthSetupError> {
         let cfg = oauth_config(settings)?;
         let server = rt.block_on(
-            AuthServer::builder(cfg, store.clone())
+            AuthServer::builder(cfg, store.clone(), limiter)
                 .observer(observer)
                 .clock(clock.clone())
                 .build(),
@@ -149,7 +151,7 @@ impl AuthService {
     }
 
     /// The runtime that owns the store's background connections; other shared clients (the
-    /// redis rate limiter) are created on it too.
+    /// redis session records) are created on it too.
     pub fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.runtime.as_ref().map(|rt| rt.handle().clone())
     }

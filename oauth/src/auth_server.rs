@@ -15,8 +15,8 @@ use crate::model::{AuthMethod, ClientRecord};
 use crate::observe::{Event, Observer, Unobserved};
 use crate::protocol::cimd::{CimdError, is_document_client_id};
 use crate::protocol::{Client, Params, metadata, registration};
-use crate::ratelimit::{GcraLimiter, LimitClass, RateDecision, RateLimiter, ip_key};
 use crate::store::Store;
+use crate::throttle::{Budget, LimitClass, RateLimiter};
 use crate::validator::Validator;
 
 mod authorize;
@@ -55,13 +55,14 @@ pub struct AuthServer {
     dummy_hash: tokio::sync::OnceCell<String>,
 }
 
-/// Builder for [`AuthServer`]; every dependency has a production default.
+/// Builder for [`AuthServer`]; every dependency but the store and the rate limiter has a
+/// production default.
 pub struct AuthServerBuilder {
     cfg: OAuthConfig,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     entropy: Arc<dyn Entropy>,
-    limiter: Option<Arc<dyn RateLimiter>>,
+    limiter: Arc<dyn RateLimiter>,
     fetcher: Option<Arc<dyn DocumentFetcher>>,
     observer: Arc<dyn Observer>,
 }
@@ -73,11 +74,6 @@ impl AuthServerBuilder {
     }
     pub fn entropy(mut self, entropy: Arc<dyn Entropy>) -> Self {
         self.entropy = entropy;
-        self
-    }
-    /// Replaces the in-process GCRA limiter (e.g. by a redis one shared by several gateways).
-    pub fn rate_limiter(mut self, limiter: Arc<dyn RateLimiter>) -> Self {
-        self.limiter = Some(limiter);
         self
     }
     /// Replaces the https metadata-document fetcher (tests).
@@ -98,9 +94,6 @@ impl AuthServerBuilder {
         let mut candidate = [0u8; 32];
         self.entropy.fill(&mut candidate);
         let key = ServerKey::from_bytes(self.store.server_key(candidate).await?);
-        let limiter = self
-            .limiter
-            .unwrap_or_else(|| Arc::new(GcraLimiter::new(self.cfg.throttle.clone())));
         let fetcher = self
             .fetcher
             .unwrap_or_else(|| Arc::new(HttpFetcher::new(self.cfg.cimd.clone())));
@@ -116,7 +109,7 @@ impl AuthServerBuilder {
             store: self.store,
             clock: self.clock,
             entropy: self.entropy,
-            limiter,
+            limiter: self.limiter,
             key,
             validator,
             observer: self.observer,
@@ -137,13 +130,18 @@ pub(crate) enum ClientLookup {
 }
 
 impl AuthServer {
-    pub fn builder(cfg: OAuthConfig, store: Arc<dyn Store>) -> AuthServerBuilder {
+    /// A server on `store` whose throttles (`cfg.throttle`) are counted by `limiter`.
+    pub fn builder(
+        cfg: OAuthConfig,
+        store: Arc<dyn Store>,
+        limiter: Arc<dyn RateLimiter>,
+    ) -> AuthServerBuilder {
         AuthServerBuilder {
             cfg,
             store,
             clock: Arc::new(SystemClock),
             entropy: Arc::new(OsEntropy),
-            limiter: None,
+            limiter,
             fetcher: None,
             observer: Arc::new(Unobserved),
         }
@@ -180,9 +178,8 @@ impl AuthServer {
             if let Some(cached) = self.cimd.cached(client_id, now_ms) {
                 return cached.map_err(ClientLookup::Document);
             }
-            if let Err(retry_after_secs) =
-                self.take(LimitClass::CimdFetch, &ip_key(client_ip)).await
-            {
+            let budget = self.budget(LimitClass::CimdFetch, client_ip, None);
+            if let Err(retry_after_secs) = self.take(&budget).await {
                 return Err(ClientLookup::Throttled { retry_after_secs });
             }
             return self
@@ -198,18 +195,32 @@ impl AuthServer {
         }
     }
 
-    pub(crate) async fn throttle(&self, class: LimitClass, key: &str) -> Result<(), OAuthError> {
-        self.take(class, key)
-            .await
-            .map_err(|retry_after_secs| OAuthError::RateLimited { retry_after_secs })
+    /// The budget of `class` for `client_ip` (and, for logins per user, `username`), sized by
+    /// `[oauth.throttle]`.
+    pub(crate) fn budget<'a>(
+        &self,
+        class: LimitClass,
+        client_ip: Option<IpAddr>,
+        username: Option<&'a str>,
+    ) -> Budget<'a> {
+        Budget {
+            class,
+            ip: client_ip,
+            username,
+            quota: class.quota(&self.cfg.throttle),
+        }
     }
 
-    /// Takes one unit of `key`'s budget; `Err(retry_after_secs)` when there is none.
-    pub(crate) async fn take(&self, class: LimitClass, key: &str) -> Result<(), u64> {
-        match self.limiter.check(class, key, self.clock.now_ms()).await {
-            RateDecision::Allow => Ok(()),
-            RateDecision::Deny { retry_after_ms } => Err(retry_after_ms.div_ceil(1000).max(1)),
+    /// Takes one unit of `budget`; `Err(retry_after_secs)` when there is none. A zero quota
+    /// refuses every attempt without asking the limiter.
+    pub(crate) async fn take(&self, budget: &Budget<'_>) -> Result<(), u64> {
+        if budget.quota.burst == 0 || budget.quota.per_minute == 0 {
+            return Err(60);
         }
+        self.limiter
+            .check(budget)
+            .await
+            .map_err(|retry_after_ms| retry_after_ms.div_ceil(1000).max(1))
     }
 
     /// An argon2id hash to verify against when the user does not exist (equal timing).
@@ -234,8 +245,9 @@ impl AuthServer {
         body: &[u8],
         client_ip: Option<IpAddr>,
     ) -> Result<serde_json::Value, OAuthError> {
-        self.throttle(LimitClass::Register, &ip_key(client_ip))
-            .await?;
+        self.take(&self.budget(LimitClass::Register, client_ip, None))
+            .await
+            .map_err(|retry_after_secs| OAuthError::RateLimited { retry_after_secs })?;
         let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
             OAuthError::InvalidClientMetadata("the request body is not JSON".into())
         })?;

@@ -52,7 +52,7 @@ pub struct OAuthConfig {
     /// tests): browsers refuse `Secure`/`__Host-` cookies over plain HTTP; the cookie is then
     /// called `pforte_session`.
     pub cookie_secure: bool,
-    /// Rate limits applied by the default in-process limiter.
+    /// Quotas of the throttles (counted by the rate limiter the server is built with).
     pub throttle: ThrottleConfig,
     /// argon2id parameters for new password hashes (OWASP defaults).
     pub password_hashing: PasswordHashing,

@@ -14,13 +14,14 @@ pub mod observe;
 pub mod pages;
 pub mod private_fs;
 pub mod protocol;
-pub mod ratelimit;
 pub mod store;
+pub mod throttle;
 pub mod validator;
 
 pub use auth_server::AuthServer;
-pub use config::{OAuthConfig, ResourceEntry};
+pub use config::{OAuthConfig, Quota, ResourceEntry};
 pub use error::{OAuthError, StoreError, ValidationError};
 pub use http::router;
 pub use observe::{Event, Observer};
+pub use throttle::{Budget, LimitClass, RateLimiter};
 pub use validator::{Principal, Validator};

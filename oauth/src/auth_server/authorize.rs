@@ -11,7 +11,7 @@ use crate::observe::Event;
 use crate::pages::{ConsentView, ErrorView, LoginView};
 use crate::protocol::authorize::{self, AuthorizeFailure, AuthorizeRequest};
 use crate::protocol::{Client, Params};
-use crate::ratelimit::{LimitClass, ip_key};
+use crate::throttle::LimitClass;
 
 /// A logged-in session: its hash is a row in the store.
 const SESSION_PREFIX: &str = "pfs_";
@@ -342,7 +342,8 @@ impl AuthServer {
         session_cookie: Option<&str>,
         client_ip: Option<IpAddr>,
     ) -> AuthorizeResponse {
-        if let Err(retry) = self.take(LimitClass::Authorize, &ip_key(client_ip)).await {
+        let budget = self.budget(LimitClass::Authorize, client_ip, None);
+        if let Err(retry) = self.take(&budget).await {
             return too_many(retry);
         }
         let params = Params::parse(query);
@@ -459,9 +460,9 @@ impl AuthServer {
         // Before any hashing, one unit of the IP's and of the (user, IP) budget; a right
         // password gives both back, so only failures count and nobody can lock a user out
         // from elsewhere.
-        let ip = ip_key(client_ip);
         let user_key: String = username.to_lowercase().chars().take(64).collect();
-        let user_ip = format!("{user_key}\u{0}{ip}");
+        let ip = self.budget(LimitClass::LoginIp, client_ip, None);
+        let user_ip = self.budget(LimitClass::LoginUserIp, client_ip, Some(&user_key));
         let throttled = |retry: u64| {
             self.observer.event(Event::LoginThrottled);
             page(
@@ -470,25 +471,20 @@ impl AuthServer {
             )
             .retry_after(retry)
         };
-        if let Err(retry) = self.take(LimitClass::LoginIp, &ip).await {
+        if let Err(retry) = self.take(&ip).await {
             return throttled(retry);
         }
-        if let Err(retry) = self.take(LimitClass::LoginUserIp, &user_ip).await {
-            self.limiter
-                .refund(LimitClass::LoginIp, &ip, self.clock.now_ms())
-                .await;
+        if let Err(retry) = self.take(&user_ip).await {
+            self.limiter.refund(&ip).await;
             return throttled(retry);
         }
         let verified = self.verify_login(&username, &password).await;
         let give_back = |reset_user: bool| async move {
-            let now_ms = self.clock.now_ms();
-            self.limiter.refund(LimitClass::LoginIp, &ip, now_ms).await;
+            self.limiter.refund(&ip).await;
             if reset_user {
-                self.limiter.reset(LimitClass::LoginUserIp, &user_ip).await;
+                self.limiter.reset(&user_ip).await;
             } else {
-                self.limiter
-                    .refund(LimitClass::LoginUserIp, &user_ip, now_ms)
-                    .await;
+                self.limiter.refund(&user_ip).await;
             }
         };
         let user = match verified {

@@ -21,6 +21,9 @@ use crate::error::ValidationError;
 use crate::protocol::cimd::CimdError;
 use crate::store::SqliteStore;
 
+mod limiter;
+use limiter::TestLimiter;
+
 const T0: u64 = 1_800_000_000;
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 const CALLBACK: &str = "https://claude.ai/api/mcp/auth_callback";
@@ -57,7 +60,8 @@ fn config() -> OAuthConfig {
 async fn harness_with(cfg: OAuthConfig, fetcher: Option<Arc<dyn DocumentFetcher>>) -> H {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
     let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
-    let mut b = AuthServer::builder(cfg, store.clone()).clock(clock.clone());
+    let limiter = Arc::new(TestLimiter::new(clock.clone()));
+    let mut b = AuthServer::builder(cfg, store.clone(), limiter).clock(clock.clone());
     if let Some(f) = fetcher {
         b = b.document_fetcher(f);
     }
@@ -979,7 +983,8 @@ async fn cookieless_authorize_gets_store_nothing_and_are_throttled() {
     let db = dir.path().join("oauth.db");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
     let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
-    let s = AuthServer::builder(config(), store.clone())
+    let limiter = Arc::new(TestLimiter::new(clock.clone()));
+    let s = AuthServer::builder(config(), store.clone(), limiter)
         .clock(clock.clone())
         .build()
         .await
@@ -1240,7 +1245,8 @@ async fn the_observer_sees_each_event_once() {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
     let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
     let seen = Arc::new(Seen::default());
-    let s = AuthServer::builder(config(), store.clone())
+    let limiter = Arc::new(TestLimiter::new(clock.clone()));
+    let s = AuthServer::builder(config(), store.clone(), limiter)
         .clock(clock.clone())
         .observer(seen.clone())
         .build()
@@ -1533,7 +1539,8 @@ async fn a_resource_removed_from_the_config_yields_no_more_tokens() {
     let t = h.exchange_for(&cid, &code, NOTES).await.unwrap();
     let mut cfg = two_resources();
     cfg.resources.retain(|e| e.url == PLANS);
-    let s = AuthServer::builder(cfg, h.store.clone())
+    let limiter = Arc::new(TestLimiter::new(h.clock.clone()));
+    let s = AuthServer::builder(cfg, h.store.clone(), limiter)
         .clock(h.clock.clone())
         .build()
         .await
