@@ -7,7 +7,7 @@ use std::{net::IpAddr, sync::Arc};
 use bytes::Bytes;
 use pforte_clock::Clock;
 use pforte_oauth::{
-    AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator, http::ClientIp,
+    AuthServer, OAuthConfig, ResourceEntry, ValidToken, ValidationError, Validator, http::ClientIp,
     store::Store,
 };
 use tower::ServiceExt as _;
@@ -82,9 +82,17 @@ fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
         .collect();
 }
 
-/// An OAuth token opens the route whose resource it was issued for (canonical URL).
-fn token_binding(p: &pforte_oauth::Principal) -> Binding {
-    Binding::Resource(p.resource.clone())
+/// The caller a valid OAuth access token speaks for: the one place an OAuth token becomes a
+/// [`Principal`]. It opens the route whose resource it was issued for (canonical URL).
+fn principal(token: ValidToken, client_name: Option<String>) -> Principal {
+    Principal {
+        subject: token.subject,
+        client: token.client_id,
+        client_name,
+        kind: AuthKind::OAuth,
+        scopes: token.scopes,
+        binding: Binding::Resource(token.resource),
+    }
 }
 
 /// The authorization server as the gateway uses it.
@@ -159,14 +167,10 @@ impl AuthService {
     /// Validates an OAuth access token for this resource.
     pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthFailure> {
         match self.validator.validate(token).await {
-            Ok(p) => Ok(Principal {
-                client_name: self.client_name(&p.client_id).await,
-                binding: token_binding(&p),
-                subject: p.subject,
-                client: p.client_id,
-                kind: AuthKind::OAuth,
-                scopes: p.scopes,
-            }),
+            Ok(token) => {
+                let client_name = self.client_name(&token.client_id).await;
+                Ok(principal(token, client_name))
+            }
             Err(ValidationError::Invalid) => Err(AuthFailure::Invalid),
             Err(ValidationError::Expired) => Err(AuthFailure::Expired),
             Err(ValidationError::Unavailable(e)) => {

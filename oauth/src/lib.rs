@@ -24,4 +24,4 @@ pub use error::{OAuthError, StoreError, ValidationError};
 pub use http::router;
 pub use observe::{Event, Observer};
 pub use throttle::{Budget, LimitClass, RateLimiter};
-pub use validator::{Principal, Validator};
+pub use validator::{ValidToken, Validator};

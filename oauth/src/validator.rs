@@ -14,9 +14,11 @@ use crate::observe::{Event, Observer, Unobserved};
 use crate::protocol::resource;
 use crate::store::Store;
 
-/// Who a valid access token speaks for.
+/// What a valid access token says: who it speaks for (the gateway makes its caller identity,
+/// `auth::ValidToken`, from it), through which client, with which scopes, for which resource
+/// and until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
+pub struct ValidToken {
     /// The user (username) who approved the grant.
     pub subject: String,
     pub client_id: String,
@@ -40,7 +42,7 @@ pub struct Validator {
     clock: Arc<dyn Clock>,
     /// The canonical URLs of the configured resources.
     resources: Vec<String>,
-    cache: Mutex<HashMap<String, (Principal, u64)>>,
+    cache: Mutex<HashMap<String, (ValidToken, u64)>>,
     observer: Arc<dyn Observer>,
 }
 
@@ -72,17 +74,17 @@ impl Validator {
     }
 
     /// Validates at the injected clock's time.
-    pub async fn validate(&self, bearer: &str) -> Result<Principal, ValidationError> {
+    pub async fn validate(&self, bearer: &str) -> Result<ValidToken, ValidationError> {
         self.validate_at(bearer, self.clock.now_ms()).await
     }
 
     /// Validates `bearer` at `now_ms`: known, unrevoked (token and grant), unexpired, and
-    /// audience-bound to one of the configured resources ([`Principal::resource`] says which).
+    /// audience-bound to one of the configured resources ([`ValidToken::resource`] says which).
     pub async fn validate_at(
         &self,
         bearer: &str,
         now_ms: u64,
-    ) -> Result<Principal, ValidationError> {
+    ) -> Result<ValidToken, ValidationError> {
         if !Self::is_oauth_token(bearer) || bearer.len() > 200 {
             return Err(ValidationError::Invalid);
         }
@@ -108,7 +110,7 @@ impl Validator {
         else {
             return Err(ValidationError::Invalid);
         };
-        let p = Principal {
+        let p = ValidToken {
             subject: rec.username,
             client_id: rec.client_id,
             scopes: rec.scopes,
@@ -137,7 +139,7 @@ impl Validator {
     }
 }
 
-fn expiry(p: Principal, now_ms: u64) -> Result<Principal, ValidationError> {
+fn expiry(p: ValidToken, now_ms: u64) -> Result<ValidToken, ValidationError> {
     if now_ms >= p.expires_at.saturating_mul(1000) {
         Err(ValidationError::Expired)
     } else {
@@ -207,7 +209,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn valid_token_gives_principal() {
+    async fn valid_token_says_who_and_for_what() {
         let (_, v, token) = setup("https://gw.example/mcp").await;
         let p = v.validate(&token).await.unwrap();
         assert_eq!((p.subject.as_str(), p.client_id.as_str()), ("bob", "c"));
