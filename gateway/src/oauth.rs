@@ -7,8 +7,7 @@ use std::{net::IpAddr, sync::Arc};
 use bytes::Bytes;
 use pforte_clock::Clock;
 use pforte_oauth::{
-    AuthServer, OAuthConfig, ResourceEntry, ValidToken, ValidationError, Validator, http::ClientIp,
-    store::Store,
+    AuthServer, ClientIp, OAuthConfig, ResourceEntry, Store, ValidToken, ValidationError, Validator,
 };
 use tower::ServiceExt as _;
 
@@ -24,11 +23,11 @@ pub const MAX_AS_BODY: usize = 64 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum OAuthSetupError {
     #[error("oauth config: {0}")]
-    Config(#[from] pforte_oauth::config::ConfigError),
+    Config(#[from] pforte_oauth::ConfigError),
     #[error("oauth store: {0}")]
     Store(#[from] pforte_oauth::StoreError),
     #[error("oauth server: {0}")]
-    Build(#[from] pforte_oauth::auth_server::BuildError),
+    Build(#[from] pforte_oauth::BuildError),
     #[error("the oauth issuer {oauth:?} differs from the gateway's public URL {gateway:?}")]
     IssuerMismatch { oauth: String, gateway: String },
 }

@@ -22,7 +22,7 @@ use crate::validator::Validator;
 mod authorize;
 mod token;
 
-pub use authorize::{AuthorizeOutcome, AuthorizeResponse, Page, SessionCookie};
+pub(crate) use authorize::{AuthorizeOutcome, AuthorizeResponse, Page};
 
 /// Why the server could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,6 @@ pub struct AuthServerBuilder {
     cfg: OAuthConfig,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    entropy: Arc<dyn Entropy>,
     limiter: Arc<dyn RateLimiter>,
     fetcher: Option<Arc<dyn DocumentFetcher>>,
     observer: Arc<dyn Observer>,
@@ -72,12 +71,9 @@ impl AuthServerBuilder {
         self.clock = clock;
         self
     }
-    pub fn entropy(mut self, entropy: Arc<dyn Entropy>) -> Self {
-        self.entropy = entropy;
-        self
-    }
     /// Replaces the https metadata-document fetcher (tests).
-    pub fn document_fetcher(mut self, fetcher: Arc<dyn DocumentFetcher>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn document_fetcher(mut self, fetcher: Arc<dyn DocumentFetcher>) -> Self {
         self.fetcher = Some(fetcher);
         self
     }
@@ -91,8 +87,9 @@ impl AuthServerBuilder {
     /// Validates the config and loads (or creates) the server key from the store.
     pub async fn build(self) -> Result<Arc<AuthServer>, BuildError> {
         self.cfg.validate()?;
+        let entropy: Arc<dyn Entropy> = Arc::new(OsEntropy);
         let mut candidate = [0u8; 32];
-        self.entropy.fill(&mut candidate);
+        entropy.fill(&mut candidate);
         let key = ServerKey::from_bytes(self.store.server_key(candidate).await?);
         let fetcher = self
             .fetcher
@@ -108,7 +105,7 @@ impl AuthServerBuilder {
             cfg: Arc::new(self.cfg),
             store: self.store,
             clock: self.clock,
-            entropy: self.entropy,
+            entropy,
             limiter: self.limiter,
             key,
             validator,
@@ -140,14 +137,13 @@ impl AuthServer {
             cfg,
             store,
             clock: Arc::new(SystemClock),
-            entropy: Arc::new(OsEntropy),
             limiter,
             fetcher: None,
             observer: Arc::new(Unobserved),
         }
     }
 
-    pub fn config(&self) -> &OAuthConfig {
+    pub(crate) fn config(&self) -> &OAuthConfig {
         &self.cfg
     }
 
@@ -158,7 +154,7 @@ impl AuthServer {
     }
 
     /// The RFC 8414 document.
-    pub fn metadata(&self) -> serde_json::Value {
+    pub(crate) fn metadata(&self) -> serde_json::Value {
         metadata::authorization_server(&self.cfg)
     }
 
@@ -240,7 +236,7 @@ impl AuthServer {
     }
 
     /// RFC 7591 registration. `body` is the JSON request; `client_ip` keys the rate limit.
-    pub async fn register(
+    pub(crate) async fn register(
         &self,
         body: &[u8],
         client_ip: Option<IpAddr>,
@@ -279,12 +275,8 @@ impl AuthServer {
 
     /// RFC 7009 revocation: access or refresh token; unknown tokens and tokens of other
     /// clients are ignored (200); a refresh token revokes its whole grant.
-    pub async fn revoke(&self, body: &str, authorization: Option<&str>) -> Result<(), OAuthError> {
-        self.revoke_from(body, authorization, None).await
-    }
-
-    /// [`AuthServer::revoke`] for a request from `client_ip` (its metadata-fetch budget).
-    pub async fn revoke_from(
+    /// `client_ip` is the request's (its metadata-fetch budget).
+    pub(crate) async fn revoke(
         &self,
         body: &str,
         authorization: Option<&str>,

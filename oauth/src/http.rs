@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::auth_server::AuthServer;
 
-pub mod response;
+pub(crate) mod response;
 
 /// The client IP as a request extension, set by the gateway for each request it hands over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +122,7 @@ async fn token(
     body: String,
 ) -> Response {
     match s
-        .token_from(&body, header(&headers, http::header::AUTHORIZATION), ip)
+        .token(&body, header(&headers, http::header::AUTHORIZATION), ip)
         .await
     {
         Ok(t) => response::token(&t),
@@ -144,7 +144,7 @@ async fn revoke(
     body: String,
 ) -> Response {
     match s
-        .revoke_from(&body, header(&headers, http::header::AUTHORIZATION), ip)
+        .revoke(&body, header(&headers, http::header::AUTHORIZATION), ip)
         .await
     {
         Ok(()) => response::revoked(),

@@ -33,7 +33,7 @@ pub struct ValidToken {
 }
 
 /// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
-pub const CACHE_TTL_MS: u64 = 1000;
+pub(crate) const CACHE_TTL_MS: u64 = 1000;
 const MAX_ENTRIES: usize = 10_000;
 
 /// Validates bearer tokens issued by this authorization server. Cheap to share (`Arc`).
@@ -47,7 +47,7 @@ pub struct Validator {
 }
 
 impl Validator {
-    pub fn new(store: Arc<dyn Store>, cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>, cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Self {
         let resources = cfg
             .resource_entries()
             .iter()
@@ -63,13 +63,13 @@ impl Validator {
     }
 
     /// Reports cache hits and misses to `observer`.
-    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+    pub(crate) fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = observer;
         self
     }
 
     /// Whether `bearer` has the shape of this server's access tokens (no lookup).
-    pub fn is_oauth_token(bearer: &str) -> bool {
+    pub(crate) fn is_oauth_token(bearer: &str) -> bool {
         bearer.starts_with(ACCESS_PREFIX)
     }
 
@@ -80,7 +80,7 @@ impl Validator {
 
     /// Validates `bearer` at `now_ms`: known, unrevoked (token and grant), unexpired, and
     /// audience-bound to one of the configured resources ([`ValidToken::resource`] says which).
-    pub async fn validate_at(
+    pub(crate) async fn validate_at(
         &self,
         bearer: &str,
         now_ms: u64,
@@ -132,7 +132,7 @@ impl Validator {
     }
 
     /// Drops every cached result (called on revocation in this process).
-    pub fn clear_cache(&self) {
+    pub(crate) fn clear_cache(&self) {
         if let Ok(mut c) = self.cache.lock() {
             c.clear();
         }

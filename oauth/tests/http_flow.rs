@@ -5,11 +5,10 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use pforte_oauth::admin::Admin;
-use pforte_oauth::config::PasswordHashing;
-use pforte_oauth::crypto::Secret;
-use pforte_oauth::store::{RedisStore, SqliteStore, Store};
-use pforte_oauth::{AuthServer, Budget, OAuthConfig, RateLimiter, ValidationError, router};
+use pforte_oauth::{
+    Admin, AuthServer, Budget, OAuthConfig, PasswordHashing, RateLimiter, RedisStore, Secret,
+    SqliteStore, Store, ValidationError, router,
+};
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};

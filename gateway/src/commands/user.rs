@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use pforte::cli;
-use pforte_oauth::admin::Admin;
+use pforte_oauth::Admin;
 
 use super::{
     CmdResult, Env,

@@ -21,7 +21,7 @@ const ANON_PREFIX: &str = "pfa_";
 
 /// A page to render.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Page {
+pub(crate) enum Page {
     Login(LoginView),
     Consent(Box<ConsentView>),
     Error(ErrorView),
@@ -29,7 +29,7 @@ pub enum Page {
 
 /// The result of an `/authorize` request.
 #[derive(Clone, PartialEq, Eq)]
-pub enum AuthorizeOutcome {
+pub(crate) enum AuthorizeOutcome {
     /// Render `page` with HTTP `status`.
     Page { page: Page, status: u16 },
     /// 303 See Other to `location`.
@@ -57,11 +57,11 @@ impl std::fmt::Debug for AuthorizeOutcome {
 
 /// A new login-session cookie value to set.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionCookie(pub Secret);
+pub(crate) struct SessionCookie(pub Secret);
 
 /// An outcome plus, possibly, a new session cookie.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuthorizeResponse {
+pub(crate) struct AuthorizeResponse {
     pub outcome: AuthorizeOutcome,
     pub set_session: Option<SessionCookie>,
     /// Seconds for `Retry-After` (throttled answers, status 429).
@@ -336,7 +336,7 @@ impl AuthServer {
     ///
     /// Throttled per client IP (`throttle.authorize_per_ip`); stores nothing: before login the
     /// session is an anonymous cookie the store never sees.
-    pub async fn authorize_get(
+    pub(crate) async fn authorize_get(
         &self,
         query: &str,
         session_cookie: Option<&str>,
@@ -387,7 +387,7 @@ impl AuthServer {
     }
 
     /// POST `/authorize` (form body): the login or the consent form.
-    pub async fn authorize_post(
+    pub(crate) async fn authorize_post(
         &self,
         body: &str,
         session_cookie: Option<&str>,

@@ -217,7 +217,7 @@ impl H {
         if let Some(s) = secret {
             p.push(("client_secret", s));
         }
-        self.s.token(&q(&p), None).await
+        self.s.token(&q(&p), None, None).await
     }
 
     async fn refresh(
@@ -234,7 +234,7 @@ impl H {
         if let Some(s) = secret {
             p.push(("client_secret", s));
         }
-        self.s.token(&q(&p), None).await
+        self.s.token(&q(&p), None, None).await
     }
 }
 
@@ -292,7 +292,7 @@ async fn full_flow_confidential_client() {
         ("client_id", &cid),
         ("client_secret", secret.as_deref().unwrap()),
     ]);
-    h.s.revoke(&revoke, None).await.unwrap();
+    h.s.revoke(&revoke, None, None).await.unwrap();
     assert!(
         matches!(
             v.validate(t2.access_token.expose()).await,
@@ -325,7 +325,7 @@ async fn public_client_with_loopback_port_and_basic_auth_client() {
         ("code_verifier", VERIFIER),
         ("client_id", &cid),
     ]);
-    assert!(h.s.token(&p, None).await.is_ok());
+    assert!(h.s.token(&p, None, None).await.is_ok());
 
     let (cid, secret) = h.register("client_secret_basic").await;
     let code = h.code(&cid).await;
@@ -339,7 +339,7 @@ async fn public_client_with_loopback_port_and_basic_auth_client() {
         ("redirect_uri", CALLBACK),
         ("code_verifier", VERIFIER),
     ]);
-    assert!(h.s.token(&p, Some(&basic)).await.is_ok());
+    assert!(h.s.token(&p, Some(&basic), None).await.is_ok());
 }
 
 #[tokio::test]
@@ -587,7 +587,7 @@ async fn wrong_resource_is_invalid_target() {
         ("resource", "https://elsewhere.example/mcp"),
     ]);
     assert_eq!(
-        h.s.token(&p, None).await.unwrap_err().code(),
+        h.s.token(&p, None, None).await.unwrap_err().code(),
         "invalid_target"
     );
 }
@@ -621,6 +621,7 @@ async fn unknown_scope_is_invalid_scope_and_subset_is_kept() {
                 ("client_id", &cid),
                 ("scope", "mcp:write"),
             ]),
+            None,
             None,
         )
         .await;
@@ -726,6 +727,7 @@ async fn expired_and_revoked_access_tokens() {
     h.s.revoke(
         &q(&[("token", t.access_token.expose()), ("client_id", &cid)]),
         None,
+        None,
     )
     .await
     .unwrap();
@@ -740,9 +742,13 @@ async fn expired_and_revoked_access_tokens() {
             .is_ok()
     );
     // unknown tokens: 200
-    h.s.revoke(&q(&[("token", "nonsense"), ("client_id", &cid)]), None)
-        .await
-        .unwrap();
+    h.s.revoke(
+        &q(&[("token", "nonsense"), ("client_id", &cid)]),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -764,7 +770,7 @@ async fn cimd_client_flow_and_lying_document() {
         ("code_verifier", VERIFIER),
         ("client_id", id),
     ]);
-    assert!(h.s.token(&p, None).await.is_ok());
+    assert!(h.s.token(&p, None, None).await.is_ok());
     // its redirect URIs are enforced
     let r =
         h.s.authorize_get(
@@ -1275,7 +1281,7 @@ async fn the_observer_sees_each_event_once() {
         .await
         .unwrap();
     let revoke = q(&[("token", a.access_token.expose()), ("client_id", &cid)]);
-    h.s.revoke(&revoke, None).await.unwrap();
+    h.s.revoke(&revoke, None, None).await.unwrap();
     assert!(h.exchange(&cid, None, &code, VERIFIER).await.is_err());
     assert_eq!(
         seen.take(),
@@ -1360,7 +1366,7 @@ impl H {
             ("client_id", client_id),
             ("resource", resource),
         ]);
-        self.s.token(&p, None).await
+        self.s.token(&p, None, None).await
     }
 
     async fn refresh_for(
@@ -1375,7 +1381,7 @@ impl H {
             ("client_id", client_id),
             ("resource", resource),
         ]);
-        self.s.token(&p, None).await
+        self.s.token(&p, None, None).await
     }
 }
 
@@ -1554,7 +1560,10 @@ async fn a_resource_removed_from_the_config_yields_no_more_tokens() {
         ("refresh_token", t.refresh_token.expose()),
         ("client_id", &cid),
     ]);
-    assert_eq!(s.token(&p, None).await.unwrap_err().code(), "invalid_grant");
+    assert_eq!(
+        s.token(&p, None, None).await.unwrap_err().code(),
+        "invalid_grant"
+    );
 }
 
 /// Review finding "DCR is open": however many clients one user registers, they hold at most

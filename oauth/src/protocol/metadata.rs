@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use crate::config::OAuthConfig;
 
 /// The RFC 8414 document (also served as `/.well-known/openid-configuration`).
-pub fn authorization_server(cfg: &OAuthConfig) -> Value {
+pub(crate) fn authorization_server(cfg: &OAuthConfig) -> Value {
     let iss = &cfg.issuer;
     json!({
         "issuer": iss,
