@@ -5,9 +5,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use pforte_oauth::OAuthConfig;
-use pforte_oauth::model::AuthMethod;
-use pforte_oauth::protocol::authorize::{self, AuthorizeFailure};
-use pforte_oauth::protocol::{Client, ClientKind, Params};
+use pforte_oauth::fuzzing::AuthMethod;
+use pforte_oauth::fuzzing::authorize::{self, AuthorizeFailure};
+use pforte_oauth::fuzzing::{Client, ClientKind, Params};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(query) = std::str::from_utf8(data) else {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pforte_oauth::protocol::cimd;
+use pforte_oauth::fuzzing::cimd;
 
 const CLIENT_ID: &str = "https://app.example/client.json";
 

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pforte_oauth::protocol::{redirect, registration};
+use pforte_oauth::fuzzing::{redirect, registration};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(body) = serde_json::from_slice::<serde_json::Value>(data) else {

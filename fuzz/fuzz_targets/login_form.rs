@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pforte_oauth::protocol::Params;
-use pforte_oauth::protocol::authorize;
+use pforte_oauth::fuzzing::Params;
+use pforte_oauth::fuzzing::authorize;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(body) = std::str::from_utf8(data) else {

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pforte_oauth::model::{CodeRecord, RefreshRecord};
-use pforte_oauth::protocol::{Params, token};
+use pforte_oauth::fuzzing::{CodeRecord, RefreshRecord};
+use pforte_oauth::fuzzing::{Params, token};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -23,7 +23,7 @@ use crate::{
     config::{ConfigError, GatewayConfig, Settings},
     logging, preflight, server, tokens,
 };
-use pforte_oauth::admin::AdminError;
+use pforte_oauth::AdminError;
 
 /// How a command failed, and so how the process exits.
 #[derive(Debug)]

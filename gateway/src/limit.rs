@@ -1,5 +1,7 @@
 //! Rate limits: the GCRA decision as a pure function of the stored state and `now`, policies
-//! per route class, and the in-process backend. (The redis backend lives in `limit/redis.rs`.)
+//! per route class, and the in-process backend. (The redis backend lives in `limit/redis.rs`,
+//! the bounded in-process table in `limit/table.rs`, and the authorization server's throttles
+//! on this limiter in `limit/oauth.rs`.)
 
 use std::{
     net::IpAddr,
@@ -11,7 +13,11 @@ use serde::Deserialize;
 
 use pforte_clock::Clock;
 
+mod oauth;
 pub(crate) mod redis;
+mod table;
+
+use table::TatTable;
 
 /// A limit: `rate` requests per `period_secs`, with bursts of up to `burst` at once.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -177,12 +183,28 @@ pub enum LimitError {
 pub trait Limiter: Send + Sync + std::fmt::Debug {
     /// Decides on one request for `key` under `policy` (one round trip for shared backends).
     async fn check(&self, key: &str, policy: Policy) -> Result<Decision, LimitError>;
+    /// Gives back one unit an allowed [`Limiter::check`] of `key` took (a budget never grows
+    /// past whole).
+    async fn refund(&self, key: &str, policy: Policy) -> Result<(), LimitError>;
+    /// Forgets `key`: its whole budget is available again.
+    async fn reset(&self, key: &str) -> Result<(), LimitError>;
 }
 
 /// The rate-limit key of a client IP: IPv4 as is, IPv6 by its /64 (a host usually owns a
-/// whole /64; a bucket per /128 would be no limit), `unknown` when there is none.
+/// whole /64; a bucket per /128 would be no limit), an IPv4-mapped IPv6 address as its IPv4
+/// address, `unknown` when there is none.
 pub(crate) fn ip_key(ip: Option<IpAddr>) -> String {
-    pforte_oauth::ratelimit::ip_key(ip)
+    match ip {
+        None => "unknown".to_owned(),
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
 }
 
 /// In-process limiter state: at most `max_keys` TATs. When full, expired ones and then those
@@ -191,7 +213,7 @@ pub(crate) fn ip_key(ip: Option<IpAddr>) -> String {
 #[derive(Debug)]
 pub struct LocalLimiter {
     clock: Arc<dyn Clock>,
-    state: Mutex<pforte_oauth::ratelimit::TatTable<String>>,
+    state: Mutex<TatTable<String>>,
 }
 
 /// Keys held at most.
@@ -206,7 +228,7 @@ impl LocalLimiter {
     pub(crate) fn with_capacity(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
         Self {
             clock,
-            state: Mutex::new(pforte_oauth::ratelimit::TatTable::new(max_keys)),
+            state: Mutex::new(TatTable::new(max_keys)),
         }
     }
 
@@ -215,12 +237,16 @@ impl LocalLimiter {
         self.clock.now_ms()
     }
 
-    pub(crate) fn decide(&self, key: &str, policy: Policy) -> Decision {
-        let now = self.clock.now_ms();
-        let mut state = match self.state.lock() {
+    fn state(&self) -> std::sync::MutexGuard<'_, TatTable<String>> {
+        match self.state.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
-        };
+        }
+    }
+
+    pub(crate) fn decide(&self, key: &str, policy: Policy) -> Decision {
+        let now = self.clock.now_ms();
+        let mut state = self.state();
         let key = key.to_owned();
         let (decision, new_tat) = gcra(policy, state.get(&key), now);
         if let Some(tat) = new_tat {
@@ -229,13 +255,30 @@ impl LocalLimiter {
         decision
     }
 
-    #[cfg(test)]
-    /// Keys currently held.
-    pub(crate) fn len(&self) -> usize {
-        match self.state.lock() {
-            Ok(g) => g.len(),
-            Err(poisoned) => poisoned.into_inner().len(),
+    /// Gives back one unit of `key`'s budget (a whole budget leaves no state).
+    pub(crate) fn give_back(&self, key: &str, policy: Policy) {
+        let now = self.clock.now_ms();
+        let mut state = self.state();
+        let key = key.to_owned();
+        if let Some(tat) = state.get(&key) {
+            let back = tat.saturating_sub(policy.interval_ms());
+            if back <= now {
+                state.remove(&key);
+            } else {
+                state.insert(key, back, now);
+            }
         }
+    }
+
+    /// Forgets `key`.
+    pub(crate) fn forget(&self, key: &str) {
+        self.state().remove(&key.to_owned());
+    }
+
+    /// Keys currently held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.state().len()
     }
 }
 
@@ -243,6 +286,14 @@ impl LocalLimiter {
 impl Limiter for LocalLimiter {
     async fn check(&self, key: &str, policy: Policy) -> Result<Decision, LimitError> {
         Ok(self.decide(key, policy))
+    }
+    async fn refund(&self, key: &str, policy: Policy) -> Result<(), LimitError> {
+        self.give_back(key, policy);
+        Ok(())
+    }
+    async fn reset(&self, key: &str) -> Result<(), LimitError> {
+        self.forget(key);
+        Ok(())
     }
 }
 
@@ -255,7 +306,7 @@ pub(crate) struct SharedLimiter {
     fallback: LocalLimiter,
     /// Keys refused recently → until when (ms on the fallback's clock) they stay refused:
     /// what [`SharedLimiter::peek`] answers from, without a round trip or a charge.
-    refused: Mutex<pforte_oauth::ratelimit::TatTable<String>>,
+    refused: Mutex<TatTable<String>>,
     /// The latest "refused until" of any key: while `now` is past it, `peek` takes no lock.
     refused_latest: std::sync::atomic::AtomicU64,
     degraded: std::sync::atomic::AtomicBool,
@@ -271,11 +322,32 @@ impl SharedLimiter {
         Self {
             primary,
             fallback,
-            refused: Mutex::new(pforte_oauth::ratelimit::TatTable::new(MAX_KEYS / 10)),
+            refused: Mutex::new(TatTable::new(MAX_KEYS / 10)),
             refused_latest: std::sync::atomic::AtomicU64::new(0),
             degraded: std::sync::atomic::AtomicBool::new(false),
             metrics,
         }
+    }
+
+    /// The gateway's limiter: on redis when `redis_url` is set (its connection manager lives on
+    /// `runtime`, not on a pingora one), else in this process alone.
+    pub(crate) fn open(
+        redis_url: Option<&str>,
+        runtime: &tokio::runtime::Handle,
+        clock: Arc<dyn Clock>,
+        metrics: crate::metrics::RateLimitMetrics,
+    ) -> Result<Self, LimitError> {
+        let primary: Option<Arc<dyn Limiter>> = match redis_url {
+            Some(url) => {
+                let _in_runtime = runtime.enter();
+                Some(Arc::new(redis::RedisLimiter::connect(
+                    url,
+                    "pforte:limit:",
+                )?))
+            }
+            None => None,
+        };
+        Ok(Self::new(primary, LocalLimiter::new(clock), metrics))
     }
 
     pub(crate) async fn check(&self, key: &str, policy: Policy) -> Decision {
@@ -318,27 +390,66 @@ impl SharedLimiter {
         refusal
     }
 
+    /// One decision, from the shared backend or, when it fails, from this process; recorded
+    /// nowhere else (no refusal counted, nothing remembered for `peek`).
     async fn decide(&self, key: &str, policy: Policy) -> Decision {
-        use std::sync::atomic::Ordering;
         let Some(primary) = &self.primary else {
             return self.fallback.decide(key, policy);
         };
         match primary.check(key, policy).await {
             Ok(d) => {
-                if self.degraded.swap(false, Ordering::Relaxed) {
-                    self.metrics.degraded.set(0);
-                    tracing::warn!("rate limits shared again: the redis backend answers");
-                }
+                self.answered();
                 d
             }
             Err(e) => {
-                if !self.degraded.swap(true, Ordering::Relaxed) {
-                    self.metrics.degraded.set(1);
-                    tracing::warn!(error = %e, "rate limits fall back to this process until redis answers");
-                }
+                self.failed(&e);
                 self.metrics.fallback_decisions.inc();
                 self.fallback.decide(key, policy)
             }
+        }
+    }
+
+    /// Gives back one unit an allowed decision on `key` took, where that decision was made.
+    async fn refund(&self, key: &str, policy: Policy) {
+        if let Some(primary) = &self.primary {
+            match primary.refund(key, policy).await {
+                Ok(()) => return self.answered(),
+                Err(e) => self.failed(&e),
+            }
+        }
+        self.fallback.give_back(key, policy);
+    }
+
+    /// Forgets `key` wherever it is counted.
+    async fn reset(&self, key: &str) {
+        if let Some(primary) = &self.primary {
+            match primary.reset(key).await {
+                Ok(()) => self.answered(),
+                Err(e) => self.failed(&e),
+            }
+        }
+        self.fallback.forget(key);
+    }
+
+    /// The shared backend answered: shared again if it had failed.
+    fn answered(&self) {
+        if self
+            .degraded
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.metrics.degraded.set(0);
+            tracing::warn!("rate limits shared again: the redis backend answers");
+        }
+    }
+
+    /// The shared backend failed: decisions fall back to this process until it answers.
+    fn failed(&self, e: &LimitError) {
+        if !self
+            .degraded
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.metrics.degraded.set(1);
+            tracing::warn!(error = %e, "rate limits fall back to this process until redis answers");
         }
     }
 }
@@ -486,7 +597,7 @@ mod tests {
     }
 
     /// A flood of distinct keys keeps memory bounded and never resets a busy key's budget (the
-    /// amortised sweep itself: `pforte_oauth::ratelimit` `table_sweeps_are_amortised`).
+    /// amortised sweep itself: `limit/table.rs` `table_sweeps_are_amortised`).
     #[test]
     fn memory_is_bounded_and_busy_keys_survive_a_flood() {
         let clock = ManualClock::at(Duration::from_secs(1_000));
@@ -519,6 +630,12 @@ mod tests {
         assert_eq!(ip_key(Some(a)), ip_key(Some(b)));
         assert_ne!(ip_key(Some(a)), ip_key(Some(c)));
         assert_eq!(ip_key(Some("192.0.2.1".parse().unwrap())), "192.0.2.1");
+        assert_eq!(ip_key(Some(a)), "2001:db8:aa:bb::/64");
+        assert_eq!(
+            ip_key(Some("::ffff:192.0.2.1".parse().unwrap())),
+            "192.0.2.1",
+            "an IPv4-mapped address is its IPv4 address"
+        );
         assert_eq!(ip_key(None), "unknown");
         let (_now, l) = limiter();
         for i in 0..5 {

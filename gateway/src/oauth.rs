@@ -7,14 +7,14 @@ use std::{net::IpAddr, sync::Arc};
 use bytes::Bytes;
 use pforte_clock::Clock;
 use pforte_oauth::{
-    AuthServer, OAuthConfig, ResourceEntry, ValidationError, Validator, http::ClientIp,
-    store::Store,
+    AuthServer, ClientIp, OAuthConfig, ResourceEntry, Store, ValidToken, ValidationError, Validator,
 };
 use tower::ServiceExt as _;
 
 use crate::{
     auth::{AuthFailure, AuthKind, Binding, Principal},
     config::Settings,
+    limit::SharedLimiter,
 };
 
 /// Largest request body the authorization server accepts (forms and registration JSON).
@@ -23,11 +23,11 @@ pub(crate) const MAX_AS_BODY: usize = 64 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OAuthSetupError {
     #[error("oauth config: {0}")]
-    Config(#[from] pforte_oauth::config::ConfigError),
+    Config(#[from] pforte_oauth::ConfigError),
     #[error("oauth store: {0}")]
     Store(#[from] pforte_oauth::StoreError),
     #[error("oauth server: {0}")]
-    Build(#[from] pforte_oauth::server::BuildError),
+    Build(#[from] pforte_oauth::BuildError),
     #[error("the oauth issuer {oauth:?} differs from the gateway's public URL {gateway:?}")]
     IssuerMismatch { oauth: String, gateway: String },
 }
@@ -81,9 +81,17 @@ fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
         .collect();
 }
 
-/// An OAuth token opens the route whose resource it was issued for (canonical URL).
-fn token_binding(p: &pforte_oauth::Principal) -> Binding {
-    Binding::Resource(p.resource.clone())
+/// The caller a valid OAuth access token speaks for: the one place an OAuth token becomes a
+/// [`Principal`]. It opens the route whose resource it was issued for (canonical URL).
+fn principal(token: ValidToken, client_name: Option<String>) -> Principal {
+    Principal {
+        subject: token.subject,
+        client: token.client_id,
+        client_name,
+        kind: AuthKind::OAuth,
+        scopes: token.scopes,
+        binding: Binding::Resource(token.resource),
+    }
 }
 
 /// The authorization server as the gateway uses it.
@@ -117,18 +125,19 @@ impl std::fmt::Debug for AuthService {
 impl AuthService {
     /// Builds the server on `store` (loading or creating its key there), on the stores' runtime
     /// `rt`, which it keeps; called before pingora starts its runtimes.
-    /// Its events (logins, tokens, revocations, validation cache) go to `observer`; it reads
-    /// the time from `clock`.
+    /// Its throttles are counted by the gateway's `limiter`; its events (logins, tokens,
+    /// revocations, validation cache) go to `observer`; it reads the time from `clock`.
     pub(crate) fn open(
         settings: &Settings,
         store: Arc<dyn Store>,
         rt: tokio::runtime::Runtime,
+        limiter: Arc<SharedLimiter>,
         observer: Arc<dyn pforte_oauth::Observer>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, OAuthSetupError> {
         let cfg = oauth_config(settings)?;
         let server = rt.block_on(
-            AuthServer::builder(cfg, store.clone())
+            AuthServer::builder(cfg, store.clone(), limiter)
                 .observer(observer)
                 .clock(clock.clone())
                 .build(),
@@ -149,7 +158,7 @@ impl AuthService {
     }
 
     /// The runtime that owns the store's background connections; other shared clients (the
-    /// redis rate limiter) are created on it too.
+    /// redis session records) are created on it too.
     pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.runtime.as_ref().map(|rt| rt.handle().clone())
     }
@@ -157,19 +166,12 @@ impl AuthService {
     /// Validates an OAuth access token for this resource.
     pub(crate) async fn authenticate(&self, token: &str) -> Result<Principal, AuthFailure> {
         match self.validator.validate(token).await {
-            Ok(p) => Ok(Principal {
-                client_name: self.client_name(&p.client_id).await,
-                binding: token_binding(&p),
-                subject: p.subject,
-                client: p.client_id,
-                kind: AuthKind::OAuth,
-                scopes: p.scopes,
-            }),
+            Ok(token) => {
+                let client_name = self.client_name(&token.client_id).await;
+                Ok(principal(token, client_name))
+            }
             Err(ValidationError::Invalid) => Err(AuthFailure::Invalid),
             Err(ValidationError::Expired) => Err(AuthFailure::Expired),
-            Err(ValidationError::InsufficientScope { required }) => {
-                Err(AuthFailure::InsufficientScope(required))
-            }
             Err(ValidationError::Unavailable(e)) => {
                 tracing::warn!(error = %e, "oauth store unavailable during token validation");
                 Err(AuthFailure::Unavailable)

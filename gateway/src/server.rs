@@ -23,7 +23,7 @@ use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},
     config::{Settings, UpstreamKind},
-    limit::{Limiter, LocalLimiter, SharedLimiter, redis::RedisLimiter},
+    limit::SharedLimiter,
     metrics::{self, Metrics},
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
@@ -235,10 +235,23 @@ pub(crate) fn run(
     let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let limiter = Arc::new(
+        SharedLimiter::open(
+            match &settings.store {
+                Site::Redis(url) => Some(url.as_str()),
+                Site::Embedded(_) => None,
+            },
+            runtime.handle(),
+            clock.clone(),
+            metrics.ratelimit(),
+        )
+        .map_err(|e| ServeError::Pingora(e.to_string()))?,
+    );
     let oauth = Arc::new(AuthService::open(
         &settings,
         oauth,
         runtime,
+        limiter.clone(),
         metrics.clone(),
         clock.clone(),
     )?);
@@ -273,21 +286,6 @@ pub(crate) fn run(
     server.bootstrap();
 
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
-    let shared: Option<Arc<dyn Limiter>> = match (&settings.store, oauth.runtime()) {
-        (Site::Redis(url), Some(rt)) => {
-            // The connection manager lives on the store runtime, not on a pingora one.
-            let _in_runtime = rt.enter();
-            let limiter = RedisLimiter::connect(url, "pforte:limit:")
-                .map_err(|e| ServeError::Pingora(e.to_string()))?;
-            Some(Arc::new(limiter))
-        }
-        _ => None,
-    };
-    let limiter = Arc::new(SharedLimiter::new(
-        shared,
-        LocalLimiter::new(clock.clone()),
-        metrics.ratelimit(),
-    ));
     // Each command route's bridge binds its socket now, so that a failure is one line.
     let mut bridges = Vec::new();
     for route in &settings.routes {

@@ -12,11 +12,7 @@ use std::{
     sync::Arc,
 };
 
-use pforte_oauth::store::{
-    Store,
-    redis::{DEFAULT_PREFIX, RedisStore},
-    sqlite::SqliteStore,
-};
+use pforte_oauth::{REDIS_KEY_PREFIX, RedisStore, SqliteStore, Store};
 
 use crate::tokens::{self, TokenSource};
 
@@ -86,7 +82,7 @@ impl Stores {
             ),
             Site::Redis(url) => (
                 Box::new(tokens::redis::RedisTokenStore::open(url)?),
-                Arc::new(RedisStore::connect(url, DEFAULT_PREFIX)?),
+                Arc::new(RedisStore::connect(url, REDIS_KEY_PREFIX)?),
             ),
         };
         drop(_in_runtime);

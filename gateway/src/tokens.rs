@@ -137,14 +137,14 @@ impl TokenStore {
             path: path.display().to_string(),
             source,
         };
-        pforte_oauth::private_fs::private_sqlite(path).map_err(private)?;
+        pforte_oauth::private_sqlite(path).map_err(private)?;
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA)?;
         migrate(&conn)?;
-        pforte_oauth::private_fs::sqlite_companions(path).map_err(private)?;
+        pforte_oauth::sqlite_companions(path).map_err(private)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn data_dir_and_database_files_are_owner_only() {
-        use pforte_oauth::private_fs::mode_of;
+        use pforte_oauth::mode_of;
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");

@@ -41,7 +41,7 @@ struct Running {
 /// The directory for the child's socket: `run/` in the data dir, created (or tightened) 0700.
 pub(crate) fn socket_dir(data_dir: &Path) -> std::io::Result<PathBuf> {
     let dir = data_dir.join("run");
-    pforte_oauth::private_fs::private_dir(&dir)?;
+    pforte_oauth::private_dir(&dir)?;
     Ok(dir)
 }
 
@@ -147,7 +147,7 @@ fn first_line(reader: &mut impl BufRead, max: u64) -> Option<std::io::Result<Str
 
 fn spawn(bin: &Path, socket: &Path, data_dir: &Path) -> Result<Running, ChildError> {
     if let Some(dir) = socket.parent() {
-        pforte_oauth::private_fs::private_dir(dir).map_err(|source| ChildError::SocketDir {
+        pforte_oauth::private_dir(dir).map_err(|source| ChildError::SocketDir {
             dir: dir.display().to_string(),
             source,
         })?;

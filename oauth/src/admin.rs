@@ -13,7 +13,7 @@ use crate::model::{AuthMethod, GrantRecord, UserRecord};
 use crate::store::Store;
 
 /// Shortest accepted password.
-pub const MIN_PASSWORD_CHARS: usize = 8;
+pub(crate) const MIN_PASSWORD_CHARS: usize = 8;
 
 /// Why an admin operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +93,8 @@ impl Admin {
         self.hashing = hashing;
         self
     }
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }

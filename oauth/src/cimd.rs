@@ -14,26 +14,26 @@ use crate::protocol::cimd::{self, CimdError};
 
 /// A fetched document body and its `Cache-Control` header.
 #[derive(Clone, Debug)]
-pub struct FetchedDocument {
+pub(crate) struct FetchedDocument {
     pub body: Vec<u8>,
     pub cache_control: Option<String>,
 }
 
 /// Fetches metadata documents (replaceable in tests).
 #[async_trait]
-pub trait DocumentFetcher: Send + Sync + 'static {
+pub(crate) trait DocumentFetcher: Send + Sync + 'static {
     async fn fetch(&self, url: &Url) -> Result<FetchedDocument, CimdError>;
 }
 
 /// The real fetcher: resolves the host itself, refuses non-public addresses (unless allowed),
 /// pins the connection to the checked address, https only, no redirects, size and time caps.
 #[derive(Clone, Debug)]
-pub struct HttpFetcher {
+pub(crate) struct HttpFetcher {
     cfg: CimdConfig,
 }
 
 impl HttpFetcher {
-    pub fn new(cfg: CimdConfig) -> Self {
+    pub(crate) fn new(cfg: CimdConfig) -> Self {
         Self { cfg }
     }
 
@@ -125,14 +125,14 @@ type Cached = (Result<Client, CimdError>, u64);
 
 /// Resolves metadata-document clients, caching valid documents per their cache headers and
 /// failures for `failure_cache_secs` (so repeating a bad `client_id` does not fetch again).
-pub struct CimdResolver {
+pub(crate) struct CimdResolver {
     fetcher: Arc<dyn DocumentFetcher>,
     cfg: CimdConfig,
     cache: Mutex<HashMap<String, Cached>>,
 }
 
 impl CimdResolver {
-    pub fn new(fetcher: Arc<dyn DocumentFetcher>, cfg: CimdConfig) -> Self {
+    pub(crate) fn new(fetcher: Arc<dyn DocumentFetcher>, cfg: CimdConfig) -> Self {
         Self {
             fetcher,
             cfg,
@@ -141,14 +141,14 @@ impl CimdResolver {
     }
 
     /// The cached outcome for `client_id`, if one is still fresh (no fetch).
-    pub fn cached(&self, client_id: &str, now_ms: u64) -> Option<Result<Client, CimdError>> {
+    pub(crate) fn cached(&self, client_id: &str, now_ms: u64) -> Option<Result<Client, CimdError>> {
         let cache = self.cache.lock().ok()?;
         let (outcome, until) = cache.get(client_id)?;
         (*until > now_ms).then(|| outcome.clone())
     }
 
     /// The client described by the document at `client_id` (from the cache, else fetched).
-    pub async fn resolve(&self, client_id: &str, now_ms: u64) -> Result<Client, CimdError> {
+    pub(crate) async fn resolve(&self, client_id: &str, now_ms: u64) -> Result<Client, CimdError> {
         let url = cimd::parse_client_id_url(client_id)?;
         if let Some(cached) = self.cached(client_id, now_ms) {
             return cached;

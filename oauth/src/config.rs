@@ -52,7 +52,7 @@ pub struct OAuthConfig {
     /// tests): browsers refuse `Secure`/`__Host-` cookies over plain HTTP; the cookie is then
     /// called `pforte_session`.
     pub cookie_secure: bool,
-    /// Rate limits applied by the default in-process limiter.
+    /// Quotas of the throttles (counted by the rate limiter the server is built with).
     pub throttle: ThrottleConfig,
     /// argon2id parameters for new password hashes (OWASP defaults).
     pub password_hashing: PasswordHashing,
@@ -68,7 +68,7 @@ pub struct ResourceEntry {
 }
 
 /// The name of the single resource of a config without `resources`.
-pub const DEFAULT_RESOURCE_NAME: &str = "mcp";
+pub(crate) const DEFAULT_RESOURCE_NAME: &str = "mcp";
 
 /// Client ID Metadata Document settings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -316,7 +316,7 @@ impl OAuthConfig {
 
     /// The resources tokens are issued for: `resources`, or when it is empty the single
     /// `resource` named [`DEFAULT_RESOURCE_NAME`].
-    pub fn resource_entries(&self) -> Cow<'_, [ResourceEntry]> {
+    pub(crate) fn resource_entries(&self) -> Cow<'_, [ResourceEntry]> {
         if self.resources.is_empty() {
             Cow::Owned(vec![ResourceEntry {
                 url: self.resource.clone(),
@@ -328,7 +328,7 @@ impl OAuthConfig {
     }
 
     /// The name of the login-session cookie (see [`OAuthConfig::cookie_secure`]).
-    pub fn cookie_name(&self) -> &'static str {
+    pub(crate) fn cookie_name(&self) -> &'static str {
         if self.cookie_secure {
             "__Host-pforte_session"
         } else {
@@ -338,7 +338,7 @@ impl OAuthConfig {
 }
 
 /// `scheme://host[:port]` of an absolute http(s) URL that has no path, query or fragment.
-pub fn normalize_issuer(raw: &str) -> Result<String, ConfigError> {
+pub(crate) fn normalize_issuer(raw: &str) -> Result<String, ConfigError> {
     let err = || ConfigError::Issuer(raw.to_owned());
     let url = Url::parse(raw).map_err(|_| err())?;
     let path_ok = url.path() == "/" || url.path().is_empty();

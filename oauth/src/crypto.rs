@@ -13,13 +13,13 @@ use crate::config::PasswordHashing;
 use crate::entropy::Entropy;
 
 /// Prefix of every access token this server mints.
-pub const ACCESS_PREFIX: &str = "pfat_";
+pub(crate) const ACCESS_PREFIX: &str = "pfat_";
 /// Prefix of every refresh token this server mints.
-pub const REFRESH_PREFIX: &str = "pfrt_";
+pub(crate) const REFRESH_PREFIX: &str = "pfrt_";
 /// Prefix of authorization codes.
-pub const CODE_PREFIX: &str = "pfac_";
+pub(crate) const CODE_PREFIX: &str = "pfac_";
 /// Prefix of client secrets.
-pub const SECRET_PREFIX: &str = "pfcs_";
+pub(crate) const SECRET_PREFIX: &str = "pfcs_";
 
 /// A secret string (token, code, password, client secret) whose Debug output is redacted.
 #[derive(Clone, PartialEq, Eq)]
@@ -43,24 +43,24 @@ impl fmt::Debug for Secret {
 
 /// Hex SHA-256 of a high-entropy secret (token, code, client secret, session id): the only
 /// form in which those are stored.
-pub fn hash_secret(secret: &str) -> String {
+pub(crate) fn hash_secret(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
 /// Constant-time byte comparison.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && bool::from(a.ct_eq(b))
 }
 
 /// 32 random bytes (256 bits), base64url, behind `prefix`.
-pub fn random_token(entropy: &dyn Entropy, prefix: &str) -> Secret {
+pub(crate) fn random_token(entropy: &dyn Entropy, prefix: &str) -> Secret {
     let mut bytes = [0u8; 32];
     entropy.fill(&mut bytes);
     Secret(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes)))
 }
 
 /// A random identifier (128 bits, hex) for families, clients and the like; not a secret.
-pub fn random_id(entropy: &dyn Entropy) -> String {
+pub(crate) fn random_id(entropy: &dyn Entropy) -> String {
     let mut bytes = [0u8; 16];
     entropy.fill(&mut bytes);
     hex::encode(bytes)
@@ -68,7 +68,7 @@ pub fn random_id(entropy: &dyn Entropy) -> String {
 
 /// The server's keyed derivations (HMAC-SHA256 under the server key held in the store).
 #[derive(Clone)]
-pub struct ServerKey([u8; 32]);
+pub(crate) struct ServerKey([u8; 32]);
 
 impl fmt::Debug for ServerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -77,7 +77,7 @@ impl fmt::Debug for ServerKey {
 }
 
 impl ServerKey {
-    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes)
     }
 
@@ -96,7 +96,7 @@ impl ServerKey {
     /// The successor pair of a refresh token: deterministic, so that a rotated token
     /// presented again within the grace window yields the very same pair without the
     /// plaintext ever being stored (see DESIGN.md).
-    pub fn successor_tokens(&self, refresh_plaintext: &str) -> (Secret, Secret) {
+    pub(crate) fn successor_tokens(&self, refresh_plaintext: &str) -> (Secret, Secret) {
         let a = self.mac("pforte/v1/successor-access", refresh_plaintext);
         let r = self.mac("pforte/v1/successor-refresh", refresh_plaintext);
         (
@@ -106,18 +106,18 @@ impl ServerKey {
     }
 
     /// The CSRF token bound to a login session id.
-    pub fn csrf_token(&self, session_id: &str) -> String {
+    pub(crate) fn csrf_token(&self, session_id: &str) -> String {
         URL_SAFE_NO_PAD.encode(self.mac("pforte/v1/csrf", session_id))
     }
 
     /// Constant-time check of a presented CSRF token.
-    pub fn check_csrf(&self, session_id: &str, presented: &str) -> bool {
+    pub(crate) fn check_csrf(&self, session_id: &str, presented: &str) -> bool {
         ct_eq(self.csrf_token(session_id).as_bytes(), presented.as_bytes())
     }
 }
 
 /// RFC 7636 S256: `BASE64URL(SHA256(ASCII(code_verifier)))`.
-pub fn pkce_s256(verifier: &str) -> String {
+pub(crate) fn pkce_s256(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
@@ -131,7 +131,7 @@ pub enum PasswordError {
 }
 
 /// argon2id PHC string of `password` under a fresh 16-byte salt.
-pub fn hash_password(
+pub(crate) fn hash_password(
     password: &str,
     params: PasswordHashing,
     entropy: &dyn Entropy,
@@ -154,7 +154,7 @@ pub fn hash_password(
 }
 
 /// Verifies `password` against a PHC string (parameters are read from the string).
-pub fn verify_password(password: &str, phc: &str) -> bool {
+pub(crate) fn verify_password(password: &str, phc: &str) -> bool {
     match PasswordHash::new(phc) {
         Ok(parsed) => Argon2::default()
             .verify_password(password.as_bytes(), &parsed)

@@ -2,13 +2,13 @@
 //! `pforte_clock`, injected the same way).
 
 /// A source of cryptographically secure random bytes.
-pub trait Entropy: Send + Sync + 'static {
+pub(crate) trait Entropy: Send + Sync + 'static {
     fn fill(&self, buf: &mut [u8]);
 }
 
 /// The thread-local CSPRNG of `rand` (ChaCha, seeded and reseeded from the OS).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct OsEntropy;
+pub(crate) struct OsEntropy;
 
 impl Entropy for OsEntropy {
     fn fill(&self, buf: &mut [u8]) {

@@ -50,7 +50,7 @@ pub enum OAuthError {
 
 impl OAuthError {
     /// The `error` value sent on the wire.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             OAuthError::InvalidRequest(_) => "invalid_request",
             OAuthError::InvalidClient(_) => "invalid_client",
@@ -70,7 +70,7 @@ impl OAuthError {
     }
 
     /// The `error_description` sent on the wire (internal details are not).
-    pub fn description(&self) -> String {
+    pub(crate) fn description(&self) -> String {
         match self {
             OAuthError::InvalidRequest(d)
             | OAuthError::InvalidClient(d)
@@ -101,9 +101,6 @@ pub enum ValidationError {
     /// Past its expiry (401 `invalid_token`).
     #[error("token expired")]
     Expired,
-    /// Valid, but lacks a scope the request needs (403 `insufficient_scope`).
-    #[error("insufficient scope: needs {required}")]
-    InsufficientScope { required: String },
     /// The store could not be asked (503).
     #[error("token store unavailable: {0}")]
     Unavailable(#[from] StoreError),

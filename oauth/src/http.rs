@@ -1,56 +1,37 @@
 //! Thin axum adapters: extract raw inputs, call `AuthServer`, hand the outcome to
 //! `http/response.rs` (the one place where outcomes and errors become HTTP responses).
 //!
-//! The router must be reachable only through the gateway: it trusts the `x-pforte-client-ip`
-//! header (set by the gateway from the real peer address) for throttling.
+//! The client IP that keys the throttles comes only from the [`ClientIp`] request extension,
+//! which the gateway sets from the address it resolved; no header can claim one.
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequestParts, RawQuery, State};
+use axum::extract::{FromRequestParts, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::HeaderMap;
 use http::request::Parts;
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::server::AuthServer;
+use crate::auth_server::AuthServer;
 
-pub mod response;
+pub(crate) mod response;
 
-/// The request header carrying the client's IP address, set by the gateway.
-pub const CLIENT_IP_HEADER: &str = "x-pforte-client-ip";
-
-/// The client IP as a request extension (an alternative to the header for in-process mounting).
+/// The client IP as a request extension, set by the gateway for each request it hands over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientIp(pub IpAddr);
 
-/// Extracts the client IP: the `ClientIp` extension, else `x-pforte-client-ip`, else the TCP
-/// peer (when served with connect info), else unknown.
+/// Extracts the client IP: the [`ClientIp`] extension, else unknown (the throttles then key
+/// the request as `unknown`).
 struct PeerIp(Option<IpAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for PeerIp {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        if let Some(ClientIp(ip)) = parts.extensions.get::<ClientIp>() {
-            return Ok(PeerIp(Some(*ip)));
-        }
-        if let Some(ip) = parts
-            .headers
-            .get(CLIENT_IP_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<IpAddr>().ok())
-        {
-            return Ok(PeerIp(Some(ip)));
-        }
-        Ok(PeerIp(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
+        Ok(PeerIp(parts.extensions.get::<ClientIp>().map(|c| c.0)))
     }
 }
 
@@ -141,7 +122,7 @@ async fn token(
     body: String,
 ) -> Response {
     match s
-        .token_from(&body, header(&headers, http::header::AUTHORIZATION), ip)
+        .token(&body, header(&headers, http::header::AUTHORIZATION), ip)
         .await
     {
         Ok(t) => response::token(&t),
@@ -163,7 +144,7 @@ async fn revoke(
     body: String,
 ) -> Response {
     match s
-        .revoke_from(&body, header(&headers, http::header::AUTHORIZATION), ip)
+        .revoke(&body, header(&headers, http::header::AUTHORIZATION), ip)
         .await
     {
         Ok(()) => response::revoked(),

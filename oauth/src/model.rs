@@ -25,7 +25,7 @@ impl AuthMethod {
             AuthMethod::ClientSecretBasic => "client_secret_basic",
         }
     }
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "none" => Some(AuthMethod::None),
             "client_secret_post" => Some(AuthMethod::ClientSecretPost),

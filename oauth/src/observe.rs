@@ -36,7 +36,7 @@ pub trait Observer: Send + Sync {
 
 /// The observer of a server nobody watches.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Unobserved;
+pub(crate) struct Unobserved;
 
 impl Observer for Unobserved {
     fn event(&self, _event: Event) {}

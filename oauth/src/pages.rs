@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 /// What the login page shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoginView {
+pub(crate) struct LoginView {
     pub client_name: String,
     /// The encoded authorization request, carried in a hidden field.
     pub request: String,
@@ -19,7 +19,7 @@ pub struct LoginView {
 
 /// What the consent page shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConsentView {
+pub(crate) struct ConsentView {
     pub client_name: String,
     pub client_id: String,
     pub redirect_host: String,
@@ -41,7 +41,7 @@ pub struct ConsentView {
 
 /// An error page (the request is not sent back to any client).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ErrorView {
+pub(crate) struct ErrorView {
     pub title: String,
     pub message: String,
 }
@@ -80,7 +80,7 @@ static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
 /// `form_action_origin` (the client's origin on the consent page).
 /// An origin that is not plainly `scheme://host[:port]` in CSP-safe characters is left out
 /// (registration refuses such hosts; this keeps a `;` from ever starting a new directive).
-pub fn content_security_policy(form_action_origin: Option<&str>) -> String {
+pub(crate) fn content_security_policy(form_action_origin: Option<&str>) -> String {
     let safe = |o: &&str| {
         o.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-.:/[]".contains(&b))
@@ -97,7 +97,7 @@ pub fn content_security_policy(form_action_origin: Option<&str>) -> String {
 }
 
 /// HTML-escapes text for element content and quoted attributes.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -134,7 +134,7 @@ fn hidden(request: &str, csrf: &str, step: &str) -> String {
 }
 
 /// The login form.
-pub fn login(v: &LoginView) -> String {
+pub(crate) fn login(v: &LoginView) -> String {
     let error = v
         .error
         .as_deref()
@@ -158,7 +158,7 @@ pub fn login(v: &LoginView) -> String {
 }
 
 /// The consent form.
-pub fn consent(v: &ConsentView) -> String {
+pub(crate) fn consent(v: &ConsentView) -> String {
     let item =
         |(s, d): &(String, String)| format!("<li><code>{}</code> — {}</li>", escape(s), escape(d));
     let (kept, added): (Vec<_>, Vec<_>) = v
@@ -198,7 +198,7 @@ pub fn consent(v: &ConsentView) -> String {
 }
 
 /// An error page.
-pub fn error(v: &ErrorView) -> String {
+pub(crate) fn error(v: &ErrorView) -> String {
     let body = format!(
         "<h1>{}</h1><p>{}</p><p class=\"muted\">Close this window and start again from the application.</p>",
         escape(&v.title),

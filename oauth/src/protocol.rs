@@ -1,15 +1,15 @@
 //! The sans-I/O protocol core: pure functions from request data, records and `now` to
-//! decisions. No I/O, no clock, no randomness here; `server` feeds it and acts on the result.
+//! decisions. No I/O, no clock, no randomness here; `auth_server` feeds it and acts on the result.
 
-pub mod authorize;
-pub mod cimd;
-pub mod metadata;
-pub mod pkce;
-pub mod redirect;
-pub mod registration;
-pub mod resource;
-pub mod scope;
-pub mod token;
+pub(crate) mod authorize;
+pub(crate) mod cimd;
+pub(crate) mod metadata;
+pub(crate) mod pkce;
+pub(crate) mod redirect;
+pub(crate) mod registration;
+pub(crate) mod resource;
+pub(crate) mod scope;
+pub(crate) mod token;
 
 use crate::model::AuthMethod;
 
@@ -35,7 +35,7 @@ pub enum ClientKind {
 
 impl Client {
     /// The name to show on the consent page.
-    pub fn display_name(&self) -> &str {
+    pub(crate) fn display_name(&self) -> &str {
         self.name
             .as_deref()
             .filter(|n| !n.trim().is_empty())
@@ -58,7 +58,7 @@ impl From<&crate::model::ClientRecord> for Client {
 
 /// Request parameters as ordered pairs, as they arrived (query string or form body).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Params(pub Vec<(String, String)>);
+pub struct Params(pub(crate) Vec<(String, String)>);
 
 impl Params {
     /// Parses `application/x-www-form-urlencoded` text.
@@ -93,7 +93,7 @@ impl Params {
     }
 
     /// Every value of `name`.
-    pub fn all(&self, name: &str) -> Vec<&str> {
+    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
         self.0
             .iter()
             .filter(|(k, _)| k == name)

@@ -12,8 +12,8 @@ use crate::model::{
     SessionRecord, UserRecord,
 };
 
-pub mod redis;
-pub mod sqlite;
+pub(crate) mod redis;
+pub(crate) mod sqlite;
 #[cfg(test)]
 mod suite;
 
@@ -21,9 +21,9 @@ pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
 
 /// Used codes are kept this long after expiry, so a late replay still revokes its tokens.
-pub const CODE_RETENTION_SECS: u64 = 86_400;
+pub(crate) const CODE_RETENTION_SECS: u64 = 86_400;
 
-pub type StoreResult<T> = Result<T, StoreError>;
+pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// Durable state. Implementations must be safe to share between gateways (redis) or
 /// processes (SQLite file in WAL mode).

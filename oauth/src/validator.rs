@@ -14,9 +14,11 @@ use crate::observe::{Event, Observer, Unobserved};
 use crate::protocol::resource;
 use crate::store::Store;
 
-/// Who a valid access token speaks for.
+/// What a valid access token says: who it speaks for (the gateway makes its caller identity,
+/// `auth::ValidToken`, from it), through which client, with which scopes, for which resource
+/// and until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
+pub struct ValidToken {
     /// The user (username) who approved the grant.
     pub subject: String,
     pub client_id: String,
@@ -30,30 +32,8 @@ pub struct Principal {
     pub resource: String,
 }
 
-impl Principal {
-    pub fn has_scope(&self, scope: &str) -> bool {
-        self.scopes.iter().any(|s| s == scope)
-    }
-
-    /// Err(InsufficientScope) unless every scope in `required` is held.
-    pub fn require_scopes(&self, required: &[&str]) -> Result<(), ValidationError> {
-        let missing: Vec<&str> = required
-            .iter()
-            .copied()
-            .filter(|r| !self.has_scope(r))
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(ValidationError::InsufficientScope {
-                required: missing.join(" "),
-            })
-        }
-    }
-}
-
 /// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
-pub const CACHE_TTL_MS: u64 = 1000;
+pub(crate) const CACHE_TTL_MS: u64 = 1000;
 const MAX_ENTRIES: usize = 10_000;
 
 /// Validates bearer tokens issued by this authorization server. Cheap to share (`Arc`).
@@ -62,12 +42,12 @@ pub struct Validator {
     clock: Arc<dyn Clock>,
     /// The canonical URLs of the configured resources.
     resources: Vec<String>,
-    cache: Mutex<HashMap<String, (Principal, u64)>>,
+    cache: Mutex<HashMap<String, (ValidToken, u64)>>,
     observer: Arc<dyn Observer>,
 }
 
 impl Validator {
-    pub fn new(store: Arc<dyn Store>, cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>, cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Self {
         let resources = cfg
             .resource_entries()
             .iter()
@@ -83,28 +63,28 @@ impl Validator {
     }
 
     /// Reports cache hits and misses to `observer`.
-    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+    pub(crate) fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = observer;
         self
     }
 
     /// Whether `bearer` has the shape of this server's access tokens (no lookup).
-    pub fn is_oauth_token(bearer: &str) -> bool {
+    pub(crate) fn is_oauth_token(bearer: &str) -> bool {
         bearer.starts_with(ACCESS_PREFIX)
     }
 
     /// Validates at the injected clock's time.
-    pub async fn validate(&self, bearer: &str) -> Result<Principal, ValidationError> {
+    pub async fn validate(&self, bearer: &str) -> Result<ValidToken, ValidationError> {
         self.validate_at(bearer, self.clock.now_ms()).await
     }
 
     /// Validates `bearer` at `now_ms`: known, unrevoked (token and grant), unexpired, and
-    /// audience-bound to one of the configured resources ([`Principal::resource`] says which).
-    pub async fn validate_at(
+    /// audience-bound to one of the configured resources ([`ValidToken::resource`] says which).
+    pub(crate) async fn validate_at(
         &self,
         bearer: &str,
         now_ms: u64,
-    ) -> Result<Principal, ValidationError> {
+    ) -> Result<ValidToken, ValidationError> {
         if !Self::is_oauth_token(bearer) || bearer.len() > 200 {
             return Err(ValidationError::Invalid);
         }
@@ -130,7 +110,7 @@ impl Validator {
         else {
             return Err(ValidationError::Invalid);
         };
-        let p = Principal {
+        let p = ValidToken {
             subject: rec.username,
             client_id: rec.client_id,
             scopes: rec.scopes,
@@ -152,14 +132,14 @@ impl Validator {
     }
 
     /// Drops every cached result (called on revocation in this process).
-    pub fn clear_cache(&self) {
+    pub(crate) fn clear_cache(&self) {
         if let Ok(mut c) = self.cache.lock() {
             c.clear();
         }
     }
 }
 
-fn expiry(p: Principal, now_ms: u64) -> Result<Principal, ValidationError> {
+fn expiry(p: ValidToken, now_ms: u64) -> Result<ValidToken, ValidationError> {
     if now_ms >= p.expires_at.saturating_mul(1000) {
         Err(ValidationError::Expired)
     } else {
@@ -229,16 +209,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn valid_token_gives_principal() {
+    async fn valid_token_says_who_and_for_what() {
         let (_, v, token) = setup("https://gw.example/mcp").await;
         let p = v.validate(&token).await.unwrap();
         assert_eq!((p.subject.as_str(), p.client_id.as_str()), ("bob", "c"));
         assert_eq!(p.resource, "https://gw.example/mcp");
-        assert!(p.require_scopes(&["mcp:read"]).is_ok());
-        assert!(matches!(
-            p.require_scopes(&["mcp:write"]),
-            Err(ValidationError::InsufficientScope { .. })
-        ));
+        assert_eq!(p.scopes, ["mcp:read"]);
         assert!(matches!(
             v.validate("pfat_unknown").await,
             Err(ValidationError::Invalid)

@@ -5,11 +5,10 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use pforte_oauth::admin::Admin;
-use pforte_oauth::config::PasswordHashing;
-use pforte_oauth::crypto::Secret;
-use pforte_oauth::store::{RedisStore, SqliteStore, Store};
-use pforte_oauth::{AuthServer, OAuthConfig, ValidationError, router};
+use pforte_oauth::{
+    Admin, AuthServer, Budget, OAuthConfig, PasswordHashing, RateLimiter, RedisStore, Secret,
+    SqliteStore, Store, ValidationError, router,
+};
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
@@ -27,6 +26,19 @@ const CHEAP: PasswordHashing = PasswordHashing {
     iterations: 1,
     parallelism: 1,
 };
+
+/// The throttles are not what these tests are about (the gateway's limiter counts them): a
+/// limiter that allows everything.
+struct Unlimited;
+
+#[async_trait::async_trait]
+impl RateLimiter for Unlimited {
+    async fn check(&self, _budget: &Budget<'_>) -> Result<(), u64> {
+        Ok(())
+    }
+    async fn refund(&self, _budget: &Budget<'_>) {}
+    async fn reset(&self, _budget: &Budget<'_>) {}
+}
 
 /// A form as a browser would submit it: action plus every named input (hidden, text,
 /// password) and the chosen submit button.
@@ -173,7 +185,10 @@ async fn start(store: Arc<dyn Store>, cookie_secure: bool) -> Running {
         .add_user("alice", &Secret::new("correct horse"))
         .await
         .unwrap();
-    let server = AuthServer::builder(cfg, store).build().await.unwrap();
+    let server = AuthServer::builder(cfg, store, Arc::new(Unlimited))
+        .build()
+        .await
+        .unwrap();
     let app = router(server.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let http = reqwest::Client::builder()

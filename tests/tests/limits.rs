@@ -11,7 +11,8 @@ use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer};
 use serde_json::Value;
 
 /// One suite for every backend, on real time: a burst passes, the next request is refused
-/// with a retry hint, and keys do not share budgets.
+/// with a retry hint, keys do not share budgets, and refunds and resets (the authorization
+/// server's failed-logins-only counting) work.
 async fn limiter_suite(limiter: &dyn Limiter, prefix: &str) {
     let policy = Policy {
         rate: 1,
@@ -38,6 +39,31 @@ async fn limiter_suite(limiter: &dyn Limiter, prefix: &str) {
             .unwrap()
             .allowed
     );
+
+    // A refund gives one unit back, a reset the whole budget; neither grows it past whole.
+    limiter.refund(&key, policy).await.unwrap();
+    assert!(
+        limiter.check(&key, policy).await.unwrap().allowed,
+        "refunded"
+    );
+    assert!(!limiter.check(&key, policy).await.unwrap().allowed);
+    limiter.reset(&key).await.unwrap();
+    let fresh = format!("{prefix}:c");
+    limiter.refund(&fresh, policy).await.unwrap();
+    for key in [&key, &fresh] {
+        for _ in 0..3 {
+            assert!(limiter.check(key, policy).await.unwrap().allowed, "{key}");
+        }
+        assert!(!limiter.check(key, policy).await.unwrap().allowed, "{key}");
+    }
+    // Refunding every unit taken leaves the budget whole.
+    let once = format!("{prefix}:d");
+    assert!(limiter.check(&once, policy).await.unwrap().allowed);
+    limiter.refund(&once, policy).await.unwrap();
+    for _ in 0..3 {
+        assert!(limiter.check(&once, policy).await.unwrap().allowed);
+    }
+    assert!(!limiter.check(&once, policy).await.unwrap().allowed);
 }
 
 #[tokio::test]

@@ -209,6 +209,51 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
     );
 }
 
+/// The authorization server's throttles are the gateways' one limiter: failed sign-ins on A
+/// count against the same client IP on B, which refuses the next attempt with the throttle
+/// page (429) instead of checking the password against a budget of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_on_one_gateway_throttle_the_ip_on_the_other() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let svc = McpService::start(&[]).unwrap();
+    let throttle = "[oauth.throttle.login_per_ip]\nburst = 3\nper_minute = 1\n";
+    let (a, b) = pair(&redis.url(), &svc.url(), throttle).await;
+    a.add_user(USER, PASSWORD).unwrap();
+    let browser_a = Browser::for_gateway(&a);
+    let d = discover(&browser_a.http, &a.mcp_url()).await.unwrap();
+    let client = register_like_claude(&browser_a.http, &d).await.unwrap();
+    let pkce = Pkce::new("shared-throttle");
+    let on_a = authorize_url(&d, &client.client_id, CLAUDE_CALLBACK, &pkce, "s", &[]).unwrap();
+    let mut on_b = on_a.clone();
+    let b_port = url::Url::parse(&b.base).unwrap().port();
+    on_b.set_port(b_port).unwrap();
+
+    // One wrong password through `browser` at `url`: the status of the login form's answer.
+    let wrong_login = async |browser: &Browser, url: &url::Url| {
+        let page = browser.get(url).await.unwrap();
+        assert_eq!(page.status, 200, "{}", page.body);
+        let mut login = page.form().unwrap();
+        login.set("username", USER).unwrap();
+        login.set("password", "not the password").unwrap();
+        browser.submit(&login, None).await.unwrap()
+    };
+    for attempt in 0..3 {
+        let page = wrong_login(&browser_a, &on_a).await;
+        assert_eq!(page.status, 401, "attempt {attempt} on A: {}", page.body);
+    }
+    let browser_b = Browser::for_gateway(&b);
+    let page = wrong_login(&browser_b, &on_b).await;
+    assert_eq!(
+        page.status, 429,
+        "B did not count A's failures: {}",
+        page.body
+    );
+    assert!(page.body.contains("Too many failed sign-in attempts"));
+    assert!(page.header("retry-after").is_some());
+}
+
 /// A redis with AOF (fsync always) on a fixed port and dir, to kill -9 and start again.
 struct AofRedis {
     exe: std::path::PathBuf,

@@ -11,7 +11,7 @@ use crate::{
 };
 use anyhow::bail;
 use pforte_clock::{Clock as _, SystemClock};
-use pforte_oauth::{admin::Admin, crypto::Secret};
+use pforte_oauth::{Admin, Secret};
 
 use super::{CmdResult, Env, Failure, load_config};
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::cli;
 use clap::Subcommand;
-use pforte_oauth::admin::Admin;
+use pforte_oauth::Admin;
 
 use super::{
     CmdResult, Env,

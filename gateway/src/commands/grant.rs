@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::cli;
 use clap::Subcommand;
-use pforte_oauth::admin::{Admin, GrantFilter};
+use pforte_oauth::{Admin, GrantFilter};
 
 use super::{
     CmdResult, Env, Failure,
@@ -66,7 +66,7 @@ async fn grant_cmd(admin: Admin, action: GrantAction, now: u64) -> CmdResult {
                 include_inactive: all,
             };
             let grants = admin.list_grants(&filter).await?;
-            let state = |g: &pforte_oauth::model::GrantRecord| {
+            let state = |g: &pforte_oauth::GrantRecord| {
                 if g.revoked_at.is_some() {
                     "revoked"
                 } else if g.expires_at <= now {

@@ -19,10 +19,7 @@ use crate::{
 };
 use anyhow::Context as _;
 use pforte_clock::{Clock as _, SystemClock};
-use pforte_oauth::{
-    admin::{Admin, AdminError},
-    crypto::Secret,
-};
+use pforte_oauth::{Admin, AdminError, Secret};
 use pingora::services::background::background_service;
 
 use super::{Env, Failure, harden_process, read_config, validated};

@@ -1,5 +1,6 @@
 //! The shared rate-limit backend: GCRA in one redis Lua script — one round trip per decision,
-//! atomic, on the server's clock, so every gateway sees one budget.
+//! atomic, on the server's clock, so every gateway sees one budget. A refund is a script of its
+//! own on the same clock; a reset deletes the key.
 
 use async_trait::async_trait;
 use redis::{Script, aio::ConnectionManager};
@@ -24,12 +25,30 @@ end
 return {0, ahead, tat - now}
 ";
 
+/// One unit back: `KEYS[1]`'s TAT moves back by one interval (`ARGV[1]`); a TAT that is no
+/// longer ahead of now means a whole budget, and the key goes.
+const REFUND: &str = r"
+local interval = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat then return 0 end
+local back = tat - interval
+if back <= now then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], back, 'PX', back - now + 1000)
+end
+return 1
+";
+
 /// Rate-limit state in redis, keys under `prefix`.
 #[derive(Clone)]
 pub struct RedisLimiter {
     conn: ConnectionManager,
     prefix: String,
     script: Script,
+    refund: Script,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -57,6 +76,7 @@ impl RedisLimiter {
             conn,
             prefix: prefix.to_owned(),
             script: Script::new(GCRA),
+            refund: Script::new(REFUND),
         })
     }
 }
@@ -92,5 +112,27 @@ impl Limiter for RedisLimiter {
                 retry_after_ms: ahead.saturating_sub(window),
             }
         })
+    }
+
+    async fn refund(&self, key: &str, policy: Policy) -> Result<(), LimitError> {
+        let mut conn = self.conn.clone();
+        let _: i64 = self
+            .refund
+            .key(format!("{}{key}", self.prefix))
+            .arg(policy.interval_ms())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| LimitError::Unavailable(e.to_string()))?;
+        Ok(())
+    }
+
+    async fn reset(&self, key: &str) -> Result<(), LimitError> {
+        let mut conn = self.conn.clone();
+        let _: i64 = redis::cmd("DEL")
+            .arg(format!("{}{key}", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| LimitError::Unavailable(e.to_string()))?;
+        Ok(())
     }
 }

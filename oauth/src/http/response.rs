@@ -1,16 +1,15 @@
 //! The one place where outcomes and errors become HTTP responses: OAuth JSON errors with
-//! their status codes, HTML pages with their security headers, redirects, cookies, and the
-//! bearer challenge the gateway sends for a refused token.
+//! their status codes, HTML pages with their security headers, redirects and cookies.
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
+use crate::auth_server::{AuthorizeOutcome, AuthorizeResponse, Page};
 use crate::config::OAuthConfig;
-use crate::error::{OAuthError, ValidationError};
+use crate::error::OAuthError;
 use crate::pages;
 use crate::protocol::token::TokenResponse;
-use crate::server::{AuthorizeOutcome, AuthorizeResponse, Page};
 
 fn no_store(resp: &mut Response) {
     let h = resp.headers_mut();
@@ -186,30 +185,4 @@ pub(crate) fn authorize(out: AuthorizeResponse, cfg: &OAuthConfig) -> Response {
         }
     }
     resp
-}
-
-/// How the gateway answers a refused bearer token: the status code and the
-/// `WWW-Authenticate` value (RFC 6750 §3 + RFC 9728 `resource_metadata`).
-pub fn bearer_challenge(
-    err: &ValidationError,
-    resource_metadata_url: &str,
-) -> (StatusCode, String) {
-    let base = format!("Bearer resource_metadata=\"{resource_metadata_url}\"");
-    match err {
-        ValidationError::Invalid => (
-            StatusCode::UNAUTHORIZED,
-            format!("{base}, error=\"invalid_token\""),
-        ),
-        ValidationError::Expired => (
-            StatusCode::UNAUTHORIZED,
-            format!(
-                "{base}, error=\"invalid_token\", error_description=\"The access token expired\""
-            ),
-        ),
-        ValidationError::InsufficientScope { required } => (
-            StatusCode::FORBIDDEN,
-            format!("{base}, error=\"insufficient_scope\", scope=\"{required}\""),
-        ),
-        ValidationError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, base),
-    }
 }

@@ -150,7 +150,7 @@ fn with_params(redirect_uri: &str, pairs: &[(&str, Option<&str>)]) -> String {
 }
 
 /// The error redirect: `error`, `error_description`, `state`, `iss`.
-pub fn error_location(
+pub(crate) fn error_location(
     redirect_uri: &str,
     error: &OAuthError,
     state: Option<&str>,

@@ -28,7 +28,7 @@ impl CimdError {
     /// What a page or an error response may say: the class of the failure only. Never the
     /// address a name resolved to or the resolver's words (that would make the server a DNS
     /// oracle for internal names); a refused address reads like any other failed fetch.
-    pub fn public_reason(&self) -> &'static str {
+    pub(crate) fn public_reason(&self) -> &'static str {
         match self {
             CimdError::InvalidUrl => "invalid URL",
             CimdError::RefusedAddress(_) | CimdError::Fetch(_) => "fetch failed",
@@ -62,7 +62,7 @@ pub fn parse_client_id_url(client_id: &str) -> Result<Url, CimdError> {
 }
 
 /// Whether a fetch may connect to `ip`: public unicast only, unless private ones are allowed.
-pub fn address_allowed(ip: IpAddr, allow_private: bool) -> bool {
+pub(crate) fn address_allowed(ip: IpAddr, allow_private: bool) -> bool {
     if allow_private {
         return true;
     }

@@ -1,11 +1,11 @@
-//! RFC 8414 authorization-server metadata and the RFC 9728 protected-resource document.
+//! RFC 8414 authorization-server metadata.
 
 use serde_json::{Value, json};
 
 use crate::config::OAuthConfig;
 
 /// The RFC 8414 document (also served as `/.well-known/openid-configuration`).
-pub fn authorization_server(cfg: &OAuthConfig) -> Value {
+pub(crate) fn authorization_server(cfg: &OAuthConfig) -> Value {
     let iss = &cfg.issuer;
     json!({
         "issuer": iss,
@@ -22,16 +22,6 @@ pub fn authorization_server(cfg: &OAuthConfig) -> Value {
         "scopes_supported": cfg.scopes_supported,
         "client_id_metadata_document_supported": true,
         "authorization_response_iss_parameter_supported": true,
-    })
-}
-
-/// The RFC 9728 document the gateway serves at `/.well-known/oauth-protected-resource[/mcp]`.
-pub fn protected_resource(cfg: &OAuthConfig) -> Value {
-    json!({
-        "resource": cfg.resource,
-        "authorization_servers": [cfg.issuer],
-        "bearer_methods_supported": ["header"],
-        "scopes_supported": cfg.scopes_supported,
     })
 }
 
@@ -58,8 +48,5 @@ mod tests {
         );
         assert_eq!(m["client_id_metadata_document_supported"], true);
         assert_eq!(m["authorization_response_iss_parameter_supported"], true);
-        let prm = protected_resource(&cfg);
-        assert_eq!(prm["authorization_servers"][0], m["issuer"]);
-        assert_eq!(prm["resource"], "https://gw.example/mcp");
     }
 }

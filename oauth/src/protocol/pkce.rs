@@ -9,7 +9,10 @@ fn well_formed(s: &str) -> bool {
 }
 
 /// Checks the challenge of an authorization request: present, method S256, well formed.
-pub fn check_challenge(challenge: Option<&str>, method: Option<&str>) -> Result<String, String> {
+pub(crate) fn check_challenge(
+    challenge: Option<&str>,
+    method: Option<&str>,
+) -> Result<String, String> {
     let Some(challenge) = challenge else {
         return Err("code_challenge is required (PKCE S256)".into());
     };
@@ -27,7 +30,7 @@ pub fn check_challenge(challenge: Option<&str>, method: Option<&str>) -> Result<
 }
 
 /// Whether `verifier` matches the stored S256 `challenge`.
-pub fn verify(verifier: &str, challenge: &str) -> bool {
+pub(crate) fn verify(verifier: &str, challenge: &str) -> bool {
     well_formed(verifier) && ct_eq(pkce_s256(verifier).as_bytes(), challenge.as_bytes())
 }
 

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use url::{Host, Url};
 
 /// Whether `host` is a loopback name or address (`localhost`, 127.0.0.0/8, `::1`).
-pub fn is_loopback_host(host: Option<Host<&str>>) -> bool {
+pub(crate) fn is_loopback_host(host: Option<Host<&str>>) -> bool {
     match host {
         Some(Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
@@ -44,7 +44,7 @@ pub fn check_registrable(uri: &str) -> Result<Url, String> {
 
 /// Whether `name` is a DNS name: dot-separated labels of ASCII letters, digits and `-` (IDNs
 /// arrive here in their `xn--` form), at most 253 bytes.
-pub fn is_dns_name(name: &str) -> bool {
+pub(crate) fn is_dns_name(name: &str) -> bool {
     name.len() <= 253
         && !name.is_empty()
         && name.trim_end_matches('.').split('.').all(|label| {
@@ -56,7 +56,7 @@ pub fn is_dns_name(name: &str) -> bool {
 }
 
 /// Whether `presented` matches the `registered` redirect URI.
-pub fn matches(registered: &str, presented: &str) -> bool {
+pub(crate) fn matches(registered: &str, presented: &str) -> bool {
     if registered == presented {
         return true;
     }
@@ -75,7 +75,7 @@ pub fn matches(registered: &str, presented: &str) -> bool {
 }
 
 /// The registered URI that `presented` matches, if any.
-pub fn find_match<'a>(registered: &'a [String], presented: &str) -> Option<&'a str> {
+pub(crate) fn find_match<'a>(registered: &'a [String], presented: &str) -> Option<&'a str> {
     registered
         .iter()
         .map(String::as_str)

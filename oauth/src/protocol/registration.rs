@@ -138,7 +138,7 @@ pub fn validate(body: &Value) -> Result<Registration, OAuthError> {
 /// Whether a client-supplied string may be shown to people (consent page, admin lists, logs):
 /// no control characters (C0, DEL, C1, NUL among them) and no bidirectional overrides or
 /// isolates, which can make a name read as another one.
-pub fn is_display_safe(s: &str) -> bool {
+pub(crate) fn is_display_safe(s: &str) -> bool {
     !s.chars().any(|c| {
         c.is_control()
             || matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')

@@ -8,7 +8,7 @@ use crate::config::ResourceEntry;
 use crate::error::OAuthError;
 
 /// The canonical form of a resource URI, or None if it is not an absolute URL without fragment.
-pub fn canonical(resource: &str) -> Option<String> {
+pub(crate) fn canonical(resource: &str) -> Option<String> {
     let url = Url::parse(resource).ok()?;
     if url.fragment().is_some() || url.cannot_be_a_base() {
         return None;
@@ -21,7 +21,7 @@ pub fn canonical(resource: &str) -> Option<String> {
 }
 
 /// Checks the `resource` values of a request against `ours`; none given means `ours`.
-pub fn check(requested: &[&str], ours: &str) -> Result<String, OAuthError> {
+pub(crate) fn check(requested: &[&str], ours: &str) -> Result<String, OAuthError> {
     let ours_c = canonical(ours).unwrap_or_else(|| ours.to_owned());
     for r in requested {
         if canonical(r).as_deref() != Some(ours_c.as_str()) {
@@ -34,7 +34,7 @@ pub fn check(requested: &[&str], ours: &str) -> Result<String, OAuthError> {
 }
 
 /// The configured entry `uri` names (canonical compare).
-pub fn find<'a>(entries: &'a [ResourceEntry], uri: &str) -> Option<&'a ResourceEntry> {
+pub(crate) fn find<'a>(entries: &'a [ResourceEntry], uri: &str) -> Option<&'a ResourceEntry> {
     let wanted = canonical(uri)?;
     entries
         .iter()
@@ -43,7 +43,7 @@ pub fn find<'a>(entries: &'a [ResourceEntry], uri: &str) -> Option<&'a ResourceE
 
 /// The resource an authorization request is for. Every `resource` value must name the same
 /// configured entry; without one, `default` when it is configured, else the only entry.
-pub fn select<'a>(
+pub(crate) fn select<'a>(
     requested: &[&str],
     entries: &'a [ResourceEntry],
     default: &str,
@@ -79,7 +79,7 @@ pub fn select<'a>(
 /// Checks the `resource` values of a token request for a grant bound to `bound`: each must be
 /// configured (else `invalid_target`) and be `bound` (else `invalid_target`: a grant only yields
 /// tokens for its own resource); `bound` itself must still be configured (else `invalid_grant`).
-pub fn check_bound(
+pub(crate) fn check_bound(
     requested: &[&str],
     bound: &str,
     entries: &[ResourceEntry],

@@ -14,7 +14,10 @@ fn split(scope: &str) -> Vec<String> {
 }
 
 /// The scopes granted for an authorization request.
-pub fn negotiate(requested: Option<&str>, supported: &[String]) -> Result<Vec<String>, OAuthError> {
+pub(crate) fn negotiate(
+    requested: Option<&str>,
+    supported: &[String],
+) -> Result<Vec<String>, OAuthError> {
     let wanted = requested.map(split).unwrap_or_default();
     if wanted.is_empty() {
         return Ok(supported.to_vec());
@@ -34,7 +37,10 @@ pub fn negotiate(requested: Option<&str>, supported: &[String]) -> Result<Vec<St
 }
 
 /// The scopes of a refreshed access token: a subset of the grant's.
-pub fn narrow(requested: Option<&str>, granted: &[String]) -> Result<Vec<String>, OAuthError> {
+pub(crate) fn narrow(
+    requested: Option<&str>,
+    granted: &[String],
+) -> Result<Vec<String>, OAuthError> {
     let wanted = requested.map(split).unwrap_or_default();
     if wanted.is_empty() {
         return Ok(granted.to_vec());
@@ -48,7 +54,7 @@ pub fn narrow(requested: Option<&str>, granted: &[String]) -> Result<Vec<String>
 }
 
 /// The space-separated form.
-pub fn join(scopes: &[String]) -> String {
+pub(crate) fn join(scopes: &[String]) -> String {
     scopes.join(" ")
 }
 

@@ -105,7 +105,7 @@ pub fn presented_credentials(
 }
 
 /// Authenticates `presented` against `client` by the client's registered method.
-pub fn authenticate(presented: &Presented, client: &Client) -> Result<(), OAuthError> {
+pub(crate) fn authenticate(presented: &Presented, client: &Client) -> Result<(), OAuthError> {
     if presented.method != client.auth_method {
         return Err(OAuthError::InvalidClient(format!(
             "this client authenticates with {}",
@@ -197,7 +197,7 @@ pub fn check_refresh(
 
 /// What to do when an already-rotated refresh token is presented.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reuse {
+pub(crate) enum Reuse {
     /// Within the grace window: answer with the same successor pair.
     ReturnSuccessor,
     /// After it: revoke the whole family and refuse.
@@ -205,7 +205,7 @@ pub enum Reuse {
 }
 
 /// Decides a reuse of a token rotated at `rotated_at`.
-pub fn on_reuse(rotated_at: u64, now: u64, grace_secs: u64) -> Reuse {
+pub(crate) fn on_reuse(rotated_at: u64, now: u64, grace_secs: u64) -> Reuse {
     if now <= rotated_at.saturating_add(grace_secs) {
         Reuse::ReturnSuccessor
     } else {
@@ -215,7 +215,7 @@ pub fn on_reuse(rotated_at: u64, now: u64, grace_secs: u64) -> Reuse {
 
 /// A successful token response (RFC 6749 §5.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TokenResponse {
+pub(crate) struct TokenResponse {
     pub access_token: Secret,
     pub refresh_token: Secret,
     pub expires_in: u64,
@@ -224,7 +224,7 @@ pub struct TokenResponse {
 
 impl TokenResponse {
     /// The JSON body (`token_type` Bearer, `expires_in` always present).
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "access_token": self.access_token.expose(),
             "token_type": "Bearer",

@@ -88,10 +88,10 @@ impl SqliteStore {
         let private = |e: std::io::Error| {
             StoreError::Unavailable(format!("making {} owner-only: {e}", path.display()))
         };
-        crate::private_fs::private_sqlite(path).map_err(private)?;
+        crate::owner_only::private_sqlite(path).map_err(private)?;
         let conn = Connection::open(path)?;
         let store = Self::init(conn)?;
-        crate::private_fs::sqlite_companions(path).map_err(private)?;
+        crate::owner_only::sqlite_companions(path).map_err(private)?;
         Ok(store)
     }
 
@@ -648,7 +648,7 @@ mod tests {
 
     #[tokio::test]
     async fn database_and_its_companions_are_owner_only() {
-        use crate::private_fs::mode_of;
+        use crate::owner_only::mode_of;
         use std::os::unix::fs::PermissionsExt as _;
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("data");

@@ -7,7 +7,7 @@ use crate::model::*;
 
 const NOW: u64 = 1_800_000_000;
 
-pub fn user(name: &str) -> UserRecord {
+pub(crate) fn user(name: &str) -> UserRecord {
     UserRecord {
         username: name.into(),
         password_hash: "$argon2id$x".into(),
@@ -16,7 +16,7 @@ pub fn user(name: &str) -> UserRecord {
     }
 }
 
-pub fn client(id: &str, used: u64) -> ClientRecord {
+pub(crate) fn client(id: &str, used: u64) -> ClientRecord {
     ClientRecord {
         client_id: id.into(),
         secret_hash: Some("ab".repeat(32)),
@@ -29,7 +29,7 @@ pub fn client(id: &str, used: u64) -> ClientRecord {
     }
 }
 
-pub fn grant(fam: &str, client: &str, user: &str) -> GrantRecord {
+pub(crate) fn grant(fam: &str, client: &str, user: &str) -> GrantRecord {
     GrantRecord {
         family_id: fam.into(),
         client_id: client.into(),
@@ -43,7 +43,7 @@ pub fn grant(fam: &str, client: &str, user: &str) -> GrantRecord {
     }
 }
 
-pub fn access(hash: &str, g: &GrantRecord) -> AccessRecord {
+pub(crate) fn access(hash: &str, g: &GrantRecord) -> AccessRecord {
     AccessRecord {
         token_hash: hash.into(),
         family_id: g.family_id.clone(),
@@ -57,7 +57,7 @@ pub fn access(hash: &str, g: &GrantRecord) -> AccessRecord {
     }
 }
 
-pub fn refresh(hash: &str, g: &GrantRecord, expires: u64) -> RefreshRecord {
+pub(crate) fn refresh(hash: &str, g: &GrantRecord, expires: u64) -> RefreshRecord {
     RefreshRecord {
         token_hash: hash.into(),
         family_id: g.family_id.clone(),
@@ -72,7 +72,7 @@ pub fn refresh(hash: &str, g: &GrantRecord, expires: u64) -> RefreshRecord {
 }
 
 /// Runs every check against `store`, which must be empty.
-pub async fn run<S: Store>(store: &S) {
+pub(crate) async fn run<S: Store>(store: &S) {
     server_key(store).await;
     users(store).await;
     clients(store).await;

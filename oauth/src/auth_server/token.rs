@@ -10,17 +10,9 @@ use crate::protocol::token::{self, GrantType, Reuse, TokenResponse};
 use crate::protocol::{Client, Params, resource, scope};
 
 impl AuthServer {
-    /// POST `/token` (form body, optional `Authorization` header).
-    pub async fn token(
-        &self,
-        body: &str,
-        authorization: Option<&str>,
-    ) -> Result<TokenResponse, OAuthError> {
-        self.token_from(body, authorization, None).await
-    }
-
-    /// [`AuthServer::token`] for a request from `client_ip` (its metadata-fetch budget).
-    pub async fn token_from(
+    /// POST `/token` (form body, optional `Authorization` header) from `client_ip` (its
+    /// metadata-fetch budget).
+    pub(crate) async fn token(
         &self,
         body: &str,
         authorization: Option<&str>,

@@ -9,9 +9,9 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt 
 use std::path::Path;
 
 /// Mode of the data directory.
-pub const DIR_MODE: u32 = 0o700;
+pub(crate) const DIR_MODE: u32 = 0o700;
 /// Mode of every file in it.
-pub const FILE_MODE: u32 = 0o600;
+pub(crate) const FILE_MODE: u32 = 0o600;
 
 /// Creates `dir` (and missing parents) as 0700, or tightens an existing one to 0700. A
 /// directory this process may not chmod (not its owner, e.g. a mounted volume) is left as it

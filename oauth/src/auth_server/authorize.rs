@@ -11,7 +11,7 @@ use crate::observe::Event;
 use crate::pages::{ConsentView, ErrorView, LoginView};
 use crate::protocol::authorize::{self, AuthorizeFailure, AuthorizeRequest};
 use crate::protocol::{Client, Params};
-use crate::ratelimit::{LimitClass, ip_key};
+use crate::throttle::LimitClass;
 
 /// A logged-in session: its hash is a row in the store.
 const SESSION_PREFIX: &str = "pfs_";
@@ -21,7 +21,7 @@ const ANON_PREFIX: &str = "pfa_";
 
 /// A page to render.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Page {
+pub(crate) enum Page {
     Login(LoginView),
     Consent(Box<ConsentView>),
     Error(ErrorView),
@@ -29,7 +29,7 @@ pub enum Page {
 
 /// The result of an `/authorize` request.
 #[derive(Clone, PartialEq, Eq)]
-pub enum AuthorizeOutcome {
+pub(crate) enum AuthorizeOutcome {
     /// Render `page` with HTTP `status`.
     Page { page: Page, status: u16 },
     /// 303 See Other to `location`.
@@ -57,11 +57,11 @@ impl std::fmt::Debug for AuthorizeOutcome {
 
 /// A new login-session cookie value to set.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionCookie(pub Secret);
+pub(crate) struct SessionCookie(pub Secret);
 
 /// An outcome plus, possibly, a new session cookie.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuthorizeResponse {
+pub(crate) struct AuthorizeResponse {
     pub outcome: AuthorizeOutcome,
     pub set_session: Option<SessionCookie>,
     /// Seconds for `Retry-After` (throttled answers, status 429).
@@ -336,13 +336,14 @@ impl AuthServer {
     ///
     /// Throttled per client IP (`throttle.authorize_per_ip`); stores nothing: before login the
     /// session is an anonymous cookie the store never sees.
-    pub async fn authorize_get(
+    pub(crate) async fn authorize_get(
         &self,
         query: &str,
         session_cookie: Option<&str>,
         client_ip: Option<IpAddr>,
     ) -> AuthorizeResponse {
-        if let Err(retry) = self.take(LimitClass::Authorize, &ip_key(client_ip)).await {
+        let budget = self.budget(LimitClass::Authorize, client_ip, None);
+        if let Err(retry) = self.take(&budget).await {
             return too_many(retry);
         }
         let params = Params::parse(query);
@@ -386,7 +387,7 @@ impl AuthServer {
     }
 
     /// POST `/authorize` (form body): the login or the consent form.
-    pub async fn authorize_post(
+    pub(crate) async fn authorize_post(
         &self,
         body: &str,
         session_cookie: Option<&str>,
@@ -459,9 +460,9 @@ impl AuthServer {
         // Before any hashing, one unit of the IP's and of the (user, IP) budget; a right
         // password gives both back, so only failures count and nobody can lock a user out
         // from elsewhere.
-        let ip = ip_key(client_ip);
         let user_key: String = username.to_lowercase().chars().take(64).collect();
-        let user_ip = format!("{user_key}\u{0}{ip}");
+        let ip = self.budget(LimitClass::LoginIp, client_ip, None);
+        let user_ip = self.budget(LimitClass::LoginUserIp, client_ip, Some(&user_key));
         let throttled = |retry: u64| {
             self.observer.event(Event::LoginThrottled);
             page(
@@ -470,25 +471,20 @@ impl AuthServer {
             )
             .retry_after(retry)
         };
-        if let Err(retry) = self.take(LimitClass::LoginIp, &ip).await {
+        if let Err(retry) = self.take(&ip).await {
             return throttled(retry);
         }
-        if let Err(retry) = self.take(LimitClass::LoginUserIp, &user_ip).await {
-            self.limiter
-                .refund(LimitClass::LoginIp, &ip, self.clock.now_ms())
-                .await;
+        if let Err(retry) = self.take(&user_ip).await {
+            self.limiter.refund(&ip).await;
             return throttled(retry);
         }
         let verified = self.verify_login(&username, &password).await;
         let give_back = |reset_user: bool| async move {
-            let now_ms = self.clock.now_ms();
-            self.limiter.refund(LimitClass::LoginIp, &ip, now_ms).await;
+            self.limiter.refund(&ip).await;
             if reset_user {
-                self.limiter.reset(LimitClass::LoginUserIp, &user_ip).await;
+                self.limiter.reset(&user_ip).await;
             } else {
-                self.limiter
-                    .refund(LimitClass::LoginUserIp, &user_ip, now_ms)
-                    .await;
+                self.limiter.refund(&user_ip).await;
             }
         };
         let user = match verified {

@@ -13,13 +13,16 @@ use url::Url;
 
 use super::*;
 use crate::admin::Admin;
+use crate::auth_server::authorize::{AuthorizeOutcome, Page};
 use crate::cimd::FetchedDocument;
 use crate::config::{PasswordHashing, Quota};
 use crate::crypto::{Secret, pkce_s256};
 use crate::error::ValidationError;
 use crate::protocol::cimd::CimdError;
-use crate::server::authorize::{AuthorizeOutcome, Page};
 use crate::store::SqliteStore;
+
+mod limiter;
+use limiter::TestLimiter;
 
 const T0: u64 = 1_800_000_000;
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
@@ -57,7 +60,8 @@ fn config() -> OAuthConfig {
 async fn harness_with(cfg: OAuthConfig, fetcher: Option<Arc<dyn DocumentFetcher>>) -> H {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
     let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
-    let mut b = AuthServer::builder(cfg, store.clone()).clock(clock.clone());
+    let limiter = Arc::new(TestLimiter::new(clock.clone()));
+    let mut b = AuthServer::builder(cfg, store.clone(), limiter).clock(clock.clone());
     if let Some(f) = fetcher {
         b = b.document_fetcher(f);
     }
@@ -213,7 +217,7 @@ impl H {
         if let Some(s) = secret {
             p.push(("client_secret", s));
         }
-        self.s.token(&q(&p), None).await
+        self.s.token(&q(&p), None, None).await
     }
 
     async fn refresh(
@@ -230,7 +234,7 @@ impl H {
         if let Some(s) = secret {
             p.push(("client_secret", s));
         }
-        self.s.token(&q(&p), None).await
+        self.s.token(&q(&p), None, None).await
     }
 }
 
@@ -288,7 +292,7 @@ async fn full_flow_confidential_client() {
         ("client_id", &cid),
         ("client_secret", secret.as_deref().unwrap()),
     ]);
-    h.s.revoke(&revoke, None).await.unwrap();
+    h.s.revoke(&revoke, None, None).await.unwrap();
     assert!(
         matches!(
             v.validate(t2.access_token.expose()).await,
@@ -321,7 +325,7 @@ async fn public_client_with_loopback_port_and_basic_auth_client() {
         ("code_verifier", VERIFIER),
         ("client_id", &cid),
     ]);
-    assert!(h.s.token(&p, None).await.is_ok());
+    assert!(h.s.token(&p, None, None).await.is_ok());
 
     let (cid, secret) = h.register("client_secret_basic").await;
     let code = h.code(&cid).await;
@@ -335,7 +339,7 @@ async fn public_client_with_loopback_port_and_basic_auth_client() {
         ("redirect_uri", CALLBACK),
         ("code_verifier", VERIFIER),
     ]);
-    assert!(h.s.token(&p, Some(&basic)).await.is_ok());
+    assert!(h.s.token(&p, Some(&basic), None).await.is_ok());
 }
 
 #[tokio::test]
@@ -583,7 +587,7 @@ async fn wrong_resource_is_invalid_target() {
         ("resource", "https://elsewhere.example/mcp"),
     ]);
     assert_eq!(
-        h.s.token(&p, None).await.unwrap_err().code(),
+        h.s.token(&p, None, None).await.unwrap_err().code(),
         "invalid_target"
     );
 }
@@ -617,6 +621,7 @@ async fn unknown_scope_is_invalid_scope_and_subset_is_kept() {
                 ("client_id", &cid),
                 ("scope", "mcp:write"),
             ]),
+            None,
             None,
         )
         .await;
@@ -722,6 +727,7 @@ async fn expired_and_revoked_access_tokens() {
     h.s.revoke(
         &q(&[("token", t.access_token.expose()), ("client_id", &cid)]),
         None,
+        None,
     )
     .await
     .unwrap();
@@ -736,9 +742,13 @@ async fn expired_and_revoked_access_tokens() {
             .is_ok()
     );
     // unknown tokens: 200
-    h.s.revoke(&q(&[("token", "nonsense"), ("client_id", &cid)]), None)
-        .await
-        .unwrap();
+    h.s.revoke(
+        &q(&[("token", "nonsense"), ("client_id", &cid)]),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -760,7 +770,7 @@ async fn cimd_client_flow_and_lying_document() {
         ("code_verifier", VERIFIER),
         ("client_id", id),
     ]);
-    assert!(h.s.token(&p, None).await.is_ok());
+    assert!(h.s.token(&p, None, None).await.is_ok());
     // its redirect URIs are enforced
     let r =
         h.s.authorize_get(
@@ -979,7 +989,8 @@ async fn cookieless_authorize_gets_store_nothing_and_are_throttled() {
     let db = dir.path().join("oauth.db");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
     let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
-    let s = AuthServer::builder(config(), store.clone())
+    let limiter = Arc::new(TestLimiter::new(clock.clone()));
+    let s = AuthServer::builder(config(), store.clone(), limiter)
         .clock(clock.clone())
         .build()
         .await
@@ -1240,7 +1251,8 @@ async fn the_observer_sees_each_event_once() {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
     let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
     let seen = Arc::new(Seen::default());
-    let s = AuthServer::builder(config(), store.clone())
+    let limiter = Arc::new(TestLimiter::new(clock.clone()));
+    let s = AuthServer::builder(config(), store.clone(), limiter)
         .clock(clock.clone())
         .observer(seen.clone())
         .build()
@@ -1269,7 +1281,7 @@ async fn the_observer_sees_each_event_once() {
         .await
         .unwrap();
     let revoke = q(&[("token", a.access_token.expose()), ("client_id", &cid)]);
-    h.s.revoke(&revoke, None).await.unwrap();
+    h.s.revoke(&revoke, None, None).await.unwrap();
     assert!(h.exchange(&cid, None, &code, VERIFIER).await.is_err());
     assert_eq!(
         seen.take(),
@@ -1354,7 +1366,7 @@ impl H {
             ("client_id", client_id),
             ("resource", resource),
         ]);
-        self.s.token(&p, None).await
+        self.s.token(&p, None, None).await
     }
 
     async fn refresh_for(
@@ -1369,7 +1381,7 @@ impl H {
             ("client_id", client_id),
             ("resource", resource),
         ]);
-        self.s.token(&p, None).await
+        self.s.token(&p, None, None).await
     }
 }
 
@@ -1533,7 +1545,8 @@ async fn a_resource_removed_from_the_config_yields_no_more_tokens() {
     let t = h.exchange_for(&cid, &code, NOTES).await.unwrap();
     let mut cfg = two_resources();
     cfg.resources.retain(|e| e.url == PLANS);
-    let s = AuthServer::builder(cfg, h.store.clone())
+    let limiter = Arc::new(TestLimiter::new(h.clock.clone()));
+    let s = AuthServer::builder(cfg, h.store.clone(), limiter)
         .clock(h.clock.clone())
         .build()
         .await
@@ -1547,7 +1560,10 @@ async fn a_resource_removed_from_the_config_yields_no_more_tokens() {
         ("refresh_token", t.refresh_token.expose()),
         ("client_id", &cid),
     ]);
-    assert_eq!(s.token(&p, None).await.unwrap_err().code(), "invalid_grant");
+    assert_eq!(
+        s.token(&p, None, None).await.unwrap_err().code(),
+        "invalid_grant"
+    );
 }
 
 /// Review finding "DCR is open": however many clients one user registers, they hold at most

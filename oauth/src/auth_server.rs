@@ -15,14 +15,14 @@ use crate::model::{AuthMethod, ClientRecord};
 use crate::observe::{Event, Observer, Unobserved};
 use crate::protocol::cimd::{CimdError, is_document_client_id};
 use crate::protocol::{Client, Params, metadata, registration};
-use crate::ratelimit::{GcraLimiter, LimitClass, RateDecision, RateLimiter, ip_key};
 use crate::store::Store;
+use crate::throttle::{Budget, LimitClass, RateLimiter};
 use crate::validator::Validator;
 
 mod authorize;
 mod token;
 
-pub use authorize::{AuthorizeOutcome, AuthorizeResponse, Page, SessionCookie};
+pub(crate) use authorize::{AuthorizeOutcome, AuthorizeResponse, Page};
 
 /// Why the server could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -55,13 +55,13 @@ pub struct AuthServer {
     dummy_hash: tokio::sync::OnceCell<String>,
 }
 
-/// Builder for [`AuthServer`]; every dependency has a production default.
+/// Builder for [`AuthServer`]; every dependency but the store and the rate limiter has a
+/// production default.
 pub struct AuthServerBuilder {
     cfg: OAuthConfig,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    entropy: Arc<dyn Entropy>,
-    limiter: Option<Arc<dyn RateLimiter>>,
+    limiter: Arc<dyn RateLimiter>,
     fetcher: Option<Arc<dyn DocumentFetcher>>,
     observer: Arc<dyn Observer>,
 }
@@ -71,17 +71,9 @@ impl AuthServerBuilder {
         self.clock = clock;
         self
     }
-    pub fn entropy(mut self, entropy: Arc<dyn Entropy>) -> Self {
-        self.entropy = entropy;
-        self
-    }
-    /// Replaces the in-process GCRA limiter (e.g. by a redis one shared by several gateways).
-    pub fn rate_limiter(mut self, limiter: Arc<dyn RateLimiter>) -> Self {
-        self.limiter = Some(limiter);
-        self
-    }
     /// Replaces the https metadata-document fetcher (tests).
-    pub fn document_fetcher(mut self, fetcher: Arc<dyn DocumentFetcher>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn document_fetcher(mut self, fetcher: Arc<dyn DocumentFetcher>) -> Self {
         self.fetcher = Some(fetcher);
         self
     }
@@ -95,12 +87,10 @@ impl AuthServerBuilder {
     /// Validates the config and loads (or creates) the server key from the store.
     pub async fn build(self) -> Result<Arc<AuthServer>, BuildError> {
         self.cfg.validate()?;
+        let entropy: Arc<dyn Entropy> = Arc::new(OsEntropy);
         let mut candidate = [0u8; 32];
-        self.entropy.fill(&mut candidate);
+        entropy.fill(&mut candidate);
         let key = ServerKey::from_bytes(self.store.server_key(candidate).await?);
-        let limiter = self
-            .limiter
-            .unwrap_or_else(|| Arc::new(GcraLimiter::new(self.cfg.throttle.clone())));
         let fetcher = self
             .fetcher
             .unwrap_or_else(|| Arc::new(HttpFetcher::new(self.cfg.cimd.clone())));
@@ -115,8 +105,8 @@ impl AuthServerBuilder {
             cfg: Arc::new(self.cfg),
             store: self.store,
             clock: self.clock,
-            entropy: self.entropy,
-            limiter,
+            entropy,
+            limiter: self.limiter,
             key,
             validator,
             observer: self.observer,
@@ -137,19 +127,23 @@ pub(crate) enum ClientLookup {
 }
 
 impl AuthServer {
-    pub fn builder(cfg: OAuthConfig, store: Arc<dyn Store>) -> AuthServerBuilder {
+    /// A server on `store` whose throttles (`cfg.throttle`) are counted by `limiter`.
+    pub fn builder(
+        cfg: OAuthConfig,
+        store: Arc<dyn Store>,
+        limiter: Arc<dyn RateLimiter>,
+    ) -> AuthServerBuilder {
         AuthServerBuilder {
             cfg,
             store,
             clock: Arc::new(SystemClock),
-            entropy: Arc::new(OsEntropy),
-            limiter: None,
+            limiter,
             fetcher: None,
             observer: Arc::new(Unobserved),
         }
     }
 
-    pub fn config(&self) -> &OAuthConfig {
+    pub(crate) fn config(&self) -> &OAuthConfig {
         &self.cfg
     }
 
@@ -160,13 +154,8 @@ impl AuthServer {
     }
 
     /// The RFC 8414 document.
-    pub fn metadata(&self) -> serde_json::Value {
+    pub(crate) fn metadata(&self) -> serde_json::Value {
         metadata::authorization_server(&self.cfg)
-    }
-
-    /// The RFC 9728 document for the gateway.
-    pub fn protected_resource_metadata(&self) -> serde_json::Value {
-        metadata::protected_resource(&self.cfg)
     }
 
     pub(crate) fn now(&self) -> u64 {
@@ -185,9 +174,8 @@ impl AuthServer {
             if let Some(cached) = self.cimd.cached(client_id, now_ms) {
                 return cached.map_err(ClientLookup::Document);
             }
-            if let Err(retry_after_secs) =
-                self.take(LimitClass::CimdFetch, &ip_key(client_ip)).await
-            {
+            let budget = self.budget(LimitClass::CimdFetch, client_ip, None);
+            if let Err(retry_after_secs) = self.take(&budget).await {
                 return Err(ClientLookup::Throttled { retry_after_secs });
             }
             return self
@@ -203,18 +191,32 @@ impl AuthServer {
         }
     }
 
-    pub(crate) async fn throttle(&self, class: LimitClass, key: &str) -> Result<(), OAuthError> {
-        self.take(class, key)
-            .await
-            .map_err(|retry_after_secs| OAuthError::RateLimited { retry_after_secs })
+    /// The budget of `class` for `client_ip` (and, for logins per user, `username`), sized by
+    /// `[oauth.throttle]`.
+    pub(crate) fn budget<'a>(
+        &self,
+        class: LimitClass,
+        client_ip: Option<IpAddr>,
+        username: Option<&'a str>,
+    ) -> Budget<'a> {
+        Budget {
+            class,
+            ip: client_ip,
+            username,
+            quota: class.quota(&self.cfg.throttle),
+        }
     }
 
-    /// Takes one unit of `key`'s budget; `Err(retry_after_secs)` when there is none.
-    pub(crate) async fn take(&self, class: LimitClass, key: &str) -> Result<(), u64> {
-        match self.limiter.check(class, key, self.clock.now_ms()).await {
-            RateDecision::Allow => Ok(()),
-            RateDecision::Deny { retry_after_ms } => Err(retry_after_ms.div_ceil(1000).max(1)),
+    /// Takes one unit of `budget`; `Err(retry_after_secs)` when there is none. A zero quota
+    /// refuses every attempt without asking the limiter.
+    pub(crate) async fn take(&self, budget: &Budget<'_>) -> Result<(), u64> {
+        if budget.quota.burst == 0 || budget.quota.per_minute == 0 {
+            return Err(60);
         }
+        self.limiter
+            .check(budget)
+            .await
+            .map_err(|retry_after_ms| retry_after_ms.div_ceil(1000).max(1))
     }
 
     /// An argon2id hash to verify against when the user does not exist (equal timing).
@@ -234,13 +236,14 @@ impl AuthServer {
     }
 
     /// RFC 7591 registration. `body` is the JSON request; `client_ip` keys the rate limit.
-    pub async fn register(
+    pub(crate) async fn register(
         &self,
         body: &[u8],
         client_ip: Option<IpAddr>,
     ) -> Result<serde_json::Value, OAuthError> {
-        self.throttle(LimitClass::Register, &ip_key(client_ip))
-            .await?;
+        self.take(&self.budget(LimitClass::Register, client_ip, None))
+            .await
+            .map_err(|retry_after_secs| OAuthError::RateLimited { retry_after_secs })?;
         let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
             OAuthError::InvalidClientMetadata("the request body is not JSON".into())
         })?;
@@ -272,12 +275,8 @@ impl AuthServer {
 
     /// RFC 7009 revocation: access or refresh token; unknown tokens and tokens of other
     /// clients are ignored (200); a refresh token revokes its whole grant.
-    pub async fn revoke(&self, body: &str, authorization: Option<&str>) -> Result<(), OAuthError> {
-        self.revoke_from(body, authorization, None).await
-    }
-
-    /// [`AuthServer::revoke`] for a request from `client_ip` (its metadata-fetch budget).
-    pub async fn revoke_from(
+    /// `client_ip` is the request's (its metadata-fetch budget).
+    pub(crate) async fn revoke(
         &self,
         body: &str,
         authorization: Option<&str>,
