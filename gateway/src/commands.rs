@@ -21,7 +21,7 @@ use std::{
 use crate::{
     cli,
     config::{ConfigError, GatewayConfig, Settings},
-    logging, preflight, server, tokens,
+    logging, preflight, runtime, tokens,
 };
 use pforte_oauth::AdminError;
 
@@ -236,7 +236,7 @@ pub(crate) fn settings(
     if let Some(dir) = data_dir {
         cfg.data_dir = dir;
     }
-    cfg.listen = server::resolve_port(cfg.listen).map_err(bad_config)?;
+    cfg.listen = runtime::resolve_port(cfg.listen).map_err(bad_config)?;
     validated(cfg, env)
 }
 

@@ -26,7 +26,7 @@ mod preflight;
 mod proxy;
 mod reply;
 mod request_id;
-mod server;
+mod runtime;
 mod sessions;
 mod stdio;
 mod stores;

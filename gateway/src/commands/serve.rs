@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{config::UpstreamKind, logging, preflight, server, stores::Stores};
+use crate::{config::UpstreamKind, logging, preflight, runtime, stores::Stores};
 
 use super::{CmdResult, Env, Failure, harden_process, settings};
 
@@ -35,7 +35,7 @@ pub fn serve(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
         resources.join(", ")
     );
     let stores = Stores::open(&s.store).map_err(|e| Failure::Other(e.into()))?;
-    server::run(s, stores, Vec::new()).map_err(|e| Failure::Other(e.into()))
+    runtime::run(s, stores, Vec::new()).map_err(|e| Failure::Other(e.into()))
 }
 
 /// How `pforte check` names a route's upstream.

@@ -12,7 +12,7 @@ use std::{
 use crate::{
     cli,
     config::{RouteConfig, TlsFiles},
-    preflight, server,
+    preflight, runtime,
     stores::Stores,
     tls, tokens,
     up::{self, ServiceChild},
@@ -81,7 +81,7 @@ fn run(
     }
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
-    let listen = server::resolve_port(listen)?;
+    let listen = runtime::resolve_port(listen)?;
     let socket = up::socket_dir(&data_dir)
         .with_context(|| format!("creating {}", data_dir.join("run").display()))?
         .join("mcp.sock");
@@ -156,7 +156,7 @@ fn run(
     println!("Press Ctrl-C to stop.");
 
     let supervisor = background_service("mcp-service", child);
-    server::run(settings, stores, vec![Box::new(supervisor)])?;
+    runtime::run(settings, stores, vec![Box::new(supervisor)])?;
     Ok(ExitCode::SUCCESS)
 }
 

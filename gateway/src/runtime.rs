@@ -262,26 +262,7 @@ pub(crate) fn run(
         None => None,
     };
 
-    let conf = ServerConf {
-        threads: match settings.threads {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            n => n,
-        },
-        // Work stealing stays on (pingora's default). Measured with `pforte-bench --nginx`:
-        // without it (one single-threaded runtime per thread) the futex hand-offs go, but the
-        // upstream keep-alive pool is shared by the threads, so a reused connection wakes the
-        // other runtime (an eventfd write per request) and connections churn (reconnects):
-        // no faster, more CPU per request. See docs/performance.md.
-        grace_period_seconds: Some(0),
-        graceful_shutdown_timeout_seconds: Some(3),
-        pid_file: settings.data_dir.join("pforte.pid").display().to_string(),
-        upgrade_sock: settings
-            .data_dir
-            .join("pforte-upgrade.sock")
-            .display()
-            .to_string(),
-        ..ServerConf::default()
-    };
+    let conf = server_conf(&settings);
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
@@ -294,25 +275,7 @@ pub(crate) fn run(
             bridges.push(background_service(&format!("stdio {}", route.name), bridge));
         }
     }
-    let mut catalogs = Vec::with_capacity(settings.routes.len());
-    for route in &settings.routes {
-        let upstream = route.upstream.primary();
-        let catalog = Catalog::new(
-            upstream.http_url(),
-            CatalogOptions {
-                unix_socket: upstream.socket.clone(),
-                ca_file: route.upstream.ca_file().map(std::path::Path::to_path_buf),
-                ..CatalogOptions::default()
-            },
-        )
-        .map_err(|e| {
-            ServeError::Pingora(format!(
-                "route {:?}: the tool catalog client: {e}",
-                route.name
-            ))
-        })?;
-        catalogs.push(Arc::new(catalog));
-    }
+    let catalogs = route_catalogs(&settings)?;
     let sessions = match (&settings.store, oauth.runtime()) {
         (Site::Redis(url), Some(rt)) => {
             let _in_runtime = rt.enter();
@@ -321,17 +284,7 @@ pub(crate) fn run(
         }
         _ => Sessions::local(clock.clone(), SessionOptions::default()),
     };
-    let audit = match &settings.audit.sink {
-        AuditSink::Off => None,
-        sink => Some(
-            AuditLog::open_with(
-                sink,
-                crate::audit::DEFAULT_CAPACITY,
-                settings.audit.rotation,
-            )
-            .map_err(|e| ServeError::Pingora(e.to_string()))?,
-        ),
-    };
+    let audit = open_audit(&settings)?;
     let mut background: Vec<_> = catalogs
         .iter()
         .zip(&settings.routes)
@@ -374,38 +327,8 @@ pub(crate) fn run(
     let prober = prober
         .has_work()
         .then(|| background_service("instance prober", prober));
-    let mut app = pingora::proxy::HttpProxy::new(gateway, server.configuration.clone());
-    app.handle_init_modules();
-    // An HTTP/2 connection without open streams closes like an idle HTTP/1.1 one (whose
-    // keep-alive the proxy phase sets per request).
-    let mut options = pingora::apps::HttpServerOptions::default();
-    options.h2_idle_timeout = Some(std::time::Duration::from_secs(
-        settings.listen.keepalive_timeout_secs,
-    ));
-    app.server_options = Some(options);
-    let connections = conns::Connections::new(
-        settings.listen.max_connections_per_ip,
-        settings.admission.trusted_proxies.clone(),
-    );
-    let mut proxy = pingora::services::listening::Service::new(
-        "pforte".to_owned(),
-        conns::Capped::new(app, connections),
-    );
+    let proxy = public_service(gateway, &server, &settings)?;
     let listen = settings.listen.addr.to_string();
-    let endpoint = ListenerConfig::tcp(listen.clone())
-        .l4_buffer(downstream_buffers(settings.listen.tls.is_some()));
-    match &settings.listen.tls {
-        Some(files) => {
-            let mut tls = TlsSettings::intermediate(
-                &files.cert.display().to_string(),
-                &files.key.display().to_string(),
-            )
-            .map_err(|e| ServeError::Pingora(format!("loading TLS files: {e}")))?;
-            tls.enable_h2();
-            proxy.add_listener(endpoint.tls(tls));
-        }
-        None => proxy.add_listener(endpoint),
-    }
     server.add_service(proxy);
     server.add_service(maintenance);
     if let Some(service) = prober {
@@ -441,6 +364,113 @@ pub(crate) fn run(
         None => tracing::info!("stopped"),
     }
     Ok(())
+}
+
+/// The public listener's service: the gateway's phases, each connection holding a slot of its
+/// client IP, on TLS (HTTP/2 offered) or plain TCP.
+fn public_service(
+    gateway: Gateway,
+    server: &Server,
+    settings: &Settings,
+) -> Result<
+    pingora::services::listening::Service<conns::Capped<pingora::proxy::HttpProxy<Gateway>>>,
+    ServeError,
+> {
+    let mut app = pingora::proxy::HttpProxy::new(gateway, server.configuration.clone());
+    app.handle_init_modules();
+    // An HTTP/2 connection without open streams closes like an idle HTTP/1.1 one (whose
+    // keep-alive the proxy phase sets per request).
+    let mut options = pingora::apps::HttpServerOptions::default();
+    options.h2_idle_timeout = Some(std::time::Duration::from_secs(
+        settings.listen.keepalive_timeout_secs,
+    ));
+    app.server_options = Some(options);
+    let connections = conns::Connections::new(
+        settings.listen.max_connections_per_ip,
+        settings.admission.trusted_proxies.clone(),
+    );
+    let mut proxy = pingora::services::listening::Service::new(
+        "pforte".to_owned(),
+        conns::Capped::new(app, connections),
+    );
+    let endpoint = ListenerConfig::tcp(settings.listen.addr.to_string())
+        .l4_buffer(downstream_buffers(settings.listen.tls.is_some()));
+    match &settings.listen.tls {
+        Some(files) => {
+            let mut tls = TlsSettings::intermediate(
+                &files.cert.display().to_string(),
+                &files.key.display().to_string(),
+            )
+            .map_err(|e| ServeError::Pingora(format!("loading TLS files: {e}")))?;
+            tls.enable_h2();
+            proxy.add_listener(endpoint.tls(tls));
+        }
+        None => proxy.add_listener(endpoint),
+    }
+    Ok(proxy)
+}
+
+/// pingora's settings: threads, shutdown timing, the pid file and upgrade socket in the data dir.
+fn server_conf(settings: &Settings) -> ServerConf {
+    ServerConf {
+        threads: match settings.threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        },
+        // Work stealing stays on (pingora's default). Measured with `pforte-bench --nginx`:
+        // without it (one single-threaded runtime per thread) the futex hand-offs go, but the
+        // upstream keep-alive pool is shared by the threads, so a reused connection wakes the
+        // other runtime (an eventfd write per request) and connections churn (reconnects):
+        // no faster, more CPU per request. See docs/performance.md.
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(3),
+        pid_file: settings.data_dir.join("pforte.pid").display().to_string(),
+        upgrade_sock: settings
+            .data_dir
+            .join("pforte-upgrade.sock")
+            .display()
+            .to_string(),
+        ..ServerConf::default()
+    }
+}
+
+/// One tool catalog per route, each an MCP client of the route's (first) upstream.
+fn route_catalogs(settings: &Settings) -> Result<Vec<Arc<Catalog>>, ServeError> {
+    let mut catalogs = Vec::with_capacity(settings.routes.len());
+    for route in &settings.routes {
+        let upstream = route.upstream.primary();
+        let catalog = Catalog::new(
+            upstream.http_url(),
+            CatalogOptions {
+                unix_socket: upstream.socket.clone(),
+                ca_file: route.upstream.ca_file().map(std::path::Path::to_path_buf),
+                ..CatalogOptions::default()
+            },
+        )
+        .map_err(|e| {
+            ServeError::Pingora(format!(
+                "route {:?}: the tool catalog client: {e}",
+                route.name
+            ))
+        })?;
+        catalogs.push(Arc::new(catalog));
+    }
+    Ok(catalogs)
+}
+
+/// The audit log, when one is configured.
+fn open_audit(settings: &Settings) -> Result<Option<AuditLog>, ServeError> {
+    Ok(match &settings.audit.sink {
+        AuditSink::Off => None,
+        sink => Some(
+            AuditLog::open_with(
+                sink,
+                crate::audit::DEFAULT_CAPACITY,
+                settings.audit.rotation,
+            )
+            .map_err(|e| ServeError::Pingora(e.to_string()))?,
+        ),
+    })
 }
 
 #[cfg(test)]
