@@ -23,6 +23,7 @@ pub mod server;
 pub mod sessions;
 pub mod stdio;
 pub mod stores;
+pub(crate) mod streams;
 pub mod tls;
 pub mod tokens;
 pub mod up;

@@ -96,7 +96,7 @@ struct Exchange {
     /// A `DELETE` of this session: its record goes when the upstream agrees.
     ends_session: Option<String>,
     /// An SSE stream's slot among the principal's; released when the context drops.
-    stream: Option<crate::sessions::StreamSlot>,
+    stream: Option<crate::streams::StreamSlot>,
 }
 
 /// What the `/mcp` admission consults besides credentials: each route's tool catalog, the
@@ -107,7 +107,7 @@ pub struct McpEdge {
     pub catalogs: Vec<Arc<Catalog>>,
     pub sessions: Arc<Sessions>,
     /// Open SSE streams per principal.
-    pub streams: Arc<crate::sessions::Streams>,
+    pub streams: Arc<crate::streams::Streams>,
     pub audit: Option<AuditLog>,
 }
 
