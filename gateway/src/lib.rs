@@ -30,6 +30,7 @@ mod runtime;
 mod sessions;
 mod stdio;
 mod stores;
+mod streams;
 mod tls;
 mod tokens;
 mod up;

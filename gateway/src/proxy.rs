@@ -27,7 +27,8 @@ use crate::{
     metrics::Metrics,
     oauth::AuthService,
     reply::{self, Rejection, Reply},
-    sessions::{Sessions, Streams},
+    sessions::Sessions,
+    streams::Streams,
     tokens::TokenCache,
 };
 

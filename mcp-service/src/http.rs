@@ -9,7 +9,7 @@ use rmcp::transport::streamable_http_server::{
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::ServiceConfig, server::PlanService, tools::Planner};
+use crate::{config::ServiceConfig, surface::PlanService, tools::Planner};
 
 /// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`. Every session shares the
 /// planner (engine and store).

@@ -11,6 +11,6 @@ pub mod ids;
 pub mod plan_cli;
 pub mod prompts;
 pub mod pull_doc;
-pub mod server;
 pub mod store;
+pub mod surface;
 pub mod tools;

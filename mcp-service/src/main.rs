@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use mcp_service::{config::ServiceConfig, http, server::PlanService};
+use mcp_service::{config::ServiceConfig, http, surface::PlanService};
 
 /// Settings every store-using command shares.
 #[derive(clap::Args)]

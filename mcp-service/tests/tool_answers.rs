@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use mcp_service::engine::{Engine, EngineConfig, EngineError};
 use mcp_service::ids::SequentialIds;
-use mcp_service::server::catalog;
 use mcp_service::store::SqliteStore;
+use mcp_service::surface::catalog;
 use mcp_service::tools::answer::{WhoamiAnswer, to_value};
 use mcp_service::tools::input::{
     AddNodeInput, ApplyOpsInput, CheckInput, CreateInput, HistoryInput, InspectInput,

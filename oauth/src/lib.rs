@@ -35,13 +35,6 @@ pub use store::{RedisStore, SqliteStore, Store};
 pub use throttle::{Budget, LimitClass, RateLimiter};
 pub use validator::{ValidToken, Validator};
 
-/// The old path of [`private_dir`], still named by `gateway/src/stdio.rs` (not this change's
-/// to edit); remove once it calls `pforte_oauth::private_dir`.
-#[doc(hidden)]
-pub mod private_fs {
-    pub use crate::owner_only::private_dir;
-}
-
 /// What the fuzz targets in `fuzz/` reach: the parsers of untrusted input and the records they
 /// check against. Not an API.
 #[doc(hidden)]

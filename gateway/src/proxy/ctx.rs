@@ -11,7 +11,8 @@ use crate::{
     mcp::Message,
     metrics::{OpenStream, RouteLabel},
     reply::{Framing, Rejection},
-    sessions::{Holder, StreamSlot},
+    sessions::Holder,
+    streams::StreamSlot,
 };
 
 /// Per-request state shared by the phases.

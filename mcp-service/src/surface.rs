@@ -1,43 +1,41 @@
 //! The MCP surface: tools, resources, resource templates, prompts and server info. Handlers
 //! stay thin: they parse arguments, read who is calling (through `identity` and the
 //! handshake's `clientInfo`) and delegate to `tools::Planner`; `tools::error` turns failures
-//! into tool errors.
+//! into tool errors. The resources (the guide and the documents) are listed and read in
+//! [`resources`].
+
+mod resources;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rmcp::{
-    ErrorData as McpError, RoleServer, ServerHandler,
-    handler::server::{router::tool::ToolRouter, wrapper::Parameters},
-    model::{
-        CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
-        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, MetaObject,
-        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-        ReadResourceResult, Resource, ResourceContents, ResourceTemplate, ServerCapabilities,
-        ServerConfig,
-    },
-    service::RequestContext,
-    tool, tool_handler, tool_router,
-};
-use serde_json::json;
-
 use crate::{
-    guide,
     identity::Identity,
     prompts,
     tools::{
-        Answer, Caller, DOC_URI_TEMPLATE, Edit, Planner, ToolError,
+        Answer, Caller, Edit, Planner, ToolError,
         answer::{
             self, CheckAnswer, CreateAnswer, EditAnswer, HistoryAnswer, InspectAnswer, ReadAnswer,
             WhoamiAnswer, output_schema,
         },
-        doc_uri,
         input::{
             AddNodeInput, ApplyOpsInput, CheckInput, CreateInput, HistoryInput, InspectInput,
             MoveNodeInput, ReadInput, RemoveNodeInput, SetSizeInput, SetStatusInput, WriteInput,
         },
         render, schema,
     },
+};
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    handler::server::{router::tool::ToolRouter, wrapper::Parameters},
+    model::{
+        CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+        ServerCapabilities, ServerConfig,
+    },
+    service::RequestContext,
+    tool, tool_handler, tool_router,
 };
 
 /// What every session learns at `initialize`: the two forms, `base` and the guard rails,
@@ -418,10 +416,6 @@ impl PlanService {
     }
 }
 
-fn store_failure(e: &ToolError) -> McpError {
-    McpError::internal_error(e.to_string(), None)
-}
-
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for PlanService {
     fn get_info(&self) -> ServerConfig {
@@ -459,33 +453,7 @@ impl ServerHandler for PlanService {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let guide = Resource::new(guide::URI, "guide")
-            .with_title("Werkbaum notation guide")
-            .with_description("How to read and write Werkbaum plans; read this first.")
-            .with_mime_type(guide::MIME)
-            .with_size(guide::TEXT.len() as u64);
-        let docs = self
-            .planner
-            .list_documents()
-            .await
-            .map_err(|e| store_failure(&e))?;
-        let mut items = vec![guide];
-        items.extend(docs.into_iter().map(|d| {
-            Resource::new(doc_uri(&d.uuid), d.title.clone())
-                .with_title(d.title.clone())
-                .with_description(format!(
-                    "Werkbaum plan \"{}\" (document {}, version {})",
-                    d.title, d.uuid, d.version
-                ))
-                .with_mime_type("text/plain")
-                .with_meta(MetaObject(
-                    json!({"document": d.uuid, "version": d.version, "checksum": d.checksum})
-                        .as_object()
-                        .cloned()
-                        .unwrap_or_default(),
-                ))
-        }));
-        Ok(ListResourcesResult::with_all_items(items))
+        resources::list(&self.planner).await
     }
 
     async fn list_resource_templates(
@@ -493,14 +461,7 @@ impl ServerHandler for PlanService {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let template = ResourceTemplate::new(DOC_URI_TEMPLATE, "werkbaum-document")
-            .with_title("Werkbaum plan document")
-            .with_description(
-                "A shared Werkbaum plan by uuid; version and checksum are in _meta (use them as \
-                 `base` when writing).",
-            )
-            .with_mime_type("text/plain");
-        Ok(ListResourceTemplatesResult::with_all_items(vec![template]))
+        Ok(resources::templates())
     }
 
     async fn read_resource(
@@ -508,34 +469,7 @@ impl ServerHandler for PlanService {
         request: ReadResourceRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        if request.uri == guide::URI {
-            let contents =
-                ResourceContents::text(guide::TEXT, guide::URI).with_mime_type(guide::MIME);
-            return Ok(ReadResourceResult::new(vec![contents]).into());
-        }
-        if let Some(uuid) = request.uri.strip_prefix("werkbaum://doc/") {
-            return match self.planner.document(uuid).await {
-                Ok(d) => {
-                    let meta = json!({
-                        "document": d.uuid, "title": d.title,
-                        "version": d.version, "checksum": d.checksum,
-                    });
-                    let contents = ResourceContents::text(d.text, request.uri.clone())
-                        .with_mime_type("text/plain")
-                        .with_meta(MetaObject(meta.as_object().cloned().unwrap_or_default()));
-                    Ok(ReadResourceResult::new(vec![contents]).into())
-                }
-                Err(ToolError::UnknownDocument(_)) => Err(McpError::resource_not_found(
-                    format!("no document {uuid} on this server"),
-                    Some(json!({ "uri": request.uri })),
-                )),
-                Err(e) => Err(store_failure(&e)),
-            };
-        }
-        Err(McpError::resource_not_found(
-            format!("no resource {}", request.uri),
-            Some(json!({ "uri": request.uri })),
-        ))
+        resources::read(&self.planner, request).await
     }
 
     async fn list_prompts(
@@ -570,158 +504,4 @@ impl ServerHandler for PlanService {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    /// What hosts hand to the model: name, title, description and inputSchema of every tool.
-    fn model_bytes() -> usize {
-        let tools: Vec<_> = catalog()
-            .list_all()
-            .into_iter()
-            .map(|t| {
-                json!({
-                    "name": t.name, "title": t.title,
-                    "description": t.description, "inputSchema": t.input_schema,
-                })
-            })
-            .collect();
-        assert_eq!(tools.len(), 13);
-        serde_json::to_string(&tools).unwrap().len()
-    }
-
-    #[test]
-    fn what_the_model_reads_stays_under_10_000_bytes() {
-        let bytes = model_bytes();
-        println!("tools/list as the model reads it: {bytes} bytes");
-        assert!(bytes <= 10_000, "{bytes} bytes");
-    }
-
-    /// (name, readOnly, destructive, idempotent) of every tool; the gateway derives `mcp:read`
-    /// / `mcp:write` from `readOnlyHint`, so this table is part of the authorization contract.
-    const ANNOTATIONS: [(&str, bool, Option<bool>, Option<bool>); 13] = [
-        ("werkbaum_add_node", false, Some(false), Some(false)),
-        ("werkbaum_apply_ops", false, Some(true), Some(false)),
-        ("werkbaum_check", true, None, None),
-        ("werkbaum_create", false, Some(false), Some(false)),
-        ("werkbaum_history", true, None, None),
-        ("werkbaum_inspect", true, None, None),
-        ("werkbaum_move_node", false, Some(false), Some(true)),
-        ("werkbaum_read", true, None, None),
-        ("werkbaum_remove_node", false, Some(true), Some(false)),
-        ("werkbaum_set_size", false, Some(false), Some(true)),
-        ("werkbaum_set_status", false, Some(false), Some(true)),
-        ("werkbaum_write", false, Some(true), Some(true)),
-        ("whoami", true, None, None),
-    ];
-
-    #[test]
-    fn every_tool_has_a_title_an_output_schema_and_pinned_annotations() {
-        let tools = catalog().list_all();
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-        let pinned: Vec<&str> = ANNOTATIONS.iter().map(|a| a.0).collect();
-        assert_eq!(names, pinned);
-        for (tool, (name, read_only, destructive, idempotent)) in tools.iter().zip(ANNOTATIONS) {
-            let title = tool.title.as_deref().unwrap_or_default();
-            assert!(
-                !title.is_empty() && title != name,
-                "{name}: title {title:?}"
-            );
-            let out = tool.output_schema.as_ref().unwrap();
-            assert_eq!(out["type"], "object", "{name}");
-            let a = tool.annotations.as_ref().unwrap();
-            assert_eq!(a.read_only_hint, Some(read_only), "{name}");
-            assert_eq!(a.destructive_hint, destructive, "{name}");
-            assert_eq!(a.idempotent_hint, idempotent, "{name}");
-            assert_eq!(a.open_world_hint, Some(false), "{name}");
-            assert_eq!(
-                tool.input_schema.get("additionalProperties"),
-                Some(&serde_json::Value::Bool(false)),
-                "{name}"
-            );
-            let d = tool.description.as_deref().unwrap_or_default();
-            assert!(
-                !d.contains("Give `text`") && d.len() <= 300,
-                "{name}: the shared explanation lives in the instructions: {d}"
-            );
-        }
-    }
-
-    #[test]
-    fn read_and_write_tools_follow_the_annotations() {
-        let router = catalog();
-        let mut write = write_tools(&router);
-        write.sort();
-        assert_eq!(
-            write,
-            [
-                "werkbaum_add_node",
-                "werkbaum_apply_ops",
-                "werkbaum_create",
-                "werkbaum_move_node",
-                "werkbaum_remove_node",
-                "werkbaum_set_size",
-                "werkbaum_set_status",
-                "werkbaum_write",
-            ]
-        );
-        let read: Vec<String> = router
-            .list_all()
-            .into_iter()
-            .map(|t| t.name.into_owned())
-            .filter(|n| !write.contains(n))
-            .collect();
-        assert_eq!(
-            read,
-            [
-                "werkbaum_check",
-                "werkbaum_history",
-                "werkbaum_inspect",
-                "werkbaum_read",
-                "whoami"
-            ]
-        );
-    }
-
-    #[test]
-    fn unknown_arguments_are_named_with_the_accepted_ones() {
-        let router = catalog();
-        let schema = &router.get("werkbaum_inspect").unwrap().input_schema;
-        let args = json!({"txt": "x", "text": "y", "depth": 2});
-        let (unknown, accepted) = unknown_arguments(schema, args.as_object()).unwrap();
-        assert_eq!(unknown, ["depth", "txt"]);
-        assert_eq!(accepted, ["document", "id", "include", "text"]);
-        assert!(unknown_arguments(schema, json!({"text": "y"}).as_object()).is_none());
-        assert!(unknown_arguments(schema, None).is_none());
-        let e = ToolError::UnknownArguments { unknown, accepted };
-        assert_eq!(e.code(), "unknownArguments");
-        assert_eq!(
-            e.to_string(),
-            "unknown arguments `depth`, `txt`; this tool accepts `document`, `id`, `include`, \
-             `text`"
-        );
-        let whoami = &router.get("whoami").unwrap().input_schema;
-        let (unknown, _) = unknown_arguments(whoami, json!({"x": 1}).as_object()).unwrap();
-        assert_eq!(unknown, ["x"]);
-        // The check tool offers only what it uses.
-        let check = &router.get("werkbaum_check").unwrap().input_schema;
-        let (unknown, _) =
-            unknown_arguments(check, json!({"allowProd": true}).as_object()).unwrap();
-        assert_eq!(unknown, ["allowProd"]);
-    }
-
-    #[test]
-    fn the_shared_explanation_lives_in_instructions_and_the_guide() {
-        for needle in [
-            "`text`",
-            "`document`",
-            "`base",
-            "allowWarnings",
-            "allowProd",
-            "[^]",
-        ] {
-            assert!(INSTRUCTIONS.contains(needle), "instructions lack {needle}");
-            assert!(guide::TEXT.contains(needle), "guide lacks {needle}");
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,76 @@
+//! Tests of the tool catalog: the refresh throttle, reading pages and answers, an empty catalog.
+
+use super::*;
+
+#[test]
+fn miss_refresh_throttle() {
+    let five = Duration::from_secs(5);
+    assert!(miss_may_refresh(None, 0, five));
+    assert!(!miss_may_refresh(Some(1_000), 5_999, five));
+    assert!(miss_may_refresh(Some(1_000), 6_000, five));
+    // A clock that went backwards does not refresh.
+    assert!(!miss_may_refresh(Some(9_000), 1_000, five));
+}
+
+#[test]
+fn pages_take_name_and_read_only_hint() {
+    let mut tools = HashMap::new();
+    let page = json!({
+        "tools": [
+            { "name": "r", "annotations": { "readOnlyHint": true } },
+            { "name": "w", "annotations": { "readOnlyHint": false } },
+            { "name": "plain" },
+            { "name": "odd", "annotations": { "readOnlyHint": "yes" } },
+            { "title": "nameless" },
+        ],
+        "nextCursor": "c2",
+    });
+    assert_eq!(
+        read_tools_page(&page, &mut tools).unwrap().as_deref(),
+        Some("c2")
+    );
+    assert_eq!(tools.len(), 4);
+    assert_eq!(lookup(tools.get("r").copied()), Lookup::ReadOnly);
+    assert_eq!(lookup(tools.get("w").copied()), Lookup::Writes);
+    assert_eq!(lookup(tools.get("plain").copied()), Lookup::Writes);
+    assert_eq!(lookup(tools.get("odd").copied()), Lookup::Writes);
+    assert_eq!(lookup(tools.get("nope").copied()), Lookup::Unknown);
+    let last = json!({ "tools": [] });
+    assert_eq!(read_tools_page(&last, &mut tools).unwrap(), None);
+    assert!(read_tools_page(&json!({}), &mut tools).is_err());
+}
+
+#[test]
+fn results_and_errors() {
+    let ok = json!({ "jsonrpc": "2.0", "id": 1, "result": { "a": 1 } });
+    assert_eq!(into_result(ok).unwrap(), json!({ "a": 1 }));
+    let err = json!({ "jsonrpc": "2.0", "id": 1, "error": { "code": -32601, "message": "m" } });
+    assert!(matches!(
+        into_result(err),
+        Err(CatalogError::JsonRpc { code: -32601, .. })
+    ));
+    assert!(is_list_changed(
+        br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#
+    ));
+    assert!(!is_list_changed(b""));
+}
+
+#[tokio::test]
+async fn empty_catalog_answers_unknown_within_the_bound() {
+    // Nothing listens on this port: the refresh fails fast, the answer is Unknown.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let opts = CatalogOptions {
+        miss_wait: Duration::from_millis(500),
+        ..CatalogOptions::default()
+    };
+    let catalog = Arc::new(Catalog::new(format!("http://127.0.0.1:{port}/mcp"), opts).unwrap());
+    assert_eq!(catalog.tool("x"), Lookup::Unknown);
+    let started = Instant::now();
+    assert_eq!(catalog.tool_or_refresh("x").await, Lookup::Unknown);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(catalog.generation(), 0);
+}

@@ -1,0 +1,238 @@
+//! The live children of one stdio route: a child per MCP session (by session id, with the
+//! person who opened it) and the pool for stateless requests; starting them, picking a pool
+//! child, reaping idle ones and stopping them all.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex, MutexGuard, OnceLock, atomic::AtomicU64},
+    time::{Duration, Instant},
+};
+
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use super::{
+    INIT_TIMEOUT, StdioSpec,
+    conn::{self, Conn},
+    decide::{self, CapRefusal},
+    exec::{ChildCommand, Spawner},
+    reply,
+};
+
+/// One session: who opened it and its child.
+pub(super) struct Session {
+    /// The person who opened it ([`person`](super::handlers::person)); None for the gateway's
+    /// own session.
+    pub(super) principal: Option<String>,
+    pub(super) conn: Arc<Conn>,
+}
+
+/// Every live child of the route.
+#[derive(Default)]
+pub(super) struct Children {
+    pub(super) sessions: HashMap<String, Session>,
+    pub(super) pool: Vec<Arc<Conn>>,
+}
+
+impl Children {
+    /// The children the caps count: every client session's and the pool's.
+    pub(super) fn live(&self) -> usize {
+        self.sessions
+            .values()
+            .filter(|s| s.principal.is_some())
+            .count()
+            + self.pool.len()
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) spec: StdioSpec,
+    pub(super) launcher: PathBuf,
+    pub(super) ids: Arc<AtomicU64>,
+    pub(super) children: Mutex<Children>,
+    pub(super) spawner: OnceLock<Spawner>,
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Children> {
+        self.children
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn command(&self) -> ChildCommand {
+        ChildCommand {
+            launcher: self.launcher.clone(),
+            command: self.spec.command.clone(),
+            env: ChildCommand::clean_env(
+                &self.spec.env,
+                std::env::var_os("PATH"),
+                match &self.spec.run_as {
+                    Some(who) => Some(who.home.clone().into_os_string()),
+                    None => std::env::var_os("HOME"),
+                },
+            ),
+            cwd: self.spec.cwd.clone(),
+            run_as: self.spec.run_as.clone(),
+            max_line_bytes: self.spec.max_line_bytes,
+        }
+    }
+
+    pub(super) fn start_conn(
+        &self,
+        init_params: Option<Value>,
+        initialized: bool,
+    ) -> Option<(Arc<Conn>, conn::Ready)> {
+        let spawner = self.spawner.get()?.clone();
+        Some(Conn::start(
+            &self.spec.route,
+            self.command(),
+            spawner,
+            self.ids.clone(),
+            init_params,
+            initialized,
+        ))
+    }
+
+    pub(super) fn session(&self, id: &str) -> Option<Arc<Conn>> {
+        self.lock().sessions.get(id).map(|s| s.conn.clone())
+    }
+
+    /// Stops sessions and pool children that were idle too long (or stopped for good).
+    pub(super) fn reap_idle(&self, now: Instant) {
+        let timeout = self.spec.idle_timeout;
+        let mut gone = Vec::new();
+        {
+            let mut children = self.lock();
+            children.sessions.retain(|id, s| {
+                let keep = !s.conn.is_stopped() && !s.conn.idle_expired(now, timeout);
+                if !keep {
+                    tracing::info!(route = %self.spec.route, session = %short(id), "stdio session ended (idle or stopped)");
+                    gone.push(s.conn.clone());
+                }
+                keep
+            });
+            children.pool.retain(|c| {
+                let keep = !c.is_stopped() && !c.idle_expired(now, timeout);
+                if !keep {
+                    gone.push(c.clone());
+                }
+                keep
+            });
+        }
+        for conn in gone {
+            tokio::spawn(async move { conn.stop_and_wait().await });
+        }
+    }
+
+    /// Stops every child without the runtime (pingora shuts the runtimes down right after the
+    /// shutdown signal, cancelling async work, and a dropped bridge must not wait for one):
+    /// stdin closed, SIGTERM to each process group, SIGKILL after [`conn::SUPERVISOR_GRACE`]
+    /// (each supervisor ends its command's tree itself before that).
+    pub(super) fn stop_all_blocking(&self) {
+        let all: Vec<Arc<Conn>> = {
+            let mut children = self.lock();
+            let sessions = children.sessions.drain().map(|(_, s)| s.conn);
+            let mut all: Vec<_> = sessions.collect();
+            all.append(&mut children.pool);
+            all
+        };
+        let pids: Vec<u32> = all.iter().filter_map(|c| c.pid()).collect();
+        for conn in &all {
+            conn.stop();
+            conn.close_stdin();
+        }
+        for pid in &pids {
+            conn::signal_group(*pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + conn::SUPERVISOR_GRACE;
+        while Instant::now() < deadline && !pids.iter().all(|p| conn::has_exited(*p)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for pid in pids {
+            // Also whatever the child started in its group.
+            conn::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        if !all.is_empty() {
+            tracing::info!(route = %self.spec.route, children = all.len(), "stdio servers stopped");
+        }
+    }
+
+    pub(super) fn forget(&self, session_id: &str, conn: &Arc<Conn>) {
+        self.lock().sessions.remove(session_id);
+        let conn = conn.clone();
+        tokio::spawn(async move { conn.stop_and_wait().await });
+    }
+
+    /// A pool child for a stateless request: the least busy one, or a new one while the pool
+    /// is not full and every child is busy.
+    pub(super) async fn pool_conn(&self) -> Result<Arc<Conn>, (StatusCode, String)> {
+        let route = &self.spec.route;
+        if self.spec.pool == 0 {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("the stdio route `{route}` serves sessions only: initialize first"),
+            ));
+        }
+        let (conn, ready) = {
+            let mut children = self.lock();
+            let least_busy = |up_only: bool| {
+                children
+                    .pool
+                    .iter()
+                    .filter(|c| !up_only || c.is_up())
+                    .min_by_key(|c| c.in_flight())
+                    .cloned()
+            };
+            let best = least_busy(true);
+            let can_grow = children.pool.len() < self.spec.pool
+                && decide::admit(children.live(), self.spec.max_children, 0, 1).is_ok();
+            let want_grow = best.as_ref().is_none_or(|c| c.in_flight() > 0);
+            if let Some(c) = best
+                && !(want_grow && can_grow)
+            {
+                return Ok(c);
+            }
+            if !can_grow {
+                // A child that is (re)starting answers with an error naming the wait.
+                if let Some(c) = least_busy(false) {
+                    return Ok(c);
+                }
+                let refusal = decide::admit(children.live(), self.spec.max_children, 0, 1)
+                    .err()
+                    .unwrap_or(CapRefusal::Route {
+                        max: self.spec.max_children,
+                    });
+                return Err((
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    reply::cap_message(route, refusal),
+                ));
+            }
+            let Some((conn, ready)) = self.start_conn(None, true) else {
+                return Err((
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the stdio bridge is not running".to_owned(),
+                ));
+            };
+            children.pool.push(conn.clone());
+            (conn, ready)
+        };
+        match tokio::time::timeout(INIT_TIMEOUT, ready).await {
+            Ok(Ok(Ok(_))) => Ok(conn),
+            _ => {
+                self.lock().pool.retain(|c| !Arc::ptr_eq(c, &conn));
+                conn.stop();
+                Err((
+                    StatusCode::BAD_GATEWAY,
+                    format!("the stdio server `{route}` did not start"),
+                ))
+            }
+        }
+    }
+}
+
+/// The first characters of a session id, for logs.
+pub(super) fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
