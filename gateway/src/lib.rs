@@ -4,8 +4,6 @@
 //! workspace's tests, benchmarks and fuzz targets reach the parts they exercise through
 //! `for_tests`, which is not an API.
 
-#![warn(unreachable_pub)]
-
 mod audit;
 mod auth;
 mod balance;

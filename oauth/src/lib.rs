@@ -2,7 +2,6 @@
 //! validator the gateway calls on every request, admin functions and thin axum adapters.
 //!
 //! Every module is private; what other crates use is re-exported here, and nothing else.
-#![warn(unreachable_pub)]
 
 mod admin;
 mod auth_server;
