@@ -805,7 +805,7 @@ mod tests {
 
     #[tokio::test]
     async fn redis_counts_sessions_per_owner() {
-        let Some(redis) = pforte_test_redis::RedisServer::start() else {
+        let Some(redis) = pforte_test_support::RedisServer::start() else {
             return;
         };
         let sessions = Sessions::redis(&redis.url(), "t:", SessionOptions::default()).unwrap();
@@ -901,7 +901,7 @@ mod tests {
 
     #[tokio::test]
     async fn redis_keeps_the_instance_for_every_gateway_and_reads_old_records() {
-        let Some(redis) = pforte_test_redis::RedisServer::start() else {
+        let Some(redis) = pforte_test_support::RedisServer::start() else {
             return;
         };
         let opts = SessionOptions {

@@ -926,7 +926,7 @@ pub fn parse_challenge(header: &str) -> Option<(String, HashMap<String, String>)
     }
 }
 
-pub use pforte_test_redis::{RedisServer, free_port, in_ci, skip, which};
+pub use pforte_test_support::{RedisServer, free_port, in_ci, skip, which};
 
 pub mod conformance;
 pub mod oauth;

@@ -6,7 +6,7 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use nix::sys::signal::Signal;
-use pforte_test_redis::RedisServer;
+use pforte_test_support::RedisServer;
 use pforte_tests::{
     Gateway, GatewayOptions, McpService, PforteUp, Proc, bin, http_client, mcp_client,
     oauth::{access_token, mcp_status},
