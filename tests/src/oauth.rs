@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use url::Url;
 
-use crate::Gateway;
+use crate::{Gateway, McpClient};
 
 pub use pforte_test_support::{Form, tags};
 
@@ -76,7 +76,7 @@ impl Browser {
     }
 
     pub fn for_gateway(gw: &Gateway) -> Self {
-        Self::new(gw.cert.as_ref().map(|c| c.cert_pem.as_str()))
+        Self::new(gw.ca_pem())
     }
 
     async fn page(url: Url, resp: reqwest::Response) -> anyhow::Result<Page> {
@@ -160,12 +160,8 @@ impl Discovered {
 /// What an MCP client does first: an unauthenticated POST to the MCP URL (401 with a
 /// `resource_metadata` challenge), RFC 9728 metadata, then RFC 8414 metadata of the issuer.
 pub async fn discover(http: &reqwest::Client, mcp_url: &str) -> anyhow::Result<Discovered> {
-    let resp = http
-        .post(mcp_url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
-        .send()
+    let resp = McpClient::new(http.clone(), mcp_url)
+        .try_initialize()
         .await?;
     ensure!(
         resp.status() == 401,
@@ -433,12 +429,9 @@ pub async fn revoke(
 
 /// The status of an MCP `initialize` POST with `token` (200 accepted, 401 refused).
 pub async fn mcp_status(http: &reqwest::Client, mcp_url: &str, token: &str) -> StatusCode {
-    http.post(mcp_url)
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
-        .send()
+    McpClient::new(http.clone(), mcp_url)
+        .bearer(token)
+        .try_initialize()
         .await
         .map_or(StatusCode::SERVICE_UNAVAILABLE, |r| r.status())
 }
@@ -451,8 +444,7 @@ pub async fn access_token(
     password: &str,
     scope: &str,
 ) -> anyhow::Result<String> {
-    let ca_pem = gw.cert.as_ref().map(|c| c.cert_pem.as_str());
-    access_token_at(&gw.mcp_url(), ca_pem, user, password, scope).await
+    access_token_at(&gw.mcp_url(), gw.ca_pem(), user, password, scope).await
 }
 
 /// [`access_token`] for any gateway: its MCP URL and the CA its TLS certificate chains to.

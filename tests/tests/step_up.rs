@@ -40,12 +40,13 @@ async fn the_python_sdk_steps_up_from_read_to_write() {
         Err(why) => panic!("{why}"),
     };
     let up = PforteUp::start().await.unwrap();
+    let (user, password) = up.login().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/step_up_client.py");
     let r = run_python_json(
         &python,
         &script,
-        &[&up.mcp_url, &up.user],
-        &format!("{}\n", up.password),
+        &[&up.mcp_url, &user],
+        &format!("{password}\n"),
         Duration::from_secs(120),
     )
     .await
@@ -60,7 +61,7 @@ async fn the_python_sdk_steps_up_from_read_to_write() {
     assert_eq!(scopes(&asked[0]), set(&["mcp:read"]), "first authorization");
     assert_eq!(scopes(&r["scopes_before_write"]), set(&["mcp:read"]));
     assert_eq!(r["whoami"]["is_error"], false, "{}", r["whoami"]);
-    assert_eq!(r["whoami"]["structured"]["subject"], up.user.as_str());
+    assert_eq!(r["whoami"]["structured"]["subject"], user.as_str());
     let first_consent = r["consent_pages"][0].as_str().unwrap();
     assert!(
         first_consent.contains("mcp:read") && !first_consent.contains("mcp:write"),

@@ -299,9 +299,12 @@ async fn up_with_redis_prints_a_login_that_a_second_gateway_on_that_redis_accept
         return;
     };
     let redis_url = redis.url();
-    let up = PforteUp::start_with_env(&[("PFORTE_REDIS_URL", &redis_url)])
+    let up = PforteUp::options()
+        .env("PFORTE_REDIS_URL", &redis_url)
+        .start()
         .await
         .unwrap();
+    let (user, password) = up.login().unwrap();
     assert!(
         !up.data_dir().join("oauth.db").exists(),
         "up opened a SQLite OAuth store beside redis"
@@ -311,9 +314,9 @@ async fn up_with_redis_prints_a_login_that_a_second_gateway_on_that_redis_accept
     let mut opts = GatewayOptions::new(svc.url());
     opts.redis_url = Some(redis_url);
     let second = Gateway::start(opts).await.unwrap();
-    let token = access_token(&second, &up.user, &up.password, "mcp:read")
+    let token = access_token(&second, &user, &password, "mcp:read")
         .await
-        .unwrap_or_else(|e| panic!("{}'s login on the second gateway: {e:#}", up.user));
+        .unwrap_or_else(|e| panic!("{user}'s login on the second gateway: {e:#}"));
     assert_eq!(
         mcp_status(&second.http(), &second.mcp_url(), &token).await,
         200
