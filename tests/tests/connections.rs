@@ -5,19 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use pforte_tests::{Gateway, GatewayOptions, McpService};
+use pforte_tests::{Gateway, Stack};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::TcpStream,
 };
-
-async fn plain_gateway(top_toml: &str) -> (Gateway, McpService) {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.tls = false;
-    opts.top_toml = top_toml.to_owned();
-    (Gateway::start(opts).await.unwrap(), svc)
-}
 
 fn addr(gw: &Gateway) -> String {
     gw.base.trim_start_matches("http://").to_owned()
@@ -65,7 +57,11 @@ async fn healthz(conn: &mut TcpStream) -> bool {
 /// (before: pingora kept it open for as long as the client liked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_keepalive_connection_is_closed_after_the_timeout() {
-    let (gw, _svc) = plain_gateway("keepalive_timeout_secs = 1\n").await;
+    let gw = Stack::builder()
+        .plain_http()
+        .keepalive_timeout_secs(1)
+        .start()
+        .await;
     let mut conn = TcpStream::connect(addr(&gw)).await.unwrap();
     assert!(healthz(&mut conn).await);
     // Kept alive: a second request on the same connection is answered.
@@ -85,8 +81,12 @@ async fn an_idle_keepalive_connection_is_closed_after_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ip_holds_at_most_max_connections_per_ip() {
     const CAP: usize = 8;
-    let (gw, _svc) =
-        plain_gateway("max_connections_per_ip = 8\nkeepalive_timeout_secs = 60\n").await;
+    let gw = Stack::builder()
+        .plain_http()
+        .max_connections_per_ip(8)
+        .keepalive_timeout_secs(60)
+        .start()
+        .await;
     // The start-up health checks' connections may still be closing: take each slot as it frees.
     let mut held = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use pforte::limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter};
 use pforte_clock::SystemClock;
-use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer};
-use serde_json::Value;
+use pforte_tests::{Budget, Gateway, Limits, RedisServer, Stack};
+use serde_json::{Value, json};
 
 /// One suite for every backend, on real time: a burst passes, the next request is refused
 /// with a retry hint, and keys do not share budgets.
@@ -63,12 +63,22 @@ fn header(resp: &reqwest::Response, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_route_class_has_its_budget() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.extra_toml = "[limits.mcp]\nrate = 4\nperiod_secs = 60\nburst = 4\n\
-                       [limits.oauth]\nrate = 2\nperiod_secs = 60\nburst = 2\n"
-        .to_owned();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .limits(Limits {
+            mcp: Some(Budget {
+                rate: 4,
+                period_secs: 60,
+                burst: 4,
+            }),
+            oauth: Some(Budget {
+                rate: 2,
+                period_secs: 60,
+                burst: 2,
+            }),
+            ..Limits::default()
+        })
+        .start()
+        .await;
     // create_token spends one /mcp request of this token's budget to see that it works.
     let token = gw.create_token("limited").await.unwrap();
     let http = gw.http();
@@ -127,11 +137,17 @@ async fn each_route_class_has_its_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_authentication_is_limited_per_ip() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.extra_toml =
-        "[limits.unauthenticated]\nrate = 2\nperiod_secs = 60\nburst = 2\n".to_owned();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .limits(Limits {
+            unauthenticated: Some(Budget {
+                rate: 2,
+                period_secs: 60,
+                burst: 2,
+            }),
+            ..Limits::default()
+        })
+        .start()
+        .await;
     let http = gw.http();
     let attempt = || http.get(gw.mcp_url()).bearer_auth("pft_guess").send();
     assert_eq!(attempt().await.unwrap().status(), 401);
@@ -149,12 +165,18 @@ async fn failed_authentication_is_limited_per_ip() {
 /// and so does even a valid one (with the lookup after the limiter it would have passed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_ip_is_refused_before_any_credential_lookup() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
     // 20 a minute: a refusal holds for 3 s at most, long enough for the checks below.
-    opts.extra_toml =
-        "[limits.unauthenticated]\nrate = 20\nperiod_secs = 60\nburst = 20\n".to_owned();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .limits(Limits {
+            unauthenticated: Some(Budget {
+                rate: 20,
+                period_secs: 60,
+                burst: 20,
+            }),
+            ..Limits::default()
+        })
+        .start()
+        .await;
     // (Waiting for the gateway to see the token may spend a little of the budget.)
     let valid = gw.create_token("flooded").await.unwrap();
     let http = gw.http();
@@ -185,125 +207,69 @@ async fn a_spent_ip_is_refused_before_any_credential_lookup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_can_have_its_own_budget() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.extra_toml = "[limits.tools.whoami]\nrate = 1\nperiod_secs = 60\nburst = 1\n".to_owned();
-    opts.max_body_bytes = 2 * 1024 * 1024;
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .limits(Limits::default().tool(
+            "whoami",
+            Budget {
+                rate: 1,
+                period_secs: 60,
+                burst: 1,
+            },
+        ))
+        .max_body_bytes(2 * 1024 * 1024)
+        .start()
+        .await;
     let token = gw.create_token("tools").await.unwrap();
-    let http = gw.http();
-    let post = |body: &'static str, session: Option<String>, name: Option<&'static str>| {
-        let mut req = http
-            .post(gw.mcp_url())
-            .bearer_auth(&token)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-06-18")
-            .body(body);
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
-        }
-        if let Some(n) = name {
-            req = req.header("mcp-name", n);
-        }
-        req.send()
-    };
-    let init = post(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    drop(init);
-    let ready = post(
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        Some(session.clone()),
-        None,
-    )
-    .await
-    .unwrap();
-    assert!(ready.status().is_success());
-    const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#;
+    let mut client = gw.mcp(&token);
+    client.open().await.unwrap();
+    let named = |name: &str| client.clone().header("mcp-name", name);
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}});
     // Found in the JSON-RPC body (no Mcp-Name): the first call passes, the second is refused.
-    let first = post(CALL, Some(session.clone()), None).await.unwrap();
+    let first = client.post(&call).await;
     assert_eq!(first.status(), 200);
     assert!(first.text().await.unwrap().contains("operator"));
-    let second = post(CALL, Some(session.clone()), None).await.unwrap();
+    let second = client.post(&call).await;
     assert_eq!(second.status(), 429);
     assert!(header(&second, "ratelimit-policy").starts_with("\"tool\";q=1;"));
     // Named by the header too (as MCP 2026-07-28 clients send it): the body decides, still 429.
-    let named = post(CALL, Some(session.clone()), Some("whoami"))
-        .await
-        .unwrap();
-    assert_eq!(named.status(), 429);
+    let named_too = named("whoami").post(&call).await;
+    assert_eq!(named_too.status(), 429);
     // A header naming another tool than the body is refused, not believed.
-    let lying = post(CALL, Some(session.clone()), Some("werkbaum_read"))
-        .await
-        .unwrap();
+    let lying = named("werkbaum_read").post(&call).await;
     assert_eq!(lying.status(), 400);
     let body: Value = lying.json().await.unwrap();
     assert_eq!(body["error"]["code"], -32020);
     // However large the body (here 1 MiB of padding), the tool is read from it: still 429.
-    let padded: &'static str = Box::leak(
-        format!(
-            r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"arguments":{{"_pad":"{}"}},"name":"whoami"}}}}"#,
-            "x".repeat(1024 * 1024)
-        )
-        .into_boxed_str(),
+    let padded = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"arguments":{{"_pad":"{}"}},"name":"whoami"}}}}"#,
+        "x".repeat(1024 * 1024)
     );
-    let big = post(padded, Some(session.clone()), None).await.unwrap();
+    let big = client.post_raw(padded).await;
     assert_eq!(big.status(), 429);
     // Other calls are not affected.
-    let list = post(
-        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
-        Some(session),
-        None,
-    )
-    .await
-    .unwrap();
+    let list = client
+        .post(&json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}))
+        .await;
     assert_eq!(list.status(), 200);
 }
-
-const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
 /// Opens one MCP session with `token` (initialize + initialized); the session id, or the
 /// refusal's status and body.
 async fn open_session(gw: &Gateway, token: &str) -> Result<String, (u16, String, Value)> {
-    let http = gw.http();
-    let init = http
-        .post(gw.mcp_url())
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(INIT)
-        .send()
-        .await
-        .unwrap();
-    if init.status() != 200 {
-        let status = init.status().as_u16();
-        let retry = header(&init, "retry-after");
-        return Err((status, retry, init.json().await.unwrap()));
+    let mut client = gw.mcp(token);
+    match client.open().await {
+        Ok(_) => Ok(client.session().expect("a session id").to_owned()),
+        Err(refused) => {
+            let status = refused.status().as_u16();
+            let retry = header(&refused, "retry-after");
+            Err((status, retry, refused.json().await.unwrap()))
+        }
     }
-    let id = header(&init, "mcp-session-id");
-    drop(init);
-    let done = http
-        .post(gw.mcp_url())
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &id)
-        .header("mcp-protocol-version", "2025-06-18")
-        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(done.status(), 202);
-    Ok(id)
+}
+
+/// An MCP client with `token` in `session`.
+fn in_session(gw: &Gateway, token: &str, session: &str) -> pforte_tests::McpClient {
+    gw.mcp(token).in_session(Some(session))
 }
 
 /// Hardening finding 11 (gateway part): sessions and SSE streams per principal are bounded;
@@ -311,11 +277,14 @@ async fn open_session(gw: &Gateway, token: &str) -> Result<String, (u16, String,
 /// a closed stream give the slot back; another principal is not affected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_and_streams_are_bounded_per_principal() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.extra_toml =
-        "[limits]\nsessions_per_principal = 2\nstreams_per_principal = 2\n".to_owned();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .limits(Limits {
+            sessions_per_principal: Some(2),
+            streams_per_principal: Some(2),
+            ..Limits::default()
+        })
+        .start()
+        .await;
     let alice = gw.create_token("alice").await.unwrap();
     let bob = gw.create_token("bob").await.unwrap();
 
@@ -341,27 +310,11 @@ async fn sessions_and_streams_are_bounded_per_principal() {
     open_session(&gw, &bob).await.unwrap();
 
     // Streams: two open on s1, the third refused; closing one frees its slot.
-    let http = gw.http();
-    let stream = || {
-        http.get(gw.mcp_url())
-            .bearer_auth(&alice)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &s1)
-            .header("mcp-protocol-version", "2025-06-18")
-            .send()
-    };
+    let stream = || in_session(&gw, &alice, &s1).stream_request().send();
     let first = stream().await.unwrap();
     assert_eq!(first.status(), 200);
     // rmcp allows one standalone stream per session: the second goes on s2.
-    let second = http
-        .get(gw.mcp_url())
-        .bearer_auth(&alice)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &s2)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let second = in_session(&gw, &alice, &s2).stream().await;
     assert_eq!(second.status(), 200);
     let third = stream().await.unwrap();
     assert_eq!(third.status(), 429);
@@ -380,31 +333,16 @@ async fn sessions_and_streams_are_bounded_per_principal() {
     assert!(reopened, "a closed stream's slot came back");
 
     // DELETE gives a session slot back.
-    let deleted = http
-        .delete(gw.mcp_url())
-        .bearer_auth(&alice)
-        .header("mcp-session-id", &s1)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let deleted = in_session(&gw, &alice, &s1).delete().await;
     assert!(deleted.status().is_success(), "{}", deleted.status());
     open_session(&gw, &alice).await.unwrap();
 }
 
 /// One `tools/call` of `whoami` in `session`; the status.
 async fn call_whoami(gw: &Gateway, token: &str, session: &str) -> u16 {
-    gw.http()
-        .post(gw.mcp_url())
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .body(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#)
-        .send()
+    in_session(gw, token, session)
+        .call_tool("whoami", json!({}))
         .await
-        .unwrap()
         .status()
         .as_u16()
 }
@@ -413,12 +351,24 @@ async fn call_whoami(gw: &Gateway, token: &str, session: &str) -> u16 {
 /// more sessions, streams or tool calls: the bounds count the person, whatever the client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persons_clients_share_one_set_of_bounds() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.extra_toml = "[limits]\nsessions_per_principal = 2\nstreams_per_principal = 2\n\
-                       [limits.tools.whoami]\nrate = 1\nperiod_secs = 3600\nburst = 1\n"
-        .to_owned();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .limits(
+            Limits {
+                sessions_per_principal: Some(2),
+                streams_per_principal: Some(2),
+                ..Limits::default()
+            }
+            .tool(
+                "whoami",
+                Budget {
+                    rate: 1,
+                    period_secs: 3600,
+                    burst: 1,
+                },
+            ),
+        )
+        .start()
+        .await;
     gw.add_user("alice", "alice-password-1").unwrap();
     gw.add_user("bob", "bob-password-22").unwrap();
     let token = || pforte_tests::oauth::access_token(&gw, "alice", "alice-password-1", "mcp:read");
@@ -447,15 +397,7 @@ async fn a_persons_clients_share_one_set_of_bounds() {
     // The second client cannot use the first one's session (it is the client's own) …
     assert_eq!(call_whoami(&gw, &two, &s1).await, 404);
     // … and gets no budget of its own in a session of its own either, once one is free.
-    let deleted = gw
-        .http()
-        .delete(gw.mcp_url())
-        .bearer_auth(&one)
-        .header("mcp-session-id", &s1)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let deleted = in_session(&gw, &one, &s1).delete().await;
     assert!(deleted.status().is_success());
     let s3 = open_session(&gw, &two).await.unwrap();
     assert_eq!(call_whoami(&gw, &two, &s3).await, 429);
@@ -468,17 +410,14 @@ async fn a_persons_clients_share_one_set_of_bounds() {
 /// presents it first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_session_id_is_refused_not_bound() {
-    let svc = McpService::start(&[]).unwrap();
-    let first = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let mut first = Stack::start().await;
     let alice = first.create_token("alice").await.unwrap();
     let session = open_session(&first, &alice).await.unwrap();
+    // The same mcp-service behind a new gateway.
+    let svc = first.svc.take().unwrap();
     drop(first);
 
-    let second = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let second = Stack::builder().service(svc).start().await;
     let mallory = second.create_token("mallory").await.unwrap();
     assert_eq!(call_whoami(&second, &mallory, &session).await, 404);
     // A new session works as ever.

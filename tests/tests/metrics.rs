@@ -6,13 +6,13 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, eventually, free_port,
+    Budget, Limits, Stack, eventually, free_port,
     oauth::{
         Browser, CLAUDE_CALLBACK, Pkce, access_token, authorize_url, discover, mcp_status,
         register_like_claude,
     },
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Every sample of an exposition: `name{labels}` → value. Panics on a line that is not
 /// `name{labels} value` (or `name value`).
@@ -120,16 +120,26 @@ const OPEN_STREAMS: &str = "pforte_sse_streams_open";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
-    let svc = McpService::start(&[]).unwrap();
     let metrics_port = free_port();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.top_toml = format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\n");
-    // Eight requests per principal, then 429 (create_token's polling spends failed
-    // authentications: the unauthenticated budget stays wide).
-    opts.extra_toml = "[limits.mcp]\nrate = 1\nperiod_secs = 3600\nburst = 8\n\
-                       [limits.unauthenticated]\nrate = 600\nperiod_secs = 60\nburst = 200\n"
-        .into();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .metrics_listen(&format!("127.0.0.1:{metrics_port}"))
+        // Eight requests per principal, then 429 (create_token's polling spends failed
+        // authentications: the unauthenticated budget stays wide).
+        .limits(Limits {
+            mcp: Some(Budget {
+                rate: 1,
+                period_secs: 3600,
+                burst: 8,
+            }),
+            unauthenticated: Some(Budget {
+                rate: 600,
+                period_secs: 60,
+                burst: 200,
+            }),
+            ..Limits::default()
+        })
+        .start()
+        .await;
     let http = gw.http();
     let scrape = Scraper {
         http: http.clone(),
@@ -155,47 +165,14 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
     let before = after;
 
     // 2. A 200: a static token's tools/call, through a session, then its event stream.
-    let post = |session: Option<&str>, body: Value| {
-        let mut req = http
-            .post(gw.mcp_url())
-            .bearer_auth(&token)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(s) = session {
-            req = req
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", "2025-06-18");
-        }
-        req.send()
-    };
-    let init = post(
-        None,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-06-18","capabilities":{},
-            "clientInfo":{"name":"metrics-test","version":"0"}}}),
-    )
-    .await
-    .unwrap();
+    let mut client = gw.mcp(&token).client_name("metrics-test");
+    let init = client.initialize().await;
     assert_eq!(init.status(), 200);
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = client.session().expect("a session id").to_owned();
     init.bytes().await.unwrap();
-    let note = post(
-        Some(&session),
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-    )
-    .await
-    .unwrap();
+    let note = client.notify("notifications/initialized").await;
     assert!(note.status().is_success(), "{}", note.status());
-    let call = post(
-        Some(&session),
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
-               "params":{"name":"whoami","arguments":{}}}),
-    )
-    .await
-    .unwrap();
+    let call = client.call_tool("whoami", json!({})).await;
     assert_eq!(call.status(), 200);
     let body = call.text().await.unwrap();
     assert!(body.contains("operator"), "{body}");
@@ -226,15 +203,7 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
     let before = after;
 
     // The server-to-client stream stays open until the client lets go.
-    let stream = http
-        .get(gw.mcp_url())
-        .bearer_auth(&token)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let stream = client.stream().await;
     assert_eq!(stream.status(), 200);
     assert!(
         stream.headers()["content-type"]
@@ -393,9 +362,10 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_counts_as_a_connect_error() {
     let dead = free_port();
-    let gw = Gateway::start(GatewayOptions::new(format!("http://127.0.0.1:{dead}/mcp")))
-        .await
-        .unwrap();
+    let gw = Stack::builder()
+        .upstream(&format!("http://127.0.0.1:{dead}/mcp"))
+        .start()
+        .await;
     let token = gw.create_token("dead").await.unwrap();
     let scrape = Scraper {
         http: gw.http(),

@@ -4,23 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use pforte_tests::{Gateway, GatewayOptions, McpService, eventually};
-use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
+use pforte_tests::{McpClient, Stack, eventually, whoami};
+use rmcp::model::ReadResourceRequestParams;
 use serde_json::{Value, json};
 
-const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#;
-
-async fn post(gw: &Gateway, headers: &[(&str, &str)], body: &str) -> reqwest::Response {
-    let mut req = gw
-        .http()
-        .post(gw.mcp_url())
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_owned());
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    req.send().await.unwrap()
+/// An MCP client on the gateway's `/mcp` without a credential.
+fn anonymous(gw: &Stack) -> McpClient {
+    McpClient::new(gw.http(), &gw.mcp_url())
 }
 
 /// A body over `max_body_bytes` is refused: 413, or the upload reset when the gateway closes
@@ -39,25 +29,12 @@ fn challenge(resp: &reqwest::Response) -> String {
         .unwrap_or_default()
 }
 
-async fn whoami(
-    client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
-) -> Value {
-    let result = client
-        .call_tool(CallToolRequestParams::new("whoami"))
-        .await
-        .unwrap();
-    result.structured_content.expect("structured whoami")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmcp_client_over_tls_with_a_static_token() {
-    let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let gw = Stack::start().await;
     assert!(gw.base.starts_with("https://"));
     let token = gw.create_token("laptop").await.unwrap();
-    let client = gw.mcp_client(&token, &[]).await.unwrap();
+    let client = gw.rmcp_client(&token, &[]).await.unwrap();
 
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
@@ -82,10 +59,7 @@ async fn rmcp_client_over_tls_with_a_static_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spoofed_identity_headers_never_reach_the_service() {
-    let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let gw = Stack::start().await;
     let token = gw.create_token("ci").await.unwrap();
     let spoof = [
         ("x-pforte-subject", "mallory"),
@@ -94,7 +68,7 @@ async fn spoofed_identity_headers_never_reach_the_service() {
         ("x-pforte-scopes", "admin"),
         ("x-request-id", "spoofed-id"),
     ];
-    let client = gw.mcp_client(&token, &spoof).await.unwrap();
+    let client = gw.rmcp_client(&token, &spoof).await.unwrap();
     let me = whoami(&client).await;
     assert_eq!(me["subject"], "operator");
     assert_eq!(me["client"], "ci");
@@ -105,57 +79,42 @@ async fn spoofed_identity_headers_never_reach_the_service() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_wrong_malformed_and_revoked_tokens_get_401() {
-    let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let gw = Stack::start().await;
     let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", gw.base);
 
-    let none = post(&gw, &[], INIT).await;
+    let none = anonymous(&gw).initialize().await;
     assert_eq!(none.status(), 401);
     assert_eq!(
         challenge(&none),
         format!("Bearer resource_metadata=\"{metadata_url}\"")
     );
 
-    let wrong = post(
-        &gw,
-        &[("authorization", "Bearer pft_not-a-real-token")],
-        INIT,
-    )
-    .await;
+    let wrong = gw.mcp("pft_not-a-real-token").initialize().await;
     assert_eq!(wrong.status(), 401);
     assert!(challenge(&wrong).contains("error=\"invalid_token\""));
     assert!(challenge(&wrong).contains(&metadata_url));
 
-    let malformed = post(&gw, &[("authorization", "Basic dXNlcjpwYXNz")], INIT).await;
+    let malformed = anonymous(&gw)
+        .header("authorization", "Basic dXNlcjpwYXNz")
+        .initialize()
+        .await;
     assert_eq!(malformed.status(), 401);
     assert!(challenge(&malformed).contains("error=\"invalid_request\""));
 
     // A token in the query string is never looked at.
     let token = gw.create_token("revoke-me").await.unwrap();
-    let query = gw
-        .http()
-        .post(format!("{}?access_token={token}", gw.mcp_url()))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(INIT)
-        .send()
-        .await
-        .unwrap();
+    let query = McpClient::new(gw.http(), &format!("{}?access_token={token}", gw.mcp_url()))
+        .initialize()
+        .await;
     assert_eq!(query.status(), 401);
 
-    let auth = format!("Bearer {token}");
-    assert_eq!(
-        post(&gw, &[("authorization", &auth)], INIT).await.status(),
-        200
-    );
+    assert_eq!(gw.mcp(&token).initialize().await.status(), 200);
 
     // Revocation from the CLI reaches the running gateway within a second.
     gw.token_cmd(&["revoke", "revoke-me"]).unwrap();
     let revoked_at = Instant::now();
     let refused = eventually(Duration::from_secs(1), || async {
-        post(&gw, &[("authorization", &auth)], INIT).await.status() == 401
+        gw.mcp(&token).initialize().await.status() == 401
     })
     .await;
     assert!(
@@ -163,16 +122,13 @@ async fn missing_wrong_malformed_and_revoked_tokens_get_401() {
         "revoked token still accepted after {:?}",
         revoked_at.elapsed()
     );
-    let resp = post(&gw, &[("authorization", &auth)], INIT).await;
+    let resp = gw.mcp(&token).initialize().await;
     assert!(challenge(&resp).contains("error=\"invalid_token\""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_rfc9728_metadata_and_health() {
-    let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let gw = Stack::start().await;
     for path in [
         "/.well-known/oauth-protected-resource",
         "/.well-known/oauth-protected-resource/mcp",
@@ -201,12 +157,8 @@ async fn serves_rfc9728_metadata_and_health() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_precise_statuses() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.max_body_bytes = 64 * 1024;
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder().max_body_bytes(64 * 1024).start().await;
     let token = gw.create_token("t").await.unwrap();
-    let auth = format!("Bearer {token}");
 
     // Declared too large.
     let big = format!(
@@ -215,15 +167,7 @@ async fn bad_input_gets_precise_statuses() {
     );
     // Refused before the body is read: the gateway answers 413 and may close while the client
     // still writes, so a reset of the upload is also the refusal.
-    let resp = gw
-        .http()
-        .post(gw.mcp_url())
-        .header("authorization", &auth)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(big)
-        .send()
-        .await;
+    let resp = gw.mcp(&token).post_request().body(big).send().await;
     refused_too_large(resp);
 
     // Too large without a Content-Length (chunked).
@@ -231,30 +175,18 @@ async fn bad_input_gets_precise_statuses() {
         .map(|_| Ok(bytes::Bytes::from(vec![b' '; 1024])))
         .collect();
     let resp = gw
-        .http()
-        .post(gw.mcp_url())
-        .header("authorization", &auth)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
+        .mcp(&token)
+        .post_request()
         .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
         .send()
         .await;
     refused_too_large(resp);
 
     // A browser origin that is not allowed.
-    let resp = post(
-        &gw,
-        &[("authorization", &auth), ("origin", "https://evil.example")],
-        INIT,
-    )
-    .await;
+    let from = |origin: &str| gw.mcp(&token).header("origin", origin);
+    let resp = from("https://evil.example").initialize().await;
     assert_eq!(resp.status(), 403);
-    let resp = post(
-        &gw,
-        &[("authorization", &auth), ("origin", "https://claude.ai")],
-        INIT,
-    )
-    .await;
+    let resp = from("https://claude.ai").initialize().await;
     assert_eq!(resp.status(), 200);
 
     // Unknown paths.
@@ -271,10 +203,9 @@ async fn bad_input_gets_precise_statuses() {
 async fn upstream_down_is_502_and_silent_upstream_is_504() {
     // Nothing listens on this port.
     let dead = format!("http://127.0.0.1:{}/mcp", pforte_tests::free_port());
-    let gw = Gateway::start(GatewayOptions::new(dead)).await.unwrap();
+    let gw = Stack::builder().upstream(&dead).start().await;
     let token = gw.create_token("t").await.unwrap();
-    let auth = format!("Bearer {token}");
-    let resp = post(&gw, &[("authorization", &auth)], INIT).await;
+    let resp = gw.mcp(&token).initialize().await;
     assert_eq!(resp.status(), 502);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "upstream_unavailable");
@@ -295,11 +226,13 @@ async fn upstream_down_is_502_and_silent_upstream_is_504() {
             held.push(sock);
         }
     });
-    let mut opts = GatewayOptions::new(format!("http://{addr}/mcp"));
-    opts.read_timeout_ms = 300;
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .upstream(&format!("http://{addr}/mcp"))
+        .read_timeout_ms(300)
+        .start()
+        .await;
     let token = gw.create_token("t").await.unwrap();
-    let resp = post(&gw, &[("authorization", &format!("Bearer {token}"))], INIT).await;
+    let resp = gw.mcp(&token).initialize().await;
     assert_eq!(resp.status(), 504);
     hold.abort();
 }
@@ -343,21 +276,14 @@ async fn sse_events_pass_through_unbuffered_and_long_streams_survive_the_read_ti
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let mut opts = GatewayOptions::new(format!("http://{addr}/mcp"));
-    // Shorter than the whole stream (1.35 s), longer than the gap between events.
-    opts.read_timeout_ms = 600;
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .upstream(&format!("http://{addr}/mcp"))
+        // Shorter than the whole stream (1.35 s), longer than the gap between events.
+        .read_timeout_ms(600)
+        .start()
+        .await;
     let token = gw.create_token("sse").await.unwrap();
-    let resp = gw
-        .http()
-        .post(gw.mcp_url())
-        .bearer_auth(&token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(INIT)
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.mcp(&token).initialize().await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
     let mut buf = String::new();
@@ -383,41 +309,17 @@ async fn sse_events_pass_through_unbuffered_and_long_streams_survive_the_read_ti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_streams_and_delete_work_through_the_gateway() {
-    let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let gw = Stack::start().await;
     let token = gw.create_token("session").await.unwrap();
-    let auth = format!("Bearer {token}");
-    let init = post(&gw, &[("authorization", &auth)], INIT).await;
+    let mut client = gw.mcp(&token);
+    let init = client.initialize().await;
     assert_eq!(init.status(), 200);
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    assert!(init.headers().contains_key("mcp-session-id"));
     drop(init);
-    let notified = post(
-        &gw,
-        &[
-            ("authorization", &auth),
-            ("mcp-session-id", &session),
-            ("mcp-protocol-version", "2025-06-18"),
-        ],
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    )
-    .await;
+    let notified = client.notify("notifications/initialized").await;
     assert!(notified.status().is_success(), "{}", notified.status());
 
-    let stream = gw
-        .http()
-        .get(gw.mcp_url())
-        .header("authorization", &auth)
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let stream = client.stream().await;
     assert_eq!(stream.status(), 200);
     assert!(
         stream.headers()["content-type"]
@@ -427,26 +329,11 @@ async fn get_streams_and_delete_work_through_the_gateway() {
     );
     drop(stream);
 
-    let deleted = gw
-        .http()
-        .delete(gw.mcp_url())
-        .header("authorization", &auth)
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let deleted = client.delete().await;
     assert!(deleted.status().is_success(), "{}", deleted.status());
-    let after = post(
-        &gw,
-        &[
-            ("authorization", &auth),
-            ("mcp-session-id", &session),
-            ("mcp-protocol-version", "2025-06-18"),
-        ],
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
-    )
-    .await;
+    let after = client
+        .post(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}))
+        .await;
     assert_eq!(after.status(), 404, "a deleted session must be gone");
 }
 
@@ -460,10 +347,7 @@ async fn every_supported_protocol_revision_works_through_the_gateway() {
             streamable_http_client::StreamableHttpClientTransportConfig,
         },
     };
-    let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let gw = Stack::start().await;
     let token = gw.create_token("versions").await.unwrap();
     for version in [
         ProtocolVersion::V_2025_03_26,
@@ -502,10 +386,7 @@ async fn every_supported_protocol_revision_works_through_the_gateway() {
 #[tokio::test]
 async fn oversize_bodies_with_expect_100_continue_get_413_not_100() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.tls = false;
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder().plain_http().start().await;
     let token = gw.create_token("big").await.unwrap();
     let addr = gw.base.trim_start_matches("http://").to_owned();
     for auth in [format!("Authorization: Bearer {token}\r\n"), String::new()] {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use pforte_tests::{Gateway, GatewayOptions, McpService, oauth};
+use pforte_tests::{Budget, Gateway, Limits, McpClient, Stack, StackBuilder, oauth};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -32,109 +32,25 @@ const WRITE_TOOLS: [&str; 8] = [
 
 const PASSWORD: &str = "correct horse battery staple";
 
-/// A hand-driven MCP session over plain HTTP requests, for what rmcp's client never sends.
-struct Raw {
-    http: reqwest::Client,
-    url: String,
-    token: String,
-    session: Option<String>,
+/// A session of `token`'s, opened by hand (initialize, initialized): for what rmcp's client
+/// never sends.
+async fn open(gw: &Gateway, token: &str) -> McpClient {
+    let mut client = gw.mcp(token);
+    client.open().await.unwrap();
+    client
 }
 
-impl Raw {
-    async fn open(gw: &Gateway, token: &str) -> Self {
-        let mut raw = Self {
-            http: gw.http(),
-            url: gw.mcp_url(),
-            token: token.to_owned(),
-            session: None,
-        };
-        let init = raw
-            .post(
-                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
-                &[],
-            )
-            .await;
-        assert_eq!(init.status(), 200, "initialize");
-        raw.session = Some(
-            init.headers()["mcp-session-id"]
-                .to_str()
-                .unwrap()
-                .to_owned(),
-        );
-        let ready = raw
-            .post(
-                &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-                &[],
-            )
-            .await;
-        assert!(ready.status().is_success());
-        raw
+/// POSTs `body` in `client`'s session with further `headers`.
+async fn post_with(
+    client: &McpClient,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = client.post_request();
+    for (k, v) in headers {
+        req = req.header(*k, *v);
     }
-
-    fn request(&self, headers: &[(&str, &str)]) -> reqwest::RequestBuilder {
-        let mut req = self
-            .http
-            .post(&self.url)
-            .bearer_auth(&self.token)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-06-18");
-        if let Some(s) = &self.session {
-            req = req.header("mcp-session-id", s);
-        }
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        req
-    }
-
-    async fn post(&self, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
-        self.post_text(body.to_string(), headers).await
-    }
-
-    async fn post_text(&self, body: String, headers: &[(&str, &str)]) -> reqwest::Response {
-        self.request(headers).body(body).send().await.unwrap()
-    }
-
-    async fn call(&self, tool: &str, arguments: Value) -> reqwest::Response {
-        self.post(
-            &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
-            &[],
-        )
-        .await
-    }
-
-    /// `tools/list` through the gateway: the names it shows.
-    async fn tool_names(&self) -> BTreeSet<String> {
-        let resp = self
-            .post(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}), &[])
-            .await;
-        assert_eq!(resp.status(), 200);
-        let answer = json_rpc_answer(resp).await;
-        answer["result"]["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .map(|t| t["name"].as_str().unwrap().to_owned())
-            .collect()
-    }
-}
-
-/// The JSON-RPC answer in a response, whether plain JSON or one SSE `data:` event.
-async fn json_rpc_answer(resp: reqwest::Response) -> Value {
-    let sse = resp
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
-    let text = resp.text().await.unwrap();
-    if !sse {
-        return serde_json::from_str(&text).unwrap();
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("result").is_some() || v.get("error").is_some())
-        .expect("an answer event")
+    req.body(body.to_string()).send().await.unwrap()
 }
 
 fn names(list: &[&str]) -> BTreeSet<String> {
@@ -166,23 +82,20 @@ async fn assert_step_up(resp: reqwest::Response, tool: &str) {
     assert_eq!(body["missing_scope"], "mcp:write");
 }
 
-async fn start(extra_toml: &str) -> (Gateway, McpService) {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.extra_toml = extra_toml.to_owned();
-    opts.max_body_bytes = 2 * 1024 * 1024;
-    (Gateway::start(opts).await.unwrap(), svc)
+/// The stack `builder` describes, with 2 MiB bodies (for the padded calls).
+async fn start(builder: StackBuilder) -> Stack {
+    builder.max_body_bytes(2 * 1024 * 1024).start().await
 }
 
 #[tokio::test]
 async fn a_read_only_static_token_sees_and_calls_only_the_read_tools() {
-    let (gw, _svc) = start("").await;
+    let gw = start(Stack::builder()).await;
     let ro = gw
         .create_token_with("ci", &["--scope", "mcp:read"])
         .await
         .unwrap();
     // A real client: rmcp lists and calls.
-    let client = gw.mcp_client(&ro, &[]).await.unwrap();
+    let client = gw.rmcp_client(&ro, &[]).await.unwrap();
     let listed: BTreeSet<String> = client
         .list_all_tools()
         .await
@@ -198,12 +111,12 @@ async fn a_read_only_static_token_sees_and_calls_only_the_read_tools() {
     assert_ne!(me.is_error, Some(true));
     client.cancel().await.unwrap();
 
-    let raw = Raw::open(&gw, &ro).await;
+    let raw = open(&gw, &ro).await;
     for tool in WRITE_TOOLS {
-        assert_step_up(raw.call(tool, json!({})).await, tool).await;
+        assert_step_up(raw.call_tool(tool, json!({})).await, tool).await;
     }
     for tool in READ_TOOLS {
-        let resp = raw.call(tool, json!({})).await;
+        let resp = raw.call_tool(tool, json!({})).await;
         assert_eq!(resp.status(), 200, "{tool}");
     }
     // However much padding precedes the name, the body is read: still refused.
@@ -211,19 +124,26 @@ async fn a_read_only_static_token_sees_and_calls_only_the_read_tools() {
         r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"arguments":{{"pad":"{}"}},"name":"werkbaum_create"}}}}"#,
         "x".repeat(1024 * 1024)
     );
-    assert_step_up(raw.post_text(padded, &[]).await, "werkbaum_create").await;
+    assert_step_up(raw.post_raw(padded).await, "werkbaum_create").await;
     // A token with both scopes sees all thirteen.
     let rw = gw.create_token("rw").await.unwrap();
-    let all = Raw::open(&gw, &rw).await.tool_names().await;
+    let all = open(&gw, &rw).await.tool_names().await;
     assert_eq!(all.len(), READ_TOOLS.len() + WRITE_TOOLS.len());
 }
 
 #[tokio::test]
 async fn headers_must_say_what_the_body_says_and_batches_are_refused() {
-    let (gw, _svc) =
-        start("[limits.tools.werkbaum_create]\nrate = 1\nperiod_secs = 3600\nburst = 1\n").await;
+    let gw = start(Stack::builder().limits(Limits::default().tool(
+        "werkbaum_create",
+        Budget {
+            rate: 1,
+            period_secs: 3600,
+            burst: 1,
+        },
+    )))
+    .await;
     let rw = gw.create_token("rw").await.unwrap();
-    let raw = Raw::open(&gw, &rw).await;
+    let raw = open(&gw, &rw).await;
     let whoami = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}});
     let create = json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"werkbaum_create","arguments":{}}});
     // base64 of "whoami" and of "werkbaum_create".
@@ -235,30 +155,30 @@ async fn headers_must_say_what_the_body_says_and_batches_are_refused() {
         (&whoami, "werkbaum_create"),
         (&whoami, b64_create),
     ] {
-        let resp = raw.post(body, &[("mcp-name", name)]).await;
+        let resp = post_with(&raw, body, &[("mcp-name", name)]).await;
         assert_eq!(resp.status(), 400, "{name}");
         let answer: Value = resp.json().await.unwrap();
         assert_eq!(answer["error"]["code"], -32020, "{answer}");
         assert_eq!(answer["id"], body["id"]);
     }
-    let wrong_method = raw.post(&whoami, &[("mcp-method", "tools/list")]).await;
+    let wrong_method = post_with(&raw, &whoami, &[("mcp-method", "tools/list")]).await;
     assert_eq!(wrong_method.status(), 400);
     // Agreeing headers, in either form, pass.
-    let ok = raw
-        .post(
-            &whoami,
-            &[("mcp-method", "tools/call"), ("mcp-name", b64_whoami)],
-        )
-        .await;
+    let ok = post_with(
+        &raw,
+        &whoami,
+        &[("mcp-method", "tools/call"), ("mcp-name", b64_whoami)],
+    )
+    .await;
     assert_eq!(ok.status(), 200);
     // The budget of werkbaum_create counts the body's name: the second create is 429 even when
     // the header would claim another tool (that is a 400 above, never a free pass).
-    let first = raw.post(&create, &[("mcp-name", "werkbaum_create")]).await;
+    let first = post_with(&raw, &create, &[("mcp-name", "werkbaum_create")]).await;
     assert_eq!(first.status(), 200);
-    let second = raw.post(&create, &[]).await;
+    let second = raw.post(&create).await;
     assert_eq!(second.status(), 429);
     // Batches (removed in 2025-06-18) are refused with a JSON-RPC error.
-    let batch = raw.post_text(format!("[{whoami},{whoami}]"), &[]).await;
+    let batch = raw.post_raw(format!("[{whoami},{whoami}]")).await;
     assert_eq!(batch.status(), 400);
     let answer: Value = batch.json().await.unwrap();
     assert_eq!(answer["error"]["code"], -32600);
@@ -268,7 +188,7 @@ async fn headers_must_say_what_the_body_says_and_batches_are_refused() {
             .unwrap()
             .contains("batch")
     );
-    let garbage = raw.post_text("{not json".to_owned(), &[]).await;
+    let garbage = raw.post_raw("{not json").await;
     assert_eq!(garbage.status(), 400);
     let answer: Value = garbage.json().await.unwrap();
     assert_eq!(answer["error"]["code"], -32700);
@@ -276,35 +196,22 @@ async fn headers_must_say_what_the_body_says_and_batches_are_refused() {
 
 #[tokio::test]
 async fn a_session_belongs_to_the_principal_that_opened_it() {
-    let (gw, _svc) = start("").await;
+    let gw = start(Stack::builder()).await;
     let a = gw.create_token("a").await.unwrap();
     let b = gw.create_token("b").await.unwrap();
-    let owner = Raw::open(&gw, &a).await;
-    let thief = Raw {
-        http: gw.http(),
-        url: gw.mcp_url(),
-        token: b.clone(),
-        session: owner.session.clone(),
-    };
-    let stolen = thief.call("whoami", json!({})).await;
+    let owner = open(&gw, &a).await;
+    let thief = gw.mcp(&b).in_session(owner.session());
+    let stolen = thief.call_tool("whoami", json!({})).await;
     assert_eq!(stolen.status(), 404);
-    let stream = thief
-        .http
-        .get(&thief.url)
-        .bearer_auth(&b)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", owner.session.as_deref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let stream = thief.stream().await;
     assert_eq!(stream.status(), 404);
     // The owner's session is untouched.
-    assert_eq!(owner.call("whoami", json!({})).await.status(), 200);
+    assert_eq!(owner.call_tool("whoami", json!({})).await.status(), 200);
 }
 
 #[tokio::test]
 async fn oauth_grants_and_tool_rules_decide_and_the_audit_log_records_it() {
-    let (gw, _svc) = start("[tools.werkbaum_history]\nusers = [\"alice\"]\n").await;
+    let gw = start(Stack::builder().tool_users("werkbaum_history", &["alice"])).await;
     gw.add_user("alice", PASSWORD).unwrap();
     gw.add_user("bob", PASSWORD).unwrap();
     let alice_ro = oauth::access_token(&gw, "alice", PASSWORD, "mcp:read")
@@ -317,24 +224,24 @@ async fn oauth_grants_and_tool_rules_decide_and_the_audit_log_records_it() {
         .await
         .unwrap();
 
-    let ro = Raw::open(&gw, &alice_ro).await;
+    let ro = open(&gw, &alice_ro).await;
     assert_eq!(ro.tool_names().await, names(&READ_TOOLS));
     for tool in WRITE_TOOLS {
-        assert_step_up(ro.call(tool, json!({})).await, tool).await;
+        assert_step_up(ro.call_tool(tool, json!({})).await, tool).await;
     }
-    assert_eq!(ro.call("whoami", json!({})).await.status(), 200);
+    assert_eq!(ro.call_tool("whoami", json!({})).await.status(), 200);
 
     let history = json!({"document": "00000000-0000-4000-8000-000000000000"});
-    let alice_session = Raw::open(&gw, &alice).await;
+    let alice_session = open(&gw, &alice).await;
     assert_eq!(
         alice_session
-            .call("werkbaum_history", history.clone())
+            .call_tool("werkbaum_history", history.clone())
             .await
             .status(),
         200
     );
-    let bob_session = Raw::open(&gw, &bob).await;
-    let refused = bob_session.call("werkbaum_history", history).await;
+    let bob_session = open(&gw, &bob).await;
+    let refused = bob_session.call_tool("werkbaum_history", history).await;
     assert_eq!(refused.status(), 403);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["reason"], "user_not_allowed");
@@ -386,10 +293,10 @@ async fn oauth_grants_and_tool_rules_decide_and_the_audit_log_records_it() {
 
 #[tokio::test]
 async fn cors_only_where_configured_and_the_own_origin_always_passes() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.allowed_origins = vec!["https://app.example".to_owned()];
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .allowed_origins(&["https://app.example"])
+        .start()
+        .await;
     let http = gw.http();
     let preflight = |origin: &'static str| {
         http.request(reqwest::Method::OPTIONS, gw.mcp_url())
@@ -446,27 +353,19 @@ async fn cors_only_where_configured_and_the_own_origin_always_passes() {
         "https://app.example"
     );
     let token = gw.create_token("web").await.unwrap();
-    let mut raw = Raw::open(&gw, &token).await;
+    let raw = open(&gw, &token).await;
     let own = gw.base.replace("127.0.0.1", "localhost");
     for origin in [gw.base.clone(), own] {
-        let resp = raw
-            .request(&[("origin", origin.as_str())])
-            .body(json!({"jsonrpc":"2.0","id":3,"method":"ping"}).to_string())
-            .send()
-            .await
-            .unwrap();
+        let ping = json!({"jsonrpc":"2.0","id":3,"method":"ping"});
+        let resp = post_with(&raw, &ping, &[("origin", origin.as_str())]).await;
         assert_eq!(resp.status(), 200, "{origin}");
         assert!(resp.headers().get("access-control-allow-origin").is_none());
     }
-    raw.session = None;
 }
 
 #[tokio::test]
 async fn no_allowed_origins_means_no_cors_headers() {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.allowed_origins = Vec::new();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder().allowed_origins(&[]).start().await;
     let resp = gw
         .http()
         .request(reqwest::Method::OPTIONS, gw.mcp_url())
@@ -484,12 +383,12 @@ async fn no_allowed_origins_means_no_cors_headers() {
 /// ten 4 MiB calls added 42 MB to `audit.jsonl`).
 #[tokio::test]
 async fn a_huge_tool_name_costs_a_bounded_audit_line_and_refusal() {
-    let (gw, _svc) = start("").await;
+    let gw = start(Stack::builder()).await;
     let ro = gw
         .create_token_with("ci", &["--scope", "mcp:read"])
         .await
         .unwrap();
-    let raw = Raw::open(&gw, &ro).await;
+    let raw = open(&gw, &ro).await;
     let path = gw.data_dir().join("audit.jsonl");
     let size = || std::fs::metadata(&path).map_or(0, |m| m.len());
     let lines = || {
@@ -501,7 +400,7 @@ async fn a_huge_tool_name_costs_a_bounded_audit_line_and_refusal() {
     const CALLS: usize = 5;
     let (before_size, before_lines) = (size(), lines());
     for _ in 0..CALLS {
-        let resp = raw.call(&huge, json!({})).await;
+        let resp = raw.call_tool(&huge, json!({})).await;
         assert_eq!(resp.status(), StatusCode::FORBIDDEN);
         let body = resp.bytes().await.unwrap();
         assert!(body.len() < 4096, "a refusal of {} bytes", body.len());
@@ -539,26 +438,26 @@ async fn a_huge_tool_name_costs_a_bounded_audit_line_and_refusal() {
 /// (before: only the first was checked, all were forwarded).
 #[tokio::test]
 async fn a_repeated_mcp_header_is_refused() {
-    let (gw, _svc) = start("").await;
+    let gw = start(Stack::builder()).await;
     let rw = gw.create_token("rw").await.unwrap();
-    let raw = Raw::open(&gw, &rw).await;
+    let raw = open(&gw, &rw).await;
     let whoami = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}});
     for headers in [
         [("mcp-name", "whoami"), ("mcp-name", "werkbaum_create")],
         [("mcp-name", "whoami"), ("mcp-name", "whoami")],
         [("mcp-method", "tools/call"), ("mcp-method", "tools/list")],
     ] {
-        let resp = raw.post(&whoami, &headers).await;
+        let resp = post_with(&raw, &whoami, &headers).await;
         assert_eq!(resp.status(), 400, "{headers:?}");
         let answer: Value = resp.json().await.unwrap();
         assert_eq!(answer["error"]["code"], -32020, "{answer}");
     }
-    let once = raw
-        .post(
-            &whoami,
-            &[("mcp-method", "tools/call"), ("mcp-name", "whoami")],
-        )
-        .await;
+    let once = post_with(
+        &raw,
+        &whoami,
+        &[("mcp-method", "tools/call"), ("mcp-name", "whoami")],
+    )
+    .await;
     assert_eq!(once.status(), 200);
 }
 
@@ -566,9 +465,9 @@ async fn a_repeated_mcp_header_is_refused() {
 /// a read and a prompt; older revisions need not; methods that name nothing need no name.
 #[tokio::test]
 async fn protocol_2026_07_28_requires_the_mcp_headers() {
-    let (gw, _svc) = start("").await;
+    let gw = start(Stack::builder()).await;
     let rw = gw.create_token("rw").await.unwrap();
-    let raw = Raw::open(&gw, &rw).await;
+    let raw = open(&gw, &rw).await;
     let whoami = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}});
     let modern = ("mcp-protocol-version", "2026-07-28");
     for headers in [
@@ -576,9 +475,9 @@ async fn protocol_2026_07_28_requires_the_mcp_headers() {
         vec![modern, ("mcp-method", "tools/call")],
         vec![modern, ("mcp-name", "whoami")],
     ] {
-        // `Raw` sends 2025-06-18; a second line would be two versions: replace it.
+        // The client sends 2025-06-18; a second line would be two versions: replace it.
         let resp = raw
-            .request(&[])
+            .post_request()
             .headers(header_map(&headers))
             .body(whoami.to_string())
             .send()
@@ -597,7 +496,7 @@ async fn protocol_2026_07_28_requires_the_mcp_headers() {
         );
     }
     // The same call under 2025-06-18 passes without them.
-    assert_eq!(raw.post(&whoami, &[]).await.status(), 200);
+    assert_eq!(raw.post(&whoami).await.status(), 200);
 }
 
 /// Headers that replace (not add to) what a request builder set.

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService,
+    OAuth, Stack, Throttle, Throttles,
     oauth::{CLAUDE_CALLBACK, Form, Pkce, authorize_url, discover, register_like_claude},
 };
 use reqwest::StatusCode;
@@ -15,21 +15,21 @@ use reqwest::StatusCode;
 const USER: &str = "alice";
 const PASSWORD: &str = "correct horse battery staple";
 
-async fn proxied_gateway(extra_toml: &str) -> (Gateway, McpService) {
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.tls = false;
-    opts.top_toml = "trusted_proxies = [\"127.0.0.1\"]\n".to_owned();
-    opts.extra_toml = extra_toml.to_owned();
-    let gw = Gateway::start(opts).await.unwrap();
-    (gw, svc)
+/// A plain-HTTP gateway that trusts the proxy on 127.0.0.1, with `oauth` settings.
+async fn proxied_gateway(oauth: OAuth) -> Stack {
+    Stack::builder()
+        .plain_http()
+        .trusted_proxies(&["127.0.0.1"])
+        .oauth(oauth)
+        .start()
+        .await
 }
 
 /// Twelve registrations, each from another client behind the proxy: all 201 (the default
 /// budget is 10 per IP; before the fix the proxy's own IP was the key: 10 × 201, then 429).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_are_throttled_per_forwarded_client() {
-    let (gw, _svc) = proxied_gateway("").await;
+    let gw = proxied_gateway(OAuth::default()).await;
     let http = gw.http();
     let d = discover(&http, &gw.mcp_url()).await.unwrap();
     let url = d.endpoint("registration_endpoint").unwrap();
@@ -68,7 +68,7 @@ async fn registrations_are_throttled_per_forwarded_client() {
 /// each forged IP had a budget of its own: 12 × 201).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_forwarded_for_line_before_the_proxys_own_is_not_believed() {
-    let (gw, _svc) = proxied_gateway("").await;
+    let gw = proxied_gateway(OAuth::default()).await;
     let http = gw.http();
     let d = discover(&http, &gw.mcp_url()).await.unwrap();
     let url = d.endpoint("registration_endpoint").unwrap();
@@ -95,7 +95,7 @@ async fn a_forged_forwarded_for_line_before_the_proxys_own_is_not_believed() {
 /// loopback, decided).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_judged_on_the_resolved_client() {
-    let (gw, _svc) = proxied_gateway("").await;
+    let gw = proxied_gateway(OAuth::default()).await;
     let http = gw.http();
     let url = format!("{}/metrics", gw.base);
     let direct = http.get(&url).send().await.unwrap();
@@ -168,8 +168,17 @@ impl Client {
 /// client behind the same proxy signs in with the right password at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_throttle_keys_the_forwarded_client_not_the_proxy() {
-    let (gw, _svc) =
-        proxied_gateway("[oauth.throttle.login_per_ip]\nburst = 3\nper_minute = 1\n").await;
+    let gw = proxied_gateway(OAuth {
+        throttle: Throttles {
+            login_per_ip: Some(Throttle {
+                burst: 3,
+                per_minute: 1,
+            }),
+            ..Throttles::default()
+        },
+        ..OAuth::default()
+    })
+    .await;
     gw.add_user(USER, PASSWORD).unwrap();
     let http = gw.http();
     let d = discover(&http, &gw.mcp_url()).await.unwrap();
