@@ -26,11 +26,11 @@ use std::{
 };
 
 use pforte_tests::{
-    EverythingServer, Gateway, GatewayOptions,
+    EverythingServer, Limits, Route, Stack,
     conformance::{Results, run_suite, tools},
-    http_client, mcp_client, parse_challenge,
+    http_client, parse_challenge, rmcp_client,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The checks the gateway adds by itself: DNS-rebinding protection for a loopback server.
 const GATEWAY_PASSES: &[(&str, &str)] = &[
@@ -51,11 +51,13 @@ const KNOWN_GATEWAY_FAILURES: &[(&str, &str, &str)] = &[];
 /// A gateway in front of `upstream` over plain HTTP on loopback (the runner's DNS-rebinding
 /// check sends `Origin: http://<host of the URL>`, the gateway's own origin), limits off (the
 /// suite sends its requests in bursts).
-async fn gateway(upstream: String) -> Gateway {
-    let mut opts = GatewayOptions::new(upstream);
-    opts.tls = false;
-    opts.extra_toml = "[limits]\nenabled = false\n".to_owned();
-    Gateway::start(opts).await.unwrap()
+async fn gateway(upstream: &str) -> Stack {
+    Stack::builder()
+        .upstream(upstream)
+        .plain_http()
+        .limits(Limits::off())
+        .start()
+        .await
 }
 
 /// Compares the checks through the gateway with the same checks run directly: each must end
@@ -123,7 +125,7 @@ async fn direct_and_through(
     packages: &Path,
     server: &EverythingServer,
 ) -> (Results, Results) {
-    let gw = gateway(server.url()).await;
+    let gw = gateway(&server.url()).await;
     let token = gw
         .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
         .await
@@ -182,13 +184,13 @@ async fn the_whole_active_conformance_suite_passes_through_an_http_route() {
         return;
     };
     let server = EverythingServer::start_conformance_target(&node, &packages).unwrap();
-    let mut opts = GatewayOptions::new(server.url());
-    opts.tls = false;
-    opts.extra_toml = format!(
-        "[limits]\nenabled = false\n\n[[routes]]\nname = \"everything\"\nurl = \"{}\"\n",
-        server.url()
-    );
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .upstream(&server.url())
+        .plain_http()
+        .limits(Limits::off())
+        .route(Route::url("everything", &server.url()))
+        .start()
+        .await;
     let token = gw
         .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
         .await
@@ -222,7 +224,7 @@ async fn the_npm_everything_server_conforms_through_the_gateway_as_it_does_direc
 
 /// The everything server's tools as (name, annotated `readOnlyHint: true`), asked directly.
 async fn catalog(url: &str) -> BTreeMap<String, bool> {
-    let client = mcp_client(url, http_client(None), "unused", &[])
+    let client = rmcp_client(url, http_client(None), "unused", &[])
         .await
         .unwrap();
     let tools = client.list_all_tools().await.unwrap();
@@ -238,26 +240,6 @@ async fn catalog(url: &str) -> BTreeMap<String, bool> {
             (t.name.to_string(), read_only)
         })
         .collect()
-}
-
-/// One JSON-RPC POST through the gateway.
-async fn post(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    session: Option<&str>,
-    body: Value,
-) -> reqwest::Response {
-    let mut req = http
-        .post(url)
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&body);
-    if let Some(s) = session {
-        req = req.header("mcp-session-id", s);
-    }
-    req.send().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,14 +265,14 @@ async fn a_read_only_token_sees_and_calls_only_the_read_annotated_tools() {
         "the everything server has read and write tools: {all:?}"
     );
 
-    let gw = gateway(everything.url()).await;
+    let gw = gateway(&everything.url()).await;
     let token = gw
         .create_scoped_token("reader", &["mcp:read"])
         .await
         .unwrap();
 
     // tools/list through the gateway: exactly the read-annotated tools.
-    let client = gw.mcp_client(&token, &[]).await.unwrap();
+    let client = gw.rmcp_client(&token, &[]).await.unwrap();
     let listed: BTreeSet<String> = client
         .list_all_tools()
         .await
@@ -313,44 +295,19 @@ async fn a_read_only_token_sees_and_calls_only_the_read_annotated_tools() {
     let _ = client.cancel().await;
 
     // Every other tool: 403 with the step-up challenge, in a session the token opened.
-    let http = gw.http();
-    let url = gw.mcp_url();
-    let init = post(
-        &http,
-        &url,
-        &token,
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "pforte-tests", "version": "1"}}}),
-    )
-    .await;
+    let mut session = gw.mcp(&token).protocol("2025-11-25");
+    let init = session.initialize().await;
     assert_eq!(init.status(), 200);
-    let session = init
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
     drop(init);
-    let note = post(
-        &http,
-        &url,
-        &token,
-        session.as_deref(),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await;
+    let note = session.notify("notifications/initialized").await;
     assert!(note.status().is_success(), "{}", note.status());
     for (i, tool) in writing.iter().enumerate() {
-        let resp = post(
-            &http,
-            &url,
-            &token,
-            session.as_deref(),
-            json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+        let resp = session
+            .post(
+                &json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
                    "params": {"name": tool, "arguments": {}}}),
-        )
-        .await;
+            )
+            .await;
         let status = resp.status();
         let challenge = resp
             .headers()

@@ -6,22 +6,15 @@
 use std::process::Command;
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, TestCert, TlsFront, bin, mcp_client, parse_challenge,
+    Gateway, McpClient, McpService, Route, Stack, TestCert, TlsFront, bin, parse_challenge,
+    rmcp_client,
 };
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
-/// `[[routes]]` entries for `extra_toml`: `(name, url, more lines)`.
-fn routes_toml(routes: &[(&str, &str, &str)]) -> String {
-    routes
-        .iter()
-        .map(|(name, url, more)| format!("[[routes]]\nname = {name:?}\nurl = {url:?}\n{more}\n"))
-        .collect()
-}
-
 /// Lists the tools and calls `whoami` through the route at `url`.
 async fn use_route(gw: &Gateway, url: &str, token: &str) -> String {
-    let client = mcp_client(url, gw.http(), token, &[]).await.unwrap();
+    let client = rmcp_client(url, gw.http(), token, &[]).await.unwrap();
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "whoami"), "{url}: {tools:?}");
     let answer = client
@@ -35,24 +28,25 @@ async fn use_route(gw: &Gateway, url: &str, token: &str) -> String {
 
 /// A POST of one JSON-RPC `ping` to `url`, with `token` if any.
 async fn ping(gw: &Gateway, url: &str, token: Option<&str>) -> reqwest::Response {
-    let mut req = gw
-        .http()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    req.send().await.unwrap()
+    let client = match token {
+        Some(t) => gw.mcp_at(url, t),
+        None => McpClient::new(gw.http(), url),
+    };
+    client
+        .post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_http_routes_through_one_gateway() {
     let alpha = McpService::start(&[]).unwrap();
     let beta = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(alpha.url());
-    opts.extra_toml = routes_toml(&[("alpha", &alpha.url(), ""), ("beta", &beta.url(), "")]);
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .route(Route::url("alpha", &alpha.url()))
+        .route(Route::url("beta", &beta.url()))
+        .service(alpha)
+        .start()
+        .await;
     let base = gw.base.clone();
     let token = gw.create_token("everywhere").await.unwrap();
 
@@ -159,11 +153,11 @@ async fn echo_upstream() -> std::net::SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upstream_learns_the_route_and_its_own_path() {
-    let alpha = McpService::start(&[]).unwrap();
     let echo = echo_upstream().await;
-    let mut opts = GatewayOptions::new(alpha.url());
-    opts.extra_toml = routes_toml(&[("echo", &format!("http://{echo}/svc/mcp"), "")]);
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .route(Route::url("echo", &format!("http://{echo}/svc/mcp")))
+        .start()
+        .await;
     let token = gw.create_token("t").await.unwrap();
     let seen: Value = ping(&gw, &format!("{}/echo/mcp", gw.base), Some(&token))
         .await
@@ -188,15 +182,14 @@ async fn https_upstreams_are_verified_against_the_ca_file() {
     let wrong = TestCert::create(&wrong_dir).unwrap();
     let front = TlsFront::start(&right, svc.addr).await.unwrap();
     let url = format!("https://127.0.0.1:{}/mcp", front.addr.port());
-    let ca = |c: &TestCert| format!("ca_file = {:?}", c.cert.display().to_string());
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.extra_toml = routes_toml(&[
-        ("secure", &url, &ca(&right)),
-        ("wrong-ca", &url, &ca(&wrong)),
+    let gw = Stack::builder()
+        .route(Route::url("secure", &url).ca_file(&right.cert))
+        .route(Route::url("wrong-ca", &url).ca_file(&wrong.cert))
         // The system roots do not know a self-signed certificate either.
-        ("system-roots", &url, ""),
-    ]);
-    let gw = Gateway::start(opts).await.unwrap();
+        .route(Route::url("system-roots", &url))
+        .service(svc)
+        .start()
+        .await;
     let token = gw.create_token("t").await.unwrap();
     use_route(&gw, &format!("{}/secure/mcp", gw.base), &token).await;
     // The secure route's verified connection to the same address is not reused by the others.
@@ -334,9 +327,12 @@ async fn oauth_tokens_are_bound_to_their_route() {
     };
     let alpha = McpService::start(&[]).unwrap();
     let beta = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(alpha.url());
-    opts.extra_toml = routes_toml(&[("alpha", &alpha.url(), ""), ("beta", &beta.url(), "")]);
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .route(Route::url("alpha", &alpha.url()))
+        .route(Route::url("beta", &beta.url()))
+        .service(alpha)
+        .start()
+        .await;
     gw.add_user(USER, PASSWORD).unwrap();
     let base = gw.base.clone();
     let (alpha_url, beta_url) = (format!("{base}/alpha/mcp"), format!("{base}/beta/mcp"));

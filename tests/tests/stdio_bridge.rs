@@ -11,9 +11,8 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt as _;
 use pforte::stdio::{StdioBridge, StdioSpec};
-use pforte_tests::{Proc, bin, eventually};
+use pforte_tests::{Events, McpClient, Proc, bin, eventually};
 use serde_json::{Value, json};
 
 /// Set in the environment of this test binary when it runs as a bridge host (see
@@ -53,8 +52,6 @@ fn python_spec(python: &Path) -> StdioSpec {
         ],
     )
 }
-
-const INIT_PARAMS: &str = r#"{"protocolVersion":"2025-06-18","capabilities":{"sampling":{},"elicitation":{}},"clientInfo":{"name":"stdio-bridge-test","version":"1"}}"#;
 
 /// A bridge served in this process, and a client on its socket.
 struct Bridge {
@@ -105,7 +102,6 @@ struct Client {
 }
 
 const URL: &str = "http://localhost/mcp";
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
 impl Client {
     /// A client on `socket`, once the bridge answers there.
@@ -123,44 +119,35 @@ impl Client {
         Self { http }
     }
 
-    fn post(&self, session: Option<&str>, subject: &str, body: &Value) -> reqwest::RequestBuilder {
-        let mut req = self
-            .http
-            .post(URL)
-            .header("accept", ACCEPT_BOTH)
-            .header("content-type", "application/json")
+    /// An MCP client of the bridge without identity headers, announcing sampling and
+    /// elicitation.
+    fn anonymous(&self) -> McpClient {
+        McpClient::new(self.http.clone(), URL)
+            .client_name("stdio-bridge-test")
+            .capabilities(json!({"sampling": {}, "elicitation": {}}))
+    }
+
+    /// An MCP client of the bridge as `subject` (with client "tests"): the identity headers
+    /// the gateway sets.
+    fn mcp(&self, subject: &str) -> McpClient {
+        self.anonymous()
             .header("x-pforte-subject", subject)
             .header("x-pforte-client", "tests")
-            .body(body.to_string());
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
-        }
-        req
+    }
+
+    /// A POST of `body` in `session` (or none) as `subject`.
+    fn post(&self, session: Option<&str>, subject: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.mcp(subject)
+            .in_session(session)
+            .post_request()
+            .body(body.to_string())
     }
 
     /// `initialize` + `notifications/initialized`: the session id and the result.
     async fn open(&self, subject: &str) -> Result<(String, Value), reqwest::Response> {
-        let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-                          "params": serde_json::from_str::<Value>(INIT_PARAMS).unwrap()});
-        let resp = self.post(None, subject, &init).send().await.unwrap();
-        if resp.status() != 200 {
-            return Err(resp);
-        }
-        let session = resp.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        let mut events = Events::new(resp);
-        let answer = events.next().await.expect("an initialize answer");
-        assert_eq!(answer["id"], 0, "{answer}");
-        let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
-        let r = self
-            .post(Some(&session), subject, &note)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202);
-        Ok((session, answer["result"].clone()))
+        let mut client = self.mcp(subject);
+        let result = client.open().await?;
+        Ok((client.session().expect("a session id").to_owned(), result))
     }
 
     /// A request in a session (or stateless with None): every message of its answer.
@@ -174,12 +161,7 @@ impl Client {
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
         let resp = self.post(session, "alice", &body).send().await.unwrap();
         assert_eq!(resp.status(), 200, "{method}");
-        let mut events = Events::new(resp);
-        let mut all = Vec::new();
-        while let Some(msg) = events.next().await {
-            all.push(msg);
-        }
-        all
+        Events::new(resp).all().await
     }
 
     /// `tools/call NAME ARGS`: the final response.
@@ -195,60 +177,6 @@ impl Client {
         let last = all.last().cloned().expect("an answer");
         assert_eq!(last["id"], id, "{all:?}");
         last
-    }
-}
-
-/// The messages of an answer, JSON or an event stream, read as they come.
-struct Events {
-    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    buf: String,
-    json: bool,
-}
-
-impl Events {
-    fn new(resp: reqwest::Response) -> Self {
-        let json = resp
-            .headers()
-            .get("content-type")
-            .is_some_and(|c| c.to_str().unwrap().starts_with("application/json"));
-        Self {
-            body: resp.bytes_stream().boxed(),
-            buf: String::new(),
-            json,
-        }
-    }
-
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if self.json {
-                while let Some(chunk) = self.body.next().await {
-                    self.buf
-                        .push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
-                }
-                if self.buf.is_empty() {
-                    return None;
-                }
-                return Some(serde_json::from_str(&std::mem::take(&mut self.buf)).unwrap());
-            }
-            if let Some(end) = self.buf.find("\n\n") {
-                let event: String = self.buf.drain(..end + 2).collect();
-                let data: String = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data: "))
-                    .collect();
-                if data.is_empty() {
-                    continue; // a comment (keep-alive)
-                }
-                return Some(serde_json::from_str(&data).unwrap());
-            }
-            match tokio::time::timeout(Duration::from_secs(30), self.body.next()).await {
-                Ok(Some(chunk)) => self
-                    .buf
-                    .push_str(std::str::from_utf8(&chunk.unwrap()).unwrap()),
-                Ok(None) => return None,
-                Err(_) => panic!("no event within 30 s; have {:?}", self.buf),
-            }
-        }
     }
 }
 
@@ -557,20 +485,13 @@ async fn the_per_principal_cap_counts_subject_and_client() {
     b.client.open("bob").await.unwrap();
     // The gateway's own session (its tool catalog, `x-pforte-auth-kind: gateway`, a header no
     // client request carries through the gateway) is outside the caps.
-    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-                      "params": serde_json::from_str::<Value>(INIT_PARAMS).unwrap()});
     let own = b
         .client
-        .http
-        .post(URL)
-        .header("accept", ACCEPT_BOTH)
-        .header("content-type", "application/json")
+        .anonymous()
         .header("x-pforte-subject", "alice")
         .header("x-pforte-auth-kind", "gateway")
-        .body(init.to_string())
-        .send()
-        .await
-        .unwrap();
+        .initialize()
+        .await;
     assert_eq!(own.status(), 200);
     assert!(own.headers().contains_key("mcp-session-id"));
     b.shutdown().await;
@@ -694,6 +615,15 @@ async fn bridge_host() {
     bridge.run(watch).await;
 }
 
+/// `bridge_host`'s name for the test runner, whichever test binary this file is part of (the
+/// module path without the crate's name).
+fn host_test_name() -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::bridge_host"),
+        None => "bridge_host".to_owned(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bridge_host_is_sigkilled_and_no_child_is_left() {
     let Some(python) = python() else { return };
@@ -701,7 +631,7 @@ async fn bridge_host_is_sigkilled_and_no_child_is_left() {
     let socket = dir.path().join("run/stdio/pyfix.sock");
     let log = dir.path().join("host.log");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "bridge_host", "--ignored", "--nocapture"])
+    cmd.args(["--exact", &host_test_name(), "--ignored", "--nocapture"])
         .env(HOST_SOCKET_ENV, &socket)
         .env(HOST_PYTHON_ENV, &python)
         .env("RUST_LOG", "info");

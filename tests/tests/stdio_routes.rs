@@ -16,9 +16,9 @@ use std::{
 
 use nix::sys::signal::Signal;
 use pforte_tests::{
-    EverythingServer, Gateway, GatewayOptions, bin,
+    EverythingServer, Gateway, GatewayConfig, Limits, Route, Stack, bin,
     conformance::{Results, run_suite, tools},
-    eventually, mcp_client, run_python_json,
+    eventually, rmcp_client, run_python_json, write_config,
 };
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
@@ -33,15 +33,6 @@ fn python() -> Option<PathBuf> {
     pforte_tests::python_sdk_or_skip()
 }
 
-/// One `[[routes]]` entry with a `command`; `more` holds further keys, then sub-tables.
-fn command_route(name: &str, command: &[String], env: &[(&str, String)], stdio: &str) -> String {
-    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
-    format!(
-        "[[routes]]\nname = {name:?}\ncommand = {command:?}\nenv = {{ {} }}\n[routes.stdio]\n{stdio}\n",
-        env.join(", ")
-    )
-}
-
 fn python_command(python: &Path) -> Vec<String> {
     vec![
         python.display().to_string(),
@@ -49,19 +40,29 @@ fn python_command(python: &Path) -> Vec<String> {
     ]
 }
 
-/// A plain-HTTP gateway (limits off, many sessions per principal) with `routes`; its
+/// Where the gateways of these tests send `/mcp`: nowhere (unused).
+const NOWHERE: &str = "http://127.0.0.1:9/mcp";
+
+/// A plain-HTTP gateway (limits off, many sessions per principal) with `route`; its
 /// `[upstream]` points nowhere (unused).
-async fn gateway(routes: String) -> Gateway {
-    gateway_through(routes, &[]).await
+async fn gateway(route: Route) -> Stack {
+    gateway_through(route, &[]).await
 }
 
-/// [`gateway`] started through `wrapper` (see `GatewayOptions::wrapper`).
-async fn gateway_through(routes: String, wrapper: &[&str]) -> Gateway {
-    let mut opts = GatewayOptions::new("http://127.0.0.1:9/mcp".to_owned());
-    opts.tls = false;
-    opts.extra_toml = format!("[limits]\nenabled = false\nsessions_per_principal = 1000\n{routes}");
-    opts.wrapper = wrapper.iter().map(|s| (*s).to_owned()).collect();
-    Gateway::start(opts).await.unwrap()
+/// [`gateway`] started through `wrapper` (see `StackBuilder::wrapper`).
+async fn gateway_through(route: Route, wrapper: &[&str]) -> Stack {
+    Stack::builder()
+        .upstream(NOWHERE)
+        .plain_http()
+        .limits(Limits {
+            enabled: Some(false),
+            sessions_per_principal: Some(1000),
+            ..Limits::default()
+        })
+        .route(route)
+        .wrapper(wrapper)
+        .start()
+        .await
 }
 
 /// The system's python3 (readable by every user, unlike a pyenv under /root), running the
@@ -103,18 +104,10 @@ fn processes_with(marker: &str) -> Vec<(u32, String)> {
 
 /// `initialize` through the gateway: the response.
 async fn initialize(gw: &Gateway, url: &str, token: &str) -> reqwest::Response {
-    gw.http()
-        .post(url)
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "pforte-tests", "version": "1"}}}),
-        )
-        .send()
+    gw.mcp_at(url, token)
+        .protocol("2025-11-25")
+        .initialize()
         .await
-        .unwrap()
 }
 
 /// The processes whose parent is `pid`, with their command lines.
@@ -172,7 +165,7 @@ async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() {
     let Some(python) = python() else { return };
-    let gw = gateway(command_route("py", &python_command(&python), &[], "")).await;
+    let gw = gateway(Route::command("py", &python_command(&python))).await;
     let token = gw.create_token("py-client").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     let out = run_python_json(
@@ -204,16 +197,14 @@ async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() 
 async fn mcp_service_stdio_is_a_route() {
     let data = tempfile::tempdir().unwrap();
     let command = [bin("mcp-service").display().to_string(), "stdio".to_owned()];
-    let gw = gateway(command_route(
-        "plans",
-        &command,
-        &[("MCP_SERVICE_DATA_DIR", data.path().display().to_string())],
-        "",
-    ))
+    let gw = gateway(
+        Route::command("plans", &command)
+            .env("MCP_SERVICE_DATA_DIR", &data.path().display().to_string()),
+    )
     .await;
     let token = gw.create_token("plans").await.unwrap();
     let url = format!("{}/plans/mcp", gw.base);
-    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
     let who = call(&client, "whoami", json!({})).await.unwrap();
@@ -233,10 +224,10 @@ async fn mcp_service_stdio_is_a_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_call_is_an_error_and_the_next_call_works() {
     let Some(python) = python() else { return };
-    let gw = gateway(command_route("py", &python_command(&python), &[], "")).await;
+    let gw = gateway(Route::command("py", &python_command(&python))).await;
     let token = gw.create_token("crasher").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
-    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
     let before = call(&client, "pid", json!({})).await.unwrap();
     let crashed = call(&client, "crash", json!({})).await.unwrap_err();
     assert!(
@@ -271,12 +262,11 @@ async fn a_crash_mid_call_is_an_error_and_the_next_call_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_sessions_on_a_cap_of_sixteen_get_four_503s_through_the_gateway() {
     let Some(python) = python() else { return };
-    let gw = gateway(command_route(
-        "py",
-        &python_command(&python),
-        &[],
-        "max_children = 16\nmax_children_per_principal = 32",
-    ))
+    let gw = gateway(
+        Route::command("py", &python_command(&python))
+            .max_children(16)
+            .max_children_per_principal(32),
+    )
     .await;
     let token = gw.create_token("many").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
@@ -304,13 +294,9 @@ async fn twenty_sessions_on_a_cap_of_sixteen_get_four_503s_through_the_gateway()
 /// with `signal`: none of them may be left.
 async fn no_child_left_after(signal: Signal) {
     let Some(python) = python() else { return };
-    let mut gw = gateway(command_route(
-        "py",
-        &python_command(&python),
-        &[("FIXTURE_HOLD_ON_EOF", "1".to_owned())],
-        "",
-    ))
-    .await;
+    let mut gw =
+        gateway(Route::command("py", &python_command(&python)).env("FIXTURE_HOLD_ON_EOF", "1"))
+            .await;
     let token = gw.create_token("stopper").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     for _ in 0..2 {
@@ -369,12 +355,12 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
             .to_string(),
         "--stdio".to_owned(),
     ];
-    let gw = gateway(command_route(
-        "everything",
-        &command,
-        &[("NODE_PATH", node_modules)],
-        "max_children = 64\nmax_children_per_principal = 64",
-    ))
+    let gw = gateway(
+        Route::command("everything", &command)
+            .env("NODE_PATH", &node_modules)
+            .max_children(64)
+            .max_children_per_principal(64),
+    )
     .await;
     let token = gw
         .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
@@ -430,12 +416,11 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_second_client_gets_no_more_children() {
     let Some(python) = python() else { return };
-    let gw = gateway(command_route(
-        "py",
-        &python_command(&python),
-        &[],
-        "max_children = 6\nmax_children_per_principal = 2",
-    ))
+    let gw = gateway(
+        Route::command("py", &python_command(&python))
+            .max_children(6)
+            .max_children_per_principal(2),
+    )
     .await;
     gw.add_user("alice", "alice-password-1").unwrap();
     gw.add_user("bob", "bob-password-22").unwrap();
@@ -464,16 +449,10 @@ async fn a_users_second_client_gets_no_more_children() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_fails_its_call_memory_stays_bounded_and_the_child_restarts() {
-    let gw = gateway(command_route(
-        "plain",
-        &plain_command(&[]),
-        &[],
-        "max_line_bytes = 1048576",
-    ))
-    .await;
+    let gw = gateway(Route::command("plain", &plain_command(&[])).max_line_bytes(1_048_576)).await;
     let token = gw.create_token("big").await.unwrap();
     let url = format!("{}/plain/mcp", gw.base);
-    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
     assert_eq!(
         call(&client, "echo", json!({"text": "small"}))
             .await
@@ -507,11 +486,9 @@ async fn an_oversized_message_fails_its_call_memory_stays_bounded_and_the_child_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_tree_of_a_child_ends_when_the_gateway_is_sigkilled() {
     let marker = format!("pforte-tree-{}-{}", std::process::id(), rand_suffix());
-    let mut gw = gateway(command_route(
+    let mut gw = gateway(Route::command(
         "tree",
         &plain_command(&["--grandchild", &marker]),
-        &[],
-        "",
     ))
     .await;
     let token = gw.create_token("tree").await.unwrap();
@@ -559,12 +536,10 @@ async fn a_route_user_runs_its_children_as_that_user_away_from_the_gateways_file
     std::fs::set_permissions(public.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let script = reachable_copy(&fixture("plain_server.py"), public.path());
     let command = vec!["/usr/bin/python3".to_owned(), script.display().to_string()];
-    let route =
-        format!("[[routes]]\nname = \"nobody\"\ncommand = {command:?}\nuser = \"nobody\"\n");
-    let gw = gateway(route).await;
+    let gw = gateway(Route::command("nobody", &command).user("nobody")).await;
     let token = gw.create_token("nobody").await.unwrap();
     let url = format!("{}/nobody/mcp", gw.base);
-    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
     let who: Value =
         serde_json::from_str(&call(&client, "whoami", json!({})).await.unwrap()).unwrap();
     assert_eq!(
@@ -592,7 +567,7 @@ async fn a_route_user_runs_its_children_as_that_user_away_from_the_gateways_file
 async fn a_child_holds_only_stdin_stdout_and_stderr() {
     // The gateway inherits descriptor 7 without close-on-exec from the shell it is run by.
     let gw = gateway_through(
-        command_route("fds", &plain_command(&[]), &[], ""),
+        Route::command("fds", &plain_command(&[])),
         &["sh", "-c", "exec 7</dev/null; exec \"$@\"", "sh"],
     )
     .await;
@@ -603,7 +578,7 @@ async fn a_child_holds_only_stdin_stdout_and_stderr() {
     );
     let token = gw.create_token("fds").await.unwrap();
     let url = format!("{}/fds/mcp", gw.base);
-    let client = mcp_client(&url, gw.http(), &token, &[]).await.unwrap();
+    let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
     let held: Vec<(i32, String)> =
         serde_json::from_str(&call(&client, "fds", json!({})).await.unwrap()).unwrap();
     let numbers: Vec<i32> = held.iter().map(|(fd, _)| *fd).collect();
@@ -611,19 +586,12 @@ async fn a_child_holds_only_stdin_stdout_and_stderr() {
     let _ = client.cancel().await;
 }
 
-/// A temp dir owned by `nobody` with a gateway config in it (`routes` appended); the config's
-/// path.
-fn nobody_config(dir: &Path, routes: &str) -> PathBuf {
+/// A temp dir owned by `nobody` with a gateway config in it (with `routes`); the config's path.
+fn nobody_config(dir: &Path, routes: Vec<Route>) -> PathBuf {
     std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
-    let config = dir.join("pforte.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n{routes}",
-            dir.join("data").display().to_string()
-        ),
-    )
-    .unwrap();
+    let mut config = GatewayConfig::new(NOWHERE);
+    config.routes = routes;
+    let config = write_config(dir, config).unwrap();
     std::os::unix::fs::chown(&config, Some(65534), Some(65534)).unwrap();
     config
 }
@@ -658,7 +626,7 @@ async fn the_gateway_is_not_dumpable() {
     // stdio child of the same user could not read its environment.
     use std::os::unix::fs::MetadataExt as _;
     let dir = tempfile::tempdir().unwrap();
-    let config = nobody_config(dir.path(), "");
+    let config = nobody_config(dir.path(), Vec::new());
     let mut gw = pforte_tests::Proc::spawn(pforte_as_nobody(&["serve"], &config)).unwrap();
     gw.wait_line("pforte listening on", Duration::from_secs(20))
         .unwrap();
@@ -679,11 +647,8 @@ async fn the_gateway_is_not_dumpable() {
 #[test]
 fn a_route_user_needs_a_gateway_running_as_root() {
     let dir = tempfile::tempdir().unwrap();
-    let route = format!(
-        "[[routes]]\nname = \"p\"\ncommand = {:?}\nuser = \"nobody\"\n",
-        plain_command(&[])
-    );
-    let config = nobody_config(dir.path(), &route);
+    let route = Route::command("p", &plain_command(&[])).user("nobody");
+    let config = nobody_config(dir.path(), vec![route]);
     let out = pforte_as_nobody(&["check"], &config).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
