@@ -9,7 +9,7 @@ use std::{
 };
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, PforteUp, eventually, http_client,
+    PforteUp, Stack, eventually, http_client,
     oauth::{access_token_at, mcp_status},
 };
 use reqwest::StatusCode;
@@ -132,14 +132,11 @@ async fn admin_commands_beside_pforte_up_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_commands_beside_pforte_serve_lose_nothing() {
-    let service = McpService::start(&[]).unwrap();
-    let mut gw = Gateway::start(GatewayOptions::new(service.url()))
-        .await
-        .unwrap();
+    let mut gw = Stack::start().await;
     let target = Target {
         store_args: vec!["--config".into(), gw.config_path().display().to_string()],
         mcp_url: gw.mcp_url(),
-        ca_pem: gw.cert.as_ref().map(|c| c.cert_pem.clone()),
+        ca_pem: gw.ca_pem().map(str::to_owned),
     };
     admin_round(&target, || {
         gw.proc.child.kill().unwrap();

@@ -6,10 +6,10 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pforte_tests::{Proc, bin};
+use pforte_tests::PforteUp;
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
@@ -27,30 +27,8 @@ async fn up_keeps_the_data_dir_owner_only() {
     let data = tmp.path().join("pforte-data");
     std::fs::create_dir(&data).unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = Command::new(bin("pforte"));
-    cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"));
-    let mut proc = Proc::spawn(cmd).unwrap();
-    let banner = proc
-        .lines_until("Press Ctrl-C", Duration::from_secs(30))
-        .unwrap();
-    let url = banner
-        .iter()
-        .find_map(|l| l.trim().strip_prefix("MCP URL:"))
-        .map(str::trim)
-        .expect("MCP URL in the banner")
-        .to_owned();
     // Ready: both processes have opened their stores (and a SIGINT now stops both).
-    let ready = url.replace("/mcp", "/readyz");
-    assert!(
-        pforte_tests::eventually(Duration::from_secs(20), || {
-            let req = pforte_tests::http_client(None).get(&ready).send();
-            async move { req.await.is_ok_and(|r| r.status() == 200) }
-        })
-        .await,
-        "pforte up never became ready"
-    );
+    let mut up = PforteUp::options().data_dir(&data).start().await.unwrap();
     let mut entries = Vec::new();
     walk(&data, &mut entries);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -74,6 +52,7 @@ async fn up_keeps_the_data_dir_owner_only() {
         );
     }
     assert!(files >= 4, "{entries:#?}");
-    proc.signal_and_wait(Signal::SIGINT, Duration::from_secs(10))
+    up.proc
+        .signal_and_wait(Signal::SIGINT, Duration::from_secs(10))
         .unwrap();
 }

@@ -15,7 +15,7 @@ use std::{
 };
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, bin_dir, in_ci,
+    Stack, bin_dir, in_ci,
     oauth::{Browser, CLAUDE_CALLBACK, Pkce, authorize_url, discover, param, register_like_claude},
     which,
 };
@@ -40,10 +40,7 @@ async fn chromium_renders_login_and_consent_without_console_errors() {
         pforte_tests::skip("chromium is not installed (apt-get install -y chromium)");
         return;
     };
-    let svc = McpService::start(&[]).unwrap();
-    let gw = Gateway::start(GatewayOptions::new(svc.url()))
-        .await
-        .unwrap();
+    let gw = Stack::start().await;
     let password = "correct horse battery staple";
     gw.add_user("alice", password).unwrap();
     let browser = Browser::for_gateway(&gw);

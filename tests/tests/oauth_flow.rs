@@ -9,14 +9,13 @@
 use std::time::{Duration, Instant};
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, RedisServer,
+    OAuth, RedisServer, Stack, Throttle, Throttles,
     oauth::{
         Browser, CLAUDE_CALLBACK, Discovered, Pkce, Registered, authorize_url, browser_step,
         discover, exchange_code, mcp_status, param, refresh, register_like_claude, revoke,
     },
 };
 use reqwest::StatusCode;
-use rmcp::model::CallToolRequestParams;
 use serde_json::Value;
 
 const USER: &str = "alice";
@@ -29,38 +28,25 @@ enum StoreKind {
     Redis,
 }
 
-/// A gateway with one user, a browser, and what discovery found.
-struct Stack {
-    // Field order = drop order: the gateway stops before its upstream and its redis.
-    gw: Gateway,
-    _svc: McpService,
-    redis: Option<RedisServer>,
+/// A stack with one user, a browser, and what discovery found.
+struct Flow {
+    gw: Stack,
     browser: Browser,
     d: Discovered,
 }
 
-impl Stack {
+impl Flow {
     /// `None` when the store is redis and `redis-server` is missing outside CI.
-    async fn start(kind: StoreKind, extra_toml: &str) -> Option<Self> {
-        let redis = match kind {
-            StoreKind::Embedded => None,
-            StoreKind::Redis => Some(RedisServer::start()?),
-        };
-        let svc = McpService::start(&[]).unwrap();
-        let mut opts = GatewayOptions::new(svc.url());
-        opts.redis_url = redis.as_ref().map(RedisServer::url);
-        opts.extra_toml = extra_toml.to_owned();
-        let gw = Gateway::start(opts).await.unwrap();
+    async fn start(kind: StoreKind, oauth: OAuth) -> Option<Self> {
+        let mut stack = Stack::builder().oauth(oauth);
+        if let StoreKind::Redis = kind {
+            stack = stack.redis(RedisServer::start()?);
+        }
+        let gw = stack.start().await;
         gw.add_user(USER, PASSWORD).unwrap();
         let browser = Browser::for_gateway(&gw);
         let d = discover(&browser.http, &gw.mcp_url()).await.unwrap();
-        Some(Self {
-            gw,
-            _svc: svc,
-            redis,
-            browser,
-            d,
-        })
+        Some(Self { gw, browser, d })
     }
 
     fn http(&self) -> &reqwest::Client {
@@ -128,7 +114,7 @@ impl Stack {
     /// store's files (database and WAL), or redis's full dump.
     fn stored_in_plain_text(&self, secrets: &[&str]) -> Vec<String> {
         let mut blobs = Vec::new();
-        match &self.redis {
+        match &self.gw.redis {
             Some(r) => blobs.push(r.dump().unwrap()),
             None => {
                 for e in std::fs::read_dir(self.gw.data_dir()).unwrap() {
@@ -156,13 +142,10 @@ impl Stack {
 
     /// `whoami` through the gateway with an rmcp client on `token`.
     async fn whoami(&self, token: &str) -> Value {
-        let client = self.gw.mcp_client(token, &[]).await.unwrap();
-        let result = client
-            .call_tool(CallToolRequestParams::new("whoami"))
-            .await
-            .unwrap();
+        let client = self.gw.rmcp_client(token, &[]).await.unwrap();
+        let me = pforte_tests::whoami(&client).await;
         client.cancel().await.unwrap();
-        result.structured_content.expect("structured whoami")
+        me
     }
 }
 
@@ -182,13 +165,13 @@ macro_rules! on_both_stores {
 
 /// The Claude.ai connector flow, every hop checked.
 async fn connector_flow(kind: StoreKind) {
-    let Some(s) = Stack::start(kind, "").await else {
+    let Some(s) = Flow::start(kind, OAuth::default()).await else {
         return;
     };
     let http = s.http();
     let base = s.gw.base.clone();
 
-    // Discovery (done by Stack::start: 401 → RFC 9728 → RFC 8414); the issuer is the gateway's
+    // Discovery (done by Flow::start: 401 → RFC 9728 → RFC 8414); the issuer is the gateway's
     // origin, byte for byte, everywhere.
     assert_eq!(s.d.issuer, base);
     assert_eq!(s.d.resource, s.gw.mcp_url());
@@ -396,7 +379,11 @@ on_both_stores!(
 /// A short-lived access token stops working at `/mcp` once expired; the refresh token still
 /// gets a new one.
 async fn expired_access_token(kind: StoreKind) {
-    let Some(s) = Stack::start(kind, "[oauth]\naccess_ttl_secs = 2\n").await else {
+    let short = OAuth {
+        access_ttl_secs: Some(2),
+        ..OAuth::default()
+    };
+    let Some(s) = Flow::start(kind, short).await else {
         return;
     };
     let (client, access, refresh_token) = s.tokens("expiry").await;
@@ -438,7 +425,7 @@ on_both_stores!(
 /// `pforte grant revoke` (another process, straight into the store) reaches the running
 /// gateway's validation cache within 1 s.
 async fn grant_revoked_from_the_cli(kind: StoreKind) {
-    let Some(s) = Stack::start(kind, "").await else {
+    let Some(s) = Flow::start(kind, OAuth::default()).await else {
         return;
     };
     let (client, access, refresh_token) = s.tokens("cli-revoke").await;
@@ -471,7 +458,7 @@ on_both_stores!(
 
 /// A replayed code → `invalid_grant`, and the tokens issued from it stop working at `/mcp`.
 async fn code_replay(kind: StoreKind) {
-    let Some(s) = Stack::start(kind, "").await else {
+    let Some(s) = Flow::start(kind, OAuth::default()).await else {
         return;
     };
     let (client, pkce, code) = s.authorized_code("replay").await;
@@ -514,7 +501,7 @@ on_both_stores!(
 /// `resource` other than this MCP URL → `invalid_target` at /authorize (redirected, with state
 /// and iss) and at /token; a trailing slash is the same resource.
 async fn wrong_resource(kind: StoreKind) {
-    let Some(s) = Stack::start(kind, "").await else {
+    let Some(s) = Flow::start(kind, OAuth::default()).await else {
         return;
     };
     let client = register_like_claude(s.http(), &s.d).await.unwrap();
@@ -578,7 +565,9 @@ on_both_stores!(
 /// with an error page — no redirect, and no connection is ever made to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cimd_client_id_on_a_private_address_is_refused() {
-    let s = Stack::start(StoreKind::Embedded, "").await.unwrap();
+    let s = Flow::start(StoreKind::Embedded, OAuth::default())
+        .await
+        .unwrap();
     // Something listens there: the gateway must not even connect.
     let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     trap.set_nonblocking(true).unwrap();
@@ -610,12 +599,17 @@ async fn cimd_client_id_on_a_private_address_is_refused() {
 /// peer's: an `x-pforte-client-ip` header sent through the gateway cannot reset the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_is_throttled_per_ip_and_the_ip_header_cannot_be_spoofed() {
-    let s = Stack::start(
-        StoreKind::Embedded,
-        "[oauth.throttle.register_per_ip]\nburst = 3\nper_minute = 1\n",
-    )
-    .await
-    .unwrap();
+    let throttled = OAuth {
+        throttle: Throttles {
+            register_per_ip: Some(Throttle {
+                burst: 3,
+                per_minute: 1,
+            }),
+            ..Throttles::default()
+        },
+        ..OAuth::default()
+    };
+    let s = Flow::start(StoreKind::Embedded, throttled).await.unwrap();
     let url = s.d.endpoint("registration_endpoint").unwrap();
     let body = serde_json::json!({"redirect_uris": [CLAUDE_CALLBACK], "token_endpoint_auth_method": "client_secret_post"});
     let mut statuses = Vec::new();

@@ -578,21 +578,10 @@ fn mcp_service_does_not_dump_the_handshake_at_the_default_level() {
     let url = first.trim().rsplit(' ').next().unwrap().to_owned();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let status = rt.block_on(async {
-        let body = serde_json::json!({
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "handshake-dump-probe", "version": "1.0"}
-            }
-        });
-        reqwest::Client::new()
-            .post(&url)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body)
-            .send()
+        pforte_tests::McpClient::new(reqwest::Client::new(), &url)
+            .client_name("handshake-dump-probe")
+            .initialize()
             .await
-            .unwrap()
             .status()
     });
     assert!(status.is_success(), "{status}");

@@ -11,7 +11,7 @@
 
 use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
-use pforte_tests::{PforteUp, bin, in_ci, parse_challenge, python_with_mcp_sdk, run_python_json};
+use pforte_tests::{PforteUp, bin, parse_challenge, python_sdk_or_skip, run_python_json};
 use serde_json::Value;
 
 /// The SDK version the step-up handling was read in (mcp/client/auth/oauth2.py).
@@ -31,13 +31,8 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_steps_up_from_read_to_write() {
-    let python = match python_with_mcp_sdk(MCP_SDK_VERSION) {
-        Ok(p) => p,
-        Err(why) if !in_ci() => {
-            pforte_tests::skip(&why);
-            return;
-        }
-        Err(why) => panic!("{why}"),
+    let Some(python) = python_sdk_or_skip() else {
+        return;
     };
     let up = PforteUp::start().await.unwrap();
     let (user, password) = up.login().unwrap();

@@ -6,38 +6,12 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use nix::sys::signal::Signal;
-use pforte_test_support::RedisServer;
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, PforteUp, Proc, bin, http_client, mcp_client,
+    PforteUp, RedisServer, Stack, bin, http_client,
     oauth::{access_token, mcp_status},
+    rmcp_client, whoami,
 };
-use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-
-fn start_up(data_dir: &Path) -> (Proc, Vec<String>) {
-    start_up_with(data_dir, &[])
-}
-
-fn start_up_with(data_dir: &Path, extra: &[String]) -> (Proc, Vec<String>) {
-    let mut cmd = Command::new(bin("pforte"));
-    cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(extra)
-        .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"));
-    let mut proc = Proc::spawn(cmd).unwrap();
-    let banner = proc
-        .lines_until("Press Ctrl-C", Duration::from_secs(30))
-        .unwrap();
-    (proc, banner)
-}
-
-fn field<'a>(banner: &'a [String], label: &str) -> &'a str {
-    banner
-        .iter()
-        .find_map(|l| l.trim().strip_prefix(label))
-        .map(str::trim)
-        .unwrap_or_else(|| panic!("no {label:?} in {banner:#?}"))
-}
 
 /// Children of `pid` (any thread).
 fn children(pid: u32) -> Vec<u32> {
@@ -67,15 +41,12 @@ async fn whoami_client(url: &str, token: &str) -> serde_json::Value {
     })
     .await;
     assert!(ready, "pforte up never became ready");
-    let client = mcp_client(url, http_client(None), token, &[])
+    let client = rmcp_client(url, http_client(None), token, &[])
         .await
         .unwrap();
-    let result = client
-        .call_tool(CallToolRequestParams::new("whoami"))
-        .await
-        .unwrap();
+    let me = whoami(&client).await;
     client.cancel().await.unwrap();
-    result.structured_content.unwrap()
+    me
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,9 +54,10 @@ async fn up_prints_a_working_token_and_a_restart_keeps_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("pforte-data");
 
-    let (mut first, banner) = start_up(&data);
-    let url = field(&banner, "MCP URL:").to_owned();
-    let token = field(&banner, "Token:").to_owned();
+    let mut first = PforteUp::options().data_dir(&data).start().await.unwrap();
+    let banner = first.banner.clone();
+    let url = first.mcp_url.clone();
+    let token = first.field("Token:").unwrap().to_owned();
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
         "{url}"
@@ -101,12 +73,13 @@ async fn up_prints_a_working_token_and_a_restart_keeps_it() {
     assert_eq!(me["client"], "pforte-up");
 
     // Ctrl-C stops both processes.
-    let kids = children(first.child.id());
+    let kids = children(first.proc.child.id());
     assert!(
         !kids.is_empty(),
         "mcp-service should be a child of pforte up"
     );
     let status = first
+        .proc
         .signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
         .unwrap();
     assert!(status.success(), "{status}");
@@ -120,12 +93,13 @@ async fn up_prints_a_working_token_and_a_restart_keeps_it() {
     }
 
     // A second run reuses the data dir: the first token still works.
-    let (_second, banner) = start_up(&data);
+    let second = PforteUp::options().data_dir(&data).start().await.unwrap();
     assert!(
-        banner.iter().any(|l| l.contains("still works")),
-        "{banner:#?}"
+        second.banner.iter().any(|l| l.contains("still works")),
+        "{:#?}",
+        second.banner
     );
-    let url = field(&banner, "MCP URL:").to_owned();
+    let url = second.mcp_url.clone();
     let me = whoami_client(&url, &token).await;
     assert_eq!(me["client"], "pforte-up");
 }
@@ -140,17 +114,20 @@ async fn up_serves_stdio_and_url_routes_beside_the_built_in_service() {
         bin("mcp-service").display(),
         stdio_data.display()
     );
-    let (mut up, banner) = start_up_with(
-        &dir.path().join("pforte-data"),
-        &[
-            "--stdio".to_owned(),
-            stdio,
-            "--route".to_owned(),
-            format!("wiki={}", wiki.url()),
-        ],
-    );
-    let url = field(&banner, "MCP URL:").to_owned();
-    let token = field(&banner, "Token:").to_owned();
+    let mut up = PforteUp::options()
+        .data_dir(&dir.path().join("pforte-data"))
+        .args(&[
+            "--stdio",
+            &stdio,
+            "--route",
+            &format!("wiki={}", wiki.url()),
+        ])
+        .start()
+        .await
+        .unwrap();
+    let banner = &up.banner;
+    let url = up.mcp_url.clone();
+    let token = up.field("Token:").unwrap().to_owned();
     let base = url.trim_end_matches("/mcp").to_owned();
     // One connector URL and one `claude mcp add` line per route.
     for (name, path) in [("plans", "/plans/mcp"), ("wiki", "/wiki/mcp")] {
@@ -182,7 +159,8 @@ async fn up_serves_stdio_and_url_routes_beside_the_built_in_service() {
             "{path}: {me}"
         );
     }
-    up.signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
+    up.proc
+        .signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
         .unwrap();
 }
 
@@ -237,14 +215,13 @@ async fn the_child_listens_only_on_an_owner_only_unix_socket() {
     use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("pforte-data");
-    let (mut up, banner) = start_up(&data);
-    let url = field(&banner, "MCP URL:").to_owned();
-    let token = field(&banner, "Token:").to_owned();
+    let mut up = PforteUp::options().data_dir(&data).start().await.unwrap();
+    let token = up.field("Token:").unwrap().to_owned();
     // A tools/call through the gateway works over the socket.
-    let me = whoami_client(&url, &token).await;
+    let me = whoami_client(&up.mcp_url, &token).await;
     assert_eq!(me["subject"], "operator");
 
-    let kids = children(up.child.id());
+    let kids = children(up.proc.child.id());
     assert_eq!(kids.len(), 1, "{kids:?}");
     let kid = kids[0];
     let cmdline = std::fs::read_to_string(format!("/proc/{kid}/cmdline")).unwrap();
@@ -263,7 +240,8 @@ async fn the_child_listens_only_on_an_owner_only_unix_socket() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let dir_mode = std::fs::metadata(&run).unwrap().permissions().mode() & 0o777;
     assert_eq!(dir_mode, 0o700);
-    up.signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
+    up.proc
+        .signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
         .unwrap();
     assert!(gone_or_zombie(kid));
 }
@@ -272,11 +250,17 @@ async fn the_child_listens_only_on_an_owner_only_unix_socket() {
 async fn a_sigint_right_after_the_banner_does_not_orphan_the_child() {
     for round in 0..3 {
         let dir = tempfile::tempdir().unwrap();
-        let (mut up, _banner) = start_up(&dir.path().join("pforte-data"));
         // Before /readyz answers: the gateway may not have its signal handlers yet.
-        let kids = children(up.child.id());
+        let mut up = PforteUp::options()
+            .data_dir(&dir.path().join("pforte-data"))
+            .at_banner()
+            .start()
+            .await
+            .unwrap();
+        let kids = children(up.proc.child.id());
         assert!(!kids.is_empty(), "round {round}: no child");
-        up.signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
+        up.proc
+            .signal_and_wait(Signal::SIGINT, Duration::from_secs(15))
             .unwrap();
         let all_gone = pforte_tests::eventually(Duration::from_secs(10), || {
             let done = kids.iter().all(|&k| gone_or_zombie(k));
@@ -310,10 +294,7 @@ async fn up_with_redis_prints_a_login_that_a_second_gateway_on_that_redis_accept
         "up opened a SQLite OAuth store beside redis"
     );
 
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.redis_url = Some(redis_url);
-    let second = Gateway::start(opts).await.unwrap();
+    let second = Stack::builder().redis_url(&redis_url).start().await;
     let token = access_token(&second, &user, &password, "mcp:read")
         .await
         .unwrap_or_else(|e| panic!("{user}'s login on the second gateway: {e:#}"));
