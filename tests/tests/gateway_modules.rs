@@ -25,7 +25,7 @@ use pforte::{
     catalog::{Catalog, CatalogOptions, Lookup, filter_tools_list},
     sessions::{Holder, Ownership, SessionOptions, Sessions},
 };
-use pforte_tests::{McpService, Proc, RedisServer, bin, eventually, free_port};
+use pforte_tests::{McpClient, McpService, Proc, RedisServer, bin, eventually, free_port};
 use serde_json::{Value, json};
 
 const READ_TOOLS: [&str; 5] = [
@@ -154,44 +154,14 @@ async fn catalog_waits_for_an_upstream_that_is_down_at_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filter_keeps_the_read_tools_of_a_real_sse_answer() {
     let svc = McpService::start(&[]).unwrap();
-    let http = reqwest::Client::new();
-    let post = |session: Option<String>, body: Value| {
-        let mut req = http
-            .post(svc.url())
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(s) = session {
-            req = req
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", "2025-06-18");
-        }
-        req.send()
-    };
-    let init = post(
-        None,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-06-18","capabilities":{},
-            "clientInfo":{"name":"t","version":"0"}}}),
-    )
-    .await
-    .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let mut client = McpClient::new(reqwest::Client::new(), &svc.url());
+    let init = client.initialize().await;
+    assert!(init.headers().contains_key("mcp-session-id"));
     init.bytes().await.unwrap();
-    post(
-        Some(session.clone()),
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-    )
-    .await
-    .unwrap();
-    let list = post(
-        Some(session),
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}),
-    )
-    .await
-    .unwrap();
+    client.notify("notifications/initialized").await;
+    let list = client
+        .post(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}))
+        .await;
     let sse = list.headers()["content-type"]
         .to_str()
         .unwrap()

@@ -14,37 +14,38 @@
 use std::{process::Command, time::Duration};
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, Proc, RedisServer, eventually, http_client,
+    Gateway, Limits, McpClient, McpService, Proc, RedisServer, Route, Stack, eventually,
+    http_client, rpc_answer,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-const PROTOCOL: &str = "2025-06-18";
 const PLAN: &str = "- [ ] Shared across replicas #root\n";
 
-/// One MCP endpoint (a gateway's route, or a replica directly) spoken to in raw HTTP, so the
-/// test sees every status and session id.
+/// One MCP endpoint (a gateway's route, or a replica directly) spoken to by hand, so the test
+/// sees every status and session id; one endpoint serves many sessions.
 struct Endpoint {
-    http: reqwest::Client,
-    url: String,
-    token: Option<String>,
+    client: McpClient,
 }
 
 impl Endpoint {
     fn via(gw: &Gateway, token: &str) -> Self {
         Self {
-            http: gw.http(),
-            url: format!("{}/plans/mcp", gw.base),
-            token: Some(token.to_owned()),
+            client: gw
+                .mcp_at(&gw.route_url("plans"), token)
+                .client_name("replicas-test"),
         }
     }
 
     fn direct(replica: &McpService) -> Self {
         Self {
-            http: http_client(None),
-            url: replica.url(),
-            token: None,
+            client: McpClient::new(http_client(None), &replica.url()).client_name("replicas-test"),
         }
+    }
+
+    /// The endpoint's client in `session` (or in none).
+    fn client(&self, session: Option<&str>) -> McpClient {
+        self.client.clone().in_session(session)
     }
 
     async fn post(
@@ -52,44 +53,22 @@ impl Endpoint {
         session: Option<&str>,
         body: &Value,
     ) -> reqwest::Result<reqwest::Response> {
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", PROTOCOL)
-            .body(body.to_string());
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
-        }
-        req.send().await
+        self.client(session)
+            .post_request()
+            .body(body.to_string())
+            .send()
+            .await
     }
 
     /// `initialize` and `notifications/initialized`: the new session's id, or the status of
     /// the refusal.
     async fn open(&self) -> Result<String, StatusCode> {
-        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": PROTOCOL, "capabilities": {},
-            "clientInfo": {"name": "replicas-test", "version": "1"}}});
-        let resp = self.post(None, &init).await.unwrap();
-        if resp.status() != StatusCode::OK {
-            return Err(resp.status());
-        }
-        let id = resp
-            .headers()
-            .get("mcp-session-id")
+        let mut client = self.client(None);
+        client.open().await.map_err(|refused| refused.status())?;
+        Ok(client
+            .session()
             .expect("initialize answer without Mcp-Session-Id")
-            .to_str()
-            .unwrap()
-            .to_owned();
-        assert!(rpc_result(&resp.text().await.unwrap()).is_some());
-        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let resp = self.post(Some(&id), &done).await.unwrap();
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-        Ok(id)
+            .to_owned())
     }
 
     /// A request in `session`: its status and, on 200, the JSON-RPC result.
@@ -102,13 +81,12 @@ impl Endpoint {
         let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
         let resp = self.post(Some(session), &body).await.unwrap();
         let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        (
-            status,
-            (status == StatusCode::OK)
-                .then(|| rpc_result(&text))
-                .flatten(),
-        )
+        let result = if status == StatusCode::OK {
+            rpc_answer(resp).await.get("result").cloned()
+        } else {
+            None
+        };
+        (status, result)
     }
 
     /// A tool's structured answer; panics unless the call succeeded.
@@ -128,37 +106,13 @@ impl Endpoint {
 
     /// Ends `session` (`DELETE`), so it stops counting against the principal's sessions.
     async fn close(&self, session: &str) -> StatusCode {
-        let mut req = self
-            .http
-            .delete(&self.url)
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", PROTOCOL);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        req.send().await.unwrap().status()
+        self.client(Some(session)).delete().await.status()
     }
 
     /// The status of a `ping` in `session`.
     async fn ping(&self, session: &str) -> StatusCode {
         self.request(session, "ping", json!({})).await.0
     }
-}
-
-/// The JSON-RPC result in a JSON or SSE (`data:` lines) answer.
-fn rpc_result(body: &str) -> Option<Value> {
-    let message = |text: &str| {
-        serde_json::from_str::<Value>(text)
-            .ok()
-            .filter(|v| v.get("id").is_some())
-    };
-    message(body.trim())
-        .or_else(|| {
-            body.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .find_map(|d| message(d.trim()))
-        })
-        .and_then(|v| v.get("result").cloned())
 }
 
 /// Which of `replicas` holds `session` (the one that answers a ping in it), asked directly.
@@ -180,19 +134,20 @@ async fn gateway(
     redis: &RedisServer,
     replicas: [&McpService; 2],
     public_url: Option<&str>,
-) -> Gateway {
-    let mut opts = GatewayOptions::new(replicas[0].url());
-    opts.redis_url = Some(redis.url());
-    opts.extra_toml = format!(
-        "[limits]\nenabled = false\n\n[[routes]]\nname = \"plans\"\nurls = [{:?}, {:?}]\nconnect_timeout_ms = 500\n",
-        replicas[0].url(),
-        replicas[1].url()
-    );
+) -> Stack {
+    let mut stack = Stack::builder()
+        .upstream(&replicas[0].url())
+        .redis_url(&redis.url())
+        .limits(Limits::off())
+        .route(
+            Route::replicas("plans", &[replicas[0].url(), replicas[1].url()])
+                .connect_timeout_ms(500),
+        );
     if let Some(url) = public_url {
         // In production both sit behind one load balancer, under one public URL.
-        opts.top_toml = format!("public_url = {url:?}");
+        stack = stack.public_url(url);
     }
-    Gateway::start(opts).await.unwrap()
+    stack.start().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

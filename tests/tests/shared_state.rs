@@ -5,8 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    path::Path,
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -15,30 +14,34 @@ use std::{
 };
 
 use pforte_tests::{
-    Gateway, GatewayOptions, McpService, RedisServer, eventually, free_port, http_client,
+    Budget, Gateway, Limits, McpService, RedisServer, Stack, StackBuilder, eventually, http_client,
     oauth::{
         Browser, CLAUDE_CALLBACK, Pkce, authorize_url, browser_step, discover, exchange_code,
         mcp_status, param, refresh, register_like_claude, revoke,
     },
-    which,
 };
 use reqwest::StatusCode;
 
 const USER: &str = "alice";
 const PASSWORD: &str = "correct horse battery staple";
 
-/// Two gateways behind one public URL, sharing `redis_url`.
-async fn pair(redis_url: &str, upstream: &str, extra_toml: &str) -> (Gateway, Gateway) {
-    let mut a = GatewayOptions::new(upstream.to_owned());
-    a.redis_url = Some(redis_url.to_owned());
-    a.extra_toml = extra_toml.to_owned();
-    let gw_a = Gateway::start(a).await.unwrap();
+/// Two gateways in front of `svc` behind one public URL, sharing `redis`, each configured by
+/// `configure` as well.
+async fn pair(
+    redis: &RedisServer,
+    svc: &McpService,
+    configure: impl Fn(StackBuilder) -> StackBuilder,
+) -> (Stack, Stack) {
+    let gateway = || {
+        configure(
+            Stack::builder()
+                .upstream(&svc.url())
+                .redis_url(&redis.url()),
+        )
+    };
+    let gw_a = gateway().start().await;
     // B serves the same public URL as A: in production both sit behind one load balancer.
-    let mut b = GatewayOptions::new(upstream.to_owned());
-    b.redis_url = Some(redis_url.to_owned());
-    b.extra_toml = extra_toml.to_owned();
-    b.top_toml = format!("public_url = {:?}", gw_a.base);
-    let gw_b = Gateway::start(b).await.unwrap();
+    let gw_b = gateway().public_url(&gw_a.base).start().await;
     (gw_a, gw_b)
 }
 
@@ -53,8 +56,15 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
         return;
     };
     let svc = McpService::start(&[]).unwrap();
-    let limits = "[limits.mcp]\nrate = 200\nperiod_secs = 60\nburst = 200\n";
-    let (a, b) = pair(&redis.url(), &svc.url(), limits).await;
+    let limits = Limits {
+        mcp: Some(Budget {
+            rate: 200,
+            period_secs: 60,
+            burst: 200,
+        }),
+        ..Limits::default()
+    };
+    let (a, b) = pair(&redis, &svc, |s| s.limits(limits.clone())).await;
     let (http_a, http_b) = (client_for(&a), client_for(&b));
 
     // A static token created through A's configuration works on B.
@@ -209,92 +219,24 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
     );
 }
 
-/// A redis with AOF (fsync always) on a fixed port and dir, to kill -9 and start again.
-struct AofRedis {
-    exe: std::path::PathBuf,
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl AofRedis {
-    fn start() -> Option<Self> {
-        let exe = which("redis-server").or_else(|| {
-            assert!(
-                !pforte_tests::in_ci(),
-                "redis-server is missing under CI=true"
-            );
-            pforte_tests::skip("redis-server is not installed");
-            None
-        })?;
-        let mut r = Self {
-            exe,
-            port: free_port(),
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-        };
-        r.launch();
-        Some(r)
-    }
-
-    fn launch(&mut self) {
-        let child = spawn_redis(&self.exe, self.port, self.dir.path());
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "redis did not come up");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-}
-
-fn spawn_redis(exe: &Path, port: u16, dir: &Path) -> Child {
-    Command::new(exe)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "yes", "--appendfsync", "always"])
-        .arg("--dir")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-impl Drop for AofRedis {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_under_load() {
-    let Some(mut redis) = AofRedis::start() else {
+    // With AOF (fsync always), to kill -9 and start again on the same port and dir.
+    let Some(mut redis) = RedisServer::options().append_only().start() else {
         return;
     };
-    let svc = McpService::start(&[]).unwrap();
-    let mut opts = GatewayOptions::new(svc.url());
-    opts.redis_url = Some(redis.url());
-    opts.extra_toml = "[limits.mcp]\nrate = 100000\nperiod_secs = 60\nburst = 100000\n".to_owned();
-    let gw = Gateway::start(opts).await.unwrap();
+    let gw = Stack::builder()
+        .redis_url(&redis.url())
+        .limits(Limits {
+            mcp: Some(Budget {
+                rate: 100_000,
+                period_secs: 60,
+                burst: 100_000,
+            }),
+            ..Limits::default()
+        })
+        .start()
+        .await;
     let http = gw.http();
     let t0 = Instant::now();
     let stamp = |what: &str| eprintln!("[{:>6} ms] {what}", t0.elapsed().as_millis());
@@ -421,7 +363,7 @@ async fn redis_outage_under_load() {
     assert_eq!(token_endpoint.status(), 503);
     stamp("the token endpoint answers 503");
 
-    redis.launch();
+    redis.restart();
     let restarted = Instant::now();
     stamp("redis restarted from its AOF");
     let recovered = eventually(Duration::from_secs(2), || async {

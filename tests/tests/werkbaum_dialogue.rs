@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Answer, Client, Stack, try_call};
+use support::{Answer, Client, Werkbaum, try_call};
 
 async fn step(who: &str, c: &Client, tool: &str, args: Value) -> Answer {
     let shown = {
@@ -33,7 +33,7 @@ fn base(v: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_creates_decomposes_conflicts_and_resolves() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let claude = stack.client_as("Claude Code").await;
     let colleague = stack.client_as("Werkbaum editor").await;
     let plan = "- [ ] Password reset (L) #reset\n- [x] Login (M) #login\n";

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pforte_tests::{Gateway, McpService, eventually};
+use pforte_tests::{Limits, McpService, RedisServer, Stack, eventually};
 use serde_json::{Value, json};
-use support::{Redis, Rng, Stack, base_of, call, create, history_all, try_call};
+use support::{Rng, Werkbaum, base_of, call, create, history_all, try_call};
 
 const ROOT: &str = "- [ ] Load test #root\n";
 
@@ -51,7 +51,7 @@ fn check_no_lost_update(acks: &BTreeMap<u64, String>, history: &Value, text: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_writers_lose_no_update() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let c = stack.client().await;
     let (doc, first_base) = create(&c, "Load", ROOT, false).await;
     let mut clients = Vec::new();
@@ -121,7 +121,7 @@ async fn fifty_concurrent_writers_lose_no_update() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_writes_keeps_every_acknowledged_write() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let c = stack.client().await;
     let (doc, _) = create(&c, "Crash", ROOT, false).await;
     let acks: Acks = Arc::default();
@@ -168,9 +168,8 @@ async fn kill_9_during_writes_keeps_every_acknowledged_write() {
     })
     .await;
     assert!(enough, "writers did not get 20 writes through");
-    let Stack {
-        mut svc, gw, data, ..
-    } = stack;
+    let Werkbaum { mut gw, data, .. } = stack;
+    let svc = gw.service_mut();
     svc.proc.child.kill().unwrap(); // SIGKILL while the writers are still writing
     svc.proc.child.wait().unwrap();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -183,7 +182,7 @@ async fn kill_9_during_writes_keeps_every_acknowledged_write() {
     drop(gw);
     let acks = acks.lock().unwrap().clone();
 
-    let restarted = Stack::start_in(data, &[]).await;
+    let restarted = Werkbaum::start_in(data, &[]).await;
     let c = restarted.client().await;
     let history = history_all(&c, &doc).await;
     let text = call(&c, "werkbaum_read", json!({"document": doc}))
@@ -208,7 +207,9 @@ async fn kill_9_during_writes_keeps_every_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_documents_on_redis() {
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = RedisServer::options().append_only().start() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("mcp.toml");
     std::fs::write(
@@ -219,16 +220,20 @@ async fn two_replicas_share_documents_on_redis() {
     let config = config.display().to_string();
     let a = McpService::start(&["--config", &config]).unwrap();
     let b = McpService::start(&["--config", &config]).unwrap();
-    let gw_a = Gateway::start(support::gateway_options(a.url()))
-        .await
-        .unwrap();
-    let gw_b = Gateway::start(support::gateway_options(b.url()))
-        .await
-        .unwrap();
+    let gw_a = Stack::builder()
+        .service(a)
+        .limits(Limits::off())
+        .start()
+        .await;
+    let gw_b = Stack::builder()
+        .service(b)
+        .limits(Limits::off())
+        .start()
+        .await;
     let ta = gw_a.create_token("replica-a").await.unwrap();
     let tb = gw_b.create_token("replica-b").await.unwrap();
-    let ca = gw_a.mcp_client(&ta, &[]).await.unwrap();
-    let cb = gw_b.mcp_client(&tb, &[]).await.unwrap();
+    let ca = gw_a.rmcp_client(&ta, &[]).await.unwrap();
+    let cb = gw_b.rmcp_client(&tb, &[]).await.unwrap();
     let (doc, base) = create(&ca, "Shared on redis", ROOT, false).await;
     assert_eq!(
         base_of(&cb, &doc).await,

@@ -11,11 +11,11 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
-use support::{Stack, base_of, call, create, git};
+use support::{Werkbaum, base_of, call, create, git};
 
 const PLAN: &str = "- [ ] Mirror me #top\n  - [ ] First part (S) #first\n";
 
-fn pull(stack: &Stack, doc: &str, file: &Path, extra: &[&str]) -> String {
+fn pull(stack: &Werkbaum, doc: &str, file: &Path, extra: &[&str]) -> String {
     let cert = &stack.gw.cert.as_ref().unwrap().cert;
     let out = Command::new(pforte_tests::bin("mcp-service"))
         .arg("pull-doc")
@@ -84,7 +84,7 @@ fn new_repo() -> tempfile::TempDir {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pull_doc_commits_each_change_once_with_parseable_trailers() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let claude = stack.client_as("Claude Code").await;
     let tests = stack.client().await;
     let (doc, base) = create(&claude, "Mirror", PLAN, false).await;

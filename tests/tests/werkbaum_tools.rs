@@ -12,7 +12,7 @@ use rmcp::model::{
     ResourceContents,
 };
 use serde_json::{Value, json};
-use support::{Client, Stack, base_of, call, create, fixture, ids, sha256, try_call};
+use support::{Client, Werkbaum, base_of, call, create, fixture, ids, sha256, try_call};
 
 /// The published output schemas of the session's tools, as validators.
 async fn validators(c: &Client) -> std::collections::HashMap<String, jsonschema::Validator> {
@@ -74,7 +74,7 @@ fn first_leaf(tree: &Value) -> (Value, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_in_both_forms_on_the_fixtures() {
     let Some(_) = support::fixtures() else { return };
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let c = stack.client().await;
     let v = validators(&c).await;
     vcall(&c, &v, "whoami", json!({})).await;
@@ -261,7 +261,7 @@ async fn every_tool_in_both_forms_on_the_fixtures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guard_rails_block_structure_and_prod_but_write_content_warnings() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let c = stack.client().await;
     let (doc, base) = create(&c, "Guard rails", PLAN, false).await;
 
@@ -358,7 +358,7 @@ async fn guard_rails_block_structure_and_prod_but_write_content_warnings() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicts_are_errors_with_the_current_text_and_history_names_authors() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let claude = stack.client_as("Claude Code").await;
     let other = stack.client().await;
     let (doc, base) = create(&claude, "Shared plan", PLAN, false).await;
@@ -453,7 +453,7 @@ async fn conflicts_are_errors_with_the_current_text_and_history_names_authors() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_templates_and_prompts() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let c = stack.client().await;
     let (doc, _) = create(&c, "Roadmap 2027", PLAN, false).await;
     let list = c.list_all_resources().await.unwrap();
@@ -524,7 +524,7 @@ async fn resources_templates_and_prompts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_mode_registers_no_write_tool() {
-    let stack = Stack::start(&["--read-only"]).await;
+    let stack = Werkbaum::start(&["--read-only"]).await;
     // Seed a document through the operator CLI on the same data dir.
     let plan = stack.data.path().join("plan.werkbaum");
     std::fs::write(&plan, PLAN).unwrap();
@@ -588,7 +588,7 @@ async fn read_only_mode_registers_no_write_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_precise_errors_and_writes_nothing() {
-    let stack = Stack::start(&["--max-text-bytes", "4096"]).await;
+    let stack = Werkbaum::start(&["--max-text-bytes", "4096"]).await;
     let c = stack.client().await;
     let (doc, base) = create(&c, "Bad input", PLAN, false).await;
     let code = |v: Value| v["code"].as_str().unwrap().to_owned();
@@ -743,40 +743,11 @@ async fn bad_input_gets_precise_errors_and_writes_nothing() {
 }
 
 /// Posts `body` on a fresh session (initialize first); returns (status, body text).
-async fn raw_post(stack: &Stack, body: Vec<u8>) -> (u16, String) {
-    let http = stack.gw.http();
-    let url = stack.gw.mcp_url();
-    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}});
-    let r = http
-        .post(&url)
-        .bearer_auth(&stack.token)
-        .header("accept", "application/json, text/event-stream")
-        .json(&init)
-        .send()
-        .await
-        .unwrap();
-    let session = r
-        .headers()
-        .get("mcp-session-id")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let _ = r.text().await;
-    let mut req = http
-        .post(&url)
-        .bearer_auth(&stack.token)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2025-06-18");
-    if let Some(s) = &session {
-        req = req.header("mcp-session-id", s);
-    }
-    let _ = req
-        .try_clone()
-        .unwrap()
-        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .send()
-        .await
-        .unwrap();
-    let r = req.body(body).send().await.unwrap();
+async fn raw_post(stack: &Werkbaum, body: Vec<u8>) -> (u16, String) {
+    let mut client = stack.gw.mcp(&stack.token).client_name("raw");
+    let _ = client.initialize().await.text().await;
+    client.notify("notifications/initialized").await;
+    let r = client.post_raw(body).await;
     let status = r.status().as_u16();
     (status, r.text().await.unwrap_or_default())
 }
@@ -788,7 +759,7 @@ fn _ids_used(v: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statuses_by_code_key_or_english_name_and_a_compact_catalog() {
-    let stack = Stack::start(&[]).await;
+    let stack = Werkbaum::start(&[]).await;
     let c = stack.client().await;
     for status in ["x", "fertig", "done", "Done"] {
         let r = call(
@@ -865,7 +836,7 @@ async fn history_is_paged_and_documents_are_capped() {
     let conf = tempfile::tempdir().unwrap();
     let path = conf.path().join("mcp-service.toml");
     std::fs::write(&path, "max_documents = 1\nhistory_page = 2\n").unwrap();
-    let stack = Stack::start(&["--config", path.to_str().unwrap()]).await;
+    let stack = Werkbaum::start(&["--config", path.to_str().unwrap()]).await;
     let c = stack.client().await;
     let v = validators(&c).await;
     let (doc, mut base) = create(&c, "Paged", PLAN, true).await;

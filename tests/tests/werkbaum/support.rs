@@ -1,22 +1,16 @@
-//! Shared support for the werkbaum_* end-to-end tests: a gateway + mcp-service stack with its
-//! own data dir, rmcp clients with a chosen host name, tool calls, fixtures and git helpers.
+//! Shared support for the werkbaum_* end-to-end tests: a stack whose mcp-service keeps its
+//! documents in a data dir the test holds, rmcp clients with a chosen host name, tool calls,
+//! fixtures and git helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pforte_tests::{Gateway, GatewayOptions, McpService, mcp_client};
-use rmcp::{
-    RoleClient, ServiceExt as _,
-    model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation},
-    service::RunningService,
-    transport::{
-        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
-    },
-};
+use pforte_tests::{Limits, Stack, rmcp_client_as};
+use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
-pub type Client = RunningService<RoleClient, ClientConfig>;
+pub type Client = pforte_tests::RmcpClient;
 
 /// The shared Werkbaum fixtures (`../shared/fixtures/werkbaum` from the workspace root), or
 /// None with a skip message; under CI=true their absence fails.
@@ -38,23 +32,16 @@ pub fn fixture(name: &str) -> Option<String> {
     fixtures().map(|d| std::fs::read_to_string(d.join(name)).unwrap())
 }
 
-/// Gateway options for these tests: the gateway's rate limits are off (they are tested with
-/// the gateway; here they would only throttle the load tests and the benchmark).
-pub fn gateway_options(upstream: String) -> GatewayOptions {
-    let mut opts = GatewayOptions::new(upstream);
-    opts.extra_toml = "[limits]\nenabled = false\n".to_owned();
-    opts
-}
-
-/// mcp-service (own data dir) behind a gateway, with one static token.
-pub struct Stack {
-    pub svc: McpService,
-    pub gw: Gateway,
+/// mcp-service (its data dir held here) behind a gateway, with one static token. The gateway's
+/// rate limits are off (they are tested with the gateway; here they would only throttle the
+/// load tests and the benchmark).
+pub struct Werkbaum {
+    pub gw: Stack,
     pub token: String,
     pub data: tempfile::TempDir,
 }
 
-impl Stack {
+impl Werkbaum {
     pub async fn start(extra: &[&str]) -> Self {
         let data = tempfile::tempdir().unwrap();
         Self::start_in(data, extra).await
@@ -65,42 +52,26 @@ impl Stack {
         let dir = data.path().display().to_string();
         let mut args = vec!["--data-dir", dir.as_str()];
         args.extend_from_slice(extra);
-        let svc = McpService::start(&args).unwrap();
-        let gw = Gateway::start(gateway_options(svc.url())).await.unwrap();
+        let gw = Stack::builder()
+            .service_args(&args)
+            .limits(Limits::off())
+            .start()
+            .await;
         let token = gw.create_token("werkbaum-tests").await.unwrap();
-        Self {
-            svc,
-            gw,
-            token,
-            data,
-        }
+        Self { gw, token, data }
     }
 
     /// The harness client (host "pforte-tests").
     pub async fn client(&self) -> Client {
-        self.gw.mcp_client(&self.token, &[]).await.unwrap()
+        self.gw.rmcp_client(&self.token, &[]).await.unwrap()
     }
 
     /// A client announcing `host` as its clientInfo name.
     pub async fn client_as(&self, host: &str) -> Client {
-        client_as(&self.gw.mcp_url(), self.gw.http(), &self.token, host).await
+        rmcp_client_as(&self.gw.mcp_url(), self.gw.http(), &self.token, host, &[])
+            .await
+            .unwrap()
     }
-}
-
-pub async fn client_as(url: &str, http: reqwest::Client, token: &str, host: &str) -> Client {
-    if host == "pforte-tests" {
-        return mcp_client(url, http, token, &[]).await.unwrap();
-    }
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned());
-    let transport = StreamableHttpClientTransport::with_client(http, config);
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new(host, "1.0"),
-    )
-    .serve(transport)
-    .await
-    .unwrap()
 }
 
 /// A tool answer: `isError`, `structuredContent`, and the text content.
@@ -226,68 +197,6 @@ pub fn ids(tree: &Value) -> Vec<String> {
         stack.extend(n["children"].as_array().unwrap().iter().rev());
     }
     out
-}
-
-/// A real `redis-server` on a free loopback port, stopped on drop; None (with a skip message)
-/// when it is not installed, unless CI=true.
-pub struct Redis {
-    child: std::process::Child,
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    pub fn start() -> Option<Self> {
-        let bin = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
-            .into_iter()
-            .find(|p| Path::new(p).exists());
-        let Some(bin) = bin else {
-            assert!(!pforte_tests::in_ci(), "redis-server missing under CI=true");
-            pforte_tests::skip("redis-server not installed");
-            return None;
-        };
-        let port = pforte_tests::free_port();
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new(bin)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "redis-server did not start"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        Some(Self {
-            child,
-            port,
-            _dir: dir,
-        })
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A deterministic xorshift generator (no rand dependency in the tests crate).
