@@ -29,30 +29,8 @@ impl Gateway {
     /// over TLS when `tls`, through `wrapper` when it is not empty (a program and its arguments
     /// given `pforte serve …` as further arguments, e.g. a shell that opens a descriptor first),
     /// and waits until `/healthz` answers 200.
-    pub async fn start_with(
+    pub async fn start(
         mut config: GatewayConfig,
-        tls: bool,
-        wrapper: &[String],
-    ) -> anyhow::Result<Self> {
-        Self::launch(
-            |listen, data_dir, cert| {
-                config.listen = listen.to_owned();
-                config.data_dir = data_dir.to_owned();
-                config.tls = cert.map(|c| TlsFiles {
-                    cert: c.cert.clone(),
-                    key: c.key.clone(),
-                });
-                config.to_toml()
-            },
-            tls,
-            wrapper,
-        )
-        .await
-    }
-
-    /// Starts `pforte serve` with the config `render(listen, data_dir, cert)` returns.
-    pub(crate) async fn launch(
-        mut render: impl FnMut(&str, &Path, Option<&TestCert>) -> String,
         tls: bool,
         wrapper: &[String],
     ) -> anyhow::Result<Self> {
@@ -62,17 +40,18 @@ impl Gateway {
         } else {
             None
         };
+        config.tls = cert.as_ref().map(|c| TlsFiles {
+            cert: c.cert.clone(),
+            key: c.key.clone(),
+        });
         // pingora binds its listeners itself; retry on the rare port race.
         for _attempt in 0..3 {
             let port = free_port();
             let scheme = if cert.is_some() { "https" } else { "http" };
-            let text = render(
-                &format!("127.0.0.1:{port}"),
-                &dir.path().join("data"),
-                cert.as_ref(),
-            );
+            config.listen = format!("127.0.0.1:{port}");
+            config.data_dir = dir.path().join("data");
             let config_path = dir.path().join("pforte.toml");
-            std::fs::write(&config_path, text)?;
+            std::fs::write(&config_path, config.to_toml())?;
             let mut cmd = match wrapper.split_first() {
                 Some((program, args)) => {
                     let mut cmd = Command::new(program);

@@ -10,7 +10,6 @@ mod challenge;
 mod client;
 mod config;
 mod gateway;
-mod legacy;
 mod proc;
 mod service;
 mod stack;
@@ -31,7 +30,6 @@ pub use config::{
     ToolRule, Upstream,
 };
 pub use gateway::{Gateway, write_config};
-pub use legacy::GatewayOptions;
 pub use pforte_test_support::{
     Form, RedisOptions, RedisServer, SKIP_LOG_ENV, free_port, in_ci, skip, which,
 };
@@ -45,6 +43,3 @@ pub use tools::{
     python_sdk_or_skip, python_with_mcp_sdk, run_python_json,
 };
 pub use up::{PforteUp, UpOptions};
-
-/// Kept while the tests move to [`rmcp_client`].
-pub use client::rmcp_client as mcp_client;

@@ -244,7 +244,7 @@ impl StackBuilder {
         if let Some(svc) = &svc {
             config.upstream.url = svc.url();
         }
-        let gw = Gateway::start_with(config, tls, &wrapper).await?;
+        let gw = Gateway::start(config, tls, &wrapper).await?;
         Ok(Stack { gw, svc, redis })
     }
 }
