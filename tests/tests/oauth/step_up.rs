@@ -6,7 +6,7 @@
 //!
 //! tests/python/step_up_client.py plays the user in the browser and prints a JSON summary; this
 //! test asserts on it. The SDK (`mcp`, pinned below) lives in `<target>/mcp-venv` as for
-//! tests/tests/oauth_sdk.rs: created outside CI when missing (or skipped), installed by tests/prepare.sh.
+//! tests/tests/oauth/oauth_sdk.rs: created outside CI when missing (or skipped), installed by tests/prepare.sh.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};

@@ -4,14 +4,11 @@
 //! `--with-history` replaying every version as its own commit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "werkbaum/support.rs"]
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 
+use super::werkbaum_support::{Werkbaum, base_of, call, create, git};
 use serde_json::json;
-use support::{Werkbaum, base_of, call, create, git};
 
 const PLAN: &str = "- [ ] Mirror me #top\n  - [ ] First part (S) #first\n";
 

@@ -3,11 +3,8 @@
 //! and the text answers) with `--nocapture`; asserts each step.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "werkbaum/support.rs"]
-mod support;
-
+use super::werkbaum_support::{Answer, Client, Werkbaum, try_call};
 use serde_json::{Value, json};
-use support::{Answer, Client, Werkbaum, try_call};
 
 async fn step(who: &str, c: &Client, tool: &str, args: Value) -> Answer {
     let shown = {

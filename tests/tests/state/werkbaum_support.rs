@@ -1,7 +1,7 @@
 //! Shared support for the werkbaum_* end-to-end tests: a stack whose mcp-service keeps its
 //! documents in a data dir the test holds, rmcp clients with a chosen host name, tool calls,
 //! fixtures and git helpers.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,16 +3,13 @@
 //! mcp-service replicas on one redis share documents with an atomic compare-and-set.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "werkbaum/support.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::werkbaum_support::{Rng, Werkbaum, base_of, call, create, history_all, try_call};
 use pforte_tests::{Limits, McpService, RedisServer, Stack, eventually};
 use serde_json::{Value, json};
-use support::{Rng, Werkbaum, base_of, call, create, history_all, try_call};
 
 const ROOT: &str = "- [ ] Load test #root\n";
 

@@ -4,15 +4,14 @@
 //! fixtures test is validated against the tool's published `outputSchema`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "werkbaum/support.rs"]
-mod support;
-
+use super::werkbaum_support::{
+    Client, Werkbaum, base_of, call, create, fixture, ids, sha256, try_call,
+};
 use rmcp::model::{
     GetPromptRequestParams, ListResourceTemplatesResult, ReadResourceRequestParams,
     ResourceContents,
 };
 use serde_json::{Value, json};
-use support::{Client, Werkbaum, base_of, call, create, fixture, ids, sha256, try_call};
 
 /// The published output schemas of the session's tools, as validators.
 async fn validators(c: &Client) -> std::collections::HashMap<String, jsonschema::Validator> {
@@ -73,7 +72,9 @@ fn first_leaf(tree: &Value) -> (Value, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_in_both_forms_on_the_fixtures() {
-    let Some(_) = support::fixtures() else { return };
+    let Some(_) = super::werkbaum_support::fixtures() else {
+        return;
+    };
     let stack = Werkbaum::start(&[]).await;
     let c = stack.client().await;
     let v = validators(&c).await;
@@ -364,12 +365,12 @@ async fn conflicts_are_errors_with_the_current_text_and_history_names_authors() 
     let (doc, base) = create(&claude, "Shared plan", PLAN, false).await;
 
     // Two writers with the same base: exactly one wins.
-    let a = support::call(
+    let a = super::werkbaum_support::call(
         &claude,
         "werkbaum_set_status",
         json!({"document": doc, "base": base, "id": "form", "status": "x"}),
     );
-    let b = support::call(
+    let b = super::werkbaum_support::call(
         &other,
         "werkbaum_set_size",
         json!({"document": doc, "base": base, "id": "api", "size": "S"}),
