@@ -102,6 +102,17 @@ pub struct Budget {
     pub burst: u64,
 }
 
+impl Budget {
+    /// `rate` per `period_secs`, `burst` at once.
+    pub fn new(rate: u64, period_secs: u64, burst: u64) -> Self {
+        Self {
+            rate,
+            period_secs,
+            burst,
+        }
+    }
+}
+
 /// `[limits]` and its budgets.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Limits {
@@ -131,9 +142,39 @@ impl Limits {
         }
     }
 
-    /// These limits with `tool`'s own budget.
+    /// `[limits.mcp]`: per principal on `/mcp`.
+    pub fn mcp(mut self, budget: Budget) -> Self {
+        self.mcp = Some(budget);
+        self
+    }
+
+    /// `[limits.oauth]`: per client IP on the authorization server's endpoints.
+    pub fn oauth(mut self, budget: Budget) -> Self {
+        self.oauth = Some(budget);
+        self
+    }
+
+    /// `[limits.unauthenticated]`: failed authentications per client IP.
+    pub fn unauthenticated(mut self, budget: Budget) -> Self {
+        self.unauthenticated = Some(budget);
+        self
+    }
+
+    /// `[limits.tools.TOOL]`: `tool`'s own budget.
     pub fn tool(mut self, tool: &str, budget: Budget) -> Self {
         self.tools.insert(tool.to_owned(), budget);
+        self
+    }
+
+    /// `sessions_per_principal`.
+    pub fn sessions_per_principal(mut self, n: u32) -> Self {
+        self.sessions_per_principal = Some(n);
+        self
+    }
+
+    /// `streams_per_principal`.
+    pub fn streams_per_principal(mut self, n: u32) -> Self {
+        self.streams_per_principal = Some(n);
         self
     }
 
@@ -147,6 +188,13 @@ impl Limits {
 pub struct Throttle {
     pub burst: u32,
     pub per_minute: u32,
+}
+
+impl Throttle {
+    /// `burst` at once, then `per_minute`.
+    pub fn new(burst: u32, per_minute: u32) -> Self {
+        Self { burst, per_minute }
+    }
 }
 
 /// `[oauth.throttle]`.
@@ -168,6 +216,24 @@ pub struct OAuth {
 }
 
 impl OAuth {
+    /// `access_ttl_secs`.
+    pub fn access_ttl_secs(mut self, secs: u64) -> Self {
+        self.access_ttl_secs = Some(secs);
+        self
+    }
+
+    /// `[oauth.throttle.register_per_ip]`.
+    pub fn register_per_ip(mut self, throttle: Throttle) -> Self {
+        self.throttle.register_per_ip = Some(throttle);
+        self
+    }
+
+    /// `[oauth.throttle.login_per_ip]`.
+    pub fn login_per_ip(mut self, throttle: Throttle) -> Self {
+        self.throttle.login_per_ip = Some(throttle);
+        self
+    }
+
     fn is_unset(&self) -> bool {
         *self == Self::default()
     }
@@ -324,27 +390,11 @@ mod tests {
 
         let mut c = GatewayConfig::new("http://127.0.0.1:9/mcp");
         c.public_url = Some("https://gw.example".to_owned());
-        c.limits = Limits {
-            sessions_per_principal: Some(2),
-            mcp: Some(Budget {
-                rate: 4,
-                period_secs: 60,
-                burst: 4,
-            }),
-            ..Limits::default()
-        }
-        .tool(
-            "whoami",
-            Budget {
-                rate: 1,
-                period_secs: 60,
-                burst: 1,
-            },
-        );
-        c.oauth.throttle.login_per_ip = Some(Throttle {
-            burst: 3,
-            per_minute: 1,
-        });
+        c.limits = Limits::default()
+            .sessions_per_principal(2)
+            .mcp(Budget::new(4, 60, 4))
+            .tool("whoami", Budget::new(1, 60, 1));
+        c.oauth = OAuth::default().login_per_ip(Throttle::new(3, 1));
         c.tools.insert(
             "werkbaum_history".to_owned(),
             ToolRule {

@@ -89,14 +89,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let svc = McpService::start(&[])?;
-    let unreached = Limits {
-        mcp: Some(Budget {
-            rate: 1_000_000_000,
-            period_secs: 1,
-            burst: 1_000_000_000,
-        }),
-        ..Limits::default()
-    };
+    let unreached = Limits::default().mcp(Budget::new(1_000_000_000, 1, 1_000_000_000));
     let modes = [
         ("limits off", None, Limits::off()),
         ("in-process", None, unreached.clone()),

@@ -64,19 +64,11 @@ fn header(resp: &reqwest::Response, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_route_class_has_its_budget() {
     let gw = Stack::builder()
-        .limits(Limits {
-            mcp: Some(Budget {
-                rate: 4,
-                period_secs: 60,
-                burst: 4,
-            }),
-            oauth: Some(Budget {
-                rate: 2,
-                period_secs: 60,
-                burst: 2,
-            }),
-            ..Limits::default()
-        })
+        .limits(
+            Limits::default()
+                .mcp(Budget::new(4, 60, 4))
+                .oauth(Budget::new(2, 60, 2)),
+        )
         .start()
         .await;
     // create_token spends one /mcp request of this token's budget to see that it works.
@@ -138,14 +130,7 @@ async fn each_route_class_has_its_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_authentication_is_limited_per_ip() {
     let gw = Stack::builder()
-        .limits(Limits {
-            unauthenticated: Some(Budget {
-                rate: 2,
-                period_secs: 60,
-                burst: 2,
-            }),
-            ..Limits::default()
-        })
+        .limits(Limits::default().unauthenticated(Budget::new(2, 60, 2)))
         .start()
         .await;
     let http = gw.http();
@@ -167,14 +152,7 @@ async fn failed_authentication_is_limited_per_ip() {
 async fn a_spent_ip_is_refused_before_any_credential_lookup() {
     // 20 a minute: a refusal holds for 3 s at most, long enough for the checks below.
     let gw = Stack::builder()
-        .limits(Limits {
-            unauthenticated: Some(Budget {
-                rate: 20,
-                period_secs: 60,
-                burst: 20,
-            }),
-            ..Limits::default()
-        })
+        .limits(Limits::default().unauthenticated(Budget::new(20, 60, 20)))
         .start()
         .await;
     // (Waiting for the gateway to see the token may spend a little of the budget.)
@@ -208,14 +186,7 @@ async fn a_spent_ip_is_refused_before_any_credential_lookup() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_can_have_its_own_budget() {
     let gw = Stack::builder()
-        .limits(Limits::default().tool(
-            "whoami",
-            Budget {
-                rate: 1,
-                period_secs: 60,
-                burst: 1,
-            },
-        ))
+        .limits(Limits::default().tool("whoami", Budget::new(1, 60, 1)))
         .max_body_bytes(2 * 1024 * 1024)
         .start()
         .await;
@@ -278,11 +249,11 @@ fn in_session(gw: &Gateway, token: &str, session: &str) -> pforte_tests::McpClie
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_and_streams_are_bounded_per_principal() {
     let gw = Stack::builder()
-        .limits(Limits {
-            sessions_per_principal: Some(2),
-            streams_per_principal: Some(2),
-            ..Limits::default()
-        })
+        .limits(
+            Limits::default()
+                .sessions_per_principal(2)
+                .streams_per_principal(2),
+        )
         .start()
         .await;
     let alice = gw.create_token("alice").await.unwrap();
@@ -353,19 +324,10 @@ async fn call_whoami(gw: &Gateway, token: &str, session: &str) -> u16 {
 async fn a_persons_clients_share_one_set_of_bounds() {
     let gw = Stack::builder()
         .limits(
-            Limits {
-                sessions_per_principal: Some(2),
-                streams_per_principal: Some(2),
-                ..Limits::default()
-            }
-            .tool(
-                "whoami",
-                Budget {
-                    rate: 1,
-                    period_secs: 3600,
-                    burst: 1,
-                },
-            ),
+            Limits::default()
+                .sessions_per_principal(2)
+                .streams_per_principal(2)
+                .tool("whoami", Budget::new(1, 3600, 1)),
         )
         .start()
         .await;

@@ -125,19 +125,11 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         .metrics_listen(&format!("127.0.0.1:{metrics_port}"))
         // Eight requests per principal, then 429 (create_token's polling spends failed
         // authentications: the unauthenticated budget stays wide).
-        .limits(Limits {
-            mcp: Some(Budget {
-                rate: 1,
-                period_secs: 3600,
-                burst: 8,
-            }),
-            unauthenticated: Some(Budget {
-                rate: 600,
-                period_secs: 60,
-                burst: 200,
-            }),
-            ..Limits::default()
-        })
+        .limits(
+            Limits::default()
+                .mcp(Budget::new(1, 3600, 8))
+                .unauthenticated(Budget::new(600, 60, 200)),
+        )
         .start()
         .await;
     let http = gw.http();

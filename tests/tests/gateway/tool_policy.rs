@@ -133,14 +133,9 @@ async fn a_read_only_static_token_sees_and_calls_only_the_read_tools() {
 
 #[tokio::test]
 async fn headers_must_say_what_the_body_says_and_batches_are_refused() {
-    let gw = start(Stack::builder().limits(Limits::default().tool(
-        "werkbaum_create",
-        Budget {
-            rate: 1,
-            period_secs: 3600,
-            burst: 1,
-        },
-    )))
+    let gw = start(
+        Stack::builder().limits(Limits::default().tool("werkbaum_create", Budget::new(1, 3600, 1))),
+    )
     .await;
     let rw = gw.create_token("rw").await.unwrap();
     let raw = open(&gw, &rw).await;

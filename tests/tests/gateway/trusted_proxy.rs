@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pforte_tests::{
-    OAuth, Stack, Throttle, Throttles,
+    OAuth, Stack, Throttle,
     oauth::{CLAUDE_CALLBACK, Form, Pkce, authorize_url, discover, register_like_claude},
 };
 use reqwest::StatusCode;
@@ -168,17 +168,7 @@ impl Client {
 /// client behind the same proxy signs in with the right password at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_throttle_keys_the_forwarded_client_not_the_proxy() {
-    let gw = proxied_gateway(OAuth {
-        throttle: Throttles {
-            login_per_ip: Some(Throttle {
-                burst: 3,
-                per_minute: 1,
-            }),
-            ..Throttles::default()
-        },
-        ..OAuth::default()
-    })
-    .await;
+    let gw = proxied_gateway(OAuth::default().login_per_ip(Throttle::new(3, 1))).await;
     gw.add_user(USER, PASSWORD).unwrap();
     let http = gw.http();
     let d = discover(&http, &gw.mcp_url()).await.unwrap();

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use pforte_tests::{
-    OAuth, RedisServer, Stack, Throttle, Throttles,
+    OAuth, RedisServer, Stack, Throttle,
     oauth::{
         Browser, CLAUDE_CALLBACK, Discovered, Pkce, Registered, authorize_url, browser_step,
         discover, exchange_code, mcp_status, param, refresh, register_like_claude, revoke,
@@ -379,11 +379,7 @@ on_both_stores!(
 /// A short-lived access token stops working at `/mcp` once expired; the refresh token still
 /// gets a new one.
 async fn expired_access_token(kind: StoreKind) {
-    let short = OAuth {
-        access_ttl_secs: Some(2),
-        ..OAuth::default()
-    };
-    let Some(s) = Flow::start(kind, short).await else {
+    let Some(s) = Flow::start(kind, OAuth::default().access_ttl_secs(2)).await else {
         return;
     };
     let (client, access, refresh_token) = s.tokens("expiry").await;
@@ -599,16 +595,7 @@ async fn cimd_client_id_on_a_private_address_is_refused() {
 /// peer's: an `x-pforte-client-ip` header sent through the gateway cannot reset the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_is_throttled_per_ip_and_the_ip_header_cannot_be_spoofed() {
-    let throttled = OAuth {
-        throttle: Throttles {
-            register_per_ip: Some(Throttle {
-                burst: 3,
-                per_minute: 1,
-            }),
-            ..Throttles::default()
-        },
-        ..OAuth::default()
-    };
+    let throttled = OAuth::default().register_per_ip(Throttle::new(3, 1));
     let s = Flow::start(StoreKind::Embedded, throttled).await.unwrap();
     let url = s.d.endpoint("registration_endpoint").unwrap();
     let body = serde_json::json!({"redirect_uris": [CLAUDE_CALLBACK], "token_endpoint_auth_method": "client_secret_post"});

@@ -56,14 +56,7 @@ async fn two_gateways_share_tokens_clients_revocations_and_limits() {
         return;
     };
     let svc = McpService::start(&[]).unwrap();
-    let limits = Limits {
-        mcp: Some(Budget {
-            rate: 200,
-            period_secs: 60,
-            burst: 200,
-        }),
-        ..Limits::default()
-    };
+    let limits = Limits::default().mcp(Budget::new(200, 60, 200));
     let (a, b) = pair(&redis, &svc, |s| s.limits(limits.clone())).await;
     let (http_a, http_b) = (client_for(&a), client_for(&b));
 
@@ -227,14 +220,7 @@ async fn redis_outage_under_load() {
     };
     let gw = Stack::builder()
         .redis_url(&redis.url())
-        .limits(Limits {
-            mcp: Some(Budget {
-                rate: 100_000,
-                period_secs: 60,
-                burst: 100_000,
-            }),
-            ..Limits::default()
-        })
+        .limits(Limits::default().mcp(Budget::new(100_000, 60, 100_000)))
         .start()
         .await;
     let http = gw.http();

@@ -54,11 +54,7 @@ async fn gateway_through(route: Route, wrapper: &[&str]) -> Stack {
     Stack::builder()
         .upstream(NOWHERE)
         .plain_http()
-        .limits(Limits {
-            enabled: Some(false),
-            sessions_per_principal: Some(1000),
-            ..Limits::default()
-        })
+        .limits(Limits::off().sessions_per_principal(1000))
         .route(route)
         .wrapper(wrapper)
         .start()
