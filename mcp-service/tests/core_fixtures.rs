@@ -18,7 +18,7 @@ fn fixtures_dir() -> Option<PathBuf> {
             dir.display()
         );
     }
-    pforte_test_redis::skip(&format!("fixtures folder {} is absent", dir.display()));
+    pforte_test_support::skip(&format!("fixtures folder {} is absent", dir.display()));
     None
 }
 

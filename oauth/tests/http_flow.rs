@@ -9,14 +9,12 @@ use pforte_oauth::{
     Admin, AuthServer, Budget, OAuthConfig, PasswordHashing, RateLimiter, RedisStore, Secret,
     SqliteStore, Store, ValidationError, router,
 };
+use pforte_test_support::{Form, RedisServer};
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use url::Url;
 
 const CALLBACK: &str = "https://claude.ai/api/mcp/auth_callback";
@@ -40,132 +38,12 @@ impl RateLimiter for Unlimited {
     async fn reset(&self, _budget: &Budget<'_>) {}
 }
 
-/// A form as a browser would submit it: action plus every named input (hidden, text,
-/// password) and the chosen submit button.
-#[derive(Debug)]
-struct Form {
-    action: String,
-    fields: Vec<(String, String)>,
-    buttons: Vec<(String, String)>,
-}
-
-fn unescape(s: &str) -> String {
-    s.replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
-}
-
-fn attr(tag: &str, name: &str) -> Option<String> {
-    let needle = format!(" {name}=\"");
-    let start = tag.find(&needle)? + needle.len();
-    let end = tag[start..].find('"')? + start;
-    Some(unescape(&tag[start..end]))
-}
-
-fn tags<'a>(html: &'a str, tag: &str) -> Vec<&'a str> {
-    let open = format!("<{tag}");
-    let mut out = Vec::new();
-    let mut rest = html;
-    while let Some(i) = rest.find(&open) {
-        let end = rest[i..].find('>').unwrap() + i;
-        out.push(&rest[i..end]);
-        rest = &rest[end..];
-    }
-    out
-}
-
-fn parse_form(html: &str) -> Form {
-    let forms = tags(html, "form");
-    assert_eq!(forms.len(), 1, "one form per page");
-    assert_eq!(attr(forms[0], "method").as_deref(), Some("post"));
-    let fields = tags(html, "input")
-        .into_iter()
-        .filter_map(|t| Some((attr(t, "name")?, attr(t, "value").unwrap_or_default())))
-        .collect();
-    let buttons = tags(html, "button")
-        .into_iter()
-        .filter_map(|t| Some((attr(t, "name")?, attr(t, "value").unwrap_or_default())))
-        .collect();
-    Form {
-        action: attr(forms[0], "action").unwrap(),
-        fields,
-        buttons,
-    }
-}
-
-impl Form {
-    fn set(&mut self, name: &str, value: &str) {
-        let f = self
-            .fields
-            .iter_mut()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("no field {name}"));
-        f.1 = value.to_owned();
-    }
-    fn submit_with(&self, button_value: &str) -> Vec<(String, String)> {
-        let mut out = self.fields.clone();
-        out.push(
-            self.buttons
-                .iter()
-                .find(|(_, v)| v == button_value)
-                .unwrap()
-                .clone(),
-        );
-        out
-    }
-}
-
-struct RedisServer(Child, u16, #[allow(dead_code)] tempfile::TempDir);
-
-impl RedisServer {
-    fn start() -> Option<Self> {
-        if !Path::new("/usr/bin/redis-server").exists() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "redis-server missing under CI=true"
-            );
-            pforte_test_redis::skip("redis-server not installed");
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("/usr/bin/redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(Self(child, port, dir))
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The page's one form (method POST), as a browser would submit it; `page` is the URL it was
+/// fetched from.
+fn parse_form(page: &str, html: &str) -> Form {
+    let form = Form::parse(&Url::parse(page).unwrap(), html).unwrap();
+    assert_eq!(form.method, "post");
+    form
 }
 
 struct Running {
@@ -274,8 +152,8 @@ async fn full_flow(store: Arc<dyn Store>) {
             .unwrap()
             .contains("HttpOnly; SameSite=Lax")
     );
-    let mut login = parse_form(&resp.text().await.unwrap());
-    assert_eq!(login.action, "/authorize");
+    let mut login = parse_form(base, &resp.text().await.unwrap());
+    assert_eq!(login.action_attr, "/authorize");
 
     // CSRF token missing → 403, no code
     let no_csrf: Vec<_> = login
@@ -293,8 +171,8 @@ async fn full_flow(store: Arc<dyn Store>) {
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
 
     // wrong password → login page again, no redirect
-    login.set("username", "alice");
-    login.set("password", "not it");
+    login.set("username", "alice").unwrap();
+    login.set("password", "not it").unwrap();
     // (the Sign-in button has no name, so a browser sends only the inputs)
     let resp = http
         .post(format!("{base}/authorize"))
@@ -303,10 +181,10 @@ async fn full_flow(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
-    let mut login = parse_form(&resp.text().await.unwrap());
+    let mut login = parse_form(base, &resp.text().await.unwrap());
 
     // right password → 303 back to /authorize → consent page
-    login.set("password", "correct horse");
+    login.set("password", "correct horse").unwrap();
     let resp = http
         .post(format!("{base}/authorize"))
         .form(&login.fields)
@@ -321,12 +199,12 @@ async fn full_flow(store: Arc<dyn Store>) {
         html.contains("Claude") && html.contains("claude.ai") && html.contains("mcp:read"),
         "consent names client, host, scopes"
     );
-    let consent = parse_form(&html);
+    let consent = parse_form(base, &html);
 
     // approve → 303 to the callback with code, state, iss
     let resp = http
         .post(format!("{base}/authorize"))
-        .form(&consent.submit_with("approve"))
+        .form(&consent.body(Some("approve")).unwrap())
         .send()
         .await
         .unwrap();
@@ -394,10 +272,10 @@ async fn full_flow(store: Arc<dyn Store>) {
 
     // a fresh authorization (session still logged in: straight to consent) → token → refresh
     let resp = http.get(auth.clone()).send().await.unwrap();
-    let consent = parse_form(&resp.text().await.unwrap());
+    let consent = parse_form(base, &resp.text().await.unwrap());
     let resp = http
         .post(format!("{base}/authorize"))
-        .form(&consent.submit_with("approve"))
+        .form(&consent.body(Some("approve")).unwrap())
         .send()
         .await
         .unwrap();
@@ -485,10 +363,10 @@ async fn full_flow(store: Arc<dyn Store>) {
 
     // Deny → access_denied
     let resp = http.get(auth.clone()).send().await.unwrap();
-    let consent = parse_form(&resp.text().await.unwrap());
+    let consent = parse_form(base, &resp.text().await.unwrap());
     let resp = http
         .post(format!("{base}/authorize"))
-        .form(&consent.submit_with("deny"))
+        .form(&consent.body(Some("deny")).unwrap())
         .send()
         .await
         .unwrap();
@@ -512,9 +390,7 @@ async fn full_flow_over_http_on_redis() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let store = Arc::new(
-        RedisStore::connect(&format!("redis://127.0.0.1:{}/0", redis.1), "flow:").unwrap(),
-    );
+    let store = Arc::new(RedisStore::connect(&redis.url(), "flow:").unwrap());
     full_flow(store).await;
 }
 

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use url::Url;
 
-use crate::Gateway;
+use crate::{Gateway, McpClient};
+
+pub use pforte_test_support::{Form, tags};
 
 /// Claude.ai's OAuth callback.
 pub const CLAUDE_CALLBACK: &str = "https://claude.ai/api/mcp/auth_callback";
@@ -31,118 +33,6 @@ impl Pkce {
             verifier,
             challenge,
         }
-    }
-}
-
-/// One HTML form as a browser sees it.
-#[derive(Debug, Clone)]
-pub struct Form {
-    /// The `action` resolved against the page's URL.
-    pub action: Url,
-    pub method: String,
-    /// Every named `<input>` in document order, with its value.
-    pub fields: Vec<(String, String)>,
-    /// Every named submit `<button>` (name, value).
-    pub buttons: Vec<(String, String)>,
-}
-
-fn unescape(s: &str) -> String {
-    s.replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&#x27;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
-}
-
-fn attr(tag: &str, name: &str) -> Option<String> {
-    let needle = format!(" {name}=\"");
-    let start = tag.find(&needle)? + needle.len();
-    let end = tag[start..].find('"')? + start;
-    Some(unescape(&tag[start..end]))
-}
-
-/// The opening tags `<tag …>` in `html`.
-pub fn tags<'a>(html: &'a str, tag: &str) -> Vec<&'a str> {
-    let open = format!("<{tag}");
-    let mut out = Vec::new();
-    let mut rest = html;
-    while let Some(i) = rest.find(&open) {
-        let after = rest[i + open.len()..].chars().next();
-        let Some(end) = rest[i..].find('>').map(|e| e + i) else {
-            break;
-        };
-        if after.is_some_and(|c| c.is_whitespace() || c == '>') {
-            out.push(&rest[i..end]);
-        }
-        rest = &rest[end..];
-    }
-    out
-}
-
-impl Form {
-    /// The page's only form; fails when there is none or more than one.
-    pub fn parse(page_url: &Url, html: &str) -> anyhow::Result<Self> {
-        let forms = tags(html, "form");
-        ensure!(forms.len() == 1, "expected one form, found {}", forms.len());
-        let action = attr(forms[0], "action").unwrap_or_default();
-        let method = attr(forms[0], "method")
-            .unwrap_or_else(|| "get".to_owned())
-            .to_ascii_lowercase();
-        let fields = tags(html, "input")
-            .into_iter()
-            .filter_map(|t| Some((attr(t, "name")?, attr(t, "value").unwrap_or_default())))
-            .collect();
-        let buttons = tags(html, "button")
-            .into_iter()
-            .filter(|t| attr(t, "type").is_none_or(|ty| ty == "submit"))
-            .filter_map(|t| Some((attr(t, "name")?, attr(t, "value").unwrap_or_default())))
-            .collect();
-        Ok(Self {
-            action: page_url.join(&action)?,
-            method,
-            fields,
-            buttons,
-        })
-    }
-
-    pub fn field(&self, name: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Types `value` into the input `name`.
-    pub fn set(&mut self, name: &str, value: &str) -> anyhow::Result<()> {
-        let f = self
-            .fields
-            .iter_mut()
-            .find(|(n, _)| n == name)
-            .with_context(|| format!("no input named {name:?}"))?;
-        f.1 = value.to_owned();
-        Ok(())
-    }
-
-    /// Drops the input `name` (what a forged cross-site form without the CSRF token sends).
-    pub fn without(mut self, name: &str) -> Self {
-        self.fields.retain(|(n, _)| n != name);
-        self
-    }
-
-    /// The body a browser sends when the button with `value` is clicked (`None`: a button
-    /// without a name, e.g. "Sign in", contributes nothing).
-    pub fn body(&self, button_value: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
-        let mut out = self.fields.clone();
-        if let Some(v) = button_value {
-            let b = self
-                .buttons
-                .iter()
-                .find(|(_, bv)| bv == v)
-                .with_context(|| format!("no button with value {v:?} in {:?}", self.buttons))?;
-            out.push(b.clone());
-        }
-        Ok(out)
     }
 }
 
@@ -186,7 +76,7 @@ impl Browser {
     }
 
     pub fn for_gateway(gw: &Gateway) -> Self {
-        Self::new(gw.cert.as_ref().map(|c| c.cert_pem.as_str()))
+        Self::new(gw.ca_pem())
     }
 
     async fn page(url: Url, resp: reqwest::Response) -> anyhow::Result<Page> {
@@ -270,12 +160,8 @@ impl Discovered {
 /// What an MCP client does first: an unauthenticated POST to the MCP URL (401 with a
 /// `resource_metadata` challenge), RFC 9728 metadata, then RFC 8414 metadata of the issuer.
 pub async fn discover(http: &reqwest::Client, mcp_url: &str) -> anyhow::Result<Discovered> {
-    let resp = http
-        .post(mcp_url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
-        .send()
+    let resp = McpClient::new(http.clone(), mcp_url)
+        .try_initialize()
         .await?;
     ensure!(
         resp.status() == 401,
@@ -543,12 +429,9 @@ pub async fn revoke(
 
 /// The status of an MCP `initialize` POST with `token` (200 accepted, 401 refused).
 pub async fn mcp_status(http: &reqwest::Client, mcp_url: &str, token: &str) -> StatusCode {
-    http.post(mcp_url)
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
-        .send()
+    McpClient::new(http.clone(), mcp_url)
+        .bearer(token)
+        .try_initialize()
         .await
         .map_or(StatusCode::SERVICE_UNAVAILABLE, |r| r.status())
 }
@@ -561,8 +444,7 @@ pub async fn access_token(
     password: &str,
     scope: &str,
 ) -> anyhow::Result<String> {
-    let ca_pem = gw.cert.as_ref().map(|c| c.cert_pem.as_str());
-    access_token_at(&gw.mcp_url(), ca_pem, user, password, scope).await
+    access_token_at(&gw.mcp_url(), gw.ca_pem(), user, password, scope).await
 }
 
 /// [`access_token`] for any gateway: its MCP URL and the CA its TLS certificate chains to.

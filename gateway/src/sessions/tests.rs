@@ -64,7 +64,7 @@ async fn local_backend_with_a_fake_clock() {
 
 #[tokio::test]
 async fn redis_counts_sessions_per_owner() {
-    let Some(redis) = pforte_test_redis::RedisServer::start() else {
+    let Some(redis) = pforte_test_support::RedisServer::start() else {
         return;
     };
     let sessions = Sessions::redis(&redis.url(), "t:", SessionOptions::default()).unwrap();
@@ -133,7 +133,7 @@ async fn an_unstorable_instance_is_not_recorded() {
 
 #[tokio::test]
 async fn redis_keeps_the_instance_for_every_gateway_and_reads_old_records() {
-    let Some(redis) = pforte_test_redis::RedisServer::start() else {
+    let Some(redis) = pforte_test_support::RedisServer::start() else {
         return;
     };
     let opts = SessionOptions {

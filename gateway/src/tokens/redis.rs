@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn routes_survive_create_list_and_revoke() {
-        let Some(redis) = pforte_test_redis::RedisServer::start() else {
+        let Some(redis) = pforte_test_support::RedisServer::start() else {
             return;
         };
         let store = RedisTokenStore::open(&redis.url()).unwrap();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{Document, HistoryEntry, RedisStore, SqliteStore, Store, StoreError, WriteOutcome};
-use pforte_test_redis::RedisServer;
+use pforte_test_support::RedisServer;
 
 fn doc(uuid: &str, title: &str, text: &str, version: u64) -> Document {
     Document {

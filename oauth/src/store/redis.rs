@@ -595,7 +595,7 @@ impl Store for RedisStore {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use pforte_test_redis::RedisServer;
+    use pforte_test_support::RedisServer;
 
     #[tokio::test]
     async fn redis_passes_the_store_suite() {

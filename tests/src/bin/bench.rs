@@ -18,7 +18,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, mcp_client};
+use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, rmcp_client};
 use rmcp::model::CallToolRequestParams;
 
 #[path = "bench/versus.rs"]
@@ -411,7 +411,7 @@ async fn measure(
     let mut clients = Vec::with_capacity(opts.sessions);
     for _ in 0..opts.sessions {
         // One HTTP client (connection pool) per session, as separate agents would have.
-        let client = mcp_client(url, http(), token, &[])
+        let client = rmcp_client(url, http(), token, &[])
             .await
             .with_context(|| format!("{label}: connecting an rmcp session to {url}"))?;
         clients.push(Arc::new(client));

@@ -9,7 +9,7 @@ use std::{
 
 use pforte::for_tests::{Limiter, LocalLimiter, Policy, RedisLimiter};
 use pforte_clock::SystemClock;
-use pforte_tests::{Gateway, GatewayOptions, McpService, RedisServer};
+use pforte_tests::{Budget, Gateway, Limits, McpService, RedisServer, Stack};
 
 const BIG: Policy = Policy {
     rate: 1_000_000_000,
@@ -89,27 +89,23 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let svc = McpService::start(&[])?;
+    let unreached = Limits::default().mcp(Budget::new(1_000_000_000, 1, 1_000_000_000));
     let modes = [
-        ("limits off", None, "[limits]\nenabled = false\n"),
-        (
-            "in-process",
-            None,
-            "[limits.mcp]\nrate = 1000000000\nperiod_secs = 1\nburst = 1000000000\n",
-        ),
-        (
-            "redis",
-            Some(redis.url()),
-            "[limits.mcp]\nrate = 1000000000\nperiod_secs = 1\nburst = 1000000000\n",
-        ),
+        ("limits off", None, Limits::off()),
+        ("in-process", None, unreached.clone()),
+        ("redis", Some(redis.url()), unreached),
     ];
     let mut rows = Vec::new();
-    for (name, redis_url, toml) in modes {
-        let mut opts = GatewayOptions::new(svc.url());
-        opts.tls = false;
-        opts.redis_url = redis_url;
-        opts.extra_toml = toml.to_owned();
+    for (name, redis_url, limits) in modes {
+        let mut stack = Stack::builder()
+            .upstream(&svc.url())
+            .plain_http()
+            .limits(limits);
+        if let Some(url) = &redis_url {
+            stack = stack.redis_url(url);
+        }
         eprintln!("mode {name}");
-        let gw = Gateway::start(opts).await?;
+        let gw = stack.try_start().await?;
         let token = gw.create_token("bench").await?;
         gateway_rps(&gw, &token, 400, 8).await; // warm-up
         let (rps, p50) = gateway_rps(&gw, &token, 4000, 16).await;

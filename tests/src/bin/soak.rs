@@ -113,8 +113,6 @@ fn raise_nofile(need: u64) -> anyhow::Result<u64> {
     Ok(want)
 }
 
-const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"pforte-soak","version":"1"}}}"#;
-
 /// One held stream: its session id and the task reading it.
 struct Held {
     session: String,
@@ -133,7 +131,14 @@ async fn open_stream(
         .bearer_auth(token)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .body(INIT)
+        .body(
+            pforte_tests::initialize_request(
+                pforte_tests::PROTOCOL_VERSION,
+                "pforte-soak",
+                &serde_json::json!({}),
+            )
+            .to_string(),
+        )
         .send()
         .await?;
     if init.status() != 200 {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, mcp_client};
+use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, rmcp_client};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
@@ -129,7 +129,7 @@ async fn main() -> anyhow::Result<()> {
     if !ok {
         bail!("token not accepted");
     }
-    let c = mcp_client(&url, http.clone(), &token, &[]).await?;
+    let c = rmcp_client(&url, http.clone(), &token, &[]).await?;
     let created = call(
         &c,
         "werkbaum_create",
@@ -198,7 +198,9 @@ async fn main() -> anyhow::Result<()> {
     let window = Duration::from_secs(5);
     let mut clients = Vec::new();
     for _ in 0..writers {
-        clients.push(Arc::new(mcp_client(&url, http.clone(), &token, &[]).await?));
+        clients.push(Arc::new(
+            rmcp_client(&url, http.clone(), &token, &[]).await?,
+        ));
     }
     let started = Instant::now();
     let mut tasks = Vec::new();

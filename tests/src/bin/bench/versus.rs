@@ -19,7 +19,6 @@ use crate::{Gateway, Knobs, Limits, Options, bin, cpu_time, start_service, tail}
 /// The measured request: MCP `tools/call whoami` on one initialized session.
 const CALL: &str =
     r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#;
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"pforte-bench","version":"1"}}}"#;
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 const PROTOCOL: &str = "2025-06-18";
 
@@ -319,7 +318,7 @@ fn rpc_message(body: &str) -> Option<serde_json::Value> {
 /// `whoami` answers with the expected subject; returns the session id.
 async fn open_session(t: &Target) -> anyhow::Result<String> {
     let http = http_client(t.ca_pem.as_deref());
-    let post = |body: &'static str, session: Option<&str>| {
+    let post = |body: String, session: Option<&str>| {
         let mut req = http
             .post(&t.url)
             .bearer_auth(&t.token)
@@ -333,7 +332,9 @@ async fn open_session(t: &Target) -> anyhow::Result<String> {
         }
         req.send()
     };
-    let resp = post(INITIALIZE, None).await?;
+    let initialize =
+        pforte_tests::initialize_request(PROTOCOL, "pforte-bench", &serde_json::json!({}));
+    let resp = post(initialize.to_string(), None).await?;
     let status = resp.status();
     let session = resp
         .headers()
@@ -344,11 +345,11 @@ async fn open_session(t: &Target) -> anyhow::Result<String> {
     let Some(session) = session.filter(|_| status.is_success()) else {
         bail!("{}: initialize answered {status}: {body}", t.label);
     };
-    let resp = post(INITIALIZED, Some(&session)).await?;
+    let resp = post(INITIALIZED.to_owned(), Some(&session)).await?;
     if !resp.status().is_success() {
         bail!("{}: notifications/initialized: {}", t.label, resp.status());
     }
-    let resp = post(CALL, Some(&session)).await?;
+    let resp = post(CALL.to_owned(), Some(&session)).await?;
     let status = resp.status();
     let body = resp.text().await?;
     let message = rpc_message(&body)
@@ -560,7 +561,7 @@ fn ratio(x: f64, base: Option<f64>) -> String {
     }
 }
 
-pub async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
+pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
     let work = tempfile::Builder::new()
         .prefix("pforte-bench-nginx-")
         .tempdir()?;

@@ -1,0 +1,435 @@
+//! A gateway's configuration file as typed values, written to TOML by [`GatewayConfig::to_toml`]:
+//! what a test sets is checked by the compiler, and the file's layout (keys before tables, the
+//! nested tables of `[limits]`, `[oauth]`, `[[routes]]`) is the serializer's business. Only the
+//! keys the tests use are here; a field left `None` or empty is not written (the gateway's
+//! default applies).
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use serde::Serialize;
+
+/// The whole file. [`crate::Stack`] fills `listen`, `data_dir` and `tls` when it starts the
+/// gateway.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatewayConfig {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: u64,
+    pub threads: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive_timeout_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_ip: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFiles>,
+    pub upstream: Upstream,
+    #[serde(skip_serializing_if = "Limits::is_unset")]
+    pub limits: Limits,
+    #[serde(skip_serializing_if = "OAuth::is_unset")]
+    pub oauth: OAuth,
+    /// `[tools.NAME]`: per-tool rules.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ToolRule>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+impl GatewayConfig {
+    /// What the tests start from: `upstream` with a 5-minute read timeout and a 1 s connect
+    /// timeout, 1 MiB bodies, two threads, `https://claude.ai` as the one allowed origin.
+    pub fn new(upstream: &str) -> Self {
+        Self {
+            listen: "127.0.0.1:0".to_owned(),
+            data_dir: PathBuf::new(),
+            public_url: None,
+            allowed_origins: vec!["https://claude.ai".to_owned()],
+            max_body_bytes: 1024 * 1024,
+            threads: 2,
+            redis_url: None,
+            trusted_proxies: Vec::new(),
+            metrics_listen: None,
+            keepalive_timeout_secs: None,
+            max_connections_per_ip: None,
+            tls: None,
+            upstream: Upstream {
+                url: upstream.to_owned(),
+                read_timeout_ms: 300_000,
+                connect_timeout_ms: 1000,
+            },
+            limits: Limits::default(),
+            oauth: OAuth::default(),
+            tools: BTreeMap::new(),
+            routes: Vec::new(),
+        }
+    }
+
+    /// The file's text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a gateway config serializes")
+    }
+}
+
+/// `[tls]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// `[upstream]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Upstream {
+    pub url: String,
+    pub read_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+}
+
+/// One GCRA budget (`[limits.mcp]`, `[limits.tools.NAME]`, …): `rate` per `period_secs`, with
+/// `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Budget {
+    pub rate: u64,
+    pub period_secs: u64,
+    pub burst: u64,
+}
+
+impl Budget {
+    /// `rate` per `period_secs`, `burst` at once.
+    pub fn new(rate: u64, period_secs: u64, burst: u64) -> Self {
+        Self {
+            rate,
+            period_secs,
+            burst,
+        }
+    }
+}
+
+/// `[limits]` and its budgets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions_per_principal: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams_per_principal: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Budget>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<Budget>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unauthenticated: Option<Budget>,
+    /// `[limits.tools.NAME]`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, Budget>,
+}
+
+impl Limits {
+    /// `[limits] enabled = false`: no budget refuses anything.
+    pub fn off() -> Self {
+        Self {
+            enabled: Some(false),
+            ..Self::default()
+        }
+    }
+
+    /// `[limits.mcp]`: per principal on `/mcp`.
+    pub fn mcp(mut self, budget: Budget) -> Self {
+        self.mcp = Some(budget);
+        self
+    }
+
+    /// `[limits.oauth]`: per client IP on the authorization server's endpoints.
+    pub fn oauth(mut self, budget: Budget) -> Self {
+        self.oauth = Some(budget);
+        self
+    }
+
+    /// `[limits.unauthenticated]`: failed authentications per client IP.
+    pub fn unauthenticated(mut self, budget: Budget) -> Self {
+        self.unauthenticated = Some(budget);
+        self
+    }
+
+    /// `[limits.tools.TOOL]`: `tool`'s own budget.
+    pub fn tool(mut self, tool: &str, budget: Budget) -> Self {
+        self.tools.insert(tool.to_owned(), budget);
+        self
+    }
+
+    /// `sessions_per_principal`.
+    pub fn sessions_per_principal(mut self, n: u32) -> Self {
+        self.sessions_per_principal = Some(n);
+        self
+    }
+
+    /// `streams_per_principal`.
+    pub fn streams_per_principal(mut self, n: u32) -> Self {
+        self.streams_per_principal = Some(n);
+        self
+    }
+
+    fn is_unset(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// One throttle of the authorization server (`[oauth.throttle.NAME]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Throttle {
+    pub burst: u32,
+    pub per_minute: u32,
+}
+
+impl Throttle {
+    /// `burst` at once, then `per_minute`.
+    pub fn new(burst: u32, per_minute: u32) -> Self {
+        Self { burst, per_minute }
+    }
+}
+
+/// `[oauth.throttle]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Throttles {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub register_per_ip: Option<Throttle>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub login_per_ip: Option<Throttle>,
+}
+
+/// `[oauth]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OAuth {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_ttl_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Throttles::is_unset")]
+    pub throttle: Throttles,
+}
+
+impl OAuth {
+    /// `access_ttl_secs`.
+    pub fn access_ttl_secs(mut self, secs: u64) -> Self {
+        self.access_ttl_secs = Some(secs);
+        self
+    }
+
+    /// `[oauth.throttle.register_per_ip]`.
+    pub fn register_per_ip(mut self, throttle: Throttle) -> Self {
+        self.throttle.register_per_ip = Some(throttle);
+        self
+    }
+
+    /// `[oauth.throttle.login_per_ip]`.
+    pub fn login_per_ip(mut self, throttle: Throttle) -> Self {
+        self.throttle.login_per_ip = Some(throttle);
+        self
+    }
+
+    fn is_unset(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl Throttles {
+    fn is_unset(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// `[tools.NAME]`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ToolRule {
+    /// OAuth subjects allowed to call the tool.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+}
+
+/// `[routes.stdio]`: how a command route runs its children.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StdioLimits {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_children: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_children_per_principal: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_line_bytes: Option<u64>,
+}
+
+impl StdioLimits {
+    fn is_unset(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// One `[[routes]]` entry: an MCP server at `/NAME/mcp`, reached by URL, by several URLs
+/// (replicas) or by running a command (a stdio route).
+#[derive(Debug, Clone, Serialize)]
+pub struct Route {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub urls: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "StdioLimits::is_unset")]
+    pub stdio: StdioLimits,
+}
+
+impl Route {
+    fn named(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            url: None,
+            urls: None,
+            command: None,
+            user: None,
+            ca_file: None,
+            connect_timeout_ms: None,
+            env: BTreeMap::new(),
+            stdio: StdioLimits::default(),
+        }
+    }
+
+    /// A route to one MCP server at `url`.
+    pub fn url(name: &str, url: &str) -> Self {
+        Self {
+            url: Some(url.to_owned()),
+            ..Self::named(name)
+        }
+    }
+
+    /// A route over replicas of one MCP server.
+    pub fn replicas(name: &str, urls: &[String]) -> Self {
+        Self {
+            urls: Some(urls.to_vec()),
+            ..Self::named(name)
+        }
+    }
+
+    /// A stdio route: the gateway runs `command` per session.
+    pub fn command<S: AsRef<str>>(name: &str, command: &[S]) -> Self {
+        Self {
+            command: Some(command.iter().map(|s| s.as_ref().to_owned()).collect()),
+            ..Self::named(name)
+        }
+    }
+
+    /// An environment variable for a stdio route's children.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.insert(name.to_owned(), value.to_owned());
+        self
+    }
+
+    /// The user a stdio route's children run as.
+    pub fn user(mut self, user: &str) -> Self {
+        self.user = Some(user.to_owned());
+        self
+    }
+
+    /// The CA file an https route's server is verified against.
+    pub fn ca_file(mut self, path: &std::path::Path) -> Self {
+        self.ca_file = Some(path.to_owned());
+        self
+    }
+
+    pub fn connect_timeout_ms(mut self, ms: u64) -> Self {
+        self.connect_timeout_ms = Some(ms);
+        self
+    }
+
+    pub fn max_children(mut self, n: u32) -> Self {
+        self.stdio.max_children = Some(n);
+        self
+    }
+
+    pub fn max_children_per_principal(mut self, n: u32) -> Self {
+        self.stdio.max_children_per_principal = Some(n);
+        self
+    }
+
+    pub fn max_line_bytes(mut self, n: u64) -> Self {
+        self.stdio.max_line_bytes = Some(n);
+        self
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_before_tables_and_unset_tables_are_left_out() {
+        let plain = GatewayConfig::new("http://127.0.0.1:9/mcp").to_toml();
+        let v: toml::Table = toml::from_str(&plain).unwrap();
+        assert_eq!(
+            v["upstream"]["url"].as_str(),
+            Some("http://127.0.0.1:9/mcp")
+        );
+        for table in ["limits", "oauth", "tools", "routes", "tls"] {
+            assert!(!v.contains_key(table), "{table} in {plain}");
+        }
+
+        let mut c = GatewayConfig::new("http://127.0.0.1:9/mcp");
+        c.public_url = Some("https://gw.example".to_owned());
+        c.limits = Limits::default()
+            .sessions_per_principal(2)
+            .mcp(Budget::new(4, 60, 4))
+            .tool("whoami", Budget::new(1, 60, 1));
+        c.oauth = OAuth::default().login_per_ip(Throttle::new(3, 1));
+        c.tools.insert(
+            "werkbaum_history".to_owned(),
+            ToolRule {
+                users: vec!["alice".to_owned()],
+            },
+        );
+        c.routes.push(
+            Route::command("py", &["python3", "server.py"])
+                .env("A", "1")
+                .max_children(16),
+        );
+        c.routes.push(Route::url("alpha", "http://127.0.0.1:1/mcp"));
+        let text = c.to_toml();
+        let v: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(
+            v["public_url"].as_str(),
+            Some("https://gw.example"),
+            "{text}"
+        );
+        assert_eq!(v["limits"]["sessions_per_principal"].as_integer(), Some(2));
+        assert_eq!(v["limits"]["mcp"]["burst"].as_integer(), Some(4));
+        assert_eq!(v["limits"]["tools"]["whoami"]["rate"].as_integer(), Some(1));
+        assert_eq!(
+            v["oauth"]["throttle"]["login_per_ip"]["per_minute"].as_integer(),
+            Some(1)
+        );
+        assert_eq!(
+            v["tools"]["werkbaum_history"]["users"][0].as_str(),
+            Some("alice")
+        );
+        let routes = v["routes"].as_array().unwrap();
+        assert_eq!(routes[0]["command"][1].as_str(), Some("server.py"));
+        assert_eq!(routes[0]["env"]["A"].as_str(), Some("1"));
+        assert_eq!(routes[0]["stdio"]["max_children"].as_integer(), Some(16));
+        assert!(routes[1].get("stdio").is_none(), "{text}");
+        assert_eq!(routes[1]["url"].as_str(), Some("http://127.0.0.1:1/mcp"));
+    }
+}

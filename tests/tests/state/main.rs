@@ -1,0 +1,11 @@
+//! End to end, state that outlives a request (one test binary, one module per theme): several
+//! gateways and replicas sharing redis, and Werkbaum documents through the gateway (tools, a
+//! planning dialogue, writers under load and `kill -9`, the git mirror).
+
+mod replicas;
+mod shared_state;
+mod werkbaum_dialogue;
+mod werkbaum_load;
+mod werkbaum_pull_doc;
+mod werkbaum_support;
+mod werkbaum_tools;

