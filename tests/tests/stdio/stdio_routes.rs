@@ -512,16 +512,15 @@ async fn the_whole_tree_of_a_child_ends_when_the_gateway_is_sigkilled() {
     assert!(gone, "processes of the tree outlived the gateway: {left:?}");
 }
 
-/// A marker unique to this test run: nanoseconds, finer than the clock crate's milliseconds.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "a unique marker, not a time decision"
-)]
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+/// A marker unique to this test run: a fresh temporary directory's random name.
+fn rand_suffix() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    dir.path()
+        .file_name()
         .unwrap()
-        .as_nanos()
+        .to_string_lossy()
+        .trim_start_matches('.')
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
