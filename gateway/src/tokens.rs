@@ -2,6 +2,7 @@
 //! store (SQLite in WAL mode, so the admin CLI works beside a running gateway), and verified in
 //! constant time against an in-memory snapshot that follows the store within a second.
 
+use rand::RngCore;
 use std::{
     path::Path,
     sync::{Arc, Mutex, RwLock},
@@ -72,19 +73,35 @@ pub(crate) fn valid_name(name: &str) -> bool {
 
 pub(crate) mod redis;
 
+/// A static token to create: its name, scopes, routes (empty: every route) and expiry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewToken<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) scopes: &'a [String],
+    pub(crate) routes: &'a [String],
+    pub(crate) expires_at: Option<u64>,
+}
+
+impl<'a> NewToken<'a> {
+    /// A fresh plaintext for this token, once its name is known to be valid.
+    pub(super) fn mint(&self, rng: &mut dyn RngCore) -> Result<String, StoreError> {
+        if !valid_name(self.name) {
+            return Err(StoreError::BadName);
+        }
+        Ok(generate_token(rng))
+    }
+}
+
 /// Where static tokens are kept: the embedded SQLite store, or redis when several gateways
 /// share one set. The admin CLI writes through it; the gateway's refresher reads through it.
 pub(crate) trait TokenSource: Send + std::fmt::Debug {
-    /// Creates a token and returns its plaintext — the only time it exists outside the client.
-    /// `routes` limits it to those routes (empty: every route).
+    /// Creates `token` at `now` and returns its plaintext — the only time it exists outside the
+    /// client.
     fn create(
         &self,
-        name: &str,
-        scopes: &[String],
-        routes: &[String],
-        expires_at: Option<u64>,
+        token: &NewToken<'_>,
         now: u64,
-        rng: &mut dyn rand::RngCore,
+        rng: &mut dyn RngCore,
     ) -> Result<String, StoreError>;
     /// Every token, newest first, revoked ones included.
     fn list(&self) -> Result<Vec<StaticToken>, StoreError>;
@@ -154,31 +171,26 @@ impl TokenStore {
         self.conn.lock().map_err(|_| StoreError::Poisoned)
     }
 
-    /// Creates a token and returns its plaintext — the only time it exists outside the client.
+    /// Creates `new` at `now` and returns its plaintext — the only time it exists outside the
+    /// client.
     pub(crate) fn create(
         &self,
-        name: &str,
-        scopes: &[String],
-        routes: &[String],
-        expires_at: Option<u64>,
+        new: &NewToken<'_>,
         now: u64,
-        rng: &mut dyn rand::RngCore,
+        rng: &mut dyn RngCore,
     ) -> Result<String, StoreError> {
-        if !valid_name(name) {
-            return Err(StoreError::BadName);
-        }
-        let token = generate_token(rng);
+        let token = new.mint(rng)?;
         let conn = self.conn()?;
         let inserted = conn.execute(
             "INSERT INTO static_tokens (name, hash, scopes, created_at, expires_at, routes)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
-                name,
+                new.name,
                 hash_token(&token).as_slice(),
-                scopes.join(" "),
+                new.scopes.join(" "),
                 now as i64,
-                expires_at.map(|t| t as i64),
-                routes.join(" "),
+                new.expires_at.map(|t| t as i64),
+                new.routes.join(" "),
             ],
         );
         match inserted {
@@ -186,7 +198,7 @@ impl TokenStore {
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.code == rusqlite::ErrorCode::ConstraintViolation =>
             {
-                Err(StoreError::NameTaken(name.to_owned()))
+                Err(StoreError::NameTaken(new.name.to_owned()))
             }
             Err(e) => Err(e.into()),
         }
@@ -275,14 +287,11 @@ impl TokenStore {
 impl TokenSource for TokenStore {
     fn create(
         &self,
-        name: &str,
-        scopes: &[String],
-        routes: &[String],
-        expires_at: Option<u64>,
+        new: &NewToken<'_>,
         now: u64,
-        rng: &mut dyn rand::RngCore,
+        rng: &mut dyn RngCore,
     ) -> Result<String, StoreError> {
-        TokenStore::create(self, name, scopes, routes, expires_at, now, rng)
+        TokenStore::create(self, new, now, rng)
     }
     fn list(&self) -> Result<Vec<StaticToken>, StoreError> {
         TokenStore::list(self)
@@ -450,21 +459,50 @@ mod tests {
         let (_d, s) = store();
         let mut rng = rand::rng();
         let t = s
-            .create("ci", &["mcp:read".into()], &[], None, 100, &mut rng)
+            .create(
+                &NewToken {
+                    name: "ci",
+                    scopes: &["mcp:read".into()],
+                    routes: &[],
+                    expires_at: None,
+                },
+                100,
+                &mut rng,
+            )
             .unwrap();
         assert!(t.starts_with(TOKEN_PREFIX) && t.len() > 40);
         let snap = s.snapshot().unwrap();
         assert_eq!(snap.find(&t).unwrap().name, "ci");
         assert!(snap.find("pft_wrong").is_none());
         assert!(matches!(
-            s.create("ci", &[], &[], None, 101, &mut rng),
+            s.create(
+                &NewToken {
+                    name: "ci",
+                    scopes: &[],
+                    routes: &[],
+                    expires_at: None
+                },
+                101,
+                &mut rng
+            ),
             Err(StoreError::NameTaken(_))
         ));
         assert!(s.revoke("ci", 102).unwrap());
         assert!(!s.revoke("ci", 103).unwrap());
         assert!(s.snapshot().unwrap().find(&t).is_none());
         // the name is free again, and the old token stays dead
-        let t2 = s.create("ci", &[], &[], None, 104, &mut rng).unwrap();
+        let t2 = s
+            .create(
+                &NewToken {
+                    name: "ci",
+                    scopes: &[],
+                    routes: &[],
+                    expires_at: None,
+                },
+                104,
+                &mut rng,
+            )
+            .unwrap();
         let snap = s.snapshot().unwrap();
         assert!(snap.find(&t).is_none() && snap.find(&t2).is_some());
         assert_eq!(s.list().unwrap().len(), 2);
@@ -475,10 +513,12 @@ mod tests {
         let (d, s) = store();
         let t = s
             .create(
-                "w",
-                &[],
-                &["werkbaum".into(), "plans".into()],
-                None,
+                &NewToken {
+                    name: "w",
+                    scopes: &[],
+                    routes: &["werkbaum".into(), "plans".into()],
+                    expires_at: None,
+                },
                 1,
                 &mut rand::rng(),
             )
@@ -513,7 +553,18 @@ mod tests {
     #[test]
     fn plaintext_is_never_stored() {
         let (d, s) = store();
-        let t = s.create("x", &[], &[], None, 1, &mut rand::rng()).unwrap();
+        let t = s
+            .create(
+                &NewToken {
+                    name: "x",
+                    scopes: &[],
+                    routes: &[],
+                    expires_at: None,
+                },
+                1,
+                &mut rand::rng(),
+            )
+            .unwrap();
         drop(s);
         let bytes = std::fs::read(d.path().join("t.db")).unwrap();
         let needle = t.as_bytes();
@@ -524,7 +575,16 @@ mod tests {
     fn names_are_checked() {
         let (_d, s) = store();
         assert!(matches!(
-            s.create("a b", &[], &[], None, 1, &mut rand::rng()),
+            s.create(
+                &NewToken {
+                    name: "a b",
+                    scopes: &[],
+                    routes: &[],
+                    expires_at: None
+                },
+                1,
+                &mut rand::rng()
+            ),
             Err(StoreError::BadName)
         ));
     }
@@ -539,10 +599,12 @@ mod tests {
         std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
         let s = TokenStore::open(&data.join("pforte.db")).unwrap();
         s.create(
-            "ci",
-            &["mcp:read".to_owned()],
-            &[],
-            None,
+            &NewToken {
+                name: "ci",
+                scopes: &["mcp:read".to_owned()],
+                routes: &[],
+                expires_at: None,
+            },
             100,
             &mut rand::rng(),
         )
@@ -564,7 +626,16 @@ mod tests {
         assert!(cache.get().is_empty());
         let admin = TokenStore::open(&d.path().join("t.db")).unwrap();
         let t = admin
-            .create("late", &[], &[], None, 1, &mut rand::rng())
+            .create(
+                &NewToken {
+                    name: "late",
+                    scopes: &[],
+                    routes: &[],
+                    expires_at: None,
+                },
+                1,
+                &mut rand::rng(),
+            )
             .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while cache.get().find(&t).is_none() {

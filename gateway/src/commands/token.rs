@@ -91,7 +91,16 @@ pub fn run(
                 .transpose()
                 .map_err(|e| Failure::Usage(format!("--expires {e:#}")))?
                 .map(|secs| now + secs);
-            let token = store.create(&name, &scopes, &routes, expires_at, now, &mut rand::rng())?;
+            let token = store.create(
+                &crate::tokens::NewToken {
+                    name: &name,
+                    scopes: &scopes,
+                    routes: &routes,
+                    expires_at,
+                },
+                now,
+                &mut rand::rng(),
+            )?;
             let opens = if routes.is_empty() {
                 "every route".to_owned()
             } else {

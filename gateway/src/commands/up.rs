@@ -199,7 +199,16 @@ fn first_token(
         return Ok(None);
     }
     store
-        .create(UP_TOKEN, scopes, &[], None, now, &mut rand::rng())
+        .create(
+            &crate::tokens::NewToken {
+                name: UP_TOKEN,
+                scopes,
+                routes: &[],
+                expires_at: None,
+            },
+            now,
+            &mut rand::rng(),
+        )
         .map(Some)
 }
 

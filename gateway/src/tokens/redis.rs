@@ -6,9 +6,7 @@ use std::{sync::Mutex, time::Duration};
 
 use redis::{Commands as _, Connection, Script};
 
-use super::{
-    Entry, StaticToken, StoreError, TokenSet, TokenSource, generate_token, hash_token, valid_name,
-};
+use super::{Entry, NewToken, StaticToken, StoreError, TokenSet, TokenSource, hash_token};
 
 const TOKENS: &str = "pforte:static:tokens";
 const NAMES: &str = "pforte:static:names";
@@ -131,23 +129,17 @@ impl RedisTokenStore {
 impl TokenSource for RedisTokenStore {
     fn create(
         &self,
-        name: &str,
-        scopes: &[String],
-        routes: &[String],
-        expires_at: Option<u64>,
+        new: &NewToken<'_>,
         now: u64,
         rng: &mut dyn rand::RngCore,
     ) -> Result<String, StoreError> {
-        if !valid_name(name) {
-            return Err(StoreError::BadName);
-        }
-        let token = generate_token(rng);
+        let token = new.mint(rng)?;
         let record = serde_json::to_string(&Record {
-            name: name.to_owned(),
-            scopes: scopes.to_vec(),
-            routes: routes.to_vec(),
+            name: new.name.to_owned(),
+            scopes: new.scopes.to_vec(),
+            routes: new.routes.to_vec(),
             created_at: now,
-            expires_at,
+            expires_at: new.expires_at,
             revoked_at: None,
         })
         .map_err(err)?;
@@ -158,7 +150,7 @@ impl TokenSource for RedisTokenStore {
                 .key(NAMES)
                 .key(TOKENS)
                 .key(VERSION)
-                .arg(name)
+                .arg(new.name)
                 .arg(&hash)
                 .arg(&record)
                 .invoke(c)
@@ -166,7 +158,7 @@ impl TokenSource for RedisTokenStore {
         if created == 1 {
             Ok(token)
         } else {
-            Err(StoreError::NameTaken(name.to_owned()))
+            Err(StoreError::NameTaken(new.name.to_owned()))
         }
     }
 
@@ -249,9 +241,29 @@ mod tests {
         let store = RedisTokenStore::open(&redis.url()).unwrap();
         let mut rng = rand::rng();
         let limited = store
-            .create("w", &[], &["werkbaum".to_owned()], None, 1, &mut rng)
+            .create(
+                &NewToken {
+                    name: "w",
+                    scopes: &[],
+                    routes: &["werkbaum".to_owned()],
+                    expires_at: None,
+                },
+                1,
+                &mut rng,
+            )
             .unwrap();
-        let open = store.create("all", &[], &[], None, 2, &mut rng).unwrap();
+        let open = store
+            .create(
+                &NewToken {
+                    name: "all",
+                    scopes: &[],
+                    routes: &[],
+                    expires_at: None,
+                },
+                2,
+                &mut rng,
+            )
+            .unwrap();
         let snap = store.snapshot().unwrap();
         assert_eq!(snap.find(&limited).unwrap().routes, ["werkbaum"]);
         assert!(snap.find(&open).unwrap().routes.is_empty());
