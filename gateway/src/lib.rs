@@ -36,13 +36,14 @@ mod up;
 pub use cli::exit;
 pub use commands::{
     Env, Failure,
-    client::{ClientAction, run as client},
-    grant::{GrantAction, run as grant},
+    admin::{AdminCommand, run as admin},
+    client::ClientAction,
+    grant::GrantAction,
     run,
     serve::{check, serve},
     token::{TokenAction, run as token},
     up::{UpArgs, up},
-    user::{UserAction, run as user},
+    user::UserAction,
 };
 pub use stdio::{AS_USER_SUBCOMMAND, EXEC_SUBCOMMAND, exec_as, exec_child};
 

@@ -4,7 +4,9 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use pforte::{ClientAction, Env, Failure, GrantAction, TokenAction, UpArgs, UserAction, exit};
+use pforte::{
+    AdminCommand, ClientAction, Env, Failure, GrantAction, TokenAction, UpArgs, UserAction, exit,
+};
 
 /// jemalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
 /// 1,000 closed SSE streams freed back to the kernel (the RSS stayed at its peak); jemalloc
@@ -117,9 +119,15 @@ fn dispatch(cli: Cli, env: &Env) -> Result<ExitCode, Failure> {
         Command::Serve => pforte::serve(config.as_deref(), data_dir, env),
         Command::Up(args) => return pforte::up(args, config, data_dir, env),
         Command::Token { action } => pforte::token(action, config, data_dir, env),
-        Command::User { action } => pforte::user(action, config, data_dir, env),
-        Command::Client { action } => pforte::client(action, config, data_dir, env),
-        Command::Grant { action } => pforte::grant(action, config, data_dir, env),
+        Command::User { action } => {
+            pforte::admin(AdminCommand::User(action), config, data_dir, env)
+        }
+        Command::Client { action } => {
+            pforte::admin(AdminCommand::Client(action), config, data_dir, env)
+        }
+        Command::Grant { action } => {
+            pforte::admin(AdminCommand::Grant(action), config, data_dir, env)
+        }
         Command::StdioExec {
             parent,
             uid,

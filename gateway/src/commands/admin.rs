@@ -137,3 +137,33 @@ pub(crate) fn print_list(
     }
     Ok(())
 }
+
+/// An admin command on the authorization server's store: `pforte user`, `client` or `grant`.
+#[allow(
+    missing_debug_implementations,
+    reason = "clap's actions carry no Debug"
+)]
+pub enum AdminCommand {
+    User(super::user::UserAction),
+    Client(super::client::ClientAction),
+    Grant(super::grant::GrantAction),
+}
+
+/// Runs `command` on the store the configuration (or data dir) names; only `user add` may
+/// create it.
+pub fn run(
+    command: AdminCommand,
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    env: &Env,
+) -> CmdResult {
+    use super::user::UserAction;
+    let adds = matches!(command, AdminCommand::User(UserAction::Add { .. }));
+    with_admin(config, data_dir, adds, env, |admin, now| async move {
+        match command {
+            AdminCommand::User(action) => super::user::run(admin, action, now).await,
+            AdminCommand::Client(action) => super::client::run(admin, action, now).await,
+            AdminCommand::Grant(action) => super::grant::run(admin, action, now).await,
+        }
+    })
+}

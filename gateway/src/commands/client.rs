@@ -1,14 +1,12 @@
 //! `pforte client`: registered OAuth clients.
 
-use std::path::PathBuf;
-
 use crate::cli;
 use clap::Subcommand;
 use pforte_oauth::Admin;
 
 use super::{
-    CmdResult, Env,
-    admin::{ListArgs, print_list, with_admin},
+    CmdResult,
+    admin::{ListArgs, print_list},
 };
 
 #[derive(Subcommand)]
@@ -22,19 +20,8 @@ pub enum ClientAction {
     },
 }
 
-/// Runs `pforte client ACTION`.
-pub fn run(
-    action: ClientAction,
-    config: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    env: &Env,
-) -> CmdResult {
-    with_admin(config, data_dir, false, env, |admin, now| {
-        client_cmd(admin, action, now)
-    })
-}
-
-async fn client_cmd(admin: Admin, action: ClientAction, now: u64) -> CmdResult {
+/// Runs `pforte client ACTION` on the authorization server's store.
+pub(crate) async fn run(admin: Admin, action: ClientAction, now: u64) -> CmdResult {
     match action {
         ClientAction::List(list) => {
             let clients = admin.list_clients().await?;

@@ -1,14 +1,12 @@
 //! `pforte grant`: OAuth grants (a user's consent to a client, with its tokens).
 
-use std::path::PathBuf;
-
 use crate::cli;
 use clap::Subcommand;
 use pforte_oauth::{Admin, GrantFilter};
 
 use super::{
-    CmdResult, Env, Failure,
-    admin::{ListArgs, print_list, with_admin},
+    CmdResult, Failure,
+    admin::{ListArgs, print_list},
 };
 
 #[derive(Subcommand)]
@@ -40,19 +38,8 @@ pub enum GrantAction {
     },
 }
 
-/// Runs `pforte grant ACTION`.
-pub fn run(
-    action: GrantAction,
-    config: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    env: &Env,
-) -> CmdResult {
-    with_admin(config, data_dir, false, env, |admin, now| {
-        grant_cmd(admin, action, now)
-    })
-}
-
-async fn grant_cmd(admin: Admin, action: GrantAction, now: u64) -> CmdResult {
+/// Runs `pforte grant ACTION` on the authorization server's store.
+pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResult {
     match action {
         GrantAction::List {
             user,

@@ -1,14 +1,12 @@
 //! `pforte user`: the users who log in on the consent page.
 
-use std::path::PathBuf;
-
 use crate::cli;
 use clap::Subcommand;
 use pforte_oauth::Admin;
 
 use super::{
-    CmdResult, Env,
-    admin::{ListArgs, print_list, read_password, with_admin},
+    CmdResult,
+    admin::{ListArgs, print_list, read_password},
 };
 
 #[derive(Subcommand)]
@@ -34,19 +32,8 @@ pub enum UserAction {
 }
 
 /// Runs `pforte user ACTION`; `add` may create the store.
-pub fn run(
-    action: UserAction,
-    config: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    env: &Env,
-) -> CmdResult {
-    let adds = matches!(action, UserAction::Add { .. });
-    with_admin(config, data_dir, adds, env, |admin, now| {
-        user_cmd(admin, action, now)
-    })
-}
-
-async fn user_cmd(admin: Admin, action: UserAction, now: u64) -> CmdResult {
+/// Runs `pforte user ACTION` on the authorization server's store.
+pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult {
     match action {
         UserAction::Add { username } => {
             let password = read_password(&format!("Password for {username}: "))?;
