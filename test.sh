@@ -23,7 +23,7 @@ export PFORTE_SKIP_LOG="$PWD/target/skipped.txt"
 : > "$PFORTE_SKIP_LOG"
 cargo build --workspace --bins --locked
 rc=0
-cargo test --workspace --locked "$@" || rc=$?
+cargo test --workspace --locked --no-fail-fast "$@" || rc=$?
 if [ -s "$PFORTE_SKIP_LOG" ]; then
   echo "test.sh: $(wc -l < "$PFORTE_SKIP_LOG") test(s) skipped for a missing tool or input:"
   sort "$PFORTE_SKIP_LOG" | sed 's/^/  /'
