@@ -2,10 +2,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::Store;
+use super::{NewGrant, Store};
 use crate::model::*;
 
 const NOW: u64 = 1_800_000_000;
+
+/// A grant with its first token pair, as `redeem_code` and `create_grant` take it.
+pub(crate) fn issue<'a>(
+    grant: &'a GrantRecord,
+    access: &'a AccessRecord,
+    refresh: &'a RefreshRecord,
+) -> NewGrant<'a> {
+    NewGrant {
+        grant,
+        access,
+        refresh,
+    }
+}
 
 pub(crate) fn user(name: &str) -> UserRecord {
     UserRecord {
@@ -165,14 +178,14 @@ async fn codes<S: Store>(s: &S) {
     let g = grant("fam-code", "c-new", "bob");
     let (a, r) = (access("code-a", &g), refresh("code-r", &g, NOW + 1000));
     assert!(
-        s.redeem_code("h1", &g, &a, &r).await.unwrap(),
+        s.redeem_code("h1", issue(&g, &a, &r)).await.unwrap(),
         "first use redeems"
     );
     assert_eq!(s.get_grant("fam-code").await.unwrap().unwrap(), g);
     assert_eq!(s.get_access("code-a").await.unwrap().unwrap(), (a, false));
     let (a2, r2) = (access("code-a2", &g), refresh("code-r2", &g, NOW + 1000));
     assert!(
-        !s.redeem_code("h1", &g, &a2, &r2).await.unwrap(),
+        !s.redeem_code("h1", issue(&g, &a2, &r2)).await.unwrap(),
         "second use does not"
     );
     assert!(
@@ -184,9 +197,7 @@ async fn codes<S: Store>(s: &S) {
     assert!(
         !s.redeem_code(
             "missing",
-            &gm,
-            &access("m-a", &gm),
-            &refresh("m-r", &gm, NOW)
+            issue(&gm, &access("m-a", &gm), &refresh("m-r", &gm, NOW))
         )
         .await
         .unwrap()
@@ -214,7 +225,7 @@ async fn code_race<S: Store>(s: &S) {
             async move {
                 let a = access(&format!("race-a-{round}-{i}"), &g);
                 let r = refresh(&format!("race-r-{round}-{i}"), &g, NOW + 1000);
-                let won = s.redeem_code(&hash, &g, &a, &r).await.unwrap();
+                let won = s.redeem_code(&hash, issue(&g, &a, &r)).await.unwrap();
                 // A loser is a replay: it revokes the grant at once.
                 let revoked = !won && s.revoke_grant(&g.family_id, NOW + 1).await.unwrap();
                 (won, revoked, a.token_hash)
@@ -244,7 +255,7 @@ async fn grants_and_rotation<S: Store>(s: &S) {
     let before = s.list_grants().await.unwrap().len();
     let g = grant("fam1", "c-new", "bob");
     let (a0, r0) = (access("a0", &g), refresh("r0", &g, NOW + 1000));
-    s.create_grant(&g, &a0, &r0).await.unwrap();
+    s.create_grant(issue(&g, &a0, &r0)).await.unwrap();
     assert_eq!(s.get_grant("fam1").await.unwrap().unwrap(), g);
     assert_eq!(
         s.get_access("a0").await.unwrap().unwrap(),
@@ -326,7 +337,7 @@ async fn resource_per_grant<S: Store>(s: &S) {
             access(&format!("{tag}-a0"), g),
             refresh(&format!("{tag}-r0"), g, NOW + 1000),
         );
-        s.create_grant(g, &at, &rt).await.unwrap();
+        s.create_grant(issue(g, &at, &rt)).await.unwrap();
     }
     let (a1, r1) = (access("fam-b-a1", &b), refresh("fam-b-r1", &b, NOW + 2000));
     assert_eq!(
@@ -370,15 +381,27 @@ async fn revocation_cascades<S: Store>(s: &S) {
     let g2 = grant("fam2", "c-x", "carol");
     let g3 = grant("fam3", "c-new", "carol");
     let g4 = grant("fam4", "c-new", "bob");
-    s.create_grant(&g2, &access("b2", &g2), &refresh("s2", &g2, NOW + 1000))
-        .await
-        .unwrap();
-    s.create_grant(&g3, &access("b3", &g3), &refresh("s3", &g3, NOW + 1000))
-        .await
-        .unwrap();
-    s.create_grant(&g4, &access("b4", &g4), &refresh("s4", &g4, NOW + 1000))
-        .await
-        .unwrap();
+    s.create_grant(issue(
+        &g2,
+        &access("b2", &g2),
+        &refresh("s2", &g2, NOW + 1000),
+    ))
+    .await
+    .unwrap();
+    s.create_grant(issue(
+        &g3,
+        &access("b3", &g3),
+        &refresh("s3", &g3, NOW + 1000),
+    ))
+    .await
+    .unwrap();
+    s.create_grant(issue(
+        &g4,
+        &access("b4", &g4),
+        &refresh("s4", &g4, NOW + 1000),
+    ))
+    .await
+    .unwrap();
 
     assert!(s.delete_client("c-x", NOW).await.unwrap());
     assert!(
