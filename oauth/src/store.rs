@@ -34,6 +34,15 @@ pub struct NewGrant<'a> {
     pub refresh: &'a RefreshRecord,
 }
 
+/// A refresh token rotation: the token being spent, when, and the successor pair.
+#[derive(Clone, Copy, Debug)]
+pub struct Rotation<'a> {
+    pub old_hash: &'a str,
+    pub now: u64,
+    pub access: &'a AccessRecord,
+    pub refresh: &'a RefreshRecord,
+}
+
 /// Durable state. Implementations must be safe to share between gateways (redis) or
 /// processes (SQLite file in WAL mode).
 #[async_trait]
@@ -87,13 +96,7 @@ pub trait Store: Send + Sync + 'static {
     async fn get_refresh(&self, token_hash: &str) -> StoreResult<Option<RefreshRecord>>;
     /// Atomically: if `old_hash` is active and its grant is not revoked, mark it rotated at
     /// `now` and store the successor pair (extending the grant's expiry and last use).
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        now: u64,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<RotateOutcome>;
+    async fn rotate_refresh(&self, rotation: Rotation<'_>) -> StoreResult<RotateOutcome>;
 
     async fn put_session(&self, session: &SessionRecord) -> StoreResult<()>;
     async fn get_session(&self, session_hash: &str) -> StoreResult<Option<SessionRecord>>;

@@ -8,7 +8,7 @@ use crate::model::{AccessRecord, CodeRecord, GrantRecord, RefreshRecord, RotateO
 use crate::observe::Event;
 use crate::protocol::token::{self, GrantType, Reuse, TokenResponse};
 use crate::protocol::{Client, Params, resource, scope};
-use crate::store::NewGrant;
+use crate::store::{NewGrant, Rotation};
 
 impl AuthServer {
     /// POST `/token` (form body, optional `Authorization` header) from `client_ip` (its
@@ -169,7 +169,13 @@ impl AuthServer {
             revoked_at: None,
         };
         let (a, r) = self.token_records(&grant, &access, &refresh, &scopes, now);
-        match self.store.rotate_refresh(&hash, now, &a, &r).await? {
+        let rotation = Rotation {
+            old_hash: &hash,
+            now,
+            access: &a,
+            refresh: &r,
+        };
+        match self.store.rotate_refresh(rotation).await? {
             RotateOutcome::Rotated => {
                 self.store.touch_client(&client.client_id, now).await?;
                 self.observer.event(Event::TokensRefreshed);

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CODE_RETENTION_SECS, NewGrant, Store, StoreResult};
+use super::{CODE_RETENTION_SECS, NewGrant, Rotation, Store, StoreResult};
 use crate::error::StoreError;
 use crate::model::{
     AccessRecord, ClientRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome,
@@ -508,13 +508,13 @@ impl Store for RedisStore {
         .transpose()
     }
 
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        now: u64,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<RotateOutcome> {
+    async fn rotate_refresh(&self, rotation: Rotation<'_>) -> StoreResult<RotateOutcome> {
+        let Rotation {
+            old_hash,
+            now,
+            access,
+            refresh,
+        } = rotation;
         let mut c = self.c();
         let reply: Vec<String> = self
             .scripts

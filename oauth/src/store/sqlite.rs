@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{CODE_RETENTION_SECS, NewGrant, Store, StoreResult};
+use super::{CODE_RETENTION_SECS, NewGrant, Rotation, Store, StoreResult};
 use crate::error::StoreError;
 use crate::model::{
     AccessRecord, ClientRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome,
@@ -526,14 +526,13 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        now: u64,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<RotateOutcome> {
-        let (h, a, r) = (old_hash.to_owned(), access.clone(), refresh.clone());
+    async fn rotate_refresh(&self, rotation: Rotation<'_>) -> StoreResult<RotateOutcome> {
+        let Rotation { old_hash, now, .. } = rotation;
+        let (h, a, r) = (
+            old_hash.to_owned(),
+            rotation.access.clone(),
+            rotation.refresh.clone(),
+        );
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let row: Option<(Option<i64>, Option<i64>, Option<String>)> = tx

@@ -2,10 +2,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::{NewGrant, Store};
+use super::{NewGrant, Rotation, Store};
 use crate::model::*;
 
 const NOW: u64 = 1_800_000_000;
+
+/// A rotation of `old_hash` at `now` to the successor pair, as `rotate_refresh` takes it.
+pub(crate) fn rotation<'a>(
+    old_hash: &'a str,
+    now: u64,
+    access: &'a AccessRecord,
+    refresh: &'a RefreshRecord,
+) -> Rotation<'a> {
+    Rotation {
+        old_hash,
+        now,
+        access,
+        refresh,
+    }
+}
 
 /// A grant with its first token pair, as `redeem_code` and `create_grant` take it.
 pub(crate) fn issue<'a>(
@@ -266,13 +281,20 @@ async fn grants_and_rotation<S: Store>(s: &S) {
 
     let (a1, r1) = (access("a1", &g), refresh("r1", &g, NOW + 2000));
     assert_eq!(
-        s.rotate_refresh("r0", NOW + 5, &a1, &r1).await.unwrap(),
+        s.rotate_refresh(rotation("r0", NOW + 5, &a1, &r1))
+            .await
+            .unwrap(),
         RotateOutcome::Rotated
     );
     assert_eq!(
-        s.rotate_refresh("r0", NOW + 6, &access("a2", &g), &refresh("r2", &g, NOW))
-            .await
-            .unwrap(),
+        s.rotate_refresh(rotation(
+            "r0",
+            NOW + 6,
+            &access("a2", &g),
+            &refresh("r2", &g, NOW)
+        ))
+        .await
+        .unwrap(),
         RotateOutcome::AlreadyRotated {
             rotated_at: NOW + 5
         }
@@ -290,7 +312,9 @@ async fn grants_and_rotation<S: Store>(s: &S) {
     let g1 = s.get_grant("fam1").await.unwrap().unwrap();
     assert_eq!((g1.last_used_at, g1.expires_at), (NOW + 5, NOW + 2000));
     assert_eq!(
-        s.rotate_refresh("missing", NOW, &a1, &r1).await.unwrap(),
+        s.rotate_refresh(rotation("missing", NOW, &a1, &r1))
+            .await
+            .unwrap(),
         RotateOutcome::NotFound
     );
 
@@ -312,9 +336,14 @@ async fn grants_and_rotation<S: Store>(s: &S) {
         "grant revoked shows on access"
     );
     assert_eq!(
-        s.rotate_refresh("r1", NOW + 9, &access("a3", &g), &refresh("r3", &g, NOW))
-            .await
-            .unwrap(),
+        s.rotate_refresh(rotation(
+            "r1",
+            NOW + 9,
+            &access("a3", &g),
+            &refresh("r3", &g, NOW)
+        ))
+        .await
+        .unwrap(),
         RotateOutcome::FamilyRevoked
     );
     assert_eq!(s.list_grants().await.unwrap().len(), before + 1);
@@ -341,7 +370,7 @@ async fn resource_per_grant<S: Store>(s: &S) {
     }
     let (a1, r1) = (access("fam-b-a1", &b), refresh("fam-b-r1", &b, NOW + 2000));
     assert_eq!(
-        s.rotate_refresh("fam-b-r0", NOW + 1, &a1, &r1)
+        s.rotate_refresh(rotation("fam-b-r0", NOW + 1, &a1, &r1))
             .await
             .unwrap(),
         RotateOutcome::Rotated
