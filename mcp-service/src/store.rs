@@ -84,10 +84,11 @@ pub struct Change<'a> {
     pub entry: &'a HistoryEntry,
 }
 
-/// Which history entries to read: at most `limit`, with a version greater than `since` (from
-/// the first when `None`).
+/// Which history entries to read: of document `uuid`, at most `limit`, with a version greater
+/// than `since` (from the first when `None`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HistoryPage {
+pub struct HistoryPage<'a> {
+    pub uuid: &'a str,
     pub since: Option<u64>,
     pub limit: usize,
 }
@@ -135,9 +136,5 @@ pub trait Store: Send + Sync + 'static {
     /// appends `next.entry`, only if the stored version is still `base_version`.
     async fn write(&self, base_version: u64, next: Change<'_>) -> StoreResult<WriteOutcome>;
     /// The page's history entries, oldest first; `None` when the document does not exist.
-    async fn history(
-        &self,
-        uuid: &str,
-        page: HistoryPage,
-    ) -> StoreResult<Option<Vec<HistoryEntry>>>;
+    async fn history(&self, page: HistoryPage<'_>) -> StoreResult<Option<Vec<HistoryEntry>>>;
 }

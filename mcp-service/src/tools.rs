@@ -633,13 +633,11 @@ impl Planner {
         let doc = self.document(&input.document).await?;
         let mut entries = self
             .store
-            .history(
-                &input.document,
-                HistoryPage {
-                    since: input.since,
-                    limit: limit.saturating_add(1),
-                },
-            )
+            .history(HistoryPage {
+                uuid: &input.document,
+                since: input.since,
+                limit: limit.saturating_add(1),
+            })
             .await?
             .ok_or_else(|| ToolError::UnknownDocument(input.document.clone()))?;
         let more = entries.len() > limit;

@@ -225,12 +225,8 @@ impl Store for RedisStore {
         }
     }
 
-    async fn history(
-        &self,
-        uuid: &str,
-        page: HistoryPage,
-    ) -> StoreResult<Option<Vec<HistoryEntry>>> {
-        let HistoryPage { since, limit } = page;
+    async fn history(&self, page: HistoryPage<'_>) -> StoreResult<Option<Vec<HistoryEntry>>> {
+        let HistoryPage { uuid, since, limit } = page;
         let mut c = self.c();
         if limit == 0 {
             return Ok(Some(Vec::new()));

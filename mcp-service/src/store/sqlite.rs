@@ -272,12 +272,8 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn history(
-        &self,
-        uuid: &str,
-        page: HistoryPage,
-    ) -> StoreResult<Option<Vec<HistoryEntry>>> {
-        let HistoryPage { since, limit } = page;
+    async fn history(&self, page: HistoryPage<'_>) -> StoreResult<Option<Vec<HistoryEntry>>> {
+        let HistoryPage { uuid, since, limit } = page;
         let uuid = uuid.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |conn| {

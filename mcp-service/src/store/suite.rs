@@ -58,7 +58,11 @@ async fn history_pages(store: &dyn Store) {
     // "a" is at version 3: pages of two from the start, then from a cursor.
     let page = |since, limit| async move {
         store
-            .history("a", HistoryPage { since, limit })
+            .history(HistoryPage {
+                uuid: "a",
+                since,
+                limit,
+            })
             .await
             .unwrap()
             .unwrap()
@@ -72,13 +76,11 @@ async fn history_pages(store: &dyn Store) {
     assert!(page(None, 0).await.is_empty());
     assert_eq!(
         store
-            .history(
-                "ghost",
-                HistoryPage {
-                    since: None,
-                    limit: 2
-                }
-            )
+            .history(HistoryPage {
+                uuid: "ghost",
+                since: None,
+                limit: 2
+            })
             .await
             .unwrap(),
         None
@@ -97,13 +99,11 @@ async fn document_cap(store: &dyn Store) {
     assert_eq!(store.get("d").await.unwrap(), None);
     assert_eq!(
         store
-            .history(
-                "d",
-                HistoryPage {
-                    since: None,
-                    limit: ALL
-                }
-            )
+            .history(HistoryPage {
+                uuid: "d",
+                since: None,
+                limit: ALL
+            })
             .await
             .unwrap(),
         None
@@ -175,13 +175,11 @@ async fn compare_and_set(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .history(
-                "ghost",
-                HistoryPage {
-                    since: None,
-                    limit: ALL
-                }
-            )
+            .history(HistoryPage {
+                uuid: "ghost",
+                since: None,
+                limit: ALL
+            })
             .await
             .unwrap(),
         None
@@ -195,13 +193,11 @@ async fn history_since(store: &dyn Store) {
         .await
         .unwrap();
     let all = store
-        .history(
-            "a",
-            HistoryPage {
-                since: None,
-                limit: ALL,
-            },
-        )
+        .history(HistoryPage {
+            uuid: "a",
+            since: None,
+            limit: ALL,
+        })
         .await
         .unwrap()
         .unwrap();
@@ -210,26 +206,22 @@ async fn history_since(store: &dyn Store) {
     assert_eq!(all[0].author, "Agent · alice");
     assert_eq!(all[2], entry(3, "carol"));
     let since = store
-        .history(
-            "a",
-            HistoryPage {
-                since: Some(1),
-                limit: ALL,
-            },
-        )
+        .history(HistoryPage {
+            uuid: "a",
+            since: Some(1),
+            limit: ALL,
+        })
         .await
         .unwrap()
         .unwrap();
     assert_eq!(since.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
     assert!(
         store
-            .history(
-                "a",
-                HistoryPage {
-                    since: Some(3),
-                    limit: ALL
-                }
-            )
+            .history(HistoryPage {
+                uuid: "a",
+                since: Some(3),
+                limit: ALL
+            })
             .await
             .unwrap()
             .unwrap()
@@ -263,13 +255,11 @@ async fn concurrent_same_base_one_wins(store: Arc<dyn Store>) {
     assert_eq!(won.len(), 1, "exactly one writer wins");
     assert_eq!(store.get("b").await.unwrap().as_ref(), Some(&won[0]));
     let h = store
-        .history(
-            "b",
-            HistoryPage {
-                since: None,
-                limit: ALL,
-            },
-        )
+        .history(HistoryPage {
+            uuid: "b",
+            since: None,
+            limit: ALL,
+        })
         .await
         .unwrap()
         .unwrap();
@@ -290,13 +280,11 @@ async fn sqlite_file_passes_the_suite_and_survives_reopen() {
     assert_eq!(reopened.get("a").await.unwrap().unwrap().version, 3);
     assert_eq!(
         reopened
-            .history(
-                "a",
-                HistoryPage {
-                    since: None,
-                    limit: ALL
-                }
-            )
+            .history(HistoryPage {
+                uuid: "a",
+                since: None,
+                limit: ALL
+            })
             .await
             .unwrap()
             .unwrap()
