@@ -2,7 +2,8 @@
 
 use std::{future::Future, sync::Arc};
 
-use axum::{Router, routing::get, serve::ListenerExt};
+use axum::serve::{Listener, ListenerExt};
+use axum::{Router, routing::get};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
@@ -72,13 +73,18 @@ pub fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Like [`serve`], on a Unix domain socket (what `pforte up` uses: no TCP port at all).
-pub async fn serve_unix(
-    listener: UnixListener,
+/// Serves on `listener` (TCP through [`nodelay`], or a Unix domain socket, which is what
+/// `pforte up` uses: no TCP port at all) until `shutdown` resolves, then drains open requests.
+pub async fn serve<L>(
+    listener: L,
     cfg: &ServiceConfig,
     planner: Arc<Planner>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+{
     let cancel = CancellationToken::new();
     let app = router(cfg, planner, cancel.child_token());
     axum::serve(listener, app)
@@ -89,28 +95,15 @@ pub async fn serve_unix(
         .await
 }
 
-/// Serves until `shutdown` resolves, then drains open requests. Every accepted connection gets
-/// `TCP_NODELAY`: a JSON-RPC answer is one small write, and without it the kernel holds the
-/// tail of each response for the peer's delayed ACK (about 40 ms per call on loopback).
-pub async fn serve(
-    listener: TcpListener,
-    cfg: &ServiceConfig,
-    planner: Arc<Planner>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let cancel = CancellationToken::new();
-    let app = router(cfg, planner, cancel.child_token());
-    let listener = listener.tap_io(|tcp| {
+/// A TCP listener whose every accepted connection gets `TCP_NODELAY`: a JSON-RPC answer is one
+/// small write, and without it the kernel holds the tail of each response for the peer's
+/// delayed ACK (about 40 ms per call on loopback).
+pub fn nodelay(listener: TcpListener) -> impl Listener<Addr = std::net::SocketAddr> {
+    listener.tap_io(|tcp| {
         if let Err(err) = tcp.set_nodelay(true) {
             tracing::debug!(%err, "could not set TCP_NODELAY on an accepted connection");
         }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            cancel.cancel();
-        })
-        .await
+    })
 }
 
 #[cfg(test)]

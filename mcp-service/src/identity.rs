@@ -3,6 +3,7 @@
 
 use http::HeaderMap;
 use rmcp::{RoleServer, service::RequestContext};
+use schemars::JsonSchema;
 use serde::Serialize;
 
 /// Header names of the gateway → service contract. The gateway strips any client-sent copies
@@ -17,17 +18,21 @@ pub mod header {
     pub const REQUEST_ID: &str = "x-request-id";
 }
 
-/// Who is calling, as far as this service knows.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// Who is calling, as far as this service knows. `whoami` answers with it, so the field docs
+/// are also that tool's outputSchema descriptions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Identity {
-    /// The principal: a user name, or `operator` for a static token.
+    // The principal.
+    /// A user name, or `operator` for a static token.
     pub subject: Option<String>,
     /// The OAuth client id or the static token's name.
     pub client: Option<String>,
-    /// The OAuth client's registered name (`client_name` at registration).
+    // `client_name` at registration.
+    /// The OAuth client's registered name.
     pub client_name: Option<String>,
-    /// `static`, `oauth`, or `local` (stdio: no gateway in front).
+    // `local` is stdio: no gateway in front.
+    /// `static`, `oauth` or `local`.
     pub auth_kind: Option<String>,
     pub scopes: Vec<String>,
     pub request_id: Option<String>,

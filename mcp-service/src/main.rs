@@ -170,13 +170,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         let addr = listener.local_addr()?;
                         // Tests and `pforte up` read this line to learn the port.
                         println!("mcp-service listening on http://{addr}/mcp");
-                        http::serve(listener, &cfg, planner, shutdown).await?;
+                        http::serve(http::nodelay(listener), &cfg, planner, shutdown).await?;
                     }
                     http::Listen::Unix(path) => {
                         let listener = http::bind_unix(&path)
                             .with_context(|| format!("binding unix:{}", path.display()))?;
                         println!("mcp-service listening on unix:{}", path.display());
-                        http::serve_unix(listener, &cfg, planner, shutdown).await?;
+                        http::serve(listener, &cfg, planner, shutdown).await?;
                         let _ = std::fs::remove_file(&path);
                     }
                 }

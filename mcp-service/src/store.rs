@@ -76,6 +76,23 @@ pub struct HistoryEntry {
     pub checksum: String,
 }
 
+/// A document at its new version with the history entry that records the change: what
+/// `create` and `write` store together.
+#[derive(Debug, Clone, Copy)]
+pub struct Change<'a> {
+    pub doc: &'a Document,
+    pub entry: &'a HistoryEntry,
+}
+
+/// Which history entries to read: of document `uuid`, at most `limit`, with a version greater
+/// than `since` (from the first when `None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryPage<'a> {
+    pub uuid: &'a str,
+    pub since: Option<u64>,
+    pub limit: usize,
+}
+
 /// The outcome of a compare-and-set write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOutcome {
@@ -111,29 +128,13 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait Store: Send + Sync + 'static {
     /// Stores a new document (version 1) with its first history entry, unless the store holds
     /// `max_documents` already (`Full`); the count and the insert are one atomic step.
-    async fn create(
-        &self,
-        doc: &Document,
-        entry: &HistoryEntry,
-        max_documents: u64,
-    ) -> StoreResult<()>;
+    async fn create(&self, change: Change<'_>, max_documents: u64) -> StoreResult<()>;
     async fn get(&self, uuid: &str) -> StoreResult<Option<Document>>;
     /// All documents, ordered by title then uuid.
     async fn list(&self) -> StoreResult<Vec<DocumentSummary>>;
-    /// Replaces the document with `next` (whose version must be `base_version + 1`) and
-    /// appends `entry`, only if the stored version is still `base_version`.
-    async fn write(
-        &self,
-        base_version: u64,
-        next: &Document,
-        entry: &HistoryEntry,
-    ) -> StoreResult<WriteOutcome>;
-    /// At most `limit` history entries with a version greater than `since` (from the first
-    /// when `None`), oldest first; `None` when the document does not exist.
-    async fn history(
-        &self,
-        uuid: &str,
-        since: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Option<Vec<HistoryEntry>>>;
+    /// Replaces the document with `next.doc` (whose version must be `base_version + 1`) and
+    /// appends `next.entry`, only if the stored version is still `base_version`.
+    async fn write(&self, base_version: u64, next: Change<'_>) -> StoreResult<WriteOutcome>;
+    /// The page's history entries, oldest first; `None` when the document does not exist.
+    async fn history(&self, page: HistoryPage<'_>) -> StoreResult<Option<Vec<HistoryEntry>>>;
 }

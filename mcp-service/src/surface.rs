@@ -161,12 +161,7 @@ impl PlanService {
         let identity = Identity::of_request(&ctx);
         let host = ctx.client_info();
         let report = WhoamiAnswer {
-            subject: identity.subject.clone(),
-            client: identity.client.clone(),
-            client_name: identity.client_name.clone(),
-            auth_kind: identity.auth_kind.clone(),
-            scopes: identity.scopes.clone(),
-            request_id: identity.request_id.clone(),
+            identity,
             host: host.as_ref().map(|h| h.name.clone()),
             host_version: host.as_ref().map(|h| h.version.clone()),
             protocol_version: ctx.protocol_version().map(|v| v.to_string()),

@@ -28,7 +28,9 @@ use pforte_clock::{Clock, UtcDateTime};
 
 use crate::engine::Engine;
 use crate::ids::Ids;
-use crate::store::{Document, DocumentSummary, HistoryEntry, Store, WriteOutcome};
+use crate::store::{
+    Change, Document, DocumentSummary, HistoryEntry, HistoryPage, Store, WriteOutcome,
+};
 use answer::{
     CheckAnswer, CreateAnswer, EditAnswer, Finding, HistoryAnswer, HistoryItem, InspectAnswer,
     Notice, PathInfo, ReadAnswer, Revision, Summary, Warning, to_value,
@@ -486,7 +488,17 @@ impl Planner {
             ..doc.clone()
         };
         let entry = self.entry(&next, caller, edit.subject(), ops.clone(), now);
-        match self.store.write(doc.version, &next, &entry).await? {
+        match self
+            .store
+            .write(
+                doc.version,
+                Change {
+                    doc: &next,
+                    entry: &entry,
+                },
+            )
+            .await?
+        {
             WriteOutcome::Written(d) => {
                 let mut text = format!(
                     "written: document {} version {} checksum {} (by {}; {})\n",
@@ -583,7 +595,13 @@ impl Planner {
         let ops = compute_ops(&self.engine, "", &doc.text).await?;
         let entry = self.entry(&doc, caller, format!("create \"{}\"", doc.title), ops, now);
         self.store
-            .create(&doc, &entry, self.bounds.max_documents)
+            .create(
+                Change {
+                    doc: &doc,
+                    entry: &entry,
+                },
+                self.bounds.max_documents,
+            )
             .await?;
         let mut text = format!(
             "created: document {} \"{}\" version 1 checksum {} ({})\n",
@@ -615,7 +633,11 @@ impl Planner {
         let doc = self.document(&input.document).await?;
         let mut entries = self
             .store
-            .history(&input.document, input.since, limit.saturating_add(1))
+            .history(HistoryPage {
+                uuid: &input.document,
+                since: input.since,
+                limit: limit.saturating_add(1),
+            })
             .await?
             .ok_or_else(|| ToolError::UnknownDocument(input.document.clone()))?;
         let more = entries.len() > limit;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_service::engine::{Engine, EngineConfig, EngineError};
+use mcp_service::identity::Identity;
 use mcp_service::ids::SequentialIds;
 use mcp_service::store::SqliteStore;
 use mcp_service::surface::catalog;
@@ -246,12 +247,14 @@ async fn every_answer_validates_against_its_output_schema() {
         ok("werkbaum_history", p.history(h).await);
     }
     let me = WhoamiAnswer {
-        subject: Some("alice".into()),
-        client: Some("c-1".into()),
-        client_name: Some("Claude".into()),
-        auth_kind: Some("oauth".into()),
-        scopes: vec!["mcp:read".into()],
-        request_id: None,
+        identity: Identity {
+            subject: Some("alice".into()),
+            client: Some("c-1".into()),
+            client_name: Some("Claude".into()),
+            auth_kind: Some("oauth".into()),
+            scopes: vec!["mcp:read".into()],
+            request_id: None,
+        },
         host: Some("Claude Code".into()),
         host_version: Some("1".into()),
         protocol_version: None,

@@ -19,6 +19,9 @@ use crate::auth_server::AuthServer;
 
 pub(crate) mod response;
 
+/// The state every handler extracts.
+type Server = State<Arc<AuthServer>>;
+
 /// The client IP as a request extension, set by the gateway for each request it hands over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientIp(pub IpAddr);
@@ -65,8 +68,11 @@ async fn preflight() -> Response {
     response::preflight()
 }
 
-fn header(headers: &HeaderMap, name: http::HeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
+/// The `Authorization` header, when present and text.
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
 }
 
 /// The value of the session cookie named `name`.
@@ -81,12 +87,12 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-async fn metadata(State(s): State<Arc<AuthServer>>) -> Response {
+async fn metadata(State(s): Server) -> Response {
     response::metadata(s.metadata())
 }
 
 async fn authorize_get(
-    State(s): State<Arc<AuthServer>>,
+    State(s): Server,
     PeerIp(ip): PeerIp,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
@@ -103,7 +109,7 @@ async fn authorize_get(
 }
 
 async fn authorize_post(
-    State(s): State<Arc<AuthServer>>,
+    State(s): Server,
     PeerIp(ip): PeerIp,
     headers: HeaderMap,
     body: String,
@@ -115,22 +121,14 @@ async fn authorize_post(
     response::authorize(out, cfg)
 }
 
-async fn token(
-    State(s): State<Arc<AuthServer>>,
-    PeerIp(ip): PeerIp,
-    headers: HeaderMap,
-    body: String,
-) -> Response {
-    match s
-        .token(&body, header(&headers, http::header::AUTHORIZATION), ip)
-        .await
-    {
+async fn token(State(s): Server, PeerIp(ip): PeerIp, headers: HeaderMap, body: String) -> Response {
+    match s.token(&body, authorization(&headers), ip).await {
         Ok(t) => response::token(&t),
         Err(e) => e.into_response(),
     }
 }
 
-async fn register(State(s): State<Arc<AuthServer>>, PeerIp(ip): PeerIp, body: Bytes) -> Response {
+async fn register(State(s): Server, PeerIp(ip): PeerIp, body: Bytes) -> Response {
     match s.register(&body, ip).await {
         Ok(v) => response::registered(v),
         Err(e) => e.into_response(),
@@ -138,15 +136,12 @@ async fn register(State(s): State<Arc<AuthServer>>, PeerIp(ip): PeerIp, body: By
 }
 
 async fn revoke(
-    State(s): State<Arc<AuthServer>>,
+    State(s): Server,
     PeerIp(ip): PeerIp,
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    match s
-        .revoke(&body, header(&headers, http::header::AUTHORIZATION), ip)
-        .await
-    {
+    match s.revoke(&body, authorization(&headers), ip).await {
         Ok(()) => response::revoked(),
         Err(e) => e.into_response(),
     }

@@ -25,6 +25,24 @@ pub(crate) const CODE_RETENTION_SECS: u64 = 86_400;
 
 pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
+/// A grant with its first token pair: what redeeming a code (or creating a grant) stores in one
+/// atomic step.
+#[derive(Clone, Copy, Debug)]
+pub struct NewGrant<'a> {
+    pub grant: &'a GrantRecord,
+    pub access: &'a AccessRecord,
+    pub refresh: &'a RefreshRecord,
+}
+
+/// A refresh token rotation: the token being spent, when, and the successor pair.
+#[derive(Clone, Copy, Debug)]
+pub struct Rotation<'a> {
+    pub old_hash: &'a str,
+    pub now: u64,
+    pub access: &'a AccessRecord,
+    pub refresh: &'a RefreshRecord,
+}
+
 /// Durable state. Implementations must be safe to share between gateways (redis) or
 /// processes (SQLite file in WAL mode).
 #[async_trait]
@@ -62,21 +80,10 @@ pub trait Store: Send + Sync + 'static {
     /// token pair; true only for the one call that did. After any call returned, the code is
     /// used and (if some call returned true) its grant exists, so a replay that lost the race
     /// can revoke it: there is no moment where the code is spent but its grant not yet there.
-    async fn redeem_code(
-        &self,
-        code_hash: &str,
-        grant: &GrantRecord,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<bool>;
+    async fn redeem_code(&self, code_hash: &str, new: NewGrant<'_>) -> StoreResult<bool>;
 
     /// Creates a grant with its first token pair (authorization-code grant), atomically.
-    async fn create_grant(
-        &self,
-        grant: &GrantRecord,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<()>;
+    async fn create_grant(&self, new: NewGrant<'_>) -> StoreResult<()>;
     async fn get_grant(&self, family_id: &str) -> StoreResult<Option<GrantRecord>>;
     async fn list_grants(&self) -> StoreResult<Vec<GrantRecord>>;
     /// Revokes a grant (all its tokens); false if unknown or already revoked.
@@ -89,13 +96,7 @@ pub trait Store: Send + Sync + 'static {
     async fn get_refresh(&self, token_hash: &str) -> StoreResult<Option<RefreshRecord>>;
     /// Atomically: if `old_hash` is active and its grant is not revoked, mark it rotated at
     /// `now` and store the successor pair (extending the grant's expiry and last use).
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        now: u64,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<RotateOutcome>;
+    async fn rotate_refresh(&self, rotation: Rotation<'_>) -> StoreResult<RotateOutcome>;
 
     async fn put_session(&self, session: &SessionRecord) -> StoreResult<()>;
     async fn get_session(&self, session_hash: &str) -> StoreResult<Option<SessionRecord>>;

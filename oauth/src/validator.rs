@@ -204,7 +204,12 @@ mod tests {
             expires_at: T + 10_000,
             rotated_at: None,
         };
-        store.create_grant(&g, &a, &r).await.unwrap();
+        let new = crate::store::NewGrant {
+            grant: &g,
+            access: &a,
+            refresh: &r,
+        };
+        store.create_grant(new).await.unwrap();
         (store, v, token)
     }
 

@@ -15,7 +15,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 
 use super::{
-    Document, DocumentSummary, HistoryEntry, Store, StoreError, StoreResult, WriteOutcome,
+    Change, Document, DocumentSummary, HistoryEntry, HistoryPage, Store, StoreError, StoreResult,
+    WriteOutcome,
 };
 
 /// The key prefix unless configured otherwise.
@@ -135,12 +136,8 @@ fn entry_json(entry: &HistoryEntry) -> StoreResult<String> {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn create(
-        &self,
-        doc: &Document,
-        entry: &HistoryEntry,
-        max_documents: u64,
-    ) -> StoreResult<()> {
+    async fn create(&self, change: Change<'_>, max_documents: u64) -> StoreResult<()> {
+        let (doc, entry) = (change.doc, change.entry);
         let created: i64 = self
             .create
             .key(self.doc_key(&doc.uuid))
@@ -202,12 +199,8 @@ impl Store for RedisStore {
         Ok(out)
     }
 
-    async fn write(
-        &self,
-        base_version: u64,
-        next: &Document,
-        entry: &HistoryEntry,
-    ) -> StoreResult<WriteOutcome> {
+    async fn write(&self, base_version: u64, change: Change<'_>) -> StoreResult<WriteOutcome> {
+        let (next, entry) = (change.doc, change.entry);
         let outcome: String = self
             .write
             .key(self.doc_key(&next.uuid))
@@ -232,12 +225,8 @@ impl Store for RedisStore {
         }
     }
 
-    async fn history(
-        &self,
-        uuid: &str,
-        since: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Option<Vec<HistoryEntry>>> {
+    async fn history(&self, page: HistoryPage<'_>) -> StoreResult<Option<Vec<HistoryEntry>>> {
+        let HistoryPage { uuid, since, limit } = page;
         let mut c = self.c();
         if limit == 0 {
             return Ok(Some(Vec::new()));

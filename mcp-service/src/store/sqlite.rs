@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    Document, DocumentSummary, HistoryEntry, Store, StoreError, StoreResult, WriteOutcome,
+    Change, Document, DocumentSummary, HistoryEntry, HistoryPage, Store, StoreError, StoreResult,
+    WriteOutcome,
 };
 
 const SCHEMA: &str = r"
@@ -168,12 +169,8 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn create(
-        &self,
-        doc: &Document,
-        entry: &HistoryEntry,
-        max_documents: u64,
-    ) -> StoreResult<()> {
+    async fn create(&self, change: Change<'_>, max_documents: u64) -> StoreResult<()> {
+        let (doc, entry) = (change.doc, change.entry);
         let doc = doc.clone();
         let entry_text = entry_json(entry)?;
         self.run(move |conn| {
@@ -237,12 +234,8 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn write(
-        &self,
-        base_version: u64,
-        next: &Document,
-        entry: &HistoryEntry,
-    ) -> StoreResult<WriteOutcome> {
+    async fn write(&self, base_version: u64, change: Change<'_>) -> StoreResult<WriteOutcome> {
+        let (next, entry) = (change.doc, change.entry);
         let next = next.clone();
         let entry_text = entry_json(entry)?;
         self.run(move |conn| {
@@ -279,12 +272,8 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn history(
-        &self,
-        uuid: &str,
-        since: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Option<Vec<HistoryEntry>>> {
+    async fn history(&self, page: HistoryPage<'_>) -> StoreResult<Option<Vec<HistoryEntry>>> {
+        let HistoryPage { uuid, since, limit } = page;
         let uuid = uuid.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |conn| {

@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Document, HistoryEntry, RedisStore, SqliteStore, Store, StoreError, WriteOutcome};
+use super::{
+    Change, Document, HistoryEntry, HistoryPage, RedisStore, SqliteStore, Store, StoreError,
+    WriteOutcome,
+};
 use pforte_test_support::RedisServer;
 
 fn doc(uuid: &str, title: &str, text: &str, version: u64) -> Document {
@@ -38,6 +41,10 @@ fn entry(version: u64, who: &str) -> HistoryEntry {
 const CAP: u64 = 10_000;
 const ALL: usize = 1_000;
 
+fn change<'a>(doc: &'a Document, entry: &'a HistoryEntry) -> Change<'a> {
+    Change { doc, entry }
+}
+
 async fn run_suite(store: Arc<dyn Store>) {
     create_get_list(&*store).await;
     compare_and_set(&*store).await;
@@ -51,7 +58,11 @@ async fn history_pages(store: &dyn Store) {
     // "a" is at version 3: pages of two from the start, then from a cursor.
     let page = |since, limit| async move {
         store
-            .history("a", since, limit)
+            .history(HistoryPage {
+                uuid: "a",
+                since,
+                limit,
+            })
             .await
             .unwrap()
             .unwrap()
@@ -63,29 +74,64 @@ async fn history_pages(store: &dyn Store) {
     assert_eq!(page(Some(2), 2).await, [3]);
     assert_eq!(page(Some(1), 1).await, [2]);
     assert!(page(None, 0).await.is_empty());
-    assert_eq!(store.history("ghost", None, 2).await.unwrap(), None);
+    assert_eq!(
+        store
+            .history(HistoryPage {
+                uuid: "ghost",
+                since: None,
+                limit: 2
+            })
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 async fn document_cap(store: &dyn Store) {
     // The suite created a, b and u: a cap of 3 refuses a fourth, atomically and clearly.
     let d = doc("d", "Delta", "- four\n", 1);
-    let err = store.create(&d, &entry(1, "dave"), 3).await.unwrap_err();
+    let err = store
+        .create(change(&d, &entry(1, "dave")), 3)
+        .await
+        .unwrap_err();
     assert_eq!(err, StoreError::Full(3));
     assert!(err.to_string().contains("limit of 3 documents"), "{err}");
     assert_eq!(store.get("d").await.unwrap(), None);
-    assert_eq!(store.history("d", None, ALL).await.unwrap(), None);
+    assert_eq!(
+        store
+            .history(HistoryPage {
+                uuid: "d",
+                since: None,
+                limit: ALL
+            })
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!(store.list().await.unwrap().len(), 3);
-    store.create(&d, &entry(1, "dave"), 4).await.unwrap();
+    store
+        .create(change(&d, &entry(1, "dave")), 4)
+        .await
+        .unwrap();
     assert_eq!(store.list().await.unwrap().len(), 4);
 }
 
 async fn create_get_list(store: &dyn Store) {
     let a = doc("a", "Beta", "- one\n", 1);
     let b = doc("b", "Alpha", "- two\n", 1);
-    store.create(&a, &entry(1, "alice"), CAP).await.unwrap();
-    store.create(&b, &entry(1, "bob"), CAP).await.unwrap();
+    store
+        .create(change(&a, &entry(1, "alice")), CAP)
+        .await
+        .unwrap();
+    store
+        .create(change(&b, &entry(1, "bob")), CAP)
+        .await
+        .unwrap();
     assert_eq!(
-        store.create(&a, &entry(1, "eve"), CAP).await.unwrap_err(),
+        store
+            .create(change(&a, &entry(1, "eve")), CAP)
+            .await
+            .unwrap_err(),
         StoreError::Exists("a".into())
     );
     assert_eq!(store.get("a").await.unwrap(), Some(a.clone()));
@@ -96,44 +142,86 @@ async fn create_get_list(store: &dyn Store) {
     assert_eq!(list[1].version, 1);
     // Unicode and a text with every kind of line break survive byte-exactly.
     let u = doc("u", "Ünïcode", "- [x] Grüße 🌳\r\n  - b\r- c", 1);
-    store.create(&u, &entry(1, "ü"), CAP).await.unwrap();
+    store.create(change(&u, &entry(1, "ü")), CAP).await.unwrap();
     assert_eq!(store.get("u").await.unwrap().unwrap().text, u.text);
 }
 
 async fn compare_and_set(store: &dyn Store) {
     let v2 = doc("a", "Beta", "- one\n- more\n", 2);
     assert_eq!(
-        store.write(1, &v2, &entry(2, "alice")).await.unwrap(),
+        store
+            .write(1, change(&v2, &entry(2, "alice")))
+            .await
+            .unwrap(),
         WriteOutcome::Written(v2.clone())
     );
     // Stale base: refused with the current document, nothing written.
     let stale = doc("a", "Beta", "- lost\n", 2);
     assert_eq!(
-        store.write(1, &stale, &entry(2, "bob")).await.unwrap(),
+        store
+            .write(1, change(&stale, &entry(2, "bob")))
+            .await
+            .unwrap(),
         WriteOutcome::Conflict(v2.clone())
     );
     assert_eq!(store.get("a").await.unwrap(), Some(v2));
     let ghost = doc("ghost", "G", "x", 2);
     assert_eq!(
-        store.write(1, &ghost, &entry(2, "bob")).await.unwrap(),
+        store
+            .write(1, change(&ghost, &entry(2, "bob")))
+            .await
+            .unwrap(),
         WriteOutcome::NotFound
     );
-    assert_eq!(store.history("ghost", None, ALL).await.unwrap(), None);
+    assert_eq!(
+        store
+            .history(HistoryPage {
+                uuid: "ghost",
+                since: None,
+                limit: ALL
+            })
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 async fn history_since(store: &dyn Store) {
     let v3 = doc("a", "Beta", "- three\n", 3);
-    store.write(2, &v3, &entry(3, "carol")).await.unwrap();
-    let all = store.history("a", None, ALL).await.unwrap().unwrap();
+    store
+        .write(2, change(&v3, &entry(3, "carol")))
+        .await
+        .unwrap();
+    let all = store
+        .history(HistoryPage {
+            uuid: "a",
+            since: None,
+            limit: ALL,
+        })
+        .await
+        .unwrap()
+        .unwrap();
     let versions: Vec<_> = all.iter().map(|e| e.version).collect();
     assert_eq!(versions, [1, 2, 3]);
     assert_eq!(all[0].author, "Agent · alice");
     assert_eq!(all[2], entry(3, "carol"));
-    let since = store.history("a", Some(1), ALL).await.unwrap().unwrap();
+    let since = store
+        .history(HistoryPage {
+            uuid: "a",
+            since: Some(1),
+            limit: ALL,
+        })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(since.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
     assert!(
         store
-            .history("a", Some(3), ALL)
+            .history(HistoryPage {
+                uuid: "a",
+                since: Some(3),
+                limit: ALL
+            })
             .await
             .unwrap()
             .unwrap()
@@ -151,8 +239,7 @@ async fn concurrent_same_base_one_wins(store: Arc<dyn Store>) {
                 store
                     .write(
                         base.version,
-                        &next,
-                        &entry(base.version + 1, &format!("w{i}")),
+                        change(&next, &entry(base.version + 1, &format!("w{i}"))),
                     )
                     .await
                     .unwrap()
@@ -167,7 +254,15 @@ async fn concurrent_same_base_one_wins(store: Arc<dyn Store>) {
     }
     assert_eq!(won.len(), 1, "exactly one writer wins");
     assert_eq!(store.get("b").await.unwrap().as_ref(), Some(&won[0]));
-    let h = store.history("b", None, ALL).await.unwrap().unwrap();
+    let h = store
+        .history(HistoryPage {
+            uuid: "b",
+            since: None,
+            limit: ALL,
+        })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(h.iter().map(|e| e.version).collect::<Vec<_>>(), [1, 2]);
 }
 
@@ -185,7 +280,11 @@ async fn sqlite_file_passes_the_suite_and_survives_reopen() {
     assert_eq!(reopened.get("a").await.unwrap().unwrap().version, 3);
     assert_eq!(
         reopened
-            .history("a", None, ALL)
+            .history(HistoryPage {
+                uuid: "a",
+                since: None,
+                limit: ALL
+            })
             .await
             .unwrap()
             .unwrap()

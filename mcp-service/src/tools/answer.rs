@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::input::LineOp;
+use crate::identity::Identity;
 
 /// The revision an answer was computed from: `{document, version, checksum}` for a server
 /// document, `{checksum}` for a text.
@@ -272,16 +273,9 @@ pub struct HistoryAnswer {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WhoamiAnswer {
-    /// A user name, or `operator` for a static token.
-    pub subject: Option<String>,
-    /// The OAuth client id or the static token's name.
-    pub client: Option<String>,
-    /// The OAuth client's registered name.
-    pub client_name: Option<String>,
-    /// `static`, `oauth` or `local`.
-    pub auth_kind: Option<String>,
-    pub scopes: Vec<String>,
-    pub request_id: Option<String>,
+    /// The caller, its fields inline.
+    #[serde(flatten)]
+    pub identity: Identity,
     /// The MCP host from the handshake.
     pub host: Option<String>,
     pub host_version: Option<String>,

@@ -194,7 +194,7 @@ fn render_node(out: &mut String, n: &Value, depth: usize) {
 
 /// `whoami`'s text: one line per fact, the client as `id ("registered name")`.
 pub fn render_whoami(me: &WhoamiAnswer) -> String {
-    let client = match (&me.client, &me.client_name) {
+    let client = match (&me.identity.client, &me.identity.client_name) {
         (Some(id), Some(name)) => format!("{id} (\"{name}\")"),
         (Some(id), None) => id.clone(),
         (None, Some(name)) => format!("\"{name}\""),
@@ -202,12 +202,12 @@ pub fn render_whoami(me: &WhoamiAnswer) -> String {
     };
     format!(
         "subject: {}\nclient: {client}\nauth: {}\nscopes: {}\nhost: {}",
-        me.subject.as_deref().unwrap_or("-"),
-        me.auth_kind.as_deref().unwrap_or("-"),
-        if me.scopes.is_empty() {
+        me.identity.subject.as_deref().unwrap_or("-"),
+        me.identity.auth_kind.as_deref().unwrap_or("-"),
+        if me.identity.scopes.is_empty() {
             "-".to_owned()
         } else {
-            me.scopes.join(" ")
+            me.identity.scopes.join(" ")
         },
         me.host.as_deref().unwrap_or("-"),
     )
@@ -216,16 +216,19 @@ pub fn render_whoami(me: &WhoamiAnswer) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::Identity;
 
     #[test]
     fn whoami_shows_the_client_name_beside_its_id() {
         let mut me = WhoamiAnswer {
-            subject: Some("alice".into()),
-            client: Some("c-7f3a".into()),
-            client_name: Some("Claude".into()),
-            auth_kind: Some("oauth".into()),
-            scopes: vec!["mcp:read".into(), "mcp:write".into()],
-            request_id: None,
+            identity: Identity {
+                subject: Some("alice".into()),
+                client: Some("c-7f3a".into()),
+                client_name: Some("Claude".into()),
+                auth_kind: Some("oauth".into()),
+                scopes: vec!["mcp:read".into(), "mcp:write".into()],
+                request_id: None,
+            },
             host: Some("claude-ai".into()),
             host_version: None,
             protocol_version: None,
@@ -237,8 +240,8 @@ mod tests {
         let structured = super::super::answer::to_value(&me);
         assert_eq!(structured["client"], "c-7f3a");
         assert_eq!(structured["clientName"], "Claude");
-        me.client_name = None;
-        me.scopes.clear();
+        me.identity.client_name = None;
+        me.identity.scopes.clear();
         assert!(render_whoami(&me).contains("client: c-7f3a\nauth: oauth\nscopes: -"));
         let structured = super::super::answer::to_value(&me);
         assert!(structured["clientName"].is_null());

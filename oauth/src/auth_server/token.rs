@@ -8,6 +8,7 @@ use crate::model::{AccessRecord, CodeRecord, GrantRecord, RefreshRecord, RotateO
 use crate::observe::Event;
 use crate::protocol::token::{self, GrantType, Reuse, TokenResponse};
 use crate::protocol::{Client, Params, resource, scope};
+use crate::store::{NewGrant, Rotation};
 
 impl AuthServer {
     /// POST `/token` (form body, optional `Authorization` header) from `client_ip` (its
@@ -66,7 +67,12 @@ impl AuthServer {
         };
         let (a, r) = self.token_records(&grant, &access, &refresh, &record.scopes, now);
         // One atomic step: a replay that lost the race finds the grant and revokes it.
-        if !self.store.redeem_code(&hash, &grant, &a, &r).await? {
+        let new = NewGrant {
+            grant: &grant,
+            access: &a,
+            refresh: &r,
+        };
+        if !self.store.redeem_code(&hash, new).await? {
             return Err(self.replayed(&record, now).await);
         }
         self.store.touch_client(&client.client_id, now).await?;
@@ -163,7 +169,13 @@ impl AuthServer {
             revoked_at: None,
         };
         let (a, r) = self.token_records(&grant, &access, &refresh, &scopes, now);
-        match self.store.rotate_refresh(&hash, now, &a, &r).await? {
+        let rotation = Rotation {
+            old_hash: &hash,
+            now,
+            access: &a,
+            refresh: &r,
+        };
+        match self.store.rotate_refresh(rotation).await? {
             RotateOutcome::Rotated => {
                 self.store.touch_client(&client.client_id, now).await?;
                 self.observer.event(Event::TokensRefreshed);

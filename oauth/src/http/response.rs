@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderName, HeaderValue, StatusCode, header};
 
 use crate::auth_server::{AuthorizeOutcome, AuthorizeResponse, Page};
 use crate::config::OAuthConfig;
@@ -62,35 +62,40 @@ impl IntoResponse for OAuthError {
 }
 
 /// Adds `Access-Control-Allow-Origin: *` (the API endpoints use no cookies).
-pub(crate) async fn cors(mut resp: Response) -> Response {
-    let h = resp.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("www-authenticate, retry-after"),
-    );
-    resp
+pub(crate) async fn cors(resp: Response) -> Response {
+    with_headers(
+        resp,
+        &[
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+            (
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                "www-authenticate, retry-after",
+            ),
+        ],
+    )
 }
 
 /// The answer to a CORS preflight.
 pub(crate) fn preflight() -> Response {
-    let mut resp = StatusCode::NO_CONTENT.into_response();
+    with_headers(
+        StatusCode::NO_CONTENT.into_response(),
+        &[
+            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS"),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "authorization, content-type, mcp-protocol-version",
+            ),
+            (header::ACCESS_CONTROL_MAX_AGE, "86400"),
+        ],
+    )
+}
+
+/// `resp` with each of `headers` set.
+fn with_headers(mut resp: Response, headers: &[(HeaderName, &'static str)]) -> Response {
     let h = resp.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, OPTIONS"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type, mcp-protocol-version"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_MAX_AGE,
-        HeaderValue::from_static("86400"),
-    );
+    for (name, value) in headers {
+        h.insert(name.clone(), HeaderValue::from_static(value));
+    }
     resp
 }
 

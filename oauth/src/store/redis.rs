@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CODE_RETENTION_SECS, Store, StoreResult};
+use super::{CODE_RETENTION_SECS, NewGrant, Rotation, Store, StoreResult};
 use crate::error::StoreError;
 use crate::model::{
     AccessRecord, ClientRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome,
@@ -351,13 +351,8 @@ impl Store for RedisStore {
         .transpose()
     }
 
-    async fn redeem_code(
-        &self,
-        code_hash: &str,
-        grant: &GrantRecord,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<bool> {
+    async fn redeem_code(&self, code_hash: &str, new: NewGrant<'_>) -> StoreResult<bool> {
+        let (grant, access, refresh) = (new.grant, new.access, new.refresh);
         let mut c = self.c();
         let n: i64 = self
             .scripts
@@ -383,12 +378,8 @@ impl Store for RedisStore {
         Ok(n == 1)
     }
 
-    async fn create_grant(
-        &self,
-        grant: &GrantRecord,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<()> {
+    async fn create_grant(&self, new: NewGrant<'_>) -> StoreResult<()> {
+        let (grant, access, refresh) = (new.grant, new.access, new.refresh);
         let gk = self.k("grant", &grant.family_id);
         let ak = self.k("access", &access.token_hash);
         let rk = self.k("refresh", &refresh.token_hash);
@@ -517,13 +508,13 @@ impl Store for RedisStore {
         .transpose()
     }
 
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        now: u64,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<RotateOutcome> {
+    async fn rotate_refresh(&self, rotation: Rotation<'_>) -> StoreResult<RotateOutcome> {
+        let Rotation {
+            old_hash,
+            now,
+            access,
+            refresh,
+        } = rotation;
         let mut c = self.c();
         let reply: Vec<String> = self
             .scripts

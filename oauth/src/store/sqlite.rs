@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{CODE_RETENTION_SECS, Store, StoreResult};
+use super::{CODE_RETENTION_SECS, NewGrant, Rotation, Store, StoreResult};
 use crate::error::StoreError;
 use crate::model::{
     AccessRecord, ClientRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome,
@@ -398,15 +398,10 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn redeem_code(
-        &self,
-        code_hash: &str,
-        grant: &GrantRecord,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<bool> {
+    async fn redeem_code(&self, code_hash: &str, new: NewGrant<'_>) -> StoreResult<bool> {
         let h = code_hash.to_owned();
-        let (g, a, r, gdata) = (grant.clone(), access.clone(), refresh.clone(), enc(grant)?);
+        let gdata = enc(new.grant)?;
+        let (g, a, r) = (new.grant.clone(), new.access.clone(), new.refresh.clone());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let n = tx.execute(
@@ -424,13 +419,9 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn create_grant(
-        &self,
-        grant: &GrantRecord,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<()> {
-        let (g, a, r, gdata) = (grant.clone(), access.clone(), refresh.clone(), enc(grant)?);
+    async fn create_grant(&self, new: NewGrant<'_>) -> StoreResult<()> {
+        let gdata = enc(new.grant)?;
+        let (g, a, r) = (new.grant.clone(), new.access.clone(), new.refresh.clone());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             insert_grant(&tx, &g, &gdata)?;
@@ -535,14 +526,13 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        now: u64,
-        access: &AccessRecord,
-        refresh: &RefreshRecord,
-    ) -> StoreResult<RotateOutcome> {
-        let (h, a, r) = (old_hash.to_owned(), access.clone(), refresh.clone());
+    async fn rotate_refresh(&self, rotation: Rotation<'_>) -> StoreResult<RotateOutcome> {
+        let Rotation { old_hash, now, .. } = rotation;
+        let (h, a, r) = (
+            old_hash.to_owned(),
+            rotation.access.clone(),
+            rotation.refresh.clone(),
+        );
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let row: Option<(Option<i64>, Option<i64>, Option<String>)> = tx
@@ -671,11 +661,11 @@ mod tests {
         let second = SqliteStore::open(&path).unwrap(); // e.g. the admin CLI beside the gateway
         let g = crate::store::suite::grant("fam", "c", "u");
         first
-            .create_grant(
+            .create_grant(crate::store::suite::issue(
                 &g,
                 &crate::store::suite::access("a", &g),
                 &crate::store::suite::refresh("r", &g, g.expires_at),
-            )
+            ))
             .await
             .unwrap();
         first

@@ -2,10 +2,38 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::Store;
+use super::{NewGrant, Rotation, Store};
 use crate::model::*;
 
 const NOW: u64 = 1_800_000_000;
+
+/// A rotation of `old_hash` at `now` to the successor pair, as `rotate_refresh` takes it.
+pub(crate) fn rotation<'a>(
+    old_hash: &'a str,
+    now: u64,
+    access: &'a AccessRecord,
+    refresh: &'a RefreshRecord,
+) -> Rotation<'a> {
+    Rotation {
+        old_hash,
+        now,
+        access,
+        refresh,
+    }
+}
+
+/// A grant with its first token pair, as `redeem_code` and `create_grant` take it.
+pub(crate) fn issue<'a>(
+    grant: &'a GrantRecord,
+    access: &'a AccessRecord,
+    refresh: &'a RefreshRecord,
+) -> NewGrant<'a> {
+    NewGrant {
+        grant,
+        access,
+        refresh,
+    }
+}
 
 pub(crate) fn user(name: &str) -> UserRecord {
     UserRecord {
@@ -165,14 +193,14 @@ async fn codes<S: Store>(s: &S) {
     let g = grant("fam-code", "c-new", "bob");
     let (a, r) = (access("code-a", &g), refresh("code-r", &g, NOW + 1000));
     assert!(
-        s.redeem_code("h1", &g, &a, &r).await.unwrap(),
+        s.redeem_code("h1", issue(&g, &a, &r)).await.unwrap(),
         "first use redeems"
     );
     assert_eq!(s.get_grant("fam-code").await.unwrap().unwrap(), g);
     assert_eq!(s.get_access("code-a").await.unwrap().unwrap(), (a, false));
     let (a2, r2) = (access("code-a2", &g), refresh("code-r2", &g, NOW + 1000));
     assert!(
-        !s.redeem_code("h1", &g, &a2, &r2).await.unwrap(),
+        !s.redeem_code("h1", issue(&g, &a2, &r2)).await.unwrap(),
         "second use does not"
     );
     assert!(
@@ -184,9 +212,7 @@ async fn codes<S: Store>(s: &S) {
     assert!(
         !s.redeem_code(
             "missing",
-            &gm,
-            &access("m-a", &gm),
-            &refresh("m-r", &gm, NOW)
+            issue(&gm, &access("m-a", &gm), &refresh("m-r", &gm, NOW))
         )
         .await
         .unwrap()
@@ -214,7 +240,7 @@ async fn code_race<S: Store>(s: &S) {
             async move {
                 let a = access(&format!("race-a-{round}-{i}"), &g);
                 let r = refresh(&format!("race-r-{round}-{i}"), &g, NOW + 1000);
-                let won = s.redeem_code(&hash, &g, &a, &r).await.unwrap();
+                let won = s.redeem_code(&hash, issue(&g, &a, &r)).await.unwrap();
                 // A loser is a replay: it revokes the grant at once.
                 let revoked = !won && s.revoke_grant(&g.family_id, NOW + 1).await.unwrap();
                 (won, revoked, a.token_hash)
@@ -244,7 +270,7 @@ async fn grants_and_rotation<S: Store>(s: &S) {
     let before = s.list_grants().await.unwrap().len();
     let g = grant("fam1", "c-new", "bob");
     let (a0, r0) = (access("a0", &g), refresh("r0", &g, NOW + 1000));
-    s.create_grant(&g, &a0, &r0).await.unwrap();
+    s.create_grant(issue(&g, &a0, &r0)).await.unwrap();
     assert_eq!(s.get_grant("fam1").await.unwrap().unwrap(), g);
     assert_eq!(
         s.get_access("a0").await.unwrap().unwrap(),
@@ -255,13 +281,20 @@ async fn grants_and_rotation<S: Store>(s: &S) {
 
     let (a1, r1) = (access("a1", &g), refresh("r1", &g, NOW + 2000));
     assert_eq!(
-        s.rotate_refresh("r0", NOW + 5, &a1, &r1).await.unwrap(),
+        s.rotate_refresh(rotation("r0", NOW + 5, &a1, &r1))
+            .await
+            .unwrap(),
         RotateOutcome::Rotated
     );
     assert_eq!(
-        s.rotate_refresh("r0", NOW + 6, &access("a2", &g), &refresh("r2", &g, NOW))
-            .await
-            .unwrap(),
+        s.rotate_refresh(rotation(
+            "r0",
+            NOW + 6,
+            &access("a2", &g),
+            &refresh("r2", &g, NOW)
+        ))
+        .await
+        .unwrap(),
         RotateOutcome::AlreadyRotated {
             rotated_at: NOW + 5
         }
@@ -279,7 +312,9 @@ async fn grants_and_rotation<S: Store>(s: &S) {
     let g1 = s.get_grant("fam1").await.unwrap().unwrap();
     assert_eq!((g1.last_used_at, g1.expires_at), (NOW + 5, NOW + 2000));
     assert_eq!(
-        s.rotate_refresh("missing", NOW, &a1, &r1).await.unwrap(),
+        s.rotate_refresh(rotation("missing", NOW, &a1, &r1))
+            .await
+            .unwrap(),
         RotateOutcome::NotFound
     );
 
@@ -301,9 +336,14 @@ async fn grants_and_rotation<S: Store>(s: &S) {
         "grant revoked shows on access"
     );
     assert_eq!(
-        s.rotate_refresh("r1", NOW + 9, &access("a3", &g), &refresh("r3", &g, NOW))
-            .await
-            .unwrap(),
+        s.rotate_refresh(rotation(
+            "r1",
+            NOW + 9,
+            &access("a3", &g),
+            &refresh("r3", &g, NOW)
+        ))
+        .await
+        .unwrap(),
         RotateOutcome::FamilyRevoked
     );
     assert_eq!(s.list_grants().await.unwrap().len(), before + 1);
@@ -326,11 +366,11 @@ async fn resource_per_grant<S: Store>(s: &S) {
             access(&format!("{tag}-a0"), g),
             refresh(&format!("{tag}-r0"), g, NOW + 1000),
         );
-        s.create_grant(g, &at, &rt).await.unwrap();
+        s.create_grant(issue(g, &at, &rt)).await.unwrap();
     }
     let (a1, r1) = (access("fam-b-a1", &b), refresh("fam-b-r1", &b, NOW + 2000));
     assert_eq!(
-        s.rotate_refresh("fam-b-r0", NOW + 1, &a1, &r1)
+        s.rotate_refresh(rotation("fam-b-r0", NOW + 1, &a1, &r1))
             .await
             .unwrap(),
         RotateOutcome::Rotated
@@ -370,15 +410,27 @@ async fn revocation_cascades<S: Store>(s: &S) {
     let g2 = grant("fam2", "c-x", "carol");
     let g3 = grant("fam3", "c-new", "carol");
     let g4 = grant("fam4", "c-new", "bob");
-    s.create_grant(&g2, &access("b2", &g2), &refresh("s2", &g2, NOW + 1000))
-        .await
-        .unwrap();
-    s.create_grant(&g3, &access("b3", &g3), &refresh("s3", &g3, NOW + 1000))
-        .await
-        .unwrap();
-    s.create_grant(&g4, &access("b4", &g4), &refresh("s4", &g4, NOW + 1000))
-        .await
-        .unwrap();
+    s.create_grant(issue(
+        &g2,
+        &access("b2", &g2),
+        &refresh("s2", &g2, NOW + 1000),
+    ))
+    .await
+    .unwrap();
+    s.create_grant(issue(
+        &g3,
+        &access("b3", &g3),
+        &refresh("s3", &g3, NOW + 1000),
+    ))
+    .await
+    .unwrap();
+    s.create_grant(issue(
+        &g4,
+        &access("b4", &g4),
+        &refresh("s4", &g4, NOW + 1000),
+    ))
+    .await
+    .unwrap();
 
     assert!(s.delete_client("c-x", NOW).await.unwrap());
     assert!(
