@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pforte_oauth::fuzzing::{CodeRecord, RefreshRecord};
+use pforte_oauth::fuzzing::{CodeRecord, RefreshRecord, TokenRecord};
 use pforte_oauth::fuzzing::{Params, token};
 
 fuzz_target!(|data: &[u8]| {
@@ -36,14 +36,16 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = token::check_code(&code, &presented.client_id, &params, 50);
     let refresh = RefreshRecord {
-        token_hash: "h".into(),
-        family_id: "f".into(),
-        client_id: presented.client_id.clone(),
-        username: "admin".into(),
-        scopes: vec!["mcp".into()],
-        resource: "https://gw.example/mcp".into(),
-        issued_at: 0,
-        expires_at: 100,
+        token: TokenRecord {
+            token_hash: "h".into(),
+            family_id: "f".into(),
+            client_id: presented.client_id.clone(),
+            username: "admin".into(),
+            scopes: vec!["mcp".into()],
+            resource: "https://gw.example/mcp".into(),
+            issued_at: 0,
+            expires_at: 100,
+        },
         rotated_at: None,
     };
     let _ = token::check_refresh(&refresh, &presented.client_id, &params, 50);

@@ -38,7 +38,7 @@ pub use validator::{ValidToken, Validator};
 /// check against. Not an API.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::model::{AuthMethod, CodeRecord, RefreshRecord};
+    pub use crate::model::{AuthMethod, CodeRecord, RefreshRecord, TokenRecord};
     pub use crate::protocol::{Client, ClientKind, Params};
 
     pub mod authorize {

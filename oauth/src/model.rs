@@ -105,9 +105,11 @@ pub struct GrantRecord {
     pub revoked_at: Option<u64>,
 }
 
-/// An access token (by hash).
+/// What an access token and a refresh token both record: whose, for which client, grant family
+/// and resource, with which scopes (a refresh's are the grant's: it may narrow, never widen
+/// them), and when. Stored flattened into each record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AccessRecord {
+pub struct TokenRecord {
     pub token_hash: String,
     pub family_id: String,
     pub client_id: String,
@@ -116,23 +118,49 @@ pub struct AccessRecord {
     pub resource: String,
     pub issued_at: u64,
     pub expires_at: u64,
+}
+
+/// An access token (by hash).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRecord {
+    #[serde(flatten)]
+    pub token: TokenRecord,
     pub revoked: bool,
 }
 
 /// A refresh token (by hash).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefreshRecord {
-    pub token_hash: String,
-    pub family_id: String,
-    pub client_id: String,
-    pub username: String,
-    /// The scopes of the grant (a refresh may narrow, never widen them).
-    pub scopes: Vec<String>,
-    pub resource: String,
-    pub issued_at: u64,
-    pub expires_at: u64,
+    #[serde(flatten)]
+    pub token: TokenRecord,
     /// Set when the token was used to obtain its successor.
     pub rotated_at: Option<u64>,
+}
+
+impl std::ops::Deref for AccessRecord {
+    type Target = TokenRecord;
+    fn deref(&self) -> &TokenRecord {
+        &self.token
+    }
+}
+
+impl std::ops::DerefMut for AccessRecord {
+    fn deref_mut(&mut self) -> &mut TokenRecord {
+        &mut self.token
+    }
+}
+
+impl std::ops::Deref for RefreshRecord {
+    type Target = TokenRecord;
+    fn deref(&self) -> &TokenRecord {
+        &self.token
+    }
+}
+
+impl std::ops::DerefMut for RefreshRecord {
+    fn deref_mut(&mut self) -> &mut TokenRecord {
+        &mut self.token
+    }
 }
 
 /// A browser login session at `/authorize` (by hash of the cookie value).

@@ -53,12 +53,7 @@ pub trait Store: Send + Sync + 'static {
     /// Inserts a user; false if the name is taken.
     async fn create_user(&self, user: &UserRecord) -> StoreResult<bool>;
     /// Replaces a user's password hash; false if no such user.
-    async fn set_password(
-        &self,
-        username: &str,
-        password_hash: &str,
-        now: u64,
-    ) -> StoreResult<bool>;
+    async fn set_password(&self, name: &str, hash: &str, now: u64) -> StoreResult<bool>;
     async fn get_user(&self, username: &str) -> StoreResult<Option<UserRecord>>;
     async fn list_users(&self) -> StoreResult<Vec<UserRecord>>;
     /// Deletes a user and revokes every grant of theirs; false if no such user.

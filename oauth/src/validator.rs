@@ -111,11 +111,11 @@ impl Validator {
             return Err(ValidationError::Invalid);
         };
         let p = ValidToken {
-            subject: rec.username,
-            client_id: rec.client_id,
-            scopes: rec.scopes,
-            expires_at: rec.expires_at,
-            grant_id: rec.family_id,
+            subject: rec.token.username,
+            client_id: rec.token.client_id,
+            scopes: rec.token.scopes,
+            expires_at: rec.token.expires_at,
+            grant_id: rec.token.family_id,
             resource: audience,
         };
         let p = expiry(p, now_ms)?;
@@ -154,7 +154,7 @@ mod tests {
     use pforte_clock::ManualClock;
     use std::time::Duration;
 
-    use crate::model::{AccessRecord, GrantRecord, RefreshRecord};
+    use crate::model::{AccessRecord, GrantRecord, RefreshRecord, TokenRecord};
     use crate::store::SqliteStore;
 
     const T: u64 = 1_800_000_000;
@@ -183,25 +183,29 @@ mod tests {
             revoked_at: None,
         };
         let a = AccessRecord {
-            token_hash: hash_secret(&token),
-            family_id: "f".into(),
-            client_id: "c".into(),
-            username: "bob".into(),
-            scopes: vec!["mcp:read".into()],
-            resource: resource.into(),
-            issued_at: T,
-            expires_at: T + 3600,
+            token: TokenRecord {
+                token_hash: hash_secret(&token),
+                family_id: "f".into(),
+                client_id: "c".into(),
+                username: "bob".into(),
+                scopes: vec!["mcp:read".into()],
+                resource: resource.into(),
+                issued_at: T,
+                expires_at: T + 3600,
+            },
             revoked: false,
         };
         let r = RefreshRecord {
-            token_hash: "r".into(),
-            family_id: "f".into(),
-            client_id: "c".into(),
-            username: "bob".into(),
-            scopes: vec![],
-            resource: resource.into(),
-            issued_at: T,
-            expires_at: T + 10_000,
+            token: TokenRecord {
+                token_hash: "r".into(),
+                family_id: "f".into(),
+                client_id: "c".into(),
+                username: "bob".into(),
+                scopes: vec![],
+                resource: resource.into(),
+                issued_at: T,
+                expires_at: T + 10_000,
+            },
             rotated_at: None,
         };
         let new = crate::store::NewGrant {

@@ -4,7 +4,9 @@
 use super::AuthServer;
 use crate::crypto::{self, ACCESS_PREFIX, Secret};
 use crate::error::OAuthError;
-use crate::model::{AccessRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome};
+use crate::model::{
+    AccessRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome, TokenRecord,
+};
 use crate::observe::Event;
 use crate::protocol::token::{self, GrantType, Reuse, TokenResponse};
 use crate::protocol::{Client, Params, resource, scope};
@@ -106,25 +108,29 @@ impl AuthServer {
     ) -> (AccessRecord, RefreshRecord) {
         (
             AccessRecord {
-                token_hash: crypto::hash_secret(access.expose()),
-                family_id: grant.family_id.clone(),
-                client_id: grant.client_id.clone(),
-                username: grant.username.clone(),
-                scopes: access_scopes.to_vec(),
-                resource: grant.resource.clone(),
-                issued_at: now,
-                expires_at: now + self.cfg.access_ttl_secs,
+                token: TokenRecord {
+                    token_hash: crypto::hash_secret(access.expose()),
+                    family_id: grant.family_id.clone(),
+                    client_id: grant.client_id.clone(),
+                    username: grant.username.clone(),
+                    scopes: access_scopes.to_vec(),
+                    resource: grant.resource.clone(),
+                    issued_at: now,
+                    expires_at: now + self.cfg.access_ttl_secs,
+                },
                 revoked: false,
             },
             RefreshRecord {
-                token_hash: crypto::hash_secret(refresh.expose()),
-                family_id: grant.family_id.clone(),
-                client_id: grant.client_id.clone(),
-                username: grant.username.clone(),
-                scopes: grant.scopes.clone(),
-                resource: grant.resource.clone(),
-                issued_at: now,
-                expires_at: now + self.cfg.refresh_ttl_secs,
+                token: TokenRecord {
+                    token_hash: crypto::hash_secret(refresh.expose()),
+                    family_id: grant.family_id.clone(),
+                    client_id: grant.client_id.clone(),
+                    username: grant.username.clone(),
+                    scopes: grant.scopes.clone(),
+                    resource: grant.resource.clone(),
+                    issued_at: now,
+                    expires_at: now + self.cfg.refresh_ttl_secs,
+                },
                 rotated_at: None,
             },
         )

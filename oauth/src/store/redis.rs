@@ -200,21 +200,16 @@ impl Store for RedisStore {
         Ok(created)
     }
 
-    async fn set_password(
-        &self,
-        username: &str,
-        password_hash: &str,
-        now: u64,
-    ) -> StoreResult<bool> {
-        let Some(mut user) = self.get_user(username).await? else {
+    async fn set_password(&self, name: &str, hash: &str, now: u64) -> StoreResult<bool> {
+        let Some(mut user) = self.get_user(name).await? else {
             return Ok(false);
         };
-        user.password_hash = password_hash.to_owned();
+        user.password_hash = hash.to_owned();
         user.updated_at = now;
         let opts = redis::SetOptions::default().conditional_set(redis::ExistenceCheck::XX);
         let done: Option<String> = self
             .c()
-            .set_options(self.k("user", username), enc(&user)?, opts)
+            .set_options(self.k("user", name), enc(&user)?, opts)
             .await?;
         Ok(done.is_some())
     }

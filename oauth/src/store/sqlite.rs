@@ -216,13 +216,8 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn set_password(
-        &self,
-        username: &str,
-        password_hash: &str,
-        now: u64,
-    ) -> StoreResult<bool> {
-        let (name, hash) = (username.to_owned(), password_hash.to_owned());
+    async fn set_password(&self, name: &str, hash: &str, now: u64) -> StoreResult<bool> {
+        let (name, hash) = (name.to_owned(), hash.to_owned());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let data: Option<String> = tx

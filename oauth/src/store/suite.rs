@@ -73,28 +73,32 @@ pub(crate) fn grant(fam: &str, client: &str, user: &str) -> GrantRecord {
 
 pub(crate) fn access(hash: &str, g: &GrantRecord) -> AccessRecord {
     AccessRecord {
-        token_hash: hash.into(),
-        family_id: g.family_id.clone(),
-        client_id: g.client_id.clone(),
-        username: g.username.clone(),
-        scopes: g.scopes.clone(),
-        resource: g.resource.clone(),
-        issued_at: NOW,
-        expires_at: NOW + 100,
+        token: TokenRecord {
+            token_hash: hash.into(),
+            family_id: g.family_id.clone(),
+            client_id: g.client_id.clone(),
+            username: g.username.clone(),
+            scopes: g.scopes.clone(),
+            resource: g.resource.clone(),
+            issued_at: NOW,
+            expires_at: NOW + 100,
+        },
         revoked: false,
     }
 }
 
 pub(crate) fn refresh(hash: &str, g: &GrantRecord, expires: u64) -> RefreshRecord {
     RefreshRecord {
-        token_hash: hash.into(),
-        family_id: g.family_id.clone(),
-        client_id: g.client_id.clone(),
-        username: g.username.clone(),
-        scopes: g.scopes.clone(),
-        resource: g.resource.clone(),
-        issued_at: NOW,
-        expires_at: expires,
+        token: TokenRecord {
+            token_hash: hash.into(),
+            family_id: g.family_id.clone(),
+            client_id: g.client_id.clone(),
+            username: g.username.clone(),
+            scopes: g.scopes.clone(),
+            resource: g.resource.clone(),
+            issued_at: NOW,
+            expires_at: expires,
+        },
         rotated_at: None,
     }
 }
@@ -243,7 +247,7 @@ async fn code_race<S: Store>(s: &S) {
                 let won = s.redeem_code(&hash, issue(&g, &a, &r)).await.unwrap();
                 // A loser is a replay: it revokes the grant at once.
                 let revoked = !won && s.revoke_grant(&g.family_id, NOW + 1).await.unwrap();
-                (won, revoked, a.token_hash)
+                (won, revoked, a.token.token_hash)
             }
         };
         let results = tokio::join!(attempt(0), attempt(1), attempt(2), attempt(3));
