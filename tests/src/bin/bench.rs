@@ -21,6 +21,8 @@ use anyhow::{Context as _, bail};
 use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, rmcp_client};
 use rmcp::model::CallToolRequestParams;
 
+#[path = "bench/sends.rs"]
+mod sends;
 #[path = "bench/versus.rs"]
 mod versus;
 
@@ -29,6 +31,7 @@ pforte-bench: tools/call `whoami` direct to mcp-service vs through pforte (http 
 
 usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-secs S] [--threads N] [--no-build]
        pforte-bench --nginx [--connections N] [--secs S] [--rounds N] [--threads N] [--no-build]
+                    [--nginx-workers N] [--ab BIN] [--a-config TOML] [--b-config TOML]
 
   --nginx        side by side with nginx doing the same job (TLS, bearer check, access log,
                  keepalive upstream): direct, nginx http/https, pforte http/https with a static
@@ -42,7 +45,17 @@ usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-
   --threads N    gateway worker threads (`threads` in pforte.toml)   (default 2)
   --connections N  (--nginx) concurrent keep-alive connections    (default 16)
   --secs S       (--nginx) seconds per target and round               (default 8)
-  --no-build     do not run `cargo build` for pforte and mcp-service first";
+  --nginx-workers N  (--nginx) nginx's worker_processes         (default: --threads)
+  --ab BIN       (implies --nginx) A/B: gateway A is the `pforte` beside this program, gateway
+                 B is BIN (e.g. a build of another commit); both run in http and https beside
+                 direct and nginx, in the same interleaved rounds, and the report adds B÷A
+  --a-config TOML, --b-config TOML
+                 top-level pforte.toml lines added to A's or B's config (e.g. 'threads = 1');
+                 with --b-config alone, B defaults to the same binary as A
+  --no-build     do not run `cargo build` for pforte and mcp-service first
+
+Socket sends per call are counted with `strace -f -y` in one extra short round per target
+when strace is installed (the measured rounds run without it).";
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -56,6 +69,11 @@ struct Options {
     nginx: bool,
     connections: usize,
     secs: u64,
+    nginx_workers: Option<usize>,
+    /// A/B: gateway B's binary (`None`: no A/B unless `b_config` is set).
+    ab: Option<PathBuf>,
+    a_config: String,
+    b_config: Option<String>,
 }
 
 impl Options {
@@ -71,6 +89,10 @@ impl Options {
             nginx: false,
             connections: 16,
             secs: 8,
+            nginx_workers: None,
+            ab: None,
+            a_config: String::new(),
+            b_config: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -92,6 +114,19 @@ impl Options {
                 "--nginx" => o.nginx = true,
                 "--connections" => o.connections = num("--connections")?.clamp(1, 1024) as usize,
                 "--secs" => o.secs = num("--secs")?.clamp(1, 600),
+                "--nginx-workers" => {
+                    o.nginx_workers = Some(num("--nginx-workers")?.clamp(1, 64) as usize);
+                }
+                "--ab" => {
+                    let v = args.next().context("--ab needs a binary")?;
+                    o.ab = Some(PathBuf::from(v));
+                    o.nginx = true;
+                }
+                "--a-config" => o.a_config = args.next().context("--a-config needs TOML")?,
+                "--b-config" => {
+                    o.b_config = Some(args.next().context("--b-config needs TOML")?);
+                    o.nginx = true;
+                }
                 "-h" | "--help" => {
                     println!("{USAGE}");
                     std::process::exit(0);
@@ -241,12 +276,38 @@ impl Limits {
     }
 }
 
-/// What a benchmarked gateway has switched on.
+/// What a benchmarked gateway has switched on, and which build runs.
 #[derive(Debug, Clone, Copy)]
-struct Knobs {
+struct Knobs<'a> {
     limits: Limits,
     /// `tool_policy`: every body parsed, scopes decided per tool.
     policy: bool,
+    /// The `pforte` binary.
+    binary: &'a Path,
+    /// Top-level config lines that replace the bench's own for the same key (A/B configs).
+    extra: &'a str,
+}
+
+/// The top-level part of a bench gateway's config: `base` lines, each replaced by the line of
+/// `extra` that sets the same key, then `extra`'s other lines.
+fn top_level(base: &[String], extra: &str) -> String {
+    let key = |line: &str| line.split_once('=').map(|(k, _)| k.trim().to_owned());
+    let extra: Vec<&str> = extra.lines().filter(|l| !l.trim().is_empty()).collect();
+    let overridden = |line: &str| {
+        extra
+            .iter()
+            .any(|e| key(e).is_some() && key(e) == key(line))
+    };
+    let mut out = String::new();
+    for line in base.iter().filter(|l| !overridden(l)) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    for line in extra {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// A running `pforte serve` with a static token.
@@ -265,13 +326,17 @@ impl Gateway {
     }
 
     async fn start(
-        dir: &Path,
         work: &Path,
         name: &str,
         tls: bool,
         upstream: &str,
         threads: usize,
-        Knobs { limits, policy }: Knobs,
+        Knobs {
+            limits,
+            policy,
+            binary,
+            extra,
+        }: Knobs<'_>,
     ) -> anyhow::Result<Self> {
         let home = work.join(name);
         std::fs::create_dir_all(&home)?;
@@ -288,16 +353,22 @@ impl Gateway {
                     c.key.display().to_string()
                 )
             });
+            let base = [
+                format!("listen = \"127.0.0.1:{port}\""),
+                format!("data_dir = {:?}", data_dir.display().to_string()),
+                format!("threads = {threads}"),
+                format!("tool_policy = {policy}"),
+                "audit_log = \"off\"".to_owned(),
+                "max_connections_per_ip = 0".to_owned(),
+            ];
             let config = format!(
-                "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\nthreads = {threads}\n\
-                 tool_policy = {policy}\naudit_log = \"off\"\nmax_connections_per_ip = 0\n\
-                 {tls_section}[upstream]\nurl = {upstream:?}\n{}",
-                data_dir.display().to_string(),
+                "{}{tls_section}[upstream]\nurl = {upstream:?}\n{}",
+                top_level(&base, extra),
                 limits.toml(),
             );
             let config_path = home.join("pforte.toml");
             std::fs::write(&config_path, config)?;
-            let mut cmd = Command::new(bin(dir, "pforte")?);
+            let mut cmd = Command::new(binary);
             cmd.arg("serve").arg("--config").arg(&config_path);
             let mut proc = Proc::spawn_logged(cmd, &log)?;
             let scheme = if tls { "https" } else { "http" };
@@ -318,7 +389,7 @@ impl Gateway {
                 }
                 continue; // It exited: most likely the port was taken meanwhile.
             }
-            let out = Command::new(bin(dir, "pforte")?)
+            let out = Command::new(binary)
                 .args(["token", "create", "bench", "--data-dir"])
                 .arg(&data_dir)
                 .output()?;
@@ -598,16 +669,15 @@ async fn run(opts: Options) -> anyhow::Result<bool> {
     let w = work.path();
     let (svc, svc_url) = start_service(&dir, w)?;
     let threads = opts.threads;
+    let pforte = bin(&dir, "pforte")?;
     let start = |name, tls, limits, policy| {
-        Gateway::start(
-            &dir,
-            w,
-            name,
-            tls,
-            &svc_url,
-            threads,
-            Knobs { limits, policy },
-        )
+        let knobs = Knobs {
+            limits,
+            policy,
+            binary: &pforte,
+            extra: &opts.a_config,
+        };
+        Gateway::start(w, name, tls, &svc_url, threads, knobs)
     };
     let plain = start("gw-http", false, Limits::Off, true).await?;
     let tls = start("gw-https", true, Limits::Off, true).await?;
@@ -689,5 +759,20 @@ fn main() -> std::process::ExitCode {
             eprintln!("pforte-bench: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ab_config_line_replaces_the_bench_line_for_its_key() {
+        let base = ["threads = 2".to_owned(), "tool_policy = true".to_owned()];
+        assert_eq!(
+            top_level(&base, "threads = 1\nlog_format = \"json\"\n"),
+            "tool_policy = true\nthreads = 1\nlog_format = \"json\"\n"
+        );
+        assert_eq!(top_level(&base, ""), "threads = 2\ntool_policy = true\n");
     }
 }

@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use pforte_tests::{Proc, eventually, free_port, http_client};
 
-use crate::{Gateway, Knobs, Limits, Options, bin, cpu_time, start_service, tail};
+use crate::{Gateway, Knobs, Limits, Options, bin, cpu_time, sends, start_service, tail};
 
 /// The measured request: MCP `tools/call whoami` on one initialized session.
 const CALL: &str =
@@ -26,6 +26,64 @@ const PROTOCOL: &str = "2025-06-18";
 const OAUTH_USER: &str = "bench";
 const OAUTH_PASSWORD: &str = "bench-password-not-secret";
 
+/// Seconds of the extra, traced round that counts socket sends per call.
+const SENDS_SECS: u64 = 2;
+
+/// A gateway build and configuration under test: one, or two in an A/B run.
+struct Variant {
+    /// `pforte`, or `A` / `B`.
+    name: &'static str,
+    /// For the gateways' directory names.
+    slug: &'static str,
+    binary: PathBuf,
+    /// Top-level config lines of this variant.
+    config: String,
+}
+
+impl Variant {
+    fn from_options(sibling: &Path, opts: &Options) -> Vec<Self> {
+        let a = |name| Self {
+            name,
+            slug: "a",
+            binary: sibling.to_owned(),
+            config: opts.a_config.clone(),
+        };
+        if opts.ab.is_none() && opts.b_config.is_none() {
+            return vec![a("pforte")];
+        }
+        let b = Self {
+            name: "B",
+            slug: "b",
+            binary: opts.ab.clone().unwrap_or_else(|| sibling.to_owned()),
+            config: opts.b_config.clone().unwrap_or_default(),
+        };
+        vec![a("A"), b]
+    }
+
+    fn knobs(&self, limits: Limits, policy: bool) -> Knobs<'_> {
+        Knobs {
+            limits,
+            policy,
+            binary: &self.binary,
+            extra: &self.config,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let config = self.config.lines().collect::<Vec<_>>().join("; ");
+        format!(
+            "{}: {}{}",
+            self.name,
+            self.binary.display(),
+            if config.is_empty() {
+                String::new()
+            } else {
+                format!(" with {config}")
+            }
+        )
+    }
+}
+
 /// What a target's ratios are taken against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -36,7 +94,7 @@ enum Kind {
 
 /// One measured target: a URL, a credential and the session opened through it.
 struct Target {
-    label: &'static str,
+    label: String,
     kind: Kind,
     url: String,
     ca_pem: Option<String>,
@@ -572,22 +630,32 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
         .and_then(|r| r.split('/').next())
         .context("service URL")?
         .to_owned();
-    let start = |name, tls, limits, policy| {
-        Gateway::start(
-            dir,
-            w,
-            name,
-            tls,
-            &svc_url,
-            opts.threads,
-            Knobs { limits, policy },
-        )
+    let pforte = bin(dir, "pforte")?;
+    let variants = Variant::from_options(&pforte, opts);
+    let threads = opts.threads;
+    // Per variant, an http and an https gateway with a static token; without A/B, also the
+    // https rows with OAuth, limits on and policy off.
+    let mut pairs = Vec::new();
+    for v in &variants {
+        let on = v.knobs(Limits::Off, true);
+        let plain = format!("gw-{}-http", v.slug);
+        let plain = Gateway::start(w, &plain, false, &svc_url, threads, on).await?;
+        let tls = format!("gw-{}-https", v.slug);
+        let tls = Gateway::start(w, &tls, true, &svc_url, threads, on).await?;
+        pairs.push((plain, tls));
+    }
+    let (plain, tls) = &pairs[0];
+    let extra_rows = if variants.len() == 1 {
+        let v = &variants[0];
+        let lim = v.knobs(Limits::OnUnreached, true);
+        let lim = Gateway::start(w, "gw-https-lim", true, &svc_url, threads, lim).await?;
+        let nopol = v.knobs(Limits::Off, false);
+        let nopol = Gateway::start(w, "gw-https-nopolicy", true, &svc_url, threads, nopol).await?;
+        let oauth = oauth_token(dir, tls).await?;
+        Some((lim, nopol, oauth))
+    } else {
+        None
     };
-    let plain = start("gw-http", false, Limits::Off, true).await?;
-    let tls = start("gw-https", true, Limits::Off, true).await?;
-    let tls_lim = start("gw-https-lim", true, Limits::OnUnreached, true).await?;
-    let tls_nopol = start("gw-https-nopolicy", true, Limits::Off, false).await?;
-    let oauth = oauth_token(dir, &tls).await?;
     let cert = tls.cert.clone().context("the https gateway has a cert")?;
 
     let nginx = match on_path("nginx") {
@@ -595,7 +663,7 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
             Nginx::start(
                 &path,
                 w,
-                opts.threads.max(1),
+                opts.nginx_workers.unwrap_or(opts.threads).max(1),
                 &upstream,
                 &plain.token,
                 &cert,
@@ -612,16 +680,17 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
         None => Generator::Reqwest,
     };
 
-    let target = |label, kind, url: &str, gw: Option<&Gateway>, token: &str, subject, pid| Target {
-        label,
-        kind,
-        url: url.to_owned(),
-        ca_pem: gw.and_then(|g| g.cert.as_ref()).map(|c| c.cert_pem.clone()),
-        token: token.to_owned(),
-        subject,
-        pid,
-        session: String::new(),
-    };
+    let target =
+        |label: &str, kind, url: &str, gw: Option<&Gateway>, token: &str, subject, pid| Target {
+            label: label.to_owned(),
+            kind,
+            url: url.to_owned(),
+            ca_pem: gw.and_then(|g| g.cert.as_ref()).map(|c| c.cert_pem.clone()),
+            token: token.to_owned(),
+            subject,
+            pid,
+            session: String::new(),
+        };
     let op = Some("operator");
     let mut targets = vec![target(
         "direct (mcp-service)",
@@ -657,53 +726,50 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
     }
     let pf = |tls| Kind::Pforte { tls };
     let pid = |g: &Gateway| g.proc.child.id();
-    targets.extend([
-        target(
-            "pforte http + token",
-            pf(false),
-            &plain.mcp_url,
-            Some(&plain),
-            &plain.token,
-            op,
-            pid(&plain),
-        ),
-        target(
-            "pforte https + token",
-            pf(true),
-            &tls.mcp_url,
-            Some(&tls),
-            &tls.token,
-            op,
-            pid(&tls),
-        ),
-        target(
-            "pforte https + OAuth",
-            pf(true),
-            &tls.mcp_url,
-            Some(&tls),
-            &oauth,
-            Some(OAUTH_USER),
-            pid(&tls),
-        ),
-        target(
-            "pforte https, limits on",
-            pf(true),
-            &tls_lim.mcp_url,
-            Some(&tls_lim),
-            &tls_lim.token,
-            op,
-            pid(&tls_lim),
-        ),
-        target(
-            "pforte https, policy off",
-            pf(true),
-            &tls_nopol.mcp_url,
-            Some(&tls_nopol),
-            &tls_nopol.token,
-            op,
-            pid(&tls_nopol),
-        ),
-    ]);
+    for (v, (plain, tls)) in variants.iter().zip(&pairs) {
+        for (gw, mode) in [(plain, "http"), (tls, "https")] {
+            targets.push(target(
+                &format!("{} {mode} + token", v.name),
+                pf(gw.cert.is_some()),
+                &gw.mcp_url,
+                Some(gw),
+                &gw.token,
+                op,
+                pid(gw),
+            ));
+        }
+    }
+    if let Some((lim, nopol, oauth)) = &extra_rows {
+        targets.extend([
+            target(
+                "pforte https + OAuth",
+                pf(true),
+                &tls.mcp_url,
+                Some(tls),
+                oauth,
+                Some(OAUTH_USER),
+                pid(tls),
+            ),
+            target(
+                "pforte https, limits on",
+                pf(true),
+                &lim.mcp_url,
+                Some(lim),
+                &lim.token,
+                op,
+                pid(lim),
+            ),
+            target(
+                "pforte https, policy off",
+                pf(true),
+                &nopol.mcp_url,
+                Some(nopol),
+                &nopol.token,
+                op,
+                pid(nopol),
+            ),
+        ]);
+    }
     for t in &mut targets {
         t.session = open_session(t).await?;
     }
@@ -741,12 +807,42 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
             );
         }
     }
-    print_report(&targets, &tallies, opts, &generator);
+    let sends = match sends::Strace::find() {
+        Some(strace) => {
+            let mut per_call = Vec::with_capacity(targets.len());
+            for t in &targets {
+                let load = async {
+                    let round = generator.load(w, t, opts.connections, SENDS_SECS).await?;
+                    Ok(round.requests)
+                };
+                let counted = strace
+                    .count(w, t.pid, load)
+                    .await
+                    .with_context(|| format!("{}: counting sends", t.label))?;
+                per_call.push(counted.per_call());
+            }
+            Some(per_call)
+        }
+        None => {
+            println!("strace not installed, sends per call skipped");
+            None
+        }
+    };
+    print_report(&targets, &tallies, sends.as_deref(), opts, &generator);
+    if variants.len() > 1 {
+        print_ab(&variants, &targets, &tallies, sends.as_deref());
+    }
     drop(nginx);
     Ok(tallies.iter().all(|t| t.errors == 0 && t.requests > 0))
 }
 
-fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator: &Generator) {
+fn print_report(
+    targets: &[Target],
+    tallies: &[Tally],
+    sends: Option<&[f64]>,
+    opts: &Options,
+    generator: &Generator,
+) {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let find = |kind: Kind| {
         targets
@@ -771,13 +867,13 @@ fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator
             "nginx: {} workers, TLS with the gateway's certificate, bearer check by map, keepalive \
          upstream pool, proxy_buffering off, access log on · pforte: threads = {}, access log \
          (request line) on, audit log off, limits off and policy on unless the row says otherwise",
-            opts.threads.max(1),
+            opts.nginx_workers.unwrap_or(opts.threads).max(1),
             opts.threads
         );
     }
     println!();
     println!(
-        "{:<26} {:>8} {:>6} {:>8} {:>7} {:>7} {:>8}   {:>9} {:>9} {:>9} {:>9}",
+        "{:<26} {:>8} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6}   {:>9} {:>9} {:>9} {:>9}",
         "target",
         "requests",
         "errors",
@@ -785,19 +881,20 @@ fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator
         "p50 ms",
         "p99 ms",
         "cpu µs",
+        "sends",
         "rate÷dir",
         "rate÷ngx",
         "p50÷ngx",
         "p99÷ngx"
     );
-    println!("{}", "-".repeat(119));
-    for (t, tally) in targets.iter().zip(tallies) {
+    println!("{}", "-".repeat(126));
+    for (i, (t, tally)) in targets.iter().zip(tallies).enumerate() {
         let against = match t.kind {
             Kind::Direct => None,
             Kind::Nginx { tls } | Kind::Pforte { tls } => nginx(tls),
         };
         println!(
-            "{:<26} {:>8} {:>6} {:>8.0} {:>7.2} {:>7.2} {:>8.0}   {:>9} {:>9} {:>9} {:>9}",
+            "{:<26} {:>8} {:>6} {:>8.0} {:>7.2} {:>7.2} {:>8.0} {:>6}   {:>9} {:>9} {:>9} {:>9}",
             t.label,
             tally.requests,
             tally.errors,
@@ -805,6 +902,7 @@ fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator
             tally.pct_ms(50.0),
             tally.pct_ms(99.0),
             tally.cpu_us_per_request(),
+            sends.map_or("-".to_owned(), |s| format!("{:.1}", s[i])),
             ratio(tally.rate(), direct.map(Tally::rate)),
             ratio(tally.rate(), against.map(Tally::rate)),
             ratio(tally.pct_ms(50.0), against.map(|a| a.pct_ms(50.0))),
@@ -814,8 +912,9 @@ fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator
     println!();
     println!(
         "cpu µs: CPU time of the target's process per request (the service when direct, nginx's \
-         master and workers, the gateway), from /proc in 10 ms ticks; ÷ngx: against nginx in the \
-         same TLS mode"
+         master and workers, the gateway), from /proc in 10 ms ticks; sends: write-family system \
+         calls on sockets per request, from one extra {SENDS_SECS} s round under strace; ÷ngx: \
+         against nginx in the same TLS mode"
     );
     let by_label = |l: &str| {
         targets
@@ -883,6 +982,38 @@ fn print_report(targets: &[Target], tallies: &[Tally], opts: &Options, generator
     println!();
 }
 
+/// The A/B summary: B's figures over A's, per TLS mode.
+fn print_ab(variants: &[Variant], targets: &[Target], tallies: &[Tally], sends: Option<&[f64]>) {
+    println!("A/B (B ÷ A; req/s above 1 and the others below 1 favour B):");
+    for v in variants {
+        println!("  {}", v.describe());
+    }
+    let find = |label: String| targets.iter().position(|t| t.label == label);
+    println!(
+        "  {:<6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "req/s", "p50", "p99", "cpu µs", "sends"
+    );
+    for mode in ["http", "https"] {
+        let (Some(a), Some(b)) = (
+            find(format!("A {mode} + token")),
+            find(format!("B {mode} + token")),
+        ) else {
+            continue;
+        };
+        let (ta, tb) = (&tallies[a], &tallies[b]);
+        println!(
+            "  {:<6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            mode,
+            ratio(tb.rate(), Some(ta.rate())),
+            ratio(tb.pct_ms(50.0), Some(ta.pct_ms(50.0))),
+            ratio(tb.pct_ms(99.0), Some(ta.pct_ms(99.0))),
+            ratio(tb.cpu_us_per_request(), Some(ta.cpu_us_per_request())),
+            sends.map_or("-".to_owned(), |s| ratio(s[b], Some(s[a]))),
+        );
+    }
+    println!();
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -915,7 +1046,7 @@ mod tests {
     #[test]
     fn the_wrk_script_numbers_every_request() {
         let t = Target {
-            label: "t",
+            label: "t".into(),
             kind: Kind::Direct,
             url: "http://127.0.0.1:1/mcp".into(),
             ca_pem: None,

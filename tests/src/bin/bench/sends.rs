@@ -1,0 +1,177 @@
+//! Socket sends per call: `strace -f -y` attached to a running target for one short round of
+//! load, counting the write-family system calls whose file descriptor is a socket. The measured
+//! rounds run without it (tracing slows a process several-fold); the count per call does not
+//! depend on speed.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+
+/// The system calls that put bytes on a socket.
+const SEND_CALLS: [&str; 6] = ["write", "writev", "send", "sendto", "sendmsg", "sendmmsg"];
+
+/// The strace binary on `PATH`.
+pub(crate) struct Strace(PathBuf);
+
+/// What one traced round sent.
+pub(crate) struct Counted {
+    sends: u64,
+    calls: u64,
+}
+
+impl Counted {
+    pub(crate) fn per_call(&self) -> f64 {
+        self.sends as f64 / self.calls.max(1) as f64
+    }
+}
+
+impl Strace {
+    pub(crate) fn find() -> Option<Self> {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|d| d.join("strace"))
+            .find(|p| p.is_file())
+            .map(Self)
+    }
+
+    /// Traces `pid` and its child processes (nginx's workers) while `load` runs; `load`
+    /// answers how many calls it made.
+    pub(crate) async fn count(
+        &self,
+        work: &Path,
+        pid: u32,
+        load: impl Future<Output = anyhow::Result<u64>>,
+    ) -> anyhow::Result<Counted> {
+        let out = work.join(format!("strace-{pid}.txt"));
+        let pids: Vec<u32> = std::iter::once(pid).chain(children(pid)).collect();
+        let mut cmd = Command::new(&self.0);
+        cmd.args(["-f", "-y", "-qq", "-s", "0", "-e", "signal=none", "-e"])
+            .arg(format!("trace={}", SEND_CALLS.join(",")))
+            .arg("-o")
+            .arg(&out);
+        for p in &pids {
+            cmd.arg("-p").arg(p.to_string());
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting strace")?;
+        // Attached when every thread of every traced process has a tracer.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pids.iter().all(|p| traced(*p)) {
+            if Instant::now() > deadline || matches!(child.try_wait(), Ok(Some(_))) {
+                let _ = child.kill();
+                let err = child
+                    .wait_with_output()
+                    .map(|o| o.stderr)
+                    .unwrap_or_default();
+                bail!(
+                    "strace did not attach to {pid}: {}",
+                    String::from_utf8_lossy(&err).trim()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let calls = load.await;
+        let strace_pid = Pid::from_raw(i32::try_from(child.id()).context("strace pid")?);
+        let _ = kill(strace_pid, Signal::SIGINT);
+        child.wait().context("waiting for strace")?;
+        let calls = calls?;
+        let text = std::fs::read_to_string(&out).context("reading strace's output")?;
+        Ok(Counted {
+            sends: text.lines().filter(|l| is_socket_send(l)).count() as u64,
+            calls,
+        })
+    }
+}
+
+/// Whether every thread of `pid` is being traced.
+fn traced(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("status")).is_ok_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("TracerPid:"))
+                .is_some_and(|v| v.trim() != "0")
+        })
+    })
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1.to_owned();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Whether a line of `strace -f -y` output is a send on a socket, e.g.
+/// `4242  writev(12<TCP:[127.0.0.1:80->127.0.0.1:5555]>, …) = 230` (a call that strace split
+/// in two is counted by its first half; its `<... resumed>` half has no descriptor).
+fn is_socket_send(line: &str) -> bool {
+    let line = line.trim_start();
+    let line = match line.split_once(' ') {
+        Some((pid, rest)) if pid.bytes().all(|b| b.is_ascii_digit()) => rest.trim_start(),
+        _ => line,
+    };
+    let Some((name, args)) = line.split_once('(') else {
+        return false;
+    };
+    if !SEND_CALLS.contains(&name) {
+        return false;
+    }
+    let Some((_fd, path)) = args.split_once('<') else {
+        return false;
+    };
+    ["TCP", "UDP", "UNIX", "socket:"]
+        .iter()
+        .any(|kind| path.starts_with(kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_writes_to_sockets_count() {
+        assert!(is_socket_send(
+            "4242  writev(12<TCP:[127.0.0.1:80->127.0.0.1:5555]>, [...], 2) = 230"
+        ));
+        assert!(is_socket_send(
+            "sendto(7<TCPv6:[::1]>, \"\"..., 5, MSG_NOSIGNAL, NULL, 0) = 5"
+        ));
+        assert!(is_socket_send(
+            "17 write(9<socket:[1234]>, \"\"..., 8 <unfinished ...>"
+        ));
+        assert!(!is_socket_send(
+            "17 write(4<anon_inode:[eventfd]>, \"\"..., 8) = 8"
+        ));
+        assert!(!is_socket_send(
+            "17 write(2</tmp/pforte.log>, \"\"..., 80) = 80"
+        ));
+        assert!(!is_socket_send("17 <... writev resumed>) = 230"));
+        assert!(!is_socket_send("17 read(12<TCP:[1]>, \"\"..., 8) = 8"));
+    }
+}
