@@ -1,19 +1,69 @@
-//! Certificates for the public listener: a self-signed one generated on first run when the
+//! Certificates for the public listener: the store the handshake resolves from (SNI,
+//! tls-alpn-01), the gateway's own handshake in front of pingora's HTTP app, PEM pairs by path
+//! reloaded on change and SIGHUP, and a self-signed one generated on first run when the
 //! operator supplies none.
 
-use std::path::{Path, PathBuf};
+mod accept;
+mod pair;
+mod reload;
+mod store;
 
-use crate::config::TlsFiles;
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use pingora::services::{ServiceWithDependents, background::background_service};
+
+pub(crate) use accept::TlsEdge;
+pub(crate) use reload::{LoadError, Reloader, load};
+pub(crate) use store::CertStore;
+
+use crate::{
+    config::{Tls, TlsFiles},
+    metrics::TlsMetrics,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TlsError {
     #[error("generating a certificate: {0}")]
     Generate(#[from] rcgen::Error),
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error("writing {path}: {source}")]
     Write {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// The listener's certificates: the store its handshakes resolve from, and the services that
+/// keep the store filled (the reloader of the pairs by path, the ACME client).
+pub(crate) struct ListenerTls {
+    pub(crate) store: Arc<CertStore>,
+    pub(crate) services: Vec<Box<dyn ServiceWithDependents>>,
+    /// Offer ALPN `acme-tls/1` (the challenge is tls-alpn-01).
+    pub(crate) acme_alpn: bool,
+    /// What a client hears before the first certificate exists.
+    pub(crate) waiting_text: String,
+}
+
+/// Loads the pairs by path into their slots (a bad one fails the start: preflight has named
+/// it already) and sets up what keeps them current.
+pub(crate) fn listener_tls(tls: &Tls, metrics: TlsMetrics) -> Result<ListenerTls, TlsError> {
+    let store = CertStore::new(tls.pairs.len(), None, metrics);
+    let reloader = Reloader::new(store.clone(), tls.pairs.clone());
+    reloader.load_all()?;
+    let mut services: Vec<Box<dyn ServiceWithDependents>> = Vec::new();
+    if !tls.pairs.is_empty() {
+        services.push(Box::new(background_service("tls reload", reloader)));
+    }
+    Ok(ListenerTls {
+        store,
+        services,
+        acme_alpn: false,
+        waiting_text: String::new(),
+    })
 }
 
 /// Returns the PEM files in `dir`, generating a self-signed certificate for `names` when they

@@ -96,7 +96,13 @@ fn run(
     upstream.urls = None;
     cfg.routes.extend(extra_routes);
     if cfg.tls.is_none() {
-        cfg.tls = certificate(listen, cfg.public_url.as_deref(), &data_dir)?;
+        cfg.tls = certificate(listen, cfg.public_url.as_deref(), &data_dir)?.map(|files| {
+            crate::config::TlsConfig {
+                cert: Some(files.cert),
+                key: Some(files.key),
+                ..Default::default()
+            }
+        });
     }
     let public_url_given = cfg.public_url.is_some();
     let settings = match validated(cfg, env) {
