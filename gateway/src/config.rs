@@ -17,7 +17,7 @@ pub use file::{DEFAULT_MAX_LINE_BYTES, GatewayConfig};
 pub(crate) use file::{RouteConfig, StdioConfig, UpstreamConfig};
 pub(crate) use origins::{normalise_origin, url_host};
 pub(crate) use routes::{DEFAULT_ROUTE, Route, Upstream, UpstreamKind, valid_route_name};
-pub(crate) use tls::{Tls, TlsConfig, TlsFiles};
+pub(crate) use tls::{Acme, AcmeChallenge, Tls, TlsConfig, TlsFiles};
 
 use crate::{
     audit::{AuditSink, Rotation},

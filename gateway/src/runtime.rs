@@ -324,7 +324,7 @@ pub(crate) fn run(
         metrics,
     )?;
     // Routes with several `urls`: instances found down are probed back in (and up ones watched).
-    let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock);
+    let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock.clone());
     let prober = prober
         .has_work()
         .then(|| background_service("instance prober", prober));
@@ -332,7 +332,7 @@ pub(crate) fn run(
         .listen
         .tls
         .as_ref()
-        .map(|t| crate::tls::listener_tls(t, tls_metrics))
+        .map(|t| crate::tls::listener_tls(&settings, t, tls_metrics, clock.clone()))
         .transpose()
         .map_err(|e| ServeError::Pingora(e.to_string()))?;
     let (proxy, tls_services) = public_service(gateway, &server, &settings, tls)?;

@@ -44,7 +44,6 @@ pub(crate) enum AcmeChallenge {
 }
 
 impl AcmeChallenge {
-    #[allow(dead_code, reason = "the ACME client uses it")]
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::TlsAlpn01 => "tls-alpn-01",

@@ -16,7 +16,6 @@ pub(crate) struct Pair {
     /// The DNS names it covers (subjectAltName; the subject CN when it has none), lowercase.
     pub(crate) names: Vec<String>,
     /// Validity, seconds since the epoch.
-    #[allow(dead_code, reason = "the ACME client's renewal time uses it")]
     pub(crate) not_before: i64,
     pub(crate) not_after: i64,
 }

@@ -64,8 +64,6 @@ impl CertStore {
         }
         self.slots.store(Arc::new(next));
     }
-
-    #[allow(dead_code, reason = "the ACME client uses it")]
     /// The pair `slot` serves now.
     pub(crate) fn get(&self, slot: Slot) -> Option<Pair> {
         self.slots.load().get(slot).cloned().flatten()
@@ -79,15 +77,11 @@ impl CertStore {
     pub(crate) fn metrics(&self) -> &TlsMetrics {
         &self.metrics
     }
-
-    #[allow(dead_code, reason = "the ACME client uses it")]
     /// Answers tls-alpn-01 for `domain` with `key` until [`Self::clear_challenge`].
     pub(crate) fn set_challenge(&self, domain: &str, key: Arc<CertifiedKey>) {
         let mut map = self.challenges.write().unwrap_or_else(|p| p.into_inner());
         map.insert(domain.to_ascii_lowercase(), key);
     }
-
-    #[allow(dead_code, reason = "the ACME client uses it")]
     pub(crate) fn clear_challenge(&self, domain: &str) {
         let mut map = self.challenges.write().unwrap_or_else(|p| p.into_inner());
         map.remove(&domain.to_ascii_lowercase());

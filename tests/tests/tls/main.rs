@@ -4,6 +4,8 @@
 //! certificate a handshake gets.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod acme;
+mod pebble;
 mod reload;
 
 use std::{net::SocketAddr, path::Path, process::Command, sync::Arc, time::Duration};
@@ -12,20 +14,20 @@ use pforte_tests::{McpService, Proc, bin, eventually, free_port};
 
 /// A `pforte serve` started from a config text (the caller writes `[tls]`), its stderr in
 /// `gateway.log` beside the config.
-pub struct Served {
-    pub proc: Proc,
-    pub addr: SocketAddr,
-    pub dir: tempfile::TempDir,
+pub(crate) struct Served {
+    pub(crate) proc: Proc,
+    pub(crate) addr: SocketAddr,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Served {
     /// Starts the gateway on `port` with `config` (listen and data_dir are prepended) in front
     /// of `upstream`; does not wait for it.
-    pub fn spawn(dir: tempfile::TempDir, port: u16, tls_toml: &str, upstream: &str) -> Self {
+    pub(crate) fn spawn(dir: tempfile::TempDir, port: u16, tls_toml: &str, upstream: &str) -> Self {
         Self::spawn_with(dir, port, tls_toml, upstream, &[])
     }
 
-    pub fn spawn_with(
+    pub(crate) fn spawn_with(
         dir: tempfile::TempDir,
         port: u16,
         tls_toml: &str,
@@ -49,18 +51,18 @@ impl Served {
         Self { proc, addr, dir }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
     }
 }
 
 /// A free loopback port.
-pub fn port() -> u16 {
+pub(crate) fn port() -> u16 {
     free_port()
 }
 
 /// mcp-service on a free port.
-pub fn service() -> McpService {
+pub(crate) fn service() -> McpService {
     McpService::start(&[]).unwrap()
 }
 
@@ -114,7 +116,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyCert {
 }
 
 /// A TLS connection to `addr` naming `sni`, offering `alpn`; any certificate accepted.
-pub async fn connect(
+pub(crate) async fn connect(
     addr: SocketAddr,
     sni: &str,
     alpn: &[&[u8]],
@@ -133,7 +135,7 @@ pub async fn connect(
 }
 
 /// The leaf certificate (DER) a handshake naming `sni` gets.
-pub async fn served_leaf(addr: SocketAddr, sni: &str) -> anyhow::Result<Vec<u8>> {
+pub(crate) async fn served_leaf(addr: SocketAddr, sni: &str) -> anyhow::Result<Vec<u8>> {
     let tls = connect(addr, sni, &[b"http/1.1"]).await?;
     let (_, conn) = tls.get_ref();
     let leaf = conn
@@ -144,7 +146,7 @@ pub async fn served_leaf(addr: SocketAddr, sni: &str) -> anyhow::Result<Vec<u8>>
 }
 
 /// The DER of the first certificate in a PEM file.
-pub fn leaf_of(pem_file: &Path) -> Vec<u8> {
+pub(crate) fn leaf_of(pem_file: &Path) -> Vec<u8> {
     use rustls::pki_types::{CertificateDer, pem::PemObject as _};
     CertificateDer::pem_file_iter(pem_file)
         .unwrap()
@@ -156,7 +158,12 @@ pub fn leaf_of(pem_file: &Path) -> Vec<u8> {
 }
 
 /// Polls until the handshake naming `sni` gets `leaf`, up to `limit`.
-pub async fn until_served(addr: SocketAddr, sni: &str, leaf: &[u8], limit: Duration) -> bool {
+pub(crate) async fn until_served(
+    addr: SocketAddr,
+    sni: &str,
+    leaf: &[u8],
+    limit: Duration,
+) -> bool {
     eventually(limit, || async move {
         served_leaf(addr, sni).await.is_ok_and(|got| got == leaf)
     })
