@@ -7,6 +7,7 @@
 mod acme;
 mod pebble;
 mod reload;
+mod up_acme;
 
 use std::{net::SocketAddr, path::Path, process::Command, sync::Arc, time::Duration};
 
