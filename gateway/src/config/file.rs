@@ -277,15 +277,17 @@ impl GatewayConfig {
                 });
             }
         }
-        if let Some(v) = env("PFORTE_ACME_EMAIL") {
+        // The ACME variables: set and not empty (compose passes them through empty when the
+        // operator leaves them out) turn `[tls.acme]` on or change it.
+        if let Some(v) = env("PFORTE_ACME_EMAIL").filter(|v| !v.is_empty()) {
             let tls = self.tls.get_or_insert_with(TlsConfig::default);
             tls.acme.get_or_insert_with(Default::default).email = Some(v);
         }
-        if let Some(v) = env("PFORTE_ACME_DIRECTORY") {
+        if let Some(v) = env("PFORTE_ACME_DIRECTORY").filter(|v| !v.is_empty()) {
             let tls = self.tls.get_or_insert_with(TlsConfig::default);
             tls.acme.get_or_insert_with(Default::default).directory = v;
         }
-        if let Some(v) = env("PFORTE_ACME_CA_FILE") {
+        if let Some(v) = env("PFORTE_ACME_CA_FILE").filter(|v| !v.is_empty()) {
             let tls = self.tls.get_or_insert_with(TlsConfig::default);
             tls.acme.get_or_insert_with(Default::default).ca_file = Some(v.into());
         }

@@ -270,4 +270,30 @@ mod tests {
         }
         assert!(toml::from_str::<TlsConfig>("[acme]\nchallenge = \"dns-01\"").is_err());
     }
+
+    #[test]
+    fn acme_env_turns_acme_on_and_an_empty_one_leaves_it_off() {
+        use crate::config::GatewayConfig;
+        fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+            move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        }
+        let cfg = GatewayConfig::load(None, env(&[("PFORTE_ACME_EMAIL", "")])).unwrap();
+        assert!(cfg.tls.is_none());
+        let cfg = GatewayConfig::load(
+            None,
+            env(&[
+                ("PFORTE_ACME_EMAIL", "ops@example.com"),
+                ("PFORTE_ACME_DIRECTORY", "https://ca.example/dir"),
+            ]),
+        )
+        .unwrap();
+        let acme = cfg.tls.unwrap().acme.unwrap();
+        assert_eq!(acme.email.as_deref(), Some("ops@example.com"));
+        assert_eq!(acme.directory, "https://ca.example/dir");
+    }
 }

@@ -8,8 +8,12 @@
 //! listener hands over the plain TCP stream and this wrapper does the handshake, then passes
 //! the TLS stream to pingora's HTTP app as its own listener would have.
 //!
-//! Per connection this costs one downcast of pingora's boxed TCP stream and one move of it
-//! out of its box (pingora boxes the TLS stream either way) — no extra read or syscall.
+//! Per connection this costs one downcast of pingora's boxed TCP stream (a type-id compare) and
+//! one move of it out of its box (one allocation freed; pingora boxes the TLS stream either
+//! way) — no extra read, peek or syscall; the handshake itself is pingora's (`tls_handshake`,
+//! bounded to 60 s as pingora's listener bounds it). The connection's per-IP slot is now taken
+//! before the handshake, so connections in their handshake count against
+//! `max_connections_per_ip` too.
 //! A connection that negotiated `acme-tls/1` is closed after the handshake (RFC 8737 §3).
 //! Before the first certificate exists (ACME), a client gets the placeholder certificate and
 //! one plain `503` naming why, then the connection closes.
@@ -27,6 +31,9 @@ use rustls::ServerConfig;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::store::{ACME_TLS_ALPN, CertStore};
+
+/// The longest TLS handshake, as pingora's own listener bounds it.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a client waiting for the first certificate may take to send its request head.
 const WAITING_READ: std::time::Duration = std::time::Duration::from_secs(5);
@@ -131,13 +138,18 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for TlsEdge<A> {
         };
         let has_cert = hs.store.has_certificate();
         let acceptor = if has_cert { &hs.ready } else { &hs.waiting };
-        let mut tls = match acceptor.tls_handshake(tcp).await {
-            Ok(tls) => tls,
-            Err(e) => {
-                tracing::debug!(error = %e, "tls handshake failed");
-                return None;
-            }
-        };
+        let mut tls =
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.tls_handshake(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "tls handshake failed");
+                    return None;
+                }
+                Err(_) => {
+                    tracing::debug!("tls handshake timed out");
+                    return None;
+                }
+            };
         if is_acme(tls.selected_alpn_proto().as_ref()) {
             tracing::debug!("tls-alpn-01 validation handshake answered");
             let _ = tls.shutdown().await;
