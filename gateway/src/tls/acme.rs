@@ -35,7 +35,10 @@ use crate::config::{Acme, AcmeChallenge};
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 /// How often a gateway waiting on another one's order looks for its challenges and certificate.
-const FOLLOW_POLL: Duration = Duration::from_millis(500);
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
+/// With shared state, how long the order holder gives the other gateways to pick up a
+/// published challenge before telling the CA to validate (the CA may connect to any of them).
+const PUBLISH_GRACE: Duration = Duration::from_millis(3 * 200);
 /// The longest sleep between two looks at the stored certificate (shared state: another
 /// gateway may have renewed it).
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
@@ -343,6 +346,7 @@ impl AcmeService {
                         &serde_json::to_string(&published)?,
                     )
                     .await?;
+                tokio::time::sleep(PUBLISH_GRACE).await;
             }
             challenge.set_ready().await?;
         }
