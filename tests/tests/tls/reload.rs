@@ -1,6 +1,6 @@
 //! Certificates by path: several pairs on one listener picked by SNI, a rotated pair served to
 //! new connections while an open one goes on, a broken pair leaving the previous one served
-//! (and logged and counted), and SIGHUP.
+//! (and logged and counted), and SIGHUP; HTTP/2 through the gateway's own handshake.
 
 use std::{path::Path, time::Duration};
 
@@ -117,5 +117,39 @@ async fn a_rotated_pair_is_served_to_new_connections_and_sni_picks_among_pairs()
     assert!(
         text.contains("pforte_tls_reload_failures_total 1"),
         "{text}"
+    );
+}
+
+#[tokio::test]
+async fn http2_is_negotiated_and_served_through_the_gateways_handshake() {
+    let svc = service();
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().to_owned();
+    write_pair(&certs, "main", &["localhost"]);
+    let tls = format!(
+        "[tls]\ncert = \"{0}/main.cert.pem\"\nkey = \"{0}/main.key.pem\"\n",
+        certs.display()
+    );
+    let gw = Served::spawn(dir, port(), &tls, &svc.url());
+    let leaf = leaf_of(&certs.join("main.cert.pem"));
+    assert!(until_served(gw.addr, "localhost", &leaf, Duration::from_secs(20)).await);
+    let mut h2 = connect(gw.addr, "localhost", &[b"h2", b"http/1.1"])
+        .await
+        .unwrap();
+    assert_eq!(h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    // The client preface and an empty SETTINGS frame: pingora's HTTP/2 server answers with
+    // its own SETTINGS frame (type 4 on stream 0).
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut head = [0u8; 9];
+    h2.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[3], 4, "first frame {head:?}");
+    // Without [tls.acme] the listener does not offer acme-tls/1: a client offering only that
+    // is refused (no ALPN overlap).
+    assert!(
+        connect(gw.addr, "localhost", &[b"acme-tls/1"])
+            .await
+            .is_err()
     );
 }
