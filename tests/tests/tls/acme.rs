@@ -296,6 +296,13 @@ async fn a_renewal_replaces_the_certificate_without_a_failed_request_and_a_ca_ou
         gw.log()
             .contains("acme order failed; the current certificate stays served")
     );
+    // Still ready: a valid certificate is served, the CA's outage is not the gateway's.
+    let ready = client
+        .get(format!("{}/readyz", base(gw.addr)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
