@@ -3,7 +3,8 @@
 # a C compiler, cmake for pingora's zlib), installs the missing system packages on Debian/Ubuntu
 # (as root or with sudo), then builds `pforte` and `mcp-service` in release mode.
 #   ./build.sh              check/install, then cargo build --release
-#   ./build.sh --test       also install the packages ./test.sh needs (redis-server, chromium, git)
+#   ./build.sh --test       also install the packages ./test.sh needs (redis-server, chromium, git,
+#                           pebble: a real ACME CA with pebble-challtestsrv for the TLS tests)
 #   ./build.sh --deps-only  check/install only (.ci/run uses this before its own builds)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -32,6 +33,7 @@ if $test_deps; then
   command -v redis-server >/dev/null || need+=(redis-server)
   command -v chromium >/dev/null || need+=(chromium)
   command -v git >/dev/null || need+=(git)
+  command -v pebble-challtestsrv >/dev/null || need+=(pebble)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then

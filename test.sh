@@ -3,7 +3,7 @@
 # end-to-end tests start, then runs the whole workspace's tests.
 # A test that skips itself for a missing tool (outside CI) says so in target/skipped.txt; the
 # list is printed at the end, so a skip is never silent.
-# The end-to-end tests are four test binaries by theme (tests/tests/{gateway,oauth,stdio,state}/,
+# The end-to-end tests are five test binaries by theme (tests/tests/{gateway,oauth,stdio,state,tls}/,
 # one module per file); each runs its tests in parallel threads like any test binary. One theme:
 # ./test.sh --test stdio; one test: ./test.sh --test gateway skeleton::rmcp_client_over_tls.
 set -euo pipefail

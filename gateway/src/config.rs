@@ -9,13 +9,15 @@ mod origins;
 mod routes;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::{net::SocketAddr, path::PathBuf};
 
 pub use file::{DEFAULT_MAX_LINE_BYTES, GatewayConfig};
-pub(crate) use file::{RouteConfig, StdioConfig, TlsFiles, UpstreamConfig};
-pub(crate) use origins::normalise_origin;
+pub(crate) use file::{RouteConfig, StdioConfig, UpstreamConfig};
+pub(crate) use origins::{normalise_origin, url_host};
 pub(crate) use routes::{DEFAULT_ROUTE, Route, Upstream, UpstreamKind, valid_route_name};
+pub(crate) use tls::{Acme, AcmeChallenge, Tls, TlsConfig, TlsFiles};
 
 use crate::{
     audit::{AuditSink, Rotation},
@@ -124,7 +126,7 @@ pub(crate) struct Settings {
 pub(crate) struct Listen {
     pub(crate) addr: SocketAddr,
     /// TLS on this listener.
-    pub(crate) tls: Option<TlsFiles>,
+    pub(crate) tls: Option<Tls>,
     /// A TLS-terminating proxy sits in front: clients speak https to it.
     pub(crate) behind_tls_proxy: bool,
     /// Seconds an idle client connection is kept open between requests.
@@ -258,6 +260,11 @@ impl GatewayConfig {
             Some(url) => origins::normalise_base_url(url, self.behind_tls_proxy)?,
             None => format!("{scheme}://{}", self.listen),
         };
+        let tls = self
+            .tls
+            .as_ref()
+            .map(|t| t.validate(origins::url_host(&base_url).as_deref()))
+            .transpose()?;
         if let Some(url) = &self.redis_url
             && !(url.starts_with("redis://") || url.starts_with("rediss://"))
         {
@@ -313,7 +320,7 @@ impl GatewayConfig {
             base_url,
             listen: Listen {
                 addr: self.listen,
-                tls: self.tls.clone(),
+                tls,
                 behind_tls_proxy: self.behind_tls_proxy,
                 keepalive_timeout_secs: self.keepalive_timeout_secs,
                 max_connections_per_ip: self.max_connections_per_ip,

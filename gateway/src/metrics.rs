@@ -197,6 +197,34 @@ pub(crate) struct RateLimitMetrics {
     pub(crate) refusals: Counter,
 }
 
+/// The TLS listener's series: each served certificate's expiry, and reload and renewal
+/// failures. The certificate store and the ACME client count into a clone.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TlsMetrics {
+    not_after: Family<NameLabels, Gauge>,
+    pub(crate) renewal_failures: Counter,
+    pub(crate) renewals: Counter,
+    pub(crate) reload_failures: Counter,
+}
+
+/// A certificate by its first name (names come from the configuration's certificates and
+/// ACME domains: bounded).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NameLabels {
+    name: String,
+}
+
+impl TlsMetrics {
+    /// The certificate known as `name` expires at `not_after` (seconds since the epoch).
+    pub(crate) fn not_after(&self, name: &str, not_after: i64) {
+        self.not_after
+            .get_or_create(&NameLabels {
+                name: name.to_owned(),
+            })
+            .set(not_after);
+    }
+}
+
 /// One counter per [`ToolDecision`], indexed by it.
 type ToolCounters = [Counter; 3];
 
@@ -225,6 +253,7 @@ pub(crate) struct Metrics {
     tools: RwLock<HashMap<String, ToolCounters>>,
     other_tool: ToolCounters,
     ratelimit: RateLimitMetrics,
+    tls: TlsMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -323,6 +352,27 @@ impl Metrics {
             "Requests answered 429",
             ratelimit.refusals.clone(),
         );
+        let tls = TlsMetrics::default();
+        registry.register(
+            "pforte_tls_certificate_not_after_seconds",
+            "When each served certificate expires (Unix time), by its first name",
+            tls.not_after.clone(),
+        );
+        registry.register(
+            "pforte_tls_renewal_failures",
+            "ACME orders that failed (the previous certificate stays served)",
+            tls.renewal_failures.clone(),
+        );
+        registry.register(
+            "pforte_tls_renewals",
+            "Certificates obtained from the ACME CA",
+            tls.renewals.clone(),
+        );
+        registry.register(
+            "pforte_tls_reload_failures",
+            "Changed PEM pairs on disk that could not be loaded (the previous pair stays served)",
+            tls.reload_failures.clone(),
+        );
         let other_tool = tool_counters(&tool_calls, "other");
         Self {
             registry,
@@ -338,7 +388,13 @@ impl Metrics {
             tools: RwLock::new(HashMap::new()),
             other_tool,
             ratelimit,
+            tls,
         }
+    }
+
+    /// The TLS series, for the certificate store and the ACME client.
+    pub(crate) fn tls(&self) -> TlsMetrics {
+        self.tls.clone()
     }
 
     /// The limiter's series, for `SharedLimiter::new`.

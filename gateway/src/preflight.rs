@@ -13,11 +13,9 @@ use std::{
     net::{SocketAddr, TcpListener},
 };
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
-
 pub(crate) use routes::PATH_ENV;
 
-use crate::config::{ConfigError, Settings, TlsFiles};
+use crate::config::{ConfigError, Settings, Tls};
 
 /// Why the gateway cannot start with these settings. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -25,12 +23,10 @@ pub(crate) enum PreflightError {
     /// A file, program, directory or user the configuration names, in its own words.
     #[error(transparent)]
     Named(#[from] ConfigError),
-    #[error("tls.cert {path}: {reason}")]
-    Cert { path: String, reason: String },
-    #[error("tls.key {path}: {reason}")]
-    Key { path: String, reason: String },
-    #[error("tls: the key {key} does not belong to the certificate {cert}")]
-    KeyMismatch { cert: String, key: String },
+    #[error(transparent)]
+    Tls(crate::tls::LoadError),
+    #[error("tls.cert {cert}: the certificate expired (notAfter {not_after}, Unix time)")]
+    Expired { cert: String, not_after: i64 },
     #[error("{0}")]
     OAuth(String),
     #[error(
@@ -50,8 +46,13 @@ pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(),
     routes::check_named(settings, path_var)?;
     check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
-    if let Some(files) = &settings.listen.tls {
-        check_tls(files)?;
+    if let Some(tls) = &settings.listen.tls {
+        let host = crate::config::url_host(&settings.base_url);
+        let now = i64::try_from(pforte_clock::Clock::now_secs(&pforte_clock::SystemClock))
+            .unwrap_or(i64::MAX);
+        for warning in check_tls(tls, host.as_deref(), now)? {
+            eprintln!("warning: {warning}");
+        }
     }
     Ok(())
 }
@@ -77,54 +78,49 @@ pub(crate) fn check_run_as(
     Ok(())
 }
 
-/// Loads the certificate chain and key as the TLS listener will, and checks that they match.
-pub(crate) fn check_tls(files: &TlsFiles) -> Result<(), PreflightError> {
-    let cert_path = files.cert.display().to_string();
-    let key_path = files.key.display().to_string();
-    let cert_err = |reason: String| PreflightError::Cert {
-        path: cert_path.clone(),
-        reason,
-    };
-    let certs = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| cert_err(pem_reason(&e)))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| cert_err(pem_reason(&e)))?;
-    if certs.is_empty() {
-        return Err(cert_err(
-            "no PEM certificate (BEGIN CERTIFICATE) in it".into(),
+/// Loads every PEM pair as the TLS listener will: a key that does not belong to its
+/// certificate, or a certificate past its `notAfter` at `now` (seconds since the epoch), is
+/// refused. A certificate that covers no name of `public_host` gives a warning (returned: the
+/// caller prints it), since a client may reach the gateway by another name.
+pub(crate) fn check_tls(
+    tls: &Tls,
+    public_host: Option<&str>,
+    now: i64,
+) -> Result<Vec<String>, PreflightError> {
+    let mut warnings = Vec::new();
+    for files in &tls.pairs {
+        let pair = crate::tls::load(files).map_err(PreflightError::Tls)?;
+        if pair.expired(now) {
+            return Err(PreflightError::Expired {
+                cert: files.cert.display().to_string(),
+                not_after: pair.not_after,
+            });
+        }
+        if let Some(host) = public_host
+            && tls.pairs.len() == 1
+            && !pair.covers(host)
+        {
+            warnings.push(format!(
+                "tls.cert {}: the certificate ({}) does not cover the public URL's host {host}; \
+                 clients will refuse it",
+                files.cert.display(),
+                pair.names.join(", ")
+            ));
+        }
+    }
+    if let Some(host) = public_host
+        && tls.pairs.len() > 1
+        && tls.acme.is_none()
+        && !tls
+            .pairs
+            .iter()
+            .any(|f| crate::tls::load(f).is_ok_and(|p| p.covers(host)))
+    {
+        warnings.push(format!(
+            "tls: no certificate covers the public URL's host {host}; clients will refuse it"
         ));
     }
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| PreflightError::Key {
-        path: key_path.clone(),
-        reason: pem_reason(&e),
-    })?;
-    let provider = rustls::crypto::ring::default_provider();
-    let signing = provider
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| PreflightError::Key {
-            path: key_path.clone(),
-            reason: format!("unusable key: {e}"),
-        })?;
-    let certified = rustls::sign::CertifiedKey::new(certs, signing);
-    match certified.keys_match() {
-        Ok(()) => Ok(()),
-        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
-        Err(rustls::Error::InconsistentKeys(_)) => Err(PreflightError::KeyMismatch {
-            cert: cert_path,
-            key: key_path,
-        }),
-        Err(e) => Err(cert_err(format!("unusable certificate: {e}"))),
-    }
-}
-
-fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
-    use rustls::pki_types::pem::Error;
-    match e {
-        Error::NoItemsFound => "no PEM item of the expected kind in it".into(),
-        Error::Io(io) => io.to_string(),
-        other => format!("not valid PEM ({other:?})"),
-    }
+    Ok(warnings)
 }
 
 /// Why the listener cannot bind, as one line the operator can act on.
@@ -186,12 +182,15 @@ mod tests {
         );
     }
 
-    fn files(dir: &Path, cert: &str, key: &str) -> TlsFiles {
+    fn files(dir: &Path, cert: &str, key: &str) -> Tls {
         std::fs::write(dir.join("c.pem"), cert).unwrap();
         std::fs::write(dir.join("k.pem"), key).unwrap();
-        TlsFiles {
-            cert: dir.join("c.pem"),
-            key: dir.join("k.pem"),
+        Tls {
+            pairs: vec![crate::config::TlsFiles {
+                cert: dir.join("c.pem"),
+                key: dir.join("k.pem"),
+            }],
+            acme: None,
         }
     }
 
@@ -201,19 +200,46 @@ mod tests {
         let a = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let b = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let good = files(dir.path(), &a.cert.pem(), &a.signing_key.serialize_pem());
-        check_tls(&good).unwrap();
+        assert!(check_tls(&good, Some("localhost"), 0).unwrap().is_empty());
 
         let not_pem = files(dir.path(), "hello", &a.signing_key.serialize_pem());
-        let e = check_tls(&not_pem).unwrap_err().to_string();
+        let e = check_tls(&not_pem, None, 0).unwrap_err().to_string();
         assert!(e.starts_with("tls.cert "), "{e}");
 
         let no_key = files(dir.path(), &a.cert.pem(), &a.cert.pem());
-        let e = check_tls(&no_key).unwrap_err().to_string();
+        let e = check_tls(&no_key, None, 0).unwrap_err().to_string();
         assert!(e.starts_with("tls.key "), "{e}");
 
         let mismatch = files(dir.path(), &a.cert.pem(), &b.signing_key.serialize_pem());
-        let e = check_tls(&mismatch).unwrap_err().to_string();
+        let e = check_tls(&mismatch, None, 0).unwrap_err().to_string();
         assert!(e.contains("does not belong"), "{e}");
+    }
+
+    #[test]
+    fn an_expired_certificate_is_refused_and_a_foreign_host_warned() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["old.example".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let cert = params.self_signed(&key).unwrap();
+        let tls = files(dir.path(), &cert.pem(), &key.serialize_pem());
+        let in_2020 = 1_600_000_000;
+        assert!(
+            check_tls(&tls, Some("old.example"), in_2020)
+                .unwrap()
+                .is_empty()
+        );
+        let e = check_tls(&tls, Some("old.example"), 1_700_000_000)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the certificate expired"), "{e}");
+        let warnings = check_tls(&tls, Some("mcp.example.com"), in_2020).unwrap();
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains("does not cover the public URL's host mcp.example.com"),
+            "{warnings:?}"
+        );
     }
 
     #[test]

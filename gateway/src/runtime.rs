@@ -6,7 +6,7 @@ use std::{net::SocketAddr, sync::Arc};
 use async_trait::async_trait;
 use pforte_clock::{Clock, SystemClock};
 use pingora::{
-    listeners::{L4BufferSettings, ListenerConfig, tls::TlsSettings},
+    listeners::{L4BufferSettings, ListenerConfig},
     server::{
         RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch,
         configuration::ServerConf,
@@ -313,6 +313,7 @@ pub(crate) fn run(
             },
         )
     });
+    let tls_metrics = metrics.tls();
     let gateway = Gateway::new(
         settings.clone(),
         tokens,
@@ -323,14 +324,24 @@ pub(crate) fn run(
         metrics,
     )?;
     // Routes with several `urls`: instances found down are probed back in (and up ones watched).
-    let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock);
+    let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock.clone());
     let prober = prober
         .has_work()
         .then(|| background_service("instance prober", prober));
-    let proxy = public_service(gateway, &server, &settings)?;
+    let tls = settings
+        .listen
+        .tls
+        .as_ref()
+        .map(|t| crate::tls::listener_tls(&settings, t, tls_metrics, clock.clone()))
+        .transpose()
+        .map_err(|e| ServeError::Pingora(e.to_string()))?;
+    let (proxy, tls_services) = public_service(gateway, &server, &settings, tls)?;
     let listen = settings.listen.addr.to_string();
     server.add_service(proxy);
     server.add_service(maintenance);
+    for service in tls_services {
+        server.add_boxed_service(service);
+    }
     if let Some(service) = prober {
         server.add_service(service);
     }
@@ -366,16 +377,19 @@ pub(crate) fn run(
     Ok(())
 }
 
-/// The public listener's service: the gateway's phases, each connection holding a slot of its
-/// client IP, on TLS (HTTP/2 offered) or plain TCP.
+/// The public listener's service and its certificates' services: the gateway's phases,
+/// each connection holding a slot of its client IP, then the gateway's own TLS handshake
+/// (HTTP/2 offered; see `tls::accept`) or plain TCP.
+type PublicService = pingora::services::listening::Service<
+    conns::Capped<crate::tls::TlsEdge<pingora::proxy::HttpProxy<Gateway>>>,
+>;
+
 fn public_service(
     gateway: Gateway,
     server: &Server,
     settings: &Settings,
-) -> Result<
-    pingora::services::listening::Service<conns::Capped<pingora::proxy::HttpProxy<Gateway>>>,
-    ServeError,
-> {
+    tls: Option<crate::tls::ListenerTls>,
+) -> Result<(PublicService, Vec<Box<dyn ServiceWithDependents>>), ServeError> {
     let mut app = pingora::proxy::HttpProxy::new(gateway, server.configuration.clone());
     app.handle_init_modules();
     // An HTTP/2 connection without open streams closes like an idle HTTP/1.1 one (whose
@@ -389,25 +403,23 @@ fn public_service(
         settings.listen.max_connections_per_ip,
         settings.admission.trusted_proxies.clone(),
     );
+    let (edge, services) = match tls {
+        Some(tls) => (
+            crate::tls::TlsEdge::new(app, tls.store, tls.acme_alpn, tls.waiting_text),
+            tls.services,
+        ),
+        None => (crate::tls::TlsEdge::plain(app), Vec::new()),
+    };
     let mut proxy = pingora::services::listening::Service::new(
         "pforte".to_owned(),
-        conns::Capped::new(app, connections),
+        conns::Capped::new(edge, connections),
     );
+    // The handshake is the gateway's own (after the listener hands over the TCP stream), so
+    // the endpoint is plain TCP either way; TLS keeps a record-sized read buffer.
     let endpoint = ListenerConfig::tcp(settings.listen.addr.to_string())
         .l4_buffer(downstream_buffers(settings.listen.tls.is_some()));
-    match &settings.listen.tls {
-        Some(files) => {
-            let mut tls = TlsSettings::intermediate(
-                &files.cert.display().to_string(),
-                &files.key.display().to_string(),
-            )
-            .map_err(|e| ServeError::Pingora(format!("loading TLS files: {e}")))?;
-            tls.enable_h2();
-            proxy.add_listener(endpoint.tls(tls));
-        }
-        None => proxy.add_listener(endpoint),
-    }
-    Ok(proxy)
+    proxy.add_listener(endpoint);
+    Ok((proxy, services))
 }
 
 /// pingora's settings: threads, shutdown timing, the pid file and upgrade socket in the data dir.

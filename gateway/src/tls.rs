@@ -1,19 +1,133 @@
-//! Certificates for the public listener: a self-signed one generated on first run when the
+//! Certificates for the public listener: the store the handshake resolves from (SNI,
+//! tls-alpn-01), the gateway's own handshake in front of pingora's HTTP app, PEM pairs by path
+//! reloaded on change and SIGHUP, and a self-signed one generated on first run when the
 //! operator supplies none.
 
-use std::path::{Path, PathBuf};
+mod accept;
+mod acme;
+mod pair;
+mod reload;
+mod store;
 
-use crate::config::TlsFiles;
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use pforte_clock::Clock;
+use pingora::services::{ServiceWithDependents, background::background_service};
+
+pub(crate) use accept::TlsEdge;
+use pair::Pair;
+pub(crate) use pair::PairError;
+pub(crate) use reload::{LoadError, Reloader, load};
+pub(crate) use store::CertStore;
+
+use crate::{
+    config::{Settings, Tls, TlsFiles},
+    metrics::TlsMetrics,
+    stores::Site,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TlsError {
     #[error("generating a certificate: {0}")]
     Generate(#[from] rcgen::Error),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("tls.acme.http_listen {0}: {1}")]
+    HttpListen(std::net::SocketAddr, std::io::Error),
+    #[error("the placeholder certificate: {0}")]
+    Placeholder(PairError),
     #[error("writing {path}: {source}")]
     Write {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// The listener's certificates: the store its handshakes resolve from, and the services that
+/// keep the store filled (the reloader of the pairs by path, the ACME client).
+pub(crate) struct ListenerTls {
+    pub(crate) store: Arc<CertStore>,
+    pub(crate) services: Vec<Box<dyn ServiceWithDependents>>,
+    /// Offer ALPN `acme-tls/1` (the challenge is tls-alpn-01).
+    pub(crate) acme_alpn: bool,
+    /// What a client hears before the first certificate exists.
+    pub(crate) waiting_text: String,
+}
+
+/// Loads the pairs by path into their slots (a bad one fails the start: preflight has named
+/// it already) and sets up what keeps them current: the reloader, and with `[tls.acme]` the
+/// ACME client (its slot after the pairs) and its plain http-01 listener, bound here so a bad
+/// address fails the start.
+pub(crate) fn listener_tls(
+    settings: &Settings,
+    tls: &Tls,
+    metrics: TlsMetrics,
+    clock: Arc<dyn Clock>,
+) -> Result<ListenerTls, TlsError> {
+    let placeholder = match &tls.acme {
+        Some(acme) => Some(placeholder(&acme.domains)?),
+        None => None,
+    };
+    let slots = tls.pairs.len() + usize::from(tls.acme.is_some());
+    let store = CertStore::new(slots, placeholder, metrics);
+    let reloader = Reloader::new(store.clone(), tls.pairs.clone());
+    reloader.load_all()?;
+    let mut services: Vec<Box<dyn ServiceWithDependents>> = Vec::new();
+    if !tls.pairs.is_empty() {
+        services.push(Box::new(background_service("tls reload", reloader)));
+    }
+    let mut waiting_text = String::new();
+    if let Some(acme) = &tls.acme {
+        let tokens = acme::HttpTokens::default();
+        if let Some(addr) = acme.http_listen {
+            let listener =
+                std::net::TcpListener::bind(addr).map_err(|e| TlsError::HttpListen(addr, e))?;
+            let http = acme::Http01::new(listener, tokens.clone(), settings.base_url.clone());
+            services.push(Box::new(background_service("acme http-01 listener", http)));
+        }
+        let site = match &settings.store {
+            Site::Redis(url) => acme::StateSite::Redis(url.clone()),
+            Site::Embedded(_) => acme::StateSite::Files(settings.data_dir.join("acme")),
+        };
+        waiting_text = format!(
+            "pforte is obtaining the TLS certificate for {} from {} ({}); retry in a minute\n",
+            acme.domains.join(", "),
+            acme.directory,
+            acme.challenge.as_str()
+        );
+        let client = acme::AcmeService::new(
+            acme.clone(),
+            store.clone(),
+            tls.pairs.len(),
+            site,
+            tokens,
+            clock,
+        );
+        services.push(Box::new(background_service("acme", client)));
+    }
+    Ok(ListenerTls {
+        store,
+        services,
+        acme_alpn: tls
+            .acme
+            .as_ref()
+            .is_some_and(|a| a.challenge == crate::config::AcmeChallenge::TlsAlpn01),
+        waiting_text,
+    })
+}
+
+/// The certificate a client gets before ACME's first one exists: self-signed for the domains.
+fn placeholder(domains: &[String]) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+    let certified = rcgen::generate_simple_self_signed(domains.to_vec())?;
+    let pair = Pair::from_pem(
+        certified.cert.pem().as_bytes(),
+        certified.signing_key.serialize_pem().as_bytes(),
+    )
+    .map_err(TlsError::Placeholder)?;
+    Ok(pair.key)
 }
 
 /// Returns the PEM files in `dir`, generating a self-signed certificate for `names` when they

@@ -32,12 +32,17 @@ const UP_USER: &str = "admin";
 // `pforte up`'s flags (no doc comment: the subcommand's help is the `Up` variant's).
 #[derive(clap::Args)]
 pub struct UpArgs {
-    /// Public listener. Off loopback, a self-signed certificate is generated.
-    #[arg(long, default_value = "127.0.0.1:8787")]
-    listen: SocketAddr,
+    /// Public listener (default 127.0.0.1:8787; with --acme 0.0.0.0:443). Off loopback
+    /// without --acme, a self-signed certificate is generated.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// The URL clients use, when it differs from the listen address.
     #[arg(long)]
     public_url: Option<String>,
+    /// Obtain a publicly trusted certificate for --public-url's host from Let's Encrypt
+    /// (tls-alpn-01 on the listener, port 443 by default), with this contact address.
+    #[arg(long, value_name = "EMAIL")]
+    acme: Option<String>,
     /// A stdio MCP server behind the gateway at /NAME/mcp: NAME='COMMAND ARGS…' (shell
     /// words; repeatable), e.g. --stdio notes='npx -y @modelcontextprotocol/server-filesystem /srv/notes'.
     #[arg(long = "stdio", value_name = "NAME=COMMAND")]
@@ -63,18 +68,52 @@ pub fn up(
             return Ok(ExitCode::from(cli::exit::USAGE));
         }
     };
+    if args.acme.is_some()
+        && !args
+            .public_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("https://"))
+    {
+        eprintln!(
+            "pforte: --acme needs --public-url https://HOST (the name the certificate is for, \
+             whose DNS points at this machine)"
+        );
+        return Ok(ExitCode::from(cli::exit::USAGE));
+    }
     let data_dir = data_dir.unwrap_or_else(|| PathBuf::from(".pforte"));
-    run(args.listen, config, data_dir, args.public_url, extra, env).map_err(Failure::from)
+    let listen = default_listen(args.listen, args.acme.is_some());
+    let public = Public {
+        url: args.public_url,
+        acme: args.acme,
+    };
+    run(listen, config, data_dir, public, extra, env).map_err(Failure::from)
+}
+
+/// What `up` is told about its public side: the URL, and the ACME contact address.
+struct Public {
+    url: Option<String>,
+    acme: Option<String>,
+}
+
+/// The listener `up` takes without `--listen`: port 443 on every address with `--acme` (the
+/// CA's tls-alpn-01 probe and Claude.ai come there), else loopback 8787.
+fn default_listen(given: Option<SocketAddr>, acme: bool) -> SocketAddr {
+    given.unwrap_or(if acme {
+        SocketAddr::from(([0, 0, 0, 0], 443))
+    } else {
+        SocketAddr::from(([127, 0, 0, 1], 8787))
+    })
 }
 
 fn run(
     listen: SocketAddr,
     config: Option<PathBuf>,
     data_dir: PathBuf,
-    public_url: Option<String>,
+    public: Public,
     extra_routes: Vec<RouteConfig>,
     env: &Env,
 ) -> anyhow::Result<ExitCode> {
+    let public_url = public.url;
     if let Err(e) = preflight::check_bind(listen) {
         eprintln!("pforte: {e}");
         return Ok(ExitCode::FAILURE);
@@ -95,8 +134,18 @@ fn run(
     upstream.url = Some(child.upstream_url());
     upstream.urls = None;
     cfg.routes.extend(extra_routes);
+    if let Some(email) = public.acme {
+        let tls = cfg.tls.get_or_insert_with(Default::default);
+        tls.acme.get_or_insert_with(Default::default).email = Some(email);
+    }
     if cfg.tls.is_none() {
-        cfg.tls = certificate(listen, cfg.public_url.as_deref(), &data_dir)?;
+        cfg.tls = certificate(listen, cfg.public_url.as_deref(), &data_dir)?.map(|files| {
+            crate::config::TlsConfig {
+                cert: Some(files.cert),
+                key: Some(files.key),
+                ..Default::default()
+            }
+        });
     }
     let public_url_given = cfg.public_url.is_some();
     let settings = match validated(cfg, env) {
@@ -147,6 +196,9 @@ fn run(
         ),
     }
     drop(admin);
+    for line in acme_lines(&settings) {
+        println!("{line}");
+    }
     if settings.tls_enabled() && !public_url_given {
         println!(
             "  TLS:       self-signed certificate in {}",
@@ -158,6 +210,26 @@ fn run(
     let supervisor = background_service("mcp-service", child);
     runtime::run(settings, stores, vec![Box::new(supervisor)])?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The banner's lines about an ACME certificate: where it comes from, and the URL to give
+/// Claude.ai once it is there.
+fn acme_lines(settings: &crate::config::Settings) -> Vec<String> {
+    let Some(acme) = settings.listen.tls.as_ref().and_then(|t| t.acme.as_ref()) else {
+        return Vec::new();
+    };
+    vec![
+        format!(
+            "  TLS:       certificate for {} from {} ({}; obtained now, renewed automatically)",
+            acme.domains.join(", "),
+            acme.directory,
+            acme.challenge.as_str()
+        ),
+        format!(
+            "  Claude.ai: Settings → Connectors → Add custom connector, URL {}",
+            settings.resource()
+        ),
+    ]
 }
 
 /// The names a generated certificate is for: a listener off loopback gets one for
@@ -229,6 +301,29 @@ mod tests {
     use crate::stores::Site;
 
     use super::*;
+
+    #[test]
+    fn acme_listens_on_443_and_the_banner_names_the_connector_url() {
+        assert_eq!(default_listen(None, true), "0.0.0.0:443".parse().unwrap());
+        assert_eq!(
+            default_listen(None, false),
+            "127.0.0.1:8787".parse().unwrap()
+        );
+        let given = "127.0.0.1:9443".parse().unwrap();
+        assert_eq!(default_listen(Some(given), true), given);
+        let settings = toml::from_str::<crate::config::GatewayConfig>(
+            "listen = \"0.0.0.0:443\"\npublic_url = \"https://mcp.example.com\"\n[tls.acme]\nemail = \"ops@example.com\"",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let lines = acme_lines(&settings);
+        assert!(lines[0].contains("certificate for mcp.example.com from https://acme-v02.api.letsencrypt.org/directory (tls-alpn-01"), "{lines:?}");
+        assert!(
+            lines[1].ends_with("URL https://mcp.example.com/mcp"),
+            "{lines:?}"
+        );
+    }
 
     #[test]
     fn a_certificate_only_off_loopback_for_its_ip_and_the_public_host() {

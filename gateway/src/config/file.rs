@@ -9,15 +9,7 @@ use std::{
 
 use serde::Deserialize;
 
-use super::{ConfigError, DEFAULT_ROUTE};
-
-/// TLS certificate and key, PEM files.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct TlsFiles {
-    pub(crate) cert: PathBuf,
-    pub(crate) key: PathBuf,
-}
+use super::{ConfigError, DEFAULT_ROUTE, tls::TlsConfig};
 
 /// `[upstream]`'s URL when it names none.
 pub(crate) const DEFAULT_UPSTREAM_URL: &str = "http://127.0.0.1:8080/mcp";
@@ -131,7 +123,7 @@ pub struct GatewayConfig {
     pub(crate) data_dir: PathBuf,
     /// TLS on the public listener. Required unless the listener is loopback or
     /// `behind_tls_proxy` says a TLS-terminating proxy sits in front.
-    pub(crate) tls: Option<TlsFiles>,
+    pub(crate) tls: Option<TlsConfig>,
     pub(crate) behind_tls_proxy: bool,
     /// The route `mcp` at `/mcp`. Absent with `[[routes]]`: no `/mcp` route; absent without
     /// them: the default upstream.
@@ -272,10 +264,9 @@ impl GatewayConfig {
         }
         match (env("PFORTE_TLS_CERT"), env("PFORTE_TLS_KEY")) {
             (Some(cert), Some(key)) => {
-                self.tls = Some(TlsFiles {
-                    cert: cert.into(),
-                    key: key.into(),
-                });
+                let tls = self.tls.get_or_insert_with(TlsConfig::default);
+                tls.cert = Some(cert.into());
+                tls.key = Some(key.into());
             }
             (None, None) => {}
             (Some(v), None) | (None, Some(v)) => {
@@ -285,6 +276,20 @@ impl GatewayConfig {
                     reason: "set both or neither".into(),
                 });
             }
+        }
+        // The ACME variables: set and not empty (compose passes them through empty when the
+        // operator leaves them out) turn `[tls.acme]` on or change it.
+        if let Some(v) = env("PFORTE_ACME_EMAIL").filter(|v| !v.is_empty()) {
+            let tls = self.tls.get_or_insert_with(TlsConfig::default);
+            tls.acme.get_or_insert_with(Default::default).email = Some(v);
+        }
+        if let Some(v) = env("PFORTE_ACME_DIRECTORY").filter(|v| !v.is_empty()) {
+            let tls = self.tls.get_or_insert_with(TlsConfig::default);
+            tls.acme.get_or_insert_with(Default::default).directory = v;
+        }
+        if let Some(v) = env("PFORTE_ACME_CA_FILE").filter(|v| !v.is_empty()) {
+            let tls = self.tls.get_or_insert_with(TlsConfig::default);
+            tls.acme.get_or_insert_with(Default::default).ca_file = Some(v.into());
         }
         if let Some(v) = env("PFORTE_BEHIND_TLS_PROXY") {
             self.behind_tls_proxy = parse("PFORTE_BEHIND_TLS_PROXY", v)?;

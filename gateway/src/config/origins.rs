@@ -105,3 +105,10 @@ pub(crate) fn normalise_origin(origin: &str) -> Option<String> {
         _ => format!("{scheme}://{host}"),
     })
 }
+
+/// The host of a base URL (lowercase; an IPv6 address without brackets).
+pub(crate) fn url_host(base_url: &str) -> Option<String> {
+    let uri: Uri = base_url.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    Some(host.to_ascii_lowercase())
+}

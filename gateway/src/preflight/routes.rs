@@ -23,9 +23,15 @@ pub(super) fn check_named(
     path_var: Option<&OsStr>,
 ) -> Result<(), ConfigError> {
     if let Some(tls) = &settings.listen.tls {
-        for (field, path) in [("tls.cert", &tls.cert), ("tls.key", &tls.key)] {
+        for files in &tls.pairs {
+            for (field, path) in [("tls.cert", &files.cert), ("tls.key", &files.key)] {
+                std::fs::metadata(path)
+                    .map_err(|e| invalid(field, format!("{}: {e}", path.display())))?;
+            }
+        }
+        if let Some(path) = tls.acme.as_ref().and_then(|a| a.ca_file.as_ref()) {
             std::fs::metadata(path)
-                .map_err(|e| invalid(field, format!("{}: {e}", path.display())))?;
+                .map_err(|e| invalid("tls.acme.ca_file", format!("{}: {e}", path.display())))?;
         }
     }
     for route in &settings.routes {
