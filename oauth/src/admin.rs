@@ -135,6 +135,7 @@ impl Admin {
             password_hash: hash,
             created_at: now,
             updated_at: now,
+            external: None,
         };
         if !self.store.create_user(&user).await? {
             return Err(AdminError::UserExists(username.to_owned()));
