@@ -50,6 +50,24 @@ pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(),
     routes::check_named(settings, path_var)?;
     check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
+    for p in &settings.oauth.login.oidc {
+        if let Some(path) = &p.client_secret_file {
+            let secret = std::fs::read_to_string(path).map_err(|e| {
+                PreflightError::OAuth(format!(
+                    "[[oauth.login.oidc]] {:?}: cannot read client_secret_file {}: {e}",
+                    p.name,
+                    path.display()
+                ))
+            })?;
+            if secret.trim().is_empty() {
+                return Err(PreflightError::OAuth(format!(
+                    "[[oauth.login.oidc]] {:?}: client_secret_file {} is empty",
+                    p.name,
+                    path.display()
+                )));
+            }
+        }
+    }
     if let Some(files) = &settings.listen.tls {
         check_tls(files)?;
     }

@@ -42,6 +42,9 @@ pub struct UserInfo {
     pub username: String,
     pub created_at: u64,
     pub updated_at: u64,
+    /// Where the user comes from: `None` for a local (password) user, else the OpenID
+    /// provider's identity (provider name, issuer, subject, verified email, groups).
+    pub external: Option<crate::model::ExternalIdentity>,
 }
 
 /// A registered client as listed (no secret hash).
@@ -167,6 +170,7 @@ impl Admin {
                 username: u.username,
                 created_at: u.created_at,
                 updated_at: u.updated_at,
+                external: u.external,
             })
             .collect())
     }

@@ -22,7 +22,7 @@ mod store;
 mod throttle;
 mod validator;
 
-pub use admin::{Admin, AdminError, GrantFilter};
+pub use admin::{Admin, AdminError, GrantFilter, UserInfo};
 pub use auth_server::{AuthServer, BuildError, OIDC_CALLBACK_PATH};
 pub use config::{
     ConfigError, LoginConfig, OAuthConfig, OidcProviderConfig, PasswordHashing, Quota,
