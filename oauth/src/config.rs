@@ -7,7 +7,7 @@ use url::Url;
 
 use crate::protocol::resource;
 
-mod login;
+pub(crate) mod login;
 
 pub use login::{LoginConfig, OidcProviderConfig, Role, Roles};
 

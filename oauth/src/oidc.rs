@@ -223,6 +223,21 @@ impl Providers {
         let metadata = CoreProviderMetadata::discover_async(issuer, &self.http_client())
             .await
             .map_err(|e| OidcError::Unreachable(format!("discovery failed: {}", chain(&e))))?;
+        // The client secret and the code travel to these: https (http only on loopback).
+        let endpoints = [
+            Some(metadata.authorization_endpoint().url()),
+            metadata.token_endpoint().map(|t| t.url()),
+            Some(metadata.jwks_uri().url()),
+        ];
+        if let Some(bad) = endpoints
+            .into_iter()
+            .flatten()
+            .find(|u| !crate::config::login::secure_or_loopback(u))
+        {
+            return Err(OidcError::Unreachable(format!(
+                "its discovery document names a plain-http endpoint off loopback: {bad}"
+            )));
+        }
         let d = Discovered {
             metadata,
             at_ms: now,

@@ -3,6 +3,7 @@
 // of $IDP_CONFIG. Its own small routes beside the provider's:
 //   GET  /interaction/UID        a sign-in form (field `login`: a user's id, no password)
 //   POST /interaction/UID/login  signs that user in and grants the requested scopes
+//   POST /interaction/UID/abort  the user cancels: the provider answers error=access_denied
 //   POST /admin/client?redirect_uri=URL   sets the client's redirect URI (the gateway's port
 //                                         is known only after the provider started)
 //   POST /admin/rotate           replaces the signing key by a new one with a new kid
@@ -117,10 +118,16 @@ function loginForm(uid, error) {
 <button type="submit">Sign in</button></form></body></html>`;
 }
 
-async function interaction(req, res, uid, submit) {
+async function interaction(req, res, uid, action) {
   const details = await provider.interactionDetails(req, res);
   if (details.uid !== uid) return send(res, 400, 'text/plain', 'interaction mismatch');
-  if (!submit) return send(res, 200, 'text/html', loginForm(uid));
+  if (!action) return send(res, 200, 'text/html', loginForm(uid));
+  if (action === 'abort') {
+    return provider.interactionFinished(req, res, {
+      error: 'access_denied',
+      error_description: 'the user cancelled the sign-in',
+    }, { mergeWithLastSubmission: false });
+  }
   const form = new URLSearchParams(await readBody(req));
   const login = form.get('login') ?? '';
   if (!accounts[login]) return send(res, 200, 'text/html', loginForm(uid, 'unknown user'));
@@ -154,9 +161,9 @@ key = await newKey();
 let issuer;
 const server = http.createServer((req, res) => {
   const url = new URL(req.url, issuer);
-  const m = url.pathname.match(/^\/interaction\/([A-Za-z0-9_-]+)(\/login)?$/);
+  const m = url.pathname.match(/^\/interaction\/([A-Za-z0-9_-]+)(?:\/(login|abort))?$/);
   const work = url.pathname.startsWith('/admin/') ? admin(req, res, url, issuer)
-    : m ? interaction(req, res, m[1], Boolean(m[2]) && req.method === 'POST')
+    : m ? interaction(req, res, m[1], req.method === 'POST' ? m[2] : undefined)
       : Promise.resolve(provider.callback()(req, res));
   work.catch((e) => {
     if (!res.headersSent) send(res, 500, 'text/plain', `test idp: ${e.message}`);

@@ -91,7 +91,7 @@ fn err(msg: String) -> ConfigError {
 }
 
 /// Whether `url` is `https`, or `http` on a loopback address.
-fn secure_or_loopback(url: &Url) -> bool {
+pub(crate) fn secure_or_loopback(url: &Url) -> bool {
     match url.scheme() {
         "https" => true,
         "http" => match url.host() {

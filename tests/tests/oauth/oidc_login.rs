@@ -584,3 +584,134 @@ async fn no_token_code_or_id_token_in_the_logs_or_the_audit_log() {
     assert!(!log.contains("eyJ"), "a JWT in the log: {log}");
     assert!(!audit.contains("eyJ"), "a JWT in the audit log: {audit}");
 }
+
+/// Headless Chromium (tests/browser/render.py) clicks "Sign in with Test IdP", signs in at the
+/// provider, approves, and reaches the client's redirect URI with a code: the login page's CSP
+/// lets the button's redirect to the provider through, nothing logs an error. Screenshots in
+/// `<target>/screenshots/`: `idp-login.png` (the login page with the provider's button beside
+/// the password form), `idp-idp.png` (the provider's page), `idp-consent.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_signs_in_with_the_provider_button() {
+    let Some(chromium) = crate::oauth_browser::chromium() else {
+        assert!(!in_ci(), "chromium is missing under CI=true");
+        skip("chromium is not installed (apt-get install -y chromium)");
+        return;
+    };
+    let Some(w) = World::start(|b, oauth| b.oauth(oauth)).await else {
+        return;
+    };
+    let (_, _, auth) = w.authorize("mcp:read mcp:write", None).await;
+    let shots = pforte_tests::target_dir().join("screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let stderr_path = w.files.path().join("render-stderr.log");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/render.py");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .arg("--chromium")
+        .arg(&chromium)
+        .args(["--url", auth.as_str(), "--user", "ann", "--idp", IDP])
+        .args([
+            "--shot-prefix",
+            "idp-",
+            "--callback-prefix",
+            CLAUDE_CALLBACK,
+        ])
+        .arg("--out-dir")
+        .arg(&shots)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let done = pforte_tests::eventually(Duration::from_secs(90), || {
+        let finished = child.try_wait().unwrap().is_some();
+        async move { finished }
+    })
+    .await;
+    if !done {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(done && out.status.success(), "render.py failed:\n{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let r: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    assert_eq!(
+        r["console"],
+        serde_json::json!([]),
+        "console messages: {r:#}"
+    );
+    assert_eq!(r["exceptions"], serde_json::json!([]), "exceptions: {r:#}");
+    let problems: Vec<_> = r["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e["level"].as_str(), Some("error" | "warning")))
+        .filter(|e| {
+            !e["url"]
+                .as_str()
+                .is_some_and(|u| u.ends_with("/favicon.ico"))
+        })
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "log errors/warnings (a CSP block?): {problems:#?}"
+    );
+    let login = r["login"]["text"].as_str().unwrap();
+    assert!(
+        login.contains("Sign in with Test IdP") && login.contains("Password"),
+        "{login}"
+    );
+    assert!(
+        r["idp"]["url"].as_str().unwrap().starts_with(&w.idp.issuer),
+        "{r:#}"
+    );
+    let consent = r["consent"]["text"].as_str().unwrap();
+    assert!(consent.contains("ann@example.com"), "{consent}");
+    let cb = Url::parse(r["callback"].as_str().unwrap()).unwrap();
+    assert!(param(&cb, "code").is_some(), "{cb}");
+    for name in ["idp-login.png", "idp-idp.png", "idp-consent.png"] {
+        let p = shots.join(name);
+        assert!(
+            crate::oauth_browser::is_png(&p),
+            "{} is not a screenshot",
+            p.display()
+        );
+        eprintln!("screenshot: {}", p.display());
+    }
+}
+
+#[tokio::test]
+async fn a_provider_error_gives_a_page_naming_it() {
+    let Some(w) = World::start(|b, oauth| b.oauth(oauth)).await else {
+        return;
+    };
+    let (_, _, auth) = w.authorize("mcp:read", None).await;
+    let login = w.browser.get(&auth).await.unwrap();
+    let button = Form::parse_all(&login.url, &login.body)
+        .unwrap()
+        .into_iter()
+        .find(|f| f.buttons.iter().any(|(n, _)| n == "provider"))
+        .unwrap();
+    let sent = w.browser.submit(&button, Some(IDP)).await.unwrap();
+    let form_page = follow(&w.browser, sent).await.unwrap();
+    // The person cancels at the provider: it answers error=access_denied.
+    let abort = Url::parse(&format!("{}/abort", form_page.url)).unwrap();
+    let cancelled = w.browser.post_fields(&abort, &[]).await.unwrap();
+    let page = follow(&w.browser, cancelled).await.unwrap();
+    assert_eq!(page.status, 403, "{}", page.body);
+    assert!(
+        page.body.contains("Sign-in with Test IdP failed"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("did not allow the sign-in (access_denied)"),
+        "{}",
+        page.body
+    );
+    let audit = w.audit_events(1).await;
+    assert_eq!(audit[0]["reason"], "idp_error: access_denied", "{audit:?}");
+}
