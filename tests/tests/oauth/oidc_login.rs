@@ -715,3 +715,76 @@ async fn a_provider_error_gives_a_page_naming_it() {
     let audit = w.audit_events(1).await;
     assert_eq!(audit[0]["reason"], "idp_error: access_denied", "{audit:?}");
 }
+
+#[tokio::test]
+async fn sign_in_on_redis_keeps_the_pending_sign_in_there() {
+    let Some(redis) = pforte_tests::RedisServer::start() else {
+        return;
+    };
+    let Some(w) = World::start(move |b, oauth| b.redis(redis).oauth(oauth)).await else {
+        return;
+    };
+    let (client, pkce, auth) = w.authorize("mcp:read", None).await;
+    let (_, callback) = w.to_provider(&auth, "ann").await.unwrap();
+    // Between the button and the callback the pending sign-in is a record in redis, under
+    // the hash of its state (the state itself is not there).
+    let state = param(&callback, "state").unwrap();
+    let dump = w.gw.redis.as_ref().unwrap().dump().unwrap();
+    let dump = String::from_utf8_lossy(&dump);
+    assert!(
+        dump.contains("\"provider\":\"Test IdP\""),
+        "the pending sign-in is in redis"
+    );
+    assert!(!dump.contains(&state), "the state itself is not stored");
+    let consent = follow(&w.browser, w.browser.get(&callback).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(consent.status, 200, "{}", consent.body);
+    let token = w.approve(&consent, &client, &pkce).await.unwrap();
+    assert_eq!(
+        pforte_tests::oauth::mcp_status(&w.gw.http(), &w.gw.mcp_url(), &token).await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn without_local_passwords_only_the_buttons_are_offered() {
+    let Some(w) = World::start(|b, mut oauth| {
+        if let Some(login) = oauth.login.as_mut() {
+            login.local_passwords = Some(false);
+        }
+        b.oauth(oauth)
+    })
+    .await
+    else {
+        return;
+    };
+    let (_, _, auth) = w.authorize("mcp:read", None).await;
+    let page = w.browser.get(&auth).await.unwrap();
+    assert!(page.body.contains("Sign in with Test IdP"), "{}", page.body);
+    assert!(!page.body.contains("type=\"password\""), "{}", page.body);
+    // A password login posted anyway (with a valid CSRF token) is refused.
+    let button = Form::parse_all(&page.url, &page.body).unwrap().remove(0);
+    let mut fields: Vec<(String, String)> = button
+        .fields
+        .iter()
+        .filter(|(n, _)| n != "step")
+        .cloned()
+        .collect();
+    fields.extend([
+        ("step".to_owned(), "login".to_owned()),
+        ("username".to_owned(), "alice".to_owned()),
+        ("password".to_owned(), "whatever-password".to_owned()),
+    ]);
+    let refused = w
+        .browser
+        .post_fields(&button.action, &fields)
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("Password sign-in is turned off"),
+        "{}",
+        refused.body
+    );
+}
