@@ -50,7 +50,16 @@ pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(),
     routes::check_named(settings, path_var)?;
     check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
-    for p in &settings.oauth.login.oidc {
+    check_client_secrets(&settings.oauth.login)?;
+    if let Some(files) = &settings.listen.tls {
+        check_tls(files)?;
+    }
+    Ok(())
+}
+
+/// Each OpenID provider's `client_secret_file` can be read and is not empty.
+fn check_client_secrets(login: &pforte_oauth::LoginConfig) -> Result<(), PreflightError> {
+    for p in &login.oidc {
         if let Some(path) = &p.client_secret_file {
             let secret = std::fs::read_to_string(path).map_err(|e| {
                 PreflightError::OAuth(format!(
@@ -67,9 +76,6 @@ pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(),
                 )));
             }
         }
-    }
-    if let Some(files) = &settings.listen.tls {
-        check_tls(files)?;
     }
     Ok(())
 }
@@ -232,6 +238,28 @@ mod tests {
         let mismatch = files(dir.path(), &a.cert.pem(), &b.signing_key.serialize_pem());
         let e = check_tls(&mismatch).unwrap_err().to_string();
         assert!(e.contains("does not belong"), "{e}");
+    }
+
+    #[test]
+    fn oidc_client_secret_files_must_be_readable_and_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        let toml = format!(
+            "local_passwords = true\n[[oidc]]\nname = \"Corp\"\nissuer = \"https://idp.example\"\n\
+             client_id = \"pforte\"\nclient_secret_file = {:?}\nallowed_domains = [\"example.com\"]\n",
+            secret.display().to_string()
+        );
+        let login: pforte_oauth::LoginConfig = toml::from_str(&toml).unwrap();
+        let missing = check_client_secrets(&login).unwrap_err().to_string();
+        assert!(
+            missing.contains("\"Corp\": cannot read client_secret_file"),
+            "{missing}"
+        );
+        std::fs::write(&secret, " \n").unwrap();
+        let empty = check_client_secrets(&login).unwrap_err().to_string();
+        assert!(empty.ends_with("is empty"), "{empty}");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        check_client_secrets(&login).unwrap();
     }
 
     #[test]
