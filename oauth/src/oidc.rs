@@ -422,3 +422,6 @@ fn chain(e: &dyn std::error::Error) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
