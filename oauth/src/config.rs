@@ -65,6 +65,9 @@ pub struct OAuthConfig {
     /// `[oauth.roles.NAME]`: which scopes the holders of each role may grant. Empty: everyone
     /// may grant every scope.
     pub roles: Roles,
+    /// How often, at most, a token's user is looked up again for their roles (1 to 60 s,
+    /// default 60): the longest an issued token keeps what a role change took away.
+    pub roles_recheck_secs: u64,
 }
 
 /// One protected resource: its canonical URL (the token audience) and the name of the service
@@ -181,6 +184,7 @@ impl Default for OAuthConfig {
             password_hashing: PasswordHashing::default(),
             login: LoginConfig::default(),
             roles: Roles::new(),
+            roles_recheck_secs: 60,
         }
     }
 }
@@ -269,6 +273,11 @@ impl OAuthConfig {
         self.validate_resources()?;
         if !(1..=60).contains(&self.code_ttl_secs) {
             return Err(ConfigError::CodeTtl);
+        }
+        if !(1..=60).contains(&self.roles_recheck_secs) {
+            return Err(ConfigError::Login(
+                "roles_recheck_secs must be between 1 and 60".into(),
+            ));
         }
         for (name, value) in [
             ("access_ttl_secs", self.access_ttl_secs),

@@ -35,9 +35,6 @@ pub struct ValidToken {
 
 /// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
 pub(crate) const CACHE_TTL_MS: u64 = 1000;
-/// How long a user's role membership (their record's groups, whether they exist) is reused:
-/// the longest a token keeps what a role change took away.
-pub(crate) const ROLES_TTL_MS: u64 = 60_000;
 const MAX_ENTRIES: usize = 10_000;
 
 /// Validates bearer tokens issued by this authorization server. Cheap to share (`Arc`).
@@ -52,6 +49,8 @@ pub struct Validator {
     roles: Option<(Roles, Vec<ResourceEntry>)>,
     /// Role members by username, with when they were read (ms); `None`: no such user.
     members: Mutex<HashMap<String, (Option<Member>, u64)>>,
+    /// How long a member is reused (`roles_recheck_secs`), in ms.
+    roles_ttl_ms: u64,
 }
 
 impl Validator {
@@ -71,6 +70,7 @@ impl Validator {
             observer: Arc::new(Unobserved),
             roles,
             members: Mutex::new(HashMap::new()),
+            roles_ttl_ms: cfg.roles_recheck_secs.saturating_mul(1000),
         }
     }
 
@@ -94,7 +94,7 @@ impl Validator {
     /// audience-bound to one of the configured resources ([`ValidToken::resource`] says which);
     /// then, with roles in force, its user must still exist and may use the resource, and its
     /// scopes are narrowed to what the user's roles allow now (membership re-read at least
-    /// every [`ROLES_TTL_MS`]).
+    /// every `roles_recheck_secs`).
     pub(crate) async fn validate_at(
         &self,
         bearer: &str,
@@ -115,7 +115,7 @@ impl Validator {
         };
         let cached = self.members.lock().ok().and_then(|m| {
             m.get(&token.subject)
-                .filter(|(_, at)| now_ms.saturating_sub(*at) < ROLES_TTL_MS)
+                .filter(|(_, at)| now_ms.saturating_sub(*at) < self.roles_ttl_ms)
                 .map(|(member, _)| member.clone())
         });
         let member = match cached {
@@ -348,6 +348,9 @@ mod tests {
             Err(ValidationError::Invalid)
         ));
     }
+
+    /// `roles_recheck_secs`' default, in ms.
+    const ROLES_TTL_MS: u64 = 60_000;
 
     #[tokio::test]
     async fn tokens_follow_a_role_change_within_a_minute() {

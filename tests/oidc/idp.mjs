@@ -7,6 +7,7 @@
 //   POST /admin/client?redirect_uri=URL   sets the client's redirect URI (the gateway's port
 //                                         is known only after the provider started)
 //   POST /admin/rotate           replaces the signing key by a new one with a new kid
+//   POST /admin/groups?id=ID&groups=A,B   changes a user's groups (for their next sign-in)
 //   POST /admin/tamper?kind=K    the next token answer carries an ID token with a wrong aud,
 //                                an expired exp, a wrong nonce, a wrong iss, or a bad
 //                                signature (kind aud|exp|nonce|iss|sig), re-signed with the
@@ -149,6 +150,10 @@ async function admin(req, res, url, issuer) {
   } else if (action === 'rotate') {
     key = await newKey();
     provider = build(issuer);
+  } else if (action === 'groups') {
+    const account = accounts[url.searchParams.get('id')];
+    if (!account) return send(res, 404, 'text/plain', 'no such user');
+    account.groups = (url.searchParams.get('groups') ?? '').split(',').filter(Boolean);
   } else if (action === 'tamper') {
     tamper = url.searchParams.get('kind');
   } else {

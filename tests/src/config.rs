@@ -211,6 +211,9 @@ pub struct Throttles {
 pub struct OAuth {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_ttl_secs: Option<u64>,
+    /// `roles_recheck_secs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roles_recheck_secs: Option<u64>,
     #[serde(skip_serializing_if = "Throttles::is_unset")]
     pub throttle: Throttles,
     /// `[oauth.login]`.

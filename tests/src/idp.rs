@@ -136,6 +136,12 @@ impl TestIdp {
         self.admin("rotate", &[]).await
     }
 
+    /// Changes the groups of user `id` (what their next sign-in's ID token says).
+    pub async fn set_groups(&self, id: &str, groups: &[&str]) -> anyhow::Result<()> {
+        self.admin("groups", &[("id", id), ("groups", &groups.join(","))])
+            .await
+    }
+
     /// The next token answer carries an ID token spoiled as `how`.
     pub async fn tamper(&self, how: Tamper) -> anyhow::Result<()> {
         self.admin("tamper", &[("kind", how.kind())]).await

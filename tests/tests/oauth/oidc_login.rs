@@ -28,6 +28,10 @@ fn users() -> BTreeMap<String, IdpUser> {
         ("eve", IdpUser::new("eve@other.org", true, &["staff"])),
         ("gus", IdpUser::new("gus@partner.org", true, &["mcp-users"])),
         ("una", IdpUser::new("una@example.com", false, &[])),
+        (
+            "kim",
+            IdpUser::new("kim@partner.org", true, &["mcp-users", "eng"]),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -786,5 +790,63 @@ async fn without_local_passwords_only_the_buttons_are_offered() {
         refused.body.contains("Password sign-in is turned off"),
         "{}",
         refused.body
+    );
+}
+
+/// Roles follow the provider: kim loses the group that gave `mcp:write`; at her next sign-in
+/// (any client) her record says so, and the token she had already granted loses `mcp:write`
+/// within `roles_recheck_secs` (1 s here; at most 60 s) — seen by the MCP service.
+#[tokio::test]
+async fn an_issued_token_follows_a_role_change_at_the_provider() {
+    let Some(mut w) = World::start(|b, mut oauth| {
+        oauth.roles_recheck_secs = Some(1);
+        b.oauth(
+            oauth
+                .role(
+                    "writers",
+                    Role {
+                        groups: vec!["eng".into()],
+                        ..Role::default()
+                    },
+                )
+                .role(
+                    "readers",
+                    Role {
+                        users: vec!["*".into()],
+                        scopes: Some(vec!["mcp:read".into()]),
+                        ..Role::default()
+                    },
+                ),
+        )
+    })
+    .await
+    else {
+        return;
+    };
+    let (client, pkce, auth) = w.authorize("mcp:read mcp:write", None).await;
+    let consent = w.sign_in(&auth, "kim").await.unwrap();
+    let token = w.approve(&consent, &client, &pkce).await.unwrap();
+    let mcp = rmcp_client(&w.gw.mcp_url(), w.gw.http(), &token, &[])
+        .await
+        .unwrap();
+    let scopes = |me: &serde_json::Value| me["scopes"].to_string();
+    let before = whoami(&mcp).await;
+    assert!(scopes(&before).contains("mcp:write"), "{before}");
+
+    w.idp.set_groups("kim", &["mcp-users"]).await.unwrap();
+    w.new_browser();
+    let (_, _, again) = w.authorize("mcp:read", None).await;
+    assert_eq!(w.sign_in(&again, "kim").await.unwrap().status, 200);
+    let started = std::time::Instant::now();
+    let mut after = whoami(&mcp).await;
+    while scopes(&after).contains("mcp:write") && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = whoami(&mcp).await;
+    }
+    assert!(!scopes(&after).contains("mcp:write"), "{after}");
+    assert!(scopes(&after).contains("mcp:read"), "{after}");
+    println!(
+        "figures: the issued token lost mcp:write {} ms after the sign-in that recorded the change",
+        started.elapsed().as_millis()
     );
 }
