@@ -239,10 +239,15 @@ impl AuthServer {
         let Some(cfg) = self.oidc.config(name) else {
             return expired();
         };
-        let shown = identity
+        // The provider's text, shown in logs and pages: no control characters, bounded.
+        let shown: String = identity
             .email
             .clone()
-            .unwrap_or_else(|| external_username(&identity.issuer, &identity.subject));
+            .unwrap_or_else(|| external_username(&identity.issuer, &identity.subject))
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(256)
+            .collect();
         if let Err(why) = admitted(cfg, &identity) {
             self.observer.event(Event::LoginFailed);
             self.audit_sign_in(
