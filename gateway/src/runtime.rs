@@ -247,12 +247,18 @@ pub(crate) fn run(
         )
         .map_err(|e| ServeError::Pingora(e.to_string()))?,
     );
+    let audit = open_audit(&settings)?;
+    let observer = Arc::new(crate::oauth::OAuthObserver {
+        metrics: metrics.clone(),
+        audit: audit.clone(),
+        clock: clock.clone(),
+    });
     let oauth = Arc::new(AuthService::open(
         &settings,
         oauth,
         runtime,
         limiter.clone(),
-        metrics.clone(),
+        observer,
         clock.clone(),
     )?);
     let metrics_listener = match settings.listen.metrics_listen {
@@ -284,7 +290,6 @@ pub(crate) fn run(
         }
         _ => Sessions::local(clock.clone(), SessionOptions::default()),
     };
-    let audit = open_audit(&settings)?;
     let mut background: Vec<_> = catalogs
         .iter()
         .zip(&settings.routes)

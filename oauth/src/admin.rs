@@ -42,6 +42,9 @@ pub struct UserInfo {
     pub username: String,
     pub created_at: u64,
     pub updated_at: u64,
+    /// Where the user comes from: `None` for a local (password) user, else the OpenID
+    /// provider's identity (provider name, issuer, subject, verified email, groups).
+    pub external: Option<crate::model::ExternalIdentity>,
 }
 
 /// A registered client as listed (no secret hash).
@@ -135,6 +138,7 @@ impl Admin {
             password_hash: hash,
             created_at: now,
             updated_at: now,
+            external: None,
         };
         if !self.store.create_user(&user).await? {
             return Err(AdminError::UserExists(username.to_owned()));
@@ -166,6 +170,7 @@ impl Admin {
                 username: u.username,
                 created_at: u.created_at,
                 updated_at: u.updated_at,
+                external: u.external,
             })
             .collect())
     }

@@ -13,6 +13,7 @@ use crate::entropy::{Entropy, OsEntropy};
 use crate::error::{OAuthError, StoreError};
 use crate::model::{AuthMethod, ClientRecord};
 use crate::observe::{Event, Observer, Unobserved};
+use crate::oidc::Providers;
 use crate::protocol::cimd::{CimdError, is_document_client_id};
 use crate::protocol::{Client, Params, metadata, registration};
 use crate::store::Store;
@@ -20,6 +21,7 @@ use crate::throttle::{Budget, LimitClass, RateLimiter};
 use crate::validator::Validator;
 
 mod authorize;
+mod oidc;
 mod token;
 
 pub(crate) use authorize::{AuthorizeOutcome, AuthorizeResponse, Page};
@@ -31,6 +33,8 @@ pub enum BuildError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("oidc provider {provider:?}: {message}")]
+    Oidc { provider: String, message: String },
 }
 
 /// What a maintenance pass did.
@@ -52,6 +56,8 @@ pub struct AuthServer {
     /// Permits for password verifications running at once (`throttle.max_concurrent_logins`).
     pub(crate) logins: tokio::sync::Semaphore,
     pub(crate) observer: Arc<dyn Observer>,
+    /// The OpenID providers of `[[oauth.login.oidc]]`.
+    pub(crate) oidc: Providers,
     dummy_hash: tokio::sync::OnceCell<String>,
 }
 
@@ -99,7 +105,9 @@ impl AuthServerBuilder {
                 .with_observer(self.observer.clone()),
         );
         let logins = tokio::sync::Semaphore::new(self.cfg.throttle.max_concurrent_logins as usize);
+        let oidc = providers(&self.cfg, self.clock.clone())?;
         Ok(Arc::new(AuthServer {
+            oidc,
             logins,
             cimd: CimdResolver::new(fetcher, self.cfg.cimd.clone()),
             cfg: Arc::new(self.cfg),
@@ -114,6 +122,39 @@ impl AuthServerBuilder {
         }))
     }
 }
+
+/// The OpenID providers of `cfg`, each with its client secret read from `client_secret_file`.
+fn providers(cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Result<Providers, BuildError> {
+    let mut list = Vec::new();
+    for p in &cfg.login.oidc {
+        let secret = match &p.client_secret_file {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| BuildError::Oidc {
+                    provider: p.name.clone(),
+                    message: format!("cannot read client_secret_file {}: {e}", path.display()),
+                })?;
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(BuildError::Oidc {
+                        provider: p.name.clone(),
+                        message: format!("client_secret_file {} is empty", path.display()),
+                    });
+                }
+                Some(text.to_owned())
+            }
+        };
+        list.push((p.clone(), secret));
+    }
+    let redirect = format!("{}{}", cfg.issuer, OIDC_CALLBACK_PATH);
+    Providers::new(list, &redirect, clock).map_err(|message| BuildError::Oidc {
+        provider: String::new(),
+        message,
+    })
+}
+
+/// Where OpenID providers send the browser back to.
+pub const OIDC_CALLBACK_PATH: &str = "/oidc/callback";
 
 /// How looking up a client failed.
 pub(crate) enum ClientLookup {

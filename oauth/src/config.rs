@@ -7,6 +7,10 @@ use url::Url;
 
 use crate::protocol::resource;
 
+pub(crate) mod login;
+
+pub use login::{LoginConfig, OidcProviderConfig, Role, Roles};
+
 /// Everything the authorization server needs to know about its deployment.
 ///
 /// Build it with [`OAuthConfig::new`] (issuer = the gateway's public base URL) and override
@@ -56,6 +60,14 @@ pub struct OAuthConfig {
     pub throttle: ThrottleConfig,
     /// argon2id parameters for new password hashes (OWASP defaults).
     pub password_hashing: PasswordHashing,
+    /// How people sign in: local passwords and OpenID providers (`[oauth.login]`).
+    pub login: LoginConfig,
+    /// `[oauth.roles.NAME]`: which scopes the holders of each role may grant. Empty: everyone
+    /// may grant every scope.
+    pub roles: Roles,
+    /// How often, at most, a token's user is looked up again for their roles (1 to 60 s,
+    /// default 60): the longest an issued token keeps what a role change took away.
+    pub roles_recheck_secs: u64,
 }
 
 /// One protected resource: its canonical URL (the token audience) and the name of the service
@@ -65,6 +77,13 @@ pub struct OAuthConfig {
 pub struct ResourceEntry {
     pub url: String,
     pub name: String,
+    /// Roles of which a user must hold one to use the resource (with `users`: either passes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// Users allowed to use it (local usernames, external users' verified emails). With both
+    /// lists empty, everyone who signs in may.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
 }
 
 /// The name of the single resource of a config without `resources`.
@@ -141,6 +160,8 @@ pub enum ConfigError {
     Zero(&'static str),
     #[error("scopes_supported must be non-empty, each scope a space-free printable token")]
     Scopes,
+    #[error("login: {0}")]
+    Login(String),
 }
 
 impl Default for OAuthConfig {
@@ -161,6 +182,9 @@ impl Default for OAuthConfig {
             cookie_secure: true,
             throttle: ThrottleConfig::default(),
             password_hashing: PasswordHashing::default(),
+            login: LoginConfig::default(),
+            roles: Roles::new(),
+            roles_recheck_secs: 60,
         }
     }
 }
@@ -250,6 +274,11 @@ impl OAuthConfig {
         if !(1..=60).contains(&self.code_ttl_secs) {
             return Err(ConfigError::CodeTtl);
         }
+        if !(1..=60).contains(&self.roles_recheck_secs) {
+            return Err(ConfigError::Login(
+                "roles_recheck_secs must be between 1 and 60".into(),
+            ));
+        }
         for (name, value) in [
             ("access_ttl_secs", self.access_ttl_secs),
             ("refresh_ttl_secs", self.refresh_ttl_secs),
@@ -273,6 +302,16 @@ impl OAuthConfig {
         };
         if self.scopes_supported.is_empty() || !self.scopes_supported.iter().all(scope_ok) {
             return Err(ConfigError::Scopes);
+        }
+        self.login.validate()?;
+        login::validate_roles(&self.roles, &self.scopes_supported)?;
+        for entry in &self.resources {
+            if let Some(unknown) = entry.roles.iter().find(|r| !self.roles.contains_key(*r)) {
+                return Err(ConfigError::Resources(format!(
+                    "{}: unknown role {unknown:?} (define it in [oauth.roles])",
+                    entry.url
+                )));
+            }
         }
         Ok(())
     }
@@ -321,6 +360,8 @@ impl OAuthConfig {
             Cow::Owned(vec![ResourceEntry {
                 url: self.resource.clone(),
                 name: DEFAULT_RESOURCE_NAME.to_owned(),
+                roles: Vec::new(),
+                users: Vec::new(),
             }])
         } else {
             Cow::Borrowed(&self.resources)
@@ -388,7 +429,9 @@ mod tests {
             c.resource_entries().as_ref(),
             [ResourceEntry {
                 url: "https://gw.example/mcp".into(),
-                name: "mcp".into()
+                name: "mcp".into(),
+                roles: vec![],
+                users: vec![],
             }]
         );
         let old: OAuthConfig = serde_json::from_str(r#"{"code_ttl_secs": 30}"#).unwrap();
@@ -400,6 +443,8 @@ mod tests {
         let entry = |url: &str, name: &str| ResourceEntry {
             url: url.into(),
             name: name.into(),
+            roles: vec![],
+            users: vec![],
         };
         let mut c = OAuthConfig::new("https://gw.example").unwrap();
         c.resources = vec![

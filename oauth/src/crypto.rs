@@ -110,6 +110,17 @@ impl ServerKey {
         URL_SAFE_NO_PAD.encode(self.mac("pforte/v1/csrf", session_id))
     }
 
+    /// The `nonce` and PKCE verifier of a sign-in at an OpenID provider, derived from its
+    /// `state` so that neither is stored (43 base64url characters each).
+    pub(crate) fn oidc_secrets(&self, state: &str) -> (Secret, Secret) {
+        let nonce = self.mac("pforte/v1/oidc-nonce", state);
+        let verifier = self.mac("pforte/v1/oidc-pkce", state);
+        (
+            Secret(URL_SAFE_NO_PAD.encode(nonce)),
+            Secret(URL_SAFE_NO_PAD.encode(verifier)),
+        )
+    }
+
     /// Constant-time check of a presented CSRF token.
     pub(crate) fn check_csrf(&self, session_id: &str, presented: &str) -> bool {
         ct_eq(self.csrf_token(session_id).as_bytes(), presented.as_bytes())

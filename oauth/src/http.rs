@@ -40,7 +40,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PeerIp {
 
 /// The authorization server's routes: `/.well-known/oauth-authorization-server`,
 /// `/.well-known/openid-configuration`, `/authorize` (GET, POST), `/token`, `/register`,
-/// `/revoke`.
+/// `/revoke`, and `/oidc/callback` (OpenID providers send the browser back there).
 ///
 /// The metadata, token, registration and revocation endpoints answer CORS requests from any
 /// origin (browser-based MCP clients call them; they use no cookies). `/authorize` does not.
@@ -60,6 +60,7 @@ pub fn router(server: Arc<AuthServer>) -> Router {
         .layer(axum::middleware::map_response(response::cors));
     Router::new()
         .route("/authorize", get(authorize_get).post(authorize_post))
+        .route(crate::auth_server::OIDC_CALLBACK_PATH, get(oidc_callback))
         .merge(api)
         .with_state(server)
 }
@@ -100,6 +101,23 @@ async fn authorize_get(
     let cfg = s.config();
     let out = s
         .authorize_get(
+            q.as_deref().unwrap_or_default(),
+            cookie(&headers, cfg.cookie_name()),
+            ip,
+        )
+        .await;
+    response::authorize(out, cfg)
+}
+
+async fn oidc_callback(
+    State(s): Server,
+    PeerIp(ip): PeerIp,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let cfg = s.config();
+    let out = s
+        .oidc_callback(
             q.as_deref().unwrap_or_default(),
             cookie(&headers, cfg.cookie_name()),
             ip,

@@ -13,21 +13,26 @@ mod error;
 mod http;
 mod model;
 mod observe;
+mod oidc;
 mod owner_only;
 mod pages;
 mod protocol;
+mod roles;
 mod store;
 mod throttle;
 mod validator;
 
-pub use admin::{Admin, AdminError, GrantFilter};
-pub use auth_server::{AuthServer, BuildError};
-pub use config::{ConfigError, OAuthConfig, PasswordHashing, Quota, ResourceEntry};
+pub use admin::{Admin, AdminError, GrantFilter, UserInfo};
+pub use auth_server::{AuthServer, BuildError, OIDC_CALLBACK_PATH};
+pub use config::{
+    ConfigError, LoginConfig, OAuthConfig, OidcProviderConfig, PasswordHashing, Quota,
+    ResourceEntry, Role, Roles,
+};
 pub use crypto::Secret;
 pub use error::{StoreError, ValidationError};
 pub use http::{ClientIp, router};
-pub use model::GrantRecord;
-pub use observe::{Event, Observer};
+pub use model::{ExternalIdentity, GrantRecord};
+pub use observe::{AuditEntry, Event, Observer};
 pub use owner_only::{mode_of, private_dir, private_file, private_sqlite, sqlite_companions};
 pub use store::redis::DEFAULT_PREFIX as REDIS_KEY_PREFIX;
 pub use store::{RedisStore, SqliteStore, Store};

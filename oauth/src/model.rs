@@ -43,6 +43,36 @@ pub struct UserRecord {
     pub password_hash: String,
     pub created_at: u64,
     pub updated_at: u64,
+    /// Set for a user who signs in through an OpenID provider (no password: `password_hash` is
+    /// empty and never verifies); absent for a local user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalIdentity>,
+}
+
+/// Where a user signed in by an OpenID provider comes from: the issuer and subject that are
+/// the identity, and what the last sign-in's ID token said (shown and used by roles).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalIdentity {
+    /// The `[[oauth.login.oidc]]` entry's name the user signed in with.
+    pub provider: String,
+    pub issuer: String,
+    pub subject: String,
+    /// The verified email, if the ID token carried one with `email_verified`.
+    #[serde(default)]
+    pub email: Option<String>,
+    /// The groups claim of the last sign-in.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+impl UserRecord {
+    /// The name shown to people: the verified email of an external user, else the username.
+    pub(crate) fn display_name(&self) -> &str {
+        self.external
+            .as_ref()
+            .and_then(|e| e.email.as_deref())
+            .unwrap_or(&self.username)
+    }
 }
 
 impl fmt::Debug for UserRecord {
@@ -52,6 +82,7 @@ impl fmt::Debug for UserRecord {
             .field("password_hash", &"<redacted>")
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
+            .field("external", &self.external)
             .finish()
     }
 }
@@ -171,6 +202,23 @@ pub struct SessionRecord {
     pub username: Option<String>,
     pub created_at: u64,
     pub expires_at: u64,
+    /// Set on the record of a sign-in at an OpenID provider in progress (keyed by the hash of
+    /// its `state`), never on a browser's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<OidcPending>,
+}
+
+/// A sign-in at an OpenID provider between the redirect to it and its callback. The PKCE
+/// verifier and the nonce are not stored: both are derived from `state` under the server key,
+/// and `state` itself is stored only as the record's hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OidcPending {
+    /// The `[[oauth.login.oidc]]` entry's name.
+    pub provider: String,
+    /// The Pforte authorization request (encoded query) to resume after sign-in.
+    pub request: String,
+    /// SHA-256 of the browser's session cookie: the callback must come from the same browser.
+    pub browser: String,
 }
 
 /// What happened when a refresh token was presented for rotation.

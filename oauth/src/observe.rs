@@ -29,9 +29,34 @@ pub enum Event {
     ValidationCacheMiss,
 }
 
+/// What a person did at the authorization server, for the audit log: a sign-in (password or
+/// OpenID provider) or a consent decision. Never a password, token, code or ID token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditEntry<'a> {
+    /// `sign_in` or `consent`.
+    pub action: &'a str,
+    /// `password`, or the OpenID provider's name (sign-ins).
+    pub via: Option<&'a str>,
+    /// The user (username; for an external user the verified email when known).
+    pub user: Option<&'a str>,
+    /// The OAuth client asking.
+    pub client_id: Option<&'a str>,
+    /// `success`, `refused` (sign-ins); `approved`, `denied`, `refused` (consents).
+    pub outcome: &'a str,
+    /// Why, for refusals: a short code and the words shown to the person.
+    pub reason: Option<&'a str>,
+    /// The scopes granted (consents).
+    pub scopes: Option<&'a [String]>,
+    /// The resource (route) asked for (consents).
+    pub resource: Option<&'a str>,
+    pub client_ip: Option<std::net::IpAddr>,
+}
+
 /// Receives the server's events. Called on request paths: keep it to a counter increment.
 pub trait Observer: Send + Sync {
     fn event(&self, event: Event);
+    /// An audit-log entry (sign-ins and consents); ignored unless the observer writes one.
+    fn audit(&self, _entry: &AuditEntry<'_>) {}
 }
 
 /// The observer of a server nobody watches.

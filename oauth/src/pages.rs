@@ -15,6 +15,13 @@ pub(crate) struct LoginView {
     pub csrf: String,
     pub username: Option<String>,
     pub error: Option<String>,
+    /// The OpenID providers offered ("Sign in with NAME"), by name.
+    pub providers: Vec<String>,
+    /// Their origins (allowed as CSP form-action targets: the button's POST ends in a redirect
+    /// there).
+    pub provider_origins: Vec<String>,
+    /// Whether the username and password form is shown.
+    pub local_passwords: bool,
 }
 
 /// What the consent page shows.
@@ -76,19 +83,22 @@ static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The Content-Security-Policy for a page whose forms may end in a redirect to
-/// `form_action_origin` (the client's origin on the consent page).
+/// The Content-Security-Policy for a page whose forms may end in a redirect to one of
+/// `form_action_origins` (the client's origin on the consent page, the OpenID providers' on
+/// the login page).
 /// An origin that is not plainly `scheme://host[:port]` in CSP-safe characters is left out
 /// (registration refuses such hosts; this keeps a `;` from ever starting a new directive).
-pub(crate) fn content_security_policy(form_action_origin: Option<&str>) -> String {
-    let safe = |o: &&str| {
-        o.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-.:/[]".contains(&b))
+pub(crate) fn content_security_policy(form_action_origins: &[&str]) -> String {
+    let safe = |o: &&&str| {
+        !o.is_empty()
+            && o.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.:/[]".contains(&b))
     };
-    let form_action = match form_action_origin.filter(safe) {
-        Some(o) => format!("'self' {o}"),
-        None => "'self'".to_owned(),
-    };
+    let mut form_action = "'self'".to_owned();
+    for o in form_action_origins.iter().filter(safe) {
+        form_action.push(' ');
+        form_action.push_str(o);
+    }
     format!(
         "default-src 'none'; style-src {}; img-src 'self'; form-action {form_action}; \
          frame-ancestors 'none'; base-uri 'none'",
@@ -133,16 +143,49 @@ fn hidden(request: &str, csrf: &str, step: &str) -> String {
     )
 }
 
-/// The login form.
+/// The login page: a "Sign in with NAME" button per OpenID provider and, unless local
+/// passwords are off, the username and password form.
 pub(crate) fn login(v: &LoginView) -> String {
     let error = v
         .error
         .as_deref()
         .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e)))
         .unwrap_or_default();
+    let buttons: String = v
+        .providers
+        .iter()
+        .map(|name| {
+            format!(
+                "<form method=\"post\" action=\"/authorize\">{}\
+                 <div class=\"actions\"><button type=\"submit\" name=\"provider\" value=\"{}\">\
+                 Sign in with {}</button></div></form>",
+                hidden(&v.request, &v.csrf, "oidc"),
+                escape(name),
+                escape(name)
+            )
+        })
+        .collect();
+    let passwords = if v.local_passwords {
+        let or = if v.providers.is_empty() {
+            ""
+        } else {
+            "<p class=\"muted\">or with your Pforte account:</p>"
+        };
+        format!("{or}{}", password_form(v))
+    } else {
+        String::new()
+    };
     let body = format!(
         "<h1>Sign in</h1><p class=\"muted\">to continue to <strong>{}</strong></p>{error}\
-         <form method=\"post\" action=\"/authorize\">{}\
+         {buttons}{passwords}",
+        escape(&v.client_name),
+    );
+    document("Sign in", &body)
+}
+
+fn password_form(v: &LoginView) -> String {
+    format!(
+        "<form method=\"post\" action=\"/authorize\">{}\
          <label for=\"username\">Username</label>\
          <input id=\"username\" name=\"username\" type=\"text\" autocomplete=\"username\" \
          autocapitalize=\"none\" spellcheck=\"false\" required autofocus value=\"{}\">\
@@ -150,11 +193,9 @@ pub(crate) fn login(v: &LoginView) -> String {
          <input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
          <div class=\"actions\"><button class=\"primary\" type=\"submit\">Sign in</button></div>\
          </form>",
-        escape(&v.client_name),
         hidden(&v.request, &v.csrf, "login"),
         escape(v.username.as_deref().unwrap_or_default()),
-    );
-    document("Sign in", &body)
+    )
 }
 
 /// The consent form.
@@ -219,7 +260,11 @@ mod tests {
             csrf: "x".into(),
             username: None,
             error: Some("<b>".into()),
+            providers: vec!["<Corp>".into()],
+            provider_origins: vec![],
+            local_passwords: true,
         });
+        assert!(html.contains("Sign in with &lt;Corp&gt;"));
         assert!(!html.contains("<script>alert"));
         assert!(html.contains("a=&quot;b&quot;&amp;c"));
         assert!(!html.contains("<b>"));
@@ -247,13 +292,31 @@ mod tests {
 
     #[test]
     fn csp_forbids_framing_and_pins_the_stylesheet() {
-        let csp = content_security_policy(Some("https://claude.ai"));
+        let csp = content_security_policy(&["https://claude.ai"]);
         assert!(csp.contains("frame-ancestors 'none'"));
         assert!(csp.contains("default-src 'none'"));
         assert!(csp.contains("form-action 'self' https://claude.ai"));
-        let injected = content_security_policy(Some("https://x;script-src *"));
+        let injected = content_security_policy(&["https://x;script-src *"]);
         assert!(injected.contains("form-action 'self';"), "{injected}");
         assert!(!injected.contains("script-src"), "{injected}");
         assert!(csp.contains("'sha256-"));
+        let two = content_security_policy(&["https://a.example", "http://127.0.0.1:4000"]);
+        assert!(two.contains("form-action 'self' https://a.example http://127.0.0.1:4000;"));
+    }
+
+    #[test]
+    fn passwords_off_shows_only_the_providers() {
+        let html = login(&LoginView {
+            client_name: "Claude".into(),
+            request: "r".into(),
+            csrf: "x".into(),
+            username: None,
+            error: None,
+            providers: vec!["Corp".into(), "Google".into()],
+            provider_origins: vec![],
+            local_passwords: false,
+        });
+        assert!(html.contains("Sign in with Corp") && html.contains("Sign in with Google"));
+        assert!(!html.contains("type=\"password\""));
     }
 }

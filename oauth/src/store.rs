@@ -54,6 +54,9 @@ pub trait Store: Send + Sync + 'static {
     async fn create_user(&self, user: &UserRecord) -> StoreResult<bool>;
     /// Replaces a user's password hash; false if no such user.
     async fn set_password(&self, name: &str, hash: &str, now: u64) -> StoreResult<bool>;
+    /// Replaces an existing user's record (an external user's identity details after a
+    /// sign-in); false if no such user.
+    async fn update_user(&self, user: &UserRecord) -> StoreResult<bool>;
     async fn get_user(&self, username: &str) -> StoreResult<Option<UserRecord>>;
     async fn list_users(&self) -> StoreResult<Vec<UserRecord>>;
     /// Deletes a user and revokes every grant of theirs; false if no such user.

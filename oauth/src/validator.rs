@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 
 use pforte_clock::Clock;
 
-use crate::config::OAuthConfig;
+use crate::config::{OAuthConfig, ResourceEntry, Roles};
 use crate::crypto::{ACCESS_PREFIX, hash_secret};
 use crate::error::ValidationError;
 use crate::observe::{Event, Observer, Unobserved};
 use crate::protocol::resource;
+use crate::roles::{self, Member};
 use crate::store::Store;
 
 /// What a valid access token says: who it speaks for (the gateway makes its caller identity,
@@ -44,6 +45,12 @@ pub struct Validator {
     resources: Vec<String>,
     cache: Mutex<HashMap<String, (ValidToken, u64)>>,
     observer: Arc<dyn Observer>,
+    /// The roles and resources when roles decide anything (see [`roles::in_force`]).
+    roles: Option<(Roles, Vec<ResourceEntry>)>,
+    /// Role members by username, with when they were read (ms); `None`: no such user.
+    members: Mutex<HashMap<String, (Option<Member>, u64)>>,
+    /// How long a member is reused (`roles_recheck_secs`), in ms.
+    roles_ttl_ms: u64,
 }
 
 impl Validator {
@@ -53,12 +60,17 @@ impl Validator {
             .iter()
             .map(|e| resource::canonical(&e.url).unwrap_or_else(|| e.url.clone()))
             .collect();
+        let entries = cfg.resource_entries().into_owned();
+        let roles = roles::in_force(&cfg.roles, &entries).then(|| (cfg.roles.clone(), entries));
         Self {
             store,
             clock,
             resources,
             cache: Mutex::new(HashMap::new()),
             observer: Arc::new(Unobserved),
+            roles,
+            members: Mutex::new(HashMap::new()),
+            roles_ttl_ms: cfg.roles_recheck_secs.saturating_mul(1000),
         }
     }
 
@@ -79,8 +91,65 @@ impl Validator {
     }
 
     /// Validates `bearer` at `now_ms`: known, unrevoked (token and grant), unexpired, and
-    /// audience-bound to one of the configured resources ([`ValidToken::resource`] says which).
+    /// audience-bound to one of the configured resources ([`ValidToken::resource`] says which);
+    /// then, with roles in force, its user must still exist and may use the resource, and its
+    /// scopes are narrowed to what the user's roles allow now (membership re-read at least
+    /// every `roles_recheck_secs`).
     pub(crate) async fn validate_at(
+        &self,
+        bearer: &str,
+        now_ms: u64,
+    ) -> Result<ValidToken, ValidationError> {
+        let token = self.validate_token(bearer, now_ms).await?;
+        self.apply_roles(token, now_ms).await
+    }
+
+    /// `token` as the user's roles allow it now.
+    async fn apply_roles(
+        &self,
+        mut token: ValidToken,
+        now_ms: u64,
+    ) -> Result<ValidToken, ValidationError> {
+        let Some((roles, entries)) = &self.roles else {
+            return Ok(token);
+        };
+        let cached = self.members.lock().ok().and_then(|m| {
+            m.get(&token.subject)
+                .filter(|(_, at)| now_ms.saturating_sub(*at) < self.roles_ttl_ms)
+                .map(|(member, _)| member.clone())
+        });
+        let member = match cached {
+            Some(member) => member,
+            None => {
+                let member = self
+                    .store
+                    .get_user(&token.subject)
+                    .await?
+                    .map(|u| Member::from(&u));
+                if let Ok(mut m) = self.members.lock() {
+                    if m.len() >= MAX_ENTRIES {
+                        m.clear();
+                    }
+                    m.insert(token.subject.clone(), (member.clone(), now_ms));
+                }
+                member
+            }
+        };
+        let Some(member) = member else {
+            return Err(ValidationError::Invalid);
+        };
+        let entry = entries
+            .iter()
+            .find(|e| resource::canonical(&e.url).as_deref() == Some(token.resource.as_str()));
+        if entry.is_some_and(|e| !roles::may_use(e, roles, &member)) {
+            return Err(ValidationError::Invalid);
+        }
+        token.scopes = roles::grantable(roles, &member).narrow(&token.scopes);
+        Ok(token)
+    }
+
+    /// The token itself: known, unrevoked, unexpired, for a configured resource.
+    async fn validate_token(
         &self,
         bearer: &str,
         now_ms: u64,
@@ -135,6 +204,9 @@ impl Validator {
     pub(crate) fn clear_cache(&self) {
         if let Ok(mut c) = self.cache.lock() {
             c.clear();
+        }
+        if let Ok(mut m) = self.members.lock() {
+            m.clear();
         }
     }
 }
@@ -277,6 +349,78 @@ mod tests {
         ));
     }
 
+    /// `roles_recheck_secs`' default, in ms.
+    const ROLES_TTL_MS: u64 = 60_000;
+
+    #[tokio::test]
+    async fn tokens_follow_a_role_change_within_a_minute() {
+        let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
+        cfg.roles.insert(
+            "readers".into(),
+            crate::config::Role {
+                groups: vec!["eng".into()],
+                scopes: Some(vec!["mcp:read".into()]),
+                ..Default::default()
+            },
+        );
+        let (store, v, token) = setup_with("https://gw.example/mcp", cfg).await;
+        let mut bob = crate::model::UserRecord {
+            username: "bob".into(),
+            password_hash: String::new(),
+            created_at: T,
+            updated_at: T,
+            external: Some(crate::model::ExternalIdentity {
+                groups: vec!["eng".into()],
+                ..Default::default()
+            }),
+        };
+        store.create_user(&bob).await.unwrap();
+        let t0 = T * 1000;
+        assert_eq!(
+            v.validate_at(&token, t0).await.unwrap().scopes,
+            ["mcp:read"]
+        );
+        // The IdP drops bob from eng (his next sign-in records it): within a minute his
+        // token carries no scope, though it is still valid.
+        bob.external.as_mut().unwrap().groups.clear();
+        store.update_user(&bob).await.unwrap();
+        let cached = v.validate_at(&token, t0 + ROLES_TTL_MS - 1).await.unwrap();
+        assert_eq!(
+            cached.scopes,
+            ["mcp:read"],
+            "membership is cached below a minute"
+        );
+        let after = v.validate_at(&token, t0 + ROLES_TTL_MS).await.unwrap();
+        assert!(after.scopes.is_empty(), "{after:?}");
+        // A deleted user's tokens are refused.
+        store.delete_user("bob", T).await.unwrap();
+        assert!(v.validate_at(&token, t0 + 2 * ROLES_TTL_MS).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_route_allow_list_refuses_other_users_tokens() {
+        let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
+        cfg.resources = vec![crate::config::ResourceEntry {
+            url: "https://gw.example/mcp".into(),
+            name: "mcp".into(),
+            roles: Vec::new(),
+            users: vec!["alice".into()],
+        }];
+        let (store, v, token) = setup_with("https://gw.example/mcp", cfg).await;
+        let bob = crate::model::UserRecord {
+            username: "bob".into(),
+            password_hash: String::new(),
+            created_at: T,
+            updated_at: T,
+            external: None,
+        };
+        store.create_user(&bob).await.unwrap();
+        assert!(matches!(
+            v.validate(&token).await,
+            Err(ValidationError::Invalid)
+        ));
+    }
+
     fn two_resources() -> OAuthConfig {
         let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
         cfg.resources = ["a", "b"]
@@ -284,6 +428,8 @@ mod tests {
             .map(|n| crate::config::ResourceEntry {
                 url: format!("https://gw.example/{n}/mcp"),
                 name: (*n).into(),
+                roles: Vec::new(),
+                users: Vec::new(),
             })
             .collect();
         cfg

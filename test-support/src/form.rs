@@ -1,4 +1,4 @@
-//! HTML forms read the way a browser submits them: the one form of a page, its `action`
+//! HTML forms read the way a browser submits them: the one form of a page (or each of them), its `action`
 //! resolved against the page's URL, every named `<input>` with its value, the named submit
 //! buttons. Enough for the authorization server's login and consent pages, which the tests of
 //! the oauth crate and the end-to-end tests both drive.
@@ -80,6 +80,21 @@ impl Form {
             fields,
             buttons,
         })
+    }
+
+    /// Every form of the page, in document order (each with the inputs and buttons between its
+    /// `<form>` and `</form>`).
+    pub fn parse_all(page_url: &Url, html: &str) -> anyhow::Result<Vec<Self>> {
+        let mut out = Vec::new();
+        let mut rest = html;
+        while let Some(start) = rest.find("<form") {
+            let end = rest[start..]
+                .find("</form>")
+                .map_or(rest.len(), |e| start + e + "</form>".len());
+            out.push(Self::parse(page_url, &rest[start..end])?);
+            rest = &rest[end..];
+        }
+        Ok(out)
     }
 
     /// The value of the input `name`.

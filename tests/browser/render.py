@@ -11,8 +11,13 @@ answers on fd 4, NUL-separated JSON), so nothing listens on a port:
    pauses it and fails it, so nothing leaves the machine) — the code, state and iss are in it;
 5. reports every console message, log entry and exception Chromium saw, as JSON on stdout.
 
+With --idp NAME, step 2 clicks "Sign in with NAME" instead, screenshots the identity
+provider's sign-in page (tests/oidc/idp.mjs), types --user into its `login` field and submits;
+the provider sends the browser back through the gateway's /oidc/callback to the consent page.
+--shot-prefix names the screenshots (default `oauth-`).
+
 Usage: python3 render.py --chromium PATH --url AUTHORIZE_URL --user NAME --out-dir DIR
-           --callback-prefix URL   (password on stdin)
+           --callback-prefix URL [--idp NAME] [--shot-prefix P]   (password on stdin)
 """
 
 from __future__ import annotations
@@ -103,6 +108,8 @@ def main() -> int:
     ap.add_argument("--user", required=True)
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--callback-prefix", required=True)
+    ap.add_argument("--idp")
+    ap.add_argument("--shot-prefix", default="oauth-")
     args = ap.parse_args()
     password = sys.stdin.readline().rstrip("\r\n")
     os.makedirs(args.out_dir, exist_ok=True)
@@ -176,16 +183,28 @@ def main() -> int:
         cdp.send("Page.navigate", {"url": args.url}, s)
         cdp.wait_event(loaded, "load of the login page")
         out["login"] = page_facts()
-        out["login"]["screenshot"] = screenshot("oauth-login.png")
+        out["login"]["screenshot"] = screenshot(args.shot_prefix + "login.png")
 
-        evaluate(f"""(() => {{
-            document.querySelector('input[name=username]').value = {json.dumps(args.user)};
-            document.querySelector('input[name=password]').value = {json.dumps(password)};
-            document.querySelector('form button[type=submit]').click();
-        }})()""")
+        if args.idp:
+            evaluate(f"""document.querySelector(
+                'button[name=provider][value=' + JSON.stringify({json.dumps(args.idp)}) + ']'
+            ).click()""")
+            cdp.wait_event(loaded, "load of the identity provider's sign-in page")
+            out["idp"] = page_facts()
+            out["idp"]["screenshot"] = screenshot(args.shot_prefix + "idp.png")
+            evaluate(f"""(() => {{
+                document.querySelector('input[name=login]').value = {json.dumps(args.user)};
+                document.querySelector('form button[type=submit]').click();
+            }})()""")
+        else:
+            evaluate(f"""(() => {{
+                document.querySelector('input[name=username]').value = {json.dumps(args.user)};
+                document.querySelector('input[name=password]').value = {json.dumps(password)};
+                document.querySelector('form button[type=submit]').click();
+            }})()""")
         cdp.wait_event(loaded, "load of the consent page")
         out["consent"] = page_facts()
-        out["consent"]["screenshot"] = screenshot("oauth-consent.png")
+        out["consent"]["screenshot"] = screenshot(args.shot_prefix + "consent.png")
 
         evaluate("document.querySelector('button[value=approve]').click()")
         paused = cdp.wait_event(lambda e: e.get("method") == "Fetch.requestPaused",

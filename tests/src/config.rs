@@ -211,14 +211,72 @@ pub struct Throttles {
 pub struct OAuth {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_ttl_secs: Option<u64>,
+    /// `roles_recheck_secs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roles_recheck_secs: Option<u64>,
     #[serde(skip_serializing_if = "Throttles::is_unset")]
     pub throttle: Throttles,
+    /// `[oauth.login]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub login: Option<Login>,
+    /// `[oauth.roles.NAME]`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, Role>,
+}
+
+/// `[oauth.login]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Login {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_passwords: Option<bool>,
+    pub oidc: Vec<OidcEntry>,
+}
+
+/// One `[[oauth.login.oidc]]` provider.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OidcEntry {
+    pub name: String,
+    pub issuer: String,
+    pub client_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_domains: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_emails: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_groups: Vec<String>,
+}
+
+/// `[oauth.roles.NAME]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Role {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
 }
 
 impl OAuth {
     /// `access_ttl_secs`.
     pub fn access_ttl_secs(mut self, secs: u64) -> Self {
         self.access_ttl_secs = Some(secs);
+        self
+    }
+
+    /// `[oauth.login]`.
+    pub fn login(mut self, login: Login) -> Self {
+        self.login = Some(login);
+        self
+    }
+
+    /// `[oauth.roles.NAME]`.
+    pub fn role(mut self, name: &str, role: Role) -> Self {
+        self.roles.insert(name.to_owned(), role);
         self
     }
 
@@ -291,6 +349,12 @@ pub struct Route {
     pub env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "StdioLimits::is_unset")]
     pub stdio: StdioLimits,
+    /// OAuth users must hold one of these roles (or be in `users`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// OAuth users allowed on the route.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
 }
 
 impl Route {
@@ -305,6 +369,8 @@ impl Route {
             connect_timeout_ms: None,
             env: BTreeMap::new(),
             stdio: StdioLimits::default(),
+            roles: Vec::new(),
+            users: Vec::new(),
         }
     }
 

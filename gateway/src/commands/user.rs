@@ -22,13 +22,25 @@ pub enum UserAction {
         /// An existing user.
         username: String,
     },
-    /// List users with their creation and password-change times.
+    /// List users with where they come from (local, or the OpenID provider with the verified
+    /// email) and their creation and password-change (or last identity change) times.
     List(ListArgs),
     /// Remove a user and revoke their grants.
     Remove {
         /// An existing user.
         username: String,
     },
+}
+
+/// Where a user comes from, for the table: `local`, or `oidc NAME (email)`.
+fn origin(u: &pforte_oauth::UserInfo) -> String {
+    match &u.external {
+        None => "local".to_owned(),
+        Some(e) => match &e.email {
+            Some(email) => format!("oidc {} ({email})", e.provider),
+            None => format!("oidc {}", e.provider),
+        },
+    }
 }
 
 /// Runs `pforte user ACTION`; `add` may create the store.
@@ -50,8 +62,14 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
             let json = users
                 .iter()
                 .map(|u| {
+                    let ext = u.external.as_ref();
                     serde_json::json!({
                         "username": u.username,
+                        "origin": if ext.is_some() { "oidc" } else { "local" },
+                        "provider": ext.map(|e| &e.provider),
+                        "issuer": ext.map(|e| &e.issuer),
+                        "email": ext.and_then(|e| e.email.as_ref()),
+                        "groups": ext.map(|e| &e.groups),
                         "created_at": cli::rfc3339(u.created_at),
                         "password_changed_at": cli::rfc3339(u.updated_at),
                     })
@@ -62,6 +80,7 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
                 .map(|u| {
                     vec![
                         u.username.clone(),
+                        origin(u),
                         cli::utc_minute(u.created_at),
                         format!(
                             "{} ({})",
@@ -74,7 +93,7 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
             print_list(
                 list,
                 json,
-                &["user", "created", "password changed"],
+                &["user", "origin", "created", "password changed"],
                 rows,
                 "no users",
             )?;

@@ -30,6 +30,10 @@ pub(crate) struct UpstreamConfig {
     /// The longest silence tolerated while reading an upstream response. MCP SSE streams carry
     /// keep-alive comments every 15 s, so this never cuts a healthy long stream.
     pub(crate) read_timeout_ms: u64,
+    /// As `[[routes]]` `roles`: roles of which an OAuth user must hold one.
+    pub(crate) roles: Vec<String>,
+    /// As `[[routes]]` `users`: OAuth users allowed.
+    pub(crate) users: Vec<String>,
 }
 
 impl Default for UpstreamConfig {
@@ -40,6 +44,8 @@ impl Default for UpstreamConfig {
             ca_file: None,
             connect_timeout_ms: 2_000,
             read_timeout_ms: 300_000,
+            roles: Vec::new(),
+            users: Vec::new(),
         }
     }
 }
@@ -108,6 +114,10 @@ pub(crate) struct RouteConfig {
     pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
     /// `[routes.stdio]`: bounds of a `command` route's children.
     pub(crate) stdio: StdioConfig,
+    /// OAuth users must hold one of these `[oauth.roles]` (or be in `users`) to use the route.
+    pub(crate) roles: Vec<String>,
+    /// OAuth users allowed to use the route (local usernames, external users' verified emails).
+    pub(crate) users: Vec<String>,
 }
 
 /// The gateway's settings as written in the file.

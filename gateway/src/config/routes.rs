@@ -136,6 +136,10 @@ pub(crate) struct Route {
     pub(crate) allowed_origins: Vec<String>,
     /// Top-level `[tools.NAME]` with this route's `[routes.tools.NAME]` over them.
     pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
+    /// OAuth users must hold one of these roles or be listed in `users` (both empty: anyone);
+    /// checked by the authorization server at consent and on every token (`pforte-oauth`).
+    pub(crate) roles: Vec<String>,
+    pub(crate) users: Vec<String>,
 }
 
 impl Route {
@@ -187,6 +191,8 @@ pub(super) fn table(
             read_timeout_ms: u.read_timeout_ms,
             allowed_origins: allowed_origins.to_vec(),
             tools: cfg.tools.clone(),
+            roles: u.roles.clone(),
+            users: u.users.clone(),
         });
     }
     let timeouts = upstream.unwrap_or(&defaults);
@@ -297,6 +303,8 @@ fn route(
         read_timeout_ms: r.read_timeout_ms.unwrap_or(timeouts.read_timeout_ms),
         allowed_origins: origins,
         tools,
+        roles: r.roles.clone(),
+        users: r.users.clone(),
     })
 }
 

@@ -7,14 +7,15 @@ use super::{AuthServer, ClientLookup};
 use crate::crypto::{self, Secret};
 use crate::error::{OAuthError, StoreError};
 use crate::model::{CodeRecord, SessionRecord};
-use crate::observe::Event;
+use crate::observe::{AuditEntry, Event};
 use crate::pages::{ConsentView, ErrorView, LoginView};
 use crate::protocol::authorize::{self, AuthorizeFailure, AuthorizeRequest};
 use crate::protocol::{Client, Params};
+use crate::roles::{self, Member};
 use crate::throttle::LimitClass;
 
 /// A logged-in session: its hash is a row in the store.
-const SESSION_PREFIX: &str = "pfs_";
+pub(super) const SESSION_PREFIX: &str = "pfs_";
 /// An anonymous session (before login): a random cookie value the store never sees; the
 /// login form's CSRF token is its MAC, so a cookie-less `GET /authorize` stores nothing.
 const ANON_PREFIX: &str = "pfa_";
@@ -94,7 +95,7 @@ fn too_many(retry_after_secs: u64) -> AuthorizeResponse {
     .retry_after(retry_after_secs)
 }
 
-fn error_page(status: u16, title: &str, message: impl Into<String>) -> AuthorizeOutcome {
+pub(super) fn error_page(status: u16, title: &str, message: impl Into<String>) -> AuthorizeOutcome {
     AuthorizeOutcome::Page {
         page: Page::Error(ErrorView {
             title: title.into(),
@@ -104,7 +105,7 @@ fn error_page(status: u16, title: &str, message: impl Into<String>) -> Authorize
     }
 }
 
-fn unavailable(e: &StoreError) -> AuthorizeOutcome {
+pub(super) fn unavailable(e: &StoreError) -> AuthorizeOutcome {
     tracing::warn!(error = %e, "authorize: store unavailable");
     error_page(
         503,
@@ -200,6 +201,7 @@ impl AuthServer {
                     username: None,
                     created_at: now,
                     expires_at: now + self.cfg.session_ttl_secs,
+                    oidc: None,
                 },
             )));
         }
@@ -216,7 +218,7 @@ impl AuthServer {
     }
 
     /// A new logged-in session, stored.
-    async fn new_session(&self, username: String) -> Result<Secret, StoreError> {
+    pub(super) async fn new_session(&self, username: String) -> Result<Secret, StoreError> {
         let id = crypto::random_token(self.entropy.as_ref(), SESSION_PREFIX);
         let now = self.now();
         self.store
@@ -225,6 +227,7 @@ impl AuthServer {
                 username: Some(username),
                 created_at: now,
                 expires_at: now + self.cfg.session_ttl_secs,
+                oidc: None,
             })
             .await?;
         Ok(id)
@@ -246,6 +249,16 @@ impl AuthServer {
                 csrf: self.key.csrf_token(session_id),
                 username: username.map(str::to_owned),
                 error: error.map(str::to_owned),
+                providers: self.oidc.names(),
+                provider_origins: self
+                    .cfg
+                    .login
+                    .oidc
+                    .iter()
+                    .filter_map(|p| Url::parse(&p.issuer).ok())
+                    .map(|u| u.origin().ascii_serialization())
+                    .collect(),
+                local_passwords: self.cfg.login.local_passwords,
             }),
             status,
         }
@@ -359,6 +372,10 @@ impl AuthServer {
         if let Some((id, rec)) = &session {
             match self.session_user(rec).await {
                 Ok(Some(user)) => {
+                    let (req, shown) = match self.permitted(&user, req, &client, client_ip).await {
+                        Ok(ok) => ok,
+                        Err(page) => return page.into(),
+                    };
                     let held = match self
                         .granted_scopes(&user, &client.client_id, &req.resource)
                         .await
@@ -367,7 +384,7 @@ impl AuthServer {
                         Err(e) => return unavailable(&e).into(),
                     };
                     return self
-                        .consent_page(&client, &req, &request, id, &user, held)
+                        .consent_page(&client, &req, &request, id, &shown, held)
                         .into();
                 }
                 Ok(None) => {
@@ -418,9 +435,13 @@ impl AuthServer {
         };
         match field("step") {
             Some("login") => self.login(&client, &request, &id, &form, client_ip).await,
+            Some("oidc") => {
+                self.oidc_start(&client, &request, &id, field("provider"))
+                    .await
+            }
             Some("consent") => match self.session_user(&session).await {
                 Ok(Some(user)) => self
-                    .consent(&client, &req, &user, field("decision"))
+                    .consent(&client, req, &user, field("decision"), client_ip)
                     .await
                     .into(),
                 Ok(None) => self
@@ -454,6 +475,12 @@ impl AuthServer {
             )
             .into()
         };
+        if !self.cfg.login.local_passwords {
+            return page(
+                "Password sign-in is turned off here: use one of the buttons above.",
+                403,
+            );
+        }
         if username.is_empty() || password.expose().is_empty() {
             return page("Enter your username and password.", 400);
         }
@@ -495,6 +522,17 @@ impl AuthServer {
             Verified::No => {
                 tracing::info!(client_id = %client.client_id, "login failed");
                 self.observer.event(Event::LoginFailed);
+                self.observer.audit(&AuditEntry {
+                    action: "sign_in",
+                    via: Some("password"),
+                    user: Some(&user_key),
+                    client_id: Some(&client.client_id),
+                    outcome: "refused",
+                    reason: Some("wrong_password: wrong username or password"),
+                    scopes: None,
+                    resource: None,
+                    client_ip,
+                });
                 return page("Wrong username or password.", 401);
             }
             Verified::Busy => {
@@ -519,6 +557,17 @@ impl AuthServer {
             Ok(id) => {
                 tracing::info!(user = %user, client_id = %client.client_id, "login");
                 self.observer.event(Event::LoginSucceeded);
+                self.observer.audit(&AuditEntry {
+                    action: "sign_in",
+                    via: Some("password"),
+                    user: Some(&user),
+                    client_id: Some(&client.client_id),
+                    outcome: "success",
+                    reason: None,
+                    scopes: None,
+                    resource: None,
+                    client_ip,
+                });
                 AuthorizeResponse {
                     outcome: AuthorizeOutcome::Redirect {
                         location: format!("/authorize?{request}"),
@@ -565,17 +614,108 @@ impl AuthServer {
             .count() as u64)
     }
 
+    /// `req` narrowed to the scopes `user` may grant, with the name to show for them; or the
+    /// page that says why they may not use the resource or grant anything (roles).
+    async fn permitted(
+        &self,
+        user: &str,
+        mut req: AuthorizeRequest,
+        client: &Client,
+        client_ip: Option<IpAddr>,
+    ) -> Result<(AuthorizeRequest, String), AuthorizeOutcome> {
+        let record = match self.store.get_user(user).await {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                return Err(error_page(
+                    401,
+                    "Signed out",
+                    "Your account no longer exists. Start again from the application.",
+                ));
+            }
+            Err(e) => return Err(unavailable(&e)),
+        };
+        let shown = record.display_name().to_owned();
+        let entries = self.cfg.resource_entries();
+        if !roles::in_force(&self.cfg.roles, &entries) {
+            return Ok((req, shown));
+        }
+        let member = Member::from(&record);
+        let refuse = |reason: &str| {
+            self.observer.audit(&AuditEntry {
+                action: "consent",
+                via: None,
+                user: Some(&shown),
+                client_id: Some(&client.client_id),
+                outcome: "refused",
+                reason: Some(reason),
+                scopes: None,
+                resource: Some(&req.resource_name),
+                client_ip,
+            });
+        };
+        let wanted = crate::protocol::resource::canonical(&req.resource);
+        if let Some(entry) = entries
+            .iter()
+            .find(|e| crate::protocol::resource::canonical(&e.url) == wanted)
+            && !roles::may_use(entry, &self.cfg.roles, &member)
+        {
+            refuse("route_not_allowed");
+            return Err(error_page(
+                403,
+                "Not allowed",
+                format!(
+                    "Your account {shown} may not use {}. If you need it, ask the operator of                      this gateway for access.",
+                    entry.name
+                ),
+            ));
+        }
+        let narrowed = roles::grantable(&self.cfg.roles, &member).narrow(&req.scopes);
+        if narrowed.is_empty() {
+            refuse("no_grantable_scope");
+            return Err(error_page(
+                403,
+                "Nothing you may grant",
+                format!(
+                    "Your account {shown} may not grant any of the access {} asks for ({}).                      Ask the operator of this gateway for a role that allows it.",
+                    client.display_name(),
+                    req.scopes.join(" ")
+                ),
+            ));
+        }
+        req.scopes = narrowed;
+        Ok((req, shown))
+    }
+
     async fn consent(
         &self,
         client: &Client,
-        req: &AuthorizeRequest,
+        req: AuthorizeRequest,
         username: &str,
         decision: Option<&str>,
+        client_ip: Option<IpAddr>,
     ) -> AuthorizeOutcome {
         let iss = &self.cfg.issuer;
+        let (req, shown) = match self.permitted(username, req, client, client_ip).await {
+            Ok(ok) => ok,
+            Err(page) => return page,
+        };
+        let audit = |outcome: &str, reason: Option<&str>, scopes: Option<&[String]>| {
+            self.observer.audit(&AuditEntry {
+                action: "consent",
+                via: None,
+                user: Some(&shown),
+                client_id: Some(&client.client_id),
+                outcome,
+                reason,
+                scopes,
+                resource: Some(&req.resource_name),
+                client_ip,
+            });
+        };
         match decision {
             Some("approve") => {}
             Some("deny") => {
+                audit("denied", None, None);
                 tracing::info!(user = %username, client_id = %client.client_id, "consent denied");
                 let err = OAuthError::AccessDenied("the user denied the request".into());
                 return AuthorizeOutcome::Redirect {
@@ -592,6 +732,7 @@ impl AuthServer {
         let now = self.now();
         match self.active_grants(username, now).await {
             Ok(held) if held >= self.cfg.max_grants_per_user => {
+                audit("refused", Some("too_many_connected_apps"), None);
                 tracing::info!(user = %username, client_id = %client.client_id, held, "consent refused: too many connected apps");
                 return error_page(
                     403,
@@ -627,6 +768,7 @@ impl AuthServer {
         if let Err(e) = self.store.touch_client(&client.client_id, now).await {
             tracing::warn!(error = %e, "could not record client use");
         }
+        audit("approved", None, Some(&record.scopes));
         tracing::info!(user = %username, client_id = %client.client_id, grant = %record.family_id, "consent approved");
         self.observer.event(Event::CodeIssued);
         AuthorizeOutcome::Redirect {

@@ -1321,6 +1321,8 @@ fn two_resources() -> OAuthConfig {
         .map(|(name, url)| crate::config::ResourceEntry {
             url: (*url).into(),
             name: (*name).into(),
+            roles: Vec::new(),
+            users: Vec::new(),
         })
         .collect();
     cfg

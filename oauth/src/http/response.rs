@@ -144,10 +144,13 @@ pub(crate) fn authorize(out: AuthorizeResponse, cfg: &OAuthConfig) -> Response {
             r
         }
         AuthorizeOutcome::Page { page, status } => {
-            let (html, form_origin) = match &page {
-                Page::Login(v) => (pages::login(v), None),
-                Page::Consent(v) => (pages::consent(v), Some(v.redirect_origin.as_str())),
-                Page::Error(v) => (pages::error(v), None),
+            let (html, form_origins): (String, Vec<&str>) = match &page {
+                Page::Login(v) => (
+                    pages::login(v),
+                    v.provider_origins.iter().map(String::as_str).collect(),
+                ),
+                Page::Consent(v) => (pages::consent(v), vec![v.redirect_origin.as_str()]),
+                Page::Error(v) => (pages::error(v), Vec::new()),
             };
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
             let mut r = (status, html).into_response();
@@ -156,7 +159,7 @@ pub(crate) fn authorize(out: AuthorizeResponse, cfg: &OAuthConfig) -> Response {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/html; charset=utf-8"),
             );
-            if let Ok(v) = HeaderValue::from_str(&pages::content_security_policy(form_origin)) {
+            if let Ok(v) = HeaderValue::from_str(&pages::content_security_policy(&form_origins)) {
                 h.insert(header::CONTENT_SECURITY_POLICY, v);
             }
             h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

@@ -321,6 +321,8 @@ mod tests {
             .map(|n| crate::config::ResourceEntry {
                 url: format!("https://gw.example/{n}/mcp"),
                 name: (*n).into(),
+                roles: Vec::new(),
+                users: Vec::new(),
             })
             .collect();
         c.validate().unwrap();

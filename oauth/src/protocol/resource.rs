@@ -118,6 +118,8 @@ mod tests {
             .map(|u| ResourceEntry {
                 url: (*u).into(),
                 name: u.split('/').nth(3).unwrap_or_default().into(),
+                roles: Vec::new(),
+                users: Vec::new(),
             })
             .collect()
     }

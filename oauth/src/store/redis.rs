@@ -214,6 +214,15 @@ impl Store for RedisStore {
         Ok(done.is_some())
     }
 
+    async fn update_user(&self, user: &UserRecord) -> StoreResult<bool> {
+        let opts = redis::SetOptions::default().conditional_set(redis::ExistenceCheck::XX);
+        let done: Option<String> = self
+            .c()
+            .set_options(self.k("user", &user.username), enc(user)?, opts)
+            .await?;
+        Ok(done.is_some())
+    }
+
     async fn get_user(&self, username: &str) -> StoreResult<Option<UserRecord>> {
         let data: Option<String> = self.c().get(self.k("user", username)).await?;
         data.map(|d| dec(&d)).transpose()

@@ -241,6 +241,18 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn update_user(&self, user: &UserRecord) -> StoreResult<bool> {
+        let (name, data) = (user.username.clone(), enc(user)?);
+        self.run(move |c| {
+            let n = c.execute(
+                "UPDATE oauth_users SET data = ?2 WHERE username = ?1",
+                params![name, data],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
     async fn get_user(&self, username: &str) -> StoreResult<Option<UserRecord>> {
         let name = username.to_owned();
         self.run(move |c| {

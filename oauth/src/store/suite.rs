@@ -41,6 +41,7 @@ pub(crate) fn user(name: &str) -> UserRecord {
         password_hash: "$argon2id$x".into(),
         created_at: NOW,
         updated_at: NOW,
+        external: None,
     }
 }
 
@@ -142,6 +143,27 @@ async fn users<S: Store>(s: &S) {
         .map(|u| u.username)
         .collect();
     assert_eq!(names, ["alice", "bob"]);
+    let external = UserRecord {
+        username: "https://idp.example#42".into(),
+        password_hash: String::new(),
+        external: Some(crate::model::ExternalIdentity {
+            provider: "corp".into(),
+            issuer: "https://idp.example".into(),
+            subject: "42".into(),
+            email: Some("carol@example.com".into()),
+            groups: vec!["eng".into()],
+        }),
+        ..user("x")
+    };
+    assert!(!s.update_user(&external).await.unwrap(), "no such user yet");
+    assert!(s.create_user(&external).await.unwrap());
+    let mut moved = external.clone();
+    if let Some(e) = moved.external.as_mut() {
+        e.groups = vec!["ops".into()];
+    }
+    assert!(s.update_user(&moved).await.unwrap());
+    assert_eq!(s.get_user(&external.username).await.unwrap(), Some(moved));
+    assert!(s.delete_user(&external.username, NOW).await.unwrap());
     assert!(s.delete_user("alice", NOW).await.unwrap());
     assert!(!s.delete_user("alice", NOW).await.unwrap());
     assert!(s.get_user("alice").await.unwrap().is_none());
@@ -464,6 +486,7 @@ async fn sessions<S: Store>(s: &S) {
         username: None,
         created_at: NOW,
         expires_at: NOW + 600,
+        oidc: None,
     };
     s.put_session(&sess).await.unwrap();
     assert_eq!(s.get_session("sh").await.unwrap().unwrap(), sess);

@@ -8,5 +8,6 @@ mod file_modes;
 mod oauth_browser;
 mod oauth_flow;
 mod oauth_sdk;
+mod oidc_login;
 mod step_up;
 mod up;

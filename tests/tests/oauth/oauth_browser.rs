@@ -22,14 +22,14 @@ use pforte_tests::{
 use serde_json::Value;
 use url::Url;
 
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     std::env::var_os("PFORTE_CHROMIUM")
         .map(PathBuf::from)
         .or_else(|| which("chromium"))
         .or_else(|| which("chromium-browser"))
 }
 
-fn is_png(path: &Path) -> bool {
+pub(crate) fn is_png(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.len() > 2_000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
 }
 
