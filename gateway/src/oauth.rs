@@ -42,6 +42,7 @@ pub(crate) fn is_as_path(path: &str) -> bool {
             | "/token"
             | "/register"
             | "/revoke"
+            | "/account"
     )
 }
 
@@ -77,6 +78,7 @@ fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
         .map(|r| ResourceEntry {
             url: r.resource.clone(),
             name: r.name.clone(),
+            title: r.title.clone(),
         })
         .collect();
 }
@@ -247,6 +249,7 @@ mod tests {
             "/token",
             "/register",
             "/revoke",
+            "/account",
             "/.well-known/oauth-authorization-server",
         ] {
             assert!(is_as_path(p), "{p}");

@@ -42,6 +42,8 @@ pub struct UserInfo {
     pub username: String,
     pub created_at: u64,
     pub updated_at: u64,
+    /// Sees and revokes every user's grants at `/account`.
+    pub admin: bool,
 }
 
 /// A registered client as listed (no secret hash).
@@ -72,7 +74,7 @@ pub struct Admin {
     hashing: PasswordHashing,
 }
 
-fn valid_username(name: &str) -> bool {
+pub(crate) fn valid_username(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .chars()
@@ -135,6 +137,7 @@ impl Admin {
             password_hash: hash,
             created_at: now,
             updated_at: now,
+            admin: false,
         };
         if !self.store.create_user(&user).await? {
             return Err(AdminError::UserExists(username.to_owned()));
@@ -155,6 +158,19 @@ impl Admin {
         Ok(())
     }
 
+    /// `pforte user role NAME admin|user` (and `pforte user add --role`): whether the user
+    /// administers every user's grants at `/account`.
+    pub async fn set_admin(&self, username: &str, admin: bool) -> Result<(), AdminError> {
+        if !self
+            .store
+            .set_admin(username, admin, self.clock.now_secs())
+            .await?
+        {
+            return Err(AdminError::NoSuchUser(username.to_owned()));
+        }
+        Ok(())
+    }
+
     /// `pforte user list`.
     pub async fn list_users(&self) -> Result<Vec<UserInfo>, AdminError> {
         Ok(self
@@ -166,6 +182,7 @@ impl Admin {
                 username: u.username,
                 created_at: u.created_at,
                 updated_at: u.updated_at,
+                admin: u.admin,
             })
             .collect())
     }

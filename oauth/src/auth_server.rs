@@ -19,7 +19,9 @@ use crate::store::Store;
 use crate::throttle::{Budget, LimitClass, RateLimiter};
 use crate::validator::Validator;
 
+mod account;
 mod authorize;
+mod enterprise;
 mod token;
 
 pub(crate) use authorize::{AuthorizeOutcome, AuthorizeResponse, Page};
@@ -52,6 +54,8 @@ pub struct AuthServer {
     /// Permits for password verifications running at once (`throttle.max_concurrent_logins`).
     pub(crate) logins: tokio::sync::Semaphore,
     pub(crate) observer: Arc<dyn Observer>,
+    /// The trusted enterprise identity providers' signing keys.
+    pub(crate) idp_keys: crate::jwks::IdpKeys,
     dummy_hash: tokio::sync::OnceCell<String>,
 }
 
@@ -110,6 +114,7 @@ impl AuthServerBuilder {
             key,
             validator,
             observer: self.observer,
+            idp_keys: crate::jwks::IdpKeys::default(),
             dummy_hash: tokio::sync::OnceCell::new(),
         }))
     }
@@ -346,6 +351,7 @@ impl AuthServer {
                 report.clients_reaped += 1;
             }
         }
+        self.validator.flush_uses().await?;
         self.store.purge_expired(now).await?;
         if report.clients_reaped > 0 {
             tracing::info!(count = report.clients_reaped, "reaped unused oauth clients");

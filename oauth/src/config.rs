@@ -56,6 +56,29 @@ pub struct OAuthConfig {
     pub throttle: ThrottleConfig,
     /// argon2id parameters for new password hashes (OWASP defaults).
     pub password_hashing: PasswordHashing,
+    /// The deployment's name on the login, consent and account pages (e.g. "Acme MCP");
+    /// default: none (the pages say "Pforte").
+    pub display_name: Option<String>,
+    /// `[[oauth.enterprise]]`: identity providers whose ID-JAGs (Enterprise-Managed
+    /// Authorization) the token endpoint accepts with the `jwt-bearer` grant.
+    pub enterprise: Vec<EnterpriseIdp>,
+}
+
+/// One trusted enterprise identity provider (`[[oauth.enterprise]]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnterpriseIdp {
+    /// Its issuer identifier, exactly as in the ID-JAG's `iss`. `https`, or `http` on a
+    /// loopback address (tests).
+    pub issuer: String,
+    /// Where its signing keys are (JWKS); default: the `jwks_uri` of its metadata
+    /// (`/.well-known/oauth-authorization-server`, then `/.well-known/openid-configuration`).
+    pub jwks_uri: Option<String>,
+    /// The client ids it may grant access to; empty: any client registered here.
+    pub allowed_clients: Vec<String>,
+    /// Email domains whose users are created on their first ID-JAG; empty: only users
+    /// already linked or whose email names an existing user.
+    pub allowed_domains: Vec<String>,
 }
 
 /// One protected resource: its canonical URL (the token audience) and the name of the service
@@ -65,6 +88,9 @@ pub struct OAuthConfig {
 pub struct ResourceEntry {
     pub url: String,
     pub name: String,
+    /// A human title for the pages (the route's `title`); default: the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 /// The name of the single resource of a config without `resources`.
@@ -141,6 +167,10 @@ pub enum ConfigError {
     Zero(&'static str),
     #[error("scopes_supported must be non-empty, each scope a space-free printable token")]
     Scopes,
+    #[error("enterprise: {0}")]
+    Enterprise(String),
+    #[error("display_name must be 1 to 100 characters without control characters")]
+    DisplayName,
 }
 
 impl Default for OAuthConfig {
@@ -161,6 +191,8 @@ impl Default for OAuthConfig {
             cookie_secure: true,
             throttle: ThrottleConfig::default(),
             password_hashing: PasswordHashing::default(),
+            display_name: None,
+            enterprise: Vec::new(),
         }
     }
 }
@@ -274,7 +306,53 @@ impl OAuthConfig {
         if self.scopes_supported.is_empty() || !self.scopes_supported.iter().all(scope_ok) {
             return Err(ConfigError::Scopes);
         }
+        if let Some(name) = &self.display_name
+            && !human_text_ok(name)
+        {
+            return Err(ConfigError::DisplayName);
+        }
+        self.validate_enterprise()
+    }
+
+    /// Each `[[oauth.enterprise]]` entry: an issuer once, https (http only on loopback), a
+    /// `jwks_uri` likewise, domains lower-case without `@`.
+    fn validate_enterprise(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for idp in &self.enterprise {
+            let bad = |why: &str| ConfigError::Enterprise(format!("{}: {why}", idp.issuer));
+            if !secure_or_loopback(&idp.issuer) {
+                return Err(bad(
+                    "issuer must be an https URL (http only on a loopback address)",
+                ));
+            }
+            if !seen.insert(idp.issuer.as_str()) {
+                return Err(bad("listed twice"));
+            }
+            if let Some(uri) = &idp.jwks_uri
+                && !secure_or_loopback(uri)
+            {
+                return Err(bad(
+                    "jwks_uri must be an https URL (http only on a loopback address)",
+                ));
+            }
+            for d in &idp.allowed_domains {
+                let ok = !d.is_empty()
+                    && d.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b)
+                    });
+                if !ok {
+                    return Err(bad(&format!(
+                        "allowed_domains entry {d:?} is not a lower-case domain"
+                    )));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The name the pages give the deployment.
+    pub(crate) fn deployment_name(&self) -> &str {
+        self.display_name.as_deref().unwrap_or("Pforte")
     }
 
     /// Each entry of `resources`: an absolute http(s) URL on the issuer's origin, without
@@ -321,6 +399,7 @@ impl OAuthConfig {
             Cow::Owned(vec![ResourceEntry {
                 url: self.resource.clone(),
                 name: DEFAULT_RESOURCE_NAME.to_owned(),
+                title: None,
             }])
         } else {
             Cow::Borrowed(&self.resources)
@@ -334,6 +413,25 @@ impl OAuthConfig {
         } else {
             "pforte_session"
         }
+    }
+}
+
+/// 1 to 100 characters, not blank, no control characters.
+fn human_text_ok(s: &str) -> bool {
+    !s.trim().is_empty() && s.chars().count() <= 100 && !s.chars().any(char::is_control)
+}
+
+/// An absolute `https` URL, or `http` on a loopback address (tests).
+pub(crate) fn secure_or_loopback(raw: &str) -> bool {
+    let Ok(url) = Url::parse(raw) else {
+        return false;
+    };
+    match (url.scheme(), url.host()) {
+        ("https", Some(_)) => true,
+        ("http", Some(url::Host::Ipv4(ip))) => ip.is_loopback(),
+        ("http", Some(url::Host::Ipv6(ip))) => ip.is_loopback(),
+        ("http", Some(url::Host::Domain(d))) => d == "localhost",
+        _ => false,
     }
 }
 
@@ -388,7 +486,8 @@ mod tests {
             c.resource_entries().as_ref(),
             [ResourceEntry {
                 url: "https://gw.example/mcp".into(),
-                name: "mcp".into()
+                name: "mcp".into(),
+                title: None,
             }]
         );
         let old: OAuthConfig = serde_json::from_str(r#"{"code_ttl_secs": 30}"#).unwrap();
@@ -400,6 +499,7 @@ mod tests {
         let entry = |url: &str, name: &str| ResourceEntry {
             url: url.into(),
             name: name.into(),
+            title: None,
         };
         let mut c = OAuthConfig::new("https://gw.example").unwrap();
         c.resources = vec![
@@ -431,6 +531,37 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn enterprise_issuers_are_https_or_loopback() {
+        let mut c = OAuthConfig::new("https://gw.example").unwrap();
+        let idp = |issuer: &str| EnterpriseIdp {
+            issuer: issuer.into(),
+            ..EnterpriseIdp::default()
+        };
+        for ok in [
+            "https://idp.example",
+            "http://127.0.0.1:9000",
+            "http://[::1]:1/x",
+        ] {
+            c.enterprise = vec![idp(ok)];
+            assert_eq!(c.validate(), Ok(()), "{ok}");
+        }
+        for bad in ["http://idp.example", "ftp://idp.example", "idp.example"] {
+            c.enterprise = vec![idp(bad)];
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Enterprise(_))),
+                "{bad}"
+            );
+        }
+        c.enterprise = vec![EnterpriseIdp {
+            allowed_domains: vec!["Example.COM".into()],
+            ..idp("https://idp.example")
+        }];
+        assert!(matches!(c.validate(), Err(ConfigError::Enterprise(_))));
+        c.enterprise = vec![idp("https://idp.example"), idp("https://idp.example")];
+        assert!(matches!(c.validate(), Err(ConfigError::Enterprise(_))));
     }
 
     #[test]

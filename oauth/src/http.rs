@@ -40,7 +40,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PeerIp {
 
 /// The authorization server's routes: `/.well-known/oauth-authorization-server`,
 /// `/.well-known/openid-configuration`, `/authorize` (GET, POST), `/token`, `/register`,
-/// `/revoke`.
+/// `/revoke`, `/account` (GET, POST).
 ///
 /// The metadata, token, registration and revocation endpoints answer CORS requests from any
 /// origin (browser-based MCP clients call them; they use no cookies). `/authorize` does not.
@@ -60,6 +60,7 @@ pub fn router(server: Arc<AuthServer>) -> Router {
         .layer(axum::middleware::map_response(response::cors));
     Router::new()
         .route("/authorize", get(authorize_get).post(authorize_post))
+        .route("/account", get(account_get).post(account_post))
         .merge(api)
         .with_state(server)
 }
@@ -121,9 +122,33 @@ async fn authorize_post(
     response::authorize(out, cfg)
 }
 
+async fn account_get(State(s): Server, RawQuery(q): RawQuery, headers: HeaderMap) -> Response {
+    let cfg = s.config();
+    let out = s
+        .account_get(
+            q.as_deref().unwrap_or_default(),
+            cookie(&headers, cfg.cookie_name()),
+        )
+        .await;
+    response::authorize(out, cfg)
+}
+
+async fn account_post(
+    State(s): Server,
+    PeerIp(ip): PeerIp,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let cfg = s.config();
+    let out = s
+        .account_post(&body, cookie(&headers, cfg.cookie_name()), ip)
+        .await;
+    response::authorize(out, cfg)
+}
+
 async fn token(State(s): Server, PeerIp(ip): PeerIp, headers: HeaderMap, body: String) -> Response {
-    match s.token(&body, authorization(&headers), ip).await {
-        Ok(t) => response::token(&t),
+    match s.token_endpoint(&body, authorization(&headers), ip).await {
+        Ok(t) => response::token(t),
         Err(e) => e.into_response(),
     }
 }

@@ -35,6 +35,16 @@ pub struct ValidToken {
 /// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
 pub(crate) const CACHE_TTL_MS: u64 = 1000;
 const MAX_ENTRIES: usize = 10_000;
+/// How often the grants' last use is written: the uses seen meanwhile go to the store in one
+/// batch, so validation adds no store write per request.
+pub(crate) const LAST_USE_FLUSH_MS: u64 = 60_000;
+
+/// Grants used since the last flush (family id → last use, Unix seconds) and when that was.
+#[derive(Default)]
+struct Uses {
+    seen: HashMap<String, u64>,
+    flushed_ms: u64,
+}
 
 /// Validates bearer tokens issued by this authorization server. Cheap to share (`Arc`).
 pub struct Validator {
@@ -43,6 +53,7 @@ pub struct Validator {
     /// The canonical URLs of the configured resources.
     resources: Vec<String>,
     cache: Mutex<HashMap<String, (ValidToken, u64)>>,
+    uses: Mutex<Uses>,
     observer: Arc<dyn Observer>,
 }
 
@@ -58,6 +69,7 @@ impl Validator {
             clock,
             resources,
             cache: Mutex::new(HashMap::new()),
+            uses: Mutex::new(Uses::default()),
             observer: Arc::new(Unobserved),
         }
     }
@@ -96,7 +108,9 @@ impl Validator {
         });
         if let Some(p) = cached {
             self.observer.event(Event::ValidationCacheHit);
-            return expiry(p, now_ms);
+            let p = expiry(p, now_ms)?;
+            self.used(&p.grant_id, now_ms);
+            return Ok(p);
         }
         self.observer.event(Event::ValidationCacheMiss);
         let Some((rec, grant_revoked)) = self.store.get_access(&hash).await? else {
@@ -128,7 +142,44 @@ impl Validator {
             }
             cache.insert(hash, (p.clone(), now_ms));
         }
+        self.used(&p.grant_id, now_ms);
         Ok(p)
+    }
+
+    /// Notes a use of grant `family`; once [`LAST_USE_FLUSH_MS`] have passed since the last
+    /// write, the collected uses are written in one batch off the request path.
+    fn used(&self, family: &str, now_ms: u64) {
+        let batch = {
+            let Ok(mut uses) = self.uses.lock() else {
+                return;
+            };
+            if uses.seen.len() < MAX_ENTRIES {
+                uses.seen.insert(family.to_owned(), now_ms / 1000);
+            }
+            if now_ms.saturating_sub(uses.flushed_ms) < LAST_USE_FLUSH_MS {
+                return;
+            }
+            uses.flushed_ms = now_ms;
+            std::mem::take(&mut uses.seen)
+        };
+        let store = self.store.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let batch: Vec<(String, u64)> = batch.into_iter().collect();
+                if let Err(e) = store.touch_grants(&batch).await {
+                    tracing::warn!(error = %e, grants = batch.len(), "could not record the grants' last use");
+                }
+            });
+        }
+    }
+
+    /// Writes the collected uses now (shutdown, maintenance, tests).
+    pub(crate) async fn flush_uses(&self) -> Result<(), crate::error::StoreError> {
+        let batch: Vec<(String, u64)> = match self.uses.lock() {
+            Ok(mut uses) => std::mem::take(&mut uses.seen).into_iter().collect(),
+            Err(_) => return Ok(()),
+        };
+        self.store.touch_grants(&batch).await
     }
 
     /// Drops every cached result (called on revocation in this process).
@@ -154,7 +205,7 @@ mod tests {
     use pforte_clock::ManualClock;
     use std::time::Duration;
 
-    use crate::model::{AccessRecord, GrantRecord, RefreshRecord, TokenRecord};
+    use crate::model::{AccessRecord, GrantRecord, GrantedBy, RefreshRecord, TokenRecord};
     use crate::store::SqliteStore;
 
     const T: u64 = 1_800_000_000;
@@ -181,6 +232,7 @@ mod tests {
             last_used_at: T,
             expires_at: T + 10_000,
             revoked_at: None,
+            granted_by: GrantedBy::Consent,
         };
         let a = AccessRecord {
             token: TokenRecord {

@@ -91,6 +91,8 @@ impl Default for StdioConfig {
 pub(crate) struct RouteConfig {
     /// `[a-z0-9-]+`, 1 to 63 characters, unique.
     pub(crate) name: String,
+    /// A human title for the sign-in, consent and account pages (default: the name).
+    pub(crate) title: Option<String>,
     /// Streamable HTTP: `http://…`, `https://…` or `unix:PATH`.
     pub(crate) url: Option<String>,
     /// Replicas of one server (http or https).

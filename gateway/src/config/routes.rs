@@ -121,6 +121,8 @@ impl UpstreamKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
     pub(crate) name: String,
+    /// Its human title (`title`), for the authorization server's pages.
+    pub(crate) title: Option<String>,
     /// Public path: `/NAME/mcp`, or `/mcp` for `[upstream]`.
     pub(crate) path: String,
     /// The canonical resource URL: `<base_url>` + `path`.
@@ -178,6 +180,7 @@ pub(super) fn table(
         }
         routes.push(Route {
             name: DEFAULT_ROUTE.to_owned(),
+            title: None,
             path: MCP_PATH.to_owned(),
             resource: format!("{base_url}{MCP_PATH}"),
             metadata_path: format!("/.well-known/oauth-protected-resource{MCP_PATH}"),
@@ -286,8 +289,18 @@ fn route(
     let mut tools = cfg.tools.clone();
     tools.extend(r.tools.iter().map(|(k, v)| (k.clone(), v.clone())));
     let path = format!("/{}{MCP_PATH}", r.name);
+    let title = r.title.clone();
+    if let Some(t) = &title
+        && (t.trim().is_empty() || t.chars().count() > 100 || t.chars().any(char::is_control))
+    {
+        return Err(err(
+            "title",
+            "must be 1 to 100 characters without control characters".into(),
+        ));
+    }
     Ok(Route {
         name: r.name.clone(),
+        title,
         resource: format!("{base_url}{path}"),
         metadata_path: format!("/.well-known/oauth-protected-resource{path}"),
         metadata_url: format!("{base_url}/.well-known/oauth-protected-resource{path}"),

@@ -14,10 +14,10 @@ use crate::protocol::{Client, Params};
 use crate::throttle::LimitClass;
 
 /// A logged-in session: its hash is a row in the store.
-const SESSION_PREFIX: &str = "pfs_";
+pub(super) const SESSION_PREFIX: &str = "pfs_";
 /// An anonymous session (before login): a random cookie value the store never sees; the
 /// login form's CSRF token is its MAC, so a cookie-less `GET /authorize` stores nothing.
-const ANON_PREFIX: &str = "pfa_";
+pub(super) const ANON_PREFIX: &str = "pfa_";
 
 /// A page to render.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub(crate) enum Page {
     Login(LoginView),
     Consent(Box<ConsentView>),
     Error(ErrorView),
+    Account(Box<crate::pages::account::AccountView>),
+    AccountLogin(crate::pages::account::AccountLoginView),
 }
 
 /// The result of an `/authorize` request.
@@ -94,7 +96,7 @@ fn too_many(retry_after_secs: u64) -> AuthorizeResponse {
     .retry_after(retry_after_secs)
 }
 
-fn error_page(status: u16, title: &str, message: impl Into<String>) -> AuthorizeOutcome {
+pub(super) fn error_page(status: u16, title: &str, message: impl Into<String>) -> AuthorizeOutcome {
     AuthorizeOutcome::Page {
         page: Page::Error(ErrorView {
             title: title.into(),
@@ -104,13 +106,33 @@ fn error_page(status: u16, title: &str, message: impl Into<String>) -> Authorize
     }
 }
 
-fn unavailable(e: &StoreError) -> AuthorizeOutcome {
+pub(super) fn unavailable(e: &StoreError) -> AuthorizeOutcome {
     tracing::warn!(error = %e, "authorize: store unavailable");
     error_page(
         503,
         "Temporarily unavailable",
         "The sign-in service is temporarily unavailable. Please try again shortly.",
     )
+}
+
+/// Why a sign-in was refused: a message for the form, or the store is down.
+pub(super) enum LoginRefusal {
+    Page {
+        text: String,
+        status: u16,
+        retry_after: Option<u64>,
+    },
+    Unavailable(StoreError),
+}
+
+impl LoginRefusal {
+    fn page(text: &str, status: u16) -> Self {
+        LoginRefusal::Page {
+            text: text.to_owned(),
+            status,
+            retry_after: None,
+        }
+    }
 }
 
 /// What a password check found.
@@ -123,7 +145,7 @@ enum Verified {
 }
 
 /// Human descriptions of the scopes on the consent page.
-fn describe(scope: &str) -> String {
+pub(super) fn describe(scope: &str) -> String {
     match scope {
         "mcp:read" => "read resources and use tools that only read".into(),
         "mcp:write" => "use tools that make changes".into(),
@@ -179,7 +201,7 @@ impl AuthServer {
 
     /// The session a cookie names: an anonymous one (never stored, not logged in) or a stored
     /// logged-in one that has not expired.
-    async fn session(
+    pub(super) async fn session(
         &self,
         cookie: Option<&str>,
     ) -> Result<Option<(String, SessionRecord)>, StoreError> {
@@ -216,7 +238,7 @@ impl AuthServer {
     }
 
     /// A new logged-in session, stored.
-    async fn new_session(&self, username: String) -> Result<Secret, StoreError> {
+    pub(super) async fn new_session(&self, username: String) -> Result<Secret, StoreError> {
         let id = crypto::random_token(self.entropy.as_ref(), SESSION_PREFIX);
         let now = self.now();
         self.store
@@ -241,6 +263,7 @@ impl AuthServer {
     ) -> AuthorizeOutcome {
         AuthorizeOutcome::Page {
             page: Page::Login(LoginView {
+                deployment: self.cfg.deployment_name().to_owned(),
                 client_name: client.display_name().to_owned(),
                 request: request.to_owned(),
                 csrf: self.key.csrf_token(session_id),
@@ -275,6 +298,7 @@ impl AuthServer {
             .unwrap_or_default();
         AuthorizeOutcome::Page {
             page: Page::Consent(Box::new(ConsentView {
+                deployment: self.cfg.deployment_name().to_owned(),
                 client_name: client.display_name().to_owned(),
                 client_id: client.client_id.clone(),
                 redirect_host,
@@ -285,7 +309,12 @@ impl AuthServer {
                     .map(|s| (s.clone(), describe(s)))
                     .collect(),
                 already_granted,
-                resource_name: req.resource_name.clone(),
+                resource_name: crate::protocol::resource::find(
+                    &self.cfg.resource_entries(),
+                    &req.resource,
+                )
+                .and_then(|e| e.title.clone())
+                .unwrap_or_else(|| req.resource_name.clone()),
                 resource_url: req.resource.clone(),
                 username: username.to_owned(),
                 request: request.to_owned(),
@@ -324,7 +353,10 @@ impl AuthServer {
     }
 
     /// The logged-in user of a session, if the user still exists.
-    async fn session_user(&self, session: &SessionRecord) -> Result<Option<String>, StoreError> {
+    pub(super) async fn session_user(
+        &self,
+        session: &SessionRecord,
+    ) -> Result<Option<String>, StoreError> {
         let Some(name) = &session.username else {
             return Ok(None);
         };
@@ -454,57 +486,23 @@ impl AuthServer {
             )
             .into()
         };
-        if username.is_empty() || password.expose().is_empty() {
-            return page("Enter your username and password.", 400);
-        }
-        // Before any hashing, one unit of the IP's and of the (user, IP) budget; a right
-        // password gives both back, so only failures count and nobody can lock a user out
-        // from elsewhere.
-        let user_key: String = username.to_lowercase().chars().take(64).collect();
-        let ip = self.budget(LimitClass::LoginIp, client_ip, None);
-        let user_ip = self.budget(LimitClass::LoginUserIp, client_ip, Some(&user_key));
-        let throttled = |retry: u64| {
-            self.observer.event(Event::LoginThrottled);
-            page(
-                &format!("Too many failed sign-in attempts. Try again in {retry} s."),
-                429,
-            )
-            .retry_after(retry)
-        };
-        if let Err(retry) = self.take(&ip).await {
-            return throttled(retry);
-        }
-        if let Err(retry) = self.take(&user_ip).await {
-            self.limiter.refund(&ip).await;
-            return throttled(retry);
-        }
-        let verified = self.verify_login(&username, &password).await;
-        let give_back = |reset_user: bool| async move {
-            self.limiter.refund(&ip).await;
-            if reset_user {
-                self.limiter.reset(&user_ip).await;
-            } else {
-                self.limiter.refund(&user_ip).await;
+        let user = match self
+            .check_login(&username, &password, client_ip, &client.client_id)
+            .await
+        {
+            Ok(user) => user,
+            Err(LoginRefusal::Page {
+                text,
+                status,
+                retry_after,
+            }) => {
+                let p = page(&text, status);
+                return match retry_after {
+                    Some(r) => p.retry_after(r),
+                    None => p,
+                };
             }
-        };
-        let user = match verified {
-            Verified::Yes(user) => {
-                give_back(true).await;
-                user
-            }
-            Verified::No => {
-                tracing::info!(client_id = %client.client_id, "login failed");
-                self.observer.event(Event::LoginFailed);
-                return page("Wrong username or password.", 401);
-            }
-            Verified::Busy => {
-                give_back(false).await;
-                return throttled(1);
-            }
-            Verified::Unavailable(e) => {
-                give_back(false).await;
-                return unavailable(&e).into();
-            }
+            Err(LoginRefusal::Unavailable(e)) => return unavailable(&e).into(),
         };
         // New session id on login (no fixation); a stored old one is dropped.
         if session_id.starts_with(SESSION_PREFIX)
@@ -528,6 +526,70 @@ impl AuthServer {
                 }
             }
             Err(e) => unavailable(&e).into(),
+        }
+    }
+
+    /// Checks a username and password within the login throttles (failures count per IP and
+    /// per user + IP; a success gives its units back); `client_id` names the app (or
+    /// `/account`) in the log.
+    pub(super) async fn check_login(
+        &self,
+        username: &str,
+        password: &Secret,
+        client_ip: Option<IpAddr>,
+        client_id: &str,
+    ) -> Result<String, LoginRefusal> {
+        if username.is_empty() || password.expose().is_empty() {
+            return Err(LoginRefusal::page("Enter your username and password.", 400));
+        }
+        // Before any hashing, one unit of the IP's and of the (user, IP) budget; a right
+        // password gives both back, so only failures count and nobody can lock a user out
+        // from elsewhere.
+        let user_key: String = username.to_lowercase().chars().take(64).collect();
+        let ip = self.budget(LimitClass::LoginIp, client_ip, None);
+        let user_ip = self.budget(LimitClass::LoginUserIp, client_ip, Some(&user_key));
+        let throttled = |retry: u64| {
+            self.observer.event(Event::LoginThrottled);
+            LoginRefusal::Page {
+                text: format!("Too many failed sign-in attempts. Try again in {retry} s."),
+                status: 429,
+                retry_after: Some(retry),
+            }
+        };
+        if let Err(retry) = self.take(&ip).await {
+            return Err(throttled(retry));
+        }
+        if let Err(retry) = self.take(&user_ip).await {
+            self.limiter.refund(&ip).await;
+            return Err(throttled(retry));
+        }
+        let verified = self.verify_login(username, password).await;
+        let give_back = |reset_user: bool| async move {
+            self.limiter.refund(&ip).await;
+            if reset_user {
+                self.limiter.reset(&user_ip).await;
+            } else {
+                self.limiter.refund(&user_ip).await;
+            }
+        };
+        match verified {
+            Verified::Yes(user) => {
+                give_back(true).await;
+                Ok(user)
+            }
+            Verified::No => {
+                tracing::info!(client_id = %client_id, "login failed");
+                self.observer.event(Event::LoginFailed);
+                Err(LoginRefusal::page("Wrong username or password.", 401))
+            }
+            Verified::Busy => {
+                give_back(false).await;
+                Err(throttled(1))
+            }
+            Verified::Unavailable(e) => {
+                give_back(false).await;
+                Err(LoginRefusal::Unavailable(e))
+            }
         }
     }
 

@@ -41,6 +41,7 @@ pub(crate) fn user(name: &str) -> UserRecord {
         password_hash: "$argon2id$x".into(),
         created_at: NOW,
         updated_at: NOW,
+        admin: false,
     }
 }
 
@@ -68,6 +69,7 @@ pub(crate) fn grant(fam: &str, client: &str, user: &str) -> GrantRecord {
         last_used_at: NOW,
         expires_at: NOW + 1000,
         revoked_at: None,
+        granted_by: GrantedBy::Consent,
     }
 }
 
