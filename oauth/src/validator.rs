@@ -336,6 +336,7 @@ mod tests {
             .map(|n| crate::config::ResourceEntry {
                 url: format!("https://gw.example/{n}/mcp"),
                 name: (*n).into(),
+                title: None,
             })
             .collect();
         cfg

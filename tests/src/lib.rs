@@ -10,6 +10,7 @@ mod challenge;
 mod client;
 mod config;
 mod gateway;
+mod idp;
 mod proc;
 mod service;
 mod stack;
@@ -26,10 +27,11 @@ pub use client::{
     rmcp_client, rmcp_client_as, rpc_answer, whoami,
 };
 pub use config::{
-    Budget, GatewayConfig, Limits, OAuth, Route, StdioLimits, Throttle, Throttles, TlsFiles,
-    ToolRule, Upstream,
+    Budget, Enterprise, GatewayConfig, Limits, OAuth, Route, StdioLimits, Throttle, Throttles,
+    TlsFiles, ToolRule, Upstream,
 };
 pub use gateway::{Gateway, write_config};
+pub use idp::TestIdp;
 pub use pforte_test_support::{
     Form, RedisOptions, RedisServer, SKIP_LOG_ENV, free_port, in_ci, skip, which,
 };

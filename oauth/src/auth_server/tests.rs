@@ -1321,6 +1321,7 @@ fn two_resources() -> OAuthConfig {
         .map(|(name, url)| crate::config::ResourceEntry {
             url: (*url).into(),
             name: (*name).into(),
+            title: None,
         })
         .collect();
     cfg

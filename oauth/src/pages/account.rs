@@ -157,7 +157,7 @@ pub(crate) fn account(v: &AccountView) -> String {
         ""
     };
     let body = format!(
-        "<h1>{}</h1><p class=\"muted\">Signed in as <strong>{}</strong>{}</p>{}{}\
+        "<h1>Your account</h1><p class=\"muted\">Signed in as <strong>{}</strong>{}</p>{}{}\
          {admin}<h2 class=\"section\">{heading}</h2>{list}\
          <h2 class=\"section\">Password</h2>\
          <form method=\"post\" action=\"/account\">{}{current}\
@@ -168,7 +168,6 @@ pub(crate) fn account(v: &AccountView) -> String {
          <div class=\"actions\"><button type=\"submit\">Change password</button></div></form>\
          <form method=\"post\" action=\"/account\">{}\
          <div class=\"actions\"><button type=\"submit\">Sign out</button></div></form>",
-        escape(&v.deployment),
         escape(&v.username),
         if v.admin { " (admin)" } else { "" },
         alert("notice", v.notice.as_deref()),

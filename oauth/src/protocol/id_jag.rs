@@ -330,8 +330,8 @@ mod tests {
             why(run(&claims(), |e| e.requested_scope = Some("mcp:write")))
                 .contains("does not grant")
         );
-        let other = ["https://gw.example/other/mcp"];
-        assert!(why(run(&claims(), |e| e.requested_resources = &other)).contains("differs"));
+        const OTHER: [&str; 1] = ["https://gw.example/other/mcp"];
+        assert!(why(run(&claims(), |e| e.requested_resources = &OTHER)).contains("differs"));
     }
 
     #[test]

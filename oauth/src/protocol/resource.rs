@@ -118,6 +118,7 @@ mod tests {
             .map(|u| ResourceEntry {
                 url: (*u).into(),
                 name: u.split('/').nth(3).unwrap_or_default().into(),
+                title: None,
             })
             .collect()
     }

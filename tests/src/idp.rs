@@ -1,0 +1,113 @@
+//! A small enterprise identity provider for the Enterprise-Managed Authorization tests: a real
+//! HTTP server on 127.0.0.1 serving its RFC 8414 metadata and its JWKS (one P-256 key), and the
+//! ID-JAGs it signs with that key (`jsonwebtoken`). It does not run the RFC 8693 exchange that
+//! hands the client an ID-JAG; the tests play the client that already holds one.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::{Json, Router, routing::get};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+
+/// A running test identity provider.
+pub struct TestIdp {
+    /// Its issuer identifier: `http://127.0.0.1:PORT`.
+    pub issuer: String,
+    kid: String,
+    key: EncodingKey,
+    next_jti: AtomicU64,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestIdp {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl TestIdp {
+    /// Generates a key and serves the metadata and JWKS on a free loopback port.
+    pub async fn start() -> anyhow::Result<Self> {
+        let pair = rcgen::KeyPair::generate()?;
+        let raw = pair.public_key_raw();
+        anyhow::ensure!(
+            raw.len() == 65 && raw[0] == 4,
+            "an uncompressed P-256 point"
+        );
+        let kid = format!("test-{}", &URL_SAFE_NO_PAD.encode(&raw[1..7]));
+        let jwks = json!({"keys": [{
+            "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": kid,
+            "x": URL_SAFE_NO_PAD.encode(&raw[1..33]),
+            "y": URL_SAFE_NO_PAD.encode(&raw[33..65]),
+        }]});
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr: SocketAddr = listener.local_addr()?;
+        let issuer = format!("http://{addr}");
+        let metadata = json!({
+            "issuer": issuer,
+            "jwks_uri": format!("{issuer}/jwks.json"),
+            "token_endpoint": format!("{issuer}/token"),
+        });
+        let app = Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(move || {
+                    let m = metadata.clone();
+                    async move { Json(m) }
+                }),
+            )
+            .route(
+                "/jwks.json",
+                get(move || {
+                    let k = jwks.clone();
+                    async move { Json(k) }
+                }),
+            );
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            issuer,
+            kid,
+            key: EncodingKey::from_ec_der(&pair.serialize_der()),
+            next_jti: AtomicU64::new(1),
+            server,
+        })
+    }
+
+    /// The claims of a good ID-JAG for `sub` (with `email`) to `client_id` at the authorization
+    /// server `audience`, for `resource`, valid from `now` for 5 minutes, with a fresh `jti`.
+    pub fn claims(
+        &self,
+        audience: &str,
+        client_id: &str,
+        resource: &str,
+        sub: &str,
+        email: &str,
+        now: u64,
+    ) -> Value {
+        let jti = self.next_jti.fetch_add(1, Ordering::Relaxed);
+        json!({
+            "iss": self.issuer, "sub": sub, "aud": audience, "client_id": client_id,
+            "jti": format!("jti-{jti}"), "iat": now, "exp": now + 300,
+            "resource": resource, "scope": "mcp:read mcp:write", "email": email,
+        })
+    }
+
+    /// `claims` signed with the IdP's key under the JOSE `typ` given (an ID-JAG's is
+    /// `oauth-id-jag+jwt`).
+    pub fn sign(&self, claims: &Value, typ: &str) -> anyhow::Result<String> {
+        let mut header = Header::new(Algorithm::ES256);
+        header.typ = Some(typ.to_owned());
+        header.kid = Some(self.kid.clone());
+        Ok(jsonwebtoken::encode(&header, claims, &self.key)?)
+    }
+
+    /// A signed ID-JAG.
+    pub fn id_jag(&self, claims: &Value) -> anyhow::Result<String> {
+        self.sign(claims, "oauth-id-jag+jwt")
+    }
+}
