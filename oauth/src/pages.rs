@@ -277,6 +277,22 @@ mod tests {
     }
 
     #[test]
+    fn pages_name_the_deployment_when_configured() {
+        let view = |deployment: &str| LoginView {
+            deployment: deployment.into(),
+            client_name: "Claude".into(),
+            request: "r".into(),
+            csrf: "x".into(),
+            username: None,
+            error: None,
+        };
+        let named = login(&view("Acme <MCP>"));
+        assert!(named.contains("<p class=\"deployment\">Acme &lt;MCP&gt;</p>"));
+        assert!(named.contains("<title>Sign in · Acme &lt;MCP&gt;</title>"));
+        assert!(!login(&view("Pforte")).contains("class=\"deployment\""));
+    }
+
+    #[test]
     fn csp_forbids_framing_and_pins_the_stylesheet() {
         let csp = content_security_policy(Some("https://claude.ai"));
         assert!(csp.contains("frame-ancestors 'none'"));

@@ -269,6 +269,46 @@ mod tests {
         (store, v, token)
     }
 
+    /// The grant's last use as stored, once it equals `want` (polled, 5 s deadline).
+    async fn last_use_becomes(store: &Arc<dyn Store>, want: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let at = store.get_grant("f").await.unwrap().unwrap().last_used_at;
+            if at == want || std::time::Instant::now() > deadline {
+                return at;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn last_use_is_written_once_a_minute_not_per_request() {
+        let (store, v, token) = setup("https://gw.example/mcp").await;
+        v.validate_at(&token, (T + 10) * 1000).await.unwrap();
+        assert_eq!(last_use_becomes(&store, T + 10).await, T + 10, "first use");
+        for i in 0..100 {
+            v.validate_at(&token, (T + 11) * 1000 + i * 500)
+                .await
+                .unwrap();
+        }
+        tokio::task::yield_now().await;
+        let stored = store.get_grant("f").await.unwrap().unwrap().last_used_at;
+        assert_eq!(stored, T + 10, "100 uses within the minute wrote nothing");
+        v.validate_at(&token, (T + 75) * 1000).await.unwrap();
+        assert_eq!(
+            last_use_becomes(&store, T + 75).await,
+            T + 75,
+            "one batch a minute later"
+        );
+        v.validate_at(&token, (T + 80) * 1000).await.unwrap();
+        v.flush_uses().await.unwrap();
+        assert_eq!(
+            last_use_becomes(&store, T + 80).await,
+            T + 80,
+            "maintenance flushes"
+        );
+    }
+
     #[tokio::test]
     async fn valid_token_says_who_and_for_what() {
         let (_, v, token) = setup("https://gw.example/mcp").await;

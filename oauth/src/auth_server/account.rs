@@ -31,6 +31,7 @@ fn notice(done: Option<&str>) -> (Option<String>, Option<String>) {
         Some("revoked") => ok("Access revoked. The app's tokens stop working within a second."),
         Some("password") => ok("Password changed."),
         Some("wrong-password") => bad("The current password is wrong."),
+        Some("throttled") => bad("Too many wrong passwords. Try again in a minute."),
         Some("mismatch") => bad("The two new passwords differ."),
         Some("weak") => bad("The new password must have at least 8 characters."),
         Some("not-yours") => bad("That grant is not yours (or no longer exists)."),
@@ -285,7 +286,7 @@ impl AuthServer {
         match (field("step"), user) {
             ("login", _) => self.account_sign_in(&id, &form, client_ip).await,
             ("revoke", Some(user)) => self.account_revoke(&user, field("grant")).await,
-            ("password", Some(user)) => self.account_password(&user, &form).await,
+            ("password", Some(user)) => self.account_password(&user, &form, client_ip).await,
             ("logout", Some(_)) => self.account_sign_out(&id).await,
             (_, None) => redirect("/account"),
             _ => error_page(400, "Invalid form", "The form is incomplete.").into(),
@@ -366,7 +367,12 @@ impl AuthServer {
         }
     }
 
-    async fn account_password(&self, user: &UserRecord, form: &Params) -> AuthorizeResponse {
+    async fn account_password(
+        &self,
+        user: &UserRecord,
+        form: &Params,
+        client_ip: Option<IpAddr>,
+    ) -> AuthorizeResponse {
         let field = |n: &str| form.single(n).ok().flatten().unwrap_or_default();
         let (new, confirm) = (Secret::new(field("new")), Secret::new(field("confirm")));
         if new.expose() != confirm.expose() {
@@ -375,17 +381,20 @@ impl AuthServer {
         if new.expose().chars().count() < MIN_PASSWORD_CHARS {
             return redirect("/account?done=weak");
         }
+        // The current password is checked like a sign-in: failures count against the login
+        // throttles, so a borrowed session cannot be used to guess it.
         if user.password_hash != NO_PASSWORD {
             let current = Secret::new(field("current"));
-            let phc = user.password_hash.clone();
-            let ok = tokio::task::spawn_blocking(move || {
-                crypto::verify_password(current.expose(), &phc)
-            })
-            .await
-            .unwrap_or(false);
-            if !ok {
-                self.observer.event(Event::LoginFailed);
-                return redirect("/account?done=wrong-password");
+            match self
+                .check_login(&user.username, &current, client_ip, "/account")
+                .await
+            {
+                Ok(_) => {}
+                Err(LoginRefusal::Page { status: 429, .. }) => {
+                    return redirect("/account?done=throttled");
+                }
+                Err(LoginRefusal::Page { .. }) => return redirect("/account?done=wrong-password"),
+                Err(LoginRefusal::Unavailable(e)) => return unavailable(&e).into(),
             }
         }
         let (params, entropy) = (self.cfg.password_hashing, self.entropy.clone());

@@ -69,6 +69,22 @@ async fn account_page_lists_and_revokes_grants_and_admins_see_everyone() {
     .unwrap();
     let listed = gw.admin_cmd(&["user", "list"], "").unwrap();
     assert!(listed.contains("admin"), "{listed}");
+    // `pforte user role` sets and clears the flag.
+    let role_of = |name: &str| -> String {
+        let users: Value =
+            serde_json::from_str(&gw.admin_cmd(&["user", "list", "--json"], "").unwrap()).unwrap();
+        let user = users
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["username"] == name);
+        user.unwrap()["role"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(role_of(ROOT), "admin");
+    gw.admin_cmd(&["user", "role", "bob", "admin"], "").unwrap();
+    assert_eq!(role_of("bob"), "admin");
+    gw.admin_cmd(&["user", "role", "bob", "user"], "").unwrap();
+    assert_eq!(role_of("bob"), "user");
 
     // Alice's consent grant (Claude, the default route) and bob's.
     let consent_token = access_token(&gw, ALICE, ALICE_PW, "mcp:read mcp:write")
