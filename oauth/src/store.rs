@@ -15,7 +15,7 @@ use crate::model::{
 pub(crate) mod redis;
 pub(crate) mod sqlite;
 #[cfg(test)]
-mod suite;
+pub(crate) mod suite;
 
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;

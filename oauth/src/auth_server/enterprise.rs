@@ -38,6 +38,11 @@ impl AuthServer {
                 .await
                 .map(|t| t.to_json());
         }
+        if self.cfg.enterprise.is_empty() {
+            return Err(OAuthError::UnsupportedGrantType(
+                "the jwt-bearer grant needs a trusted identity provider ([[oauth.enterprise]]); none is configured".into(),
+            ));
+        }
         let client = self.authenticate(&params, authorization, client_ip).await?;
         self.enterprise_grant(&client, &params).await
     }
