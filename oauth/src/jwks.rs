@@ -1,7 +1,7 @@
 //! The signing keys of the trusted enterprise identity providers (I/O part): their JWKS,
 //! found through the issuer's metadata when `jwks_uri` is not configured, cached in process
 //! and fetched again when an ID-JAG names a key id the cache does not know (key rotation) —
-//! at most once per [`REFETCH_MIN_MS`] per issuer, so unknown key ids cannot make us hammer
+//! at most once per [`REFETCH_MIN_MS`] (2 s) per issuer, so unknown key ids cannot make us hammer
 //! the IdP. Signatures are verified by `jsonwebtoken`, never here.
 
 use std::collections::HashMap;
@@ -13,8 +13,9 @@ use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation};
 
 use crate::config::{EnterpriseIdp, secure_or_loopback};
 
-/// Fetching a JWKS again for an unknown key id waits at least this long after the last fetch.
-pub(crate) const REFETCH_MIN_MS: u64 = 10_000;
+/// Fetching a JWKS again for an unknown key id waits at least this long after the last fetch
+/// (a rotated key is usable this long after the IdP starts signing with it, at the latest).
+pub(crate) const REFETCH_MIN_MS: u64 = 2_000;
 /// A cached JWKS is used for at most this long, then fetched again.
 pub(crate) const MAX_AGE_MS: u64 = 3_600_000;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -52,8 +53,8 @@ struct Cached {
 #[derive(Default)]
 pub(crate) struct IdpKeys {
     cache: Mutex<HashMap<String, Cached>>,
-    /// When the last fetch per issuer started (also failed ones).
-    attempts: Mutex<HashMap<String, u64>>,
+    /// When the last fetch per issuer started (also failed ones), and why it failed.
+    attempts: Mutex<HashMap<String, (u64, Option<String>)>>,
 }
 
 async fn get_json(url: &str) -> Result<serde_json::Value, KeyError> {
@@ -143,9 +144,17 @@ fn pick<'a>(keys: &'a JwkSet, header: &Header) -> Option<&'a Jwk> {
 
 impl IdpKeys {
     async fn fetch(&self, idp: &EnterpriseIdp, now_ms: u64) -> Result<(), KeyError> {
+        let outcome = self.fetch_keys(idp, now_ms).await;
         if let Ok(mut a) = self.attempts.lock() {
-            a.insert(idp.issuer.clone(), now_ms);
+            let failure = outcome.as_ref().err().map(|e| match e {
+                KeyError::Fetch(why) | KeyError::Refused(why) => why.clone(),
+            });
+            a.insert(idp.issuer.clone(), (now_ms, failure));
         }
+        outcome
+    }
+
+    async fn fetch_keys(&self, idp: &EnterpriseIdp, now_ms: u64) -> Result<(), KeyError> {
         let uri = jwks_uri(idp).await?;
         let doc = get_json(&uri).await?;
         let keys: JwkSet = serde_json::from_value(doc)
@@ -163,13 +172,21 @@ impl IdpKeys {
         Ok(())
     }
 
+    /// Why the last fetch of `idp`'s keys failed, when it did.
+    fn last_failure(&self, idp: &EnterpriseIdp) -> Option<String> {
+        self.attempts
+            .lock()
+            .ok()
+            .and_then(|a| a.get(&idp.issuer).and_then(|(_, why)| why.clone()))
+    }
+
     /// The cached key for `header`; `Err(fetch_allowed)` when there is none.
     fn cached(&self, idp: &EnterpriseIdp, header: &Header, now_ms: u64) -> Result<Jwk, bool> {
         let last_attempt = self
             .attempts
             .lock()
             .ok()
-            .and_then(|a| a.get(&idp.issuer).copied());
+            .and_then(|a| a.get(&idp.issuer).map(|(t, _)| *t));
         let may_fetch = last_attempt.is_none_or(|t| now_ms.saturating_sub(t) >= REFETCH_MIN_MS);
         let Ok(cache) = self.cache.lock() else {
             return Err(may_fetch);
@@ -204,7 +221,13 @@ impl IdpKeys {
                 self.cached(idp, header, now_ms)
                     .map_err(|_| unknown_key(header))?
             }
-            Err(false) => return Err(unknown_key(header)),
+            // Not fetched again so soon: an IdP that was down is reported as such.
+            Err(false) => {
+                return Err(match self.last_failure(idp) {
+                    Some(why) => KeyError::Fetch(why),
+                    None => unknown_key(header),
+                });
+            }
         };
         if let Some(alg) = jwk.common.key_algorithm
             && alg.to_string() != format!("{:?}", header.alg)

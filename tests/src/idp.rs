@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::{Json, Router, routing::get};
 use base64::Engine;
@@ -12,12 +13,35 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
+/// The signing key in use and the JWKS served.
+struct Keys {
+    kid: String,
+    pkcs8: Vec<u8>,
+    jwks: Value,
+}
+
+/// A fresh P-256 key: its id, PKCS#8 DER and public JWK.
+fn new_key() -> anyhow::Result<(String, Vec<u8>, Value)> {
+    let pair = rcgen::KeyPair::generate()?;
+    let raw = pair.public_key_raw();
+    anyhow::ensure!(
+        raw.len() == 65 && raw[0] == 4,
+        "an uncompressed P-256 point"
+    );
+    let kid = format!("test-{}", &URL_SAFE_NO_PAD.encode(&raw[1..7]));
+    let jwk = json!({
+        "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": kid,
+        "x": URL_SAFE_NO_PAD.encode(&raw[1..33]),
+        "y": URL_SAFE_NO_PAD.encode(&raw[33..65]),
+    });
+    Ok((kid, pair.serialize_der(), jwk))
+}
+
 /// A running test identity provider.
 pub struct TestIdp {
     /// Its issuer identifier: `http://127.0.0.1:PORT`.
     pub issuer: String,
-    kid: String,
-    key: EncodingKey,
+    keys: Arc<Mutex<Keys>>,
     next_jti: AtomicU64,
     server: tokio::task::JoinHandle<()>,
 }
@@ -31,18 +55,13 @@ impl Drop for TestIdp {
 impl TestIdp {
     /// Generates a key and serves the metadata and JWKS on a free loopback port.
     pub async fn start() -> anyhow::Result<Self> {
-        let pair = rcgen::KeyPair::generate()?;
-        let raw = pair.public_key_raw();
-        anyhow::ensure!(
-            raw.len() == 65 && raw[0] == 4,
-            "an uncompressed P-256 point"
-        );
-        let kid = format!("test-{}", &URL_SAFE_NO_PAD.encode(&raw[1..7]));
-        let jwks = json!({"keys": [{
-            "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": kid,
-            "x": URL_SAFE_NO_PAD.encode(&raw[1..33]),
-            "y": URL_SAFE_NO_PAD.encode(&raw[33..65]),
-        }]});
+        let (kid, pkcs8, jwk) = new_key()?;
+        let keys = Arc::new(Mutex::new(Keys {
+            kid,
+            pkcs8,
+            jwks: json!({"keys": [jwk]}),
+        }));
+        let served = keys.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr: SocketAddr = listener.local_addr()?;
         let issuer = format!("http://{addr}");
@@ -62,7 +81,7 @@ impl TestIdp {
             .route(
                 "/jwks.json",
                 get(move || {
-                    let k = jwks.clone();
+                    let k = served.lock().map(|k| k.jwks.clone()).unwrap_or_default();
                     async move { Json(k) }
                 }),
             );
@@ -71,8 +90,7 @@ impl TestIdp {
         });
         Ok(Self {
             issuer,
-            kid,
-            key: EncodingKey::from_ec_der(&pair.serialize_der()),
+            keys,
             next_jti: AtomicU64::new(1),
             server,
         })
@@ -100,10 +118,32 @@ impl TestIdp {
     /// `claims` signed with the IdP's key under the JOSE `typ` given (an ID-JAG's is
     /// `oauth-id-jag+jwt`).
     pub fn sign(&self, claims: &Value, typ: &str) -> anyhow::Result<String> {
+        let (kid, key) = {
+            let k = self
+                .keys
+                .lock()
+                .map_err(|_| anyhow::anyhow!("keys poisoned"))?;
+            (k.kid.clone(), EncodingKey::from_ec_der(&k.pkcs8))
+        };
         let mut header = Header::new(Algorithm::ES256);
         header.typ = Some(typ.to_owned());
-        header.kid = Some(self.kid.clone());
-        Ok(jsonwebtoken::encode(&header, claims, &self.key)?)
+        header.kid = Some(kid);
+        Ok(jsonwebtoken::encode(&header, claims, &key)?)
+    }
+
+    /// Rotates the signing key: a new key signs from now on, and the JWKS serves only it.
+    pub fn rotate(&self) -> anyhow::Result<()> {
+        let (kid, pkcs8, jwk) = new_key()?;
+        let mut k = self
+            .keys
+            .lock()
+            .map_err(|_| anyhow::anyhow!("keys poisoned"))?;
+        *k = Keys {
+            kid,
+            pkcs8,
+            jwks: json!({"keys": [jwk]}),
+        };
+        Ok(())
     }
 
     /// A signed ID-JAG.

@@ -200,3 +200,66 @@ async fn an_id_jag_used_at_one_gateway_is_refused_at_another_on_the_same_redis()
     let mut mcp = gw_b.mcp(&token);
     mcp.open().await.unwrap();
 }
+
+/// The IdP rotates its key: the next ID-JAG names a key id the gateway has not seen, and the
+/// gateway fetches the JWKS again (at most every 2 s per issuer) and accepts it. An IdP whose
+/// keys cannot be fetched gets an `invalid_grant` that says so, not a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_key_is_fetched_and_an_unreachable_idp_is_named() {
+    let idp = TestIdp::start().await.unwrap();
+    let down = format!("http://127.0.0.1:{}", pforte_tests::free_port());
+    let gw = Stack::builder()
+        .oauth(
+            OAuth::default()
+                .enterprise(Enterprise {
+                    issuer: idp.issuer.clone(),
+                    allowed_domains: vec!["example.com".into()],
+                    ..Enterprise::default()
+                })
+                .enterprise(Enterprise {
+                    issuer: down.clone(),
+                    jwks_uri: Some(format!("{down}/jwks.json")),
+                    ..Enterprise::default()
+                }),
+        )
+        .start()
+        .await;
+    let browser = Browser::for_gateway(&gw);
+    let d = discover(&browser.http, &gw.mcp_url()).await.unwrap();
+    let client = register_like_claude(&browser.http, &d).await.unwrap();
+    let claims = || {
+        idp.claims(
+            &gw.base,
+            &client.client_id,
+            &d.resource,
+            "u-carol",
+            "carol@example.com",
+            now(),
+        )
+    };
+    exchange(&browser.http, &d, &client, &idp.id_jag(&claims()).unwrap())
+        .await
+        .access()
+        .unwrap();
+
+    idp.rotate().unwrap();
+    let rotated = idp.id_jag(&claims()).unwrap();
+    let started = std::time::Instant::now();
+    let accepted = pforte_tests::eventually(std::time::Duration::from_secs(5), || {
+        let (http, d, client, jag) = (
+            browser.http.clone(),
+            d.clone(),
+            client.clone(),
+            rotated.clone(),
+        );
+        async move { exchange(&http, &d, &client, &jag).await.status == 200 }
+    })
+    .await;
+    assert!(accepted, "the rotated key was not fetched within 5 s");
+    eprintln!("rotated key accepted after {:?}", started.elapsed());
+
+    let mut c = claims();
+    c["iss"] = json!(down);
+    let answer = exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await;
+    refused(&answer, "could not be fetched");
+}
