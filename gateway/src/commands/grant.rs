@@ -75,6 +75,7 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
                         "last_used_at": cli::rfc3339(g.last_used_at),
                         "expires_at": cli::rfc3339(g.expires_at),
                         "revoked_at": g.revoked_at.map(cli::rfc3339),
+                        "granted_by": g.granted_by.label(),
                     })
                 })
                 .collect();
@@ -89,6 +90,7 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
                         cli::utc_minute(g.created_at),
                         cli::expiry(Some(g.expires_at), now),
                         g.scopes.join(" "),
+                        g.granted_by.label().to_owned(),
                     ]
                 })
                 .collect();
@@ -96,7 +98,7 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
                 list,
                 json,
                 &[
-                    "grant", "state", "user", "client", "created", "expires", "scopes",
+                    "grant", "state", "user", "client", "created", "expires", "scopes", "via",
                 ],
                 rows,
                 "no grants",

@@ -150,6 +150,14 @@ async fn an_id_jag_is_exchanged_for_a_token_that_calls_a_tool_and_bad_ones_are_i
     let grants: Value =
         serde_json::from_str(&gw.admin_cmd(&["grant", "list", "--json"], "").unwrap()).unwrap();
     assert_eq!(grants.as_array().map(Vec::len), Some(2), "{grants}");
+    assert!(
+        grants
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["granted_by"] == "enterprise"),
+        "{grants}"
+    );
     eprintln!(
         "enterprise grants: 2 issued, 8 refusals (replay, typ, aud, expired, issuer, client, domain, not a JWT)"
     );
