@@ -1794,6 +1794,42 @@ async fn account_lists_revokes_and_changes_the_password_of_the_signed_in_user_on
         &user.password_hash
     ));
 
+    // As an admin the same session lists every user's grants and revokes another's.
+    h.store.set_admin("alice", true, T0).await.unwrap();
+    let all = match h
+        .s
+        .account_get("all=1&user=bob", Some(&session))
+        .await
+        .outcome
+    {
+        AuthorizeOutcome::Page {
+            page: Page::Account(v),
+            ..
+        } => *v,
+        other => panic!("{other:?}"),
+    };
+    assert!(all.admin && all.all_users);
+    assert_eq!(all.grants.len(), 1);
+    assert_eq!(all.grants[0].username, "bob");
+    let theirs = [
+        ("step", "revoke"),
+        ("csrf", csrf.as_str()),
+        ("grant", "bobs"),
+    ];
+    assert_eq!(
+        account_post(&h, &session, &theirs).await,
+        "/account?all=1&done=revoked"
+    );
+    assert!(
+        h.store
+            .get_grant("bobs")
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at
+            .is_some()
+    );
+
     // Signing out ends the session.
     let out = [("step", "logout"), ("csrf", csrf.as_str())];
     assert_eq!(account_post(&h, &session, &out).await, "/account");
