@@ -47,6 +47,9 @@ pub mod fuzzing {
             AuthorizeFailure, client_id, code_location, login_fields, validate,
         };
     }
+    pub mod id_jag {
+        pub use crate::protocol::id_jag::{Expected, check, typ_ok};
+    }
     pub mod cimd {
         pub use crate::protocol::cimd::{
             cache_lifetime, is_document_client_id, parse_client_id_url, validate_document,

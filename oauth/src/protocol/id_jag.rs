@@ -22,14 +22,14 @@ fn refused(why: impl Into<String>) -> OAuthError {
 
 /// Whether the JOSE header's `typ` is an ID-JAG's (media types compare case-insensitively,
 /// RFC 7515 §4.1.9; an `application/` prefix may be present).
-pub(crate) fn typ_ok(typ: Option<&str>) -> bool {
+pub fn typ_ok(typ: Option<&str>) -> bool {
     typ.map(|t| t.strip_prefix("application/").unwrap_or(t))
         .is_some_and(|t| t.eq_ignore_ascii_case(TYP))
 }
 
 /// What a checked ID-JAG grants.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Terms {
+pub struct Terms {
     pub issuer: String,
     pub subject: String,
     pub jti: String,
@@ -43,7 +43,7 @@ pub(crate) struct Terms {
 
 /// What the claims are checked against.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Expected<'a> {
+pub struct Expected<'a> {
     pub idp: &'a EnterpriseIdp,
     /// This server's issuer identifier (the ID-JAG's audience).
     pub audience: &'a str,
@@ -91,7 +91,7 @@ fn audience_ok(aud: Option<&Value>, ours: &str) -> bool {
 }
 
 /// Checks the claims of an ID-JAG whose signature was verified with `expected.idp`'s keys.
-pub(crate) fn check(claims: &Value, expected: &Expected<'_>) -> Result<Terms, OAuthError> {
+pub fn check(claims: &Value, expected: &Expected<'_>) -> Result<Terms, OAuthError> {
     let iss = text(claims, "iss")?;
     if iss != expected.idp.issuer {
         return Err(refused(format!(
