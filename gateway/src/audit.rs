@@ -111,7 +111,7 @@ pub struct AuditRecord<'a> {
 pub(crate) struct AccountRecord<'a> {
     #[serde(rename = "time", serialize_with = "serialize_time")]
     pub(crate) time_ms: u64,
-    /// `sign_in` or `consent`.
+    /// `sign_in`, `consent`, `enterprise_grant` or `revoke`.
     pub(crate) event: &'a str,
     /// `password` or the OpenID provider's name.
     #[serde(serialize_with = "serialize_untrusted_opt")]

@@ -375,7 +375,7 @@ impl GatewayConfig {
     }
 
     /// Where the audit log goes (`<data_dir>/audit.jsonl` by default) and its rotation.
-    fn audit(&self) -> Result<Audit, ConfigError> {
+    pub(crate) fn audit(&self) -> Result<Audit, ConfigError> {
         let sink = match self.audit_log.as_deref() {
             None => AuditSink::File(self.data_dir.join("audit.jsonl")),
             Some(text) => text

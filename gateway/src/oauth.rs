@@ -43,6 +43,7 @@ pub(crate) fn is_as_path(path: &str) -> bool {
             | "/register"
             | "/revoke"
             | pforte_oauth::OIDC_CALLBACK_PATH
+            | "/account"
     )
 }
 
@@ -80,6 +81,7 @@ fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
             name: r.name.clone(),
             roles: r.roles.clone(),
             users: r.users.clone(),
+            title: r.title.clone(),
         })
         .collect();
 }
@@ -281,6 +283,7 @@ mod tests {
             "/token",
             "/register",
             "/revoke",
+            "/account",
             "/.well-known/oauth-authorization-server",
         ] {
             assert!(is_as_path(p), "{p}");

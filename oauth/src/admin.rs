@@ -45,6 +45,8 @@ pub struct UserInfo {
     /// Where the user comes from: `None` for a local (password) user, else the OpenID
     /// provider's identity (provider name, issuer, subject, verified email, groups).
     pub external: Option<crate::model::ExternalIdentity>,
+    /// Sees and revokes every user's grants at `/account`.
+    pub admin: bool,
 }
 
 /// A registered client as listed (no secret hash).
@@ -75,7 +77,7 @@ pub struct Admin {
     hashing: PasswordHashing,
 }
 
-fn valid_username(name: &str) -> bool {
+pub(crate) fn valid_username(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .chars()
@@ -139,6 +141,7 @@ impl Admin {
             created_at: now,
             updated_at: now,
             external: None,
+            admin: false,
         };
         if !self.store.create_user(&user).await? {
             return Err(AdminError::UserExists(username.to_owned()));
@@ -159,6 +162,19 @@ impl Admin {
         Ok(())
     }
 
+    /// `pforte user role NAME admin|user` (and `pforte user add --role`): whether the user
+    /// administers every user's grants at `/account`.
+    pub async fn set_admin(&self, username: &str, admin: bool) -> Result<(), AdminError> {
+        if !self
+            .store
+            .set_admin(username, admin, self.clock.now_secs())
+            .await?
+        {
+            return Err(AdminError::NoSuchUser(username.to_owned()));
+        }
+        Ok(())
+    }
+
     /// `pforte user list`.
     pub async fn list_users(&self) -> Result<Vec<UserInfo>, AdminError> {
         Ok(self
@@ -171,6 +187,7 @@ impl Admin {
                 created_at: u.created_at,
                 updated_at: u.updated_at,
                 external: u.external,
+                admin: u.admin,
             })
             .collect())
     }

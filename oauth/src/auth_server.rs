@@ -20,7 +20,9 @@ use crate::store::Store;
 use crate::throttle::{Budget, LimitClass, RateLimiter};
 use crate::validator::Validator;
 
+mod account;
 mod authorize;
+mod enterprise;
 mod oidc;
 mod token;
 
@@ -58,6 +60,8 @@ pub struct AuthServer {
     pub(crate) observer: Arc<dyn Observer>,
     /// The OpenID providers of `[[oauth.login.oidc]]`.
     pub(crate) oidc: Providers,
+    /// The trusted enterprise identity providers' signing keys.
+    pub(crate) idp_keys: crate::jwks::IdpKeys,
     dummy_hash: tokio::sync::OnceCell<String>,
 }
 
@@ -118,6 +122,7 @@ impl AuthServerBuilder {
             key,
             validator,
             observer: self.observer,
+            idp_keys: crate::jwks::IdpKeys::default(),
             dummy_hash: tokio::sync::OnceCell::new(),
         }))
     }
@@ -387,6 +392,7 @@ impl AuthServer {
                 report.clients_reaped += 1;
             }
         }
+        self.validator.flush_uses().await?;
         self.store.purge_expired(now).await?;
         if report.clients_reaped > 0 {
             tracing::info!(count = report.clients_reaped, "reaped unused oauth clients");

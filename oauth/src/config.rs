@@ -68,6 +68,29 @@ pub struct OAuthConfig {
     /// How often, at most, a token's user is looked up again for their roles (1 to 60 s,
     /// default 60): the longest an issued token keeps what a role change took away.
     pub roles_recheck_secs: u64,
+    /// The deployment's name on the login, consent and account pages (e.g. "Acme MCP");
+    /// default: none (the pages say "Pforte").
+    pub display_name: Option<String>,
+    /// `[[oauth.enterprise]]`: identity providers whose ID-JAGs (Enterprise-Managed
+    /// Authorization) the token endpoint accepts with the `jwt-bearer` grant.
+    pub enterprise: Vec<EnterpriseIdp>,
+}
+
+/// One trusted enterprise identity provider (`[[oauth.enterprise]]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnterpriseIdp {
+    /// Its issuer identifier, exactly as in the ID-JAG's `iss`. `https`, or `http` on a
+    /// loopback address (tests).
+    pub issuer: String,
+    /// Where its signing keys are (JWKS); default: the `jwks_uri` of its metadata
+    /// (`/.well-known/oauth-authorization-server`, then `/.well-known/openid-configuration`).
+    pub jwks_uri: Option<String>,
+    /// The client ids it may grant access to; empty: any client registered here.
+    pub allowed_clients: Vec<String>,
+    /// Email domains whose users are created on their first ID-JAG; empty: only users
+    /// already linked or whose email names an existing user.
+    pub allowed_domains: Vec<String>,
 }
 
 /// One protected resource: its canonical URL (the token audience) and the name of the service
@@ -84,6 +107,9 @@ pub struct ResourceEntry {
     /// lists empty, everyone who signs in may.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
+    /// A human title for the pages (the route's `title`); default: the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 /// The name of the single resource of a config without `resources`.
@@ -162,6 +188,10 @@ pub enum ConfigError {
     Scopes,
     #[error("login: {0}")]
     Login(String),
+    #[error("enterprise: {0}")]
+    Enterprise(String),
+    #[error("display_name must be 1 to 100 characters without control characters")]
+    DisplayName,
 }
 
 impl Default for OAuthConfig {
@@ -185,6 +215,8 @@ impl Default for OAuthConfig {
             login: LoginConfig::default(),
             roles: Roles::new(),
             roles_recheck_secs: 60,
+            display_name: None,
+            enterprise: Vec::new(),
         }
     }
 }
@@ -313,7 +345,53 @@ impl OAuthConfig {
                 )));
             }
         }
+        if let Some(name) = &self.display_name
+            && !human_text_ok(name)
+        {
+            return Err(ConfigError::DisplayName);
+        }
+        self.validate_enterprise()
+    }
+
+    /// Each `[[oauth.enterprise]]` entry: an issuer once, https (http only on loopback), a
+    /// `jwks_uri` likewise, domains lower-case without `@`.
+    fn validate_enterprise(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for idp in &self.enterprise {
+            let bad = |why: &str| ConfigError::Enterprise(format!("{}: {why}", idp.issuer));
+            if !secure_or_loopback(&idp.issuer) {
+                return Err(bad(
+                    "issuer must be an https URL (http only on a loopback address)",
+                ));
+            }
+            if !seen.insert(idp.issuer.as_str()) {
+                return Err(bad("listed twice"));
+            }
+            if let Some(uri) = &idp.jwks_uri
+                && !secure_or_loopback(uri)
+            {
+                return Err(bad(
+                    "jwks_uri must be an https URL (http only on a loopback address)",
+                ));
+            }
+            for d in &idp.allowed_domains {
+                let ok = !d.is_empty()
+                    && d.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b)
+                    });
+                if !ok {
+                    return Err(bad(&format!(
+                        "allowed_domains entry {d:?} is not a lower-case domain"
+                    )));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The name the pages give the deployment.
+    pub(crate) fn deployment_name(&self) -> &str {
+        self.display_name.as_deref().unwrap_or("Pforte")
     }
 
     /// Each entry of `resources`: an absolute http(s) URL on the issuer's origin, without
@@ -362,6 +440,7 @@ impl OAuthConfig {
                 name: DEFAULT_RESOURCE_NAME.to_owned(),
                 roles: Vec::new(),
                 users: Vec::new(),
+                title: None,
             }])
         } else {
             Cow::Borrowed(&self.resources)
@@ -375,6 +454,25 @@ impl OAuthConfig {
         } else {
             "pforte_session"
         }
+    }
+}
+
+/// 1 to 100 characters, not blank, no control characters.
+fn human_text_ok(s: &str) -> bool {
+    !s.trim().is_empty() && s.chars().count() <= 100 && !s.chars().any(char::is_control)
+}
+
+/// An absolute `https` URL, or `http` on a loopback address (tests).
+pub(crate) fn secure_or_loopback(raw: &str) -> bool {
+    let Ok(url) = Url::parse(raw) else {
+        return false;
+    };
+    match (url.scheme(), url.host()) {
+        ("https", Some(_)) => true,
+        ("http", Some(url::Host::Ipv4(ip))) => ip.is_loopback(),
+        ("http", Some(url::Host::Ipv6(ip))) => ip.is_loopback(),
+        ("http", Some(url::Host::Domain(d))) => d == "localhost",
+        _ => false,
     }
 }
 
@@ -432,6 +530,7 @@ mod tests {
                 name: "mcp".into(),
                 roles: vec![],
                 users: vec![],
+                title: None,
             }]
         );
         let old: OAuthConfig = serde_json::from_str(r#"{"code_ttl_secs": 30}"#).unwrap();
@@ -445,6 +544,7 @@ mod tests {
             name: name.into(),
             roles: vec![],
             users: vec![],
+            title: None,
         };
         let mut c = OAuthConfig::new("https://gw.example").unwrap();
         c.resources = vec![
@@ -476,6 +576,37 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn enterprise_issuers_are_https_or_loopback() {
+        let mut c = OAuthConfig::new("https://gw.example").unwrap();
+        let idp = |issuer: &str| EnterpriseIdp {
+            issuer: issuer.into(),
+            ..EnterpriseIdp::default()
+        };
+        for ok in [
+            "https://idp.example",
+            "http://127.0.0.1:9000",
+            "http://[::1]:1/x",
+        ] {
+            c.enterprise = vec![idp(ok)];
+            assert_eq!(c.validate(), Ok(()), "{ok}");
+        }
+        for bad in ["http://idp.example", "ftp://idp.example", "idp.example"] {
+            c.enterprise = vec![idp(bad)];
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Enterprise(_))),
+                "{bad}"
+            );
+        }
+        c.enterprise = vec![EnterpriseIdp {
+            allowed_domains: vec!["Example.COM".into()],
+            ..idp("https://idp.example")
+        }];
+        assert!(matches!(c.validate(), Err(ConfigError::Enterprise(_))));
+        c.enterprise = vec![idp("https://idp.example"), idp("https://idp.example")];
+        assert!(matches!(c.validate(), Err(ConfigError::Enterprise(_))));
     }
 
     #[test]

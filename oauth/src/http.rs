@@ -40,7 +40,8 @@ impl<S: Send + Sync> FromRequestParts<S> for PeerIp {
 
 /// The authorization server's routes: `/.well-known/oauth-authorization-server`,
 /// `/.well-known/openid-configuration`, `/authorize` (GET, POST), `/token`, `/register`,
-/// `/revoke`, and `/oidc/callback` (OpenID providers send the browser back there).
+/// `/revoke`, `/account` (GET, POST), and `/oidc/callback` (OpenID providers send the browser
+/// back there).
 ///
 /// The metadata, token, registration and revocation endpoints answer CORS requests from any
 /// origin (browser-based MCP clients call them; they use no cookies). `/authorize` does not.
@@ -61,6 +62,7 @@ pub fn router(server: Arc<AuthServer>) -> Router {
     Router::new()
         .route("/authorize", get(authorize_get).post(authorize_post))
         .route(crate::auth_server::OIDC_CALLBACK_PATH, get(oidc_callback))
+        .route("/account", get(account_get).post(account_post))
         .merge(api)
         .with_state(server)
 }
@@ -139,9 +141,33 @@ async fn authorize_post(
     response::authorize(out, cfg)
 }
 
+async fn account_get(State(s): Server, RawQuery(q): RawQuery, headers: HeaderMap) -> Response {
+    let cfg = s.config();
+    let out = s
+        .account_get(
+            q.as_deref().unwrap_or_default(),
+            cookie(&headers, cfg.cookie_name()),
+        )
+        .await;
+    response::authorize(out, cfg)
+}
+
+async fn account_post(
+    State(s): Server,
+    PeerIp(ip): PeerIp,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let cfg = s.config();
+    let out = s
+        .account_post(&body, cookie(&headers, cfg.cookie_name()), ip)
+        .await;
+    response::authorize(out, cfg)
+}
+
 async fn token(State(s): Server, PeerIp(ip): PeerIp, headers: HeaderMap, body: String) -> Response {
-    match s.token(&body, authorization(&headers), ip).await {
-        Ok(t) => response::token(&t),
+    match s.token_endpoint(&body, authorization(&headers), ip).await {
+        Ok(t) => response::token(t),
         Err(e) => e.into_response(),
     }
 }

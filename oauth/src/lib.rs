@@ -11,6 +11,7 @@ mod crypto;
 mod entropy;
 mod error;
 mod http;
+mod jwks;
 mod model;
 mod observe;
 mod oidc;
@@ -25,13 +26,13 @@ mod validator;
 pub use admin::{Admin, AdminError, GrantFilter, UserInfo};
 pub use auth_server::{AuthServer, BuildError, OIDC_CALLBACK_PATH};
 pub use config::{
-    ConfigError, LoginConfig, OAuthConfig, OidcProviderConfig, PasswordHashing, Quota,
-    ResourceEntry, Role, Roles,
+    ConfigError, EnterpriseIdp, LoginConfig, OAuthConfig, OidcProviderConfig, PasswordHashing,
+    Quota, ResourceEntry, Role, Roles,
 };
 pub use crypto::Secret;
 pub use error::{StoreError, ValidationError};
 pub use http::{ClientIp, router};
-pub use model::{ExternalIdentity, GrantRecord};
+pub use model::{ExternalIdentity, GrantRecord, GrantedBy};
 pub use observe::{AuditEntry, Event, Observer};
 pub use owner_only::{mode_of, private_dir, private_file, private_sqlite, sqlite_companions};
 pub use store::redis::DEFAULT_PREFIX as REDIS_KEY_PREFIX;
@@ -50,6 +51,9 @@ pub mod fuzzing {
         pub use crate::protocol::authorize::{
             AuthorizeFailure, client_id, code_location, login_fields, validate,
         };
+    }
+    pub mod id_jag {
+        pub use crate::protocol::id_jag::{Expected, check, typ_ok};
     }
     pub mod cimd {
         pub use crate::protocol::cimd::{

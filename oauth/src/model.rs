@@ -47,6 +47,10 @@ pub struct UserRecord {
     /// empty and never verifies); absent for a local user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalIdentity>,
+    /// May see and revoke every user's grants at `/account` (`pforte user role NAME admin`).
+    /// Roles from an identity provider (issue 23 point 2) come on top of this flag.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 /// Where a user signed in by an OpenID provider comes from: the issuer and subject that are
@@ -75,6 +79,10 @@ impl UserRecord {
     }
 }
 
+/// A password hash that matches no password: the value of users created by an enterprise
+/// identity provider, who have no local password until they set one.
+pub(crate) const NO_PASSWORD: &str = "!";
+
 impl fmt::Debug for UserRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UserRecord")
@@ -83,6 +91,7 @@ impl fmt::Debug for UserRecord {
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .field("external", &self.external)
+            .field("admin", &self.admin)
             .finish()
     }
 }
@@ -134,6 +143,32 @@ pub struct GrantRecord {
     /// When the newest refresh token of the family expires.
     pub expires_at: u64,
     pub revoked_at: Option<u64>,
+    /// How the grant came about (records from before this field read as consent).
+    #[serde(default)]
+    pub granted_by: GrantedBy,
+}
+
+/// How a grant came about: the user approved it on the consent page, or an enterprise
+/// identity provider granted it with an ID-JAG (the `jwt-bearer` grant).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum GrantedBy {
+    #[default]
+    Consent,
+    Enterprise {
+        /// The identity provider's issuer.
+        issuer: String,
+    },
+}
+
+impl GrantedBy {
+    /// A short label for pages and tables.
+    pub fn label(&self) -> &'static str {
+        match self {
+            GrantedBy::Consent => "consent",
+            GrantedBy::Enterprise { .. } => "enterprise",
+        }
+    }
 }
 
 /// What an access token and a refresh token both record: whose, for which client, grant family

@@ -33,17 +33,20 @@ pub enum Event {
 /// OpenID provider) or a consent decision. Never a password, token, code or ID token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AuditEntry<'a> {
-    /// `sign_in` or `consent`.
+    /// `sign_in`, `consent`, `enterprise_grant` or `revoke`.
     pub action: &'a str,
-    /// `password`, or the OpenID provider's name (sign-ins).
+    /// `password`, or the OpenID provider's name (sign-ins); the ID-JAG's issuer (enterprise
+    /// grants issued); `account` (revocations at `/account`).
     pub via: Option<&'a str>,
     /// The user (username; for an external user the verified email when known).
     pub user: Option<&'a str>,
     /// The OAuth client asking.
     pub client_id: Option<&'a str>,
-    /// `success`, `refused` (sign-ins); `approved`, `denied`, `refused` (consents).
+    /// `success`, `refused` (sign-ins); `approved`, `denied`, `refused` (consents); `issued`,
+    /// `refused` (enterprise grants); `revoked` (revocations).
     pub outcome: &'a str,
-    /// Why, for refusals: a short code and the words shown to the person.
+    /// Why, for refusals: a short code and the words shown to the person (or the OAuth error
+    /// code and description); for revocations, who revoked (`by_user: NAME`, `by_admin: NAME`).
     pub reason: Option<&'a str>,
     /// The scopes granted (consents).
     pub scopes: Option<&'a [String]>,
@@ -55,7 +58,7 @@ pub struct AuditEntry<'a> {
 /// Receives the server's events. Called on request paths: keep it to a counter increment.
 pub trait Observer: Send + Sync {
     fn event(&self, event: Event);
-    /// An audit-log entry (sign-ins and consents); ignored unless the observer writes one.
+    /// An audit-log entry (sign-ins, consents, enterprise grants, revocations); ignored unless the observer writes one.
     fn audit(&self, _entry: &AuditEntry<'_>) {}
 }
 

@@ -6,9 +6,13 @@ use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest, Sha256};
 use std::sync::LazyLock;
 
+pub(crate) mod account;
+
 /// What the login page shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LoginView {
+    /// The deployment's name (`[oauth] display_name`).
+    pub deployment: String,
     pub client_name: String,
     /// The encoded authorization request, carried in a hidden field.
     pub request: String,
@@ -27,6 +31,8 @@ pub(crate) struct LoginView {
 /// What the consent page shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ConsentView {
+    /// The deployment's name (`[oauth] display_name`).
+    pub deployment: String,
     pub client_name: String,
     pub client_id: String,
     pub redirect_host: String,
@@ -74,6 +80,17 @@ button{flex:1;padding:.65rem 1rem;border-radius:8px;border:1px solid #d1d5db;fon
 font-weight:600;cursor:pointer;background:#fff;color:#111827}\
 button.primary{background:#2563eb;border-color:#2563eb;color:#fff}\
 button:focus{outline:2px solid #1d4ed8;outline-offset:2px}\
+main.wide{max-width:40rem}\
+h2{font-size:1.1rem;margin:0}h2.section{margin:1.75rem 0 .5rem}\
+.deployment{margin:0 0 1rem;color:#374151;font-weight:600;letter-spacing:.02em}\
+ul.cards{list-style:none;padding:0;margin:0}\
+.card{border:1px solid #e5e7eb;border-radius:10px;padding:1rem;margin:.75rem 0}\
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.15rem .75rem;margin:.5rem 0}\
+dt{color:#6b7280}dd{margin:0;overflow-wrap:anywhere}\
+button.danger{background:#fff;border-color:#dc2626;color:#b91c1c}\
+.notice{margin:1rem 0;padding:.6rem .75rem;border-radius:8px;background:#ecfdf5;color:#065f46;\
+border:1px solid #a7f3d0}\
+.filter{display:grid;gap:0 .75rem}\
 ";
 
 static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
@@ -123,13 +140,25 @@ pub(crate) fn escape(s: &str) -> String {
 }
 
 fn document(title: &str, body: &str) -> String {
+    document_in(title, "Pforte", "", body)
+}
+
+/// A page of the deployment called `deployment` (`[oauth] display_name`, default "Pforte"),
+/// its `<main>` of class `class`.
+pub(crate) fn document_in(title: &str, deployment: &str, class: &str, body: &str) -> String {
+    let banner = if deployment == "Pforte" {
+        String::new()
+    } else {
+        format!("<p class=\"deployment\">{}</p>", escape(deployment))
+    };
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
          <meta name=\"referrer\" content=\"no-referrer\">\
-         <title>{} · Pforte</title><style>{CSS}</style></head>\
-         <body><main>{body}</main></body></html>\n",
-        escape(title)
+         <title>{} · {}</title><style>{CSS}</style></head>\
+         <body><main class=\"{class}\">{banner}{body}</main></body></html>\n",
+        escape(title),
+        escape(deployment),
     )
 }
 
@@ -180,7 +209,7 @@ pub(crate) fn login(v: &LoginView) -> String {
          {buttons}{passwords}",
         escape(&v.client_name),
     );
-    document("Sign in", &body)
+    document_in("Sign in", &v.deployment, "", &body)
 }
 
 fn password_form(v: &LoginView) -> String {
@@ -235,7 +264,7 @@ pub(crate) fn consent(v: &ConsentView) -> String {
         escape(&v.client_id),
         hidden(&v.request, &v.csrf, "consent"),
     );
-    document("Allow access", &body)
+    document_in("Allow access", &v.deployment, "", &body)
 }
 
 /// An error page.
@@ -255,6 +284,7 @@ mod tests {
     #[test]
     fn everything_is_escaped() {
         let html = login(&LoginView {
+            deployment: "Pforte".into(),
             client_name: "<script>alert(1)</script>".into(),
             request: "a=\"b\"&c".into(),
             csrf: "x".into(),
@@ -273,6 +303,7 @@ mod tests {
     #[test]
     fn consent_names_the_service_being_granted() {
         let html = consent(&ConsentView {
+            deployment: "Pforte".into(),
             client_name: "Claude".into(),
             client_id: "c1".into(),
             redirect_host: "claude.ai".into(),
@@ -288,6 +319,25 @@ mod tests {
         assert!(html.contains(
             "wants access to <strong>&lt;notes&gt;</strong> (<code>https://gw.example/notes/mcp</code>)"
         ));
+    }
+
+    #[test]
+    fn pages_name_the_deployment_when_configured() {
+        let view = |deployment: &str| LoginView {
+            deployment: deployment.into(),
+            client_name: "Claude".into(),
+            request: "r".into(),
+            csrf: "x".into(),
+            username: None,
+            error: None,
+            providers: Vec::new(),
+            provider_origins: Vec::new(),
+            local_passwords: true,
+        };
+        let named = login(&view("Acme <MCP>"));
+        assert!(named.contains("<p class=\"deployment\">Acme &lt;MCP&gt;</p>"));
+        assert!(named.contains("<title>Sign in · Acme &lt;MCP&gt;</title>"));
+        assert!(!login(&view("Pforte")).contains("class=\"deployment\""));
     }
 
     #[test]
@@ -307,6 +357,7 @@ mod tests {
     #[test]
     fn passwords_off_shows_only_the_providers() {
         let html = login(&LoginView {
+            deployment: "Pforte".into(),
             client_name: "Claude".into(),
             request: "r".into(),
             csrf: "x".into(),

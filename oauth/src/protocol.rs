@@ -3,6 +3,7 @@
 
 pub(crate) mod authorize;
 pub(crate) mod cimd;
+pub(crate) mod id_jag;
 pub(crate) mod metadata;
 pub(crate) mod pkce;
 pub(crate) mod redirect;

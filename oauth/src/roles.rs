@@ -97,6 +97,14 @@ pub(crate) fn may_use(resource: &ResourceEntry, roles: &Roles, m: &Member) -> bo
             .any(|r| resource.roles.iter().any(|need| need == r))
 }
 
+/// Whether the member is an admin at `/account` through a role with `admin = true` (the local
+/// admin flag on the user record counts besides).
+pub(crate) fn admin(roles: &Roles, m: &Member) -> bool {
+    held(roles, m)
+        .iter()
+        .any(|name| roles.get(*name).is_some_and(|r| r.admin))
+}
+
 /// Whether roles decide anything in this configuration (otherwise nobody needs looking up).
 pub(crate) fn in_force(roles: &Roles, resources: &[ResourceEntry]) -> bool {
     !roles.is_empty()
@@ -134,6 +142,7 @@ mod tests {
                 groups: vec!["eng".into()],
                 users: vec!["alice".into(), "Bob@Example.com".into()],
                 scopes: Some(vec!["mcp:read".into(), "mcp:write".into()]),
+                admin: false,
             },
         );
         r
@@ -145,7 +154,31 @@ mod tests {
             name: "notes".into(),
             roles: roles.iter().map(|s| (*s).to_owned()).collect(),
             users: users.iter().map(|s| (*s).to_owned()).collect(),
+            title: None,
         }
+    }
+
+    #[test]
+    fn a_role_with_admin_makes_its_holders_admins_without_granting_scopes() {
+        let mut r = roles();
+        r.insert(
+            "admins".into(),
+            Role {
+                groups: vec!["it".into()],
+                scopes: Some(vec![]),
+                admin: true,
+                ..Role::default()
+            },
+        );
+        let it = member("x", None, &["it"]);
+        assert!(admin(&r, &it));
+        assert!(!admin(&r, &member("alice", None, &["eng"])));
+        let read: BTreeSet<String> = ["mcp:read"].map(String::from).into();
+        assert_eq!(
+            grantable(&r, &it),
+            Grantable::Only(read),
+            "readers (*) only"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::model::{
 pub(crate) mod redis;
 pub(crate) mod sqlite;
 #[cfg(test)]
-mod suite;
+pub(crate) mod suite;
 
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
@@ -95,6 +95,27 @@ pub trait Store: Send + Sync + 'static {
     /// Atomically: if `old_hash` is active and its grant is not revoked, mark it rotated at
     /// `now` and store the successor pair (extending the grant's expiry and last use).
     async fn rotate_refresh(&self, rotation: Rotation<'_>) -> StoreResult<RotateOutcome>;
+
+    /// Creates a grant with its only token, an access token: the `jwt-bearer` grant issues no
+    /// refresh token (the client presents a fresh ID-JAG instead).
+    async fn create_access_grant(
+        &self,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+    ) -> StoreResult<()>;
+    /// Records when grants were last used, in one batch (the validator collects uses in memory
+    /// and writes them at most once a minute); a grant's `last_used_at` only moves forward.
+    async fn touch_grants(&self, uses: &[(String, u64)]) -> StoreResult<()>;
+
+    /// Spends a one-time assertion id (a hash of issuer and `jti`), remembered until
+    /// `expires_at`; true only for the first call, in every gateway sharing the store.
+    async fn spend_assertion(&self, id_hash: &str, expires_at: u64, now: u64) -> StoreResult<bool>;
+    /// The user an external identity (a hash of issuer and subject) is linked to.
+    async fn linked_user(&self, identity: &str) -> StoreResult<Option<String>>;
+    /// Links an external identity to a user (replacing an earlier link).
+    async fn link_identity(&self, identity: &str, username: &str) -> StoreResult<()>;
+    /// Sets or clears a user's admin flag; false if no such user.
+    async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool>;
 
     async fn put_session(&self, session: &SessionRecord) -> StoreResult<()>;
     async fn get_session(&self, session_hash: &str) -> StoreResult<Option<SessionRecord>>;

@@ -36,6 +36,16 @@ pub struct ValidToken {
 /// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
 pub(crate) const CACHE_TTL_MS: u64 = 1000;
 const MAX_ENTRIES: usize = 10_000;
+/// How often the grants' last use is written: the uses seen meanwhile go to the store in one
+/// batch, so validation adds no store write per request.
+pub(crate) const LAST_USE_FLUSH_MS: u64 = 60_000;
+
+/// Grants used since the last flush (family id → last use, Unix seconds) and when that was.
+#[derive(Default)]
+struct Uses {
+    seen: HashMap<String, u64>,
+    flushed_ms: u64,
+}
 
 /// Validates bearer tokens issued by this authorization server. Cheap to share (`Arc`).
 pub struct Validator {
@@ -44,6 +54,7 @@ pub struct Validator {
     /// The canonical URLs of the configured resources.
     resources: Vec<String>,
     cache: Mutex<HashMap<String, (ValidToken, u64)>>,
+    uses: Mutex<Uses>,
     observer: Arc<dyn Observer>,
     /// The roles and resources when roles decide anything (see [`roles::in_force`]).
     roles: Option<(Roles, Vec<ResourceEntry>)>,
@@ -67,6 +78,7 @@ impl Validator {
             clock,
             resources,
             cache: Mutex::new(HashMap::new()),
+            uses: Mutex::new(Uses::default()),
             observer: Arc::new(Unobserved),
             roles,
             members: Mutex::new(HashMap::new()),
@@ -165,7 +177,9 @@ impl Validator {
         });
         if let Some(p) = cached {
             self.observer.event(Event::ValidationCacheHit);
-            return expiry(p, now_ms);
+            let p = expiry(p, now_ms)?;
+            self.used(&p.grant_id, now_ms);
+            return Ok(p);
         }
         self.observer.event(Event::ValidationCacheMiss);
         let Some((rec, grant_revoked)) = self.store.get_access(&hash).await? else {
@@ -197,7 +211,44 @@ impl Validator {
             }
             cache.insert(hash, (p.clone(), now_ms));
         }
+        self.used(&p.grant_id, now_ms);
         Ok(p)
+    }
+
+    /// Notes a use of grant `family`; once [`LAST_USE_FLUSH_MS`] have passed since the last
+    /// write, the collected uses are written in one batch off the request path.
+    fn used(&self, family: &str, now_ms: u64) {
+        let batch = {
+            let Ok(mut uses) = self.uses.lock() else {
+                return;
+            };
+            if uses.seen.len() < MAX_ENTRIES {
+                uses.seen.insert(family.to_owned(), now_ms / 1000);
+            }
+            if now_ms.saturating_sub(uses.flushed_ms) < LAST_USE_FLUSH_MS {
+                return;
+            }
+            uses.flushed_ms = now_ms;
+            std::mem::take(&mut uses.seen)
+        };
+        let store = self.store.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let batch: Vec<(String, u64)> = batch.into_iter().collect();
+                if let Err(e) = store.touch_grants(&batch).await {
+                    tracing::warn!(error = %e, grants = batch.len(), "could not record the grants' last use");
+                }
+            });
+        }
+    }
+
+    /// Writes the collected uses now (shutdown, maintenance, tests).
+    pub(crate) async fn flush_uses(&self) -> Result<(), crate::error::StoreError> {
+        let batch: Vec<(String, u64)> = match self.uses.lock() {
+            Ok(mut uses) => std::mem::take(&mut uses.seen).into_iter().collect(),
+            Err(_) => return Ok(()),
+        };
+        self.store.touch_grants(&batch).await
     }
 
     /// Drops every cached result (called on revocation in this process).
@@ -226,7 +277,7 @@ mod tests {
     use pforte_clock::ManualClock;
     use std::time::Duration;
 
-    use crate::model::{AccessRecord, GrantRecord, RefreshRecord, TokenRecord};
+    use crate::model::{AccessRecord, GrantRecord, GrantedBy, RefreshRecord, TokenRecord};
     use crate::store::SqliteStore;
 
     const T: u64 = 1_800_000_000;
@@ -253,6 +304,7 @@ mod tests {
             last_used_at: T,
             expires_at: T + 10_000,
             revoked_at: None,
+            granted_by: GrantedBy::Consent,
         };
         let a = AccessRecord {
             token: TokenRecord {
@@ -287,6 +339,46 @@ mod tests {
         };
         store.create_grant(new).await.unwrap();
         (store, v, token)
+    }
+
+    /// The grant's last use as stored, once it equals `want` (polled, 5 s deadline).
+    async fn last_use_becomes(store: &Arc<dyn Store>, want: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let at = store.get_grant("f").await.unwrap().unwrap().last_used_at;
+            if at == want || std::time::Instant::now() > deadline {
+                return at;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn last_use_is_written_once_a_minute_not_per_request() {
+        let (store, v, token) = setup("https://gw.example/mcp").await;
+        v.validate_at(&token, (T + 10) * 1000).await.unwrap();
+        assert_eq!(last_use_becomes(&store, T + 10).await, T + 10, "first use");
+        for i in 0..100 {
+            v.validate_at(&token, (T + 11) * 1000 + i * 500)
+                .await
+                .unwrap();
+        }
+        tokio::task::yield_now().await;
+        let stored = store.get_grant("f").await.unwrap().unwrap().last_used_at;
+        assert_eq!(stored, T + 10, "100 uses within the minute wrote nothing");
+        v.validate_at(&token, (T + 75) * 1000).await.unwrap();
+        assert_eq!(
+            last_use_becomes(&store, T + 75).await,
+            T + 75,
+            "one batch a minute later"
+        );
+        v.validate_at(&token, (T + 80) * 1000).await.unwrap();
+        v.flush_uses().await.unwrap();
+        assert_eq!(
+            last_use_becomes(&store, T + 80).await,
+            T + 80,
+            "maintenance flushes"
+        );
     }
 
     #[tokio::test]
@@ -373,6 +465,7 @@ mod tests {
                 groups: vec!["eng".into()],
                 ..Default::default()
             }),
+            admin: false,
         };
         store.create_user(&bob).await.unwrap();
         let t0 = T * 1000;
@@ -405,6 +498,7 @@ mod tests {
             name: "mcp".into(),
             roles: Vec::new(),
             users: vec!["alice".into()],
+            title: None,
         }];
         let (store, v, token) = setup_with("https://gw.example/mcp", cfg).await;
         let bob = crate::model::UserRecord {
@@ -413,6 +507,7 @@ mod tests {
             created_at: T,
             updated_at: T,
             external: None,
+            admin: false,
         };
         store.create_user(&bob).await.unwrap();
         assert!(matches!(
@@ -430,6 +525,7 @@ mod tests {
                 name: (*n).into(),
                 roles: Vec::new(),
                 users: Vec::new(),
+                title: None,
             })
             .collect();
         cfg

@@ -214,6 +214,8 @@ pub struct OAuth {
     /// `roles_recheck_secs`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roles_recheck_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
     #[serde(skip_serializing_if = "Throttles::is_unset")]
     pub throttle: Throttles,
     /// `[oauth.login]`.
@@ -222,6 +224,8 @@ pub struct OAuth {
     /// `[oauth.roles.NAME]`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<String, Role>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub enterprise: Vec<Enterprise>,
 }
 
 /// `[oauth.login]`.
@@ -261,6 +265,18 @@ pub struct Role {
     pub scopes: Option<Vec<String>>,
 }
 
+/// One `[[oauth.enterprise]]`: a trusted identity provider for the jwt-bearer grant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Enterprise {
+    pub issuer: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwks_uri: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_clients: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_domains: Vec<String>,
+}
+
 impl OAuth {
     /// `access_ttl_secs`.
     pub fn access_ttl_secs(mut self, secs: u64) -> Self {
@@ -277,6 +293,18 @@ impl OAuth {
     /// `[oauth.roles.NAME]`.
     pub fn role(mut self, name: &str, role: Role) -> Self {
         self.roles.insert(name.to_owned(), role);
+        self
+    }
+
+    /// `display_name`.
+    pub fn display_name(mut self, name: &str) -> Self {
+        self.display_name = Some(name.to_owned());
+        self
+    }
+
+    /// One more `[[oauth.enterprise]]`.
+    pub fn enterprise(mut self, idp: Enterprise) -> Self {
+        self.enterprise.push(idp);
         self
     }
 
@@ -334,6 +362,8 @@ impl StdioLimits {
 pub struct Route {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub urls: Option<Vec<String>>,
@@ -361,6 +391,7 @@ impl Route {
     fn named(name: &str) -> Self {
         Self {
             name: name.to_owned(),
+            title: None,
             url: None,
             urls: None,
             command: None,
@@ -396,6 +427,12 @@ impl Route {
             command: Some(command.iter().map(|s| s.as_ref().to_owned()).collect()),
             ..Self::named(name)
         }
+    }
+
+    /// `title`: the route's name on the sign-in, consent and account pages.
+    pub fn title(mut self, title: &str) -> Self {
+        self.title = Some(title.to_owned());
+        self
     }
 
     /// An environment variable for a stdio route's children.

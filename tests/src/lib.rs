@@ -11,6 +11,7 @@ mod client;
 mod config;
 mod gateway;
 mod idp;
+mod jag_idp;
 mod proc;
 mod service;
 mod stack;
@@ -27,11 +28,12 @@ pub use client::{
     rmcp_client, rmcp_client_as, rpc_answer, whoami,
 };
 pub use config::{
-    Budget, GatewayConfig, Limits, Login, OAuth, OidcEntry, Role, Route, StdioLimits, Throttle,
-    Throttles, TlsFiles, ToolRule, Upstream,
+    Budget, Enterprise, GatewayConfig, Limits, Login, OAuth, OidcEntry, Role, Route, StdioLimits,
+    Throttle, Throttles, TlsFiles, ToolRule, Upstream,
 };
 pub use gateway::{Gateway, write_config};
 pub use idp::{IDP_CLIENT_ID, IDP_CLIENT_SECRET, IdpUser, OIDC_PROVIDER_PACKAGE, Tamper, TestIdp};
+pub use jag_idp::JagIdp;
 pub use pforte_test_support::{
     Form, RedisOptions, RedisServer, SKIP_LOG_ENV, free_port, in_ci, skip, which,
 };

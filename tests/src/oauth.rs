@@ -26,7 +26,18 @@ pub struct Pkce {
 
 impl Pkce {
     /// A pair from `seed` (tests want distinct, reproducible verifiers; 43+ characters).
+    /// Characters of `seed` outside RFC 7636's verifier alphabet (e.g. an email's `@`) become `-`.
     pub fn new(seed: &str) -> Self {
+        let seed: String = seed
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-._~".contains(c) {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
         let verifier = format!("verifier-{seed}-0123456789-abcdefghijklmnopqrstuvwxyz");
         let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
         Self {

@@ -79,27 +79,6 @@ impl StoreSite {
     }
 }
 
-/// Opens the OAuth store named by the config (or `--data-dir`) and runs `f` on its admin API,
-/// with the time now. `adds`: the command may create the store.
-pub(crate) fn with_admin<F, Fut>(
-    config: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    adds: bool,
-    env: &Env,
-    f: F,
-) -> CmdResult
-where
-    F: FnOnce(Admin, u64) -> Fut,
-    Fut: std::future::Future<Output = CmdResult>,
-{
-    let site = StoreSite::find(config, data_dir, adds, env)?;
-    let stores = site.open()?;
-    let admin = Admin::new(stores.oauth.clone());
-    stores.runtime.block_on(f(admin, SystemClock.now_secs()))?;
-    site.announce();
-    Ok(())
-}
-
 /// Reads a password: a hidden prompt on a terminal, else one line of stdin. Never an argument.
 pub(crate) fn read_password(prompt: &str) -> anyhow::Result<Secret> {
     use std::io::{BufRead as _, IsTerminal as _};
@@ -159,11 +138,37 @@ pub fn run(
 ) -> CmdResult {
     use super::user::UserAction;
     let adds = matches!(command, AdminCommand::User(UserAction::Add { .. }));
-    with_admin(config, data_dir, adds, env, |admin, now| async move {
+    let site = StoreSite::find(config, data_dir, adds, env)?;
+    // Revocations go to the gateway's audit log too (appended; flushed before exit).
+    let audit = match &command {
+        AdminCommand::Grant(super::grant::GrantAction::Revoke { .. }) => {
+            let a = site
+                .cfg
+                .audit()
+                .map_err(|e| Failure::Usage(format!("audit_log: {e}")))?;
+            Some(
+                crate::audit::AuditLog::open_with(&a.sink, 64, a.rotation)
+                    .map_err(|e| anyhow::anyhow!("the audit log cannot be opened: {e}"))?,
+            )
+        }
+        _ => None,
+    };
+    let stores = site.open()?;
+    let admin = Admin::new(stores.oauth.clone());
+    let now = SystemClock.now_secs();
+    let done = stores.runtime.block_on(async {
         match command {
             AdminCommand::User(action) => super::user::run(admin, action, now).await,
             AdminCommand::Client(action) => super::client::run(admin, action, now).await,
-            AdminCommand::Grant(action) => super::grant::run(admin, action, now).await,
+            AdminCommand::Grant(action) => {
+                super::grant::run(admin, action, now, audit.as_ref()).await
+            }
         }
-    })
+    });
+    if let Some(log) = &audit {
+        log.flush();
+    }
+    done?;
+    site.announce();
+    Ok(())
 }

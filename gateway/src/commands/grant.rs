@@ -38,8 +38,38 @@ pub enum GrantAction {
     },
 }
 
-/// Runs `pforte grant ACTION` on the authorization server's store.
-pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResult {
+/// A revocation by `pforte grant revoke` in the audit log (no client IP: a local command).
+fn audit_revoke(
+    log: Option<&crate::audit::AuditLog>,
+    user: Option<&str>,
+    client_id: Option<&str>,
+    reason: &str,
+) {
+    use pforte_clock::Clock as _;
+    if let Some(log) = log {
+        log.record(&crate::audit::AccountRecord {
+            time_ms: pforte_clock::SystemClock.now_ms(),
+            event: "revoke",
+            via: Some("cli"),
+            user,
+            client_id,
+            outcome: "revoked",
+            reason: Some(reason),
+            scopes: None,
+            resource: None,
+            client_ip: None,
+        });
+    }
+}
+
+/// Runs `pforte grant ACTION` on the authorization server's store; revocations are written
+/// to `audit` too.
+pub(crate) async fn run(
+    admin: Admin,
+    action: GrantAction,
+    now: u64,
+    audit: Option<&crate::audit::AuditLog>,
+) -> CmdResult {
     match action {
         GrantAction::List {
             user,
@@ -75,6 +105,7 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
                         "last_used_at": cli::rfc3339(g.last_used_at),
                         "expires_at": cli::rfc3339(g.expires_at),
                         "revoked_at": g.revoked_at.map(cli::rfc3339),
+                        "granted_by": g.granted_by.label(),
                     })
                 })
                 .collect();
@@ -89,6 +120,7 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
                         cli::utc_minute(g.created_at),
                         cli::expiry(Some(g.expires_at), now),
                         g.scopes.join(" "),
+                        g.granted_by.label().to_owned(),
                     ]
                 })
                 .collect();
@@ -96,7 +128,7 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
                 list,
                 json,
                 &[
-                    "grant", "state", "user", "client", "created", "expires", "scopes",
+                    "grant", "state", "user", "client", "created", "expires", "scopes", "via",
                 ],
                 rows,
                 "no grants",
@@ -108,6 +140,7 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
             client: None,
         } => {
             admin.revoke_grant(&id).await?;
+            audit_revoke(audit, None, None, &format!("by_cli: grant {id}"));
             println!("revoked grant {id}");
         }
         GrantAction::Revoke {
@@ -117,11 +150,17 @@ pub(crate) async fn run(admin: Admin, action: GrantAction, now: u64) -> CmdResul
         } if user.is_some() || client.is_some() => {
             let n = admin
                 .revoke_grants(&GrantFilter {
-                    username: user,
-                    client_id: client,
+                    username: user.clone(),
+                    client_id: client.clone(),
                     include_inactive: false,
                 })
                 .await?;
+            audit_revoke(
+                audit,
+                user.as_deref(),
+                client.as_deref(),
+                &format!("by_cli: {n} grant(s)"),
+            );
             println!("revoked {n} grant(s)");
         }
         GrantAction::Revoke { .. } => {

@@ -16,6 +16,16 @@ pub enum UserAction {
     Add {
         /// 1-64 letters, digits, '.', '_', '-', '@'.
         username: String,
+        /// `admin`: sees and revokes every user's connected apps at /account.
+        #[arg(long, value_enum, default_value_t = Role::User)]
+        role: Role,
+    },
+    /// Set a user's role: `admin` (sees and revokes every user's grants at /account) or `user`.
+    Role {
+        /// An existing user.
+        username: String,
+        #[arg(value_enum)]
+        role: Role,
     },
     /// Change a user's password (prompt or stdin).
     Passwd {
@@ -43,14 +53,37 @@ fn origin(u: &pforte_oauth::UserInfo) -> String {
     }
 }
 
-/// Runs `pforte user ACTION`; `add` may create the store.
-/// Runs `pforte user ACTION` on the authorization server's store.
+/// A local user's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    User,
+    Admin,
+}
+
+/// Runs `pforte user ACTION` on the authorization server's store; `add` may create it.
 pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult {
     match action {
-        UserAction::Add { username } => {
+        UserAction::Add { username, role } => {
             let password = read_password(&format!("Password for {username}: "))?;
             admin.add_user(&username, &password).await?;
-            println!("added user {username:?}");
+            if role == Role::Admin {
+                admin.set_admin(&username, true).await?;
+            }
+            println!(
+                "added user {username:?}{}",
+                if role == Role::Admin { " (admin)" } else { "" }
+            );
+        }
+        UserAction::Role { username, role } => {
+            admin.set_admin(&username, role == Role::Admin).await?;
+            println!(
+                "{username:?} is now {}",
+                if role == Role::Admin {
+                    "an admin"
+                } else {
+                    "a user"
+                }
+            );
         }
         UserAction::Passwd { username } => {
             let password = read_password(&format!("New password for {username}: "))?;
@@ -72,6 +105,7 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
                         "groups": ext.map(|e| &e.groups),
                         "created_at": cli::rfc3339(u.created_at),
                         "password_changed_at": cli::rfc3339(u.updated_at),
+                        "role": if u.admin { "admin" } else { "user" },
                     })
                 })
                 .collect();
@@ -81,6 +115,7 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
                     vec![
                         u.username.clone(),
                         origin(u),
+                        if u.admin { "admin" } else { "user" }.to_owned(),
                         cli::utc_minute(u.created_at),
                         format!(
                             "{} ({})",
@@ -93,7 +128,7 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
             print_list(
                 list,
                 json,
-                &["user", "origin", "created", "password changed"],
+                &["user", "origin", "role", "created", "password changed"],
                 rows,
                 "no users",
             )?;

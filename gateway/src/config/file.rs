@@ -34,6 +34,8 @@ pub(crate) struct UpstreamConfig {
     pub(crate) roles: Vec<String>,
     /// As `[[routes]]` `users`: OAuth users allowed.
     pub(crate) users: Vec<String>,
+    /// As `[[routes]]` `title`: the route's human title on the pages (default: the name).
+    pub(crate) title: Option<String>,
 }
 
 impl Default for UpstreamConfig {
@@ -46,6 +48,7 @@ impl Default for UpstreamConfig {
             read_timeout_ms: 300_000,
             roles: Vec::new(),
             users: Vec::new(),
+            title: None,
         }
     }
 }
@@ -89,6 +92,8 @@ impl Default for StdioConfig {
 pub(crate) struct RouteConfig {
     /// `[a-z0-9-]+`, 1 to 63 characters, unique.
     pub(crate) name: String,
+    /// A human title for the sign-in, consent and account pages (default: the name).
+    pub(crate) title: Option<String>,
     /// Streamable HTTP: `http://…`, `https://…` or `unix:PATH`.
     pub(crate) url: Option<String>,
     /// Replicas of one server (http or https).

@@ -121,6 +121,8 @@ impl UpstreamKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
     pub(crate) name: String,
+    /// Its human title (`title`), for the authorization server's pages.
+    pub(crate) title: Option<String>,
     /// Public path: `/NAME/mcp`, or `/mcp` for `[upstream]`.
     pub(crate) path: String,
     /// The canonical resource URL: `<base_url>` + `path`.
@@ -180,8 +182,10 @@ pub(super) fn table(
         if u.ca_file.is_some() {
             check_ca_upstream(&kind).map_err(|reason| invalid("upstream.ca_file", reason))?;
         }
+        let title = checked_title(&u.title).map_err(|reason| invalid("upstream.title", reason))?;
         routes.push(Route {
             name: DEFAULT_ROUTE.to_owned(),
+            title,
             path: MCP_PATH.to_owned(),
             resource: format!("{base_url}{MCP_PATH}"),
             metadata_path: format!("/.well-known/oauth-protected-resource{MCP_PATH}"),
@@ -292,8 +296,10 @@ fn route(
     let mut tools = cfg.tools.clone();
     tools.extend(r.tools.iter().map(|(k, v)| (k.clone(), v.clone())));
     let path = format!("/{}{MCP_PATH}", r.name);
+    let title = checked_title(&r.title).map_err(|reason| err("title", reason))?;
     Ok(Route {
         name: r.name.clone(),
+        title,
         resource: format!("{base_url}{path}"),
         metadata_path: format!("/.well-known/oauth-protected-resource{path}"),
         metadata_url: format!("{base_url}/.well-known/oauth-protected-resource{path}"),
@@ -355,6 +361,20 @@ fn stdio_kind(
 }
 
 /// `[a-z0-9-]+`, 1 to 63 characters.
+/// A route's `title`: 1 to 100 characters without control characters.
+fn checked_title(title: &Option<String>) -> Result<Option<String>, String> {
+    match title {
+        Some(t)
+            if t.trim().is_empty()
+                || t.chars().count() > 100
+                || t.chars().any(char::is_control) =>
+        {
+            Err("must be 1 to 100 characters without control characters".into())
+        }
+        t => Ok(t.clone()),
+    }
+}
+
 pub(crate) fn valid_route_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
         && name

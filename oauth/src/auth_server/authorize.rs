@@ -18,7 +18,7 @@ use crate::throttle::LimitClass;
 pub(super) const SESSION_PREFIX: &str = "pfs_";
 /// An anonymous session (before login): a random cookie value the store never sees; the
 /// login form's CSRF token is its MAC, so a cookie-less `GET /authorize` stores nothing.
-const ANON_PREFIX: &str = "pfa_";
+pub(super) const ANON_PREFIX: &str = "pfa_";
 
 /// A page to render.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +26,8 @@ pub(crate) enum Page {
     Login(LoginView),
     Consent(Box<ConsentView>),
     Error(ErrorView),
+    Account(Box<crate::pages::account::AccountView>),
+    AccountLogin(crate::pages::account::AccountLoginView),
 }
 
 /// The result of an `/authorize` request.
@@ -114,6 +116,26 @@ pub(super) fn unavailable(e: &StoreError) -> AuthorizeOutcome {
     )
 }
 
+/// Why a sign-in was refused: a message for the form, or the store is down.
+pub(super) enum LoginRefusal {
+    Page {
+        text: String,
+        status: u16,
+        retry_after: Option<u64>,
+    },
+    Unavailable(StoreError),
+}
+
+impl LoginRefusal {
+    fn page(text: &str, status: u16) -> Self {
+        LoginRefusal::Page {
+            text: text.to_owned(),
+            status,
+            retry_after: None,
+        }
+    }
+}
+
 /// What a password check found.
 enum Verified {
     Yes(String),
@@ -124,7 +146,7 @@ enum Verified {
 }
 
 /// Human descriptions of the scopes on the consent page.
-fn describe(scope: &str) -> String {
+pub(super) fn describe(scope: &str) -> String {
     match scope {
         "mcp:read" => "read resources and use tools that only read".into(),
         "mcp:write" => "use tools that make changes".into(),
@@ -180,7 +202,7 @@ impl AuthServer {
 
     /// The session a cookie names: an anonymous one (never stored, not logged in) or a stored
     /// logged-in one that has not expired.
-    async fn session(
+    pub(super) async fn session(
         &self,
         cookie: Option<&str>,
     ) -> Result<Option<(String, SessionRecord)>, StoreError> {
@@ -233,6 +255,18 @@ impl AuthServer {
         Ok(id)
     }
 
+    /// The OpenID providers' origins: the login forms' buttons redirect there (CSP
+    /// `form-action`).
+    pub(super) fn provider_origins(&self) -> Vec<String> {
+        self.cfg
+            .login
+            .oidc
+            .iter()
+            .filter_map(|p| Url::parse(&p.issuer).ok())
+            .map(|u| u.origin().ascii_serialization())
+            .collect()
+    }
+
     fn login_page(
         &self,
         client: &Client,
@@ -244,20 +278,14 @@ impl AuthServer {
     ) -> AuthorizeOutcome {
         AuthorizeOutcome::Page {
             page: Page::Login(LoginView {
+                deployment: self.cfg.deployment_name().to_owned(),
                 client_name: client.display_name().to_owned(),
                 request: request.to_owned(),
                 csrf: self.key.csrf_token(session_id),
                 username: username.map(str::to_owned),
                 error: error.map(str::to_owned),
                 providers: self.oidc.names(),
-                provider_origins: self
-                    .cfg
-                    .login
-                    .oidc
-                    .iter()
-                    .filter_map(|p| Url::parse(&p.issuer).ok())
-                    .map(|u| u.origin().ascii_serialization())
-                    .collect(),
+                provider_origins: self.provider_origins(),
                 local_passwords: self.cfg.login.local_passwords,
             }),
             status,
@@ -288,6 +316,7 @@ impl AuthServer {
             .unwrap_or_default();
         AuthorizeOutcome::Page {
             page: Page::Consent(Box::new(ConsentView {
+                deployment: self.cfg.deployment_name().to_owned(),
                 client_name: client.display_name().to_owned(),
                 client_id: client.client_id.clone(),
                 redirect_host,
@@ -298,7 +327,12 @@ impl AuthServer {
                     .map(|s| (s.clone(), describe(s)))
                     .collect(),
                 already_granted,
-                resource_name: req.resource_name.clone(),
+                resource_name: crate::protocol::resource::find(
+                    &self.cfg.resource_entries(),
+                    &req.resource,
+                )
+                .and_then(|e| e.title.clone())
+                .unwrap_or_else(|| req.resource_name.clone()),
                 resource_url: req.resource.clone(),
                 username: username.to_owned(),
                 request: request.to_owned(),
@@ -337,7 +371,10 @@ impl AuthServer {
     }
 
     /// The logged-in user of a session, if the user still exists.
-    async fn session_user(&self, session: &SessionRecord) -> Result<Option<String>, StoreError> {
+    pub(super) async fn session_user(
+        &self,
+        session: &SessionRecord,
+    ) -> Result<Option<String>, StoreError> {
         let Some(name) = &session.username else {
             return Ok(None);
         };
@@ -436,7 +473,7 @@ impl AuthServer {
         match field("step") {
             Some("login") => self.login(&client, &request, &id, &form, client_ip).await,
             Some("oidc") => {
-                self.oidc_start(&client, &request, &id, field("provider"))
+                self.oidc_start(&client.client_id, &request, &id, field("provider"))
                     .await
             }
             Some("consent") => match self.session_user(&session).await {
@@ -481,68 +518,23 @@ impl AuthServer {
                 403,
             );
         }
-        if username.is_empty() || password.expose().is_empty() {
-            return page("Enter your username and password.", 400);
-        }
-        // Before any hashing, one unit of the IP's and of the (user, IP) budget; a right
-        // password gives both back, so only failures count and nobody can lock a user out
-        // from elsewhere.
-        let user_key: String = username.to_lowercase().chars().take(64).collect();
-        let ip = self.budget(LimitClass::LoginIp, client_ip, None);
-        let user_ip = self.budget(LimitClass::LoginUserIp, client_ip, Some(&user_key));
-        let throttled = |retry: u64| {
-            self.observer.event(Event::LoginThrottled);
-            page(
-                &format!("Too many failed sign-in attempts. Try again in {retry} s."),
-                429,
-            )
-            .retry_after(retry)
-        };
-        if let Err(retry) = self.take(&ip).await {
-            return throttled(retry);
-        }
-        if let Err(retry) = self.take(&user_ip).await {
-            self.limiter.refund(&ip).await;
-            return throttled(retry);
-        }
-        let verified = self.verify_login(&username, &password).await;
-        let give_back = |reset_user: bool| async move {
-            self.limiter.refund(&ip).await;
-            if reset_user {
-                self.limiter.reset(&user_ip).await;
-            } else {
-                self.limiter.refund(&user_ip).await;
+        let user = match self
+            .check_login(&username, &password, client_ip, &client.client_id)
+            .await
+        {
+            Ok(user) => user,
+            Err(LoginRefusal::Page {
+                text,
+                status,
+                retry_after,
+            }) => {
+                let p = page(&text, status);
+                return match retry_after {
+                    Some(r) => p.retry_after(r),
+                    None => p,
+                };
             }
-        };
-        let user = match verified {
-            Verified::Yes(user) => {
-                give_back(true).await;
-                user
-            }
-            Verified::No => {
-                tracing::info!(client_id = %client.client_id, "login failed");
-                self.observer.event(Event::LoginFailed);
-                self.observer.audit(&AuditEntry {
-                    action: "sign_in",
-                    via: Some("password"),
-                    user: Some(&user_key),
-                    client_id: Some(&client.client_id),
-                    outcome: "refused",
-                    reason: Some("wrong_password: wrong username or password"),
-                    scopes: None,
-                    resource: None,
-                    client_ip,
-                });
-                return page("Wrong username or password.", 401);
-            }
-            Verified::Busy => {
-                give_back(false).await;
-                return throttled(1);
-            }
-            Verified::Unavailable(e) => {
-                give_back(false).await;
-                return unavailable(&e).into();
-            }
+            Err(LoginRefusal::Unavailable(e)) => return unavailable(&e).into(),
         };
         // New session id on login (no fixation); a stored old one is dropped.
         if session_id.starts_with(SESSION_PREFIX)
@@ -577,6 +569,81 @@ impl AuthServer {
                 }
             }
             Err(e) => unavailable(&e).into(),
+        }
+    }
+
+    /// Checks a username and password within the login throttles (failures count per IP and
+    /// per user + IP; a success gives its units back); `client_id` names the app (or
+    /// `/account`) in the log.
+    pub(super) async fn check_login(
+        &self,
+        username: &str,
+        password: &Secret,
+        client_ip: Option<IpAddr>,
+        client_id: &str,
+    ) -> Result<String, LoginRefusal> {
+        if username.is_empty() || password.expose().is_empty() {
+            return Err(LoginRefusal::page("Enter your username and password.", 400));
+        }
+        // Before any hashing, one unit of the IP's and of the (user, IP) budget; a right
+        // password gives both back, so only failures count and nobody can lock a user out
+        // from elsewhere.
+        let user_key: String = username.to_lowercase().chars().take(64).collect();
+        let ip = self.budget(LimitClass::LoginIp, client_ip, None);
+        let user_ip = self.budget(LimitClass::LoginUserIp, client_ip, Some(&user_key));
+        let throttled = |retry: u64| {
+            self.observer.event(Event::LoginThrottled);
+            LoginRefusal::Page {
+                text: format!("Too many failed sign-in attempts. Try again in {retry} s."),
+                status: 429,
+                retry_after: Some(retry),
+            }
+        };
+        if let Err(retry) = self.take(&ip).await {
+            return Err(throttled(retry));
+        }
+        if let Err(retry) = self.take(&user_ip).await {
+            self.limiter.refund(&ip).await;
+            return Err(throttled(retry));
+        }
+        let verified = self.verify_login(username, password).await;
+        let give_back = |reset_user: bool| async move {
+            self.limiter.refund(&ip).await;
+            if reset_user {
+                self.limiter.reset(&user_ip).await;
+            } else {
+                self.limiter.refund(&user_ip).await;
+            }
+        };
+        match verified {
+            Verified::Yes(user) => {
+                give_back(true).await;
+                Ok(user)
+            }
+            Verified::No => {
+                tracing::info!(client_id = %client_id, "login failed");
+                self.observer.event(Event::LoginFailed);
+                self.observer.audit(&AuditEntry {
+                    action: "sign_in",
+                    via: Some("password"),
+                    user: Some(&user_key),
+                    client_id: Some(client_id),
+                    outcome: "refused",
+                    reason: Some("wrong_password: wrong username or password"),
+                    scopes: None,
+                    resource: None,
+                    client_ip,
+                });
+                Err(LoginRefusal::page("Wrong username or password.", 401))
+            }
+            Verified::Busy => {
+                give_back(false).await;
+                Err(throttled(1))
+            }
+            Verified::Unavailable(e) => {
+                give_back(false).await;
+                Err(LoginRefusal::Unavailable(e))
+            }
         }
     }
 

@@ -20,7 +20,7 @@ use crate::error::StoreError;
 use crate::model::{ExternalIdentity, OidcPending, SessionRecord, UserRecord};
 use crate::observe::{AuditEntry, Event};
 use crate::oidc::{Identity, OidcError, admitted};
-use crate::protocol::{Client, Params};
+use crate::protocol::Params;
 
 /// Prefix of the `state` sent to a provider.
 const STATE_PREFIX: &str = "pfo_";
@@ -87,9 +87,11 @@ impl AuthServer {
 
     /// The "Sign in with NAME" button: store the pending sign-in and send the browser to the
     /// provider.
+    /// `request` is the encoded authorization request to resume, or empty for a sign-in at
+    /// `/account` (the callback then returns there); `client_id` only names the app in the log.
     pub(super) async fn oidc_start(
         &self,
-        client: &Client,
+        client_id: &str,
         request: &str,
         session_id: &str,
         provider: Option<&str>,
@@ -127,7 +129,7 @@ impl AuthServer {
         if let Err(e) = self.store.put_session(&pending).await {
             return unavailable(&e).into();
         }
-        tracing::info!(idp = %name, client_id = %client.client_id, "oidc sign-in started");
+        tracing::info!(idp = %name, client_id = %client_id, "oidc sign-in started");
         AuthorizeOutcome::Redirect {
             location: url.to_string(),
         }
@@ -286,7 +288,11 @@ impl AuthServer {
                 self.audit_sign_in(name, Some(&shown), "success", None, client_ip);
                 AuthorizeResponse {
                     outcome: AuthorizeOutcome::Redirect {
-                        location: format!("/authorize?{}", pending.request),
+                        location: if pending.request.is_empty() {
+                            "/account".to_owned()
+                        } else {
+                            format!("/authorize?{}", pending.request)
+                        },
                     },
                     set_session: Some(SessionCookie(id)),
                     retry_after: None,
@@ -335,6 +341,7 @@ impl AuthServer {
                         created_at: now,
                         updated_at: now,
                         external: Some(external.clone()),
+                        admin: false,
                     };
                     if self.store.create_user(&user).await? {
                         tracing::info!(idp = %provider, "new user from an identity provider");

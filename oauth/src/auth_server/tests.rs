@@ -1323,6 +1323,7 @@ fn two_resources() -> OAuthConfig {
             name: (*name).into(),
             roles: Vec::new(),
             users: Vec::new(),
+            title: None,
         })
         .collect();
     cfg
@@ -1600,4 +1601,298 @@ async fn a_user_holds_at_most_max_grants() {
         .await
         .unwrap();
     h.code(&cid).await;
+}
+
+#[tokio::test]
+async fn jwt_bearer_without_a_trusted_idp_is_unsupported_and_with_one_names_the_issuer() {
+    let h = harness().await;
+    let (cid, _) = h.register("none").await;
+    let p = q(&[
+        ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+        ("assertion", "eyJ.eyJ.sig"),
+        ("client_id", &cid),
+    ]);
+    assert_eq!(
+        h.s.token_endpoint(&p, None, None).await.unwrap_err().code(),
+        "unsupported_grant_type"
+    );
+    let mut cfg = config();
+    cfg.enterprise = vec![crate::config::EnterpriseIdp {
+        issuer: "https://idp.example".into(),
+        ..Default::default()
+    }];
+    let h = harness_with(cfg, None).await;
+    let (cid, _) = h.register("none").await;
+    let p = q(&[
+        ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+        ("assertion", "not-a-jwt"),
+        ("client_id", &cid),
+    ]);
+    let err = h.s.token_endpoint(&p, None, None).await.unwrap_err();
+    assert_eq!(err.code(), "invalid_grant");
+    assert!(err.description().contains("not a signed JWT"), "{err}");
+}
+
+/// The `/account` page of the session `cookie`.
+async fn account_view(h: &H, cookie: &str) -> crate::pages::account::AccountView {
+    match h.s.account_get("", Some(cookie)).await.outcome {
+        AuthorizeOutcome::Page {
+            page: Page::Account(v),
+            ..
+        } => *v,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Where a POST to `/account` sent the browser.
+async fn account_post(h: &H, cookie: &str, pairs: &[(&str, &str)]) -> String {
+    match h
+        .s
+        .account_post(&q(pairs), Some(cookie), None)
+        .await
+        .outcome
+    {
+        AuthorizeOutcome::Redirect { location } => location,
+        AuthorizeOutcome::Page { status, .. } => format!("page {status}"),
+    }
+}
+
+#[tokio::test]
+async fn account_lists_revokes_and_changes_the_password_of_the_signed_in_user_only() {
+    let mut cfg = two_resources();
+    cfg.resources[0].title = Some("Team notes".into());
+    cfg.display_name = Some("Acme".into());
+    let h = harness_with(cfg, None).await;
+    let (cid, _) = h.register("none").await;
+    let view = h
+        .consent_view(&h.auth_query(&cid, &[("resource", NOTES)]))
+        .await;
+    assert_eq!(
+        (view.resource_name.as_str(), view.deployment.as_str()),
+        ("Team notes", "Acme")
+    );
+    let code = h.code_for(&cid, NOTES).await;
+    let tokens = h.exchange_for(&cid, &code, NOTES).await.unwrap();
+
+    // Without a session: the sign-in form, with an anonymous cookie and its CSRF token.
+    let r = h.s.account_get("", None).await;
+    let anon = r.set_session.unwrap().0.expose().to_owned();
+    let AuthorizeOutcome::Page {
+        page: Page::AccountLogin(login),
+        ..
+    } = r.outcome
+    else {
+        panic!("no sign-in form")
+    };
+    assert_eq!(
+        account_post(
+            &h,
+            &anon,
+            &[
+                ("step", "login"),
+                ("csrf", "forged"),
+                ("username", "alice"),
+                ("password", "correct horse")
+            ]
+        )
+        .await,
+        "page 403"
+    );
+    let r =
+        h.s.account_post(
+            &q(&[
+                ("step", "login"),
+                ("csrf", &login.csrf),
+                ("username", "alice"),
+                ("password", "correct horse"),
+            ]),
+            Some(&anon),
+            None,
+        )
+        .await;
+    let session = r.set_session.unwrap().0.expose().to_owned();
+    let csrf = h.s.key.csrf_token(&session);
+
+    let v = account_view(&h, &session).await;
+    assert_eq!(v.grants.len(), 1);
+    let g = &v.grants[0];
+    assert_eq!(
+        (g.route.as_str(), g.how.as_str(), g.client_name.as_str()),
+        ("Team notes", "consent", "Claude")
+    );
+    assert!(!v.admin && !v.all_users);
+
+    // Another user's grant cannot be revoked from this session; an unknown one neither.
+    let other = crate::store::suite::grant("bobs", &cid, "bob");
+    h.store
+        .create_access_grant(&other, &crate::store::suite::access("bob-a", &other))
+        .await
+        .unwrap();
+    let not_yours = [
+        ("step", "revoke"),
+        ("csrf", csrf.as_str()),
+        ("grant", "bobs"),
+    ];
+    assert_eq!(
+        account_post(&h, &session, &not_yours).await,
+        "/account?done=not-yours"
+    );
+    assert!(
+        h.store
+            .get_grant("bobs")
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at
+            .is_none()
+    );
+    // Without the CSRF token nothing happens.
+    let family = g.family_id.clone();
+    let forged = [
+        ("step", "revoke"),
+        ("csrf", "x"),
+        ("grant", family.as_str()),
+    ];
+    assert_eq!(account_post(&h, &session, &forged).await, "page 403");
+    // Revoking one's own grant: its access token is refused at once.
+    let revoke = [
+        ("step", "revoke"),
+        ("csrf", csrf.as_str()),
+        ("grant", family.as_str()),
+    ];
+    assert_eq!(
+        account_post(&h, &session, &revoke).await,
+        "/account?done=revoked"
+    );
+    assert!(
+        h.s.validator()
+            .validate(tokens.access_token.expose())
+            .await
+            .is_err()
+    );
+    assert!(account_view(&h, &session).await.grants.is_empty());
+
+    // The password: the current one is checked, then the new one works.
+    let change = |current: &'static str| {
+        [
+            ("step", "password"),
+            ("csrf", csrf.as_str()),
+            ("current", current),
+            ("new", "new horse battery"),
+            ("confirm", "new horse battery"),
+        ]
+    };
+    assert_eq!(
+        account_post(&h, &session, &change("wrong")).await,
+        "/account?done=wrong-password"
+    );
+    assert_eq!(
+        account_post(&h, &session, &change("correct horse")).await,
+        "/account?done=password"
+    );
+    let user = h.store.get_user("alice").await.unwrap().unwrap();
+    assert!(crate::crypto::verify_password(
+        "new horse battery",
+        &user.password_hash
+    ));
+
+    // As an admin the same session lists every user's grants and revokes another's.
+    h.store.set_admin("alice", true, T0).await.unwrap();
+    let all = match h
+        .s
+        .account_get("all=1&user=bob", Some(&session))
+        .await
+        .outcome
+    {
+        AuthorizeOutcome::Page {
+            page: Page::Account(v),
+            ..
+        } => *v,
+        other => panic!("{other:?}"),
+    };
+    assert!(all.admin && all.all_users);
+    assert_eq!(all.grants.len(), 1);
+    assert_eq!(all.grants[0].username, "bob");
+    let theirs = [
+        ("step", "revoke"),
+        ("csrf", csrf.as_str()),
+        ("grant", "bobs"),
+    ];
+    assert_eq!(
+        account_post(&h, &session, &theirs).await,
+        "/account?all=1&done=revoked"
+    );
+    assert!(
+        h.store
+            .get_grant("bobs")
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at
+            .is_some()
+    );
+
+    // Signing out ends the session.
+    let out = [("step", "logout"), ("csrf", csrf.as_str())];
+    assert_eq!(account_post(&h, &session, &out).await, "/account");
+    assert!(matches!(
+        h.s.account_get("", Some(&session)).await.outcome,
+        AuthorizeOutcome::Page {
+            page: Page::AccountLogin(_),
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn account_of_a_provider_user_refuses_a_password_and_a_role_can_make_an_admin() {
+    let mut cfg = two_resources();
+    cfg.roles.insert(
+        "it".into(),
+        crate::config::Role {
+            groups: vec!["it".into()],
+            scopes: Some(vec![]),
+            admin: true,
+            ..Default::default()
+        },
+    );
+    let h = harness_with(cfg, None).await;
+    let kim = crate::model::UserRecord {
+        username: "https://idp.example#kim".into(),
+        password_hash: String::new(),
+        created_at: 1,
+        updated_at: 1,
+        external: Some(crate::model::ExternalIdentity {
+            provider: "Corp".into(),
+            issuer: "https://idp.example".into(),
+            subject: "kim".into(),
+            email: Some("kim@example.com".into()),
+            groups: vec!["it".into()],
+        }),
+        admin: false,
+    };
+    assert!(h.store.create_user(&kim).await.unwrap());
+    let session =
+        h.s.new_session(kim.username.clone())
+            .await
+            .unwrap()
+            .expose()
+            .to_owned();
+    let v = account_view(&h, &session).await;
+    assert_eq!(v.provider.as_deref(), Some("Corp"));
+    assert!(!v.has_password);
+    assert!(v.admin, "the role `it` has admin = true");
+    let csrf = h.s.key.csrf_token(&session);
+    let change = [
+        ("step", "password"),
+        ("csrf", csrf.as_str()),
+        ("new", "a new password here"),
+        ("confirm", "a new password here"),
+    ];
+    assert_eq!(
+        account_post(&h, &session, &change).await,
+        "/account?done=external"
+    );
+    let stored = h.store.get_user(&kim.username).await.unwrap().unwrap();
+    assert_eq!(stored.password_hash, "", "no password was set");
 }

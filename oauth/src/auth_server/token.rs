@@ -5,7 +5,7 @@ use super::AuthServer;
 use crate::crypto::{self, ACCESS_PREFIX, Secret};
 use crate::error::OAuthError;
 use crate::model::{
-    AccessRecord, CodeRecord, GrantRecord, RefreshRecord, RotateOutcome, TokenRecord,
+    AccessRecord, CodeRecord, GrantRecord, GrantedBy, RefreshRecord, RotateOutcome, TokenRecord,
 };
 use crate::observe::Event;
 use crate::protocol::token::{self, GrantType, Reuse, TokenResponse};
@@ -27,6 +27,10 @@ impl AuthServer {
         match grant {
             GrantType::AuthorizationCode => self.redeem_code(&client, &params).await,
             GrantType::RefreshToken => self.refresh(&client, &params).await,
+            // Answered by `token_endpoint` (no refresh token, so not a `TokenResponse`).
+            GrantType::JwtBearer => Err(OAuthError::UnsupportedGrantType(
+                "the jwt-bearer grant is answered by the token endpoint".into(),
+            )),
         }
     }
 
@@ -66,6 +70,7 @@ impl AuthServer {
             last_used_at: now,
             expires_at: now + self.cfg.refresh_ttl_secs,
             revoked_at: None,
+            granted_by: GrantedBy::Consent,
         };
         let (a, r) = self.token_records(&grant, &access, &refresh, &record.scopes, now);
         // One atomic step: a replay that lost the race finds the grant and revokes it.
@@ -173,6 +178,7 @@ impl AuthServer {
             last_used_at: now,
             expires_at: now + self.cfg.refresh_ttl_secs,
             revoked_at: None,
+            granted_by: GrantedBy::Consent,
         };
         let (a, r) = self.token_records(&grant, &access, &refresh, &scopes, now);
         let rotation = Rotation {

@@ -81,6 +81,11 @@ pub struct Role {
     /// Scopes its holders may grant; absent: every scope.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scopes: Option<Vec<String>>,
+    /// Its holders are admins at `/account` (see and revoke every user's grants), like users
+    /// with the local admin flag (`pforte user role NAME admin`). Grants no scope by itself:
+    /// `scopes` counts as for any role (`scopes = []` for an admin-only role).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub admin: bool,
 }
 
 /// The roles by name.

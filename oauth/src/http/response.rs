@@ -9,7 +9,6 @@ use crate::auth_server::{AuthorizeOutcome, AuthorizeResponse, Page};
 use crate::config::OAuthConfig;
 use crate::error::OAuthError;
 use crate::pages;
-use crate::protocol::token::TokenResponse;
 
 fn no_store(resp: &mut Response) {
     let h = resp.headers_mut();
@@ -110,8 +109,8 @@ pub(crate) fn metadata(doc: serde_json::Value) -> Response {
 }
 
 /// A successful token response.
-pub(crate) fn token(t: &TokenResponse) -> Response {
-    let mut resp = Json(t.to_json()).into_response();
+pub(crate) fn token(t: serde_json::Value) -> Response {
+    let mut resp = Json(t).into_response();
     no_store(&mut resp);
     resp
 }
@@ -151,6 +150,11 @@ pub(crate) fn authorize(out: AuthorizeResponse, cfg: &OAuthConfig) -> Response {
                 ),
                 Page::Consent(v) => (pages::consent(v), vec![v.redirect_origin.as_str()]),
                 Page::Error(v) => (pages::error(v), Vec::new()),
+                Page::Account(v) => (pages::account::account(v), Vec::new()),
+                Page::AccountLogin(v) => (
+                    pages::account::login(v),
+                    v.provider_origins.iter().map(String::as_str).collect(),
+                ),
             };
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
             let mut r = (status, html).into_response();

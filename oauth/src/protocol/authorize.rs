@@ -323,6 +323,7 @@ mod tests {
                 name: (*n).into(),
                 roles: Vec::new(),
                 users: Vec::new(),
+                title: None,
             })
             .collect();
         c.validate().unwrap();

@@ -7,7 +7,7 @@ use crate::config::OAuthConfig;
 /// The RFC 8414 document (also served as `/.well-known/openid-configuration`).
 pub(crate) fn authorization_server(cfg: &OAuthConfig) -> Value {
     let iss = &cfg.issuer;
-    json!({
+    let mut doc = json!({
         "issuer": iss,
         "authorization_endpoint": format!("{iss}/authorize"),
         "token_endpoint": format!("{iss}/token"),
@@ -22,8 +22,20 @@ pub(crate) fn authorization_server(cfg: &OAuthConfig) -> Value {
         "scopes_supported": cfg.scopes_supported,
         "client_id_metadata_document_supported": true,
         "authorization_response_iss_parameter_supported": true,
-    })
+    });
+    // Enterprise-Managed Authorization: the `jwt-bearer` grant with an ID-JAG, only when an
+    // identity provider is trusted.
+    if !cfg.enterprise.is_empty() {
+        doc["grant_types_supported"] = json!(["authorization_code", "refresh_token", JWT_BEARER]);
+        doc["authorization_grant_profiles_supported"] = json!([ID_JAG_PROFILE]);
+    }
+    doc
 }
+
+/// RFC 7523's grant type.
+pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+/// The ID-JAG profile identifier (draft-ietf-oauth-identity-assertion-authz-grant).
+pub(crate) const ID_JAG_PROFILE: &str = "urn:ietf:params:oauth:grant-profile:id-jag";
 
 #[cfg(test)]
 mod tests {
@@ -48,5 +60,21 @@ mod tests {
         );
         assert_eq!(m["client_id_metadata_document_supported"], true);
         assert_eq!(m["authorization_response_iss_parameter_supported"], true);
+        assert!(m.get("authorization_grant_profiles_supported").is_none());
+    }
+
+    #[test]
+    fn jwt_bearer_is_advertised_with_a_trusted_idp() {
+        let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
+        cfg.enterprise = vec![crate::config::EnterpriseIdp {
+            issuer: "https://idp.example".into(),
+            ..Default::default()
+        }];
+        let m = authorization_server(&cfg);
+        assert_eq!(m["grant_types_supported"][2], JWT_BEARER);
+        assert_eq!(
+            m["authorization_grant_profiles_supported"][0],
+            ID_JAG_PROFILE
+        );
     }
 }

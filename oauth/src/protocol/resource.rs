@@ -120,6 +120,7 @@ mod tests {
                 name: u.split('/').nth(3).unwrap_or_default().into(),
                 roles: Vec::new(),
                 users: Vec::new(),
+                title: None,
             })
             .collect()
     }

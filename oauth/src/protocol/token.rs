@@ -14,6 +14,8 @@ use crate::model::{AuthMethod, CodeRecord, RefreshRecord};
 pub enum GrantType {
     AuthorizationCode,
     RefreshToken,
+    /// RFC 7523 with an ID-JAG (Enterprise-Managed Authorization).
+    JwtBearer,
 }
 
 /// The `grant_type` of a request.
@@ -24,6 +26,7 @@ pub fn grant_type(params: &Params) -> Result<GrantType, OAuthError> {
     {
         Some("authorization_code") => Ok(GrantType::AuthorizationCode),
         Some("refresh_token") => Ok(GrantType::RefreshToken),
+        Some(super::metadata::JWT_BEARER) => Ok(GrantType::JwtBearer),
         Some(other) => Err(OAuthError::UnsupportedGrantType(format!(
             "grant_type {other} is not supported"
         ))),

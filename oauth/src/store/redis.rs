@@ -7,7 +7,9 @@
 //! - `client:<id>` (JSON) and the sorted set `clients`, scored by last use;
 //! - `code:<hash>`, `grant:<family>`, `access:<hash>`, `refresh:<hash>`: hashes with the
 //!   immutable JSON in `data` and mutable state in their own fields; the set `grants`;
-//! - `session:<hash>` (JSON).
+//! - `session:<hash>` (JSON);
+//! - `assertion:<hash>`: a spent ID-JAG (`SET NX` with the assertion's expiry);
+//! - `identity:<hash>`: the user an external identity (issuer + subject) is linked to.
 //!
 //! Keys expire by `EXPIRE` relative to the caller's clock, with slack so that an expired token
 //! is still reported as expired for a while. The scripts touch keys derived from their
@@ -91,7 +93,16 @@ if tonumber(ARGV[9]) > tonumber(redis.call('HGET', g, 'expires_at') or '0') then
 end
 return {'ok'}";
 
+// KEYS[1] grant. ARGV[1] when used. Only moves last use forward, only on an existing grant.
+const TOUCH_GRANT: &str = r"
+local last = redis.call('HGET', KEYS[1], 'last_used_at')
+if last and tonumber(last) < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last_used_at', ARGV[1])
+end
+return 0";
+
 struct Scripts {
+    touch_grant: Script,
     redeem_code: Script,
     revoke_grant: Script,
     get_access: Script,
@@ -144,6 +155,7 @@ impl RedisStore {
             conn,
             prefix: prefix.to_owned(),
             scripts: Arc::new(Scripts {
+                touch_grant: Script::new(TOUCH_GRANT),
                 redeem_code: Script::new(REDEEM_CODE),
                 revoke_grant: Script::new(REVOKE_GRANT),
                 get_access: Script::new(GET_ACCESS),
@@ -543,6 +555,91 @@ impl Store for RedisStore {
             },
             _ => RotateOutcome::NotFound,
         })
+    }
+
+    async fn create_access_grant(
+        &self,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+    ) -> StoreResult<()> {
+        let gk = self.k("grant", &grant.family_id);
+        let ak = self.k("access", &access.token_hash);
+        let secs = |exp: u64, now: u64| i64::try_from(ttl(exp, now)).unwrap_or(i64::MAX);
+        let mut fields = vec![
+            ("data", enc(grant)?),
+            ("last_used_at", grant.last_used_at.to_string()),
+            ("expires_at", grant.expires_at.to_string()),
+        ];
+        if let Some(r) = grant.revoked_at {
+            fields.push(("revoked_at", r.to_string()));
+        }
+        let mut c = self.c();
+        let _: () = redis::pipe()
+            .atomic()
+            .hset_multiple(&gk, &fields)
+            .expire(&gk, secs(grant.expires_at, grant.created_at))
+            .sadd(self.set_key("grants"), &grant.family_id)
+            .hset_multiple(
+                &ak,
+                &[
+                    ("data", enc(access)?),
+                    ("family_id", access.family_id.clone()),
+                    ("revoked", if access.revoked { "1" } else { "0" }.to_owned()),
+                ],
+            )
+            .expire(&ak, secs(access.expires_at, access.issued_at))
+            .query_async(&mut c)
+            .await?;
+        Ok(())
+    }
+
+    async fn touch_grants(&self, uses: &[(String, u64)]) -> StoreResult<()> {
+        let mut c = self.c();
+        for (family, at) in uses {
+            let _: i64 = self
+                .scripts
+                .touch_grant
+                .key(self.k("grant", family))
+                .arg(*at)
+                .invoke_async(&mut c)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn spend_assertion(&self, id_hash: &str, expires_at: u64, now: u64) -> StoreResult<bool> {
+        let secs = expires_at.saturating_sub(now).max(1) + 60;
+        let opts = redis::SetOptions::default()
+            .conditional_set(redis::ExistenceCheck::NX)
+            .with_expiration(redis::SetExpiry::EX(secs));
+        let done: Option<String> = self
+            .c()
+            .set_options(self.k("assertion", id_hash), "1", opts)
+            .await?;
+        Ok(done.is_some())
+    }
+
+    async fn linked_user(&self, identity: &str) -> StoreResult<Option<String>> {
+        Ok(self.c().get(self.k("identity", identity)).await?)
+    }
+
+    async fn link_identity(&self, identity: &str, username: &str) -> StoreResult<()> {
+        let _: () = self.c().set(self.k("identity", identity), username).await?;
+        Ok(())
+    }
+
+    async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool> {
+        let Some(mut user) = self.get_user(name).await? else {
+            return Ok(false);
+        };
+        user.admin = admin;
+        user.updated_at = now;
+        let opts = redis::SetOptions::default().conditional_set(redis::ExistenceCheck::XX);
+        let done: Option<String> = self
+            .c()
+            .set_options(self.k("user", name), enc(&user)?, opts)
+            .await?;
+        Ok(done.is_some())
     }
 
     async fn put_session(&self, session: &SessionRecord) -> StoreResult<()> {

@@ -42,6 +42,8 @@ CREATE TABLE IF NOT EXISTS oauth_refresh (
 CREATE INDEX IF NOT EXISTS oauth_refresh_family ON oauth_refresh(family_id);
 CREATE TABLE IF NOT EXISTS oauth_sessions (
     hash TEXT PRIMARY KEY, data TEXT NOT NULL, expires_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS oauth_assertions (hash TEXT PRIMARY KEY, expires_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS oauth_identities (identity TEXT PRIMARY KEY, username TEXT NOT NULL);
 "#;
 
 /// SQLite-backed [`Store`].
@@ -168,15 +170,20 @@ fn insert_grant(tx: &rusqlite::Transaction<'_>, g: &GrantRecord, gdata: &str) ->
     Ok(())
 }
 
+fn insert_access(tx: &rusqlite::Transaction<'_>, access: &AccessRecord) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO oauth_access (hash, data, family_id, revoked, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![access.token_hash, enc(access)?, access.family_id, access.revoked, i(access.expires_at)],
+    )?;
+    Ok(())
+}
+
 fn insert_tokens(
     tx: &rusqlite::Transaction<'_>,
     access: &AccessRecord,
     refresh: &RefreshRecord,
 ) -> StoreResult<()> {
-    tx.execute(
-        "INSERT INTO oauth_access (hash, data, family_id, revoked, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![access.token_hash, enc(access)?, access.family_id, access.revoked, i(access.expires_at)],
-    )?;
+    insert_access(tx, access)?;
     tx.execute(
         "INSERT INTO oauth_refresh (hash, data, family_id, rotated_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![refresh.token_hash, enc(refresh)?, refresh.family_id, refresh.rotated_at.map(i), i(refresh.expires_at)],
@@ -282,6 +289,7 @@ impl Store for SqliteStore {
         self.run(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let n = tx.execute("DELETE FROM oauth_users WHERE username = ?1", [&name])?;
+            tx.execute("DELETE FROM oauth_identities WHERE username = ?1", [&name])?;
             revoke_grants_where(&tx, "username", &name, now)?;
             tx.commit()?;
             Ok(n == 1)
@@ -572,6 +580,107 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn create_access_grant(
+        &self,
+        grant: &GrantRecord,
+        access: &AccessRecord,
+    ) -> StoreResult<()> {
+        let gdata = enc(grant)?;
+        let (g, a) = (grant.clone(), access.clone());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            insert_grant(&tx, &g, &gdata)?;
+            insert_access(&tx, &a)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn touch_grants(&self, uses: &[(String, u64)]) -> StoreResult<()> {
+        let uses = uses.to_vec();
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            for (family, at) in &uses {
+                tx.execute(
+                    "UPDATE oauth_grants SET last_used_at = MAX(last_used_at, ?2) WHERE family_id = ?1",
+                    params![family, i(*at)],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn spend_assertion(&self, id_hash: &str, expires_at: u64, now: u64) -> StoreResult<bool> {
+        let h = id_hash.to_owned();
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "DELETE FROM oauth_assertions WHERE hash = ?1 AND expires_at < ?2",
+                params![h, i(now)],
+            )?;
+            let n = tx.execute(
+                "INSERT OR IGNORE INTO oauth_assertions (hash, expires_at) VALUES (?1, ?2)",
+                params![h, i(expires_at)],
+            )?;
+            tx.commit()?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn linked_user(&self, identity: &str) -> StoreResult<Option<String>> {
+        let id = identity.to_owned();
+        self.run(move |c| {
+            Ok(c.query_row(
+                "SELECT username FROM oauth_identities WHERE identity = ?1",
+                [&id],
+                |r| r.get(0),
+            )
+            .optional()?)
+        })
+        .await
+    }
+
+    async fn link_identity(&self, identity: &str, username: &str) -> StoreResult<()> {
+        let (id, name) = (identity.to_owned(), username.to_owned());
+        self.run(move |c| {
+            c.execute(
+                "INSERT OR REPLACE INTO oauth_identities (identity, username) VALUES (?1, ?2)",
+                params![id, name],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool> {
+        let name = name.to_owned();
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let data: Option<String> = tx
+                .query_row(
+                    "SELECT data FROM oauth_users WHERE username = ?1",
+                    [&name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(data) = data else { return Ok(false) };
+            let mut user: UserRecord = dec(&data)?;
+            user.admin = admin;
+            user.updated_at = now;
+            tx.execute(
+                "UPDATE oauth_users SET data = ?2 WHERE username = ?1",
+                params![name, enc(&user)?],
+            )?;
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
+    }
+
     async fn put_session(&self, session: &SessionRecord) -> StoreResult<()> {
         let (h, data, exp) = (
             session.session_hash.clone(),
@@ -624,6 +733,7 @@ impl Store for SqliteStore {
             tx.execute("DELETE FROM oauth_refresh WHERE expires_at < ?1", [n])?;
             tx.execute("DELETE FROM oauth_grants WHERE expires_at < ?1", [n])?;
             tx.execute("DELETE FROM oauth_sessions WHERE expires_at < ?1", [n])?;
+            tx.execute("DELETE FROM oauth_assertions WHERE expires_at < ?1", [n])?;
             tx.commit()?;
             Ok(())
         })

@@ -42,6 +42,7 @@ pub(crate) fn user(name: &str) -> UserRecord {
         created_at: NOW,
         updated_at: NOW,
         external: None,
+        admin: false,
     }
 }
 
@@ -69,6 +70,7 @@ pub(crate) fn grant(fam: &str, client: &str, user: &str) -> GrantRecord {
         last_used_at: NOW,
         expires_at: NOW + 1000,
         revoked_at: None,
+        granted_by: GrantedBy::Consent,
     }
 }
 
@@ -114,6 +116,64 @@ pub(crate) async fn run<S: Store>(store: &S) {
     resource_per_grant(store).await;
     revocation_cascades(store).await;
     sessions(store).await;
+    enterprise(store).await;
+}
+
+/// The enterprise grant's records: an access-only grant (shown as enterprise, revocable), a
+/// one-time assertion id, identity links, the admin flag and batched last use.
+async fn enterprise<S: Store>(s: &S) {
+    let g = GrantRecord {
+        granted_by: GrantedBy::Enterprise {
+            issuer: "https://idp.example".into(),
+        },
+        ..grant("fam-ent", "c-ent", "erin")
+    };
+    s.create_access_grant(&g, &access("ent-a0", &g))
+        .await
+        .unwrap();
+    let stored = s.get_grant("fam-ent").await.unwrap().unwrap();
+    assert_eq!(stored.granted_by, g.granted_by);
+    assert!(s.get_refresh("ent-a0").await.unwrap().is_none());
+    assert_eq!(
+        s.get_access("ent-a0").await.unwrap().map(|(_, r)| r),
+        Some(false)
+    );
+    s.touch_grants(&[("fam-ent".into(), NOW + 50), ("no-such".into(), NOW + 50)])
+        .await
+        .unwrap();
+    s.touch_grants(&[("fam-ent".into(), NOW + 10)])
+        .await
+        .unwrap();
+    let touched = s.get_grant("fam-ent").await.unwrap().unwrap();
+    assert_eq!(
+        touched.last_used_at,
+        NOW + 50,
+        "last use only moves forward"
+    );
+    assert!(s.revoke_grant("fam-ent", NOW).await.unwrap());
+    assert_eq!(
+        s.get_access("ent-a0").await.unwrap().map(|(_, r)| r),
+        Some(true)
+    );
+
+    assert!(s.spend_assertion("jti-1", NOW + 300, NOW).await.unwrap());
+    assert!(
+        !s.spend_assertion("jti-1", NOW + 300, NOW).await.unwrap(),
+        "spent once"
+    );
+    assert!(s.spend_assertion("jti-2", NOW + 300, NOW).await.unwrap());
+
+    assert_eq!(s.linked_user("idp-sub").await.unwrap(), None);
+    s.link_identity("idp-sub", "erin").await.unwrap();
+    assert_eq!(
+        s.linked_user("idp-sub").await.unwrap().as_deref(),
+        Some("erin")
+    );
+
+    assert!(s.create_user(&user("erin")).await.unwrap());
+    assert!(s.set_admin("erin", true, NOW + 1).await.unwrap());
+    assert!(s.get_user("erin").await.unwrap().unwrap().admin);
+    assert!(!s.set_admin("nobody", true, NOW).await.unwrap());
 }
 
 async fn server_key<S: Store>(s: &S) {

@@ -3,7 +3,9 @@
 //! consent pages, the official Python SDK as a client (with step-up), the admin commands beside
 //! a running gateway, and `pforte up` itself (banner, restart, routes, file modes).
 
+mod account;
 mod admin_live;
+mod enterprise;
 mod file_modes;
 mod oauth_browser;
 mod oauth_flow;
