@@ -410,3 +410,22 @@ fn the_upstream_route_takes_replicas_from_the_file_or_the_env() {
         .unwrap_err();
     assert!(err.to_string().contains("set one"), "{err}");
 }
+
+#[test]
+fn routes_and_the_upstream_take_a_title() {
+    let s = cfg(
+        "[upstream]\nurl = \"http://a/mcp\"\ntitle = \"Main notes\"\n\
+         [[routes]]\nname = \"b\"\nurl = \"http://b/mcp\"\ntitle = \"Team B\"",
+    )
+    .unwrap();
+    let titles: Vec<_> = s.routes.iter().map(|r| r.title.as_deref()).collect();
+    assert_eq!(titles, [Some("Main notes"), Some("Team B")]);
+    let e = cfg("[upstream]\nurl = \"http://a/mcp\"\ntitle = \" \"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("upstream.title"), "{e}");
+    let e = cfg("[[routes]]\nname = \"b\"\nurl = \"http://b/mcp\"\ntitle = \"a\\u0007\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("title"), "{e}");
+}
