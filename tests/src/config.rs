@@ -263,6 +263,9 @@ pub struct Role {
     pub users: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scopes: Option<Vec<String>>,
+    /// `admin = true`: its holders are admins at `/account`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub admin: bool,
 }
 
 /// One `[[oauth.enterprise]]`: a trusted identity provider for the jwt-bearer grant.

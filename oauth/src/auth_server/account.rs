@@ -181,7 +181,7 @@ impl AuthServer {
             Ok(grants) => AuthorizeOutcome::Page {
                 page: Page::Account(Box::new(AccountView {
                     deployment: self.cfg.deployment_name().to_owned(),
-                    username: user.username.clone(),
+                    username: user.display_name().to_owned(),
                     admin,
                     all_users: listing.all_users,
                     filter_user: listing.user,

@@ -850,3 +850,37 @@ async fn an_issued_token_follows_a_role_change_at_the_provider() {
         started.elapsed().as_millis()
     );
 }
+
+/// `/account` for a person of the provider: its sign-in offers the provider's button and
+/// returns there; the page names the provider instead of offering a password form; a role
+/// with `admin = true` (her group `eng`) makes her an admin.
+#[tokio::test]
+async fn a_provider_user_signs_in_at_account_and_a_role_makes_her_admin() {
+    let Some(w) = World::start(|b, oauth| {
+        b.oauth(oauth.role(
+            "it",
+            Role {
+                groups: vec!["eng".into()],
+                scopes: Some(vec![]),
+                admin: true,
+                ..Role::default()
+            },
+        ))
+    })
+    .await
+    else {
+        return;
+    };
+    let account = Url::parse(&format!("{}/account", w.gw.base)).unwrap();
+    let page = w.sign_in(&account, "ann").await.unwrap();
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.url.as_str().ends_with("/account"), "{}", page.url);
+    for needle in [
+        "Signed in as <strong>ann@example.com</strong> (admin)",
+        "You sign in with <strong>Test IdP</strong>",
+        "Show all users",
+    ] {
+        assert!(page.body.contains(needle), "{needle:?} in {}", page.body);
+    }
+    assert!(!page.body.contains("name=\"new\""), "{}", page.body);
+}
