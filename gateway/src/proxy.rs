@@ -231,6 +231,10 @@ fn is_client_side(e: &Error) -> bool {
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
+    /// No downstream modules: pingora's default adds a response-compression module to every
+    /// request even at level 0, and the gateway compresses nothing.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+
     fn new_ctx(&self) -> Self::CTX {
         RequestCtx::new(self.request_ids.next_id(), self.clock.now_ms())
     }
