@@ -75,7 +75,7 @@ fn run(
     extra_routes: Vec<RouteConfig>,
     env: &Env,
 ) -> anyhow::Result<ExitCode> {
-    if let Err(e) = preflight::check_bind(listen) {
+    if let Err(e) = preflight::check_bind(listen, preflight::ListenKnob::Flag) {
         eprintln!("pforte: {e}");
         return Ok(ExitCode::FAILURE);
     }

@@ -164,7 +164,7 @@ fn serve_and_up_on_a_port_in_use_exit_with_one_line() {
     assert!(out.stdout.is_empty(), "printed success: {}", out.stdout);
     assert_eq!(
         out.stderr.trim(),
-        format!("pforte: {addr} is in use; pass --listen")
+        format!("pforte: {addr} is in use; set `listen` in the config file or PFORTE_LISTEN")
     );
 
     let data = dir.path().join("up");
