@@ -150,29 +150,47 @@ pub(crate) fn check_tls(
 /// Why the listener cannot bind, as one line the operator can act on.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BindError {
-    #[error("{0} is in use; pass --listen")]
-    InUse(SocketAddr),
-    #[error("{0} is not an address of this machine; pass --listen")]
-    NotAvailable(SocketAddr),
+    #[error("{0} is in use; {1}")]
+    InUse(SocketAddr, ListenKnob),
+    #[error("{0} is not an address of this machine; {1}")]
+    NotAvailable(SocketAddr, ListenKnob),
     #[error("cannot listen on {0}: {1}")]
     Other(SocketAddr, std::io::Error),
+}
+
+/// Where the command that binds takes its address from, named in the advice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListenKnob {
+    /// `pforte up --listen`.
+    Flag,
+    /// `pforte serve`: the config's `listen` key or its variable.
+    Config,
+}
+
+impl std::fmt::Display for ListenKnob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Flag => "pass --listen",
+            Self::Config => "set `listen` in the config file or PFORTE_LISTEN",
+        })
+    }
 }
 
 /// Binds `addr` once and lets go, so that a listener that cannot start is reported before
 /// anything prints success (pingora binds later, on its own threads, and retries in-use
 /// addresses forever).
-pub(crate) fn check_bind(addr: SocketAddr) -> Result<(), BindError> {
+pub(crate) fn check_bind(addr: SocketAddr, knob: ListenKnob) -> Result<(), BindError> {
     match TcpListener::bind(addr) {
         Ok(_) => Ok(()),
-        Err(e) => Err(bind_error(addr, e)),
+        Err(e) => Err(bind_error(addr, e, knob)),
     }
 }
 
 /// The one line for a failed bind.
-pub(crate) fn bind_error(addr: SocketAddr, e: std::io::Error) -> BindError {
+fn bind_error(addr: SocketAddr, e: std::io::Error, knob: ListenKnob) -> BindError {
     match e.kind() {
-        ErrorKind::AddrInUse => BindError::InUse(addr),
-        ErrorKind::AddrNotAvailable => BindError::NotAvailable(addr),
+        ErrorKind::AddrInUse => BindError::InUse(addr, knob),
+        ErrorKind::AddrNotAvailable => BindError::NotAvailable(addr, knob),
         _ => BindError::Other(addr, e),
     }
 }
@@ -293,13 +311,19 @@ mod tests {
         let held = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = held.local_addr().unwrap();
         assert_eq!(
-            check_bind(addr).unwrap_err().to_string(),
+            check_bind(addr, ListenKnob::Flag).unwrap_err().to_string(),
             format!("{addr} is in use; pass --listen")
         );
+        assert_eq!(
+            check_bind(addr, ListenKnob::Config)
+                .unwrap_err()
+                .to_string(),
+            format!("{addr} is in use; set `listen` in the config file or PFORTE_LISTEN")
+        );
         drop(held);
-        check_bind(addr).unwrap();
-        let e = check_bind("192.0.2.1:8787".parse().unwrap()).unwrap_err();
-        assert!(matches!(e, BindError::NotAvailable(_)), "{e}");
+        check_bind(addr, ListenKnob::Config).unwrap();
+        let e = check_bind("192.0.2.1:8787".parse().unwrap(), ListenKnob::Config).unwrap_err();
+        assert!(matches!(e, BindError::NotAvailable(..)), "{e}");
         assert!(is_startup_panic("Failed to build listeners: x"));
         assert!(!is_startup_panic("index out of bounds"));
     }

@@ -37,6 +37,7 @@ mod auth_server;
 mod builtin;
 mod ctx;
 mod observe;
+mod peers;
 mod respond;
 mod upstream;
 
@@ -86,6 +87,8 @@ pub(crate) enum GatewayError {
         route: String,
         source: balance::BalanceError,
     },
+    #[error("[[routes]] {route:?}: the upstream peer: {reason}")]
+    Peer { route: String, reason: String },
 }
 
 /// What the request phase decided.
@@ -112,7 +115,7 @@ impl Gateway {
         metrics: Arc<Metrics>,
     ) -> Result<Self, GatewayError> {
         let routes = (0..settings.routes.len())
-            .map(|i| RouteEdge::new(&settings, i))
+            .map(|i| RouteEdge::new(&settings, i, clock.now_ms()))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             settings,
@@ -227,6 +230,10 @@ fn is_client_side(e: &Error) -> bool {
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
+
+    /// No downstream modules: pingora's default adds a response-compression module to every
+    /// request even at level 0, and the gateway compresses nothing.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
 
     fn new_ctx(&self) -> Self::CTX {
         RequestCtx::new(self.request_ids.next_id(), self.clock.now_ms())

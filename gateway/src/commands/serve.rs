@@ -27,7 +27,8 @@ pub fn serve(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
     harden_process();
     let s = settings(config, data_dir, env)?;
     logging::init(s.log_format);
-    preflight::check_bind(s.listen.addr).map_err(|e| Failure::Other(e.into()))?;
+    preflight::check_bind(s.listen.addr, preflight::ListenKnob::Config)
+        .map_err(|e| Failure::Other(e.into()))?;
     let resources: Vec<&str> = s.routes.iter().map(|r| r.resource.as_str()).collect();
     println!(
         "pforte listening on {} (MCP: {})",

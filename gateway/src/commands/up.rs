@@ -114,7 +114,7 @@ fn run(
     env: &Env,
 ) -> anyhow::Result<ExitCode> {
     let public_url = public.url;
-    if let Err(e) = preflight::check_bind(listen) {
+    if let Err(e) = preflight::check_bind(listen, preflight::ListenKnob::Flag) {
         eprintln!("pforte: {e}");
         return Ok(ExitCode::FAILURE);
     }

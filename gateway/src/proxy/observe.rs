@@ -14,6 +14,18 @@ use crate::{
 
 use super::{Gateway, RequestCtx};
 
+/// A request line's decided fields (see `Gateway::request_line`).
+struct RequestLine<'a> {
+    route: &'a str,
+    subject: &'a str,
+    client: &'a str,
+    client_ip: String,
+    user_agent: String,
+    reason: &'a str,
+    error: String,
+    warn: bool,
+}
+
 impl Gateway {
     /// Everything a finished request leaves behind; `status` is what the client got (0: none).
     pub(super) fn observe(&self, session: &Session, e: Option<&Error>, ctx: &mut RequestCtx) {
@@ -23,21 +35,77 @@ impl Gateway {
             self.audit(req, ctx, status);
         }
         self.count(req, e, ctx, status);
+        let line = self.request_line(req, e, ctx, status);
+        macro_rules! request_line {
+            ($level:ident) => {
+                tracing::$level!(
+                    request_id = %ctx.request_id,
+                    method = %req.method,
+                    path = %logging::untrusted(req.uri.path()),
+                    route = line.route,
+                    status,
+                    subject = line.subject,
+                    client = line.client,
+                    client_ip = %line.client_ip,
+                    user_agent = %line.user_agent,
+                    ms = ctx.started.elapsed().as_millis() as u64,
+                    reason = line.reason,
+                    error = %line.error,
+                    "request"
+                )
+            };
+        }
+        if line.warn {
+            request_line!(warn);
+        } else {
+            request_line!(info);
+        }
+    }
+
+    /// The fields of a request's log line that take a decision: which route, who, why it ended
+    /// without the upstream's answer (a refusal's reason, or the client's doing), the gateway's
+    /// or upstream's failure, and whether it is a warning (a 5xx, or a failure on our side).
+    fn request_line<'a>(
+        &'a self,
+        req: &'a RequestHeader,
+        e: Option<&Error>,
+        ctx: &'a RequestCtx,
+        status: u16,
+    ) -> RequestLine<'a> {
         let (subject, client) = ctx
             .principal
             .as_ref()
             .map_or(("-", "-"), |p| (p.subject.as_str(), p.client.as_str()));
-        tracing::info!(
-            request_id = %ctx.request_id,
-            method = %req.method,
-            path = %logging::untrusted(req.uri.path()),
-            status,
+        let client_side = e.is_some_and(super::is_client_side);
+        let (reason, error) = match (ctx.refused, e) {
+            // A refusal names its reason; it never reached an upstream to fail at.
+            (Some(reason), _) => (reason, String::from("-")),
+            (None, Some(_)) if client_side => ("client", String::from("-")),
+            (None, Some(e)) => ("-", logging::untrusted(&e.to_string()).to_string()),
+            (None, None) => ("-", String::from("-")),
+        };
+        RequestLine {
+            route: ctx
+                .mcp_route
+                .and_then(|i| self.settings.routes.get(i))
+                .map_or("-", |r| r.name.as_str()),
             subject,
             client,
-            ms = ctx.started.elapsed().as_millis() as u64,
-            error = e.map(|e| logging::untrusted(&e.to_string()).to_string()),
-            "request"
-        );
+            client_ip: ctx
+                .client_ip
+                .map_or_else(|| String::from("-"), |ip| ip.to_string()),
+            user_agent: req
+                .headers
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(
+                    || String::from("-"),
+                    |ua| logging::untrusted(ua).to_string(),
+                ),
+            reason,
+            warn: status >= 500 || (e.is_some() && !client_side && ctx.refused.is_none()),
+            error,
+        }
     }
 
     /// The audit line of one `/mcp` request, when it names something or was refused.

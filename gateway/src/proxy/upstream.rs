@@ -3,7 +3,7 @@
 //! balanced route, and the request as the upstream sees it (credential stripped, trusted
 //! identity headers, its own host and path).
 
-use std::{sync::Arc, time::Duration, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use bytes::Bytes;
 use pingora::{Error, ErrorType, Result, http::RequestHeader, upstreams::peer::HttpPeer};
@@ -14,7 +14,10 @@ use crate::{
     forward, metadata, policy,
 };
 
-use super::{Gateway, GatewayError, RequestCtx};
+use super::{
+    Gateway, GatewayError, RequestCtx,
+    peers::{PeerOptions, PeerSlot},
+};
 
 /// What the request path keeps per route besides its settings.
 pub(super) struct RouteEdge {
@@ -25,6 +28,8 @@ pub(super) struct RouteEdge {
     ca: Option<Arc<pingora::protocols::tls::CaType>>,
     /// A route with several `urls`: its instances and their health.
     pub(super) instances: Option<Arc<Instances>>,
+    /// One prebuilt peer per instance (one for a route with one upstream).
+    peers: Vec<Arc<PeerSlot>>,
 }
 
 impl std::fmt::Debug for RouteEdge {
@@ -38,7 +43,7 @@ impl std::fmt::Debug for RouteEdge {
 
 impl RouteEdge {
     /// Route `i` of `settings`, prepared for the request path.
-    pub(super) fn new(settings: &Settings, i: usize) -> Result<Self, GatewayError> {
+    pub(super) fn new(settings: &Settings, i: usize, now_ms: u64) -> Result<Self, GatewayError> {
         let route = &settings.routes[i];
         let ca = match route.upstream.ca_file() {
             Some(path) => Some(load_ca(path).map_err(|reason| GatewayError::CaFile {
@@ -48,11 +53,25 @@ impl RouteEdge {
             })?),
             None => None,
         };
+        let options = PeerOptions::of(route, i as u64, ca.clone());
+        let upstreams = match &route.upstream {
+            UpstreamKind::Replicas { instances, .. } => instances.iter().collect(),
+            kind => vec![kind.primary()],
+        };
+        let peers = upstreams
+            .into_iter()
+            .map(|u| PeerSlot::new(u, &route.path, options.clone(), now_ms).map(Arc::new))
+            .collect::<Result<_>>()
+            .map_err(|e| GatewayError::Peer {
+                route: route.name.clone(),
+                reason: e.to_string(),
+            })?;
         Ok(Self {
             metadata: Bytes::from(metadata::protected_resource(settings, route).to_string()),
             policy: settings.route_policy(i),
             ca,
             instances: instances_of(route)?,
+            peers,
         })
     }
 }
@@ -142,44 +161,16 @@ impl Gateway {
                 .into_up()
             })?);
         }
-        let upstream = upstream_of(route, ctx.instance);
-        let mut peer = match &upstream.socket {
-            Some(path) => HttpPeer::new_uds(&path.to_string_lossy(), false, String::new())
-                .map_err(|e| e.into_up())?,
-            None => {
-                let addr = tokio::net::lookup_host(upstream.authority.as_str())
-                    .await
-                    .ok()
-                    .and_then(|mut addrs| addrs.next())
-                    .ok_or_else(|| {
-                        Error::explain(
-                            ErrorType::ConnectNoRoute,
-                            format!("cannot resolve {}", upstream.authority),
-                        )
-                        .into_up()
-                    })?;
-                // https: the host is the SNI and the name verified (system roots or ca_file).
-                let sni = if upstream.tls {
-                    upstream.host.clone()
-                } else {
-                    String::new()
-                };
-                HttpPeer::new(addr, upstream.tls, sni)
-            }
-        };
-        // Each route keeps its own upstream connections: pingora's reuse key does not include
-        // the per-peer CA, so without this a connection verified for one route's `ca_file`
-        // would be reused by another route to the same address with another (or no) CA.
-        peer.group_key = i as u64;
-        if upstream.tls {
-            peer.options.ca = self.routes[i].ca.clone();
-            peer.options.verify_cert = true;
-            peer.options.verify_hostname = true;
-        }
-        peer.options.connection_timeout = Some(Duration::from_millis(route.connect_timeout_ms));
-        peer.options.read_timeout = Some(Duration::from_millis(route.read_timeout_ms));
-        peer.options.idle_timeout = Some(Duration::from_secs(60));
-        Ok(Box::new(peer))
+        self.slot(i, ctx.instance)?.get(self.clock.now_ms()).await
+    }
+
+    /// The prebuilt peer of route `route`'s instance (its one upstream when not balanced).
+    fn slot(&self, route: usize, instance: Option<usize>) -> Result<&Arc<PeerSlot>> {
+        let peers = self.routes.get(route).map_or(&[][..], |r| &r.peers[..]);
+        instance
+            .and_then(|k| peers.get(k))
+            .or_else(|| peers.first())
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "a route without a peer"))
     }
 
     /// A failed connect to an instance of a balanced route marks it down and, outside a
@@ -252,15 +243,12 @@ impl Gateway {
             req.insert_header(name, value)?;
         }
         req.insert_header(http::header::HOST, upstream.authority.as_str())?;
-        let path_and_query = req
-            .uri
-            .path_and_query()
-            .map(|pq| pq.as_str().to_owned())
-            .unwrap_or_else(|| route.path.clone());
-        let path = forward::upstream_path(&path_and_query, &route.path, &upstream.path);
-        let uri = path
-            .parse::<http::Uri>()
-            .map_err(|e| Error::explain(ErrorType::InvalidHTTPHeader, e.to_string()))?;
+        let route_index = ctx.mcp_route.unwrap_or_default();
+        let slot = self.slot(route_index, ctx.instance)?;
+        let uri = match req.uri.path_and_query() {
+            Some(pq) => slot.uri(pq.as_str())?,
+            None => slot.uri(&route.path)?,
+        };
         req.set_uri(uri);
         ctx.upstream_sent = Some(Instant::now());
         Ok(())

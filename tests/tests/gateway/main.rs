@@ -8,6 +8,7 @@ mod gateway_modules;
 mod limits;
 mod metrics;
 mod operator;
+mod readme_examples;
 mod routes;
 mod skeleton;
 mod tool_policy;

@@ -164,7 +164,7 @@ fn serve_and_up_on_a_port_in_use_exit_with_one_line() {
     assert!(out.stdout.is_empty(), "printed success: {}", out.stdout);
     assert_eq!(
         out.stderr.trim(),
-        format!("pforte: {addr} is in use; pass --listen")
+        format!("pforte: {addr} is in use; set `listen` in the config file or PFORTE_LISTEN")
     );
 
     let data = dir.path().join("up");
@@ -220,7 +220,10 @@ fn serve_log(format: Option<&str>) -> String {
     rt.block_on(async {
         let http = pforte_tests::http_client(None);
         let ok = pforte_tests::eventually(Duration::from_secs(20), || {
-            let req = http.get(format!("{base}/mcp")).send();
+            let req = http
+                .get(format!("{base}/mcp"))
+                .header("user-agent", "log-test/1.0")
+                .send();
             async move { req.await.is_ok_and(|r| r.status() == 401) }
         })
         .await;
@@ -273,9 +276,39 @@ fn json_logs_are_one_object_per_line_with_the_request_fields() {
         .find(|v| v["message"] == "request")
         .unwrap_or_else(|| panic!("no request line in {log}"));
     assert_eq!(request["status"], 401, "{request}");
-    for field in ["request_id", "method", "path", "ms"] {
-        assert!(request.get(field).is_some(), "{field} missing: {request}");
-    }
+    assert_eq!(request["reason"], "unauthenticated", "{request}");
+    assert_eq!(
+        request["error"], "-",
+        "a refusal names no upstream error: {request}"
+    );
+    assert_eq!(request["client_ip"], "127.0.0.1", "{request}");
+    assert_eq!(request["user_agent"], "log-test/1.0", "{request}");
+    // The README documents exactly the fields the request line has (beside the JSON layer's
+    // own: timestamp, level, target, message).
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let documented = readme
+        .split_once("(the request line's fields: ")
+        .and_then(|(_, rest)| rest.split_once(';'))
+        .map(|(list, _)| list)
+        .expect("README lists the request line's fields");
+    let mut documented: Vec<&str> = documented
+        .split(", ")
+        .map(|f| f.trim_matches('`'))
+        .collect();
+    let mut emitted: Vec<&str> = request
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !["timestamp", "level", "target", "message"].contains(k))
+        .collect();
+    documented.sort_unstable();
+    emitted.sort_unstable();
+    assert_eq!(
+        documented, emitted,
+        "README's request line fields vs the log"
+    );
     assert!(
         lines.iter().any(|v| v["message"] == "stopped after SIGINT"),
         "{log}"
