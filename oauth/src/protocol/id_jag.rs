@@ -158,14 +158,32 @@ pub fn check(claims: &Value, expected: &Expected<'_>) -> Result<Terms, OAuthErro
     })
 }
 
-/// The `resource` claim (required by MCP's profile) names a configured resource; a `resource`
-/// parameter of the token request, when given, names the same one.
+/// The resource the token is for: the `resource` claim (optional in MCP's profile; when
+/// present it names the MCP server) names a configured resource, and a `resource` parameter of
+/// the token request, when given, names the same one. Without the claim, the request's one
+/// `resource` parameter names it, or else the one resource this server has; with several and
+/// no name, the request is refused rather than a token made for a server nobody named.
 fn check_resource(claims: &Value, expected: &Expected<'_>) -> Result<String, OAuthError> {
-    let claimed = text(claims, "resource")?;
-    let Some(entry) = resource::find(expected.resources, claimed) else {
-        return Err(refused(format!(
-            "the ID-JAG's resource {claimed} is not served here"
-        )));
+    let claimed = match claims.get("resource") {
+        None => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(refused("the ID-JAG's resource claim is not a string")),
+    };
+    let named = match (claimed, expected.requested_resources) {
+        (Some(claimed), _) => claimed,
+        (None, [one]) => one,
+        (None, []) => match expected.resources {
+            [only] => only.url.as_str(),
+            _ => {
+                return Err(refused(
+                    "neither the ID-JAG nor the request names the resource, and this server has several",
+                ));
+            }
+        },
+        (None, _) => return Err(refused("the request names more than one resource")),
+    };
+    let Some(entry) = resource::find(expected.resources, named) else {
+        return Err(refused(format!("the resource {named} is not served here")));
     };
     let url = resource::canonical(&entry.url).unwrap_or_else(|| entry.url.clone());
     for r in expected.requested_resources {
@@ -335,6 +353,42 @@ mod tests {
         );
         const OTHER: [&str; 1] = ["https://gw.example/other/mcp"];
         assert!(why(run(&claims(), |e| e.requested_resources = &OTHER)).contains("differs"));
+    }
+
+    #[test]
+    fn without_a_resource_claim_the_request_or_the_one_resource_names_it() {
+        let mut c = claims();
+        c.as_object_mut().unwrap().remove("resource");
+        // The one configured resource.
+        let t = run(&c, |_| {}).unwrap();
+        assert_eq!(t.resource, "https://gw.example/notes/mcp");
+        // The request's resource parameter.
+        const NOTES: [&str; 1] = ["https://gw.example/notes/mcp"];
+        let t = run(&c, |e| e.requested_resources = &NOTES).unwrap();
+        assert_eq!(t.resource, "https://gw.example/notes/mcp");
+        const OTHER: [&str; 1] = ["https://gw.example/other/mcp"];
+        assert!(why(run(&c, |e| e.requested_resources = &OTHER)).contains("not served"));
+        // Several resources and nobody names one: refused.
+        let mut several = resources();
+        several.push(ResourceEntry {
+            url: "https://gw.example/mcp".into(),
+            name: "mcp".into(),
+            title: None,
+            roles: Vec::new(),
+            users: Vec::new(),
+        });
+        let (idp, cap) = (idp(), vec!["mcp:read".to_owned()]);
+        let e = Expected {
+            idp: &idp,
+            audience: "https://gw.example",
+            client_id: "c1",
+            resources: &several,
+            requested_resources: &[],
+            requested_scope: None,
+            scope_cap: &cap,
+            now: NOW,
+        };
+        assert!(why(check(&c, &e)).contains("names the resource"));
     }
 
     #[test]
