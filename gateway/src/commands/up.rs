@@ -285,13 +285,15 @@ fn first_token(
 }
 
 /// The first user, with a generated password, while the store has no user: the password (shown
-/// once); `None` when users exist.
+/// once); `None` when users exist. It is an admin: the one who ran `up` sees and revokes every
+/// user's connected apps at `/account`.
 async fn first_user(admin: &Admin) -> Result<Option<Secret>, AdminError> {
     if admin.has_users().await? {
         return Ok(None);
     }
     let password = admin.generate_password();
     admin.add_user(UP_USER, &password).await?;
+    admin.set_admin(UP_USER, true).await?;
     Ok(Some(password))
 }
 
@@ -375,5 +377,6 @@ mod tests {
                 .collect::<Vec<_>>(),
             [UP_USER]
         );
+        assert!(users[0].admin, "up's first user is an admin");
     }
 }
