@@ -140,6 +140,20 @@ fn num(s: Option<String>) -> Option<u64> {
 }
 
 impl RedisStore {
+    /// Reads user `name`, applies `change` and writes it back only if it still exists; `false`
+    /// when there is no such user.
+    async fn change_user(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut UserRecord) + Send,
+    ) -> StoreResult<bool> {
+        let Some(mut user) = self.get_user(name).await? else {
+            return Ok(false);
+        };
+        change(&mut user);
+        self.update_user(&user).await
+    }
+
     /// A store on the redis at `url` (e.g. `redis://127.0.0.1:6379/0`), keys under `prefix`.
     /// Connects lazily: the gateway starts even while redis is down, and every operation then
     /// fails fast with [`StoreError::Unavailable`] until redis is back.
@@ -213,17 +227,11 @@ impl Store for RedisStore {
     }
 
     async fn set_password(&self, name: &str, hash: &str, now: u64) -> StoreResult<bool> {
-        let Some(mut user) = self.get_user(name).await? else {
-            return Ok(false);
-        };
-        user.password_hash = hash.to_owned();
-        user.updated_at = now;
-        let opts = redis::SetOptions::default().conditional_set(redis::ExistenceCheck::XX);
-        let done: Option<String> = self
-            .c()
-            .set_options(self.k("user", name), enc(&user)?, opts)
-            .await?;
-        Ok(done.is_some())
+        self.change_user(name, |user| {
+            user.password_hash = hash.to_owned();
+            user.updated_at = now;
+        })
+        .await
     }
 
     async fn update_user(&self, user: &UserRecord) -> StoreResult<bool> {
@@ -629,17 +637,11 @@ impl Store for RedisStore {
     }
 
     async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool> {
-        let Some(mut user) = self.get_user(name).await? else {
-            return Ok(false);
-        };
-        user.admin = admin;
-        user.updated_at = now;
-        let opts = redis::SetOptions::default().conditional_set(redis::ExistenceCheck::XX);
-        let done: Option<String> = self
-            .c()
-            .set_options(self.k("user", name), enc(&user)?, opts)
-            .await?;
-        Ok(done.is_some())
+        self.change_user(name, |user| {
+            user.admin = admin;
+            user.updated_at = now;
+        })
+        .await
     }
 
     async fn put_session(&self, session: &SessionRecord) -> StoreResult<()> {

@@ -112,6 +112,36 @@ impl SqliteStore {
         })
     }
 
+    /// Reads user `name`, applies `change` and writes it back in one transaction; `false` when
+    /// there is no such user.
+    async fn change_user(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut UserRecord) + Send + 'static,
+    ) -> StoreResult<bool> {
+        let name = name.to_owned();
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let data: Option<String> = tx
+                .query_row(
+                    "SELECT data FROM oauth_users WHERE username = ?1",
+                    [&name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(data) = data else { return Ok(false) };
+            let mut user: UserRecord = dec(&data)?;
+            change(&mut user);
+            tx.execute(
+                "UPDATE oauth_users SET data = ?2 WHERE username = ?1",
+                params![name, enc(&user)?],
+            )?;
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
+    }
+
     async fn run<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -224,26 +254,10 @@ impl Store for SqliteStore {
     }
 
     async fn set_password(&self, name: &str, hash: &str, now: u64) -> StoreResult<bool> {
-        let (name, hash) = (name.to_owned(), hash.to_owned());
-        self.run(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let data: Option<String> = tx
-                .query_row(
-                    "SELECT data FROM oauth_users WHERE username = ?1",
-                    [&name],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let Some(data) = data else { return Ok(false) };
-            let mut user: UserRecord = dec(&data)?;
+        let hash = hash.to_owned();
+        self.change_user(name, move |user| {
             user.password_hash = hash;
             user.updated_at = now;
-            tx.execute(
-                "UPDATE oauth_users SET data = ?2 WHERE username = ?1",
-                params![name, enc(&user)?],
-            )?;
-            tx.commit()?;
-            Ok(true)
         })
         .await
     }
@@ -657,26 +671,9 @@ impl Store for SqliteStore {
     }
 
     async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool> {
-        let name = name.to_owned();
-        self.run(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let data: Option<String> = tx
-                .query_row(
-                    "SELECT data FROM oauth_users WHERE username = ?1",
-                    [&name],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let Some(data) = data else { return Ok(false) };
-            let mut user: UserRecord = dec(&data)?;
+        self.change_user(name, move |user| {
             user.admin = admin;
             user.updated_at = now;
-            tx.execute(
-                "UPDATE oauth_users SET data = ?2 WHERE username = ?1",
-                params![name, enc(&user)?],
-            )?;
-            tx.commit()?;
-            Ok(true)
         })
         .await
     }
