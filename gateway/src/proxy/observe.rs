@@ -1,6 +1,8 @@
 //! What a finished request leaves behind: its audit line (every `/mcp` request that names a
 //! tool, resource or prompt, and every refusal), its metrics, and its `request` log line.
 
+use std::borrow::Cow;
+
 use pingora::{Error, http::RequestHeader, proxy::Session};
 
 use crate::{
@@ -14,15 +16,18 @@ use crate::{
 
 use super::{Gateway, RequestCtx};
 
+/// A field's value when there is none.
+const NONE: Cow<'static, str> = Cow::Borrowed("-");
+
 /// A request line's decided fields (see `Gateway::request_line`).
 struct RequestLine<'a> {
     route: &'a str,
     subject: &'a str,
     client: &'a str,
-    client_ip: String,
-    user_agent: String,
+    client_ip: Cow<'a, str>,
+    user_agent: Cow<'a, str>,
     reason: &'a str,
-    error: String,
+    error: Cow<'a, str>,
     warn: bool,
 }
 
@@ -79,10 +84,10 @@ impl Gateway {
         let client_side = e.is_some_and(super::is_client_side);
         let (reason, error) = match (ctx.refused, e) {
             // A refusal names its reason; it never reached an upstream to fail at.
-            (Some(reason), _) => (reason, String::from("-")),
-            (None, Some(_)) if client_side => ("client", String::from("-")),
-            (None, Some(e)) => ("-", logging::untrusted(&e.to_string()).to_string()),
-            (None, None) => ("-", String::from("-")),
+            (Some(reason), _) => (reason, NONE),
+            (None, Some(_)) if client_side => ("client", NONE),
+            (None, Some(e)) => ("-", logging::untrusted(&e.to_string()).to_string().into()),
+            (None, None) => ("-", NONE),
         };
         RequestLine {
             route: ctx
@@ -91,17 +96,12 @@ impl Gateway {
                 .map_or("-", |r| r.name.as_str()),
             subject,
             client,
-            client_ip: ctx
-                .client_ip
-                .map_or_else(|| String::from("-"), |ip| ip.to_string()),
+            client_ip: ctx.client_ip.map_or(NONE, |ip| ip.to_string().into()),
             user_agent: req
                 .headers
                 .get(http::header::USER_AGENT)
                 .and_then(|v| v.to_str().ok())
-                .map_or_else(
-                    || String::from("-"),
-                    |ua| logging::untrusted(ua).to_string(),
-                ),
+                .map_or(NONE, |ua| logging::untrusted(ua).to_string().into()),
             reason,
             warn: status >= 500 || (e.is_some() && !client_side && ctx.refused.is_none()),
             error,
