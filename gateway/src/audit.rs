@@ -131,6 +131,31 @@ pub(crate) struct AccountRecord<'a> {
     pub(crate) client_ip: Option<std::net::IpAddr>,
 }
 
+/// One audit line per action an admin takes in the operator console (`/admin`): a static token
+/// created or revoked, an OAuth grant revoked. Never a token's value.
+///
+/// ```json
+/// {"time":"2026-12-03T18:10:00.000Z","event":"console","action":"token_revoke","admin":"root","target":"ci","outcome":"done","client_ip":"127.0.0.1"}
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ConsoleRecord<'a> {
+    #[serde(rename = "time", serialize_with = "serialize_time")]
+    pub(crate) time_ms: u64,
+    /// Always `console`.
+    pub(crate) event: &'static str,
+    /// `token_create`, `token_revoke` or `grant_revoke`.
+    pub(crate) action: &'a str,
+    /// The admin's user name.
+    #[serde(serialize_with = "serialize_untrusted")]
+    pub(crate) admin: &'a str,
+    /// The token's name or the grant's id.
+    #[serde(serialize_with = "serialize_untrusted")]
+    pub(crate) target: &'a str,
+    /// `done`, or why not (`not_found`, `name_taken`, `store_error`).
+    pub(crate) outcome: &'a str,
+    pub(crate) client_ip: Option<std::net::IpAddr>,
+}
+
 fn serialize_untrusted<S: Serializer>(text: &&str, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::logging::untrusted_name(text))
 }

@@ -316,7 +316,6 @@ impl Instances {
         self.instances.get(i)
     }
 
-    #[cfg(test)]
     /// Every instance, in configuration order.
     pub(crate) fn all(&self) -> &[Instance] {
         &self.instances
@@ -345,7 +344,6 @@ impl Instances {
         route_session(&urls, &self.health(), instance)
     }
 
-    #[cfg(test)]
     pub(crate) fn is_healthy(&self, i: usize) -> bool {
         self.health().is_healthy(i)
     }

@@ -220,6 +220,19 @@ impl Catalog {
         self.tool(name)
     }
 
+    /// Every tool in the catalog with whether it only reads, sorted by name.
+    pub(crate) fn tools(&self) -> Vec<(String, bool)> {
+        let mut tools: Vec<(String, bool)> = self
+            .snapshot
+            .load()
+            .tools
+            .iter()
+            .map(|(name, read_only)| (name.to_string(), *read_only))
+            .collect();
+        tools.sort();
+        tools
+    }
+
     /// Number of tools in the current snapshot.
     pub fn len(&self) -> usize {
         self.snapshot.load().tools.len()

@@ -193,6 +193,11 @@ impl AuthService {
         &self.server
     }
 
+    /// The admin API on this server's store (the console's lists).
+    pub(crate) fn admin(&self) -> pforte_oauth::Admin {
+        pforte_oauth::Admin::new(self.store.clone())
+    }
+
     /// The runtime that owns the store's background connections; other shared clients (the
     /// redis session records) are created on it too.
     pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {

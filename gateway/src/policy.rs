@@ -114,6 +114,22 @@ impl Policy {
         }
     }
 
+    /// Every scope a call of `tool` needs (the baseline first), and whether the operator's
+    /// rule denies it to everyone: what the console's route page shows.
+    pub(crate) fn needed_for_tool(
+        &self,
+        tool: &str,
+        annotation: Annotation,
+    ) -> (Vec<String>, bool) {
+        let mut needed: Vec<String> = self.baseline.clone();
+        for scope in self.tool_scopes(tool, annotation) {
+            if !needed.iter().any(|s| s == scope) {
+                needed.push(scope.to_owned());
+            }
+        }
+        (needed, self.rules.get(tool).is_some_and(|r| r.deny))
+    }
+
     /// Decides on one message for `principal`.
     pub(crate) fn decide(
         &self,

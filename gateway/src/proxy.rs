@@ -35,6 +35,7 @@ use crate::{
 mod admission;
 mod auth_server;
 mod builtin;
+mod console;
 mod ctx;
 mod observe;
 mod peers;
@@ -47,7 +48,7 @@ use builtin::{Caller, Target};
 use upstream::RouteEdge;
 
 /// What the `/mcp` admission consults besides credentials: each route's tool catalog, the
-/// session records, and the audit log.
+/// session records, and the audit log; and what the console keeps of finished requests.
 #[derive(Debug)]
 pub(crate) struct McpEdge {
     /// One catalog per route, in the order of `Settings::routes`.
@@ -56,6 +57,8 @@ pub(crate) struct McpEdge {
     /// Open SSE streams per principal.
     pub(crate) streams: Arc<Streams>,
     pub(crate) audit: Option<AuditLog>,
+    /// The operator console's state (`/admin`): the request statistics it charts.
+    pub(crate) console: crate::console::Console,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
@@ -244,6 +247,7 @@ impl ProxyHttp for Gateway {
         let step = match target {
             Target::Mcp(route) => self.admit_request(session.req_header(), route, ctx).await,
             Target::AuthServer => self.auth_server(session, ctx).await?,
+            Target::Console => self.console(session, ctx).await?,
             builtin => self.builtin(builtin, caller).await,
         };
         self.apply(session, step, ctx).await

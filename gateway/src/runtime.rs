@@ -303,11 +303,24 @@ pub(crate) fn run(
     let audit_reopen = audit
         .clone()
         .map(|log| background_service("audit log reopen", SighupReopen(log)));
+    let console = crate::console::Console::new(
+        settings.routes.len(),
+        Some(
+            crate::stores::token_writer(&settings.store)
+                .map_err(|e| ServeError::Pingora(e.to_string()))?,
+        ),
+        clock.now_ms(),
+        match &settings.audit.sink {
+            AuditSink::File(path) => Some(path.clone()),
+            _ => None,
+        },
+    );
     let edge = McpEdge {
         catalogs,
         sessions: Arc::new(sessions),
         streams: Arc::default(),
         audit,
+        console,
     };
     let metrics_service = metrics_listener.map(|listener| {
         background_service(

@@ -219,6 +219,14 @@ impl Sessions {
     }
 
     /// How many live sessions `person` holds, through all their clients.
+    /// How many sessions this process holds (`None` with redis: every gateway's, not counted).
+    pub(crate) fn live(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Local { table, .. } => table.lock().ok().map(|t| t.len()),
+            Backend::Redis(_) => None,
+        }
+    }
+
     pub async fn count(&self, person: &str) -> Result<usize, SessionError> {
         match &self.backend {
             Backend::Local { table, clock } => Ok(lock(table).count(person, clock.now_ms())),

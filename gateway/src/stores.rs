@@ -50,6 +50,16 @@ pub(crate) enum StoresError {
     OAuth(#[from] pforte_oauth::StoreError),
 }
 
+/// A second handle on the static-token store of `site`, for the operator console: its writes
+/// come from another connection than the snapshot refresher's, so the refresher sees them
+/// (SQLite's `data_version` changes only for other connections' writes).
+pub(crate) fn token_writer(site: &Site) -> Result<Arc<dyn TokenSource>, StoresError> {
+    Ok(match site {
+        Site::Embedded(dir) => Arc::new(tokens::TokenStore::open(&dir.join(TOKENS_DB))?),
+        Site::Redis(url) => Arc::new(tokens::redis::RedisTokenStore::open(url)?),
+    })
+}
+
 /// Both stores, and the runtime their background work (redis connection drivers) lives on.
 pub(crate) struct Stores {
     pub(crate) tokens: Box<dyn TokenSource>,

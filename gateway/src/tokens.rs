@@ -94,7 +94,7 @@ impl<'a> NewToken<'a> {
 
 /// Where static tokens are kept: the embedded SQLite store, or redis when several gateways
 /// share one set. The admin CLI writes through it; the gateway's refresher reads through it.
-pub(crate) trait TokenSource: Send + std::fmt::Debug {
+pub(crate) trait TokenSource: Send + Sync + std::fmt::Debug {
     /// Creates `token` at `now` and returns its plaintext — the only time it exists outside the
     /// client.
     fn create(

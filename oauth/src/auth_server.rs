@@ -22,11 +22,13 @@ use crate::validator::Validator;
 
 mod account;
 mod authorize;
+mod console;
 mod enterprise;
 mod oidc;
 mod token;
 
 pub(crate) use authorize::{AuthorizeOutcome, AuthorizeResponse, Page};
+pub use console::Viewer;
 
 /// Why the server could not be built.
 #[derive(Debug, thiserror::Error)]

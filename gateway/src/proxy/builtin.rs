@@ -16,6 +16,8 @@ use super::{Gateway, Step};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Target {
     AuthServer,
+    /// The operator console (`/admin…`).
+    Console,
     Favicon,
     Metrics,
     Health,
@@ -32,6 +34,9 @@ impl Target {
     pub(super) fn of(settings: &Settings, path: &str) -> Self {
         if oauth::is_as_path(path) {
             return Self::AuthServer;
+        }
+        if crate::console::is_console_path(path) {
+            return Self::Console;
         }
         match path {
             "/healthz" => Self::Health,
@@ -55,7 +60,7 @@ impl Target {
             Self::ResourceMetadata(_) => RouteLabel::WellKnown,
             Self::Health | Self::Ready => RouteLabel::Health,
             Self::Metrics => RouteLabel::Metrics,
-            Self::Favicon | Self::Unknown => RouteLabel::Other,
+            Self::Favicon | Self::Console | Self::Unknown => RouteLabel::Other,
         }
     }
 
@@ -109,9 +114,11 @@ impl Gateway {
                 Ok(text) => Step::Answer(Reply::bytes(200, metrics::CONTENT_TYPE, text.into())),
                 Err(_) => Step::Refuse(Rejection::Internal),
             },
-            Target::Metrics | Target::Unknown | Target::Mcp(_) | Target::AuthServer => {
-                Step::Refuse(Rejection::NotFound)
-            }
+            Target::Metrics
+            | Target::Unknown
+            | Target::Mcp(_)
+            | Target::AuthServer
+            | Target::Console => Step::Refuse(Rejection::NotFound),
         }
     }
 
@@ -137,7 +144,7 @@ impl Gateway {
 }
 
 /// Whether `upstream` accepts a connection within half a second.
-async fn accepts(upstream: &Upstream) -> bool {
+pub(super) async fn accepts(upstream: &Upstream) -> bool {
     let wait = Duration::from_millis(500);
     match &upstream.socket {
         Some(path) => matches!(

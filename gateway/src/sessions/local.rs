@@ -52,8 +52,7 @@ impl Table {
         }
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
 

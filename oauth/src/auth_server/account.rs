@@ -113,7 +113,7 @@ impl Listing {
 impl AuthServer {
     /// Whether `user` is an admin at `/account`: the local admin flag, or a role with
     /// `admin = true` (`[oauth.roles]`).
-    fn is_admin(&self, user: &UserRecord) -> bool {
+    pub(super) fn is_admin(&self, user: &UserRecord) -> bool {
         user.admin || crate::roles::admin(&self.cfg.roles, &crate::roles::Member::from(user))
     }
 

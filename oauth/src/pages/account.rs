@@ -177,7 +177,8 @@ pub(crate) fn account(v: &AccountView) -> String {
             if v.all_users {
                 "<p><a href=\"/account\">Back to my apps</a></p>"
             } else {
-                ""
+                // The gateway's operator console, for admins only.
+                "<p><a href=\"/admin\">Operator console</a></p>"
             }
         )
     } else {

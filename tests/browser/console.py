@@ -1,0 +1,162 @@
+"""Headless Chromium on Pforte's operator console (/admin), at desktop and phone width (stdlib
+only; DevTools protocol on a pipe, as render.py).
+
+1. opens BASE/admin signed out (sent to the /account sign-in form), signs in as --admin;
+2. opens the overview, the audit log with --audit-query, and the route --route, each at
+   1280 px and at 390 px, writing admin-overview.png / admin-overview-phone.png,
+   admin-audit-filter.png / -phone.png and admin-route.png / -phone.png;
+3. reports what each page said, its width and scripts, and every console message, exception
+   and log entry, as JSON on stdout.
+
+Usage: python3 console.py --chromium PATH --base URL --admin NAME --route NAME
+           --audit-query QUERY --out-dir DIR   (the admin's password on stdin)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from render import Cdp
+
+DESKTOP = {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False}
+PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chromium", required=True)
+    ap.add_argument("--base", required=True)
+    ap.add_argument("--admin", required=True)
+    ap.add_argument("--route", required=True)
+    ap.add_argument("--audit-query", required=True)
+    ap.add_argument("--out-dir", required=True)
+    args = ap.parse_args()
+    password = sys.stdin.readline().rstrip("\r\n")
+    os.makedirs(args.out_dir, exist_ok=True)
+
+    profile = tempfile.mkdtemp(prefix="pforte-chromium-")
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    child_in = fcntl.fcntl(to_child_r, fcntl.F_DUPFD_CLOEXEC, 10)
+    child_out = fcntl.fcntl(from_child_w, fcntl.F_DUPFD_CLOEXEC, 10)
+
+    def setup_fds() -> None:
+        os.dup2(child_in, 3)
+        os.dup2(child_out, 4)
+
+    cmd = [
+        args.chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--disable-extensions", "--disable-default-apps", "--mute-audio",
+        "--ignore-certificate-errors", "--hide-scrollbars", "--window-size=1280,800",
+        f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank",
+    ]
+    stderr_path = os.path.join(args.out_dir, "chromium-console-stderr.log")
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                close_fds=False, preexec_fn=setup_fds)  # noqa: PLW1509
+    for fd in (to_child_r, from_child_w, child_in, child_out):
+        os.close(fd)
+    out: dict = {"console": [], "exceptions": [], "log": []}
+    try:
+        cdp = Cdp(proc, to_child_w, from_child_r)
+        target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        s = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            cdp.send(f"{domain}.enable", {}, s)
+
+        def loaded(e: dict) -> bool:
+            return e.get("method") == "Page.loadEventFired" and e.get("sessionId") == s
+
+        def evaluate(expr: str):
+            r = cdp.send("Runtime.evaluate", {"expression": expr, "returnByValue": True}, s)
+            if "exceptionDetails" in r:
+                raise RuntimeError(f"evaluate {expr!r}: {r['exceptionDetails']}")
+            return r["result"].get("value")
+
+        def screenshot(name: str) -> str:
+            data = cdp.send("Page.captureScreenshot",
+                            {"format": "png", "captureBeyondViewport": True}, s)["data"]
+            path = os.path.join(args.out_dir, name)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(data))
+            return path
+
+        def facts() -> dict:
+            return evaluate("""({
+                url: location.href, text: document.body.innerText,
+                forms: document.forms.length,
+                width: document.documentElement.scrollWidth,
+                scripts: document.scripts.length,
+                charts: document.querySelectorAll('svg.chart').length,
+            })""")
+
+        def go(url: str, what: str) -> None:
+            cdp.send("Page.navigate", {"url": url}, s)
+            cdp.wait_event(loaded, what)
+
+        def sized(metrics: dict) -> None:
+            cdp.send("Emulation.setDeviceMetricsOverride", metrics, s)
+
+        sized(DESKTOP)
+        go(args.base + "/admin", "load of /admin signed out")
+        out["signed_out"] = facts()
+        evaluate(f"""(() => {{
+            document.querySelector('input[name=username]').value = {json.dumps(args.admin)};
+            document.querySelector('input[name=password]').value = {json.dumps(password)};
+            document.querySelector('form button[type=submit]').click();
+        }})()""")
+        cdp.wait_event(loaded, "load after signing in")
+
+        pages = [
+            ("overview", "/admin", "admin-overview"),
+            ("audit", "/admin/audit?" + args.audit_query, "admin-audit-filter"),
+            ("route", "/admin/routes/" + args.route, "admin-route"),
+        ]
+        for key, path, shot in pages:
+            for size, metrics, suffix in (("desktop", DESKTOP, ""), ("phone", PHONE, "-phone")):
+                sized(metrics)
+                go(args.base + path, f"load of {path} ({size})")
+                f = facts()
+                f["screenshot"] = screenshot(f"{shot}{suffix}.png")
+                out[f"{key}_{size}"] = f
+
+        try:
+            cdp.wait_event(lambda e: False, "nothing", timeout=0.5)
+        except TimeoutError:
+            pass
+        for e in cdp.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.consoleAPICalled":
+                out["console"].append({"type": p.get("type"),
+                                       "args": [a.get("value", a.get("description")) for a in p.get("args", [])]})
+            elif m == "Runtime.exceptionThrown":
+                out["exceptions"].append(p.get("exceptionDetails", {}).get("text"))
+            elif m == "Log.entryAdded":
+                entry = p.get("entry", {})
+                out["log"].append({k: entry.get(k) for k in ("source", "level", "text", "url")})
+        try:
+            cdp.send("Browser.close", timeout=5)
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+    finally:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
