@@ -39,21 +39,26 @@ pub(crate) struct Console {
     pub(crate) started_ms: u64,
     /// The audit log file, when lines go to one.
     pub(crate) audit_file: Option<PathBuf>,
+    /// Per route, a command route's live children.
+    pub(crate) children: Vec<Option<crate::stdio::ChildCount>>,
 }
 
 impl Console {
+    /// The console of a gateway whose routes' stdio children are `children` (one entry per
+    /// route, `None` for a route that is not a command).
     pub(crate) fn new(
-        routes: usize,
+        children: Vec<Option<crate::stdio::ChildCount>>,
         tokens: Option<Arc<dyn TokenSource>>,
         started_ms: u64,
         audit_file: Option<PathBuf>,
     ) -> Self {
         Self {
             stats: stats::RequestStats::default(),
-            errors: stats::RecentErrors::new(routes),
+            errors: stats::RecentErrors::new(children.len()),
             tokens,
             started_ms,
             audit_file,
+            children,
         }
     }
 }

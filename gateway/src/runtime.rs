@@ -275,10 +275,15 @@ pub(crate) fn run(
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
     // Each command route's bridge binds its socket now, so that a failure is one line.
     let mut bridges = Vec::new();
+    // Per route, a command route's live children, for the console.
+    let mut children = Vec::new();
     for route in &settings.routes {
         if let Some((spec, socket)) = stdio_spec(route)? {
             let bridge = StdioBridge::bind(spec, &socket)?;
+            children.push(Some(bridge.child_count()));
             bridges.push(background_service(&format!("stdio {}", route.name), bridge));
+        } else {
+            children.push(None);
         }
     }
     let catalogs = route_catalogs(&settings)?;
@@ -304,7 +309,7 @@ pub(crate) fn run(
         .clone()
         .map(|log| background_service("audit log reopen", SighupReopen(log)));
     let console = crate::console::Console::new(
-        settings.routes.len(),
+        children,
         Some(
             crate::stores::token_writer(&settings.store)
                 .map_err(|e| ServeError::Pingora(e.to_string()))?,

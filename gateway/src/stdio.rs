@@ -128,7 +128,28 @@ impl std::fmt::Debug for StdioBridge {
     }
 }
 
+/// How many children a bridge runs now (client sessions' and the pool's), for the console.
+#[derive(Clone)]
+pub(crate) struct ChildCount(Arc<Shared>);
+
+impl ChildCount {
+    pub(crate) fn live(&self) -> usize {
+        self.0.lock().live()
+    }
+}
+
+impl std::fmt::Debug for ChildCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ChildCount").field(&self.live()).finish()
+    }
+}
+
 impl StdioBridge {
+    /// The count of this bridge's live children.
+    pub(crate) fn child_count(&self) -> ChildCount {
+        ChildCount(self.shared.clone())
+    }
+
     /// Binds the Unix socket (parent dir created 0700, socket 0600, a stale socket replaced);
     /// synchronous, so `pforte serve` fails early with one clear line. Children are started
     /// through this executable's hidden `__stdio-exec` subcommand.

@@ -294,7 +294,13 @@ impl Gateway {
                 health,
                 instances,
                 tools: self.edge.catalogs.get(i).map_or(0, |c| c.len()),
-                children: None,
+                children: self
+                    .edge
+                    .console
+                    .children
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .map(crate::stdio::ChildCount::live),
             });
         }
         rows
