@@ -449,3 +449,48 @@ async fn console_in_chromium_overview_audit_filter_and_route() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_counts_a_command_routes_live_stdio_children() {
+    let svc = McpService::start(&[]).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let command = [
+        pforte_tests::bin("mcp-service").display().to_string(),
+        "stdio".to_owned(),
+    ];
+    let gw = Stack::builder()
+        .upstream(&svc.url())
+        .route(
+            Route::command("plans", &command)
+                .env("MCP_SERVICE_DATA_DIR", &data.path().display().to_string()),
+        )
+        .start()
+        .await;
+    gw.admin_cmd(
+        &["user", "add", ROOT, "--role", "admin"],
+        &format!("{ROOT_PW}\n"),
+    )
+    .unwrap();
+    let token = gw.create_token("plans").await.unwrap();
+    // An MCP session on the route holds one child.
+    let client = pforte_tests::rmcp_client(&gw.route_url("plans"), gw.http(), &token, &[])
+        .await
+        .unwrap();
+    let root = signed_in(&gw, ROOT, ROOT_PW).await;
+    let card = "<div class=\"v\">1</div><div class=\"k\">stdio children</div>";
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let (root, page) = (root.clone(), url(&gw, "/admin/routes/plans"));
+            async move { root.get(&page).await.is_ok_and(|p| p.body.contains(card)) }
+        })
+        .await,
+        "the route page does not count the session's child:\n{}",
+        root.get(&url(&gw, "/admin/routes/plans"))
+            .await
+            .unwrap()
+            .body
+    );
+    let overview = root.get(&url(&gw, "/admin")).await.unwrap().body;
+    assert!(overview.contains("command "), "{overview}");
+    let _ = client.cancel().await;
+}
