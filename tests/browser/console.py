@@ -115,6 +115,7 @@ def main() -> int:
             document.querySelector('form button[type=submit]').click();
         }})()""")
         cdp.wait_event(loaded, "load after signing in")
+        out["after_sign_in"] = evaluate("location.href")
 
         pages = [
             ("overview", "/admin", "admin-overview"),

@@ -125,7 +125,7 @@ impl Gateway {
         let viewer = match self.oauth.server().viewer(&cookies).await {
             Ok(Some(v)) => v,
             // Signed out: the authorization server's sign-in, which sets the same cookie.
-            Ok(None) => return Ok(Step::Passed(console::redirect("/account"))),
+            Ok(None) => return Ok(Step::Passed(console::redirect("/account?next=%2Fadmin"))),
             Err(e) => {
                 tracing::warn!(error = %e, "console: the oauth store did not answer");
                 return Ok(Step::Passed(store_down()));

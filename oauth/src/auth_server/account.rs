@@ -42,6 +42,15 @@ fn notice(done: Option<&str>) -> (Option<String>, Option<String>) {
     }
 }
 
+/// Where a sign-in at `/account` may continue besides `/account` itself: only the gateway's
+/// operator console (a fixed list, so the parameter can never redirect anywhere else).
+fn next_page(asked: &str) -> Option<&'static str> {
+    match asked {
+        "/admin" => Some("/admin"),
+        _ => None,
+    }
+}
+
 fn redirect(location: &str) -> AuthorizeResponse {
     AuthorizeOutcome::Redirect {
         location: location.to_owned(),
@@ -139,6 +148,7 @@ impl AuthServer {
         username: Option<&str>,
         error: Option<&str>,
         status: u16,
+        next: Option<&'static str>,
     ) -> AuthorizeOutcome {
         AuthorizeOutcome::Page {
             page: Page::AccountLogin(AccountLoginView {
@@ -149,6 +159,7 @@ impl AuthServer {
                 providers: self.oidc.names(),
                 provider_origins: self.provider_origins(),
                 local_passwords: self.cfg.login.local_passwords,
+                next,
             }),
             status,
         }
@@ -161,12 +172,17 @@ impl AuthServer {
             Err(e) => return unavailable(&e).into(),
         };
         let (Some(id), Some(user)) = (id.clone(), user) else {
+            let next = Params::parse(query)
+                .single("next")
+                .ok()
+                .flatten()
+                .and_then(next_page);
             return match id.filter(|i| i.starts_with(ANON_PREFIX)) {
-                Some(anon) => self.account_login(&anon, None, None, 200).into(),
+                Some(anon) => self.account_login(&anon, None, None, 200, next).into(),
                 None => {
                     let anon = crypto::random_token(self.entropy.as_ref(), ANON_PREFIX);
                     AuthorizeResponse {
-                        outcome: self.account_login(anon.expose(), None, None, 200),
+                        outcome: self.account_login(anon.expose(), None, None, 200, next),
                         set_session: Some(SessionCookie(anon)),
                         retry_after: None,
                     }
@@ -318,10 +334,11 @@ impl AuthServer {
         client_ip: Option<IpAddr>,
     ) -> AuthorizeResponse {
         let (username, password) = crate::protocol::authorize::login_fields(form);
+        let next = form.single("next").ok().flatten().and_then(next_page);
         if !self.cfg.login.local_passwords {
             let text = "Password sign-in is turned off here: use one of the buttons above.";
             return self
-                .account_login(session_id, Some(username), Some(text), 403)
+                .account_login(session_id, Some(username), Some(text), 403, next)
                 .into();
         }
         let password = Secret::new(password);
@@ -336,7 +353,13 @@ impl AuthServer {
                 retry_after,
             }) => {
                 return AuthorizeResponse {
-                    outcome: self.account_login(session_id, Some(username), Some(&text), status),
+                    outcome: self.account_login(
+                        session_id,
+                        Some(username),
+                        Some(&text),
+                        status,
+                        next,
+                    ),
                     set_session: None,
                     retry_after,
                 };
@@ -357,7 +380,7 @@ impl AuthServer {
                 self.observer.event(Event::LoginSucceeded);
                 AuthorizeResponse {
                     outcome: AuthorizeOutcome::Redirect {
-                        location: "/account".into(),
+                        location: next.unwrap_or("/account").into(),
                     },
                     set_session: Some(SessionCookie(new)),
                     retry_after: None,
@@ -497,6 +520,20 @@ impl AuthServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sign_in_continues_only_to_the_console() {
+        assert_eq!(next_page("/admin"), Some("/admin"));
+        for other in [
+            "",
+            "/admin/tokens",
+            "https://evil.example/admin",
+            "//evil.example",
+            "/account",
+        ] {
+            assert_eq!(next_page(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn dates_read_as_utc_minutes() {

@@ -56,6 +56,8 @@ pub(crate) struct AccountLoginView {
     pub provider_origins: Vec<String>,
     /// Whether the username and password form is shown (`[oauth.login] local_passwords`).
     pub local_passwords: bool,
+    /// Where a password sign-in continues (`/admin` for the operator console), else `/account`.
+    pub next: Option<&'static str>,
 }
 
 fn csrf_field(csrf: &str, step: &str) -> String {
@@ -116,7 +118,14 @@ fn password_form(v: &AccountLoginView) -> String {
          <input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
          <div class=\"actions\"><button class=\"primary\" type=\"submit\">Sign in</button></div>\
          </form>",
-        csrf_field(&v.csrf, "login"),
+        match v.next {
+            Some(next) => format!(
+                "{}<input type=\"hidden\" name=\"next\" value=\"{}\">",
+                csrf_field(&v.csrf, "login"),
+                escape(next)
+            ),
+            None => csrf_field(&v.csrf, "login"),
+        },
         escape(v.username.as_deref().unwrap_or_default()),
     )
 }
@@ -297,6 +306,7 @@ mod tests {
             providers: vec!["Acme SSO".into()],
             provider_origins: vec!["https://login.acme.example".into()],
             local_passwords,
+            next: None,
         };
         let both = login(&view(true));
         assert!(both.contains("name=\"step\" value=\"oidc\""));

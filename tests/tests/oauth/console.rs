@@ -60,7 +60,11 @@ async fn signed_in(gw: &Stack, user: &str, password: &str) -> Browser {
     form.set("username", user).unwrap();
     form.set("password", password).unwrap();
     let done = b.submit(&form, None).await.unwrap();
-    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(
+        done.see_other().unwrap().path(),
+        "/admin",
+        "the sign-in continues to the console"
+    );
     b
 }
 
@@ -392,11 +396,15 @@ async fn console_in_chromium_overview_audit_filter_and_route() {
         problems.is_empty(),
         "log errors/warnings (a CSP violation would be one): {problems:#?}"
     );
+    let signed_out = r["signed_out"]["url"].as_str().unwrap();
     assert!(
-        r["signed_out"]["url"]
-            .as_str()
-            .unwrap()
-            .ends_with("/account")
+        signed_out.ends_with("/account?next=%2Fadmin"),
+        "{signed_out}"
+    );
+    let landed = r["after_sign_in"].as_str().unwrap();
+    assert!(
+        landed.ends_with("/admin"),
+        "the sign-in continues to the console: {landed}"
     );
     for key in ["overview", "audit", "route"] {
         for size in ["desktop", "phone"] {
