@@ -4,7 +4,8 @@ only; DevTools protocol on a pipe, as render.py).
 1. opens BASE/admin signed out (sent to the /account sign-in form), signs in as --admin;
 2. opens the overview, the audit log with --audit-query, and the route --route, each at
    1280 px and at 390 px, writing admin-overview.png / admin-overview-phone.png,
-   admin-audit-filter.png / -phone.png and admin-route.png / -phone.png;
+   admin-audit-filter.png / -phone.png, admin-route.png / -phone.png and admin-tokens.png /
+   -phone.png;
 3. reports what each page said, its width and scripts, and every console message, exception
    and log entry, as JSON on stdout.
 
@@ -121,6 +122,7 @@ def main() -> int:
             ("overview", "/admin", "admin-overview"),
             ("audit", "/admin/audit?" + args.audit_query, "admin-audit-filter"),
             ("route", "/admin/routes/" + args.route, "admin-route"),
+            ("tokens", "/admin/tokens", "admin-tokens"),
         ]
         for key, path, shot in pages:
             for size, metrics, suffix in (("desktop", DESKTOP, ""), ("phone", PHONE, "-phone")):

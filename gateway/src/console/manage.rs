@@ -72,7 +72,7 @@ pub(crate) fn tokens_page(p: &TokensPage) -> String {
         .iter()
         .map(|s| {
             format!(
-                "<label><input type=\"checkbox\" name=\"scope\" value=\"{0}\" checked> {0}</label>",
+                "<label class=\"check\"><input type=\"checkbox\" name=\"scope\" value=\"{0}\" checked>{0}</label>",
                 escape(s)
             )
         })

@@ -39,6 +39,8 @@ form.filters{display:grid;grid-template-columns:repeat(auto-fit,minmax(9.5rem,1f
 background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:.75rem;margin-bottom:.75rem}\
 label{display:block;font-weight:600;font-size:.85rem;margin-bottom:.15rem}\
 input,select{width:100%;padding:.4rem .5rem;border:1px solid #d1d5db;border-radius:6px;font:inherit;background:#fff}\
+label.check{display:flex;gap:.4rem;align-items:center;font-weight:400;font-size:.9rem;margin:.15rem 0}\
+label.check input{width:auto;margin:0}\
 button{padding:.45rem .9rem;border-radius:6px;border:1px solid #d1d5db;font:inherit;font-weight:600;cursor:pointer;background:#fff;color:#111827}\
 button.primary{background:#2563eb;border-color:#2563eb;color:#fff}\
 button.danger{border-color:#dc2626;color:#b91c1c}\

@@ -3,8 +3,9 @@
 //! token is refused and changes nothing; a static token revoked from the console is refused
 //! within a second and the action is in the audit log, and a token created there is shown once
 //! and works. In headless Chromium, an admin signs in and looks at the overview, the audit log
-//! with a filter and a route page at 1280 and 390 px: screenshots `admin-overview*.png`,
-//! `admin-audit-filter*.png` and `admin-route*.png` under `<target dir>/screenshots/`.
+//! with a filter, a route page and the tokens page at 1280 and 390 px: screenshots
+//! `admin-overview*.png`, `admin-audit-filter*.png`, `admin-route*.png` and `admin-tokens*.png`
+//! under `<target dir>/screenshots/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
@@ -406,7 +407,7 @@ async fn console_in_chromium_overview_audit_filter_and_route() {
         landed.ends_with("/admin"),
         "the sign-in continues to the console: {landed}"
     );
-    for key in ["overview", "audit", "route"] {
+    for key in ["overview", "audit", "route", "tokens"] {
         for size in ["desktop", "phone"] {
             let page = &r[format!("{key}_{size}")];
             assert_eq!(page["scripts"], 0, "{key} {size} has scripts");
