@@ -189,10 +189,10 @@ async fn bad_input_gets_precise_statuses() {
     let resp = from("https://claude.ai").initialize().await;
     assert_eq!(resp.status(), 200);
 
-    // Unknown paths.
+    // Unknown paths (`/admin` is the operator console now).
     let resp = gw
         .http()
-        .get(format!("{}/admin", gw.base))
+        .get(format!("{}/administrator", gw.base))
         .send()
         .await
         .unwrap();
