@@ -33,6 +33,7 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}\
 th,td{text-align:left;padding:.45rem .6rem;border-bottom:1px solid #f1f5f9;vertical-align:top}\
 th{background:#f9fafb;font-weight:600;white-space:nowrap}\
 td.nowrap{white-space:nowrap}code{font-size:.85em;overflow-wrap:anywhere}\
+td code{white-space:nowrap;overflow-wrap:normal}\
 .ok{color:#047857;font-weight:600}.bad{color:#b91c1c;font-weight:600}.warn{color:#b45309;font-weight:600}\
 .pill{display:inline-block;padding:0 .45rem;border-radius:999px;font-size:.8rem;background:#eef2ff;color:#3730a3;margin:0 .2rem .2rem 0}\
 form.filters{display:grid;grid-template-columns:repeat(auto-fit,minmax(9.5rem,1fr));gap:.5rem .75rem;align-items:end;\
