@@ -50,6 +50,21 @@ pub(crate) enum Outcome {
     Refused,
 }
 
+impl Outcome {
+    /// How a request ended: `refused` by the gateway; else the `status` the client got (0:
+    /// none) and, when it failed, whether on our or the upstream's side (`Some(true)`) or the
+    /// client's (`Some(false)`: it went away, sent something unusable).
+    pub(crate) fn of(refused: bool, status: u16, failure: Option<bool>) -> Self {
+        if refused {
+            Self::Refused
+        } else if status >= 500 || (status == 0 && failure == Some(true)) {
+            Self::ServerError
+        } else {
+            Self::Ok
+        }
+    }
+}
+
 /// One minute as the charts read it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Minute {
@@ -251,6 +266,33 @@ mod tests {
         // A straggler from a minute already overwritten is dropped, not miscounted.
         s.record(T0, 1, Outcome::Ok);
         assert_eq!(s.last_hour(later)[MINUTES - 1].requests, 1);
+    }
+
+    #[test]
+    fn outcomes_separate_refusals_server_errors_and_clients_leaving() {
+        assert_eq!(Outcome::of(true, 401, None), Outcome::Refused);
+        assert_eq!(
+            Outcome::of(true, 503, None),
+            Outcome::Refused,
+            "a refusal is one whatever its status"
+        );
+        assert_eq!(Outcome::of(false, 502, Some(true)), Outcome::ServerError);
+        assert_eq!(
+            Outcome::of(false, 500, None),
+            Outcome::ServerError,
+            "the upstream's own 500"
+        );
+        assert_eq!(
+            Outcome::of(false, 0, Some(true)),
+            Outcome::ServerError,
+            "no answer, our side"
+        );
+        assert_eq!(
+            Outcome::of(false, 0, Some(false)),
+            Outcome::Ok,
+            "the client went away"
+        );
+        assert_eq!(Outcome::of(false, 404, None), Outcome::Ok);
     }
 
     #[test]

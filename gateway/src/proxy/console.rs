@@ -493,14 +493,8 @@ impl Gateway {
     /// What a finished request leaves for the console: its count in the last hour, and a
     /// route's failure or refusal in that route's recent errors.
     pub(super) fn console_note(&self, e: Option<&Error>, ctx: &RequestCtx, status: u16) {
-        let client_side = e.is_some_and(super::is_client_side);
-        let outcome = if ctx.refused.is_some() {
-            Outcome::Refused
-        } else if status >= 500 || (status == 0 && e.is_some() && !client_side) {
-            Outcome::ServerError
-        } else {
-            Outcome::Ok
-        };
+        let failure = e.map(|e| !super::is_client_side(e));
+        let outcome = Outcome::of(ctx.refused.is_some(), status, failure);
         let took = ctx.started.elapsed().as_millis() as u64;
         self.edge
             .console
