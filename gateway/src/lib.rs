@@ -40,7 +40,7 @@ pub use commands::{
     client::ClientAction,
     grant::GrantAction,
     run,
-    serve::{check, serve},
+    serve::{ServeArgs, check, serve},
     token::{TokenAction, run as token},
     up::{UpArgs, up},
     user::UserAction,
