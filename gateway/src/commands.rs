@@ -4,6 +4,7 @@
 //! command but the stdio bridge's goes through ([`run`]).
 
 pub(crate) mod admin;
+pub(crate) mod backup;
 pub(crate) mod client;
 pub(crate) mod grant;
 pub(crate) mod serve;

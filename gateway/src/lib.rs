@@ -37,6 +37,7 @@ pub use cli::exit;
 pub use commands::{
     Env, Failure,
     admin::{AdminCommand, run as admin},
+    backup::{BackupArgs, RestoreArgs, backup, restore},
     client::ClientAction,
     grant::GrantAction,
     run,

@@ -5,8 +5,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use pforte::{
-    AdminCommand, ClientAction, Env, Failure, GrantAction, ServeArgs, TokenAction, UpArgs,
-    UserAction, exit,
+    AdminCommand, BackupArgs, ClientAction, Env, Failure, GrantAction, RestoreArgs, ServeArgs,
+    TokenAction, UpArgs, UserAction, exit,
 };
 
 /// jemalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
@@ -64,6 +64,10 @@ enum Command {
         #[command(subcommand)]
         action: TokenAction,
     },
+    /// Copy the embedded store (tokens, OAuth, ACME) into a new directory while the gateway runs.
+    Backup(BackupArgs),
+    /// Put a backup into the data dir: not while a gateway uses it; over a store only with --force.
+    Restore(RestoreArgs),
     /// Internal: how the stdio bridge starts a child (dies with the gateway, own process group).
     #[command(name = pforte::EXEC_SUBCOMMAND, hide = true)]
     StdioExec {
@@ -121,6 +125,8 @@ fn dispatch(cli: Cli, env: &Env) -> Result<ExitCode, Failure> {
         Command::Serve(args) => pforte::serve(args, config.as_deref(), data_dir, env),
         Command::Up(args) => return pforte::up(args, config, data_dir, env),
         Command::Token { action } => pforte::token(action, config, data_dir, env),
+        Command::Backup(args) => pforte::backup(args, config, data_dir, env),
+        Command::Restore(args) => pforte::restore(args, config, data_dir, env),
         Command::User { action } => {
             pforte::admin(AdminCommand::User(action), config, data_dir, env)
         }

@@ -329,6 +329,7 @@ fn reading_admin_commands_refuse_a_missing_store_and_create_nothing() {
         vec!["client", "list", "--json", "--data-dir", t],
         vec!["grant", "list", "--data-dir", t],
         vec!["grant", "revoke", "--user", "alice", "--data-dir", t],
+        vec!["backup", "/nonexistent/backup", "--data-dir", t],
     ] {
         let out = run(pforte(&args), Duration::from_secs(20));
         assert_eq!(out.code, Some(66), "{args:?}: {}", out.stderr);
@@ -501,6 +502,8 @@ fn help_describes_every_subcommand_and_flag() {
         "client",
         "grant",
         "token",
+        "backup",
+        "restore",
         "--config",
         "--data-dir",
         "Exit codes",
