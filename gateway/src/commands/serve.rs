@@ -88,7 +88,7 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
 }
 
 /// Runs the gateway: refuses a data dir without a store unless `--init`, binds the listener
-/// once before it prints success, then serves until stopped.
+/// once and opens the stores before it prints success, then serves until stopped.
 pub fn serve(
     args: ServeArgs,
     config: Option<&Path>,
@@ -102,13 +102,15 @@ pub fn serve(
     let start = store_start(&s.store, cli::has_store, init)?;
     preflight::check_bind(s.listen.addr, preflight::ListenKnob::Config)
         .map_err(|e| Failure::Other(e.into()))?;
+    // Before the success line: a store that cannot be opened (locked by a restore, unreadable)
+    // is one line and 69, not a gateway that said it listens and then exits.
+    let stores = Stores::open(&s.store)?;
     let resources: Vec<&str> = s.routes.iter().map(|r| r.resource.as_str()).collect();
     println!(
         "pforte listening on {} (MCP: {})",
         s.base_url,
         resources.join(", ")
     );
-    let stores = Stores::open(&s.store).map_err(|e| Failure::Other(e.into()))?;
     if start == StoreStart::Create {
         tracing::info!(data_dir = %s.data_dir.display(), "created a new, empty store");
     }

@@ -299,3 +299,31 @@ fn backup_and_restore_of_a_redis_store_say_what_to_do_instead() {
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn a_gateway_does_not_start_while_a_restore_holds_the_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    // What `pforte restore` holds while it writes: the data dir's lock, exclusively.
+    let lock = std::fs::File::create(data.join("pforte.lock")).unwrap();
+    lock.try_lock().unwrap();
+    let out = run(
+        pforte(&["serve", "--init", "--config", config]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "printed success: {}", out.stdout);
+    assert!(
+        out.stderr
+            .trim()
+            .starts_with("pforte: the store is being restored: ")
+            && out.stderr.trim().lines().count() == 1,
+        "{}",
+        out.stderr
+    );
+    drop(lock);
+    drop(serving(pforte(&["serve", "--init", "--config", config])));
+}
