@@ -228,10 +228,12 @@ pub(crate) fn run(
 ) -> Result<(), ServeError> {
     pingora::tls::install_default_crypto_provider();
     let settings = Arc::new(settings);
+    // The data dir's lock is held until the server stops.
     let Stores {
         tokens,
         oauth,
         runtime,
+        lock: _lock,
     } = stores;
     let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
     let metrics = Arc::new(Metrics::new());

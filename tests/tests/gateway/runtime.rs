@@ -78,7 +78,7 @@ async fn a_second_gateway_cannot_join_a_per_core_port() {
     let out = tokio::time::timeout(
         Duration::from_secs(20),
         tokio::process::Command::new(pforte_tests::bin("pforte"))
-            .args(["serve", "--config", config.to_str().unwrap()])
+            .args(["serve", "--init", "--config", config.to_str().unwrap()])
             .output(),
     )
     .await
