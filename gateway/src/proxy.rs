@@ -63,7 +63,7 @@ pub(crate) struct McpEdge {
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
 #[derive(Debug)]
-pub(crate) struct Gateway {
+pub(crate) struct GatewayState {
     settings: Arc<Settings>,
     tokens: TokenCache,
     oauth: Arc<AuthService>,
@@ -74,6 +74,18 @@ pub(crate) struct Gateway {
     edge: McpEdge,
     metrics: Arc<Metrics>,
     request_ids: crate::request_id::RequestIds,
+}
+
+/// The gateway's phases over its shared state: cheap to clone, so that several proxy services
+/// (one per core, `runtime = "per-core"`) can each hold one.
+#[derive(Debug, Clone)]
+pub(crate) struct Gateway(Arc<GatewayState>);
+
+impl std::ops::Deref for Gateway {
+    type Target = GatewayState;
+    fn deref(&self) -> &GatewayState {
+        &self.0
+    }
 }
 
 /// Why the gateway cannot be built from valid settings.
@@ -120,7 +132,7 @@ impl Gateway {
         let routes = (0..settings.routes.len())
             .map(|i| RouteEdge::new(&settings, i, clock.now_ms()))
             .collect::<Result<_, _>>()?;
-        Ok(Self {
+        Ok(Self(Arc::new(GatewayState {
             settings,
             tokens,
             oauth,
@@ -130,7 +142,7 @@ impl Gateway {
             edge,
             metrics,
             request_ids: crate::request_id::RequestIds::random(),
-        })
+        })))
     }
 
     /// The instances of every balanced route, for the prober.
