@@ -388,6 +388,9 @@ pub struct Route {
     /// OAuth users allowed on the route.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
+    /// `required`: `Some(false)` keeps the gateway ready while this route is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
 }
 
 impl Route {
@@ -405,6 +408,7 @@ impl Route {
             stdio: StdioLimits::default(),
             roles: Vec::new(),
             users: Vec::new(),
+            required: None,
         }
     }
 
@@ -453,6 +457,12 @@ impl Route {
     /// The CA file an https route's server is verified against.
     pub fn ca_file(mut self, path: &std::path::Path) -> Self {
         self.ca_file = Some(path.to_owned());
+        self
+    }
+
+    /// `required = false`: the gateway stays ready while this route is down.
+    pub fn optional(mut self) -> Self {
+        self.required = Some(false);
         self
     }
 

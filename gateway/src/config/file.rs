@@ -36,6 +36,8 @@ pub(crate) struct UpstreamConfig {
     pub(crate) users: Vec<String>,
     /// As `[[routes]]` `title`: the route's human title on the pages (default: the name).
     pub(crate) title: Option<String>,
+    /// As `[[routes]]` `required`.
+    pub(crate) required: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -49,6 +51,7 @@ impl Default for UpstreamConfig {
             roles: Vec::new(),
             users: Vec::new(),
             title: None,
+            required: true,
         }
     }
 }
@@ -87,7 +90,7 @@ impl Default for StdioConfig {
 }
 
 /// One `[[routes]]` entry as written: an MCP server served at `/NAME/mcp`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RouteConfig {
     /// `[a-z0-9-]+`, 1 to 63 characters, unique.
@@ -123,6 +126,33 @@ pub(crate) struct RouteConfig {
     pub(crate) roles: Vec<String>,
     /// OAuth users allowed to use the route (local usernames, external users' verified emails).
     pub(crate) users: Vec<String>,
+    /// `false`: the route's outage leaves `/readyz` at 200 (the route is still named there).
+    pub(crate) required: bool,
+}
+
+impl Default for RouteConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            title: None,
+            url: None,
+            urls: None,
+            command: None,
+            env: BTreeMap::new(),
+            cwd: None,
+            user: None,
+            group: None,
+            ca_file: None,
+            connect_timeout_ms: None,
+            read_timeout_ms: None,
+            allowed_origins: None,
+            tools: BTreeMap::new(),
+            stdio: StdioConfig::default(),
+            roles: Vec::new(),
+            users: Vec::new(),
+            required: true,
+        }
+    }
 }
 
 /// The gateway's settings as written in the file.

@@ -429,3 +429,20 @@ fn routes_and_the_upstream_take_a_title() {
         .to_string();
     assert!(e.contains("title"), "{e}");
 }
+
+#[test]
+fn routes_are_required_unless_they_say_otherwise() {
+    let s = cfg("[upstream]\nrequired = false\n[[routes]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n[[routes]]\nname = \"b\"\nurl = \"http://127.0.0.1:2/mcp\"\nrequired = false").unwrap();
+    let required: Vec<(&str, bool)> = s
+        .routes
+        .iter()
+        .map(|r| (r.name.as_str(), r.required))
+        .collect();
+    assert_eq!(required, [("mcp", false), ("a", true), ("b", false)]);
+    assert!(
+        cfg("[[routes]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"")
+            .unwrap()
+            .routes[0]
+            .required
+    );
+}
