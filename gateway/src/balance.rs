@@ -345,7 +345,6 @@ impl Instances {
         route_session(&urls, &self.health(), instance)
     }
 
-    #[cfg(test)]
     /// Whether instance `i` takes requests.
     pub(crate) fn is_healthy(&self, i: usize) -> bool {
         self.health().is_healthy(i)

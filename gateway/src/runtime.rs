@@ -233,7 +233,8 @@ pub(crate) fn run(
         runtime,
     } = stores;
     let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
-    let metrics = Arc::new(Metrics::new());
+    let route_names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
+    let metrics = Arc::new(Metrics::new(&route_names));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let limiter = Arc::new(
         SharedLimiter::open(
@@ -275,9 +276,11 @@ pub(crate) fn run(
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
     // Each command route's bridge binds its socket now, so that a failure is one line.
     let mut bridges = Vec::new();
+    let mut children = Vec::new();
     for route in &settings.routes {
         if let Some((spec, socket)) = stdio_spec(route)? {
             let bridge = StdioBridge::bind(spec, &socket)?;
+            children.push((route.name.clone(), bridge.live_children()));
             bridges.push(background_service(&format!("stdio {}", route.name), bridge));
         }
     }
@@ -303,9 +306,10 @@ pub(crate) fn run(
     let audit_reopen = audit
         .clone()
         .map(|log| background_service("audit log reopen", SighupReopen(log)));
+    let sessions = Arc::new(sessions);
     let edge = McpEdge {
         catalogs,
-        sessions: Arc::new(sessions),
+        sessions: sessions.clone(),
         streams: Arc::default(),
         audit,
     };
@@ -319,6 +323,7 @@ pub(crate) fn run(
         )
     });
     let tls_metrics = metrics.tls();
+    let live = metrics.clone();
     let gateway = Gateway::new(
         settings.clone(),
         tokens,
@@ -328,6 +333,11 @@ pub(crate) fn run(
         edge,
         metrics,
     )?;
+    live.live().attach(metrics::live::Sources {
+        routes: gateway.live_routes(),
+        sessions: Some(sessions),
+        children,
+    });
     // Routes with several `urls`: instances found down are probed back in (and up ones watched).
     let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock.clone());
     let prober = prober

@@ -128,7 +128,31 @@ impl std::fmt::Debug for StdioBridge {
     }
 }
 
+/// A handle on a bridge's live children, for the metrics.
+#[derive(Clone)]
+pub(crate) struct LiveChildren(Arc<Shared>);
+
+impl std::fmt::Debug for LiveChildren {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LiveChildren")
+            .field(&self.0.spec.route)
+            .finish()
+    }
+}
+
+impl LiveChildren {
+    /// Children running now (sessions and pool).
+    pub(crate) fn count(&self) -> usize {
+        self.0.lock().live()
+    }
+}
+
 impl StdioBridge {
+    /// Its live children, for the metrics.
+    pub(crate) fn live_children(&self) -> LiveChildren {
+        LiveChildren(self.shared.clone())
+    }
+
     /// Binds the Unix socket (parent dir created 0700, socket 0600, a stale socket replaced);
     /// synchronous, so `pforte serve` fails early with one clear line. Children are started
     /// through this executable's hidden `__stdio-exec` subcommand.
