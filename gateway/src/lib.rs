@@ -29,6 +29,7 @@ mod sessions;
 mod stdio;
 mod stores;
 mod streams;
+mod telemetry;
 mod tls;
 mod tokens;
 mod up;

@@ -39,6 +39,7 @@ mod ctx;
 mod observe;
 mod peers;
 mod respond;
+mod trace;
 mod upstream;
 
 pub(crate) use ctx::RequestCtx;
@@ -71,6 +72,8 @@ pub(crate) struct Gateway {
     edge: McpEdge,
     metrics: Arc<Metrics>,
     request_ids: crate::request_id::RequestIds,
+    /// `[telemetry]`: the tracer; `None`: no span is built.
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// Why the gateway cannot be built from valid settings.
@@ -127,7 +130,13 @@ impl Gateway {
             edge,
             metrics,
             request_ids: crate::request_id::RequestIds::random(),
+            telemetry: None,
         })
+    }
+
+    /// Traces requests with `telemetry` (`[telemetry]` on).
+    pub(crate) fn traced(&mut self, telemetry: Arc<crate::telemetry::Telemetry>) {
+        self.telemetry = Some(telemetry);
     }
 
     /// The instances of every balanced route, for the prober.
@@ -281,11 +290,12 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_request: &mut pingora::http::RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        self.rewrite_request(upstream_request, ctx)
+        self.rewrite_request(upstream_request, ctx)?;
+        self.trace_upstream(session.req_header(), upstream_request, ctx)
     }
 
     async fn response_filter(

@@ -41,6 +41,8 @@ pub(crate) enum ServeError {
     OAuth(#[from] OAuthSetupError),
     #[error("pingora: {0}")]
     Pingora(String),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     #[error("metrics_listen {0}: {1}")]
     MetricsListen(SocketAddr, std::io::Error),
     #[error("no free port on {0}: {1}")]
@@ -324,7 +326,7 @@ pub(crate) fn run(
     });
     let tls_metrics = metrics.tls();
     let live = metrics.clone();
-    let gateway = Gateway::new(
+    let mut gateway = Gateway::new(
         settings.clone(),
         tokens,
         oauth,
@@ -333,6 +335,10 @@ pub(crate) fn run(
         edge,
         metrics,
     )?;
+    if let Some(telemetry) = &settings.telemetry {
+        gateway.traced(Arc::new(crate::telemetry::Telemetry::start(telemetry)?));
+        tracing::info!(endpoint = %telemetry.traces_url, "traces exported over OTLP/HTTP");
+    }
     live.live().attach(metrics::live::Sources {
         routes: gateway.live_routes(),
         sessions: Some(sessions),

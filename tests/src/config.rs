@@ -41,6 +41,17 @@ pub struct GatewayConfig {
     pub tools: BTreeMap<String, ToolRule>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<Telemetry>,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Telemetry {
+    pub otlp_endpoint: String,
+    pub export_interval_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
 }
 
 impl GatewayConfig {
@@ -69,6 +80,7 @@ impl GatewayConfig {
             oauth: OAuth::default(),
             tools: BTreeMap::new(),
             routes: Vec::new(),
+            telemetry: None,
         }
     }
 

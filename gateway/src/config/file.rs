@@ -219,6 +219,8 @@ pub struct GatewayConfig {
     /// A second listener that serves only `GET /metrics`, for scraping from another host. Off by
     /// default: the public listener answers `/metrics` to loopback peers only.
     pub(crate) metrics_listen: Option<SocketAddr>,
+    /// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP (off by default).
+    pub(crate) telemetry: super::TelemetryConfig,
 }
 
 impl Default for GatewayConfig {
@@ -249,6 +251,7 @@ impl Default for GatewayConfig {
             max_connections_per_ip: 256,
             log_format: crate::logging::LogFormat::Text,
             metrics_listen: None,
+            telemetry: super::TelemetryConfig::default(),
         }
     }
 }
@@ -370,6 +373,9 @@ impl GatewayConfig {
         }
         if let Some(v) = env("PFORTE_METRICS_LISTEN") {
             self.metrics_listen = Some(parse("PFORTE_METRICS_LISTEN", v)?);
+        }
+        if let Some(v) = env("PFORTE_OTLP_ENDPOINT") {
+            self.telemetry.otlp_endpoint = Some(v);
         }
         if let Some(v) = env("PFORTE_LOG_FORMAT") {
             self.log_format = parse("PFORTE_LOG_FORMAT", v)?;

@@ -40,6 +40,7 @@ impl Gateway {
             self.audit(req, ctx, status);
         }
         self.count(req, e, ctx, status);
+        self.end_trace(req, e, ctx, status);
         let line = self.request_line(req, e, ctx, status);
         macro_rules! request_line {
             ($level:ident) => {

@@ -1,6 +1,6 @@
 //! End to end, the gateway in front of mcp-service (one test binary, one module per theme):
 //! the walking skeleton over TLS with static tokens, rate limits, client connections,
-//! `/metrics`, routes, MCP-aware authorization, a trusted proxy, the operator's view of the
+//! `/metrics`, traces, routes, MCP-aware authorization, a trusted proxy, the operator's view of the
 //! binaries, and the gateway's building blocks used directly against real peers.
 
 mod connections;
@@ -12,4 +12,5 @@ mod readme_examples;
 mod routes;
 mod skeleton;
 mod tool_policy;
+mod traces;
 mod trusted_proxy;
