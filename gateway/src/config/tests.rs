@@ -446,3 +446,32 @@ fn routes_are_required_unless_they_say_otherwise() {
             .required
     );
 }
+
+#[test]
+fn otlp_endpoint_comes_from_the_file_or_the_environment_and_empty_is_off() {
+    let from_file = GatewayConfig::parse(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\nservice_name = \"gw\"",
+        "f",
+    )
+    .unwrap()
+    .validate()
+    .unwrap();
+    assert_eq!(
+        from_file.telemetry.map(|t| (t.traces_url, t.service_name)),
+        Some((
+            "http://127.0.0.1:4318/v1/traces".to_owned(),
+            "gw".to_owned()
+        ))
+    );
+    let env = |value: &'static str| {
+        move |k: &str| (k == "PFORTE_OTLP_ENDPOINT").then(|| value.to_owned())
+    };
+    let on = GatewayConfig::load(None, env("http://collector:4318")).unwrap();
+    assert_eq!(
+        on.validate().unwrap().telemetry.map(|t| t.traces_url),
+        Some("http://collector:4318/v1/traces".to_owned())
+    );
+    let off = GatewayConfig::load(None, env("")).unwrap();
+    assert_eq!(off.validate().unwrap().telemetry, None);
+    assert!(cfg("[telemetry]\notlp_endpoint = \"ftp://x\"").is_err());
+}
