@@ -42,7 +42,8 @@ pub(crate) struct RouteSource {
 pub(crate) enum InstanceHealth {
     /// Several `urls`: the balancer's (the prober keeps it current).
     Balanced(Arc<Instances>),
-    /// One upstream: whether the last connect to it succeeded (set on the request path).
+    /// One upstream: whether the last connect to it succeeded (set on the request path and by
+    /// `/readyz`'s probe).
     Single(Arc<AtomicBool>),
 }
 

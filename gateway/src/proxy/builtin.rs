@@ -2,7 +2,7 @@
 //! the gateway's own endpoints), and the answers of the gateway's own endpoints: `/healthz`,
 //! `/readyz` (each route's health), the protected-resource documents, `/favicon.ico` and `/metrics`.
 
-use std::{net::IpAddr, time::Duration};
+use std::{net::IpAddr, sync::atomic::Ordering, time::Duration};
 
 use crate::{
     config::{Settings, Upstream},
@@ -132,7 +132,12 @@ impl Gateway {
                             let up = instances.healthy_count();
                             (up == 0).then(|| format!("no instance up (0 of {})", instances.len()))
                         }
-                        None => probe(route.upstream.primary()).await.err(),
+                        None => {
+                            let failure = probe(route.upstream.primary()).await.err();
+                            // The probe is news for `pforte_upstream_up` too.
+                            edge.reached.store(failure.is_none(), Ordering::Relaxed);
+                            failure
+                        }
                     };
                     RouteHealth {
                         route: &route.name,

@@ -159,6 +159,18 @@ async fn readyz_names_a_down_route_and_only_a_required_one_makes_it_unready() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["ready"], true, "{body}");
     assert_eq!(body["failing"], failing, "{body}");
+    // The probe is news for the metrics too: the route's one instance is down.
+    let metrics = gw
+        .http()
+        .get(format!("{}/metrics", gw.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let side = format!("pforte_upstream_up{{route=\"side\",instance=\"{dead}\"}} 0");
+    assert!(metrics.lines().any(|l| l == side), "{side} in {metrics}");
     // The required route (/mcp) still serves; /healthz is as it was.
     let token = gw.create_token("t").await.unwrap();
     assert_eq!(gw.mcp(&token).initialize().await.status(), 200);
