@@ -69,10 +69,6 @@ IMAGE_DIRS = {
     "/var/lib/mcp-service": (PFORTE_UID, 0o700),
     "/data": (REDIS_UID, 0o755),
 }
-# What each image's entrypoint / first command word is on this machine.
-VAR = re.compile(r"\$\{([A-Z0-9_]+)(?::-([^}]*))?\}")
-
-
 class Failed(Exception):
     pass
 
@@ -81,26 +77,20 @@ def say(msg: str) -> None:
     print(f"== {msg}", flush=True)
 
 
-def expand(value, env: dict[str, str]):
-    if isinstance(value, str):
-        return VAR.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), value).replace("$$", "$")
-    if isinstance(value, list):
-        return [expand(v, env) for v in value]
-    if isinstance(value, dict):
-        return {k: expand(v, env) for k, v in value.items()}
-    return value
-
-
 def load_compose(overrides: list[str]) -> dict:
     """compose.yaml and `overrides` merged as `docker compose -f … -f …` does (check_compose.py's
-    merge, which knows `!reset`), then `${VAR:-default}` expanded."""
+    merge, which knows `!reset`), then its variables expanded as compose does (check_compose.py's
+    interpolation). Nothing here publishes ports: clients reach the gateway's container port
+    (8443) directly, so PFORTE_PORT defaults to 8443 to keep the public URL on it."""
     sys.path.insert(0, str(ROOT / ".ci"))
     import check_compose
 
     merged: dict = {}
     for f in ["compose.yaml", *overrides]:
         merged = check_compose.merge(merged, check_compose.load_yaml(ROOT / f))
-    return expand(merged, dict(os.environ))
+    env = dict(os.environ)
+    env.setdefault("PFORTE_PORT", "8443")
+    return check_compose.interpolate(merged, env)
 
 
 def dockerfile_env(target: str) -> dict[str, str]:

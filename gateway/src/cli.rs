@@ -34,6 +34,14 @@ pub(crate) fn no_store_message(dir: &Path) -> String {
     )
 }
 
+/// Why `serve` refuses a data dir without a store, and how to create one there.
+pub(crate) fn uninitialised_message(dir: &Path) -> String {
+    format!(
+        "no Pforte store at {} — pass the --data-dir the gateway uses, or create a new store there with `pforte serve --init` (or PFORTE_INIT=1)",
+        dir.display()
+    )
+}
+
 /// The note an adding command prints after it created a store.
 pub(crate) fn new_store_message(dir: &Path) -> String {
     format!(

@@ -4,6 +4,7 @@
 //! command but the stdio bridge's goes through ([`run`]).
 
 pub(crate) mod admin;
+pub(crate) mod backup;
 pub(crate) mod client;
 pub(crate) mod grant;
 pub(crate) mod serve;
@@ -32,6 +33,8 @@ pub enum Failure {
     Usage(String),
     /// The data dir holds no store (66).
     NoStore(PathBuf),
+    /// `serve` without `--init` on a data dir that holds no store (66).
+    Uninitialised(PathBuf),
     /// The store cannot be used right now (69).
     Unavailable(String),
     /// Anything else (1).
@@ -44,6 +47,7 @@ impl Failure {
         let (code, line) = match self {
             Self::Usage(m) => (cli::exit::USAGE, m),
             Self::NoStore(dir) => (cli::exit::NO_STORE, cli::no_store_message(&dir)),
+            Self::Uninitialised(dir) => (cli::exit::NO_STORE, cli::uninitialised_message(&dir)),
             Self::Unavailable(m) => (cli::exit::UNAVAILABLE, m),
             Self::Other(e) => (cli::exit::OTHER, format!("{e:#}")),
         };

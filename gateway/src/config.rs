@@ -119,9 +119,34 @@ pub(crate) struct Settings {
     pub(crate) audit: Audit,
     /// Worker threads for the proxy; 0 means one per core.
     pub(crate) threads: usize,
+    pub(crate) runtime: RuntimeModel,
     pub(crate) log_format: LogFormat,
     /// `[telemetry]`: where traces go; `None`: off.
     pub(crate) telemetry: Option<Telemetry>,
+}
+
+/// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum RuntimeModel {
+    /// One single-threaded proxy service per thread on the same port (`SO_REUSEPORT`), each
+    /// with its own upstream keep-alive pool: a connection stays on the thread that accepted
+    /// it, as with nginx's workers.
+    #[default]
+    PerCore,
+    /// One multi-threaded runtime with work stealing and one upstream keep-alive pool.
+    WorkStealing,
+}
+
+impl std::str::FromStr for RuntimeModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "work-stealing" => Ok(Self::WorkStealing),
+            "per-core" => Ok(Self::PerCore),
+            _ => Err(format!("{s:?} is not \"work-stealing\" or \"per-core\"")),
+        }
+    }
 }
 
 /// The public listener (`listen`, `[tls]`, `behind_tls_proxy`), the connections it keeps, and
@@ -347,6 +372,7 @@ impl GatewayConfig {
             store: Site::new(self.redis_url.as_deref(), &self.data_dir),
             audit,
             threads: self.threads,
+            runtime: self.runtime,
             log_format: self.log_format,
             telemetry,
         })

@@ -38,10 +38,11 @@ pub use cli::exit;
 pub use commands::{
     Env, Failure,
     admin::{AdminCommand, run as admin},
+    backup::{BackupArgs, RestoreArgs, backup, restore},
     client::ClientAction,
     grant::GrantAction,
     run,
-    serve::{check, serve},
+    serve::{ServeArgs, check, serve},
     token::{TokenAction, run as token},
     up::{UpArgs, up},
     user::UserAction,

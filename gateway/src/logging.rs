@@ -14,6 +14,10 @@ use std::{
 
 use serde::Deserialize;
 
+mod line;
+
+pub(crate) use line::RequestLine;
+
 /// The level filter when `RUST_LOG` is unset: pingora's own chatter is kept to warnings.
 pub(crate) const DEFAULT_FILTER: &str = "info,pingora_core=warn,pingora_proxy=warn";
 
@@ -47,7 +51,7 @@ pub(crate) fn init_with(format: LogFormat, ansi: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(BatchedStderr::global());
-    let _ = match format {
+    let installed = match format {
         LogFormat::Text => builder.with_ansi(ansi).try_init(),
         LogFormat::Json => builder
             .json()
@@ -56,6 +60,28 @@ pub(crate) fn init_with(format: LogFormat, ansi: bool) {
             .with_span_list(false)
             .try_init(),
     };
+    if installed.is_ok() && !(ansi && format == LogFormat::Text) {
+        let _ = DIRECT.set(format);
+    }
+}
+
+/// The layout request lines are written in without the subscriber ([`write_request`]); unset
+/// before [`init_with`] and for colour text on a terminal.
+static DIRECT: OnceLock<LogFormat> = OnceLock::new();
+
+/// Writes one request line straight into the batch, in the subscriber's layout; `false` when
+/// the caller must emit it as a tracing event instead (no subscriber of ours, or colour). The
+/// caller has checked that the level is enabled for its target.
+pub(crate) fn write_request(now_ms: u64, warn: bool, target: &str, line: &RequestLine<'_>) -> bool {
+    let Some(format) = DIRECT.get() else {
+        return false;
+    };
+    let bytes = line::render(*format, now_ms, warn, target, line);
+    let log = BatchedStderr::global();
+    if log.push(&bytes) || warn {
+        log.write_pending(&mut std::io::stderr());
+    }
+    true
 }
 
 /// [`init_with`], colour only on a terminal.
@@ -195,6 +221,17 @@ pub(crate) fn untrusted(text: &str) -> Untrusted<'_> {
 /// [`untrusted`]'s result: escapes as it is displayed, allocating nothing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Untrusted<'a>(&'a str);
+
+impl<'a> Untrusted<'a> {
+    /// The escaped text: the original, borrowed, when nothing in it needs an escape.
+    pub(crate) fn to_cow(self) -> std::borrow::Cow<'a, str> {
+        if self.0.chars().any(needs_escape) {
+            std::borrow::Cow::Owned(self.to_string())
+        } else {
+            std::borrow::Cow::Borrowed(self.0)
+        }
+    }
+}
 
 /// Whether `c` is written escaped by [`untrusted`].
 fn needs_escape(c: char) -> bool {

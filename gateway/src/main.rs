@@ -5,7 +5,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use pforte::{
-    AdminCommand, ClientAction, Env, Failure, GrantAction, TokenAction, UpArgs, UserAction, exit,
+    AdminCommand, BackupArgs, ClientAction, Env, Failure, GrantAction, RestoreArgs, ServeArgs,
+    TokenAction, UpArgs, UserAction, exit,
 };
 
 /// jemalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
@@ -36,8 +37,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the gateway (binds the listener first; one line and exit 1 when it cannot).
-    Serve,
+    /// Run the gateway (binds the listener first; one line and exit 1 when it cannot). Refuses a
+    /// data dir without a store (exit 66) unless --init.
+    Serve(ServeArgs),
     /// Validate a configuration, its TLS files and its [oauth] table, and exit (64 when bad).
     Check,
     /// Run the whole stack locally: gateway + mcp-service, embedded store, first token and user.
@@ -62,6 +64,10 @@ enum Command {
         #[command(subcommand)]
         action: TokenAction,
     },
+    /// Copy the embedded store (tokens, OAuth, ACME) into a new directory while the gateway runs.
+    Backup(BackupArgs),
+    /// Put a backup into the data dir: not while a gateway uses it; over a store only with --force.
+    Restore(RestoreArgs),
     /// Internal: how the stdio bridge starts a child (dies with the gateway, own process group).
     #[command(name = pforte::EXEC_SUBCOMMAND, hide = true)]
     StdioExec {
@@ -107,7 +113,7 @@ fn main() -> ExitCode {
         return dispatch(cli, &Env::default()).unwrap_or_else(Failure::report);
     }
     // `serve` logs in the configured format; it starts logging once its config is loaded.
-    let logs_itself = matches!(cli.command, Command::Serve);
+    let logs_itself = matches!(cli.command, Command::Serve(_));
     pforte::run(logs_itself, |env| dispatch(cli, env))
 }
 
@@ -116,9 +122,11 @@ fn dispatch(cli: Cli, env: &Env) -> Result<ExitCode, Failure> {
     let (config, data_dir) = (cli.config, cli.data_dir);
     let done = match cli.command {
         Command::Check => pforte::check(config.as_deref(), data_dir, env),
-        Command::Serve => pforte::serve(config.as_deref(), data_dir, env),
+        Command::Serve(args) => pforte::serve(args, config.as_deref(), data_dir, env),
         Command::Up(args) => return pforte::up(args, config, data_dir, env),
         Command::Token { action } => pforte::token(action, config, data_dir, env),
+        Command::Backup(args) => pforte::backup(args, config, data_dir, env),
+        Command::Restore(args) => pforte::restore(args, config, data_dir, env),
         Command::User { action } => {
             pforte::admin(AdminCommand::User(action), config, data_dir, env)
         }

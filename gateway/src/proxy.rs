@@ -57,11 +57,13 @@ pub(crate) struct McpEdge {
     /// Open SSE streams per principal.
     pub(crate) streams: Arc<Streams>,
     pub(crate) audit: Option<AuditLog>,
+    /// `[telemetry]`: the tracer; `None`: no span is built.
+    pub(crate) telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
 #[derive(Debug)]
-pub(crate) struct Gateway {
+pub(crate) struct GatewayState {
     settings: Arc<Settings>,
     tokens: TokenCache,
     oauth: Arc<AuthService>,
@@ -72,8 +74,18 @@ pub(crate) struct Gateway {
     edge: McpEdge,
     metrics: Arc<Metrics>,
     request_ids: crate::request_id::RequestIds,
-    /// `[telemetry]`: the tracer; `None`: no span is built.
-    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+}
+
+/// The gateway's phases over its shared state: cheap to clone, so that several proxy services
+/// (one per core, `runtime = "per-core"`) can each hold one.
+#[derive(Debug, Clone)]
+pub(crate) struct Gateway(Arc<GatewayState>);
+
+impl std::ops::Deref for Gateway {
+    type Target = GatewayState;
+    fn deref(&self) -> &GatewayState {
+        &self.0
+    }
 }
 
 /// Why the gateway cannot be built from valid settings.
@@ -120,7 +132,7 @@ impl Gateway {
         let routes = (0..settings.routes.len())
             .map(|i| RouteEdge::new(&settings, i, clock.now_ms()))
             .collect::<Result<_, _>>()?;
-        Ok(Self {
+        Ok(Self(Arc::new(GatewayState {
             settings,
             tokens,
             oauth,
@@ -130,13 +142,7 @@ impl Gateway {
             edge,
             metrics,
             request_ids: crate::request_id::RequestIds::random(),
-            telemetry: None,
-        })
-    }
-
-    /// Traces requests with `telemetry` (`[telemetry]` on).
-    pub(crate) fn traced(&mut self, telemetry: Arc<crate::telemetry::Telemetry>) {
-        self.telemetry = Some(telemetry);
+        })))
     }
 
     /// The instances of every balanced route, for the prober.

@@ -22,6 +22,7 @@ mod conns;
 use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},
+    config::RuntimeModel,
     config::{Settings, UpstreamKind},
     limit::SharedLimiter,
     metrics::{self, Metrics},
@@ -229,10 +230,12 @@ pub(crate) fn run(
 ) -> Result<(), ServeError> {
     pingora::tls::install_default_crypto_provider();
     let settings = Arc::new(settings);
+    // The data dir's lock is held until the server stops.
     let Stores {
         tokens,
         oauth,
         runtime,
+        lock: _lock,
     } = stores;
     let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
     let route_names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
@@ -309,11 +312,20 @@ pub(crate) fn run(
         .clone()
         .map(|log| background_service("audit log reopen", SighupReopen(log)));
     let sessions = Arc::new(sessions);
+    let telemetry = match &settings.telemetry {
+        Some(t) => {
+            let started = crate::telemetry::Telemetry::start(t)?;
+            tracing::info!(endpoint = %t.traces_url, "traces exported over OTLP/HTTP");
+            Some(started)
+        }
+        None => None,
+    };
     let edge = McpEdge {
         catalogs,
         sessions: sessions.clone(),
         streams: Arc::default(),
         audit,
+        telemetry,
     };
     let metrics_service = metrics_listener.map(|listener| {
         background_service(
@@ -326,7 +338,7 @@ pub(crate) fn run(
     });
     let tls_metrics = metrics.tls();
     let live = metrics.clone();
-    let mut gateway = Gateway::new(
+    let gateway = Gateway::new(
         settings.clone(),
         tokens,
         oauth,
@@ -335,10 +347,6 @@ pub(crate) fn run(
         edge,
         metrics,
     )?;
-    if let Some(telemetry) = &settings.telemetry {
-        gateway.traced(Arc::new(crate::telemetry::Telemetry::start(telemetry)?));
-        tracing::info!(endpoint = %telemetry.traces_url, "traces exported over OTLP/HTTP");
-    }
     live.live().attach(metrics::live::Sources {
         routes: gateway.live_routes(),
         sessions: Some(sessions),
@@ -356,9 +364,11 @@ pub(crate) fn run(
         .map(|t| crate::tls::listener_tls(&settings, t, tls_metrics, clock.clone()))
         .transpose()
         .map_err(|e| ServeError::Pingora(e.to_string()))?;
-    let (proxy, tls_services) = public_service(gateway, &server, &settings, tls)?;
+    let (proxies, tls_services) = public_service(gateway, &server, &settings, tls)?;
     let listen = settings.listen.addr.to_string();
-    server.add_service(proxy);
+    for proxy in proxies {
+        server.add_service(proxy);
+    }
     server.add_service(maintenance);
     for service in tls_services {
         server.add_boxed_service(service);
@@ -398,49 +408,87 @@ pub(crate) fn run(
     Ok(())
 }
 
-/// The public listener's service and its certificates' services: the gateway's phases,
-/// each connection holding a slot of its client IP, then the gateway's own TLS handshake
-/// (HTTP/2 offered; see `tls::accept`) or plain TCP.
+/// One public listener service: the gateway's phases, each connection holding a slot of its
+/// client IP, then the gateway's own TLS handshake (HTTP/2 offered; see `tls::accept`) or
+/// plain TCP.
 type PublicService = pingora::services::listening::Service<
     conns::Capped<crate::tls::TlsEdge<pingora::proxy::HttpProxy<Gateway>>>,
 >;
+
+/// The services that keep the listener's certificates current (reload, ACME).
+type CertServices = Vec<Box<dyn ServiceWithDependents>>;
 
 fn public_service(
     gateway: Gateway,
     server: &Server,
     settings: &Settings,
     tls: Option<crate::tls::ListenerTls>,
-) -> Result<(PublicService, Vec<Box<dyn ServiceWithDependents>>), ServeError> {
-    let mut app = pingora::proxy::HttpProxy::new(gateway, server.configuration.clone());
-    app.handle_init_modules();
-    // An HTTP/2 connection without open streams closes like an idle HTTP/1.1 one (whose
-    // keep-alive the proxy phase sets per request).
-    let mut options = pingora::apps::HttpServerOptions::default();
-    options.h2_idle_timeout = Some(std::time::Duration::from_secs(
-        settings.listen.keepalive_timeout_secs,
-    ));
-    app.server_options = Some(options);
+) -> Result<(Vec<PublicService>, CertServices), ServeError> {
     let connections = conns::Connections::new(
         settings.listen.max_connections_per_ip,
         settings.admission.trusted_proxies.clone(),
     );
-    let (edge, services) = match tls {
+    let (tls_parts, services) = match tls {
         Some(tls) => (
-            crate::tls::TlsEdge::new(app, tls.store, tls.acme_alpn, tls.waiting_text),
+            Some((tls.store, tls.acme_alpn, tls.waiting_text)),
             tls.services,
         ),
-        None => (crate::tls::TlsEdge::plain(app), Vec::new()),
+        None => (None, Vec::new()),
     };
-    let mut proxy = pingora::services::listening::Service::new(
-        "pforte".to_owned(),
-        conns::Capped::new(edge, connections),
-    );
-    // The handshake is the gateway's own (after the listener hands over the TCP stream), so
-    // the endpoint is plain TCP either way; TLS keeps a record-sized read buffer.
-    let endpoint = ListenerConfig::tcp(settings.listen.addr.to_string())
-        .l4_buffer(downstream_buffers(settings.listen.tls.is_some()));
-    proxy.add_listener(endpoint);
-    Ok((proxy, services))
+    let per_core = match settings.runtime {
+        RuntimeModel::WorkStealing => None,
+        RuntimeModel::PerCore => Some(server.configuration.threads.max(1)),
+    };
+    let mut proxies = Vec::new();
+    for i in 0..per_core.unwrap_or(1) {
+        let mut app = pingora::proxy::HttpProxy::new(gateway.clone(), server.configuration.clone());
+        app.handle_init_modules();
+        // An HTTP/2 connection without open streams closes like an idle HTTP/1.1 one (whose
+        // keep-alive the proxy phase sets per request).
+        let mut options = pingora::apps::HttpServerOptions::default();
+        options.h2_idle_timeout = Some(std::time::Duration::from_secs(
+            settings.listen.keepalive_timeout_secs,
+        ));
+        app.server_options = Some(options);
+        let edge = match &tls_parts {
+            Some((store, alpn, waiting)) => {
+                crate::tls::TlsEdge::new(app, store.clone(), *alpn, waiting.clone())
+            }
+            None => crate::tls::TlsEdge::plain(app),
+        };
+        let mut proxy = pingora::services::listening::Service::new(
+            format!("pforte {i}"),
+            conns::Capped::new(edge, connections.clone()),
+        );
+        // The handshake is the gateway's own (after the listener hands over the TCP stream), so
+        // the endpoint is plain TCP either way; TLS keeps a record-sized read buffer.
+        let endpoint = match per_core {
+            None => ListenerConfig::tcp(settings.listen.addr.to_string()),
+            Some(_) => {
+                proxy.threads = Some(1);
+                let mut options = pingora::listeners::TcpSocketOptions::default();
+                options.so_reuseport = Some(true);
+                ListenerConfig::tcp(reuseport_address(settings.listen.addr, i))
+                    .tcp_socket_options(options)
+            }
+        };
+        proxy.add_listener(endpoint.l4_buffer(downstream_buffers(settings.listen.tls.is_some())));
+        proxies.push(proxy);
+    }
+    Ok((proxies, services))
+}
+
+/// The `i`-th per-core service's listen address: the same socket address, spelled with `i`
+/// extra leading zeros in the port. pingora keeps one listening socket per address *string*
+/// (its table for graceful upgrades) and would hand every service the first one's socket;
+/// distinct spellings make each service bind its own `SO_REUSEPORT` socket, so the kernel
+/// spreads new connections over them.
+fn reuseport_address(addr: SocketAddr, i: usize) -> String {
+    let width = addr.port().to_string().len() + i;
+    match addr {
+        SocketAddr::V4(a) => format!("{}:{:0width$}", a.ip(), a.port()),
+        SocketAddr::V6(a) => format!("[{}]:{:0width$}", a.ip(), a.port()),
+    }
 }
 
 /// pingora's settings: threads, shutdown timing, the pid file and upgrade socket in the data dir.
@@ -450,11 +498,8 @@ fn server_conf(settings: &Settings) -> ServerConf {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         },
-        // Work stealing stays on (pingora's default). Measured with `pforte-bench --nginx`:
-        // without it (one single-threaded runtime per thread) the futex hand-offs go, but the
-        // upstream keep-alive pool is shared by the threads, so a reused connection wakes the
-        // other runtime (an eventfd write per request) and connections churn (reconnects):
-        // no faster, more CPU per request. See docs/performance.md.
+        // Per core (the default `runtime`), each proxy service runs one thread of its own;
+        // `work-stealing` shares one runtime of `threads` threads (docs/performance.md).
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(3),
         pid_file: settings.data_dir.join("pforte.pid").display().to_string(),
@@ -510,6 +555,24 @@ fn open_audit(settings: &Settings) -> Result<Option<AuditLog>, ServeError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn per_core_addresses_are_one_socket_address_spelled_apart() {
+        let v4: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        let v6: SocketAddr = "[::1]:443".parse().unwrap();
+        let spelled: Vec<String> = (0..3).map(|i| reuseport_address(v4, i)).collect();
+        assert_eq!(
+            spelled,
+            ["127.0.0.1:8443", "127.0.0.1:08443", "127.0.0.1:008443"]
+        );
+        assert_eq!(reuseport_address(v6, 1), "[::1]:0443");
+        for s in spelled {
+            let parsed: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s.as_str())
+                .unwrap()
+                .collect();
+            assert_eq!(parsed, [v4]);
+        }
+    }
 
     #[test]
     fn command_routes_become_bridge_specs() {

@@ -6,6 +6,10 @@
 //! a live SQLite file outside SQLite (even a bare open/close) drops the process's POSIX locks,
 //! and another process closing its connection then checkpoints and deletes the WAL that this
 //! one still writes to.
+//!
+//! Every process with the embedded store open holds the data dir's lock file (`pforte.lock`,
+//! `flock`) shared; `pforte restore` takes it exclusively, so it never writes under a running
+//! gateway, and nothing opens the store in the middle of a restore.
 
 use std::{
     path::{Path, PathBuf},
@@ -20,6 +24,53 @@ use crate::tokens::{self, TokenSource};
 pub(crate) const TOKENS_DB: &str = "pforte.db";
 /// File name of the authorization server's store in the data dir.
 pub(crate) const OAUTH_DB: &str = "oauth.db";
+
+/// The data dir's lock file.
+pub(crate) const LOCK_FILE: &str = "pforte.lock";
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LockError {
+    #[error("{0}: {1}")]
+    Open(PathBuf, std::io::Error),
+    #[error("{} is locked (a restore into the data dir, or a gateway beside it)", .0.display())]
+    Held(PathBuf),
+}
+
+/// A held lock on a data dir (released when dropped, or when the process ends however it ends).
+#[derive(Debug)]
+pub(crate) struct DirLock(#[allow(dead_code, reason = "held, not read")] std::fs::File);
+
+impl DirLock {
+    /// Shared: the store is open in this process. Refused while a restore holds it.
+    pub(crate) fn shared(dir: &Path) -> Result<Self, LockError> {
+        Self::take(dir, std::fs::File::try_lock_shared)
+    }
+
+    /// Exclusive: nothing else has the store open. Refused while anything does.
+    pub(crate) fn exclusive(dir: &Path) -> Result<Self, LockError> {
+        Self::take(dir, std::fs::File::try_lock)
+    }
+
+    fn take(
+        dir: &Path,
+        lock: fn(&std::fs::File) -> Result<(), std::fs::TryLockError>,
+    ) -> Result<Self, LockError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| LockError::Open(path.clone(), e))?;
+        match lock(&file) {
+            Ok(()) => Ok(Self(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Err(LockError::Held(path)),
+            Err(std::fs::TryLockError::Error(e)) => Err(LockError::Open(path, e)),
+        }
+    }
+}
 
 /// Where the stores live.
 #[derive(Debug, Clone)]
@@ -48,6 +99,10 @@ pub(crate) enum StoresError {
     Tokens(#[from] tokens::StoreError),
     #[error("oauth store: {0}")]
     OAuth(#[from] pforte_oauth::StoreError),
+    #[error("data dir {0}: {1}")]
+    DataDir(PathBuf, std::io::Error),
+    #[error("the store is being restored: {0}")]
+    Lock(#[from] LockError),
 }
 
 /// Both stores, and the runtime their background work (redis connection drivers) lives on.
@@ -56,6 +111,8 @@ pub(crate) struct Stores {
     pub(crate) oauth: Arc<dyn Store>,
     /// Runs the OAuth store's work for this process; it outlives pingora's runtimes.
     pub(crate) runtime: tokio::runtime::Runtime,
+    /// The data dir's lock, held shared while the embedded store is open.
+    pub(crate) lock: Option<DirLock>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -75,14 +132,21 @@ impl Stores {
             .map_err(StoresError::Runtime)?;
         // A redis connection manager spawns its driver on the current runtime: this one.
         let _in_runtime = runtime.enter();
-        let (tokens, oauth): (Box<dyn TokenSource>, Arc<dyn Store>) = match site {
-            Site::Embedded(dir) => (
-                Box::new(tokens::TokenStore::open(&dir.join(TOKENS_DB))?),
-                Arc::new(SqliteStore::open(&dir.join(OAUTH_DB))?),
-            ),
+        let (tokens, oauth, lock): (Box<dyn TokenSource>, Arc<dyn Store>, _) = match site {
+            Site::Embedded(dir) => {
+                pforte_oauth::private_dir(dir).map_err(|e| StoresError::DataDir(dir.clone(), e))?;
+                // Before the databases: a restore in progress is waited for by nobody.
+                let lock = DirLock::shared(dir)?;
+                (
+                    Box::new(tokens::TokenStore::open(&dir.join(TOKENS_DB))?),
+                    Arc::new(SqliteStore::open(&dir.join(OAUTH_DB))?),
+                    Some(lock),
+                )
+            }
             Site::Redis(url) => (
                 Box::new(tokens::redis::RedisTokenStore::open(url)?),
                 Arc::new(RedisStore::connect(url, REDIS_KEY_PREFIX)?),
+                None,
             ),
         };
         drop(_in_runtime);
@@ -90,6 +154,35 @@ impl Stores {
             tokens,
             oauth,
             runtime,
+            lock,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_restore_and_an_open_store_exclude_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let gateway = DirLock::shared(dir.path()).unwrap();
+        let admin = DirLock::shared(dir.path()).unwrap();
+        assert!(matches!(
+            DirLock::exclusive(dir.path()),
+            Err(LockError::Held(p)) if p == dir.path().join(LOCK_FILE)
+        ));
+        drop((gateway, admin));
+        let restore = DirLock::exclusive(dir.path()).unwrap();
+        assert!(matches!(
+            DirLock::shared(dir.path()),
+            Err(LockError::Held(_))
+        ));
+        drop(restore);
+        assert_eq!(
+            pforte_oauth::mode_of(&dir.path().join(LOCK_FILE)).unwrap(),
+            0o600
+        );
     }
 }

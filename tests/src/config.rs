@@ -19,6 +19,9 @@ pub struct GatewayConfig {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: u64,
     pub threads: usize,
+    /// `runtime` (`per-core` or `work-stealing`); the gateway's default when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_url: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -65,6 +68,7 @@ impl GatewayConfig {
             allowed_origins: vec!["https://claude.ai".to_owned()],
             max_body_bytes: 1024 * 1024,
             threads: 2,
+            runtime: None,
             redis_url: None,
             trusted_proxies: Vec::new(),
             metrics_listen: None,

@@ -60,7 +60,7 @@ impl Gateway {
                 }
                 None => Command::new(bin("pforte")),
             };
-            cmd.arg("serve").arg("--config").arg(&config_path);
+            cmd.args(["serve", "--init", "--config"]).arg(&config_path);
             let proc = Proc::spawn(cmd)?;
             let gw = Self {
                 proc,

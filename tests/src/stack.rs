@@ -181,6 +181,12 @@ impl StackBuilder {
         self
     }
 
+    /// `runtime`: how the proxy's threads serve the listener.
+    pub fn runtime(mut self, runtime: &str) -> Self {
+        self.config.runtime = Some(runtime.to_owned());
+        self
+    }
+
     /// `max_connections_per_ip`.
     pub fn max_connections_per_ip(mut self, n: u32) -> Self {
         self.config.max_connections_per_ip = Some(n);

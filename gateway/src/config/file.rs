@@ -186,6 +186,9 @@ pub struct GatewayConfig {
     pub(crate) required_scopes: Vec<String>,
     /// Worker threads for the proxy; 0 means one per core.
     pub(crate) threads: usize,
+    /// How the proxy's threads share the listener: `per-core` (a service per thread on one
+    /// `SO_REUSEPORT` port) or `work-stealing` (one runtime).
+    pub(crate) runtime: crate::config::RuntimeModel,
     /// The authorization server's settings (issuer, resource and scopes come from above).
     pub(crate) oauth: pforte_oauth::OAuthConfig,
     /// Shared state for several gateways. Without it, the embedded store under `data_dir`.
@@ -238,6 +241,7 @@ impl Default for GatewayConfig {
             scopes: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
             required_scopes: vec!["mcp:read".to_owned()],
             threads: 0,
+            runtime: crate::config::RuntimeModel::default(),
             oauth: pforte_oauth::OAuthConfig::default(),
             redis_url: None,
             limits: crate::limit::Limits::default(),
@@ -376,6 +380,9 @@ impl GatewayConfig {
         }
         if let Some(v) = env("PFORTE_OTLP_ENDPOINT") {
             self.telemetry.otlp_endpoint = Some(v);
+        }
+        if let Some(v) = env("PFORTE_RUNTIME") {
+            self.runtime = parse("PFORTE_RUNTIME", v)?;
         }
         if let Some(v) = env("PFORTE_LOG_FORMAT") {
             self.log_format = parse("PFORTE_LOG_FORMAT", v)?;

@@ -41,20 +41,53 @@ impl Gateway {
         }
         self.count(req, e, ctx, status);
         self.end_trace(req, e, ctx, status);
+        self.log_request(req, e, ctx, status);
+    }
+
+    /// The request's log line: written straight into the log batch when the subscriber takes
+    /// plain lines (`logging::write_request`), as a tracing event otherwise (a terminal).
+    fn log_request(&self, req: &RequestHeader, e: Option<&Error>, ctx: &RequestCtx, status: u16) {
         let line = self.request_line(req, e, ctx, status);
+        let enabled = if line.warn {
+            tracing::enabled!(tracing::Level::WARN)
+        } else {
+            tracing::enabled!(tracing::Level::INFO)
+        };
+        if !enabled {
+            return;
+        }
+        let path = logging::untrusted(req.uri.path()).to_cow();
+        let ms = ctx.started.elapsed().as_millis() as u64;
+        let fields = logging::RequestLine {
+            request_id: &ctx.request_id,
+            method: req.method.as_str(),
+            path: &path,
+            route: line.route,
+            status,
+            subject: line.subject,
+            client: line.client,
+            client_ip: &line.client_ip,
+            user_agent: &line.user_agent,
+            ms,
+            reason: line.reason,
+            error: &line.error,
+        };
+        if logging::write_request(self.clock.now_ms(), line.warn, module_path!(), &fields) {
+            return;
+        }
         macro_rules! request_line {
             ($level:ident) => {
                 tracing::$level!(
                     request_id = %ctx.request_id,
                     method = %req.method,
-                    path = %logging::untrusted(req.uri.path()),
+                    path = %path,
                     route = line.route,
                     status,
                     subject = line.subject,
                     client = line.client,
                     client_ip = %line.client_ip,
                     user_agent = %line.user_agent,
-                    ms = ctx.started.elapsed().as_millis() as u64,
+                    ms,
                     reason = line.reason,
                     error = %line.error,
                     "request"
@@ -102,7 +135,7 @@ impl Gateway {
                 .headers
                 .get(http::header::USER_AGENT)
                 .and_then(|v| v.to_str().ok())
-                .map_or(NONE, |ua| logging::untrusted(ua).to_string().into()),
+                .map_or(NONE, |ua| logging::untrusted(ua).to_cow()),
             reason,
             warn: status >= 500 || (e.is_some() && !client_side && ctx.refused.is_none()),
             error,

@@ -33,7 +33,7 @@ fn unix_ms(ctx: &RequestCtx, at: std::time::Instant) -> u64 {
 impl Gateway {
     /// Starts the request's server span if it has none (MCP requests only).
     fn ensure_trace(&self, req: &RequestHeader, ctx: &mut RequestCtx) {
-        let Some(telemetry) = &self.telemetry else {
+        let Some(telemetry) = &self.edge.telemetry else {
             return;
         };
         if ctx.trace.is_some() || !ctx.mcp.route {
@@ -70,7 +70,7 @@ impl Gateway {
         upstream_req: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let Some(telemetry) = &self.telemetry else {
+        let Some(telemetry) = &self.edge.telemetry else {
             return Ok(());
         };
         if client_req.headers.get(TRACEPARENT).is_none() {
@@ -102,7 +102,7 @@ impl Gateway {
         ctx: &mut RequestCtx,
         status: u16,
     ) {
-        let Some(telemetry) = &self.telemetry else {
+        let Some(telemetry) = &self.edge.telemetry else {
             return;
         };
         self.ensure_trace(req, ctx);

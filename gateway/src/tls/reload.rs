@@ -72,11 +72,19 @@ pub(crate) fn load(files: &TlsFiles) -> Result<Pair, LoadError> {
 pub(crate) struct Reloader {
     store: Arc<CertStore>,
     pairs: Vec<TlsFiles>,
+    /// What `load_all` put in the slots: the watch compares against it, so a pair rotated
+    /// between the first load and the watch's start is still seen as a change.
+    loaded: std::sync::Mutex<Vec<Option<Contents>>>,
 }
 
 impl Reloader {
     pub(crate) fn new(store: Arc<CertStore>, pairs: Vec<TlsFiles>) -> Self {
-        Self { store, pairs }
+        let loaded = std::sync::Mutex::new(pairs.iter().map(|_| None).collect());
+        Self {
+            store,
+            pairs,
+            loaded,
+        }
     }
 
     /// Loads every pair into its slot; the first start fails on a bad one (preflight has
@@ -88,7 +96,18 @@ impl Reloader {
             self.store.set(slot, parse(files, &contents)?);
             seen.push(contents);
         }
+        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) =
+            seen.iter().cloned().map(Some).collect();
         Ok(seen)
+    }
+
+    /// What the watch compares against at its start: what `load_all` loaded, not what is on
+    /// disk now — the files may have changed since (the service can start well after the
+    /// listener).
+    fn watch_from(&self) -> Vec<Option<Contents>> {
+        let mut seen = std::mem::take(&mut *self.loaded.lock().unwrap_or_else(|p| p.into_inner()));
+        seen.resize_with(self.pairs.len(), || None);
+        seen
     }
 
     /// One look at every pair: a changed one is loaded, or logged and kept out.
@@ -135,7 +154,7 @@ impl Reloader {
 impl BackgroundService for Reloader {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut seen: Vec<Option<Contents>> = self.pairs.iter().map(|f| read(f).ok()).collect();
+        let mut seen = self.watch_from();
         let mut hup = signal(SignalKind::hangup()).ok();
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -191,6 +210,25 @@ mod tests {
         assert_eq!(metrics.reload_failures.get(), 1);
 
         write_pair(&files, "two.example");
+        reloader.check(&mut seen, "test");
+        assert_eq!(store.get(0).unwrap().label(), "two.example");
+    }
+
+    /// The watch starts later than the first load (a background service); a pair rotated in
+    /// between is a change all the same.
+    #[test]
+    fn a_pair_rotated_before_the_watch_starts_is_still_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("c.pem"),
+            key: dir.path().join("k.pem"),
+        };
+        write_pair(&files, "one.example");
+        let store = CertStore::new(1, None, TlsMetrics::default());
+        let reloader = Reloader::new(store.clone(), vec![files.clone()]);
+        reloader.load_all().unwrap();
+        write_pair(&files, "two.example");
+        let mut seen = reloader.watch_from();
         reloader.check(&mut seen, "test");
         assert_eq!(store.get(0).unwrap().label(), "two.example");
     }

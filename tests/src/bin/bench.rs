@@ -369,7 +369,10 @@ impl Gateway {
             let config_path = home.join("pforte.toml");
             std::fs::write(&config_path, config)?;
             let mut cmd = Command::new(binary);
+            // A fresh data dir: create its store. By the environment, not `--init`, so that
+            // `--ab` can measure a build from before the flag.
             cmd.arg("serve").arg("--config").arg(&config_path);
+            cmd.env("PFORTE_INIT", "1");
             let mut proc = Proc::spawn_logged(cmd, &log)?;
             let scheme = if tls { "https" } else { "http" };
             let base = format!("{scheme}://127.0.0.1:{port}");

@@ -340,7 +340,7 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
     let config_path = work.path().join("pforte.toml");
     std::fs::write(&config_path, config)?;
     let mut cmd = Command::new(&gw_bin);
-    cmd.arg("serve").arg("--config").arg(&config_path);
+    cmd.args(["serve", "--init", "--config"]).arg(&config_path);
     let gw = Proc::spawn_logged(cmd, &work.path().join("pforte.log"))?;
     let gw_pid = gw.child.id();
     let base = format!("http://127.0.0.1:{port}");

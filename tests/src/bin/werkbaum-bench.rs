@@ -99,7 +99,7 @@ async fn main() -> anyhow::Result<()> {
     let config_path = work.path().join("pforte.toml");
     std::fs::write(&config_path, config)?;
     let mut cmd = Command::new(bin("pforte")?);
-    cmd.arg("serve").arg("--config").arg(&config_path);
+    cmd.args(["serve", "--init", "--config"]).arg(&config_path);
     let _gw = Proc::spawn(cmd)?;
     let http = http_client(Some(&cert.cert_pem));
     let base = format!("https://127.0.0.1:{port}");

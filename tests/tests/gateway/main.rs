@@ -1,7 +1,9 @@
 //! End to end, the gateway in front of mcp-service (one test binary, one module per theme):
 //! the walking skeleton over TLS with static tokens, rate limits, client connections,
 //! `/metrics`, traces, routes, MCP-aware authorization, a trusted proxy, the operator's view of the
-//! binaries, and the gateway's building blocks used directly against real peers.
+//! binaries, the runtime arrangements (per core, work stealing), the store's life (`serve
+//! --init`, backup and restore), and the gateway's building blocks used directly against real
+//! peers.
 
 mod connections;
 mod gateway_modules;
@@ -10,7 +12,9 @@ mod metrics;
 mod operator;
 mod readme_examples;
 mod routes;
+mod runtime;
 mod skeleton;
+mod store_ops;
 mod tool_policy;
 mod traces;
 mod trusted_proxy;

@@ -13,14 +13,14 @@ use std::{
 use pforte_tests::bin;
 
 /// What a finished command printed.
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Out {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// Runs `cmd` to completion; fails the test if it is still running after `limit`.
-fn run(mut cmd: Command, limit: Duration) -> Out {
+pub(crate) fn run(mut cmd: Command, limit: Duration) -> Out {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -62,7 +62,7 @@ fn run(mut cmd: Command, limit: Duration) -> Out {
     }
 }
 
-fn pforte(args: &[&str]) -> Command {
+pub(crate) fn pforte(args: &[&str]) -> Command {
     let mut cmd = Command::new(bin("pforte"));
     cmd.args(args)
         .env_remove("RUST_LOG")
@@ -70,7 +70,7 @@ fn pforte(args: &[&str]) -> Command {
     cmd
 }
 
-fn write_config(dir: &Path, extra: &str) -> std::path::PathBuf {
+pub(crate) fn write_config(dir: &Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("pforte.toml");
     let data = dir.join("data");
     std::fs::write(
@@ -157,7 +157,7 @@ fn serve_and_up_on_a_port_in_use_exit_with_one_line() {
     )
     .unwrap();
     let out = run(
-        pforte(&["serve", "--config", config.to_str().unwrap()]),
+        pforte(&["serve", "--init", "--config", config.to_str().unwrap()]),
         Duration::from_secs(20),
     );
     assert_ne!(out.code, Some(0));
@@ -195,7 +195,7 @@ fn serve_log(format: Option<&str>) -> String {
     let config = write_config(dir.path(), "");
     let log_path = dir.path().join("pforte.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut cmd = pforte(&["serve", "--config", config.to_str().unwrap()]);
+    let mut cmd = pforte(&["serve", "--init", "--config", config.to_str().unwrap()]);
     if let Some(f) = format {
         cmd.env("PFORTE_LOG_FORMAT", f);
     }
@@ -329,6 +329,7 @@ fn reading_admin_commands_refuse_a_missing_store_and_create_nothing() {
         vec!["client", "list", "--json", "--data-dir", t],
         vec!["grant", "list", "--data-dir", t],
         vec!["grant", "revoke", "--user", "alice", "--data-dir", t],
+        vec!["backup", "/nonexistent/backup", "--data-dir", t],
     ] {
         let out = run(pforte(&args), Duration::from_secs(20));
         assert_eq!(out.code, Some(66), "{args:?}: {}", out.stderr);
@@ -501,6 +502,8 @@ fn help_describes_every_subcommand_and_flag() {
         "client",
         "grant",
         "token",
+        "backup",
+        "restore",
         "--config",
         "--data-dir",
         "Exit codes",

@@ -644,7 +644,8 @@ async fn the_gateway_is_not_dumpable() {
     use std::os::unix::fs::MetadataExt as _;
     let dir = tempfile::tempdir().unwrap();
     let config = nobody_config(dir.path(), Vec::new());
-    let mut gw = pforte_tests::Proc::spawn(pforte_as_nobody(&["serve"], &config)).unwrap();
+    let mut gw =
+        pforte_tests::Proc::spawn(pforte_as_nobody(&["serve", "--init"], &config)).unwrap();
     gw.wait_line("pforte listening on", Duration::from_secs(20))
         .unwrap();
     let pid = gw.child.id();

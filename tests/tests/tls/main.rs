@@ -44,7 +44,7 @@ impl Served {
         let path = dir.path().join("pforte.toml");
         std::fs::write(&path, config).unwrap();
         let mut cmd = Command::new(bin("pforte"));
-        cmd.arg("serve").arg("--config").arg(&path);
+        cmd.args(["serve", "--init", "--config"]).arg(&path);
         for (k, v) in env {
             cmd.env(k, v);
         }
