@@ -344,14 +344,24 @@ impl Instances {
         route_session(&urls, &self.health(), instance)
     }
 
+    /// Whether instance `i` takes requests.
     pub(crate) fn is_healthy(&self, i: usize) -> bool {
         self.health().is_healthy(i)
     }
 
+    #[cfg(test)]
     /// Whether any instance takes requests (a route with one instance always does).
     pub(crate) fn any_healthy(&self) -> bool {
+        self.healthy_count() > 0
+    }
+
+    /// How many instances take requests (a route with one instance: always 1).
+    pub(crate) fn healthy_count(&self) -> usize {
         let health = self.health();
-        health.len() == 1 || (0..health.len()).any(|i| health.is_healthy(i))
+        if health.len() == 1 {
+            return 1;
+        }
+        (0..health.len()).filter(|&i| health.is_healthy(i)).count()
     }
 
     /// Instance `i` failed at `now`; logs the change once.

@@ -7,6 +7,7 @@
 mod file;
 mod origins;
 mod routes;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 mod tls;
@@ -17,6 +18,7 @@ pub use file::{DEFAULT_MAX_LINE_BYTES, GatewayConfig};
 pub(crate) use file::{RouteConfig, StdioConfig, UpstreamConfig};
 pub(crate) use origins::{normalise_origin, url_host};
 pub(crate) use routes::{DEFAULT_ROUTE, Route, Upstream, UpstreamKind, valid_route_name};
+pub(crate) use telemetry::{Telemetry, TelemetryConfig};
 pub(crate) use tls::{Acme, AcmeChallenge, Tls, TlsConfig, TlsFiles};
 
 use crate::{
@@ -119,6 +121,8 @@ pub(crate) struct Settings {
     pub(crate) threads: usize,
     pub(crate) runtime: RuntimeModel,
     pub(crate) log_format: LogFormat,
+    /// `[telemetry]`: where traces go; `None`: off.
+    pub(crate) telemetry: Option<Telemetry>,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -340,6 +344,7 @@ impl GatewayConfig {
         }
         let routes = routes::table(&self, &base_url, &allowed_origins)?;
         check_tool_limits(&self.limits)?;
+        let telemetry = self.telemetry.validate()?;
         Ok(Settings {
             own_origins: origins::own_origins(&base_url),
             base_url,
@@ -369,6 +374,7 @@ impl GatewayConfig {
             threads: self.threads,
             runtime: self.runtime,
             log_format: self.log_format,
+            telemetry,
         })
     }
 

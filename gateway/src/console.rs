@@ -40,14 +40,14 @@ pub(crate) struct Console {
     /// The audit log file, when lines go to one.
     pub(crate) audit_file: Option<PathBuf>,
     /// Per route, a command route's live children.
-    pub(crate) children: Vec<Option<crate::stdio::ChildCount>>,
+    pub(crate) children: Vec<Option<crate::stdio::LiveChildren>>,
 }
 
 impl Console {
     /// The console of a gateway whose routes' stdio children are `children` (one entry per
     /// route, `None` for a route that is not a command).
     pub(crate) fn new(
-        children: Vec<Option<crate::stdio::ChildCount>>,
+        children: Vec<Option<crate::stdio::LiveChildren>>,
         tokens: Option<Arc<dyn TokenSource>>,
         started_ms: u64,
         audit_file: Option<PathBuf>,

@@ -30,6 +30,7 @@ mod sessions;
 mod stdio;
 mod stores;
 mod streams;
+mod telemetry;
 mod tls;
 mod tokens;
 mod up;

@@ -36,6 +36,9 @@ pub struct Message {
     pub(crate) target: Option<String>,
     /// The request id as JSON text (`1`, `"a"`), to echo in a JSON-RPC error; `null` otherwise.
     pub(crate) id: String,
+    /// `params._meta.traceparent` (W3C trace context, MCP 2026-07-28), when it has the
+    /// header's length; the trace code parses it.
+    pub(crate) traceparent: Option<String>,
 }
 
 impl Message {
@@ -92,7 +95,18 @@ struct Params<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     uri: Option<Cow<'a, str>>,
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<Meta<'a>>,
 }
+
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow)]
+    traceparent: Option<Cow<'a, str>>,
+}
+
+/// A W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`) has 55 characters.
+const TRACEPARENT_LEN: usize = 55;
 
 /// A JSON-RPC id: a string or a number (kept as JSON text).
 #[derive(Deserialize)]
@@ -136,16 +150,25 @@ pub fn inspect(body: &[u8]) -> Result<Message, Malformed> {
         }
         (None, _) => return Err(Malformed::NotJsonRpc("a message needs a \"method\"")),
     };
-    let target = match (method.as_ref(), env.params) {
-        ("tools/call" | "prompts/get", Some(p)) => p.name.map(Cow::into_owned),
-        ("resources/read", Some(p)) => p.uri.map(Cow::into_owned),
+    let (params, meta) = match env.params {
+        Some(Params { name, uri, meta }) => ((name, uri), meta),
+        None => ((None, None), None),
+    };
+    let target = match (method.as_ref(), params) {
+        ("tools/call" | "prompts/get", (name, _)) => name.map(Cow::into_owned),
+        ("resources/read", (_, uri)) => uri.map(Cow::into_owned),
         _ => None,
     };
+    let traceparent = meta
+        .and_then(|m| m.traceparent)
+        .filter(|t| t.len() == TRACEPARENT_LEN)
+        .map(Cow::into_owned);
     Ok(Message {
         kind,
         method: method.into_owned(),
         target,
         id,
+        traceparent,
     })
 }
 
@@ -299,6 +322,22 @@ mod tests {
             inspect(br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"plan"}}"#)
                 .unwrap();
         assert_eq!(m.target.as_deref(), Some("plan"));
+    }
+
+    #[test]
+    fn meta_traceparent_is_read_when_it_has_the_right_length() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","_meta":{{"traceparent":"{tp}"}}}}}}"#
+        );
+        assert_eq!(
+            inspect(body.as_bytes()).unwrap().traceparent.as_deref(),
+            Some(tp)
+        );
+        let long = body.replace(tp, &"0".repeat(4096));
+        assert_eq!(inspect(long.as_bytes()).unwrap().traceparent, None);
+        let none = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).unwrap();
+        assert_eq!(none.traceparent, None);
     }
 
     #[test]

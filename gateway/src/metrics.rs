@@ -1,18 +1,31 @@
 //! The gateway's metrics: one `prometheus-client` registry, built at start-up and passed in,
 //! with typed families whose labels are small fixed enums — never a subject, token, path or
-//! client id. Tool names are bounded: only names the catalog or the config knows get a series
-//! of their own (at most [`MAX_TOOL_SERIES`]), every other name counts as `other`.
+//! client id. Route names come from the config (bounded); tool names are bounded too: only
+//! names the catalog or the config knows get a series of their own (at most
+//! [`MAX_TOOL_SERIES`]), every other name counts as `other`. `live.rs`: the series read at
+//! scrape time (`process_*`, upstream health, sessions, stdio children).
 
-use std::{collections::HashMap, fmt::Write as _, sync::RwLock, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt::Write as _,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
 
 use pforte_oauth::{Event, Observer};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, prometheus_text},
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info},
     registry::Registry,
 };
 
-use crate::auth::{self, AuthFailure, Principal};
+mod classify;
+pub(crate) mod live;
+
+pub(crate) use classify::{
+    auth_reason, credential_kind, method_class, oauth_event, status_class, tool_decision,
+    upstream_failure,
+};
 
 /// The `Content-Type` of the exposition (Prometheus text format 0.0.4).
 pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -49,8 +62,25 @@ macro_rules! label_values {
     };
 }
 
+/// An MCP route's name as a label value (`""` for a request that took no route); cloning it
+/// is a reference count, not a copy.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct RouteName(Arc<str>);
+
+impl From<&str> for RouteName {
+    fn from(name: &str) -> Self {
+        Self(Arc::from(name))
+    }
+}
+
+impl EncodeLabelValue for RouteName {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(&self.0)
+    }
+}
+
 label_values!(
-    /// Which of the gateway's routes a request took.
+    /// Which kind of the gateway's endpoints a request took (the `endpoint` label).
     RouteLabel {
         Mcp => "mcp",
         OAuth => "oauth",
@@ -151,14 +181,21 @@ label_values!(
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    route: RouteLabel,
+    endpoint: RouteLabel,
+    route: RouteName,
     method: MethodClass,
     status: StatusClass,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DurationLabels {
+    endpoint: RouteLabel,
+    route: RouteName,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    route: RouteLabel,
+    route: RouteName,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -179,11 +216,13 @@ struct CacheLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
+    route: RouteName,
     kind: UpstreamFailure,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabels {
+    route: RouteName,
     tool: String,
     decision: ToolDecision,
 }
@@ -241,19 +280,25 @@ fn duration_histogram() -> Histogram {
 pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
-    duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
-    upstream_first_byte: Histogram,
+    duration: Family<DurationLabels, Histogram, fn() -> Histogram>,
+    upstream_first_byte: Family<RouteLabels, Histogram, fn() -> Histogram>,
     auth: Family<AuthLabels, Counter>,
     oauth: Family<EventLabels, Counter>,
     validation_cache: Family<CacheLabels, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     open_streams: Gauge,
     tool_calls: Family<ToolLabels, Counter>,
-    /// The counters of each known tool name, found without building a label set.
-    tools: RwLock<HashMap<String, ToolCounters>>,
-    other_tool: ToolCounters,
+    /// Per route, the counters of each known tool name, found without building a label set.
+    tools: RwLock<Vec<HashMap<String, ToolCounters>>>,
+    /// Per route, the counters of `other`.
+    other_tool: Vec<ToolCounters>,
+    /// The configured routes' names, by route index.
+    routes: Vec<RouteName>,
+    /// The `route` of a request that took none.
+    no_route: RouteName,
     ratelimit: RateLimitMetrics,
     tls: TlsMetrics,
+    live: live::Live,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -264,31 +309,41 @@ impl std::fmt::Debug for Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(&[])
     }
 }
 
 impl Metrics {
-    /// Registers every family; series with a fixed, small label set exist from the start at 0.
-    pub(crate) fn new() -> Self {
+    /// Registers every family for the routes named `routes` (in route order); series with a
+    /// fixed, small label set exist from the start at 0.
+    pub(crate) fn new(routes: &[&str]) -> Self {
+        let routes: Vec<RouteName> = routes.iter().map(|&r| RouteName::from(r)).collect();
         let mut registry = Registry::default();
+        registry.register(
+            "pforte_build",
+            "The running gateway's version",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        let live = live::Live::default();
+        registry.register_collector(Box::new(live.clone()));
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "pforte_http_requests",
-            "Requests by route, method class and status class",
+            "Requests by endpoint kind, MCP route, method class and status class",
             requests.clone(),
         );
-        let duration: Family<RouteLabels, Histogram, fn() -> Histogram> =
+        let duration: Family<DurationLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(duration_histogram);
         registry.register(
             "pforte_http_request_duration_seconds",
-            "Whole-request latency, from arrival to the last byte of the answer, by route",
+            "Whole-request latency, from arrival to the last byte of the answer, by endpoint kind and MCP route",
             duration.clone(),
         );
-        let upstream_first_byte = duration_histogram();
+        let upstream_first_byte: Family<RouteLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(duration_histogram);
         registry.register(
             "pforte_upstream_first_byte_seconds",
-            "Time from sending a request upstream to its response header",
+            "Time from sending a request upstream to its response header, by route",
             upstream_first_byte.clone(),
         );
         let auth = Family::<AuthLabels, Counter>::default();
@@ -316,12 +371,17 @@ impl Metrics {
             validation_cache.clone(),
         );
         let upstream_errors = Family::<UpstreamLabels, Counter>::default();
-        for &kind in UpstreamFailure::ALL {
-            upstream_errors.get_or_create_owned(&UpstreamLabels { kind });
+        for route in &routes {
+            for &kind in UpstreamFailure::ALL {
+                upstream_errors.get_or_create_owned(&UpstreamLabels {
+                    route: route.clone(),
+                    kind,
+                });
+            }
         }
         registry.register(
             "pforte_upstream_errors",
-            "Requests the upstream failed: connect errors, timeouts, other",
+            "Requests the upstream failed, by route: connect errors, timeouts, other",
             upstream_errors.clone(),
         );
         let open_streams = Gauge::default();
@@ -373,7 +433,10 @@ impl Metrics {
             "Changed PEM pairs on disk that could not be loaded (the previous pair stays served)",
             tls.reload_failures.clone(),
         );
-        let other_tool = tool_counters(&tool_calls, "other");
+        let other_tool = routes
+            .iter()
+            .map(|route| tool_counters(&tool_calls, route, "other"))
+            .collect();
         Self {
             registry,
             requests,
@@ -385,11 +448,26 @@ impl Metrics {
             upstream_errors,
             open_streams,
             tool_calls,
-            tools: RwLock::new(HashMap::new()),
+            tools: RwLock::new(vec![HashMap::new(); routes.len()]),
             other_tool,
+            routes,
+            no_route: RouteName::from(""),
             ratelimit,
             tls,
+            live,
         }
+    }
+
+    /// The scrape-time series' sources, attached once the gateway is built.
+    pub(crate) fn live(&self) -> &live::Live {
+        &self.live
+    }
+
+    /// The `route` label of route `i` (none: `""`).
+    fn route(&self, i: Option<usize>) -> RouteName {
+        i.and_then(|i| self.routes.get(i))
+            .unwrap_or(&self.no_route)
+            .clone()
     }
 
     /// The TLS series, for the certificate store and the ACME client.
@@ -410,29 +488,37 @@ impl Metrics {
     }
 
     /// One finished request.
+    /// One finished request to an `endpoint` of MCP route `route` (if any).
     pub(crate) fn request(
         &self,
-        route: RouteLabel,
+        endpoint: RouteLabel,
+        route: Option<usize>,
         method: MethodClass,
         status: u16,
         took: Duration,
     ) {
         let status = status_class(status);
+        let route = self.route(route);
         self.requests
             .get_or_create(&RequestLabels {
-                route,
+                endpoint,
+                route: route.clone(),
                 method,
                 status,
             })
             .inc();
         self.duration
-            .get_or_create(&RouteLabels { route })
+            .get_or_create(&DurationLabels { endpoint, route })
             .observe(took.as_secs_f64());
     }
 
-    /// The upstream's time to its response header.
-    pub(crate) fn upstream_first_byte(&self, took: Duration) {
-        self.upstream_first_byte.observe(took.as_secs_f64());
+    /// Route `route`'s upstream's time to its response header.
+    pub(crate) fn upstream_first_byte(&self, route: Option<usize>, took: Duration) {
+        self.upstream_first_byte
+            .get_or_create(&RouteLabels {
+                route: self.route(route),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// One authentication on `/mcp`.
@@ -440,9 +526,13 @@ impl Metrics {
         self.auth.get_or_create(&AuthLabels { kind, reason }).inc();
     }
 
-    pub(crate) fn upstream_failure(&self, kind: UpstreamFailure) {
+    /// Route `route`'s upstream failed a request.
+    pub(crate) fn upstream_failure(&self, route: Option<usize>, kind: UpstreamFailure) {
         self.upstream_errors
-            .get_or_create(&UpstreamLabels { kind })
+            .get_or_create(&UpstreamLabels {
+                route: self.route(route),
+                kind,
+            })
             .inc();
     }
 
@@ -453,36 +543,47 @@ impl Metrics {
         OpenStream(self.open_streams.clone())
     }
 
-    /// One `tools/call`. `known` says whether the name comes from the catalog or the config;
-    /// unknown names, and names past [`MAX_TOOL_SERIES`], count as `other`.
-    pub(crate) fn tool_call(&self, name: &str, known: bool, decision: ToolDecision) {
+    /// One `tools/call` on route `route`. `known` says whether the name comes from the
+    /// catalog or the config; unknown names, and names past [`MAX_TOOL_SERIES`] (over all
+    /// routes), count as `other`.
+    pub(crate) fn tool_call(&self, route: usize, name: &str, known: bool, decision: ToolDecision) {
         let index = decision as usize;
+        let Some(other) = self.other_tool.get(route) else {
+            return;
+        };
         if known {
             if let Ok(tools) = self.tools.read()
-                && let Some(counters) = tools.get(name)
+                && let Some(counters) = tools.get(route).and_then(|t| t.get(name))
             {
                 counters[index].inc();
                 return;
             }
             if let Ok(mut tools) = self.tools.write() {
-                if let Some(counters) = tools.get(name) {
-                    counters[index].inc();
-                    return;
-                }
-                if tools.len() < MAX_TOOL_SERIES {
-                    let counters = tool_counters(&self.tool_calls, name);
-                    counters[index].inc();
-                    tools.insert(name.to_owned(), counters);
-                    return;
+                let total: usize = tools.iter().map(HashMap::len).sum();
+                if let Some(known) = tools.get_mut(route) {
+                    if let Some(counters) = known.get(name) {
+                        counters[index].inc();
+                        return;
+                    }
+                    if total < MAX_TOOL_SERIES {
+                        let counters = tool_counters(&self.tool_calls, &self.routes[route], name);
+                        counters[index].inc();
+                        known.insert(name.to_owned(), counters);
+                        return;
+                    }
                 }
             }
         }
-        self.other_tool[index].inc();
+        other[index].inc();
     }
 }
 
-/// The three counters of one tool name, created in the family.
-fn tool_counters(family: &Family<ToolLabels, Counter>, tool: &str) -> ToolCounters {
+/// The three counters of one tool name on one route, created in the family.
+fn tool_counters(
+    family: &Family<ToolLabels, Counter>,
+    route: &RouteName,
+    tool: &str,
+) -> ToolCounters {
     [
         ToolDecision::Allowed,
         ToolDecision::Denied,
@@ -490,6 +591,7 @@ fn tool_counters(family: &Family<ToolLabels, Counter>, tool: &str) -> ToolCounte
     ]
     .map(|decision| {
         family.get_or_create_owned(&ToolLabels {
+            route: route.clone(),
             tool: tool.to_owned(),
             decision,
         })
@@ -515,98 +617,6 @@ pub(crate) struct OpenStream(Gauge);
 impl Drop for OpenStream {
     fn drop(&mut self) {
         self.0.dec();
-    }
-}
-
-/// The authorization server's event as an `oauth_events` label, or a validation-cache result.
-pub(crate) fn oauth_event(event: Event) -> Result<OAuthEvent, CacheResult> {
-    Ok(match event {
-        Event::ClientRegistered => OAuthEvent::Registration,
-        Event::LoginSucceeded => OAuthEvent::LoginOk,
-        Event::LoginFailed => OAuthEvent::LoginFailed,
-        Event::LoginThrottled => OAuthEvent::LoginThrottled,
-        Event::CodeIssued => OAuthEvent::CodeIssued,
-        Event::TokensIssued => OAuthEvent::TokensIssued,
-        Event::TokensRefreshed => OAuthEvent::Refresh,
-        Event::ReuseDetected => OAuthEvent::ReuseDetected,
-        Event::Revoked => OAuthEvent::Revocation,
-        Event::ValidationCacheHit => return Err(CacheResult::Hit),
-        Event::ValidationCacheMiss => return Err(CacheResult::Miss),
-    })
-}
-
-pub(crate) fn method_class(method: &http::Method) -> MethodClass {
-    match *method {
-        http::Method::GET => MethodClass::Get,
-        http::Method::POST => MethodClass::Post,
-        http::Method::DELETE => MethodClass::Delete,
-        http::Method::OPTIONS => MethodClass::Options,
-        _ => MethodClass::Other,
-    }
-}
-
-/// `0` (nothing written) is `none`.
-pub(crate) fn status_class(status: u16) -> StatusClass {
-    match status {
-        100..=199 => StatusClass::Informational,
-        200..=299 => StatusClass::Success,
-        300..=399 => StatusClass::Redirection,
-        400..=499 => StatusClass::ClientError,
-        500..=599 => StatusClass::ServerError,
-        _ => StatusClass::None,
-    }
-}
-
-/// The kind of credential a bearer token is (by its shape; `none` without one).
-pub(crate) fn credential_kind(token: Option<&str>) -> CredentialKind {
-    match token {
-        Some(t) if auth::looks_static(t) => CredentialKind::Static,
-        Some(_) => CredentialKind::OAuth,
-        None => CredentialKind::None,
-    }
-}
-
-/// How an authentication ended.
-pub(crate) fn auth_reason(result: &Result<Principal, AuthFailure>) -> AuthReason {
-    match result {
-        Ok(_) => AuthReason::Ok,
-        Err(AuthFailure::Missing) => AuthReason::Missing,
-        Err(AuthFailure::Malformed(_)) => AuthReason::Malformed,
-        // A token for another route's resource is not valid here.
-        Err(AuthFailure::Invalid | AuthFailure::OtherResource) => AuthReason::Invalid,
-        Err(AuthFailure::Expired) => AuthReason::Expired,
-        Err(AuthFailure::InsufficientScope(_)) => AuthReason::InsufficientScope,
-        Err(AuthFailure::Unavailable) => AuthReason::Unavailable,
-    }
-}
-
-/// Which upstream failure a request's error was, if it was the upstream's.
-pub(crate) fn upstream_failure(e: &pingora::Error) -> Option<UpstreamFailure> {
-    use pingora::{ErrorSource, ErrorType};
-    if e.esource() != &ErrorSource::Upstream {
-        return None;
-    }
-    Some(match e.etype() {
-        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
-            UpstreamFailure::Timeout
-        }
-        ErrorType::ConnectRefused
-        | ErrorType::ConnectNoRoute
-        | ErrorType::ConnectError
-        | ErrorType::BindError
-        | ErrorType::SocketError
-        | ErrorType::ConnectProxyFailure => UpstreamFailure::Connect,
-        _ => UpstreamFailure::Other,
-    })
-}
-
-/// What became of a `tools/call`, from the reason the gateway refused it (`None`: it went on to
-/// the upstream). A failing upstream does not make a call denied.
-pub(crate) fn tool_decision(refused: Option<&str>) -> ToolDecision {
-    match refused {
-        None | Some("upstream_unavailable" | "upstream_timeout") => ToolDecision::Allowed,
-        Some("rate_limited") => ToolDecision::Budget,
-        Some(_) => ToolDecision::Denied,
     }
 }
 

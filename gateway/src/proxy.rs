@@ -40,6 +40,7 @@ mod ctx;
 mod observe;
 mod peers;
 mod respond;
+mod trace;
 mod upstream;
 
 pub(crate) use ctx::RequestCtx;
@@ -59,6 +60,8 @@ pub(crate) struct McpEdge {
     pub(crate) audit: Option<AuditLog>,
     /// The operator console's state (`/admin`): the request statistics it charts.
     pub(crate) console: crate::console::Console,
+    /// `[telemetry]`: the tracer; `None`: no span is built.
+    pub(crate) telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
@@ -297,11 +300,12 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_request: &mut pingora::http::RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        self.rewrite_request(upstream_request, ctx)
+        self.rewrite_request(upstream_request, ctx)?;
+        self.trace_upstream(session.req_header(), upstream_request, ctx)
     }
 
     async fn response_filter(

@@ -34,7 +34,6 @@ pub(crate) enum Rejection {
     },
     UpstreamUnavailable,
     UpstreamTimeout,
-    NotReady,
     /// The body is not one JSON-RPC message; `id` is the request's id as JSON text, if known.
     Malformed(Malformed),
     /// `Mcp-Method` / `Mcp-Name` contradict the body.
@@ -221,7 +220,6 @@ impl Rejection {
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::UpstreamUnavailable => "upstream_unavailable",
             Self::UpstreamTimeout => "upstream_timeout",
-            Self::NotReady => "not_ready",
             Self::Malformed(_) => "malformed",
             Self::HeaderMismatch { .. } => "header_mismatch",
             Self::Forbidden(denial) => denial.reason(),
@@ -337,11 +335,6 @@ impl Rejection {
                 504,
                 "upstream_timeout",
                 "the MCP service did not answer in time".to_owned(),
-            ),
-            Self::NotReady => (
-                503,
-                "not_ready",
-                "the MCP service is not reachable".to_owned(),
             ),
             Self::RouteForbidden => (
                 403,

@@ -42,6 +42,8 @@ pub(crate) enum ServeError {
     OAuth(#[from] OAuthSetupError),
     #[error("pingora: {0}")]
     Pingora(String),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     #[error("metrics_listen {0}: {1}")]
     MetricsListen(SocketAddr, std::io::Error),
     #[error("no free port on {0}: {1}")]
@@ -236,7 +238,8 @@ pub(crate) fn run(
         lock: _lock,
     } = stores;
     let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
-    let metrics = Arc::new(Metrics::new());
+    let route_names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
+    let metrics = Arc::new(Metrics::new(&route_names));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let limiter = Arc::new(
         SharedLimiter::open(
@@ -278,15 +281,18 @@ pub(crate) fn run(
     let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
     // Each command route's bridge binds its socket now, so that a failure is one line.
     let mut bridges = Vec::new();
-    // Per route, a command route's live children, for the console.
+    // Per route, a command route's live children: for the console by route index, for the
+    // metrics by name.
+    let mut route_children = Vec::new();
     let mut children = Vec::new();
     for route in &settings.routes {
         if let Some((spec, socket)) = stdio_spec(route)? {
             let bridge = StdioBridge::bind(spec, &socket)?;
-            children.push(Some(bridge.child_count()));
+            route_children.push(Some(bridge.live_children()));
+            children.push((route.name.clone(), bridge.live_children()));
             bridges.push(background_service(&format!("stdio {}", route.name), bridge));
         } else {
-            children.push(None);
+            route_children.push(None);
         }
     }
     let catalogs = route_catalogs(&settings)?;
@@ -311,8 +317,17 @@ pub(crate) fn run(
     let audit_reopen = audit
         .clone()
         .map(|log| background_service("audit log reopen", SighupReopen(log)));
+    let sessions = Arc::new(sessions);
+    let telemetry = match &settings.telemetry {
+        Some(t) => {
+            let started = crate::telemetry::Telemetry::start(t)?;
+            tracing::info!(endpoint = %t.traces_url, "traces exported over OTLP/HTTP");
+            Some(started)
+        }
+        None => None,
+    };
     let console = crate::console::Console::new(
-        children,
+        route_children,
         Some(
             crate::stores::token_writer(&settings.store)
                 .map_err(|e| ServeError::Pingora(e.to_string()))?,
@@ -325,10 +340,11 @@ pub(crate) fn run(
     );
     let edge = McpEdge {
         catalogs,
-        sessions: Arc::new(sessions),
+        sessions: sessions.clone(),
         streams: Arc::default(),
         audit,
         console,
+        telemetry,
     };
     let metrics_service = metrics_listener.map(|listener| {
         background_service(
@@ -340,6 +356,7 @@ pub(crate) fn run(
         )
     });
     let tls_metrics = metrics.tls();
+    let live = metrics.clone();
     let gateway = Gateway::new(
         settings.clone(),
         tokens,
@@ -349,6 +366,11 @@ pub(crate) fn run(
         edge,
         metrics,
     )?;
+    live.live().attach(metrics::live::Sources {
+        routes: gateway.live_routes(),
+        sessions: Some(sessions),
+        children,
+    });
     // Routes with several `urls`: instances found down are probed back in (and up ones watched).
     let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock.clone());
     let prober = prober

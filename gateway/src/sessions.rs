@@ -218,6 +218,15 @@ impl Sessions {
         }
     }
 
+    /// How many sessions the in-process table holds now (expired ones purged); `None` with
+    /// redis, whose table all gateways share.
+    pub(crate) fn live_local(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Local { table, clock } => Some(lock(table).live(clock.now_ms())),
+            Backend::Redis(_) => None,
+        }
+    }
+
     /// How many live sessions `person` holds, through all their clients.
     /// How many sessions this process holds (`None` with redis: every gateway's, not counted).
     pub(crate) fn live(&self) -> Option<usize> {

@@ -128,26 +128,29 @@ impl std::fmt::Debug for StdioBridge {
     }
 }
 
-/// How many children a bridge runs now (client sessions' and the pool's), for the console.
+/// A handle on a bridge's live children, for the metrics.
 #[derive(Clone)]
-pub(crate) struct ChildCount(Arc<Shared>);
+pub(crate) struct LiveChildren(Arc<Shared>);
 
-impl ChildCount {
-    pub(crate) fn live(&self) -> usize {
+impl std::fmt::Debug for LiveChildren {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LiveChildren")
+            .field(&self.0.spec.route)
+            .finish()
+    }
+}
+
+impl LiveChildren {
+    /// Children running now (sessions and pool).
+    pub(crate) fn count(&self) -> usize {
         self.0.lock().live()
     }
 }
 
-impl std::fmt::Debug for ChildCount {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("ChildCount").field(&self.live()).finish()
-    }
-}
-
 impl StdioBridge {
-    /// The count of this bridge's live children.
-    pub(crate) fn child_count(&self) -> ChildCount {
-        ChildCount(self.shared.clone())
+    /// Its live children, for the metrics.
+    pub(crate) fn live_children(&self) -> LiveChildren {
+        LiveChildren(self.shared.clone())
     }
 
     /// Binds the Unix socket (parent dir created 0700, socket 0600, a stale socket replaced);

@@ -44,6 +44,17 @@ pub struct GatewayConfig {
     pub tools: BTreeMap<String, ToolRule>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<Telemetry>,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Telemetry {
+    pub otlp_endpoint: String,
+    pub export_interval_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
 }
 
 impl GatewayConfig {
@@ -73,6 +84,7 @@ impl GatewayConfig {
             oauth: OAuth::default(),
             tools: BTreeMap::new(),
             routes: Vec::new(),
+            telemetry: None,
         }
     }
 
@@ -392,6 +404,9 @@ pub struct Route {
     /// OAuth users allowed on the route.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
+    /// `required`: `Some(false)` keeps the gateway ready while this route is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
 }
 
 impl Route {
@@ -409,6 +424,7 @@ impl Route {
             stdio: StdioLimits::default(),
             roles: Vec::new(),
             users: Vec::new(),
+            required: None,
         }
     }
 
@@ -457,6 +473,12 @@ impl Route {
     /// The CA file an https route's server is verified against.
     pub fn ca_file(mut self, path: &std::path::Path) -> Self {
         self.ca_file = Some(path.to_owned());
+        self
+    }
+
+    /// `required = false`: the gateway stays ready while this route is down.
+    pub fn optional(mut self) -> Self {
+        self.required = Some(false);
         self
     }
 

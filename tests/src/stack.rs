@@ -159,6 +159,16 @@ impl StackBuilder {
         self
     }
 
+    /// `[telemetry]`: traces to the OTLP/HTTP receiver at `endpoint`, sent every 100 ms.
+    pub fn otlp_endpoint(mut self, endpoint: &str) -> Self {
+        self.config.telemetry = Some(crate::config::Telemetry {
+            otlp_endpoint: endpoint.to_owned(),
+            export_interval_ms: 100,
+            service_name: Some("pforte-test".to_owned()),
+        });
+        self
+    }
+
     /// `metrics_listen`.
     pub fn metrics_listen(mut self, addr: &str) -> Self {
         self.config.metrics_listen = Some(addr.to_owned());

@@ -36,6 +36,8 @@ pub(crate) struct UpstreamConfig {
     pub(crate) users: Vec<String>,
     /// As `[[routes]]` `title`: the route's human title on the pages (default: the name).
     pub(crate) title: Option<String>,
+    /// As `[[routes]]` `required`.
+    pub(crate) required: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -49,6 +51,7 @@ impl Default for UpstreamConfig {
             roles: Vec::new(),
             users: Vec::new(),
             title: None,
+            required: true,
         }
     }
 }
@@ -87,7 +90,7 @@ impl Default for StdioConfig {
 }
 
 /// One `[[routes]]` entry as written: an MCP server served at `/NAME/mcp`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RouteConfig {
     /// `[a-z0-9-]+`, 1 to 63 characters, unique.
@@ -123,6 +126,33 @@ pub(crate) struct RouteConfig {
     pub(crate) roles: Vec<String>,
     /// OAuth users allowed to use the route (local usernames, external users' verified emails).
     pub(crate) users: Vec<String>,
+    /// `false`: the route's outage leaves `/readyz` at 200 (the route is still named there).
+    pub(crate) required: bool,
+}
+
+impl Default for RouteConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            title: None,
+            url: None,
+            urls: None,
+            command: None,
+            env: BTreeMap::new(),
+            cwd: None,
+            user: None,
+            group: None,
+            ca_file: None,
+            connect_timeout_ms: None,
+            read_timeout_ms: None,
+            allowed_origins: None,
+            tools: BTreeMap::new(),
+            stdio: StdioConfig::default(),
+            roles: Vec::new(),
+            users: Vec::new(),
+            required: true,
+        }
+    }
 }
 
 /// The gateway's settings as written in the file.
@@ -192,6 +222,8 @@ pub struct GatewayConfig {
     /// A second listener that serves only `GET /metrics`, for scraping from another host. Off by
     /// default: the public listener answers `/metrics` to loopback peers only.
     pub(crate) metrics_listen: Option<SocketAddr>,
+    /// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP (off by default).
+    pub(crate) telemetry: super::TelemetryConfig,
 }
 
 impl Default for GatewayConfig {
@@ -223,6 +255,7 @@ impl Default for GatewayConfig {
             max_connections_per_ip: 256,
             log_format: crate::logging::LogFormat::Text,
             metrics_listen: None,
+            telemetry: super::TelemetryConfig::default(),
         }
     }
 }
@@ -344,6 +377,9 @@ impl GatewayConfig {
         }
         if let Some(v) = env("PFORTE_METRICS_LISTEN") {
             self.metrics_listen = Some(parse("PFORTE_METRICS_LISTEN", v)?);
+        }
+        if let Some(v) = env("PFORTE_OTLP_ENDPOINT") {
+            self.telemetry.otlp_endpoint = Some(v);
         }
         if let Some(v) = env("PFORTE_RUNTIME") {
             self.runtime = parse("PFORTE_RUNTIME", v)?;

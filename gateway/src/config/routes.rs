@@ -142,6 +142,9 @@ pub(crate) struct Route {
     /// checked by the authorization server at consent and on every token (`pforte-oauth`).
     pub(crate) roles: Vec<String>,
     pub(crate) users: Vec<String>,
+    /// `required` (default `true`): while this route's upstream is down the gateway is not
+    /// ready; `false` names it on `/readyz` but answers 200.
+    pub(crate) required: bool,
 }
 
 impl Route {
@@ -197,6 +200,7 @@ pub(super) fn table(
             tools: cfg.tools.clone(),
             roles: u.roles.clone(),
             users: u.users.clone(),
+            required: u.required,
         });
     }
     let timeouts = upstream.unwrap_or(&defaults);
@@ -311,6 +315,7 @@ fn route(
         tools,
         roles: r.roles.clone(),
         users: r.users.clone(),
+        required: r.required,
     })
 }
 

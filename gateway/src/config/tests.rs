@@ -429,3 +429,49 @@ fn routes_and_the_upstream_take_a_title() {
         .to_string();
     assert!(e.contains("title"), "{e}");
 }
+
+#[test]
+fn routes_are_required_unless_they_say_otherwise() {
+    let s = cfg("[upstream]\nrequired = false\n[[routes]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n[[routes]]\nname = \"b\"\nurl = \"http://127.0.0.1:2/mcp\"\nrequired = false").unwrap();
+    let required: Vec<(&str, bool)> = s
+        .routes
+        .iter()
+        .map(|r| (r.name.as_str(), r.required))
+        .collect();
+    assert_eq!(required, [("mcp", false), ("a", true), ("b", false)]);
+    assert!(
+        cfg("[[routes]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"")
+            .unwrap()
+            .routes[0]
+            .required
+    );
+}
+
+#[test]
+fn otlp_endpoint_comes_from_the_file_or_the_environment_and_empty_is_off() {
+    let from_file = GatewayConfig::parse(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\nservice_name = \"gw\"",
+        "f",
+    )
+    .unwrap()
+    .validate()
+    .unwrap();
+    assert_eq!(
+        from_file.telemetry.map(|t| (t.traces_url, t.service_name)),
+        Some((
+            "http://127.0.0.1:4318/v1/traces".to_owned(),
+            "gw".to_owned()
+        ))
+    );
+    let env = |value: &'static str| {
+        move |k: &str| (k == "PFORTE_OTLP_ENDPOINT").then(|| value.to_owned())
+    };
+    let on = GatewayConfig::load(None, env("http://collector:4318")).unwrap();
+    assert_eq!(
+        on.validate().unwrap().telemetry.map(|t| t.traces_url),
+        Some("http://collector:4318/v1/traces".to_owned())
+    );
+    let off = GatewayConfig::load(None, env("")).unwrap();
+    assert_eq!(off.validate().unwrap().telemetry, None);
+    assert!(cfg("[telemetry]\notlp_endpoint = \"ftp://x\"").is_err());
+}

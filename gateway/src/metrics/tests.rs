@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::auth::{self, AuthFailure, Principal};
 
 fn series(text: &str, prefix: &str) -> Option<f64> {
     text.lines()
@@ -114,7 +115,7 @@ fn every_oauth_event_has_one_label() {
         oauth_event(Event::ValidationCacheMiss),
         Err(CacheResult::Miss)
     );
-    let m = Metrics::new();
+    let m = Metrics::new(&["mcp"]);
     m.event(Event::LoginFailed);
     m.event(Event::ValidationCacheMiss);
     let text = m.encode().unwrap();
@@ -137,18 +138,18 @@ fn every_oauth_event_has_one_label() {
 
 #[test]
 fn tool_names_are_bounded() {
-    let m = Metrics::new();
-    m.tool_call("werkbaum_read", true, ToolDecision::Allowed);
-    m.tool_call("werkbaum_read", true, ToolDecision::Allowed);
-    m.tool_call("made_up_by_a_client", false, ToolDecision::Denied);
+    let m = Metrics::new(&["mcp"]);
+    m.tool_call(0, "werkbaum_read", true, ToolDecision::Allowed);
+    m.tool_call(0, "werkbaum_read", true, ToolDecision::Allowed);
+    m.tool_call(0, "made_up_by_a_client", false, ToolDecision::Denied);
     for i in 0..MAX_TOOL_SERIES + 10 {
-        m.tool_call(&format!("t{i}"), true, ToolDecision::Budget);
+        m.tool_call(0, &format!("t{i}"), true, ToolDecision::Budget);
     }
     let text = m.encode().unwrap();
     assert_eq!(
         series(
             &text,
-            "pforte_tool_calls_total{tool=\"werkbaum_read\",decision=\"allowed\"}"
+            "pforte_tool_calls_total{route=\"mcp\",tool=\"werkbaum_read\",decision=\"allowed\"}"
         ),
         Some(2.0)
     );
@@ -156,14 +157,14 @@ fn tool_names_are_bounded() {
     assert_eq!(
         series(
             &text,
-            "pforte_tool_calls_total{tool=\"other\",decision=\"denied\"}"
+            "pforte_tool_calls_total{route=\"mcp\",tool=\"other\",decision=\"denied\"}"
         ),
         Some(1.0)
     );
     assert_eq!(
         series(
             &text,
-            "pforte_tool_calls_total{tool=\"other\",decision=\"budget\"}"
+            "pforte_tool_calls_total{route=\"mcp\",tool=\"other\",decision=\"budget\"}"
         ),
         Some(11.0)
     );
@@ -176,7 +177,7 @@ fn tool_names_are_bounded() {
 
 #[test]
 fn open_streams_return_to_zero_when_their_guards_drop() {
-    let m = Metrics::new();
+    let m = Metrics::new(&["mcp"]);
     let a = m.stream_opened();
     let b = m.stream_opened();
     assert_eq!(
@@ -193,21 +194,22 @@ fn open_streams_return_to_zero_when_their_guards_drop() {
 
 #[test]
 fn the_text_is_prometheus_exposition() {
-    let m = Metrics::new();
+    let m = Metrics::new(&["mcp"]);
     m.request(
         RouteLabel::Mcp,
+        Some(0),
         MethodClass::Post,
         200,
         Duration::from_millis(3),
     );
     m.auth(CredentialKind::None, AuthReason::Missing);
-    m.upstream_first_byte(Duration::from_millis(1));
+    m.upstream_first_byte(Some(0), Duration::from_millis(1));
     m.ratelimit().refusals.inc();
     let text = m.encode().unwrap();
     assert_eq!(
         series(
             &text,
-            "pforte_http_requests_total{route=\"mcp\",method=\"POST\",status=\"2xx\"}"
+            "pforte_http_requests_total{endpoint=\"mcp\",route=\"mcp\",method=\"POST\",status=\"2xx\"}"
         ),
         Some(1.0)
     );
@@ -216,12 +218,31 @@ fn the_text_is_prometheus_exposition() {
         Some(1.0)
     );
     assert_eq!(series(&text, "pforte_ratelimit_degraded "), Some(0.0));
+    assert_eq!(
+        series(
+            &text,
+            &format!(
+                "pforte_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        Some(1.0)
+    );
+    assert!(series(&text, "process_resident_memory_bytes ").is_some_and(|v| v > 0.0));
+    assert!(series(&text, "process_cpu_seconds_total ").is_some());
+    assert!(series(&text, "process_open_fds ").is_some_and(|v| v > 0.0));
+    assert!(
+        series(
+            &text,
+            "pforte_upstream_errors_total{route=\"mcp\",kind=\"connect\"}"
+        )
+        .is_some()
+    );
     assert_eq!(series(&text, "pforte_ratelimit_refusals_total "), Some(1.0));
     assert!(
-        text.contains("pforte_http_request_duration_seconds_bucket{le=\"0.005\",route=\"mcp\"} 1")
-            || text.contains(
-                "pforte_http_request_duration_seconds_bucket{route=\"mcp\",le=\"0.005\"} 1"
-            ),
+        text.contains(
+            "pforte_http_request_duration_seconds_bucket{endpoint=\"mcp\",route=\"mcp\",le=\"0.005\"} 1"
+        ),
         "{text}"
     );
     for line in text

@@ -1,8 +1,8 @@
 //! What a path is (an MCP route, its RFC 9728 document, the authorization server, or one of
 //! the gateway's own endpoints), and the answers of the gateway's own endpoints: `/healthz`,
-//! `/readyz`, the protected-resource documents, `/favicon.ico` and `/metrics`.
+//! `/readyz` (each route's health), the protected-resource documents, `/favicon.ico` and `/metrics`.
 
-use std::{net::IpAddr, time::Duration};
+use std::{net::IpAddr, sync::atomic::Ordering, time::Duration};
 
 use crate::{
     config::{Settings, Upstream},
@@ -91,10 +91,7 @@ impl Gateway {
     pub(super) async fn builtin(&self, target: Target, caller: Caller) -> Step {
         match target {
             Target::Health => Step::Answer(Reply::json(200, &serde_json::json!({"status": "ok"}))),
-            Target::Ready if self.upstream_ready().await => {
-                Step::Answer(Reply::json(200, &serde_json::json!({"status": "ready"})))
-            }
-            Target::Ready => Step::Refuse(Rejection::NotReady),
+            Target::Ready => Step::Answer(readiness(&self.route_health().await)),
             Target::ResourceMetadata(i) if caller.get => match self.routes.get(i) {
                 Some(edge) => Step::Answer(
                     Reply::bytes(200, "application/json", edge.metadata.clone())
@@ -127,37 +124,95 @@ impl Gateway {
         forward::metrics_allowed(caller.peer, caller.client, caller.forwarded, trusted)
     }
 
-    /// Ready when every route's upstream accepts a connection; a balanced route while one of
-    /// its instances is up (the prober knows).
-    async fn upstream_ready(&self) -> bool {
-        for (route, edge) in self.settings.routes.iter().zip(&self.routes) {
-            let up = match &edge.instances {
-                Some(instances) => instances.any_healthy(),
-                None => accepts(route.upstream.primary()).await,
-            };
-            if !up {
-                return false;
-            }
-        }
-        true
+    /// Every route's health: an upstream that accepts a connection, or for a balanced route
+    /// one of its instances up (the prober knows). The probes run at once, so the answer comes
+    /// within half a second however many routes are down.
+    async fn route_health(&self) -> Vec<RouteHealth<'_>> {
+        let probes =
+            self.settings
+                .routes
+                .iter()
+                .zip(&self.routes)
+                .map(|(route, edge)| async move {
+                    let failure = match &edge.instances {
+                        Some(instances) => {
+                            let up = instances.healthy_count();
+                            (up == 0).then(|| format!("no instance up (0 of {})", instances.len()))
+                        }
+                        None => {
+                            let failure = probe(route.upstream.primary()).await.err();
+                            // The probe is news for `pforte_upstream_up` too.
+                            edge.reached.store(failure.is_none(), Ordering::Relaxed);
+                            failure
+                        }
+                    };
+                    RouteHealth {
+                        route: &route.name,
+                        required: route.required,
+                        failure,
+                    }
+                });
+        futures::future::join_all(probes).await
     }
 }
 
-/// Whether `upstream` accepts a connection within half a second.
-pub(super) async fn accepts(upstream: &Upstream) -> bool {
+/// One route's health, as `/readyz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RouteHealth<'a> {
+    pub(super) route: &'a str,
+    pub(super) required: bool,
+    /// Why the route is down (`None`: up). A fixed phrase: never an upstream address, as
+    /// `/readyz` is public.
+    pub(super) failure: Option<String>,
+}
+
+/// The `/readyz` answer: 200 unless a required route is down, the body naming every route that
+/// is down (`{"status":"ready"|"not_ready","ready":bool,"failing":[{"route","required","reason"}]}`).
+pub(super) fn readiness(health: &[RouteHealth<'_>]) -> Reply {
+    let failing: Vec<serde_json::Value> = health
+        .iter()
+        .filter_map(|h| {
+            h.failure.as_ref().map(|reason| {
+                serde_json::json!({"route": h.route, "required": h.required, "reason": reason})
+            })
+        })
+        .collect();
+    let ready = !health.iter().any(|h| h.required && h.failure.is_some());
+    let (status, word) = if ready {
+        (200, "ready")
+    } else {
+        (503, "not_ready")
+    };
+    let body = serde_json::json!({"status": word, "ready": ready, "failing": failing});
+    let reply = Reply::json(status, &body).header("cache-control", "no-store");
+    if ready {
+        reply
+    } else {
+        reply.header("retry-after", "5")
+    }
+}
+
+/// Whether `upstream` accepts a connection within half a second, or why not.
+pub(super) async fn probe(upstream: &Upstream) -> Result<(), String> {
     let wait = Duration::from_millis(500);
-    match &upstream.socket {
-        Some(path) => matches!(
-            tokio::time::timeout(wait, tokio::net::UnixStream::connect(path)).await,
-            Ok(Ok(_))
-        ),
-        None => matches!(
-            tokio::time::timeout(
-                wait,
-                tokio::net::TcpStream::connect(upstream.authority.as_str())
-            )
-            .await,
-            Ok(Ok(_))
-        ),
+    let connected = match &upstream.socket {
+        Some(path) => tokio::time::timeout(wait, tokio::net::UnixStream::connect(path))
+            .await
+            .map(|r| r.map(drop)),
+        None => tokio::time::timeout(
+            wait,
+            tokio::net::TcpStream::connect(upstream.authority.as_str()),
+        )
+        .await
+        .map(|r| r.map(drop)),
+    };
+    match connected {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+            std::io::ErrorKind::NotFound => "no socket at the configured path".to_owned(),
+            _ => "connect failed".to_owned(),
+        }),
+        Err(_) => Err("no connection within 500 ms".to_owned()),
     }
 }

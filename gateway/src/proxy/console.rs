@@ -281,7 +281,7 @@ impl Gateway {
                     };
                     (health, list)
                 }
-                None if super::builtin::accepts(route.upstream.primary()).await => {
+                None if super::builtin::probe(route.upstream.primary()).await.is_ok() => {
                     (Health::Up, Vec::new())
                 }
                 None => (Health::Down, Vec::new()),
@@ -300,7 +300,7 @@ impl Gateway {
                     .children
                     .get(i)
                     .and_then(Option::as_ref)
-                    .map(crate::stdio::ChildCount::live),
+                    .map(crate::stdio::LiveChildren::count),
             });
         }
         rows

@@ -52,6 +52,8 @@ pub(crate) struct RequestCtx {
     pub(super) in_session: bool,
     /// Failed attempts to connect to an instance (a retry goes to another one).
     pub(super) connect_failures: usize,
+    /// The request's spans, when `[telemetry]` is on.
+    pub(super) trace: Option<crate::telemetry::RequestTrace>,
 }
 
 /// What the gateway keeps of one `/mcp` exchange between phases.
@@ -101,6 +103,7 @@ impl RequestCtx {
             instance: None,
             in_session: false,
             connect_failures: 0,
+            trace: None,
         }
     }
 

@@ -41,6 +41,7 @@ impl Gateway {
         }
         self.count(req, e, ctx, status);
         self.console_note(e, ctx, status);
+        self.end_trace(req, e, ctx, status);
         self.log_request(req, e, ctx, status);
     }
 
@@ -180,9 +181,10 @@ impl Gateway {
     fn count(&self, req: &RequestHeader, e: Option<&Error>, ctx: &mut RequestCtx, status: u16) {
         let took = ctx.started.elapsed();
         let method = metrics::method_class(&req.method);
-        self.metrics.request(ctx.route, method, status, took);
+        self.metrics
+            .request(ctx.route, ctx.mcp_route, method, status, took);
         if let Some(kind) = e.and_then(metrics::upstream_failure) {
-            self.metrics.upstream_failure(kind);
+            self.metrics.upstream_failure(ctx.mcp_route, kind);
         }
         if let Some(tool) = ctx.mcp.message.as_ref().and_then(Message::tool)
             && let Some(i) = ctx.mcp_route
@@ -195,7 +197,7 @@ impl Gateway {
                 || self.settings.routes[i].tools.contains_key(tool)
                 || self.settings.limits.tools.contains_key(tool);
             self.metrics
-                .tool_call(tool, known, metrics::tool_decision(ctx.refused));
+                .tool_call(i, tool, known, metrics::tool_decision(ctx.refused));
         }
         ctx.stream = None;
     }

@@ -28,7 +28,9 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         if let Some(sent) = ctx.upstream_sent {
-            self.metrics.upstream_first_byte(sent.elapsed());
+            self.metrics
+                .upstream_first_byte(ctx.mcp_route, sent.elapsed());
+            self.reached(ctx, true);
         }
         let ok = resp.status.is_success();
         if ok && is_event_stream(resp) {

@@ -3,7 +3,7 @@
 use pingora::{Error, ErrorType};
 
 use super::{
-    builtin::Target,
+    builtin::{RouteHealth, Target, readiness},
     is_client_side, keepalive,
     upstream::{instances_of, upstream_of},
 };
@@ -120,4 +120,54 @@ fn idle_connections_are_bounded_by_keepalive_timeout_secs() {
     assert_eq!(keepalive(Some(5), 60), Some(5), "a client may ask for less");
     assert_eq!(keepalive(Some(86_400), 60), Some(60), "not for more");
     assert_eq!(keepalive(None, 60), None, "Connection: close stays closed");
+}
+
+#[test]
+fn readiness_names_every_failing_route_and_only_a_required_one_makes_it_503() {
+    let up = |route| RouteHealth {
+        route,
+        required: true,
+        failure: None,
+    };
+    let down = |route, required| RouteHealth {
+        route,
+        required,
+        failure: Some("connection refused".to_owned()),
+    };
+    let body = |r: &crate::reply::Reply| -> serde_json::Value {
+        serde_json::from_slice(&r.body).unwrap_or_default()
+    };
+
+    let all_up = readiness(&[up("mcp"), up("notes")]);
+    assert_eq!(all_up.status, 200);
+    assert_eq!(
+        body(&all_up),
+        serde_json::json!({"status": "ready", "ready": true, "failing": []})
+    );
+
+    let optional_down = readiness(&[up("mcp"), down("notes", false)]);
+    assert_eq!(optional_down.status, 200);
+    assert_eq!(
+        body(&optional_down)["failing"],
+        serde_json::json!([{"route": "notes", "required": false, "reason": "connection refused"}])
+    );
+
+    let required_down = readiness(&[down("mcp", true), down("notes", false)]);
+    assert_eq!(required_down.status, 503);
+    let b = body(&required_down);
+    assert_eq!(b["status"], "not_ready");
+    assert_eq!(b["ready"], false);
+    let named: Vec<&str> = b["failing"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["route"].as_str())
+        .collect();
+    assert_eq!(named, ["mcp", "notes"]);
+    assert!(
+        required_down
+            .headers
+            .iter()
+            .any(|(k, _)| *k == "retry-after")
+    );
 }

@@ -3,7 +3,13 @@
 //! balanced route, and the request as the upstream sees it (credential stripped, trusted
 //! identity headers, its own host and path).
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Instant,
+};
 
 use bytes::Bytes;
 use pingora::{Error, ErrorType, Result, http::RequestHeader, upstreams::peer::HttpPeer};
@@ -11,7 +17,7 @@ use pingora::{Error, ErrorType, Result, http::RequestHeader, upstreams::peer::Ht
 use crate::{
     balance::{self, Instances},
     config::{self, Settings, Upstream, UpstreamKind},
-    forward, metadata, policy,
+    forward, metadata, metrics, policy,
 };
 
 use super::{
@@ -30,6 +36,9 @@ pub(super) struct RouteEdge {
     pub(super) instances: Option<Arc<Instances>>,
     /// One prebuilt peer per instance (one for a route with one upstream).
     peers: Vec<Arc<PeerSlot>>,
+    /// A route with one upstream: whether the last connect to it succeeded (its
+    /// `pforte_upstream_up`).
+    pub(super) reached: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for RouteEdge {
@@ -72,6 +81,7 @@ impl RouteEdge {
             ca,
             instances: instances_of(route)?,
             peers,
+            reached: Arc::new(AtomicBool::new(true)),
         })
     }
 }
@@ -176,6 +186,7 @@ impl Gateway {
     /// A failed connect to an instance of a balanced route marks it down and, outside a
     /// session, lets pingora retry on another one.
     pub(super) fn connect_failed(&self, ctx: &mut RequestCtx, e: &mut Error) {
+        self.reached(ctx, false);
         if let (Some(instances), Some(i)) = (self.instances(ctx), ctx.instance) {
             if balance::marks_down(e) {
                 instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());
@@ -185,6 +196,40 @@ impl Gateway {
                 e.set_retry(true);
             }
         }
+    }
+
+    /// Records whether the request's single-upstream route was reached (for the metrics).
+    pub(super) fn reached(&self, ctx: &RequestCtx, reached: bool) {
+        if let Some(edge) = ctx.mcp_route.and_then(|i| self.routes.get(i))
+            && edge.instances.is_none()
+        {
+            edge.reached.store(reached, Ordering::Relaxed);
+        }
+    }
+
+    /// The scrape-time series' route sources: each route's instances and their health.
+    pub(crate) fn live_routes(&self) -> Vec<metrics::live::RouteSource> {
+        self.settings
+            .routes
+            .iter()
+            .zip(&self.routes)
+            .map(|(route, edge)| {
+                let upstreams = match &route.upstream {
+                    UpstreamKind::Replicas { instances, .. } => instances.iter().collect(),
+                    kind => vec![kind.primary()],
+                };
+                metrics::live::RouteSource {
+                    route: metrics::RouteName::from(route.name.as_str()),
+                    instances: metrics::live::instance_names(&upstreams),
+                    health: match &edge.instances {
+                        Some(instances) => {
+                            metrics::live::InstanceHealth::Balanced(instances.clone())
+                        }
+                        None => metrics::live::InstanceHealth::Single(edge.reached.clone()),
+                    },
+                }
+            })
+            .collect()
     }
 
     /// A failed proxy attempt to an instance marks it down; `true` when the request's session

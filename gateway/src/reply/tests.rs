@@ -155,7 +155,6 @@ fn every_rejection_has_one_status() {
         (Rejection::RouteForbidden, 403),
         (Rejection::SessionNotFound, 404),
         (Rejection::MethodNotAllowed { allow: "GET" }, 405),
-        (Rejection::NotReady, 503),
         (Rejection::Internal, 500),
     ];
     for (rejection, status) in cases {

@@ -137,6 +137,12 @@ impl Table {
     }
 
     /// Drops every binding expired at `now` (each is dropped once: amortised O(log n)).
+    /// The bindings alive at `now`.
+    pub(super) fn live(&mut self, now: u64) -> usize {
+        self.purge(now);
+        self.entries.len()
+    }
+
     fn purge(&mut self, now: u64) {
         while let Some(entry) = self.by_expiry.first_entry() {
             if entry.key().0 > now {

@@ -1,6 +1,6 @@
 //! End to end, the gateway in front of mcp-service (one test binary, one module per theme):
 //! the walking skeleton over TLS with static tokens, rate limits, client connections,
-//! `/metrics`, routes, MCP-aware authorization, a trusted proxy, the operator's view of the
+//! `/metrics`, traces, routes, MCP-aware authorization, a trusted proxy, the operator's view of the
 //! binaries, the runtime arrangements (per core, work stealing), the store's life (`serve
 //! --init`, backup and restore), and the gateway's building blocks used directly against real
 //! peers.
@@ -16,4 +16,5 @@ mod runtime;
 mod skeleton;
 mod store_ops;
 mod tool_policy;
+mod traces;
 mod trusted_proxy;

@@ -148,9 +148,9 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         &scrape,
         &before,
         &[
-            "pforte_http_requests_total{route=\"mcp\",method=\"GET\",status=\"4xx\"}",
+            "pforte_http_requests_total{endpoint=\"mcp\",route=\"mcp\",method=\"GET\",status=\"4xx\"}",
             "pforte_auth_total{kind=\"none\",reason=\"missing\"}",
-            "pforte_http_request_duration_seconds_count{route=\"mcp\"}",
+            "pforte_http_request_duration_seconds_count{endpoint=\"mcp\",route=\"mcp\"}",
         ],
     )
     .await;
@@ -172,10 +172,10 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         &scrape,
         &before,
         &[
-            "pforte_http_requests_total{route=\"mcp\",method=\"POST\",status=\"2xx\"}",
+            "pforte_http_requests_total{endpoint=\"mcp\",route=\"mcp\",method=\"POST\",status=\"2xx\"}",
             "pforte_auth_total{kind=\"static\",reason=\"ok\"}",
-            "pforte_tool_calls_total{tool=\"whoami\",decision=\"allowed\"}",
-            "pforte_upstream_first_byte_seconds_count",
+            "pforte_tool_calls_total{route=\"mcp\",tool=\"whoami\",decision=\"allowed\"}",
+            "pforte_upstream_first_byte_seconds_count{route=\"mcp\"}",
         ],
     )
     .await;
@@ -185,6 +185,18 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
             .any(|k| k.contains(&session) || k.contains("operator")),
         "a session id or subject became a label"
     );
+    // The live series: the session just opened, the route's instance up, the process.
+    assert!(get(&after, "pforte_sessions_live") >= 1.0, "{after:?}");
+    let up: Vec<f64> = after
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("pforte_upstream_up{route=\"mcp\",instance=\"http://127.0.0.1:")
+        })
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(up, [1.0], "{after:?}");
+    assert!(get(&after, "process_resident_memory_bytes") > 0.0);
+    assert!(get(&after, "process_open_fds") > 0.0);
     assert!(
         eventually(Duration::from_secs(5), || async {
             scrape.value(OPEN_STREAMS).await == 0.0
@@ -246,9 +258,9 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         &[
             "pforte_oauth_events_total{event=\"registration\"}",
             "pforte_oauth_events_total{event=\"login_failed\"}",
-            "pforte_http_requests_total{route=\"oauth\",method=\"POST\",status=\"4xx\"}",
-            "pforte_http_requests_total{route=\"oauth\",method=\"GET\",status=\"2xx\"}",
-            "pforte_http_requests_total{route=\"well_known\",method=\"GET\",status=\"2xx\"}",
+            "pforte_http_requests_total{endpoint=\"oauth\",route=\"\",method=\"POST\",status=\"4xx\"}",
+            "pforte_http_requests_total{endpoint=\"oauth\",route=\"\",method=\"GET\",status=\"2xx\"}",
+            "pforte_http_requests_total{endpoint=\"well_known\",route=\"mcp\",method=\"GET\",status=\"2xx\"}",
         ],
     )
     .await;
@@ -300,7 +312,7 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         &before,
         &[
             "pforte_ratelimit_refusals_total",
-            "pforte_http_requests_total{route=\"mcp\",method=\"GET\",status=\"4xx\"}",
+            "pforte_http_requests_total{endpoint=\"mcp\",route=\"mcp\",method=\"GET\",status=\"4xx\"}",
             "pforte_auth_total{kind=\"static\",reason=\"ok\"}",
         ],
     )
@@ -337,6 +349,15 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
         "pforte_ratelimit_degraded",
         "pforte_ratelimit_fallback_decisions_total",
         "pforte_ratelimit_refusals_total",
+        "pforte_build_info",
+        "pforte_upstream_up",
+        "pforte_sessions_live",
+        "pforte_stdio_children",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
     ] {
         assert!(
             families(&remote_text).iter().any(|f| f == family),
@@ -372,13 +393,103 @@ async fn an_unreachable_upstream_counts_as_a_connect_error() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 502);
-    moved(
+    let after = moved(
         &scrape,
         &before,
         &[
-            "pforte_upstream_errors_total{kind=\"connect\"}",
-            "pforte_http_requests_total{route=\"mcp\",method=\"GET\",status=\"5xx\"}",
+            "pforte_upstream_errors_total{route=\"mcp\",kind=\"connect\"}",
+            "pforte_http_requests_total{endpoint=\"mcp\",route=\"mcp\",method=\"GET\",status=\"5xx\"}",
         ],
     )
     .await;
+    // The route's one instance is down, by the URL as configured.
+    let up =
+        format!("pforte_upstream_up{{route=\"mcp\",instance=\"http://127.0.0.1:{dead}/mcp\"}}");
+    assert_eq!(after.get(&up), Some(&0.0), "{up} in {after:?}");
+}
+
+/// Every metric name an expression uses (`pforte_*`, `process_*`).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let word = (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_')
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+        if word {
+            let end = bytes[i..]
+                .iter()
+                .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+                .map_or(bytes.len(), |n| i + n);
+            let name = &expr[i..end];
+            if name.starts_with("pforte_") || name.starts_with("process_") {
+                names.push(name.to_owned());
+            }
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grafana_dashboard_uses_only_exported_metrics() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana-dashboard.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(exprs.len() >= 15, "{exprs:?}");
+
+    let gw = Stack::start().await;
+    let token = gw.create_token("t").await.unwrap();
+    assert_eq!(gw.mcp(&token).initialize().await.status(), 200);
+    let scrape = Scraper {
+        http: gw.http(),
+        url: format!("{}/metrics", gw.base),
+    };
+    let text = scrape.text().await;
+    // What the gateway exports: every sample's name and every family's.
+    let mut exported: Vec<String> = parse(&text)
+        .keys()
+        .map(|k| k.split('{').next().unwrap().to_owned())
+        .collect();
+    exported.extend(families(&text));
+    let mut used = 0;
+    for expr in &exprs {
+        for name in metric_names(expr) {
+            assert!(
+                exported.contains(&name),
+                "the dashboard's {name} (in {expr}) is not exported:\n{text}"
+            );
+            used += 1;
+        }
+    }
+    assert!(used >= exprs.len(), "every query names a metric");
+    // The families an SRE reads first are on the dashboard.
+    for needed in [
+        "pforte_http_requests_total",
+        "pforte_http_request_duration_seconds_bucket",
+        "pforte_upstream_up",
+        "pforte_sessions_live",
+        "pforte_stdio_children",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+    ] {
+        assert!(
+            exprs
+                .iter()
+                .any(|e| metric_names(e).iter().any(|n| n == needed)),
+            "{needed} is on no panel"
+        );
+    }
 }

@@ -134,6 +134,71 @@ async fn two_http_routes_through_one_gateway() {
     assert!(err.contains("mcp alpha beta"), "{err}");
 }
 
+/// `/readyz` as status and JSON body.
+async fn readyz(gw: &Gateway) -> (u16, Value) {
+    let r = gw
+        .http()
+        .get(format!("{}/readyz", gw.base))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_a_down_route_and_only_a_required_one_makes_it_unready() {
+    // Nothing listens here.
+    let dead = format!("http://127.0.0.1:{}/mcp", pforte_tests::free_port());
+    let failing = json!([{"route": "side", "required": false, "reason": "connection refused"}]);
+
+    let gw = Stack::builder()
+        .route(Route::url("side", &dead).optional())
+        .start()
+        .await;
+    let (status, body) = readyz(&gw).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["ready"], true, "{body}");
+    assert_eq!(body["failing"], failing, "{body}");
+    // The probe is news for the metrics too: the route's one instance is down.
+    let metrics = gw
+        .http()
+        .get(format!("{}/metrics", gw.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let side = format!("pforte_upstream_up{{route=\"side\",instance=\"{dead}\"}} 0");
+    assert!(metrics.lines().any(|l| l == side), "{side} in {metrics}");
+    // The required route (/mcp) still serves; /healthz is as it was.
+    let token = gw.create_token("t").await.unwrap();
+    assert_eq!(gw.mcp(&token).initialize().await.status(), 200);
+    let health: Value = gw
+        .http()
+        .get(format!("{}/healthz", gw.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health, json!({"status": "ok"}));
+    drop(gw);
+
+    let gw = Stack::builder()
+        .route(Route::url("side", &dead))
+        .start()
+        .await;
+    let (status, body) = readyz(&gw).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["ready"], false, "{body}");
+    assert_eq!(body["status"], "not_ready", "{body}");
+    let mut required = failing.clone();
+    required[0]["required"] = json!(true);
+    assert_eq!(body["failing"], required, "{body}");
+}
+
 /// An upstream that answers every request with what it received (method, path, headers).
 async fn echo_upstream() -> std::net::SocketAddr {
     use axum::{Json, extract::Request};

@@ -205,6 +205,28 @@ async fn mcp_service_stdio_is_a_route() {
     assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
     let who = call(&client, "whoami", json!({})).await.unwrap();
     assert!(!who.is_empty());
+    // /metrics counts the route's running child and the session bound to it.
+    let metrics = gw
+        .http()
+        .get(format!("{}/metrics", gw.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{prefix} in {metrics}"))
+    };
+    assert!(
+        value("pforte_stdio_children{route=\"plans\"}") >= 1.0,
+        "{metrics}"
+    );
+    assert!(value("pforte_sessions_live ") >= 1.0, "{metrics}");
     let _ = client.cancel().await;
 
     // Only the gateway's user reaches the bridge: the socket 0600 in a 0700 directory.
