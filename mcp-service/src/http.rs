@@ -13,11 +13,16 @@ use tokio_util::sync::CancellationToken;
 use crate::{config::ServiceConfig, surface::PlanService, tools::Planner};
 
 /// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`. Every session shares the
-/// planner (engine and store).
+/// planner (engine and store) and the tool catalog.
 pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationToken) -> Router {
-    let read_only = cfg.read_only;
+    let tools = PlanService::tools(cfg.read_only);
     let mcp = StreamableHttpService::new(
-        move || Ok(PlanService::new(Arc::clone(&planner), read_only)),
+        move || {
+            Ok(PlanService::with_tools(
+                Arc::clone(&planner),
+                Arc::clone(&tools),
+            ))
+        },
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_allowed_hosts(cfg.allowed_hosts.clone())

@@ -92,10 +92,12 @@ pub fn unknown_arguments(
     (!unknown.is_empty()).then_some((unknown, accepted))
 }
 
-/// The Werkbaum MCP service. Cheap to clone; one instance per MCP session.
+/// The Werkbaum MCP service. Cheap to clone; one instance per MCP session. The tool catalog
+/// is built once per process ([`PlanService::tools`]) and shared: built per session, its
+/// schemas were about 480 KiB of every idle session's memory.
 #[derive(Clone)]
 pub struct PlanService {
-    tool_router: ToolRouter<Self>,
+    tool_router: Arc<ToolRouter<Self>>,
     planner: Arc<Planner>,
 }
 
@@ -135,16 +137,28 @@ pub fn catalog() -> ToolRouter<PlanService> {
 
 #[tool_router]
 impl PlanService {
-    /// A session's service; in read-only mode no write tool is registered at all.
+    /// A session's service with a catalog of its own (one session, e.g. stdio); a server of
+    /// many sessions builds [`PlanService::tools`] once and calls [`PlanService::with_tools`].
     pub fn new(planner: Arc<Planner>, read_only: bool) -> Self {
+        Self::with_tools(planner, Self::tools(read_only))
+    }
+
+    /// The tools every session of this process serves; in read-only mode no write tool is
+    /// registered at all.
+    pub fn tools(read_only: bool) -> Arc<ToolRouter<Self>> {
         let mut tool_router = catalog();
         if read_only {
             for name in write_tools(&tool_router) {
                 tool_router.remove_route(&name);
             }
         }
+        Arc::new(tool_router)
+    }
+
+    /// A session's service sharing `tools` (from [`PlanService::tools`]) with every other.
+    pub fn with_tools(planner: Arc<Planner>, tools: Arc<ToolRouter<Self>>) -> Self {
         Self {
-            tool_router,
+            tool_router: tools,
             planner,
         }
     }

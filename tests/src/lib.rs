@@ -15,6 +15,7 @@ mod jag_idp;
 mod proc;
 mod service;
 mod stack;
+mod streams;
 mod tls;
 mod tools;
 mod up;
@@ -40,6 +41,7 @@ pub use pforte_test_support::{
 pub use proc::{Proc, bin, bin_dir, built_bin, eventually, pforte_cmd, target_dir};
 pub use service::McpService;
 pub use stack::{Stack, StackBuilder};
+pub use streams::{delete_session, open_session_stream, rss_kib};
 pub use tls::{TestCert, TlsFront, http_client};
 pub use tools::{
     CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, EverythingServer, MCP_PYTHON_SDK, MCP_TS_SDK_PACKAGE,

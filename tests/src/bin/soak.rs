@@ -1,6 +1,7 @@
 //! `pforte-soak`: holds many MCP SSE streams open through the gateway, closes them, and does it
-//! again, printing the gateway's resident memory at each stage and checking it against bounds
-//! (hardening finding 14, performance point 3). Not part of `./test.sh`: a bounded benchmark.
+//! again, printing the resident memory of the gateway and of the MCP service behind it at each
+//! stage and checking both against bounds (hardening finding 14, performance point 3, issue 27
+//! points 4 and 5). Not part of `./test.sh`: a bounded benchmark.
 //!
 //! Run: `cargo build --release --bins && ./target/release/pforte-soak [--short]`. It starts the
 //! `mcp-service` and `pforte` beside it on 127.0.0.1 (rate limits off; the per-principal
@@ -8,6 +9,8 @@
 //! on connections per IP, since all come from 127.0.0.1), opens
 //! `--streams` sessions each with one `GET /mcp` (`Accept: text/event-stream`) stream, holds
 //! them `--hold-secs`, closes the streams and deletes the sessions, `--rounds` times.
+//! `--bins DIR` takes `pforte` and `mcp-service` from DIR instead of beside this binary, so two
+//! builds (e.g. a copy of the previous one) can be compared side by side.
 
 use std::{
     process::Command,
@@ -16,13 +19,16 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use pforte_tests::{Proc, built_bin, eventually, free_port};
+use pforte_tests::{
+    Proc, built_bin, delete_session, eventually, free_port, open_session_stream, rss_kib,
+};
 use tokio::{sync::Semaphore, task::JoinSet};
 
 const USAGE: &str = "\
-pforte-soak: hold MCP SSE streams through pforte, close them, repeat; print gateway RSS
+pforte-soak: hold MCP SSE streams through pforte, close them, repeat; print the RSS of the
+gateway and of the MCP service
 
-usage: pforte-soak [--streams N] [--hold-secs S] [--rounds N] [--short] [--threads N] [--settle-secs S]
+usage: pforte-soak [--streams N] [--hold-secs S] [--rounds N] [--short] [--threads N] [--settle-secs S] [--bins DIR]
 
   --streams N     concurrent SSE streams (one session each)         (default 1000)
   --hold-secs S   how long the streams stay open each round         (default 120)
@@ -30,9 +36,11 @@ usage: pforte-soak [--streams N] [--hold-secs S] [--rounds N] [--short] [--threa
   --short         --hold-secs 10
   --threads N     gateway worker threads (`threads` in pforte.toml) (default 2)
   --settle-secs S after closing, wait S s before reading RSS          (default 15)
+  --bins DIR      where `pforte` and `mcp-service` are      (default: beside this binary)
 
-checks: RSS with the streams open <= 64 MB; after-close RSS of the last round within 10 % of
-the first round's; after-close RSS within 20 MB of idle. Exit 1 when a check fails.";
+checks, for the gateway and for the service each: RSS with the streams open <= 64 MB;
+after-close RSS of the last round within 10 % of the first round's; after-close RSS within
+20 MB of idle. Exit 1 when a check fails.";
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -41,6 +49,7 @@ struct Options {
     rounds: usize,
     threads: usize,
     settle: Duration,
+    bins: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -51,6 +60,7 @@ impl Options {
             rounds: 2,
             threads: 2,
             settle: Duration::from_secs(15),
+            bins: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -68,6 +78,7 @@ impl Options {
                 "--threads" => o.threads = num("--threads")?.clamp(1, 64) as usize,
                 "--settle-secs" => o.settle = Duration::from_secs(num("--settle-secs")?.min(600)),
                 "--short" => o.hold = Duration::from_secs(10),
+                "--bins" => o.bins = Some(args.next().context("--bins needs a directory")?.into()),
                 "-h" | "--help" => {
                     println!("{USAGE}");
                     std::process::exit(0);
@@ -77,16 +88,6 @@ impl Options {
         }
         Ok(o)
     }
-}
-
-/// Resident set size of `pid` in KiB (`VmRSS`).
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmRSS")
 }
 
 /// Open file descriptors of `pid`.
@@ -126,60 +127,7 @@ async fn open_stream(
     token: &str,
     readers: &tokio::sync::Mutex<JoinSet<()>>,
 ) -> anyhow::Result<Held> {
-    let init = http
-        .post(url)
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(
-            pforte_tests::initialize_request(
-                pforte_tests::PROTOCOL_VERSION,
-                "pforte-soak",
-                &serde_json::json!({}),
-            )
-            .to_string(),
-        )
-        .send()
-        .await?;
-    if init.status() != 200 {
-        bail!("initialize: {}", init.status());
-    }
-    let session = init
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .context("no mcp-session-id")?
-        .to_owned();
-    init.bytes().await?;
-    let done = http
-        .post(url)
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .send()
-        .await?;
-    if done.status() != 202 {
-        bail!("initialized: {}", done.status());
-    }
-    let mut stream = http
-        .get(url)
-        .bearer_auth(token)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await?;
-    let sse = stream
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if stream.status() != 200 || !sse {
-        bail!("GET stream: {} (SSE: {sse})", stream.status());
-    }
+    let (session, mut stream) = open_session_stream(http, url, Some(token)).await?;
     readers
         .lock()
         .await
@@ -187,10 +135,20 @@ async fn open_stream(
     Ok(Held { session })
 }
 
+/// The two processes measured: the gateway and the MCP service behind it.
+const WHO: [&str; 2] = ["gateway", "service"];
+
+/// RSS (KiB) of each of `pids` (in [`WHO`] order).
+fn rss_both(pids: [u32; 2]) -> anyhow::Result<[u64; 2]> {
+    Ok([rss_kib(pids[0])?, rss_kib(pids[1])?])
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Round {
-    open_kib: u64,
-    closed_kib: u64,
+    /// Largest RSS sampled while the streams were open, per process ([`WHO`] order).
+    open_kib: [u64; 2],
+    /// RSS after the streams closed and the sessions were deleted, per process.
+    closed_kib: [u64; 2],
     opened: usize,
     open_secs: f64,
 }
@@ -200,7 +158,7 @@ async fn round(
     http: &reqwest::Client,
     url: &str,
     token: &str,
-    gw_pid: u32,
+    pids: [u32; 2],
     idle_fds: usize,
 ) -> anyhow::Result<Round> {
     let readers = Arc::new(tokio::sync::Mutex::new(JoinSet::new()));
@@ -233,12 +191,13 @@ async fn round(
         );
     }
     // Hold: sample RSS; report the largest.
-    let mut open_kib = rss_kib(gw_pid)?;
+    let mut open_kib = rss_both(pids)?;
     let hold_until = Instant::now() + o.hold;
     while Instant::now() < hold_until {
         let left = hold_until.saturating_duration_since(Instant::now());
         tokio::time::sleep(left.min(Duration::from_secs(5))).await;
-        open_kib = open_kib.max(rss_kib(gw_pid)?);
+        let now = rss_both(pids)?;
+        open_kib = [open_kib[0].max(now[0]), open_kib[1].max(now[1])];
     }
     let alive = readers.lock().await.len();
     let finished = {
@@ -260,15 +219,7 @@ async fn round(
             (http.clone(), url.to_owned(), token.to_owned(), gate.clone());
         deleting.spawn(async move {
             let _permit = gate.acquire_owned().await?;
-            let r = http
-                .delete(&url)
-                .bearer_auth(&token)
-                .header("mcp-session-id", &h.session)
-                .header("mcp-protocol-version", "2025-06-18")
-                .send()
-                .await?;
-            anyhow::ensure!(r.status().is_success(), "DELETE: {}", r.status());
-            anyhow::Ok(())
+            delete_session(&http, &url, Some(&token), &h.session).await
         });
     }
     while let Some(r) = deleting.join_next().await {
@@ -276,22 +227,22 @@ async fn round(
     }
     // Settled: the gateway's connections are gone (idle pooled ones aside), RSS stops moving.
     let settled = eventually(Duration::from_secs(60), || {
-        let n = fds(gw_pid);
+        let n = fds(pids[0]);
         async move { n <= idle_fds + 64 }
     })
     .await;
     if !settled {
         eprintln!(
             "warning: the gateway still holds {} descriptors (idle: {idle_fds})",
-            fds(gw_pid)
+            fds(pids[0])
         );
     }
     // The allocator hands freed pages back over a few seconds (jemalloc's decay): sample for
     // `--settle-secs` and report the last value.
-    let mut closed_kib = rss_kib(gw_pid)?;
+    let mut closed_kib = rss_both(pids)?;
     for _ in 0..o.settle.as_secs() {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        closed_kib = rss_kib(gw_pid)?;
+        closed_kib = rss_both(pids)?;
     }
     Ok(Round {
         open_kib,
@@ -314,7 +265,13 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
 
 async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> {
     let work = tempfile::tempdir()?;
-    let (svc_bin, gw_bin) = (built_bin("mcp-service")?, built_bin("pforte")?);
+    let (svc_bin, gw_bin) = match &o.bins {
+        Some(dir) => (dir.join("mcp-service"), dir.join("pforte")),
+        None => (built_bin("mcp-service")?, built_bin("pforte")?),
+    };
+    for bin in [&svc_bin, &gw_bin] {
+        anyhow::ensure!(bin.exists(), "{} is missing", bin.display());
+    }
 
     let mut cmd = Command::new(&svc_bin);
     cmd.env("MCP_SERVICE_DATA_DIR", work.path().join("svc"))
@@ -342,7 +299,7 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
     let mut cmd = Command::new(&gw_bin);
     cmd.args(["serve", "--init", "--config"]).arg(&config_path);
     let gw = Proc::spawn_logged(cmd, &work.path().join("pforte.log"))?;
-    let gw_pid = gw.child.id();
+    let pids = [gw.child.id(), svc.child.id()];
     let base = format!("http://127.0.0.1:{port}");
     let url = format!("{base}/mcp");
     let http = reqwest::Client::builder()
@@ -373,8 +330,8 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
     })
     .await;
     anyhow::ensure!(seen, "the gateway never accepted the token");
-    let idle_kib = rss_kib(gw_pid)?;
-    let idle_fds = fds(gw_pid);
+    let idle_kib = rss_both(pids)?;
+    let idle_fds = fds(pids[0]);
 
     println!(
         "pforte-soak: {} SSE streams (one session each, one token; session/stream bounds raised \
@@ -384,18 +341,27 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
         o.rounds,
         o.threads
     );
-    println!("gateway RSS idle: {:.1} MB", mib(idle_kib));
+    println!("binaries: {} and {}", gw_bin.display(), svc_bin.display());
+    println!(
+        "RSS idle: gateway {:.1} MB, service {:.1} MB",
+        mib(idle_kib[0]),
+        mib(idle_kib[1])
+    );
     let mut rounds = Vec::new();
     for i in 1..=o.rounds {
-        let r = round(&o, &http, &url, &token, gw_pid, idle_fds).await?;
+        let r = round(&o, &http, &url, &token, pids, idle_fds).await?;
         println!(
-            "round {i}: {} streams opened in {:.1} s; RSS with them open {:.1} MB ({:.0} KiB a stream over idle), after close {:.1} MB",
-            r.opened,
-            r.open_secs,
-            mib(r.open_kib),
-            r.open_kib.saturating_sub(idle_kib) as f64 / r.opened as f64,
-            mib(r.closed_kib)
+            "round {i}: {} streams opened in {:.1} s",
+            r.opened, r.open_secs
         );
+        for (k, who) in WHO.iter().enumerate() {
+            println!(
+                "  {who:7} RSS with them open {:.1} MB ({:.0} KiB a stream over idle), after close {:.1} MB",
+                mib(r.open_kib[k]),
+                r.open_kib[k].saturating_sub(idle_kib[k]) as f64 / r.opened as f64,
+                mib(r.closed_kib[k])
+            );
+        }
         rounds.push(r);
     }
     drop(gw);
@@ -406,36 +372,38 @@ async fn run(o: Options, nofile: u64) -> anyhow::Result<std::process::ExitCode> 
         println!("  [{}] {what}", if pass { "ok" } else { "FAIL" });
         ok &= pass;
     };
-    let max_open = rounds.iter().map(|r| r.open_kib).max().unwrap_or(0);
-    check(
-        max_open <= 64 * 1024,
-        format!(
-            "RSS with {} streams open ≤ 64 MB: {:.1} MB",
-            o.streams,
-            mib(max_open)
-        ),
-    );
-    if let (Some(first), Some(last)) = (rounds.first(), rounds.last()) {
-        let (a, b) = (first.closed_kib as f64, last.closed_kib as f64);
+    for (k, who) in WHO.iter().enumerate() {
+        let max_open = rounds.iter().map(|r| r.open_kib[k]).max().unwrap_or(0);
         check(
-            b <= a * 1.10,
+            max_open <= 64 * 1024,
             format!(
-                "after-close RSS of round {} within 10 % of round 1: {:.1} MB vs {:.1} MB ({:+.1} %)",
-                rounds.len(),
-                mib(last.closed_kib),
-                mib(first.closed_kib),
-                (b / a - 1.0) * 100.0
+                "{who}: RSS with {} streams open ≤ 64 MB: {:.1} MB",
+                o.streams,
+                mib(max_open)
             ),
         );
-        let worst = rounds.iter().map(|r| r.closed_kib).max().unwrap_or(0);
-        check(
-            worst <= idle_kib + 20 * 1024,
-            format!(
-                "after-close RSS within 20 MB of idle: {:.1} MB vs {:.1} MB idle",
-                mib(worst),
-                mib(idle_kib)
-            ),
-        );
+        if let (Some(first), Some(last)) = (rounds.first(), rounds.last()) {
+            let (a, b) = (first.closed_kib[k] as f64, last.closed_kib[k] as f64);
+            check(
+                b <= a * 1.10,
+                format!(
+                    "{who}: after-close RSS of round {} within 10 % of round 1: {:.1} MB vs {:.1} MB ({:+.1} %)",
+                    rounds.len(),
+                    mib(last.closed_kib[k]),
+                    mib(first.closed_kib[k]),
+                    (b / a - 1.0) * 100.0
+                ),
+            );
+            let worst = rounds.iter().map(|r| r.closed_kib[k]).max().unwrap_or(0);
+            check(
+                worst <= idle_kib[k] + 20 * 1024,
+                format!(
+                    "{who}: after-close RSS within 20 MB of idle: {:.1} MB vs {:.1} MB idle",
+                    mib(worst),
+                    mib(idle_kib[k])
+                ),
+            );
+        }
     }
     Ok(if ok {
         std::process::ExitCode::SUCCESS

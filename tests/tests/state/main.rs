@@ -1,8 +1,10 @@
 //! End to end, state that outlives a request (one test binary, one module per theme): several
 //! gateways and replicas sharing redis, and Werkbaum documents through the gateway (tools, a
-//! planning dialogue, writers under load and `kill -9`, the git mirror).
+//! planning dialogue, writers under load and `kill -9`, the git mirror), and what idle MCP
+//! sessions cost the service.
 
 mod replicas;
+mod service_sessions;
 mod shared_state;
 mod werkbaum_dialogue;
 mod werkbaum_load;
