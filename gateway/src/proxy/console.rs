@@ -281,7 +281,10 @@ impl Gateway {
                     };
                     (health, list)
                 }
-                None if super::builtin::probe(route.upstream.primary()).await.is_ok() => {
+                None if super::builtin::probe(route.upstream.primary())
+                    .await
+                    .is_ok() =>
+                {
                     (Health::Up, Vec::new())
                 }
                 None => (Health::Down, Vec::new()),

@@ -9,7 +9,7 @@
 
 use pforte_clock::{Clock, SystemClock};
 use pforte_tests::{
-    Enterprise, JagIdp, McpService, OAuth, RedisServer, Role, Route, Stack, StackBuilder,
+    Enterprise, JagIdp, Limits, McpService, OAuth, RedisServer, Role, Route, Stack, StackBuilder,
     oauth::{
         Browser, Discovered, Registered, TokenAnswer, discover, post_form, register_like_claude,
     },
@@ -348,7 +348,9 @@ async fn an_id_jag_used_at_one_gateway_is_refused_at_another_on_the_same_redis()
 async fn a_rotated_key_is_fetched_and_an_unreachable_idp_is_named() {
     let idp = JagIdp::start().await.unwrap();
     let down = format!("http://127.0.0.1:{}", pforte_tests::free_port());
+    // The wait below polls the token endpoint for up to 5 s: no rate limit in the way.
     let gw = Stack::builder()
+        .limits(Limits::off())
         .oauth(
             OAuth::default()
                 .enterprise(Enterprise {
