@@ -379,27 +379,25 @@ impl Transport<RoleServer> for SessionTransport {
         std::future::ready(Ok(()))
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {
-        async move {
-            loop {
-                let expiry = async {
-                    match self.keep_alive {
-                        Some(keep_alive) => {
-                            tokio::time::sleep_until(self.session.expires(keep_alive)).await;
-                        }
-                        None => std::future::pending().await,
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            let expiry = async {
+                match self.keep_alive {
+                    Some(keep_alive) => {
+                        tokio::time::sleep_until(self.session.expires(keep_alive)).await;
                     }
-                };
-                tokio::select! {
-                    message = self.inbound.recv() => return message.map(|b| *b),
-                    () = self.session.ended.cancelled() => return None,
-                    () = expiry => {
-                        let idle = self.keep_alive.is_some_and(|k| Instant::now() >= self.session.expires(k));
-                        if idle {
-                            tracing::debug!("session expired");
-                            self.session.end();
-                            return None;
-                        }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                message = self.inbound.recv() => return message.map(|b| *b),
+                () = self.session.ended.cancelled() => return None,
+                () = expiry => {
+                    let idle = self.keep_alive.is_some_and(|k| Instant::now() >= self.session.expires(k));
+                    if idle {
+                        tracing::debug!("session expired");
+                        self.session.end();
+                        return None;
                     }
                 }
             }
