@@ -4,14 +4,16 @@ use std::{future::Future, sync::Arc};
 
 use axum::serve::{Listener, ListenerExt};
 use axum::{Router, routing::get};
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::ServiceConfig, sessions::Sessions, surface::PlanService, tools::Planner};
+use crate::{config::ServiceConfig, surface::PlanService, tools::Planner};
 
 /// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`. Every session shares the
-/// planner (engine and store) and the tool catalog; sessions are held by [`Sessions`].
+/// planner (engine and store) and the tool catalog.
 pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationToken) -> Router {
     let tools = PlanService::tools(cfg.read_only);
     let mcp = StreamableHttpService::new(
@@ -21,7 +23,7 @@ pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationTo
                 Arc::clone(&tools),
             ))
         },
-        Arc::new(Sessions::default()),
+        Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_allowed_hosts(cfg.allowed_hosts.clone())
             .with_max_request_body_bytes(cfg.max_body_bytes)
