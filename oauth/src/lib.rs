@@ -35,6 +35,8 @@ pub use http::{ClientIp, router};
 pub use model::{ExternalIdentity, GrantRecord, GrantedBy};
 pub use observe::{AuditEntry, Event, Observer};
 pub use owner_only::{mode_of, private_dir, private_file, private_sqlite, sqlite_companions};
+/// HTML-escapes text for element content and quoted attributes (the gateway's console uses it too).
+pub use pages::escape as html_escape;
 pub use store::redis::DEFAULT_PREFIX as REDIS_KEY_PREFIX;
 pub use store::{RedisStore, SqliteStore, Store};
 pub use throttle::{Budget, LimitClass, RateLimiter};

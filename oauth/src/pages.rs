@@ -124,7 +124,7 @@ pub(crate) fn content_security_policy(form_action_origins: &[&str]) -> String {
 }
 
 /// HTML-escapes text for element content and quoted attributes.
-pub(crate) fn escape(s: &str) -> String {
+pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

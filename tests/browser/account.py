@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import argparse
 import base64
-import fcntl
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
-from render import Cdp
+from render import collect_diagnostics, launch, shut_down
 
 
 def main() -> int:
@@ -39,32 +35,10 @@ def main() -> int:
     admin_password = sys.stdin.readline().rstrip("\r\n")
     os.makedirs(args.out_dir, exist_ok=True)
 
-    profile = tempfile.mkdtemp(prefix="pforte-chromium-")
-    to_child_r, to_child_w = os.pipe()
-    from_child_r, from_child_w = os.pipe()
-    child_in = fcntl.fcntl(to_child_r, fcntl.F_DUPFD_CLOEXEC, 10)
-    child_out = fcntl.fcntl(from_child_w, fcntl.F_DUPFD_CLOEXEC, 10)
-
-    def setup_fds() -> None:
-        os.dup2(child_in, 3)
-        os.dup2(child_out, 4)
-
-    cmd = [
-        args.chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--disable-extensions", "--disable-default-apps", "--mute-audio",
-        "--ignore-certificate-errors", "--hide-scrollbars", "--window-size=390,844",
-        f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank",
-    ]
     stderr_path = os.path.join(args.out_dir, "chromium-account-stderr.log")
-    with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                close_fds=False, preexec_fn=setup_fds)  # noqa: PLW1509
-    for fd in (to_child_r, from_child_w, child_in, child_out):
-        os.close(fd)
+    proc, cdp, profile = launch(args.chromium, stderr_path, window="390,844")
     out: dict = {"console": [], "exceptions": [], "log": []}
     try:
-        cdp = Cdp(proc, to_child_w, from_child_r)
         target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         s = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
@@ -140,31 +114,9 @@ def main() -> int:
         out["admin"] = facts()
         out["admin"]["screenshot"] = screenshot("account-admin.png")
 
-        try:
-            cdp.wait_event(lambda e: False, "nothing", timeout=0.5)
-        except TimeoutError:
-            pass
-        for e in cdp.events:
-            m, p = e.get("method"), e.get("params", {})
-            if m == "Runtime.consoleAPICalled":
-                out["console"].append({"type": p.get("type"),
-                                       "args": [a.get("value", a.get("description")) for a in p.get("args", [])]})
-            elif m == "Runtime.exceptionThrown":
-                out["exceptions"].append(p.get("exceptionDetails", {}).get("text"))
-            elif m == "Log.entryAdded":
-                entry = p.get("entry", {})
-                out["log"].append({k: entry.get(k) for k in ("source", "level", "text", "url")})
-        try:
-            cdp.send("Browser.close", timeout=5)
-        except Exception:  # noqa: BLE001 - closing is best effort
-            pass
+        collect_diagnostics(cdp, out)
     finally:
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+        shut_down(cdp, proc, profile)
     print(json.dumps(out))
     return 0
 

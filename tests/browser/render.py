@@ -101,19 +101,9 @@ class Cdp:
             self.events.append(m)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--chromium", required=True)
-    ap.add_argument("--url", required=True)
-    ap.add_argument("--user", required=True)
-    ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--callback-prefix", required=True)
-    ap.add_argument("--idp")
-    ap.add_argument("--shot-prefix", default="oauth-")
-    args = ap.parse_args()
-    password = sys.stdin.readline().rstrip("\r\n")
-    os.makedirs(args.out_dir, exist_ok=True)
-
+def launch(chromium: str, stderr_path: str, window: str = "1280,800"):
+    """Starts headless Chromium with the DevTools protocol on a pipe and its output in
+    `stderr_path`; returns the process, its `Cdp` and the temporary profile dir."""
     profile = tempfile.mkdtemp(prefix="pforte-chromium-")
     # fds 3 (we write) and 4 (we read) in the child, as --remote-debugging-pipe expects.
     to_child_r, to_child_w = os.pipe()
@@ -129,22 +119,72 @@ def main() -> int:
         os.dup2(child_out, 4)
 
     cmd = [
-        args.chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
         "--no-first-run", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--disable-extensions", "--disable-default-apps", "--mute-audio",
         "--ignore-certificate-errors",  # the test gateway's self-signed certificate
-        "--hide-scrollbars", "--window-size=900,760", f"--user-data-dir={profile}",
+        "--hide-scrollbars", f"--window-size={window}", f"--user-data-dir={profile}",
         "--remote-debugging-pipe", "about:blank",
     ]
-    stderr_path = os.path.join(args.out_dir, "chromium-stderr.log")
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                 close_fds=False, preexec_fn=setup_fds)  # noqa: PLW1509
     for fd in (to_child_r, from_child_w, child_in, child_out):
         os.close(fd)
+    return proc, Cdp(proc, to_child_w, from_child_r), profile
+
+
+def collect_diagnostics(cdp: Cdp, out: dict) -> None:
+    """Lets late messages arrive, then appends every console message, exception and log entry
+    seen to out["console"], out["exceptions"] and out["log"]."""
+    try:
+        cdp.wait_event(lambda e: False, "nothing", timeout=0.5)
+    except TimeoutError:
+        pass
+    for e in cdp.events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.consoleAPICalled":
+            out["console"].append({"type": p.get("type"),
+                                   "args": [a.get("value", a.get("description")) for a in p.get("args", [])]})
+        elif m == "Runtime.exceptionThrown":
+            out["exceptions"].append(p.get("exceptionDetails", {}).get("text"))
+        elif m == "Log.entryAdded":
+            entry = p.get("entry", {})
+            out["log"].append({k: entry.get(k) for k in ("source", "level", "text", "url")})
+
+
+def shut_down(cdp: Cdp, proc: subprocess.Popen, profile: str) -> None:
+    """Closes the browser (best effort), waits for it (killing it after 5 s) and removes its
+    profile."""
+    try:
+        cdp.send("Browser.close", timeout=5)
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chromium", required=True)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--user", required=True)
+    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--callback-prefix", required=True)
+    ap.add_argument("--idp")
+    ap.add_argument("--shot-prefix", default="oauth-")
+    args = ap.parse_args()
+    password = sys.stdin.readline().rstrip("\r\n")
+    os.makedirs(args.out_dir, exist_ok=True)
+
+    stderr_path = os.path.join(args.out_dir, "chromium-stderr.log")
+    proc, cdp, profile = launch(args.chromium, stderr_path, window="900,760")
     out: dict = {"console": [], "exceptions": [], "log": []}
     try:
-        cdp = Cdp(proc, to_child_w, from_child_r)
         out["browser"] = cdp.send("Browser.getVersion")["product"]
         target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         s = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
@@ -212,32 +252,9 @@ def main() -> int:
         out["callback"] = paused["params"]["request"]["url"]
         cdp.send("Fetch.failRequest",
                  {"requestId": paused["params"]["requestId"], "errorReason": "Aborted"}, s)
-        # Let late console messages arrive, then collect everything seen.
-        try:
-            cdp.wait_event(lambda e: False, "nothing", timeout=0.5)
-        except TimeoutError:
-            pass
-        for e in cdp.events:
-            m, p = e.get("method"), e.get("params", {})
-            if m == "Runtime.consoleAPICalled":
-                out["console"].append({"type": p.get("type"),
-                                       "args": [a.get("value", a.get("description")) for a in p.get("args", [])]})
-            elif m == "Runtime.exceptionThrown":
-                out["exceptions"].append(p.get("exceptionDetails", {}).get("text"))
-            elif m == "Log.entryAdded":
-                entry = p.get("entry", {})
-                out["log"].append({k: entry.get(k) for k in ("source", "level", "text", "url")})
-        try:
-            cdp.send("Browser.close", timeout=5)
-        except Exception:  # noqa: BLE001 - closing is best effort
-            pass
+        collect_diagnostics(cdp, out)
     finally:
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+        shut_down(cdp, proc, profile)
     out["stderr_log"] = stderr_path
     print(json.dumps(out))
     return 0

@@ -70,21 +70,7 @@ pub(crate) fn content_security_policy() -> String {
     )
 }
 
-/// HTML-escapes text for element content and quoted attributes.
-pub(crate) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub(crate) use pforte_oauth::html_escape as escape;
 
 /// The console's sections, for the navigation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
