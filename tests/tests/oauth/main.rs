@@ -5,6 +5,7 @@
 
 mod account;
 mod admin_live;
+mod broker;
 mod console;
 mod enterprise;
 mod file_modes;
