@@ -9,7 +9,11 @@
 //!
 //! The gateway reaches the socket like a `unix:` upstream (path `/mcp`, identity headers set
 //! by the gateway); the bridge trusts those headers because only the gateway can reach the
-//! socket (0600 in a 0700 directory). The HTTP endpoints live in [`handlers`] (answers made
+//! socket (0600 in a 0700 directory). It passes the caller on to the server ([`identity`]): a
+//! session's child gets `PFORTE_*` environment variables at its start, every request
+//! `params._meta["dev.pforte/identity"]` (the pool's children learn the caller only so); a
+//! session's child may also get per-user variables from an injected source
+//! ([`session_env`]). The HTTP endpoints live in [`handlers`] (answers made
 //! in [`reply`]), the route's live children (sessions and pool) in [`children`], decisions
 //! in [`decide`], one child's supervision in [`conn`], the no-orphans start in [`exec`].
 
@@ -18,8 +22,10 @@ pub(crate) mod conn;
 pub(crate) mod decide;
 pub(crate) mod exec;
 mod handlers;
+mod identity;
 pub(crate) mod lines;
 mod reply;
+mod session_env;
 
 use std::{
     collections::BTreeMap,
@@ -39,7 +45,10 @@ use self::{
     handlers::{delete_mcp, get_mcp, post_mcp},
 };
 
-pub use self::exec::{AS_USER_SUBCOMMAND, EXEC_SUBCOMMAND, exec_as, exec_child};
+pub use self::{
+    exec::{AS_USER_SUBCOMMAND, EXEC_SUBCOMMAND, exec_as, exec_child},
+    session_env::{CREDENTIAL_REQUIRED, EnvRefusal, SessionEnv},
+};
 
 /// The session header of streamable HTTP.
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
@@ -64,7 +73,8 @@ pub struct StdioSpec {
     pub route: String,
     /// Program and arguments.
     pub command: Vec<String>,
-    /// Only these, plus `PATH` and `HOME`, reach the child.
+    /// Only these, plus `PATH` and `HOME` (and for a session's child the caller's `PFORTE_*`
+    /// identity and per-user variables), reach the child. `PFORTE_*` names are reserved.
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
     /// Children per route (sessions and pool); over it 503 + `Retry-After`.
@@ -203,10 +213,19 @@ impl StdioBridge {
                 ids: Arc::new(AtomicU64::new(1)),
                 children: Mutex::new(Children::default()),
                 spawner: OnceLock::new(),
+                session_env: OnceLock::new(),
             }),
             listener: Mutex::new(Some(listener)),
             socket: socket.to_owned(),
         })
+    }
+
+    /// Session children get per-user environment variables from `source` (see
+    /// [`SessionEnv`]); without it, none.
+    pub fn with_session_env(self, source: Arc<dyn SessionEnv>) -> Self {
+        // A bridge gets its source once, before it serves.
+        let _ = self.shared.session_env.set(source);
+        self
     }
 
     /// The pids of the running children (sessions and pool).

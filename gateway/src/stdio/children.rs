@@ -4,6 +4,7 @@
 
 use std::{
     collections::HashMap,
+    ffi::OsString,
     path::PathBuf,
     sync::{Arc, Mutex, MutexGuard, OnceLock, atomic::AtomicU64},
     time::{Duration, Instant},
@@ -18,6 +19,7 @@ use super::{
     decide::{self, CapRefusal},
     exec::{ChildCommand, Spawner},
     reply,
+    session_env::{EnvRefusal, SessionEnv},
 };
 
 /// One session: who opened it and its child.
@@ -52,6 +54,8 @@ pub(super) struct Shared {
     pub(super) ids: Arc<AtomicU64>,
     pub(super) children: Mutex<Children>,
     pub(super) spawner: OnceLock<Spawner>,
+    /// Where session children's per-user variables come from; unset: none.
+    pub(super) session_env: OnceLock<Arc<dyn SessionEnv>>,
 }
 
 impl Shared {
@@ -61,38 +65,58 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn command(&self) -> ChildCommand {
+    /// How a child starts: with `PATH`, `HOME`, the route's `env`, and `env` (a session's
+    /// own variables, see [`identity::session_env`](super::identity::session_env)) over them.
+    fn command(
+        &self,
+        env: impl FnOnce(Vec<(String, OsString)>) -> Vec<(String, OsString)>,
+    ) -> ChildCommand {
         ChildCommand {
             launcher: self.launcher.clone(),
             command: self.spec.command.clone(),
-            env: ChildCommand::clean_env(
+            env: env(ChildCommand::clean_env(
                 &self.spec.env,
                 std::env::var_os("PATH"),
                 match &self.spec.run_as {
                     Some(who) => Some(who.home.clone().into_os_string()),
                     None => std::env::var_os("HOME"),
                 },
-            ),
+            )),
             cwd: self.spec.cwd.clone(),
             run_as: self.spec.run_as.clone(),
             max_line_bytes: self.spec.max_line_bytes,
         }
     }
 
+    /// Starts a child: a session's (`init_params`, its environment from `env`) or a pool
+    /// child (`None`, `std::convert::identity`).
     pub(super) fn start_conn(
         &self,
         init_params: Option<Value>,
         initialized: bool,
+        env: impl FnOnce(Vec<(String, OsString)>) -> Vec<(String, OsString)>,
     ) -> Option<(Arc<Conn>, conn::Ready)> {
         let spawner = self.spawner.get()?.clone();
         Some(Conn::start(
             &self.spec.route,
-            self.command(),
+            self.command(env),
             spawner,
             self.ids.clone(),
             init_params,
             initialized,
         ))
+    }
+
+    /// The per-user variables of `person` on this route (none without a source or a person:
+    /// the gateway's own session).
+    pub(super) async fn per_user_env(
+        &self,
+        person: Option<&str>,
+    ) -> Result<Vec<(String, String)>, EnvRefusal> {
+        match (self.session_env.get(), person) {
+            (Some(source), Some(person)) => source.env_for(&self.spec.route, person).await,
+            _ => Ok(Vec::new()),
+        }
     }
 
     pub(super) fn session(&self, id: &str) -> Option<Arc<Conn>> {
@@ -170,10 +194,7 @@ impl Shared {
     pub(super) async fn pool_conn(&self) -> Result<Arc<Conn>, (StatusCode, String)> {
         let route = &self.spec.route;
         if self.spec.pool == 0 {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                format!("the stdio route `{route}` serves sessions only: initialize first"),
-            ));
+            return Err((StatusCode::BAD_REQUEST, reply::sessions_only(route)));
         }
         let (conn, ready) = {
             let mut children = self.lock();
@@ -209,7 +230,7 @@ impl Shared {
                     reply::cap_message(route, refusal),
                 ));
             }
-            let Some((conn, ready)) = self.start_conn(None, true) else {
+            let Some((conn, ready)) = self.start_conn(None, true, std::convert::identity) else {
                 return Err((
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the stdio bridge is not running".to_owned(),

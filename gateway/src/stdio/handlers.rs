@@ -17,6 +17,7 @@ use super::{
     SUBJECT_HEADER,
     children::{Session, Shared, short},
     decide::{self, Kind},
+    identity::{self, Caller},
     reply,
 };
 
@@ -32,6 +33,13 @@ impl Shared {
         // The gateway's own session (its tool catalog, a client of every route for the
         // policy) is left out of the caps: `max_children` bounds the clients' children.
         let principal = person(headers);
+        // The person's own variables (none for the gateway's session), then who calls: the
+        // child learns its caller from its environment.
+        let per_user = match self.per_user_env(principal.as_deref()).await {
+            Ok(vars) => vars,
+            Err(refusal) => return reply::env_refused(&self.spec.route, id, &refusal),
+        };
+        let caller = Caller::from_headers(headers).env();
         let session_id = format!("{:032x}", rand::random::<u128>());
         let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
         let (conn, ready) = {
@@ -52,7 +60,8 @@ impl Shared {
                     return reply::over_cap(&self.spec.route, id, refusal);
                 }
             }
-            let Some((conn, ready)) = self.start_conn(Some(params), false) else {
+            let env = |base| identity::session_env(base, per_user, caller);
+            let Some((conn, ready)) = self.start_conn(Some(params), false, env) else {
                 return reply::error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     id,
@@ -100,25 +109,35 @@ impl Shared {
     }
 }
 
-/// Whom a session counts against: the person. An OAuth user counts whatever the client
-/// (`auth::person_key`), so registering more clients buys no more children; any other caller by
-/// subject and client (a static token is its own person). `None` for the gateway's own session
-/// (its tool catalog), which is outside the caps.
+/// Whom a session counts against and whose per-user variables its child gets: the person
+/// (`auth::person_key`). An OAuth user counts whatever the client, so registering more clients
+/// buys no more children; a static token is its own person; any other caller by subject and
+/// client. `None` for the gateway's own session (its tool catalog), which is outside the caps.
 fn person(headers: &HeaderMap) -> Option<String> {
     let kind = header_str(headers, AUTH_KIND_HEADER);
     let subject = header_str(headers, SUBJECT_HEADER).unwrap_or_default();
+    let client = header_str(headers, CLIENT_HEADER).unwrap_or_default();
+    let key = |kind| crate::auth::person_key(kind, subject, client);
     match kind {
         Some(GATEWAY_AUTH_KIND) => None,
-        Some("oauth") => Some(crate::auth::person_key(
-            crate::auth::AuthKind::OAuth,
-            subject,
-            "",
-        )),
+        Some("oauth") => Some(key(crate::auth::AuthKind::OAuth)),
+        Some("static") => Some(key(crate::auth::AuthKind::Static)),
         _ => Some(format!(
             "{}\n{subject}\n{}",
             kind.unwrap_or_default(),
             header_str(headers, CLIENT_HEADER).unwrap_or_default()
         )),
+    }
+}
+
+/// The caller on a client message to a child: a request gets
+/// `params._meta["dev.pforte/identity"]` from the gateway's headers, a notification loses a
+/// client-sent one (a server reads the key as the gateway's word).
+fn pass_identity(msg: &mut Value, headers: &HeaderMap) {
+    match decide::classify(msg) {
+        Kind::Request { .. } => identity::stamp(msg, &Caller::from_headers(headers).meta()),
+        Kind::Notification { .. } => identity::unstamp(msg),
+        Kind::Response { .. } | Kind::Invalid => {}
     }
 }
 
@@ -131,7 +150,7 @@ pub(super) async fn post_mcp(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
+    let Ok(mut msg) = serde_json::from_slice::<Value>(&body) else {
         return reply::protocol(
             StatusCode::BAD_REQUEST,
             Value::Null,
@@ -140,6 +159,7 @@ pub(super) async fn post_mcp(
         );
     };
     let sse = decide::wants_event_stream(header_str(&headers, header::ACCEPT.as_str()));
+    pass_identity(&mut msg, &headers);
     let kind = decide::classify(&msg);
     let id = match &kind {
         Kind::Request { id, .. } => (*id).clone(),
@@ -173,7 +193,17 @@ pub(super) async fn post_mcp(
             ..
         } => bridge.open_session(&msg, id, &headers, sse).await,
         // Stateless (MCP 2026-07-28, `server/discover` among them): the child answers itself.
+        // Pool children are shared, so they get no one's own variables: a person who needs
+        // some (or lacks them) is sent to a session.
         Kind::Request { .. } => {
+            match bridge.per_user_env(person(&headers).as_deref()).await {
+                Ok(vars) if vars.is_empty() => {}
+                Ok(_) => {
+                    let message = reply::sessions_only(&bridge.spec.route);
+                    return reply::error(StatusCode::BAD_REQUEST, id, &message);
+                }
+                Err(refusal) => return reply::env_refused(&bridge.spec.route, id, &refusal),
+            }
             let conn = match bridge.pool_conn().await {
                 Ok(conn) => conn,
                 Err((status, message)) => return reply::error(status, id, &message),

@@ -14,6 +14,7 @@ use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
 use super::{
     KEEPALIVE,
     decide::{self, CapRefusal, Kind},
+    session_env::{CREDENTIAL_REQUIRED, EnvRefusal},
 };
 
 pub(super) fn json(status: StatusCode, body: &Value) -> Response {
@@ -62,6 +63,42 @@ pub(super) fn cap_message(route: &str, refusal: CapRefusal) -> String {
             "you hold {max} sessions on the stdio route `{route}` already \
              (max_children_per_principal); close one or retry later"
         ),
+    }
+}
+
+/// Why a stateless request is not served: the route (or this person on it) needs a session.
+pub(super) fn sessions_only(route: &str) -> String {
+    format!("the stdio route `{route}` serves sessions only: initialize first")
+}
+
+/// A person's child cannot get its per-user variables: 403 [`CREDENTIAL_REQUIRED`] (a plain
+/// JSON body the gateway turns into its own answer) when the person lacks the credential, a
+/// JSON-RPC error with 503 when the source did not answer (the reason only logged).
+pub(super) fn env_refused(route: &str, id: Value, refusal: &EnvRefusal) -> Response {
+    match refusal {
+        EnvRefusal::Missing => {
+            tracing::info!(route = %route, "stdio child refused: the person's upstream credential is missing");
+            json(
+                StatusCode::FORBIDDEN,
+                &serde_json::json!({
+                    "error": CREDENTIAL_REQUIRED,
+                    "error_description": format!(
+                        "connect your account for the route `{route}` first"
+                    ),
+                    "route": route,
+                }),
+            )
+        }
+        EnvRefusal::Unavailable(reason) => {
+            tracing::warn!(route = %route, reason = %crate::logging::untrusted(reason), "stdio child refused: per-user environment unavailable");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                &format!(
+                    "the credentials of the stdio route `{route}` are unavailable; retry later"
+                ),
+            )
+        }
     }
 }
 
