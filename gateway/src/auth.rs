@@ -4,7 +4,8 @@
 use crate::tokens::{TOKEN_PREFIX, TokenSet};
 
 /// How the caller authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum AuthKind {
     /// An operator-issued static bearer token.
     Static,

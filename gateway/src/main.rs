@@ -6,7 +6,7 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 use pforte::{
     AdminCommand, BackupArgs, ClientAction, Env, Failure, GrantAction, RestoreArgs, ServeArgs,
-    TokenAction, UpArgs, UserAction, exit,
+    TokenAction, UpArgs, UserAction, VaultAction, exit,
 };
 
 /// jemalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
@@ -63,6 +63,11 @@ enum Command {
     Token {
         #[command(subcommand)]
         action: TokenAction,
+    },
+    /// The key ring sealing per-user upstream credentials: make a key, re-seal under it.
+    Vault {
+        #[command(subcommand)]
+        action: VaultAction,
     },
     /// Copy the embedded store (tokens, OAuth, ACME) into a new directory while the gateway runs.
     Backup(BackupArgs),
@@ -126,6 +131,7 @@ fn dispatch(cli: Cli, env: &Env) -> Result<ExitCode, Failure> {
         Command::Up(args) => return pforte::up(args, config, data_dir, env),
         Command::Token { action } => pforte::token(action, config, data_dir, env),
         Command::Backup(args) => pforte::backup(args, config, data_dir, env),
+        Command::Vault { action } => pforte::vault(action, config, data_dir, env),
         Command::Restore(args) => pforte::restore(args, config, data_dir, env),
         Command::User { action } => {
             pforte::admin(AdminCommand::User(action), config, data_dir, env)

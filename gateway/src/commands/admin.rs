@@ -71,6 +71,22 @@ impl StoreSite {
         .map_err(|e| Failure::Unavailable(e.to_string()))
     }
 
+    /// Removes `person`'s upstream credentials from the vault (a removed user or revoked
+    /// token); a failure is reported, not fatal (the user is gone either way).
+    pub(crate) fn forget_credentials(&self, stores: &Stores, person: &str) {
+        let site = Site::new(self.cfg.redis_url.as_deref(), &self.cfg.data_dir);
+        match stores
+            .runtime
+            .block_on(crate::vault::forget_person(&site, person))
+        {
+            Ok(0) => {}
+            Ok(n) => println!("removed {n} upstream credential(s) from the vault"),
+            Err(e) => {
+                eprintln!("pforte: the vault's credentials of {person:?} were not removed: {e}")
+            }
+        }
+    }
+
     /// After success: the note that this command created a new store, if it did.
     pub(crate) fn announce(&self) {
         if self.created {
@@ -153,6 +169,15 @@ pub fn run(
         }
         _ => None,
     };
+    // A removed user's upstream credentials go with them.
+    let forget = match &command {
+        AdminCommand::User(UserAction::Remove { username }) => Some(crate::auth::person_key(
+            crate::auth::AuthKind::OAuth,
+            username,
+            "",
+        )),
+        _ => None,
+    };
     let stores = site.open()?;
     let admin = Admin::new(stores.oauth.clone());
     let now = SystemClock.now_secs();
@@ -169,6 +194,9 @@ pub fn run(
         log.flush();
     }
     done?;
+    if let Some(person) = forget {
+        site.forget_credentials(&stores, &person);
+    }
     site.announce();
     Ok(())
 }

@@ -26,8 +26,9 @@ use crate::{
 
 use super::{CmdResult, Env, Failure, load_config};
 
-/// The SQLite databases of a data dir.
-const DATABASES: [&str; 2] = [TOKENS_DB, OAUTH_DB];
+/// The SQLite databases of a data dir (the vault's records are sealed; its key is not part of
+/// a backup — keep it apart, as the key file it is).
+const DATABASES: [&str; 3] = [TOKENS_DB, OAUTH_DB, crate::vault::VAULT_DB];
 /// The files beside a SQLite database that belong to it.
 const COMPANIONS: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// Plain files: the self-signed certificate and key `pforte up` generates.

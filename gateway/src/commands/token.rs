@@ -161,6 +161,8 @@ pub fn run(
         TokenAction::Revoke { name } => {
             if store.revoke(&name, now)? {
                 println!("revoked {name:?}");
+                let person = crate::auth::person_key(crate::auth::AuthKind::Static, "", &name);
+                site.forget_credentials(&stores, &person);
             } else {
                 return Err(Failure::Other(anyhow::anyhow!(
                     "no active token named {name:?}"
