@@ -11,6 +11,7 @@ pub(crate) mod serve;
 pub(crate) mod token;
 pub(crate) mod up;
 pub(crate) mod user;
+pub(crate) mod vault;
 
 use std::{
     collections::HashMap,

@@ -11,6 +11,7 @@ mod telemetry;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod upstream_auth;
 
 use std::{net::SocketAddr, path::PathBuf};
 
@@ -20,6 +21,7 @@ pub(crate) use origins::{normalise_origin, url_host};
 pub(crate) use routes::{DEFAULT_ROUTE, Route, Upstream, UpstreamKind, valid_route_name};
 pub(crate) use telemetry::{Telemetry, TelemetryConfig};
 pub(crate) use tls::{Acme, AcmeChallenge, Tls, TlsConfig, TlsFiles};
+pub(crate) use upstream_auth::{HeaderInto, Injection, Registration, UpstreamAuth, VaultKey};
 
 use crate::{
     audit::{AuditSink, Rotation},
@@ -123,6 +125,8 @@ pub(crate) struct Settings {
     pub(crate) log_format: LogFormat,
     /// `[telemetry]`: where traces go; `None`: off.
     pub(crate) telemetry: Option<Telemetry>,
+    /// The key ring that seals per-user upstream credentials; `None`: no route needs one.
+    pub(crate) vault_key: Option<VaultKey>,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -345,6 +349,7 @@ impl GatewayConfig {
         let routes = routes::table(&self, &base_url, &allowed_origins)?;
         check_tool_limits(&self.limits)?;
         let telemetry = self.telemetry.validate()?;
+        let vault_key = self.vault_key(&routes)?;
         Ok(Settings {
             own_origins: origins::own_origins(&base_url),
             base_url,
@@ -375,7 +380,30 @@ impl GatewayConfig {
             runtime: self.runtime,
             log_format: self.log_format,
             telemetry,
+            vault_key,
         })
+    }
+
+    /// The vault's key ring: `PFORTE_VAULT_KEY` over `[vault] key_file`; required when a route
+    /// keeps a credential per user.
+    fn vault_key(&self, routes: &[Route]) -> Result<Option<VaultKey>, ConfigError> {
+        let key = self
+            .vault_key_text
+            .clone()
+            .or_else(|| self.vault.key_file.clone().map(VaultKey::File));
+        let needs = routes
+            .iter()
+            .find(|r| r.upstream_auth.as_ref().is_some_and(UpstreamAuth::per_user));
+        match (needs, &key) {
+            (Some(r), None) => Err(route_err(
+                &r.name,
+                "upstream_auth",
+                "a per-user credential is sealed in the vault: set [vault] key_file (or \
+                 PFORTE_VAULT_KEY); `pforte vault keygen` writes a key"
+                    .into(),
+            )),
+            _ => Ok(key),
+        }
     }
 
     /// `required_scopes` and the scopes of `[tools.NAME]` are configured scopes.

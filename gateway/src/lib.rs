@@ -7,12 +7,14 @@
 mod audit;
 mod auth;
 mod balance;
+mod broker;
 mod catalog;
 mod cli;
 mod commands;
 mod config;
 mod console;
 mod cors;
+mod credentials;
 mod forward;
 mod limit;
 mod logging;
@@ -34,6 +36,7 @@ mod telemetry;
 mod tls;
 mod tokens;
 mod up;
+mod vault;
 
 pub use cli::exit;
 pub use commands::{
@@ -47,6 +50,7 @@ pub use commands::{
     token::{TokenAction, run as token},
     up::{UpArgs, up},
     user::UserAction,
+    vault::{VaultAction, run as vault},
 };
 pub use stdio::{AS_USER_SUBCOMMAND, EXEC_SUBCOMMAND, exec_as, exec_child};
 
@@ -58,6 +62,11 @@ pub mod for_tests {
     pub use crate::{
         audit::{AuditDecision, AuditLog, AuditPrincipal, AuditRecord, AuditSink, reason},
         auth::bearer_token,
+        broker::{
+            Begun, Broker, Callback, CallbackError, DiscoveryError, FlowError, HttpError,
+            RefreshError, RegisterError, Registration, Secret, TokenAuth, TokenSet, UpstreamClient,
+            UpstreamServer, choose, cimd_document, is_stale, read_callback,
+        },
         catalog::{Catalog, CatalogOptions, Lookup, filter_tools_list},
         config::{DEFAULT_MAX_LINE_BYTES, GatewayConfig},
         forward::{TrustedProxy, client_ip},
@@ -65,6 +74,6 @@ pub mod for_tests {
         logging::{LogFormat, init},
         mcp::{Kind, decode_header, inspect},
         sessions::{Holder, Ownership, SessionOptions, Sessions},
-        stdio::{StdioBridge, StdioSpec},
+        stdio::{CREDENTIAL_REQUIRED, EnvRefusal, SessionEnv, StdioBridge, StdioSpec},
     };
 }

@@ -35,6 +35,7 @@ use crate::{
 mod admission;
 mod auth_server;
 mod builtin;
+mod connect;
 mod console;
 mod ctx;
 mod observe;
@@ -62,6 +63,8 @@ pub(crate) struct McpEdge {
     pub(crate) console: crate::console::Console,
     /// `[telemetry]`: the tracer; `None`: no span is built.
     pub(crate) telemetry: Option<crate::telemetry::Telemetry>,
+    /// Upstream credentials per user (`[routes.upstream_auth]`) and the connect flow.
+    pub(crate) credentials: Arc<crate::credentials::Credentials>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
@@ -263,6 +266,7 @@ impl ProxyHttp for Gateway {
             Target::Mcp(route) => self.admit_request(session.req_header(), route, ctx).await,
             Target::AuthServer => self.auth_server(session, ctx).await?,
             Target::Console => self.console(session, ctx).await?,
+            Target::Connect => self.connect(session, ctx).await?,
             builtin => self.builtin(builtin, caller).await,
         };
         self.apply(session, step, ctx).await
@@ -344,7 +348,15 @@ impl ProxyHttp for Gateway {
             None => Rejection::from_proxy_error(e, self.settings.admission.max_body_bytes),
         };
         let mut error_code = 0;
-        if let Some(rejection) = rejection
+        if let Some(answer) = ctx.mcp.answer.take()
+            && session.response_written().is_none()
+        {
+            // The gateway's own answer (the connect prompt), not a failure.
+            error_code = answer.status;
+            if let Err(err) = reply::write(session, answer, ctx.framing()).await {
+                tracing::debug!(request_id = %ctx.request_id, error = %err, "could not send the answer");
+            }
+        } else if let Some(rejection) = rejection
             && session.response_written().is_none()
         {
             let reply = self.refusal(rejection, ctx);

@@ -54,6 +54,83 @@ pub(crate) enum ServeError {
     Stdio(#[from] crate::stdio::StdioError),
     #[error("[[routes]] {route:?}: user: {reason}")]
     RunAs { route: String, reason: String },
+    #[error(transparent)]
+    Credentials(#[from] crate::credentials::CredentialsError),
+    #[error(transparent)]
+    Vault(#[from] crate::vault::VaultError),
+}
+
+/// The per-user credential service: the vault (SQLite in the data dir, or redis) opened with
+/// the configured key ring when a route keeps a credential per user, the records of routes no
+/// longer configured removed, the broker.
+fn open_credentials(
+    settings: &Arc<Settings>,
+    runtime: Option<tokio::runtime::Handle>,
+    clock: Arc<dyn pforte_clock::Clock>,
+) -> Result<Arc<crate::credentials::Credentials>, ServeError> {
+    use crate::vault::{KeyRing, Vault, VaultOptions};
+    let needed = settings.routes.iter().any(|r| {
+        r.upstream_auth
+            .as_ref()
+            .is_some_and(crate::config::UpstreamAuth::per_user)
+    });
+    let vault = match (&settings.vault_key, needed) {
+        (Some(key), true) => {
+            let ring = match key {
+                crate::config::VaultKey::File(path) => KeyRing::read_file(path),
+                crate::config::VaultKey::Text(text) => KeyRing::parse(text),
+            }
+            .map_err(crate::vault::VaultError::from)?;
+            let vault = match (&settings.store, runtime.clone()) {
+                (Site::Redis(url), Some(rt)) => {
+                    let _in_runtime = rt.enter();
+                    Vault::open_redis(
+                        url,
+                        crate::vault::DEFAULT_PREFIX,
+                        ring,
+                        clock.clone(),
+                        VaultOptions::default(),
+                    )?
+                }
+                _ => Vault::open_sqlite(
+                    &settings.data_dir,
+                    ring,
+                    clock.clone(),
+                    VaultOptions::default(),
+                )?,
+            };
+            let names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
+            let cleanup = async {
+                match vault.retain_routes(&names).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        removed = n,
+                        "vault: records of routes no longer configured removed"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "vault: could not remove the records of removed routes")
+                    }
+                }
+            };
+            match runtime {
+                Some(rt) => rt.block_on(cleanup),
+                None => tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| ServeError::Pingora(e.to_string()))?
+                    .block_on(cleanup),
+            }
+            Some(vault)
+        }
+        _ => None,
+    };
+    let broker = crate::broker::Broker::new(clock.clone());
+    Ok(Arc::new(crate::credentials::Credentials::new(
+        settings.clone(),
+        vault,
+        broker,
+        clock,
+    )?))
 }
 
 /// The bridge spec of a `command` route (`None` for every other kind), its `user` looked up
@@ -83,11 +160,27 @@ pub(crate) fn stdio_spec(
             route: route.name.clone(),
             reason,
         })?;
+    let mut env = env.clone();
+    // A shared credential for everyone goes in the children's environment.
+    if let Some(crate::config::UpstreamAuth::Shared {
+        file,
+        into: crate::config::Injection::Env(variable),
+    }) = &route.upstream_auth
+    {
+        let secret = crate::credentials::read_secret(file).map_err(|reason| {
+            crate::credentials::CredentialsError::SharedFile {
+                route: route.name.clone(),
+                path: file.display().to_string(),
+                reason,
+            }
+        })?;
+        env.insert(variable.clone(), secret);
+    }
     Ok(Some((
         StdioSpec {
             route: route.name.clone(),
             command: command.clone(),
-            env: env.clone(),
+            env,
             cwd: cwd.clone(),
             max_children: limits.max_children,
             max_children_per_principal: limits.max_children_per_principal,
@@ -267,6 +360,12 @@ pub(crate) fn run(
         observer,
         clock.clone(),
     )?);
+    let credentials = open_credentials(&settings, oauth.runtime(), clock.clone())?;
+    oauth
+        .server()
+        .set_account_section(Arc::new(crate::credentials::AccountConnections(
+            credentials.clone(),
+        )));
     let metrics_listener = match settings.listen.metrics_listen {
         Some(addr) => Some(
             std::net::TcpListener::bind(addr).map_err(|e| ServeError::MetricsListen(addr, e))?,
@@ -285,9 +384,13 @@ pub(crate) fn run(
     // metrics by name.
     let mut route_children = Vec::new();
     let mut children = Vec::new();
-    for route in &settings.routes {
+    for (i, route) in settings.routes.iter().enumerate() {
         if let Some((spec, socket)) = stdio_spec(route)? {
-            let bridge = StdioBridge::bind(spec, &socket)?;
+            let mut bridge = StdioBridge::bind(spec, &socket)?;
+            if credentials.per_user(i) {
+                bridge = bridge
+                    .with_session_env(Arc::new(crate::credentials::VaultEnv(credentials.clone())));
+            }
             route_children.push(Some(bridge.live_children()));
             children.push((route.name.clone(), bridge.live_children()));
             bridges.push(background_service(&format!("stdio {}", route.name), bridge));
@@ -345,6 +448,7 @@ pub(crate) fn run(
         audit,
         console,
         telemetry,
+        credentials,
     };
     let metrics_service = metrics_listener.map(|listener| {
         background_service(

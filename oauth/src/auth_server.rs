@@ -65,6 +65,17 @@ pub struct AuthServer {
     /// The trusted enterprise identity providers' signing keys.
     pub(crate) idp_keys: crate::jwks::IdpKeys,
     dummy_hash: tokio::sync::OnceCell<String>,
+    /// More of `/account`, from the program that embeds the server (set once).
+    pub(crate) account_section: std::sync::OnceLock<Arc<dyn AccountSection>>,
+}
+
+/// A section of `/account` that the embedding program renders for the signed-in user (the
+/// gateway lists the user's connected upstream services there).
+#[async_trait::async_trait]
+pub trait AccountSection: Send + Sync {
+    /// HTML for `username` (everything from elsewhere escaped by the implementation); forms in
+    /// it carry `csrf`, the page's token, which [`AuthServer::csrf_ok`] accepts. `None`: nothing.
+    async fn html(&self, username: &str, csrf: &str) -> Option<String>;
 }
 
 /// Builder for [`AuthServer`]; every dependency but the store and the rate limiter has a
@@ -126,6 +137,7 @@ impl AuthServerBuilder {
             observer: self.observer,
             idp_keys: crate::jwks::IdpKeys::default(),
             dummy_hash: tokio::sync::OnceCell::new(),
+            account_section: std::sync::OnceLock::new(),
         }))
     }
 }

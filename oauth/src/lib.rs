@@ -24,7 +24,7 @@ mod throttle;
 mod validator;
 
 pub use admin::{Admin, AdminError, ClientInfo, GrantFilter, UserInfo};
-pub use auth_server::{AuthServer, BuildError, OIDC_CALLBACK_PATH, Viewer};
+pub use auth_server::{AccountSection, AuthServer, BuildError, OIDC_CALLBACK_PATH, Viewer};
 pub use config::{
     ConfigError, EnterpriseIdp, LoginConfig, OAuthConfig, OidcProviderConfig, PasswordHashing,
     Quota, ResourceEntry, Role, Roles,

@@ -128,6 +128,8 @@ pub(crate) struct RouteConfig {
     pub(crate) users: Vec<String>,
     /// `false`: the route's outage leaves `/readyz` at 200 (the route is still named there).
     pub(crate) required: bool,
+    /// `[routes.upstream_auth]`: the credential the upstream needs of its own.
+    pub(crate) upstream_auth: Option<super::upstream_auth::UpstreamAuthConfig>,
 }
 
 impl Default for RouteConfig {
@@ -151,6 +153,7 @@ impl Default for RouteConfig {
             roles: Vec::new(),
             users: Vec::new(),
             required: true,
+            upstream_auth: None,
         }
     }
 }
@@ -224,6 +227,12 @@ pub struct GatewayConfig {
     pub(crate) metrics_listen: Option<SocketAddr>,
     /// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP (off by default).
     pub(crate) telemetry: super::TelemetryConfig,
+    /// `[vault]`: the key ring sealing per-user upstream credentials.
+    pub(crate) vault: super::upstream_auth::VaultConfig,
+    /// The key ring's text from `PFORTE_VAULT_KEY` (or the file `PFORTE_VAULT_KEY_FILE`
+    /// names); over `[vault] key_file`.
+    #[serde(skip)]
+    pub(crate) vault_key_text: Option<super::upstream_auth::VaultKey>,
 }
 
 impl Default for GatewayConfig {
@@ -256,6 +265,8 @@ impl Default for GatewayConfig {
             log_format: crate::logging::LogFormat::Text,
             metrics_listen: None,
             telemetry: super::TelemetryConfig::default(),
+            vault: Default::default(),
+            vault_key_text: None,
         }
     }
 }
@@ -383,6 +394,9 @@ impl GatewayConfig {
         }
         if let Some(v) = env("PFORTE_RUNTIME") {
             self.runtime = parse("PFORTE_RUNTIME", v)?;
+        }
+        if let Some(v) = env("PFORTE_VAULT_KEY").filter(|v| !v.trim().is_empty()) {
+            self.vault_key_text = Some(super::upstream_auth::VaultKey::Text(v));
         }
         if let Some(v) = env("PFORTE_LOG_FORMAT") {
             self.log_format = parse("PFORTE_LOG_FORMAT", v)?;

@@ -145,6 +145,8 @@ pub(crate) struct Route {
     /// `required` (default `true`): while this route's upstream is down the gateway is not
     /// ready; `false` names it on `/readyz` but answers 200.
     pub(crate) required: bool,
+    /// `[routes.upstream_auth]`: the upstream's own credential (per user, or shared).
+    pub(crate) upstream_auth: Option<super::upstream_auth::UpstreamAuth>,
 }
 
 impl Route {
@@ -201,6 +203,7 @@ pub(super) fn table(
             roles: u.roles.clone(),
             users: u.users.clone(),
             required: u.required,
+            upstream_auth: None,
         });
     }
     let timeouts = upstream.unwrap_or(&defaults);
@@ -266,6 +269,32 @@ fn route(
     if r.ca_file.is_some() {
         check_ca_upstream(&upstream).map_err(|e| err("ca_file", e))?;
     }
+    if let Some(name) = r
+        .env
+        .keys()
+        .find(|k| k.starts_with(super::upstream_auth::RESERVED_ENV_PREFIX))
+    {
+        return Err(err(
+            "env",
+            format!(
+                "{name:?}: PFORTE_* variables carry the caller's identity; choose another name"
+            ),
+        ));
+    }
+    let upstream_auth = r
+        .upstream_auth
+        .as_ref()
+        .map(|a| super::upstream_auth::validate(a, r.command.is_some()))
+        .transpose()
+        .map_err(|(f, e)| err(f, e))?;
+    if let Some(super::upstream_auth::UpstreamAuth::Env { variables, .. }) = &upstream_auth
+        && let Some(v) = variables.iter().find(|v| r.env.contains_key(*v))
+    {
+        return Err(err(
+            "upstream_auth",
+            format!("{v:?} is in the route's env too; each user's value would be ambiguous"),
+        ));
+    }
     let connect_timeout_ms = r.connect_timeout_ms.unwrap_or(timeouts.connect_timeout_ms);
     if connect_timeout_ms == 0 {
         return Err(err("connect_timeout_ms", "must be above 0".to_owned()));
@@ -316,6 +345,7 @@ fn route(
         roles: r.roles.clone(),
         users: r.users.clone(),
         required: r.required,
+        upstream_auth,
     })
 }
 

@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use super::audit_view::{AuditFilter, AuditRow};
 use super::stats::RecentError;
 
-const CSS: &str = "\
+pub(crate) const CSS: &str = "\
 *{box-sizing:border-box}\
 body{margin:0;font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;background:#f3f4f6;color:#111827}\
 header{background:#111827;color:#f9fafb;padding:.6rem 1rem;display:flex;flex-wrap:wrap;gap:.5rem 1.25rem;align-items:center}\

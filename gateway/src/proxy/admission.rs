@@ -13,6 +13,7 @@ use crate::{
     catalog::Lookup,
     config::{self, normalise_origin},
     cors,
+    credentials::{Ask, Missing, answer},
     limit::{Class, Decision, Policy as LimitPolicy},
     mcp::{self, Message},
     metrics,
@@ -88,6 +89,24 @@ impl Gateway {
             }
         };
         match self.admit_body(req, &whole, ctx).await {
+            Ok(()) if ctx.mcp.connect.is_some() => {
+                // No upstream credential: the gateway answers with the connect prompt.
+                let ask = ctx.mcp.connect.take().unwrap_or(Ask::Connect);
+                let message = ctx.mcp.message.clone().ok_or_else(|| {
+                    Error::explain(ErrorType::InternalError, "no message to answer")
+                })?;
+                let answer = self.connect_prompt(&message, ask, ctx).await;
+                // Audited as not forwarded, for this reason; no failure to log.
+                ctx.refused = Some("upstream_not_connected");
+                match answer {
+                    Ok(reply) => ctx.mcp.answer = Some(reply),
+                    Err(rejection) => ctx.mcp.rejection = Some(rejection),
+                }
+                Error::e_explain(
+                    ErrorType::Custom("answered"),
+                    "answered by the gateway: connect first",
+                )
+            }
             Ok(()) => {
                 *body = Some(whole);
                 Ok(())
@@ -122,10 +141,89 @@ impl Gateway {
         self.check_session(req, ctx).await?;
         ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
         self.check_open(req, ctx).await?;
+        self.upstream_credential(req, route, ctx).await?;
         let policy_or_budgets =
             self.settings.admission.tool_policy || !self.settings.limits.tools.is_empty();
-        ctx.mcp.inspect = req.method == http::Method::POST && policy_or_budgets;
+        // A POST on a route that keeps a credential per user is read too: without one, the
+        // gateway answers it with the connect prompt (which needs the message's id).
+        ctx.mcp.inspect = req.method == http::Method::POST
+            && (policy_or_budgets || self.edge.credentials.per_user(route));
         Ok(())
+    }
+
+    /// The route's upstream credential for this person: the header to add upstream, or (none
+    /// yet, or it stopped working) the connect prompt, answered once the body is read. A
+    /// stream (`GET`) without one is refused at once; `DELETE` goes on without one.
+    async fn upstream_credential(
+        &self,
+        req: &RequestHeader,
+        route: usize,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
+        if self.edge.credentials.per_user(route) {
+            ctx.mcp.url_elicitation = req
+                .headers
+                .get(SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|id| self.edge.credentials.eliciting(id));
+        }
+        match self
+            .edge
+            .credentials
+            .for_request(route, &ctx.person_key)
+            .await
+        {
+            Ok(injected) => {
+                ctx.upstream_auth = injected;
+                Ok(())
+            }
+            Err(Missing::Connect(ask)) => match req.method {
+                http::Method::POST => {
+                    ctx.mcp.connect = Some(ask);
+                    Ok(())
+                }
+                http::Method::DELETE => Ok(()),
+                _ => Err(Rejection::UpstreamNotConnected),
+            },
+            Err(Missing::Unavailable(reason)) => {
+                tracing::warn!(request_id = %ctx.request_id, route = %self.settings.routes[route].name, %reason, "upstream credential unavailable");
+                Err(Rejection::UpstreamCredentialUnavailable)
+            }
+        }
+    }
+
+    /// A message on a route whose upstream credential is missing: the connect prompt (a
+    /// single-use link for this principal) instead of the upstream's answer.
+    async fn connect_prompt(
+        &self,
+        message: &Message,
+        ask: Ask,
+        ctx: &RequestCtx,
+    ) -> Result<Reply, Rejection> {
+        let route = ctx.mcp_route.ok_or(Rejection::Internal)?;
+        let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
+        if message.kind != mcp::Kind::Request {
+            return Ok(Reply::empty(202));
+        }
+        let url = self
+            .edge
+            .credentials
+            .link(route, principal)
+            .await
+            .map_err(|_| Rejection::UpstreamCredentialUnavailable)?;
+        let eliciting = ctx.mcp.url_elicitation;
+        let r = &self.settings.routes[route];
+        let elicitation_id = url.rsplit('=').next().unwrap_or_default();
+        let prompt = answer::Prompt {
+            title: r.title.as_deref().unwrap_or(&r.name),
+            url: &url,
+            elicitation_id: elicitation_id.get(..16).unwrap_or(elicitation_id),
+            ask,
+        };
+        match answer::connect_answer(message, &prompt, eliciting) {
+            Some(json) => Ok(Reply::json(200, &json)),
+            None => Ok(Reply::empty(202)),
+        }
     }
 
     /// The body half of the pipeline, applied in `request_body_filter` on the whole body.
@@ -140,6 +238,9 @@ impl Gateway {
         check_mcp_headers(req, message)?;
         let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
         let route = ctx.mcp_route.ok_or(Rejection::Internal)?;
+        if message.method == "initialize" && self.edge.credentials.per_user(route) {
+            ctx.mcp.url_elicitation = answer::declares_url_elicitation(body);
+        }
         if self.settings.admission.tool_policy {
             self.authorize(principal, message, route).await?;
             ctx.mcp.filter_list = message.method == "tools/list"

@@ -18,6 +18,8 @@ pub(super) enum Target {
     AuthServer,
     /// The operator console (`/admin…`).
     Console,
+    /// The connect pages of upstream credentials (`/connect/…`, `/connections`).
+    Connect,
     Favicon,
     Metrics,
     Health,
@@ -37,6 +39,9 @@ impl Target {
         }
         if crate::console::is_console_path(path) {
             return Self::Console;
+        }
+        if super::connect::is_connect_path(path) {
+            return Self::Connect;
         }
         match path {
             "/healthz" => Self::Health,
@@ -60,7 +65,7 @@ impl Target {
             Self::ResourceMetadata(_) => RouteLabel::WellKnown,
             Self::Health | Self::Ready => RouteLabel::Health,
             Self::Metrics => RouteLabel::Metrics,
-            Self::Favicon | Self::Console | Self::Unknown => RouteLabel::Other,
+            Self::Favicon | Self::Console | Self::Connect | Self::Unknown => RouteLabel::Other,
         }
     }
 
@@ -115,7 +120,8 @@ impl Gateway {
             | Target::Unknown
             | Target::Mcp(_)
             | Target::AuthServer
-            | Target::Console => Step::Refuse(Rejection::NotFound),
+            | Target::Console
+            | Target::Connect => Step::Refuse(Rejection::NotFound),
         }
     }
 

@@ -30,17 +30,17 @@ mod actions;
 type Response = http::Response<Bytes>;
 
 /// A POST's form fields.
-struct Form(Vec<(String, String)>);
+pub(super) struct Form(Vec<(String, String)>);
 
 impl Form {
-    fn parse(body: &[u8]) -> Self {
+    pub(super) fn parse(body: &[u8]) -> Self {
         Self(
             form_urlencoded::parse(body)
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect(),
         )
     }
-    fn get(&self, key: &str) -> &str {
+    pub(super) fn get(&self, key: &str) -> &str {
         self.0
             .iter()
             .find(|(k, _)| k == key)
@@ -68,7 +68,7 @@ fn notice(done: &str) -> (Option<String>, Option<String>) {
     }
 }
 
-fn query_value(query: &str, key: &str) -> String {
+pub(super) fn query_value(query: &str, key: &str) -> String {
     form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == key)
         .map(|(_, v)| v.into_owned())
@@ -534,7 +534,7 @@ fn store_down() -> Response {
 }
 
 /// The form, whole; `None` when larger than the console takes.
-async fn read_form(session: &mut Session) -> Result<Option<Bytes>> {
+pub(super) async fn read_form(session: &mut Session) -> Result<Option<Bytes>> {
     let mut body = bytes::BytesMut::new();
     while let Some(chunk) = session.read_request_body().await? {
         if body.len() + chunk.len() > MAX_FORM_BYTES {

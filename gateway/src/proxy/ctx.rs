@@ -54,6 +54,8 @@ pub(crate) struct RequestCtx {
     pub(super) connect_failures: usize,
     /// The request's spans, when `[telemetry]` is on.
     pub(super) trace: Option<crate::telemetry::RequestTrace>,
+    /// The route's upstream credential this request carries (`[routes.upstream_auth]`).
+    pub(super) upstream_auth: Option<crate::credentials::Injected>,
 }
 
 /// What the gateway keeps of one `/mcp` exchange between phases.
@@ -78,6 +80,15 @@ pub(super) struct Exchange {
     pub(super) ends_session: Option<String>,
     /// An SSE stream's slot among the principal's; released when the context drops.
     pub(super) stream: Option<StreamSlot>,
+    /// No upstream credential for this person: the message gets the connect prompt.
+    pub(super) connect: Option<crate::credentials::Ask>,
+    /// The gateway's own answer to the message (the connect prompt), written by
+    /// `fail_to_proxy` in place of the upstream's.
+    pub(super) answer: Option<crate::reply::Reply>,
+    /// An `initialize` whose client declared URL-mode elicitation (remembered with its session).
+    pub(super) url_elicitation: bool,
+    /// The upstream refused the route's credential (401): its answer is replaced by this.
+    pub(super) replaced: Option<bytes::Bytes>,
 }
 
 impl RequestCtx {
@@ -104,6 +115,7 @@ impl RequestCtx {
             in_session: false,
             connect_failures: 0,
             trace: None,
+            upstream_auth: None,
         }
     }
 

@@ -32,6 +32,9 @@ impl Gateway {
                 .upstream_first_byte(ctx.mcp_route, sent.elapsed());
             self.reached(ctx, true);
         }
+        if resp.status == http::StatusCode::UNAUTHORIZED && ctx.upstream_auth.is_some() {
+            self.upstream_refused(resp, ctx).await?;
+        }
         let ok = resp.status.is_success();
         if ok && is_event_stream(resp) {
             ctx.stream = Some(self.metrics.stream_opened());
@@ -63,10 +66,91 @@ impl Gateway {
         Ok(())
     }
 
+    /// The upstream answered 401 to the credential Pforte added: never passed on as a 401 (the
+    /// client would take it for its own token's). One refresh of an OAuth credential (unless
+    /// another request just made one); the answer says to try again, or carries the connect
+    /// prompt when the upstream refused the refresh too.
+    async fn upstream_refused(
+        &self,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let (Some(route), Some(sent)) = (ctx.mcp_route, ctx.upstream_auth.as_ref()) else {
+            return Ok(());
+        };
+        let sent = sent
+            .value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default()
+            .to_owned();
+        let outcome = self
+            .edge
+            .credentials
+            .unauthorized(route, &ctx.person_key, &sent)
+            .await;
+        let ask = match outcome {
+            Ok(()) => None,
+            Err(crate::credentials::Missing::Connect(ask)) => Some(ask),
+            Err(crate::credentials::Missing::Unavailable(reason)) => {
+                tracing::warn!(request_id = %ctx.request_id, %reason, "the upstream refused its credential");
+                Some(crate::credentials::Ask::Reconnect)
+            }
+        };
+        let Some(message) = ctx.mcp.message.clone() else {
+            // A stream or a DELETE: no message to answer; a plain refusal.
+            resp.set_status(http::StatusCode::BAD_GATEWAY)?;
+            resp.remove_header(&http::header::WWW_AUTHENTICATE);
+            resp.remove_header(&http::header::CONTENT_LENGTH);
+            resp.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+            ctx.mcp.replaced = Some(Bytes::from_static(
+                b"{\"error\":\"upstream_unauthorized\",\"error_description\":\"the upstream refused the route's credential; call again\"}",
+            ));
+            return Ok(());
+        };
+        let body = match ask {
+            None => crate::credentials::answer::retry_answer(&message),
+            Some(ask) => {
+                let principal = ctx.principal.clone();
+                let url = match principal {
+                    Some(p) => self.edge.credentials.link(route, &p).await.ok(),
+                    None => None,
+                };
+                let r = &self.settings.routes[route];
+                let url = url.unwrap_or_else(|| format!("{}/connections", self.settings.base_url));
+                let eliciting = ctx.mcp.url_elicitation;
+                crate::credentials::answer::connect_answer(
+                    &message,
+                    &crate::credentials::answer::Prompt {
+                        title: r.title.as_deref().unwrap_or(&r.name),
+                        url: &url,
+                        elicitation_id: url.rsplit('=').next().unwrap_or_default(),
+                        ask,
+                    },
+                    eliciting,
+                )
+            }
+        };
+        resp.set_status(http::StatusCode::OK)?;
+        resp.remove_header(&http::header::WWW_AUTHENTICATE);
+        resp.remove_header(&http::header::CONTENT_LENGTH);
+        resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+        resp.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+        ctx.mcp.replaced = Some(Bytes::from(body.map(|b| b.to_string()).unwrap_or_default()));
+        Ok(())
+    }
+
     /// A successful `initialize` binds its `Mcp-Session-Id` to the principal; a successful
     /// `DELETE` forgets the session.
     async fn record_session(&self, resp: &ResponseHeader, ctx: &mut RequestCtx) {
         let sessions = &self.edge.sessions;
+        if ctx.mcp.opens_session
+            && ctx.mcp.url_elicitation
+            && let Some(id) = resp.headers.get(SESSION_ID).and_then(|v| v.to_str().ok())
+        {
+            self.edge.credentials.note_eliciting(id);
+        }
         if ctx.mcp.opens_session
             && let Some(id) = resp.headers.get(SESSION_ID).and_then(|v| v.to_str().ok())
             && let Err(e) = sessions
@@ -90,6 +174,11 @@ impl Gateway {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        if let Some(replacement) = &ctx.mcp.replaced {
+            // The upstream's 401 body is dropped; the gateway's answer goes out at its end.
+            *body = end_of_stream.then(|| replacement.clone());
+            return Ok(());
+        }
         if !ctx.mcp.filter_list {
             return Ok(());
         }

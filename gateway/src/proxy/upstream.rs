@@ -288,6 +288,10 @@ impl Gateway {
             req.insert_header(name, value)?;
         }
         req.insert_header(http::header::HOST, upstream.authority.as_str())?;
+        // The upstream's own credential for this person (after the client's was stripped).
+        if let Some(c) = &ctx.upstream_auth {
+            req.insert_header(c.name.clone(), c.value.clone())?;
+        }
         let route_index = ctx.mcp_route.unwrap_or_default();
         let slot = self.slot(route_index, ctx.instance)?;
         let uri = match req.uri.path_and_query() {

@@ -43,10 +43,12 @@ fn notice(done: Option<&str>) -> (Option<String>, Option<String>) {
 }
 
 /// Where a sign-in at `/account` may continue besides `/account` itself: only the gateway's
-/// operator console (a fixed list, so the parameter can never redirect anywhere else).
+/// operator console and its list of connected upstream services (a fixed list, so the
+/// parameter can never redirect anywhere else).
 fn next_page(asked: &str) -> Option<&'static str> {
     match asked {
         "/admin" => Some("/admin"),
+        "/connections" => Some("/connections"),
         _ => None,
     }
 }
@@ -193,6 +195,10 @@ impl AuthServer {
         let admin = self.is_admin(&user);
         let listing = Listing::from_query(&params, admin);
         let (notice, error) = notice(params.single("done").ok().flatten());
+        let section = match self.account_section.get() {
+            Some(s) => s.html(&user.username, &self.key.csrf_token(&id)).await,
+            None => None,
+        };
         match self.grant_rows(&user.username, &listing).await {
             Ok(grants) => AuthorizeOutcome::Page {
                 page: Page::Account(Box::new(AccountView {
@@ -208,6 +214,7 @@ impl AuthServer {
                     csrf: self.key.csrf_token(&id),
                     notice,
                     error,
+                    section,
                 })),
                 status: 200,
             }
@@ -522,8 +529,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_sign_in_continues_only_to_the_console() {
+    fn a_sign_in_continues_only_to_the_console_or_the_connections() {
         assert_eq!(next_page("/admin"), Some("/admin"));
+        assert_eq!(next_page("/connections"), Some("/connections"));
         for other in [
             "",
             "/admin/tokens",

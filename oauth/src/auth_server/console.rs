@@ -44,6 +44,11 @@ fn cookie_value<'a>(lines: &[&'a str], name: &str) -> Option<&'a str> {
 }
 
 impl AuthServer {
+    /// Adds `section` to every signed-in user's `/account` page. Only the first call counts.
+    pub fn set_account_section(&self, section: std::sync::Arc<dyn super::AccountSection>) {
+        let _first = self.account_section.set(section);
+    }
+
     /// The signed-in user of the session cookie among `cookie_lines` (the request's `Cookie`
     /// header lines); `Ok(None)` when there is no signed-in session (no cookie, an anonymous
     /// one, expired, or its user is gone).

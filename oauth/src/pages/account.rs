@@ -41,6 +41,9 @@ pub(crate) struct AccountView {
     pub csrf: String,
     pub notice: Option<String>,
     pub error: Option<String>,
+    /// A section the embedding program adds (the gateway: connected upstream services), HTML
+    /// it escaped itself.
+    pub section: Option<String>,
 }
 
 /// The sign-in form of `/account`.
@@ -223,7 +226,7 @@ pub(crate) fn account(v: &AccountView) -> String {
     };
     let body = format!(
         "<h1>Your account</h1><p class=\"muted\">Signed in as <strong>{}</strong>{}</p>{}{}\
-         {admin}<h2 class=\"section\">{heading}</h2>{list}\
+         {admin}<h2 class=\"section\">{heading}</h2>{list}{section}\
          <h2 class=\"section\">Password</h2>{password}\
          <form method=\"post\" action=\"/account\">{}\
          <div class=\"actions\"><button type=\"submit\">Sign out</button></div></form>",
@@ -232,6 +235,7 @@ pub(crate) fn account(v: &AccountView) -> String {
         alert("notice", v.notice.as_deref()),
         alert("error", v.error.as_deref()),
         csrf_field(&v.csrf, "logout"),
+        section = v.section.as_deref().unwrap_or_default(),
     );
     document_in("Your account", &v.deployment, "wide", &body)
 }
@@ -271,6 +275,7 @@ mod tests {
             csrf: "tok".into(),
             notice: None,
             error: None,
+            section: None,
         });
         assert!(html.contains("&lt;Claude&gt;"));
         assert!(html.contains("name=\"step\" value=\"revoke\""));
@@ -295,6 +300,7 @@ mod tests {
             csrf: "tok".into(),
             notice: None,
             error: None,
+            section: None,
         });
         assert!(html.contains("You sign in with <strong>Acme &lt;SSO&gt;</strong>"));
         assert!(!html.contains("name=\"step\" value=\"password\""));

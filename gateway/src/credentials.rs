@@ -1,0 +1,732 @@
+//! Per-user credentials for routes whose upstream needs its own (`[routes.upstream_auth]`):
+//! what a request carries upstream (a header from the vault, an OAuth access token refreshed
+//! when stale, or the shared credential), what the caller is told when there is none yet (the
+//! connect prompt, `answer.rs`), and the connect flow's steps (a single-use link bound to the
+//! caller → the upstream's OAuth flow or a form for the secret → the vault). The pages are
+//! `pages.rs`; the handlers `proxy/connect.rs`. The client's own token never goes upstream:
+//! `forward.rs` strips it before anything here adds the upstream's.
+
+pub(crate) mod answer;
+pub(crate) mod pages;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use pforte_clock::Clock;
+
+use pforte_oauth::Secret as Plain;
+use url::Url;
+
+use crate::{
+    auth::Principal,
+    broker::{self, Broker, Callback, RefreshError, TokenSet, UpstreamClient, UpstreamServer},
+    config::{HeaderInto, Injection, Registration, Route, Settings, UpstreamAuth},
+    vault::{Entry, LinkGrant, OAuthTokens, Secret, State, Vault},
+};
+
+pub(crate) use answer::Ask;
+
+/// How long a connect link works.
+pub(crate) const LINK_TTL: Duration = Duration::from_secs(10 * 60);
+/// How long a started upstream authorization (or an open secret form) may take.
+pub(crate) const FLOW_TTL: Duration = Duration::from_secs(10 * 60);
+/// Sessions whose client declared URL-mode elicitation, remembered at most (oldest forgotten).
+const MAX_ELICITING_SESSIONS: usize = 100_000;
+
+/// Why a request cannot carry an upstream credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Missing {
+    /// The user must visit the connect page.
+    #[error("the user has no working credential for this route's upstream")]
+    Connect(Ask),
+    /// The vault or the upstream's authorization server did not answer.
+    #[error("upstream credentials unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What the upstream gets besides the request: a header to set (never a client's).
+#[derive(Clone)]
+pub(crate) struct Injected {
+    pub(crate) name: http::HeaderName,
+    pub(crate) value: http::HeaderValue,
+}
+
+impl std::fmt::Debug for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Injected")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The per-user credential service of one gateway process.
+pub(crate) struct Credentials {
+    settings: Arc<Settings>,
+    /// `None`: no route keeps a credential per user.
+    vault: Option<Vault>,
+    broker: Broker,
+    clock: Arc<dyn Clock>,
+    /// Per route: the shared credential's header, read at start.
+    shared: Vec<Option<Injected>>,
+    /// Per route with `kind = "oauth"` and a configured client: its id and secret.
+    statics: HashMap<String, (String, Option<Plain>)>,
+    /// Sessions whose client declared URL-mode elicitation at `initialize`.
+    eliciting: Mutex<std::collections::VecDeque<String>>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").finish_non_exhaustive()
+    }
+}
+
+/// Why the credential service cannot start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CredentialsError {
+    #[error("[[routes]] {route:?}: upstream_auth secret_file {path}: {reason}")]
+    SharedFile {
+        route: String,
+        path: String,
+        reason: String,
+    },
+    #[error("[[routes]] {route:?}: upstream_auth client_secret_file {path}: {reason}")]
+    ClientSecret {
+        route: String,
+        path: String,
+        reason: String,
+    },
+}
+
+/// Reads a secret file: its first line, trimmed; empty is an error.
+pub(crate) fn read_secret(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let line = text.lines().next().unwrap_or_default().trim().to_owned();
+    if line.is_empty() {
+        return Err("is empty".into());
+    }
+    Ok(line)
+}
+
+/// The header that carries `secret` as `into` says.
+fn header(into: &HeaderInto, secret: &str) -> Option<Injected> {
+    let value = http::HeaderValue::from_str(&format!("{}{secret}", into.prefix)).ok()?;
+    let mut value = value;
+    value.set_sensitive(true);
+    Some(Injected {
+        name: into.name.clone(),
+        value,
+    })
+}
+
+impl Credentials {
+    /// The service for `settings`: shared credentials read now, the vault opened by the caller
+    /// (`None` when no route keeps a credential per user).
+    pub(crate) fn new(
+        settings: Arc<Settings>,
+        vault: Option<Vault>,
+        broker: Broker,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CredentialsError> {
+        let mut shared = Vec::with_capacity(settings.routes.len());
+        let mut statics = HashMap::new();
+        for route in &settings.routes {
+            let mut injected = None;
+            match &route.upstream_auth {
+                Some(UpstreamAuth::Shared { file, into }) => {
+                    let secret =
+                        read_secret(file).map_err(|reason| CredentialsError::SharedFile {
+                            route: route.name.clone(),
+                            path: file.display().to_string(),
+                            reason,
+                        })?;
+                    if let Injection::Header(into) = into {
+                        injected = header(into, &secret);
+                    }
+                }
+                Some(UpstreamAuth::OAuth {
+                    registration:
+                        Registration::Static {
+                            client_id,
+                            secret_file,
+                        },
+                    ..
+                }) => {
+                    let secret = secret_file
+                        .as_deref()
+                        .map(read_secret)
+                        .transpose()
+                        .map_err(|reason| CredentialsError::ClientSecret {
+                            route: route.name.clone(),
+                            path: secret_file
+                                .as_deref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
+                            reason,
+                        })?;
+                    statics.insert(
+                        route.name.clone(),
+                        (client_id.clone(), secret.map(Plain::new)),
+                    );
+                }
+                _ => {}
+            }
+            shared.push(injected);
+        }
+        Ok(Self {
+            settings,
+            vault,
+            broker,
+            clock,
+            shared,
+            statics,
+            eliciting: Mutex::new(std::collections::VecDeque::new()),
+        })
+    }
+
+    /// The vault, for the stdio bridge's per-user environment and the account pages.
+    pub(crate) fn vault(&self) -> Option<&Vault> {
+        self.vault.as_ref()
+    }
+
+    fn route(&self, i: usize) -> Option<&Route> {
+        self.settings.routes.get(i)
+    }
+
+    /// Whether route `i` needs a per-user credential (so `/mcp` bodies are read to answer a
+    /// missing one).
+    pub(crate) fn per_user(&self, i: usize) -> bool {
+        self.route(i)
+            .and_then(|r| r.upstream_auth.as_ref())
+            .is_some_and(UpstreamAuth::per_user)
+    }
+
+    /// What a request of `person` on route `i` carries upstream. `Ok(None)`: nothing (no
+    /// upstream auth, a stdio route's environment, or a shared variable).
+    pub(crate) async fn for_request(
+        &self,
+        i: usize,
+        person: &str,
+    ) -> Result<Option<Injected>, Missing> {
+        let Some(route) = self.route(i) else {
+            return Ok(None);
+        };
+        let Some(auth) = &route.upstream_auth else {
+            return Ok(None);
+        };
+        let vault = match auth {
+            UpstreamAuth::Shared { .. } => return Ok(self.shared.get(i).cloned().flatten()),
+            _ => self
+                .vault
+                .as_ref()
+                .ok_or_else(|| Missing::Unavailable("no vault".into()))?,
+        };
+        let entry = vault
+            .get(&route.name, person)
+            .await
+            .map_err(|e| Missing::Unavailable(e.to_string()))?
+            .ok_or(Missing::Connect(Ask::Connect))?;
+        if entry.state == State::NeedsReconnect {
+            return Err(Missing::Connect(Ask::Reconnect));
+        }
+        match (auth, &entry.secret) {
+            (UpstreamAuth::Header { into, .. }, Secret::Values(values)) => {
+                let secret = values
+                    .get(into.name.as_str())
+                    .ok_or(Missing::Connect(Ask::Reconnect))?;
+                Ok(header(into, secret))
+            }
+            (UpstreamAuth::Env { variables, .. }, Secret::Values(values)) => {
+                if variables.iter().all(|v| values.contains_key(v)) {
+                    Ok(None)
+                } else {
+                    Err(Missing::Connect(Ask::Reconnect))
+                }
+            }
+            (UpstreamAuth::OAuth { .. }, Secret::OAuth(_)) => {
+                let tokens = self.fresh_tokens(route, person, entry).await?;
+                let bearer = HeaderInto {
+                    name: http::header::AUTHORIZATION,
+                    prefix: "Bearer ".into(),
+                };
+                Ok(header(&bearer, &tokens.access_token))
+            }
+            // A record of another kind (the route's kind changed): connect again.
+            _ => Err(Missing::Connect(Ask::Reconnect)),
+        }
+    }
+
+    /// The entry's tokens, refreshed first when they are stale at `now` (single-flight per
+    /// user and route, across gateways on one redis). A refresh the upstream refuses marks the
+    /// record for reconnecting.
+    async fn fresh_tokens(
+        &self,
+        route: &Route,
+        person: &str,
+        entry: Entry,
+    ) -> Result<OAuthTokens, Missing> {
+        let now = self.clock.now_ms();
+        let Secret::OAuth(tokens) = &entry.secret else {
+            return Err(Missing::Connect(Ask::Reconnect));
+        };
+        if !stale(&entry, tokens, now) {
+            return Ok(tokens.clone());
+        }
+        self.refresh(route, person, Some(tokens.access_token.clone()))
+            .await
+    }
+
+    /// Refreshes `person`'s tokens for `route` unless another caller already did (the stored
+    /// access token is no longer `seen`, or, with `seen` `None`, no longer stale).
+    async fn refresh(
+        &self,
+        route: &Route,
+        person: &str,
+        seen: Option<String>,
+    ) -> Result<OAuthTokens, Missing> {
+        let vault = self
+            .vault
+            .as_ref()
+            .ok_or_else(|| Missing::Unavailable("no vault".into()))?;
+        let clock = self.clock.clone();
+        let is_stale = move |e: &Entry| match &e.secret {
+            Secret::OAuth(t) => match &seen {
+                Some(access) => &t.access_token == access,
+                None => stale(e, t, clock.now_ms()),
+            },
+            Secret::Values(_) => false,
+        };
+        let server = self.server(route).await?;
+        let outcome = vault
+            .refresh_with(&route.name, person, is_stale, |entry: Entry| async move {
+                let Secret::OAuth(old) = &entry.secret else {
+                    return Err(RefreshError::Revoked("not an OAuth record".into()));
+                };
+                let Some(refresh_token) = old.refresh_token.clone() else {
+                    return Err(RefreshError::Revoked("no refresh token".into()));
+                };
+                let client = self.known_client(route, &server, &old.client_id).await;
+                let set = self
+                    .broker
+                    .refresh(
+                        &server,
+                        &client,
+                        &Plain::new(refresh_token.clone()),
+                        &server.resource,
+                    )
+                    .await?;
+                let now = self.clock.now_ms();
+                let tokens = OAuthTokens {
+                    access_token: set.access_token.expose().to_owned(),
+                    // Rotation: a new refresh token replaces the old; none keeps it.
+                    refresh_token: Some(
+                        set.refresh_token
+                            .map_or(refresh_token, |t| t.expose().to_owned()),
+                    ),
+                    expires_at_ms: set.expires_at_ms,
+                    scope: set.scope.or_else(|| old.scope.clone()),
+                    client_id: old.client_id.clone(),
+                };
+                Ok(Entry {
+                    expires_at_ms: tokens.expires_at_ms,
+                    secret: Secret::OAuth(tokens),
+                    refreshed_ms: Some(now),
+                    state: State::Connected,
+                    ..entry
+                })
+            })
+            .await;
+        if let Ok(done) = &outcome {
+            let stats = vault.stats();
+            if done.refreshed {
+                tracing::info!(route = %route.name, refreshes = stats.refreshed, joined = stats.joined, "upstream token refreshed");
+            } else {
+                tracing::debug!(route = %route.name, refreshes = stats.refreshed, joined = stats.joined, "upstream token refreshed by another caller");
+            }
+        }
+        match outcome {
+            Ok(done) => match done.entry.secret {
+                Secret::OAuth(t) => Ok(t),
+                Secret::Values(_) => Err(Missing::Connect(Ask::Reconnect)),
+            },
+            Err(crate::vault::RefreshError::Missing) => Err(Missing::Connect(Ask::Connect)),
+            Err(crate::vault::RefreshError::Refresh(RefreshError::Revoked(reason))) => {
+                tracing::info!(route = %route.name, %reason, "upstream refused the refresh; the user must reconnect");
+                if let Err(e) = vault
+                    .set_state(&route.name, person, State::NeedsReconnect)
+                    .await
+                {
+                    tracing::warn!(route = %route.name, error = %e, "could not mark the credential for reconnecting");
+                }
+                Err(Missing::Connect(Ask::Reconnect))
+            }
+            Err(e) => Err(Missing::Unavailable(e.to_string())),
+        }
+    }
+
+    /// The upstream answered 401 to a request that carried `sent` (the access token): one
+    /// refresh (unless another caller made one since), else the reconnect state. `Ok`: the
+    /// next call will carry a fresh token.
+    pub(crate) async fn unauthorized(
+        &self,
+        i: usize,
+        person: &str,
+        sent: &str,
+    ) -> Result<(), Missing> {
+        let Some(route) = self.route(i) else {
+            return Ok(());
+        };
+        if !matches!(route.upstream_auth, Some(UpstreamAuth::OAuth { .. })) {
+            return Err(Missing::Unavailable(
+                "the upstream refused the route's credential".into(),
+            ));
+        }
+        self.refresh(route, person, Some(sent.to_owned()))
+            .await
+            .map(drop)
+    }
+
+    /// The upstream's authorization server, discovered once per route (cached by the broker).
+    async fn server(&self, route: &Route) -> Result<Arc<UpstreamServer>, Missing> {
+        let url =
+            Url::parse(&upstream_url(route)).map_err(|e| Missing::Unavailable(e.to_string()))?;
+        self.broker
+            .discover(&route.name, &url, route.upstream.ca_file())
+            .await
+            .map_err(|e| Missing::Unavailable(e.to_string()))
+    }
+
+    /// A connect link for `principal` on route `i`: single use, for [`LINK_TTL`].
+    pub(crate) async fn link(&self, i: usize, principal: &Principal) -> Result<String, Missing> {
+        let route = self
+            .route(i)
+            .ok_or_else(|| Missing::Unavailable("no such route".into()))?;
+        let vault = self
+            .vault
+            .as_ref()
+            .ok_or_else(|| Missing::Unavailable("no vault".into()))?;
+        let grant = LinkGrant {
+            route: route.name.clone(),
+            person: principal.person_key(),
+            principal_kind: principal.kind,
+            subject: principal.subject.clone(),
+        };
+        let token = vault
+            .issue_link(&grant, LINK_TTL)
+            .await
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        Ok(format!(
+            "{}/connect/{}?link={token}",
+            self.settings.base_url, route.name
+        ))
+    }
+
+    /// Remembers that session `id`'s client declared URL-mode elicitation.
+    pub(crate) fn note_eliciting(&self, id: &str) {
+        if let Ok(mut q) = self.eliciting.lock() {
+            if q.len() >= MAX_ELICITING_SESSIONS {
+                q.pop_front();
+            }
+            q.push_back(id.to_owned());
+        }
+    }
+
+    /// Whether session `id`'s client declared URL-mode elicitation (known to this process).
+    pub(crate) fn eliciting(&self, id: &str) -> bool {
+        self.eliciting
+            .lock()
+            .map(|q| q.iter().rev().any(|s| s == id))
+            .unwrap_or(false)
+    }
+
+    /// How Pforte is known at `route`'s upstream: configured, its client ID metadata document,
+    /// or dynamic registration (`auto` picks as `broker::choose` says).
+    fn registration(
+        &self,
+        route: &Route,
+        server: &UpstreamServer,
+    ) -> Result<broker::Registration, Missing> {
+        let Some(UpstreamAuth::OAuth { registration, .. }) = &route.upstream_auth else {
+            return Err(Missing::Unavailable("not an oauth route".into()));
+        };
+        let cimd = Url::parse(&self.client_document_url(route))
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        let configured = self.statics.get(&route.name).cloned();
+        match registration {
+            Registration::Static { .. } | Registration::Auto => {
+                broker::choose(configured, server, &cimd)
+                    .map_err(|e| Missing::Unavailable(e.to_string()))
+            }
+            Registration::Cimd => Ok(broker::Registration::Cimd {
+                client_id_url: cimd.to_string(),
+            }),
+            Registration::Dcr => Ok(broker::Registration::Dcr),
+        }
+    }
+
+    /// The client at `route`'s upstream, registering it now if it must.
+    async fn client(
+        &self,
+        route: &Route,
+        server: &UpstreamServer,
+    ) -> Result<UpstreamClient, Missing> {
+        let how = self.registration(route, server)?;
+        self.broker
+            .client(
+                &route.name,
+                server,
+                &how,
+                &self.redirect_uri(route),
+                &client_name(route),
+            )
+            .await
+            .map(|(c, _new)| c)
+            .map_err(|e| Missing::Unavailable(e.to_string()))
+    }
+
+    /// The client that obtained tokens under `client_id`: the configured or registered one
+    /// (with its secret), else a public client of that id (a metadata document's URL, or a
+    /// registration this process no longer remembers).
+    async fn known_client(
+        &self,
+        route: &Route,
+        server: &UpstreamServer,
+        client_id: &str,
+    ) -> UpstreamClient {
+        if let Some((id, _)) = self.statics.get(&route.name)
+            && id == client_id
+            && let Ok(c) = self.client(route, server).await
+        {
+            return c;
+        }
+        if let Some(c) = self.broker.registered(&route.name, &server.issuer)
+            && c.client_id == client_id
+        {
+            return c;
+        }
+        UpstreamClient {
+            client_id: client_id.to_owned(),
+            client_secret: None,
+            auth: broker::TokenAuth::None,
+        }
+    }
+
+    /// Starts `route`'s upstream authorization for one user: the authorization URL (PKCE S256,
+    /// `state`, the upstream's `resource`) and what the callback needs.
+    pub(crate) async fn begin(
+        &self,
+        route: &Route,
+        scopes: Option<&[String]>,
+    ) -> Result<Begun, Missing> {
+        let server = self.server(route).await?;
+        let client = self.client(route, &server).await?;
+        let scopes: Vec<String> = scopes
+            .map(<[String]>::to_vec)
+            .unwrap_or_else(|| server.scopes_supported.clone());
+        let begun = self
+            .broker
+            .begin(
+                &server,
+                &client,
+                &self.redirect_uri(route),
+                &scopes,
+                &server.resource,
+            )
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        Ok(Begun {
+            url: begun.url.to_string(),
+            state: begun.state,
+            pkce_verifier: begun.pkce_verifier.expose().to_owned(),
+            client_id: client.client_id,
+        })
+    }
+
+    /// Redeems the callback's code (its `iss` checked against the server, RFC 9207) for tokens.
+    pub(crate) async fn finish(
+        &self,
+        route: &Route,
+        client_id: &str,
+        callback: &Callback,
+        verifier: &str,
+    ) -> Result<OAuthTokens, Missing> {
+        let server = self.server(route).await?;
+        let code = callback
+            .code_for(&server)
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        let client = self.known_client(route, &server, client_id).await;
+        let set = self
+            .broker
+            .finish(
+                &server,
+                &client,
+                code,
+                &Plain::new(verifier),
+                &self.redirect_uri(route),
+                &server.resource,
+            )
+            .await
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        Ok(OAuthTokens {
+            access_token: set.access_token.expose().to_owned(),
+            refresh_token: set.refresh_token.map(|t| t.expose().to_owned()),
+            expires_at_ms: set.expires_at_ms,
+            scope: set.scope,
+            client_id: client_id.to_owned(),
+        })
+    }
+
+    /// Where the upstream's authorization server sends the user back.
+    pub(crate) fn redirect_uri(&self, route: &Route) -> String {
+        format!("{}/connect/{}/callback", self.settings.base_url, route.name)
+    }
+
+    /// The URL of the client ID metadata document Pforte serves for `route` (its client id).
+    pub(crate) fn client_document_url(&self, route: &Route) -> String {
+        format!(
+            "{}/connect/{}/client.json",
+            self.settings.base_url, route.name
+        )
+    }
+
+    /// The client ID metadata document of `route`.
+    pub(crate) fn client_document(&self, route: &Route) -> serde_json::Value {
+        broker::cimd_document(
+            &self.client_document_url(route),
+            &self.redirect_uri(route),
+            &client_name(route),
+        )
+    }
+}
+
+impl Credentials {
+    /// Every route that keeps a credential per user, with `person`'s state there.
+    pub(crate) async fn rows(&self, person: &str) -> Result<Vec<pages::Row>, Missing> {
+        let stored = match &self.vault {
+            Some(v) => v
+                .list(person)
+                .await
+                .map_err(|e| Missing::Unavailable(e.to_string()))?,
+            None => Vec::new(),
+        };
+        Ok(self
+            .settings
+            .routes
+            .iter()
+            .filter(|r| r.upstream_auth.as_ref().is_some_and(UpstreamAuth::per_user))
+            .map(|r| {
+                let s = stored.iter().find(|s| s.route == r.name);
+                pages::Row {
+                    route: r.name.clone(),
+                    title: r.title.clone().unwrap_or_else(|| r.name.clone()),
+                    kind: r.upstream_auth.as_ref().map_or("", UpstreamAuth::kind),
+                    state: match s.map(|s| s.state) {
+                        Some(State::Connected) => "connected",
+                        Some(State::NeedsReconnect) => "needs reconnect",
+                        None => "not connected",
+                    },
+                    connected: s.map(|s| crate::console::when(s.connected_ms)),
+                    expires: s.and_then(|s| s.expires_at_ms).map(crate::console::when),
+                    refreshed: s.and_then(|s| s.refreshed_ms).map(crate::console::when),
+                }
+            })
+            .collect())
+    }
+}
+
+/// `/account`'s "Connected services": the signed-in user's rows, when a route keeps a
+/// credential per user.
+pub(crate) struct AccountConnections(pub(crate) Arc<Credentials>);
+
+#[async_trait::async_trait]
+impl pforte_oauth::AccountSection for AccountConnections {
+    async fn html(&self, username: &str, csrf: &str) -> Option<String> {
+        let any = (0..self.0.settings.routes.len()).any(|i| self.0.per_user(i));
+        if !any {
+            return None;
+        }
+        match self.0.rows(&crate::auth::person_key(crate::auth::AuthKind::OAuth, username, "")).await {
+            Ok(rows) => Some(pages::account_section(&rows, csrf)),
+            Err(_) => Some(
+                "<h2 class=\"section\">Connected services</h2><p class=\"muted\">The credential vault did not answer.</p>"
+                    .to_owned(),
+            ),
+        }
+    }
+}
+
+/// A `kind = "env"` route's per-user variables for the stdio bridge: the person's stored
+/// values, or `Missing` (the bridge refuses the session; the gateway prompted already).
+pub(crate) struct VaultEnv(pub(crate) Arc<Credentials>);
+
+#[async_trait::async_trait]
+impl crate::stdio::SessionEnv for VaultEnv {
+    async fn env_for(
+        &self,
+        route: &str,
+        person: &str,
+    ) -> Result<Vec<(String, String)>, crate::stdio::EnvRefusal> {
+        use crate::stdio::EnvRefusal;
+        let Some(r) = self.0.settings.routes.iter().find(|r| r.name == route) else {
+            return Ok(Vec::new());
+        };
+        let Some(UpstreamAuth::Env { variables, .. }) = &r.upstream_auth else {
+            return Ok(Vec::new());
+        };
+        let vault = self
+            .0
+            .vault
+            .as_ref()
+            .ok_or_else(|| EnvRefusal::Unavailable("no vault".into()))?;
+        let entry = vault
+            .get(route, person)
+            .await
+            .map_err(|e| EnvRefusal::Unavailable(e.to_string()))?
+            .ok_or(EnvRefusal::Missing)?;
+        let Secret::Values(values) = entry.secret else {
+            return Err(EnvRefusal::Missing);
+        };
+        variables
+            .iter()
+            .map(|v| {
+                values
+                    .get(v)
+                    .map(|x| (v.clone(), x.clone()))
+                    .ok_or(EnvRefusal::Missing)
+            })
+            .collect()
+    }
+}
+
+/// A started upstream authorization: where the browser goes, and what the callback checks.
+#[derive(Debug)]
+pub(crate) struct Begun {
+    pub(crate) url: String,
+    pub(crate) state: String,
+    pub(crate) pkce_verifier: String,
+    pub(crate) client_id: String,
+}
+
+/// Whether `tokens` (of `entry`) should be refreshed before use at `now_ms`: within a minute of
+/// expiry, or a tenth of a shorter lifetime (`broker::is_stale`).
+fn stale(entry: &Entry, tokens: &OAuthTokens, now_ms: u64) -> bool {
+    let set = TokenSet {
+        access_token: Plain::new(""),
+        refresh_token: None,
+        expires_at_ms: tokens.expires_at_ms,
+        obtained_at_ms: entry.refreshed_ms.unwrap_or(entry.connected_ms),
+        scope: None,
+    };
+    broker::is_stale(&set, now_ms)
+}
+
+/// What Pforte calls itself at an upstream's authorization server.
+fn client_name(route: &Route) -> String {
+    format!("Pforte ({})", route.title.as_deref().unwrap_or(&route.name))
+}
+
+/// The MCP URL of a route's upstream (the first instance of several).
+pub(crate) fn upstream_url(route: &Route) -> String {
+    route.upstream.primary().http_url()
+}

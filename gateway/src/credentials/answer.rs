@@ -1,0 +1,204 @@
+//! What the gateway answers, in place of the upstream, to an MCP message whose caller has no
+//! working credential for the route's upstream yet: the connect URL, as a URL-mode elicitation
+//! (JSON-RPC error `-32042`, MCP 2025-11-25) for a client that declared it, as a tool error
+//! for a `tools/call` (Claude shows the text), else as a JSON-RPC error naming the URL. Pure.
+
+use serde_json::{Value, json};
+
+use crate::mcp::{Kind, Message};
+
+/// MCP's `URLElicitationRequiredError`: the request needs the user to visit a URL first.
+pub(crate) const URL_ELICITATION_REQUIRED: i64 = -32042;
+/// A JSON-RPC server error (implementation-defined range): connect first, for clients that did
+/// not declare URL-mode elicitation.
+pub(crate) const CONNECT_REQUIRED: i64 = -32000;
+
+/// Why the caller must visit the connect page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// Nothing stored for this user and route.
+    Connect,
+    /// The stored credential stopped working (revoked or expired beyond refresh).
+    Reconnect,
+}
+
+/// What to say to the caller: the route's title, the single-use connect URL, and an id for the
+/// elicitation (the link's own id, so a client can tell retries of one prompt apart).
+#[derive(Debug, Clone)]
+pub(crate) struct Prompt<'a> {
+    pub(crate) title: &'a str,
+    pub(crate) url: &'a str,
+    pub(crate) elicitation_id: &'a str,
+    pub(crate) ask: Ask,
+}
+
+impl Prompt<'_> {
+    fn sentence(&self) -> String {
+        match self.ask {
+            Ask::Connect => format!(
+                "{} needs your account there before it can answer. Open {} to connect it \
+                 (the link works once, for a few minutes), then try again.",
+                self.title, self.url
+            ),
+            Ask::Reconnect => format!(
+                "Your connection to {} stopped working (it was revoked or has expired). Open {} \
+                 to connect it again (the link works once, for a few minutes), then try again.",
+                self.title, self.url
+            ),
+        }
+    }
+}
+
+/// The JSON-RPC answer to `message` (`None`: a notification or a client's response, which the
+/// gateway accepts with 202 and does not forward).
+pub(crate) fn connect_answer(
+    message: &Message,
+    prompt: &Prompt<'_>,
+    url_elicitation: bool,
+) -> Option<Value> {
+    if message.kind != Kind::Request {
+        return None;
+    }
+    let id: Value = serde_json::from_str(&message.id).unwrap_or(Value::Null);
+    let text = prompt.sentence();
+    let answer = if url_elicitation {
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": URL_ELICITATION_REQUIRED,
+                "message": text,
+                "data": {"elicitations": [{
+                    "mode": "url",
+                    "elicitationId": prompt.elicitation_id,
+                    "url": prompt.url,
+                    "message": text,
+                }]},
+            },
+        })
+    } else if message.method == "tools/call" {
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "result": {"content": [{"type": "text", "text": text}], "isError": true},
+        })
+    } else {
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": CONNECT_REQUIRED, "message": text, "data": {"connect_url": prompt.url}},
+        })
+    };
+    Some(answer)
+}
+
+/// The answer to `message` after the upstream refused a credential that Pforte has refreshed
+/// since: the call did not happen; the next one carries the fresh credential.
+pub(crate) fn retry_answer(message: &Message) -> Option<Value> {
+    if message.kind != Kind::Request {
+        return None;
+    }
+    let id: Value = serde_json::from_str(&message.id).unwrap_or(Value::Null);
+    let text = "The upstream refused an expired credential; Pforte has refreshed it. Call again.";
+    Some(if message.method == "tools/call" {
+        json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}], "isError": true}})
+    } else {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": CONNECT_REQUIRED, "message": text}})
+    })
+}
+
+/// Whether an `initialize` request's capabilities declare URL-mode elicitation
+/// (`capabilities.elicitation.url`, MCP 2025-11-25). Anything unreadable: no.
+pub(crate) fn declares_url_elicitation(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Init {
+        params: Option<Params>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        capabilities: Option<Caps>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Caps {
+        elicitation: Option<Elicitation>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Elicitation {
+        url: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Init>(body)
+        .ok()
+        .and_then(|i| i.params?.capabilities?.elicitation)
+        .is_some_and(|e| e.url.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::mcp::inspect;
+
+    fn prompt(ask: Ask) -> Prompt<'static> {
+        Prompt {
+            title: "GitHub",
+            url: "https://gw.example/connect/github?link=abc",
+            elicitation_id: "e1",
+            ask,
+        }
+    }
+
+    #[test]
+    fn a_tool_call_gets_a_tool_error_with_the_url() {
+        let m = inspect(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#)
+            .unwrap();
+        let a = connect_answer(&m, &prompt(Ask::Connect), false).unwrap();
+        assert_eq!(a["id"], 7);
+        assert_eq!(a["result"]["isError"], true);
+        let text = a["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("https://gw.example/connect/github?link=abc"),
+            "{text}"
+        );
+        assert!(text.starts_with("GitHub needs your account"));
+    }
+
+    #[test]
+    fn a_client_with_url_elicitation_gets_minus_32042() {
+        let m = inspect(br#"{"jsonrpc":"2.0","id":"q","method":"tools/list"}"#).unwrap();
+        let a = connect_answer(&m, &prompt(Ask::Reconnect), true).unwrap();
+        assert_eq!(a["id"], "q");
+        assert_eq!(a["error"]["code"], URL_ELICITATION_REQUIRED);
+        let e = &a["error"]["data"]["elicitations"][0];
+        assert_eq!(e["mode"], "url");
+        assert_eq!(e["elicitationId"], "e1");
+        assert_eq!(e["url"], "https://gw.example/connect/github?link=abc");
+        assert!(e["message"].as_str().unwrap().contains("stopped working"));
+    }
+
+    #[test]
+    fn other_requests_get_an_error_naming_the_url_and_notifications_nothing() {
+        let m = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#).unwrap();
+        let a = connect_answer(&m, &prompt(Ask::Connect), false).unwrap();
+        assert_eq!(a["error"]["code"], CONNECT_REQUIRED);
+        assert_eq!(
+            a["error"]["data"]["connect_url"],
+            "https://gw.example/connect/github?link=abc"
+        );
+        let n = inspect(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert!(connect_answer(&n, &prompt(Ask::Connect), false).is_none());
+    }
+
+    #[test]
+    fn url_elicitation_is_read_from_initialize() {
+        assert!(declares_url_elicitation(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"elicitation":{"url":{}}}}}"#
+        ));
+        assert!(!declares_url_elicitation(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"elicitation":{"form":{}}}}}"#
+        ));
+        assert!(!declares_url_elicitation(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#
+        ));
+        assert!(!declares_url_elicitation(b"{"));
+    }
+}

@@ -1,0 +1,193 @@
+//! The connect pages' HTML: the form that takes a user's secret for a `header` or `env` route,
+//! the page a finished connection returns to, and `/connections` (a signed-in user's upstream
+//! credentials with their state, connect and disconnect). Server-rendered under the console's
+//! CSP (no script); everything someone else wrote is escaped. Pure.
+
+use crate::console::pages::{alert, escape, table};
+
+/// The console's stylesheet link-free frame, for pages outside the console.
+fn frame(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>{t}</title><style>{css}</style></head><body><main>\
+         <h1>{t}</h1>{body}</main></body></html>",
+        t = escape(title),
+        css = crate::console::pages::CSS,
+    )
+}
+
+/// The form a user enters their secret(s) in: one password field per name, the single-use
+/// `ticket` that binds the POST to the link that opened the page.
+pub(crate) fn secret_form(
+    title: &str,
+    label: &str,
+    fields: &[String],
+    action: &str,
+    ticket: &str,
+) -> String {
+    let inputs: String = fields
+        .iter()
+        .map(|f| {
+            format!(
+                "<p><label>{n}<br><input type=\"password\" name=\"v.{n}\" required \
+                 autocomplete=\"off\" spellcheck=\"false\"></label></p>",
+                n = escape(f)
+            )
+        })
+        .collect();
+    frame(
+        &format!("Connect {title}"),
+        &format!(
+            "<p>{l} for {t}. Pforte keeps it sealed and sends it only to {t}, only for your \
+             calls.</p><form method=\"post\" action=\"{a}\">\
+             <input type=\"hidden\" name=\"ticket\" value=\"{k}\">{inputs}\
+             <p><button type=\"submit\">Connect</button></p></form>",
+            l = escape(label),
+            t = escape(title),
+            a = escape(action),
+            k = escape(ticket),
+        ),
+    )
+}
+
+/// Where a finished connection lands.
+pub(crate) fn connected(title: &str) -> String {
+    frame(
+        &format!("Connected to {title}"),
+        &format!(
+            "<p class=\"notice\">Your {t} account is connected. Go back to your MCP client and \
+             try again; you can close this tab.</p>\
+             <p><a href=\"/connections\">Your connected services</a></p>",
+            t = escape(title)
+        ),
+    )
+}
+
+/// A connect step that failed, with what to do.
+pub(crate) fn failed(title: &str, message: &str) -> String {
+    frame(
+        "Not connected",
+        &format!(
+            "<p class=\"error\" role=\"alert\">{m}</p><p>Ask your MCP client to call {t} again \
+             for a fresh link, or connect from <a href=\"/connections\">your connected \
+             services</a>.</p>",
+            m = escape(message),
+            t = escape(title),
+        ),
+    )
+}
+
+/// One row of `/connections`.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub(crate) route: String,
+    pub(crate) title: String,
+    /// `oauth`, `header` or `env`.
+    pub(crate) kind: &'static str,
+    /// `connected`, `needs reconnect` or `not connected`.
+    pub(crate) state: &'static str,
+    pub(crate) connected: Option<String>,
+    pub(crate) expires: Option<String>,
+    pub(crate) refreshed: Option<String>,
+}
+
+/// The table of `rows`: state, dates, connect and disconnect (forms carry `csrf`).
+pub(crate) fn rows_table(rows: &[Row], csrf: &str) -> String {
+    let dash = |v: &Option<String>| v.as_deref().map_or_else(|| "-".to_owned(), escape);
+    let body: String = rows
+        .iter()
+        .map(|r| {
+            let connect = if r.state == "connected" { "Reconnect" } else { "Connect" };
+            let disconnect = if r.state == "not connected" {
+                String::new()
+            } else {
+                format!(
+                    "<form method=\"post\" action=\"/connections\" class=\"inline\">\
+                     <input type=\"hidden\" name=\"csrf\" value=\"{c}\">\
+                     <input type=\"hidden\" name=\"route\" value=\"{n}\">\
+                     <button type=\"submit\" name=\"action\" value=\"disconnect\">Disconnect</button></form>",
+                    c = escape(csrf),
+                    n = escape(&r.route),
+                )
+            };
+            format!(
+                "<tr><td>{t}</td><td>{k}</td><td>{s}</td><td>{c}</td><td>{e}</td><td>{f}</td>\
+                 <td><a href=\"/connect/{n}\">{connect}</a> {disconnect}</td></tr>",
+                t = escape(&r.title),
+                k = r.kind,
+                s = r.state,
+                c = dash(&r.connected),
+                e = dash(&r.expires),
+                f = dash(&r.refreshed),
+                n = escape(&r.route),
+            )
+        })
+        .collect();
+    table(
+        &[
+            "Service",
+            "Kind",
+            "State",
+            "Connected",
+            "Expires",
+            "Last refresh",
+            "",
+        ],
+        &body,
+        "No route of this gateway keeps a credential per user.",
+    )
+}
+
+/// `/account`'s section: the same table under a heading.
+pub(crate) fn account_section(rows: &[Row], csrf: &str) -> String {
+    format!(
+        "<h2 class=\"section\">Connected services</h2>{}",
+        rows_table(rows, csrf)
+    )
+}
+
+/// `/connections`: every route that keeps a credential per user, with this user's state.
+pub(crate) fn connections(
+    user: &str,
+    rows: &[Row],
+    csrf: &str,
+    notice: Option<&str>,
+    error: Option<&str>,
+) -> String {
+    frame(
+        "Connected services",
+        &format!(
+            "<p>Signed in as {u}. <a href=\"/account\">Your account</a></p>{a}{t}",
+            u = escape(user),
+            a = alert(notice, error),
+            t = rows_table(rows, csrf),
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_users_wrote_is_escaped() {
+        let form = secret_form("<b>", "Key", &["API_KEY".into()], "/connect/x", "t\"1");
+        assert!(form.contains("&lt;b&gt;"));
+        assert!(form.contains("value=\"t&quot;1\""));
+        assert!(form.contains("name=\"v.API_KEY\""));
+        let rows = [Row {
+            route: "gh".into(),
+            title: "Git<Hub>".into(),
+            kind: "oauth",
+            state: "needs reconnect",
+            connected: Some("2026-12-04 05:00:00".into()),
+            expires: None,
+            refreshed: None,
+        }];
+        let page = connections("alice<", &rows, "c", None, None);
+        assert!(page.contains("Git&lt;Hub&gt;") && page.contains("alice&lt;"));
+        assert!(page.contains("needs reconnect") && page.contains("Disconnect"));
+        assert!(page.contains("href=\"/connect/gh\""));
+    }
+}
