@@ -90,13 +90,85 @@ impl Identity {
     }
 
     /// The identity of the request behind an MCP call: from the HTTP request's headers when the
-    /// call came over HTTP, else the local identity (stdio).
+    /// call came over HTTP; over stdio behind Pforte's bridge, from the request's
+    /// `_meta["dev.pforte/identity"]` (every child) or the `PFORTE_*` environment (a session's
+    /// own child); else the local identity.
     pub fn of_request(ctx: &RequestContext<RoleServer>) -> Self {
-        ctx.extensions
-            .get::<http::request::Parts>()
-            .map(|parts| Self::from_headers(&parts.headers))
+        if let Some(parts) = ctx.extensions.get::<http::request::Parts>() {
+            return Self::from_headers(&parts.headers);
+        }
+        ctx.meta
+            .0
+            .0
+            .get(META_KEY)
+            .and_then(Self::from_meta)
+            .or_else(|| Self::from_env(|name| std::env::var(name).ok()))
             .unwrap_or_else(Self::local)
     }
+
+    /// The identity Pforte's stdio bridge put in a request's `_meta` (`None` without a subject
+    /// or kind).
+    pub fn from_meta(value: &serde_json::Value) -> Option<Self> {
+        let get = |k: &str| {
+            value
+                .get(k)
+                .and_then(serde_json::Value::as_str)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let id = Self {
+            subject: get("subject"),
+            client: get("client"),
+            client_name: get("clientName"),
+            auth_kind: get("authKind"),
+            scopes: value
+                .get("scopes")
+                .and_then(serde_json::Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(serde_json::Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            request_id: None,
+        };
+        (id.subject.is_some() || id.auth_kind.is_some()).then_some(id)
+    }
+
+    /// The identity Pforte's stdio bridge gave a session's child in its environment (`None`
+    /// without `PFORTE_SUBJECT` or `PFORTE_AUTH_KIND`).
+    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let get = |k: &str| {
+            env(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let id = Self {
+            subject: get(env::SUBJECT),
+            client: get(env::CLIENT),
+            client_name: get(env::CLIENT_NAME),
+            auth_kind: get(env::AUTH_KIND),
+            scopes: get(env::SCOPES)
+                .map(|s| s.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
+            request_id: None,
+        };
+        (id.subject.is_some() || id.auth_kind.is_some()).then_some(id)
+    }
+}
+
+/// The `_meta` key under which Pforte's stdio bridge names the caller.
+pub const META_KEY: &str = "dev.pforte/identity";
+
+/// The environment a session's child gets from Pforte's stdio bridge.
+pub mod env {
+    pub const SUBJECT: &str = "PFORTE_SUBJECT";
+    pub const CLIENT: &str = "PFORTE_CLIENT";
+    pub const CLIENT_NAME: &str = "PFORTE_CLIENT_NAME";
+    pub const AUTH_KIND: &str = "PFORTE_AUTH_KIND";
+    pub const SCOPES: &str = "PFORTE_SCOPES";
 }
 
 /// Decodes `%XX` escapes into UTF-8; `None` for a malformed escape or invalid UTF-8.
@@ -163,6 +235,34 @@ mod tests {
         );
         h.insert(header::CLIENT_NAME, "%ZZ".parse().unwrap());
         assert_eq!(Identity::from_headers(&h).client_name, None);
+    }
+
+    #[test]
+    fn the_stdio_bridge_identity_reads_from_meta_or_env() {
+        let meta = serde_json::json!({"subject": "alice", "client": "c-1", "clientName": "Claude",
+            "authKind": "oauth", "scopes": ["mcp:read", "mcp:write"]});
+        let id = Identity::from_meta(&meta).unwrap();
+        assert_eq!(id.subject.as_deref(), Some("alice"));
+        assert_eq!(id.client_name.as_deref(), Some("Claude"));
+        assert_eq!(id.scopes, ["mcp:read", "mcp:write"]);
+        assert_eq!(
+            Identity::from_meta(&serde_json::json!({"scopes": []})),
+            None
+        );
+        let vars = [
+            ("PFORTE_SUBJECT", "bob"),
+            ("PFORTE_AUTH_KIND", "static"),
+            ("PFORTE_SCOPES", "a b"),
+        ];
+        let id = Identity::from_env(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap();
+        assert_eq!(id.subject.as_deref(), Some("bob"));
+        assert_eq!(id.scopes, ["a", "b"]);
+        assert_eq!(Identity::from_env(|_| None), None);
     }
 
     #[test]
