@@ -7,6 +7,7 @@
 //! `forward.rs` strips it before anything here adds the upstream's.
 
 pub(crate) mod answer;
+mod oauth_client;
 pub(crate) mod pages;
 
 use std::{
@@ -18,11 +19,10 @@ use std::{
 use pforte_clock::Clock;
 
 use pforte_oauth::Secret as Plain;
-use url::Url;
 
 use crate::{
     auth::Principal,
-    broker::{self, Broker, Callback, RefreshError, TokenSet, UpstreamClient, UpstreamServer},
+    broker::{self, Broker, RefreshError, TokenSet},
     config::{HeaderInto, Injection, Registration, Route, Settings, UpstreamAuth},
     vault::{Entry, LinkGrant, OAuthTokens, Secret, State, Vault},
 };
@@ -388,16 +388,6 @@ impl Credentials {
             .map(drop)
     }
 
-    /// The upstream's authorization server, discovered once per route (cached by the broker).
-    async fn server(&self, route: &Route) -> Result<Arc<UpstreamServer>, Missing> {
-        let url =
-            Url::parse(&upstream_url(route)).map_err(|e| Missing::Unavailable(e.to_string()))?;
-        self.broker
-            .discover(&route.name, &url, route.upstream.ca_file())
-            .await
-            .map_err(|e| Missing::Unavailable(e.to_string()))
-    }
-
     /// A connect link for `principal` on route `i`: single use, for [`LINK_TTL`].
     pub(crate) async fn link(&self, i: usize, principal: &Principal) -> Result<String, Missing> {
         let route = self
@@ -423,6 +413,37 @@ impl Credentials {
         ))
     }
 
+    /// Forgets `person`'s credential for the route named `route`, revoking an OAuth grant at
+    /// the upstream first (RFC 7009, best effort: the record goes either way). `false`: there
+    /// was none.
+    pub(crate) async fn disconnect(&self, route: &str, person: &str) -> Result<bool, Missing> {
+        let vault = self
+            .vault
+            .as_ref()
+            .ok_or_else(|| Missing::Unavailable("no vault".into()))?;
+        let entry = vault
+            .get(route, person)
+            .await
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        if let (Some(entry), Some(r)) = (
+            &entry,
+            self.settings.routes.iter().find(|r| r.name == route),
+        ) && let Secret::OAuth(t) = &entry.secret
+        {
+            match self.revoke_upstream(r, t).await {
+                Ok(true) => tracing::info!(route, "upstream grant revoked at disconnect"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(route, error = %e, "upstream grant not revoked at disconnect")
+                }
+            }
+        }
+        vault
+            .remove(route, person)
+            .await
+            .map_err(|e| Missing::Unavailable(e.to_string()))
+    }
+
     /// Remembers that session `id`'s client declared URL-mode elicitation.
     pub(crate) fn note_eliciting(&self, id: &str) {
         if let Ok(mut q) = self.eliciting.lock() {
@@ -439,164 +460,6 @@ impl Credentials {
             .lock()
             .map(|q| q.iter().rev().any(|s| s == id))
             .unwrap_or(false)
-    }
-
-    /// How Pforte is known at `route`'s upstream: configured, its client ID metadata document,
-    /// or dynamic registration (`auto` picks as `broker::choose` says).
-    fn registration(
-        &self,
-        route: &Route,
-        server: &UpstreamServer,
-    ) -> Result<broker::Registration, Missing> {
-        let Some(UpstreamAuth::OAuth { registration, .. }) = &route.upstream_auth else {
-            return Err(Missing::Unavailable("not an oauth route".into()));
-        };
-        let cimd = Url::parse(&self.client_document_url(route))
-            .map_err(|e| Missing::Unavailable(e.to_string()))?;
-        let configured = self.statics.get(&route.name).cloned();
-        match registration {
-            Registration::Static { .. } | Registration::Auto => {
-                broker::choose(configured, server, &cimd)
-                    .map_err(|e| Missing::Unavailable(e.to_string()))
-            }
-            Registration::Cimd => Ok(broker::Registration::Cimd {
-                client_id_url: cimd.to_string(),
-            }),
-            Registration::Dcr => Ok(broker::Registration::Dcr),
-        }
-    }
-
-    /// The client at `route`'s upstream, registering it now if it must.
-    async fn client(
-        &self,
-        route: &Route,
-        server: &UpstreamServer,
-    ) -> Result<UpstreamClient, Missing> {
-        let how = self.registration(route, server)?;
-        self.broker
-            .client(
-                &route.name,
-                server,
-                &how,
-                &self.redirect_uri(route),
-                &client_name(route),
-            )
-            .await
-            .map(|(c, _new)| c)
-            .map_err(|e| Missing::Unavailable(e.to_string()))
-    }
-
-    /// The client that obtained tokens under `client_id`: the configured or registered one
-    /// (with its secret), else a public client of that id (a metadata document's URL, or a
-    /// registration this process no longer remembers).
-    async fn known_client(
-        &self,
-        route: &Route,
-        server: &UpstreamServer,
-        client_id: &str,
-    ) -> UpstreamClient {
-        if let Some((id, _)) = self.statics.get(&route.name)
-            && id == client_id
-            && let Ok(c) = self.client(route, server).await
-        {
-            return c;
-        }
-        if let Some(c) = self.broker.registered(&route.name, &server.issuer)
-            && c.client_id == client_id
-        {
-            return c;
-        }
-        UpstreamClient {
-            client_id: client_id.to_owned(),
-            client_secret: None,
-            auth: broker::TokenAuth::None,
-        }
-    }
-
-    /// Starts `route`'s upstream authorization for one user: the authorization URL (PKCE S256,
-    /// `state`, the upstream's `resource`) and what the callback needs.
-    pub(crate) async fn begin(
-        &self,
-        route: &Route,
-        scopes: Option<&[String]>,
-    ) -> Result<Begun, Missing> {
-        let server = self.server(route).await?;
-        let client = self.client(route, &server).await?;
-        let scopes: Vec<String> = scopes
-            .map(<[String]>::to_vec)
-            .unwrap_or_else(|| server.scopes_supported.clone());
-        let begun = self
-            .broker
-            .begin(
-                &server,
-                &client,
-                &self.redirect_uri(route),
-                &scopes,
-                &server.resource,
-            )
-            .map_err(|e| Missing::Unavailable(e.to_string()))?;
-        Ok(Begun {
-            url: begun.url.to_string(),
-            state: begun.state,
-            pkce_verifier: begun.pkce_verifier.expose().to_owned(),
-            client_id: client.client_id,
-        })
-    }
-
-    /// Redeems the callback's code (its `iss` checked against the server, RFC 9207) for tokens.
-    pub(crate) async fn finish(
-        &self,
-        route: &Route,
-        client_id: &str,
-        callback: &Callback,
-        verifier: &str,
-    ) -> Result<OAuthTokens, Missing> {
-        let server = self.server(route).await?;
-        let code = callback
-            .code_for(&server)
-            .map_err(|e| Missing::Unavailable(e.to_string()))?;
-        let client = self.known_client(route, &server, client_id).await;
-        let set = self
-            .broker
-            .finish(
-                &server,
-                &client,
-                code,
-                &Plain::new(verifier),
-                &self.redirect_uri(route),
-                &server.resource,
-            )
-            .await
-            .map_err(|e| Missing::Unavailable(e.to_string()))?;
-        Ok(OAuthTokens {
-            access_token: set.access_token.expose().to_owned(),
-            refresh_token: set.refresh_token.map(|t| t.expose().to_owned()),
-            expires_at_ms: set.expires_at_ms,
-            scope: set.scope,
-            client_id: client_id.to_owned(),
-        })
-    }
-
-    /// Where the upstream's authorization server sends the user back.
-    pub(crate) fn redirect_uri(&self, route: &Route) -> String {
-        format!("{}/connect/{}/callback", self.settings.base_url, route.name)
-    }
-
-    /// The URL of the client ID metadata document Pforte serves for `route` (its client id).
-    pub(crate) fn client_document_url(&self, route: &Route) -> String {
-        format!(
-            "{}/connect/{}/client.json",
-            self.settings.base_url, route.name
-        )
-    }
-
-    /// The client ID metadata document of `route`.
-    pub(crate) fn client_document(&self, route: &Route) -> serde_json::Value {
-        broker::cimd_document(
-            &self.client_document_url(route),
-            &self.redirect_uri(route),
-            &client_name(route),
-        )
     }
 }
 
@@ -699,15 +562,6 @@ impl crate::stdio::SessionEnv for VaultEnv {
     }
 }
 
-/// A started upstream authorization: where the browser goes, and what the callback checks.
-#[derive(Debug)]
-pub(crate) struct Begun {
-    pub(crate) url: String,
-    pub(crate) state: String,
-    pub(crate) pkce_verifier: String,
-    pub(crate) client_id: String,
-}
-
 /// Whether `tokens` (of `entry`) should be refreshed before use at `now_ms`: within a minute of
 /// expiry, or a tenth of a shorter lifetime (`broker::is_stale`).
 fn stale(entry: &Entry, tokens: &OAuthTokens, now_ms: u64) -> bool {
@@ -719,11 +573,6 @@ fn stale(entry: &Entry, tokens: &OAuthTokens, now_ms: u64) -> bool {
         scope: None,
     };
     broker::is_stale(&set, now_ms)
-}
-
-/// What Pforte calls itself at an upstream's authorization server.
-fn client_name(route: &Route) -> String {
-    format!("Pforte ({})", route.title.as_deref().unwrap_or(&route.name))
 }
 
 /// The MCP URL of a route's upstream (the first instance of several).

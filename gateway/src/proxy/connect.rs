@@ -511,9 +511,6 @@ impl Gateway {
                 "The form's security token is missing or wrong. Open the page again.",
             ));
         }
-        let Some(vault) = self.edge.credentials.vault() else {
-            return Ok(unavailable());
-        };
         if form.get("action") != "disconnect" {
             return Ok(console::refusal(
                 400,
@@ -522,7 +519,12 @@ impl Gateway {
             ));
         }
         let person = crate::auth::person_key(crate::auth::AuthKind::OAuth, &viewer.username, "");
-        let done = match vault.remove(form.get("route"), &person).await {
+        let done = match self
+            .edge
+            .credentials
+            .disconnect(form.get("route"), &person)
+            .await
+        {
             Ok(_) => "disconnected",
             Err(_) => "failed",
         };
