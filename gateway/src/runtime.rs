@@ -18,6 +18,7 @@ use pingora::{
 };
 
 mod conns;
+mod credentials;
 
 use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
@@ -58,79 +59,6 @@ pub(crate) enum ServeError {
     Credentials(#[from] crate::credentials::CredentialsError),
     #[error(transparent)]
     Vault(#[from] crate::vault::VaultError),
-}
-
-/// The per-user credential service: the vault (SQLite in the data dir, or redis) opened with
-/// the configured key ring when a route keeps a credential per user, the records of routes no
-/// longer configured removed, the broker.
-fn open_credentials(
-    settings: &Arc<Settings>,
-    runtime: Option<tokio::runtime::Handle>,
-    clock: Arc<dyn pforte_clock::Clock>,
-) -> Result<Arc<crate::credentials::Credentials>, ServeError> {
-    use crate::vault::{KeyRing, Vault, VaultOptions};
-    let needed = settings.routes.iter().any(|r| {
-        r.upstream_auth
-            .as_ref()
-            .is_some_and(crate::config::UpstreamAuth::per_user)
-    });
-    let vault = match (&settings.vault_key, needed) {
-        (Some(key), true) => {
-            let ring = match key {
-                crate::config::VaultKey::File(path) => KeyRing::read_file(path),
-                crate::config::VaultKey::Text(text) => KeyRing::parse(text),
-            }
-            .map_err(crate::vault::VaultError::from)?;
-            let vault = match (&settings.store, runtime.clone()) {
-                (Site::Redis(url), Some(rt)) => {
-                    let _in_runtime = rt.enter();
-                    Vault::open_redis(
-                        url,
-                        crate::vault::DEFAULT_PREFIX,
-                        ring,
-                        clock.clone(),
-                        VaultOptions::default(),
-                    )?
-                }
-                _ => Vault::open_sqlite(
-                    &settings.data_dir,
-                    ring,
-                    clock.clone(),
-                    VaultOptions::default(),
-                )?,
-            };
-            let names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
-            let cleanup = async {
-                match vault.retain_routes(&names).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(
-                        removed = n,
-                        "vault: records of routes no longer configured removed"
-                    ),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "vault: could not remove the records of removed routes")
-                    }
-                }
-            };
-            match runtime {
-                Some(rt) => rt.block_on(cleanup),
-                None => tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| ServeError::Pingora(e.to_string()))?
-                    .block_on(cleanup),
-            }
-            Some(vault)
-        }
-        _ => None,
-    };
-    let broker = crate::broker::Broker::new(clock.clone());
-    Ok(Arc::new(crate::credentials::Credentials::new(
-        settings.clone(),
-        vault,
-        broker,
-        clock,
-    )?))
 }
 
 /// The bridge spec of a `command` route (`None` for every other kind), its `user` looked up
@@ -360,7 +288,7 @@ pub(crate) fn run(
         observer,
         clock.clone(),
     )?);
-    let credentials = open_credentials(&settings, oauth.runtime(), clock.clone())?;
+    let credentials = credentials::open(&settings, oauth.runtime(), clock.clone())?;
     oauth
         .server()
         .set_account_section(Arc::new(crate::credentials::AccountConnections(
