@@ -29,6 +29,15 @@ use crate::{
 
 pub(crate) use answer::Ask;
 
+/// Session ids of Pforte's stand-in session (a caller not yet connected): once connected, such
+/// an id is answered 404, and the client starts a session with the upstream.
+pub(crate) const STANDIN_SESSION_PREFIX: &str = "pforte-connect-";
+
+/// Whether `session_id` names a stand-in session.
+pub(crate) fn is_standin(session_id: &str) -> bool {
+    session_id.starts_with(STANDIN_SESSION_PREFIX)
+}
+
 /// How long a connect link works.
 pub(crate) const LINK_TTL: Duration = Duration::from_secs(10 * 60);
 /// How long a started upstream authorization (or an open secret form) may take.

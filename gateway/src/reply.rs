@@ -59,9 +59,6 @@ pub(crate) enum Rejection {
     },
     /// A static token limited to other routes (`token create --route`).
     RouteForbidden,
-    /// A stream (`GET`) on a route whose upstream needs the caller's own credential, which the
-    /// caller has not connected (a POST gets the connect prompt instead).
-    UpstreamNotConnected,
     /// The vault or the upstream's authorization server did not answer (503).
     UpstreamCredentialUnavailable,
     Internal,
@@ -239,7 +236,6 @@ impl Rejection {
                 ..
             } => "too_many_streams",
             Self::RouteForbidden => "route_forbidden",
-            Self::UpstreamNotConnected => "upstream_not_connected",
             Self::UpstreamCredentialUnavailable => "upstream_credential_unavailable",
             Self::Internal => "internal",
         }
@@ -347,13 +343,6 @@ impl Rejection {
                 403,
                 "route_forbidden",
                 "this token is limited to other routes (pforte token create --route)".to_owned(),
-            ),
-            Self::UpstreamNotConnected => (
-                403,
-                "upstream_not_connected",
-                "this route's upstream needs your own credential: call a tool for the connect \
-                 link, or connect at /connections"
-                    .to_owned(),
             ),
             Self::UpstreamCredentialUnavailable => (
                 503,

@@ -92,6 +92,54 @@ pub(crate) fn connect_answer(
     Some(answer)
 }
 
+/// The protocol versions the stand-in session speaks (MCP's dated revisions).
+const PROTOCOL_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The stand-in session's answer to what a client sends before it can use the route: Pforte
+/// answers `initialize` itself (the client's protocol version when Pforte knows it, else the
+/// latest; the connect sentence as `instructions`), `ping`, and the lists — one tool, `connect`,
+/// whose call (like any `tools/call`) gets the prompt. `None`: `message` is not one of these
+/// (answer it with [`connect_answer`]). `body` is the request's JSON text.
+pub(crate) fn standin_answer(message: &Message, body: &[u8], prompt: &Prompt<'_>) -> Option<Value> {
+    if message.kind != Kind::Request {
+        return None;
+    }
+    let id: Value = serde_json::from_str(&message.id).unwrap_or(Value::Null);
+    let result = match message.method.as_str() {
+        "initialize" => {
+            let asked = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v["params"]["protocolVersion"].as_str().map(str::to_owned));
+            let version = asked
+                .as_deref()
+                .and_then(|a| PROTOCOL_VERSIONS.iter().find(|v| **v == a))
+                .or(PROTOCOL_VERSIONS.last())
+                .copied()
+                .unwrap_or_default();
+            json!({
+                "protocolVersion": version,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "pforte-connect", "title": prompt.title,
+                    "version": env!("CARGO_PKG_VERSION")},
+                "instructions": prompt.sentence(),
+            })
+        }
+        "ping" => json!({}),
+        "tools/list" => json!({"tools": [{
+            "name": "connect",
+            "title": format!("Connect {}", prompt.title),
+            "description": prompt.sentence(),
+            "inputSchema": {"type": "object", "properties": {}},
+            "annotations": {"readOnlyHint": true, "openWorldHint": false},
+        }]}),
+        "prompts/list" => json!({"prompts": []}),
+        "resources/list" => json!({"resources": []}),
+        "resources/templates/list" => json!({"resourceTemplates": []}),
+        _ => return None,
+    };
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
 /// The answer to `message` after the upstream refused a credential that Pforte has refreshed
 /// since: the call did not happen; the next one carries the fresh credential.
 pub(crate) fn retry_answer(message: &Message) -> Option<Value> {
@@ -186,6 +234,37 @@ mod tests {
         );
         let n = inspect(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(connect_answer(&n, &prompt(Ask::Connect), false).is_none());
+    }
+
+    #[test]
+    fn the_stand_in_session_initializes_and_lists_one_tool() {
+        let body = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{}}}"#;
+        let m = inspect(body).unwrap();
+        let a = standin_answer(&m, body, &prompt(Ask::Connect)).unwrap();
+        assert_eq!(a["id"], 0);
+        assert_eq!(a["result"]["protocolVersion"], "2025-06-18");
+        assert!(
+            a["result"]["instructions"]
+                .as_str()
+                .unwrap()
+                .contains("https://")
+        );
+        let odd = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}"#;
+        let a = standin_answer(&inspect(odd).unwrap(), odd, &prompt(Ask::Connect)).unwrap();
+        assert_eq!(a["result"]["protocolVersion"], "2025-11-25");
+        let list = br#"{"jsonrpc":"2.0","id":"l","method":"tools/list"}"#;
+        let a = standin_answer(&inspect(list).unwrap(), list, &prompt(Ask::Connect)).unwrap();
+        assert_eq!(a["result"]["tools"][0]["name"], "connect");
+        let call = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"connect"}}"#;
+        assert_eq!(
+            standin_answer(&inspect(call).unwrap(), call, &prompt(Ask::Connect)),
+            None
+        );
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(
+            standin_answer(&inspect(note).unwrap(), note, &prompt(Ask::Connect)),
+            None
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::{
     catalog::Lookup,
     config::{self, normalise_origin},
     cors,
-    credentials::{Ask, Missing, answer},
+    credentials::{self, Ask, Missing, answer},
     limit::{Class, Decision, Policy as LimitPolicy},
     mcp::{self, Message},
     metrics,
@@ -95,7 +95,7 @@ impl Gateway {
                 let message = ctx.mcp.message.clone().ok_or_else(|| {
                     Error::explain(ErrorType::InternalError, "no message to answer")
                 })?;
-                let answer = self.connect_prompt(&message, ask, ctx).await;
+                let answer = self.connect_prompt(&message, &whole, ask, ctx).await;
                 // Audited as not forwarded, for this reason; no failure to log.
                 ctx.refused = Some("upstream_not_connected");
                 match answer {
@@ -160,12 +160,10 @@ impl Gateway {
         route: usize,
         ctx: &mut RequestCtx,
     ) -> Result<(), Rejection> {
+        let session = req.headers.get(SESSION_ID).and_then(|v| v.to_str().ok());
+        let standin = session.is_some_and(credentials::is_standin);
         if self.edge.credentials.per_user(route) {
-            ctx.mcp.url_elicitation = req
-                .headers
-                .get(SESSION_ID)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|id| self.edge.credentials.eliciting(id));
+            ctx.mcp.url_elicitation = session.is_some_and(|id| self.edge.credentials.eliciting(id));
         }
         match self
             .edge
@@ -173,6 +171,8 @@ impl Gateway {
             .for_request(route, &ctx.person_key)
             .await
         {
+            // Connected since the stand-in session began: the client starts a real one.
+            Ok(_) if standin => Err(Rejection::SessionNotFound),
             Ok(injected) => {
                 ctx.upstream_auth = injected;
                 Ok(())
@@ -182,8 +182,12 @@ impl Gateway {
                     ctx.mcp.connect = Some(ask);
                     Ok(())
                 }
+                http::Method::DELETE if standin => Err(Rejection::SessionNotFound),
                 http::Method::DELETE => Ok(()),
-                _ => Err(Rejection::UpstreamNotConnected),
+                // No stream before the user connects (a client goes on without one).
+                _ => Err(Rejection::MethodNotAllowed {
+                    allow: "POST, DELETE",
+                }),
             },
             Err(Missing::Unavailable(reason)) => {
                 tracing::warn!(request_id = %ctx.request_id, route = %self.settings.routes[route].name, %reason, "upstream credential unavailable");
@@ -197,6 +201,7 @@ impl Gateway {
     async fn connect_prompt(
         &self,
         message: &Message,
+        body: &[u8],
         ask: Ask,
         ctx: &RequestCtx,
     ) -> Result<Reply, Rejection> {
@@ -220,6 +225,24 @@ impl Gateway {
             elicitation_id: elicitation_id.get(..16).unwrap_or(elicitation_id),
             ask,
         };
+        if let Some(json) = answer::standin_answer(message, body, &prompt) {
+            let reply = Reply::json(200, &json);
+            if message.method != "initialize" || ctx.in_session {
+                return Ok(reply);
+            }
+            // The stand-in session: bound to this principal like an upstream's.
+            let id = format!(
+                "{}{}",
+                credentials::STANDIN_SESSION_PREFIX,
+                uuid::Uuid::new_v4().simple()
+            );
+            self.edge
+                .sessions
+                .bind(&id, ctx.holder(), None)
+                .await
+                .map_err(|_| Rejection::CredentialsUnavailable)?;
+            return Ok(reply.header(SESSION_ID, id));
+        }
         match answer::connect_answer(message, &prompt, eliciting) {
             Some(json) => Ok(Reply::json(200, &json)),
             None => Ok(Reply::empty(202)),
@@ -379,7 +402,9 @@ impl Gateway {
             Ownership::Owner => {}
             Ownership::Foreign | Ownership::Unknown => return Err(Rejection::SessionNotFound),
         }
-        if let Some(instances) = instances {
+        if let Some(instances) = instances
+            && !credentials::is_standin(id)
+        {
             match instances.route_session(binding.instance.as_deref()) {
                 Ok(i) => ctx.instance = Some(i),
                 Err(gone) => {

@@ -153,7 +153,6 @@ fn every_rejection_has_one_status() {
         (Rejection::from(AuthFailure::Unavailable), 503),
         (Rejection::OriginForbidden, 403),
         (Rejection::RouteForbidden, 403),
-        (Rejection::UpstreamNotConnected, 403),
         (Rejection::UpstreamCredentialUnavailable, 503),
         (Rejection::SessionNotFound, 404),
         (Rejection::MethodNotAllowed { allow: "GET" }, 405),
