@@ -387,14 +387,26 @@ impl Credentials {
         let Some(route) = self.route(i) else {
             return Ok(());
         };
-        if !matches!(route.upstream_auth, Some(UpstreamAuth::OAuth { .. })) {
-            return Err(Missing::Unavailable(
+        match &route.upstream_auth {
+            Some(UpstreamAuth::OAuth { .. }) => self
+                .refresh(route, person, Some(sent.to_owned()))
+                .await
+                .map(drop),
+            // A user's own key the upstream no longer takes: they enter it again.
+            Some(UpstreamAuth::Header { .. }) => {
+                if let Some(vault) = &self.vault
+                    && let Err(e) = vault
+                        .set_state(&route.name, person, State::NeedsReconnect)
+                        .await
+                {
+                    tracing::warn!(route = %route.name, error = %e, "could not mark the credential for reconnecting");
+                }
+                Err(Missing::Connect(Ask::Reconnect))
+            }
+            _ => Err(Missing::Unavailable(
                 "the upstream refused the route's credential".into(),
-            ));
+            )),
         }
-        self.refresh(route, person, Some(sent.to_owned()))
-            .await
-            .map(drop)
     }
 
     /// A connect link for `principal` on route `i`: single use, for [`LINK_TTL`].
