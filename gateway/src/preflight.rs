@@ -29,6 +29,9 @@ pub(crate) enum PreflightError {
     Expired { cert: String, not_after: i64 },
     #[error("{0}")]
     OAuth(String),
+    /// The vault's key ring or an upstream credential's file.
+    #[error("{0}")]
+    Vault(String),
     #[error(
         "[[routes]] {route:?}: user = {user:?} needs the gateway to run as root (it runs as uid {uid})"
     )]
@@ -47,6 +50,7 @@ pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(),
     check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
     check_client_secrets(&settings.oauth.login)?;
+    check_upstream_secrets(settings)?;
     if let Some(tls) = &settings.listen.tls {
         let host = crate::config::url_host(&settings.base_url);
         let now = i64::try_from(pforte_clock::Clock::now_secs(&pforte_clock::SystemClock))
@@ -77,6 +81,41 @@ fn check_client_secrets(login: &pforte_oauth::LoginConfig) -> Result<(), Preflig
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// The vault's key ring opens (a file only its owner reads, well-formed lines), and every
+/// secret file of `[routes.upstream_auth]` can be read and is not empty.
+fn check_upstream_secrets(settings: &Settings) -> Result<(), PreflightError> {
+    use crate::config::{Registration, UpstreamAuth, VaultKey};
+    if let Some(key) = &settings.vault_key {
+        match key {
+            VaultKey::File(path) => crate::vault::KeyRing::read_file(path),
+            VaultKey::Text(text) => crate::vault::KeyRing::parse(text),
+        }
+        .map_err(|e| PreflightError::Vault(e.to_string()))?;
+    }
+    for route in &settings.routes {
+        let (what, path) = match &route.upstream_auth {
+            Some(UpstreamAuth::Shared { file, .. }) => ("secret_file", file),
+            Some(UpstreamAuth::OAuth {
+                registration:
+                    Registration::Static {
+                        secret_file: Some(file),
+                        ..
+                    },
+                ..
+            }) => ("client_secret_file", file),
+            _ => continue,
+        };
+        crate::credentials::read_secret(path).map_err(|reason| {
+            PreflightError::Vault(format!(
+                "[[routes]] {:?}: upstream_auth {what} {}: {reason}",
+                route.name,
+                path.display()
+            ))
+        })?;
     }
     Ok(())
 }

@@ -75,3 +75,67 @@ async fn the_python_sdk_example_calls_whoami() {
     assert!(stdout.contains("'subject': 'operator'"), "{stdout}");
     assert!(stdout.contains("'client': 'sdk-example'"), "{stdout}");
 }
+
+/// The README's "Front a third-party MCP server" configuration passes `pforte check` as written
+/// (only its paths replaced), and its vault key commands work: `keygen --file` makes an
+/// owner-only ring, a second `keygen` puts a new key first, `rekey` re-seals under it, and a key
+/// file others can read is refused with what to do.
+#[test]
+fn the_upstream_auth_example_checks_and_its_vault_key_rotates() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::path::Path;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("vault.key");
+    let secret = dir.path().join("wiki.token");
+    std::fs::write(&secret, "wiki-secret\n").unwrap();
+    let pforte = |args: &[&str]| {
+        let out = Command::new(pforte_tests::bin("pforte"))
+            .args(args)
+            .env_remove("PFORTE_VAULT_KEY")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let path = |p: &Path| p.display().to_string();
+    let (code, out, err) = pforte(&["vault", "keygen", "--file", &path(&key), "--id", "k1"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let service = pforte_tests::bin("mcp-service");
+    let block = readme_block("## Front a third-party MCP server", "toml")
+        .replace("/etc/pforte/vault.key", &path(&key))
+        .replace("/etc/pforte/wiki.token", &path(&secret))
+        .replace(
+            r#"command = ["github-mcp-server", "stdio"]"#,
+            &format!("command = [{:?}, \"stdio\"]", path(&service)),
+        );
+    assert!(block.contains("kind = \"oauth\"") && block.contains("kind = \"env\""));
+    let config = dir.path().join("pforte.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n{block}",
+            path(&dir.path().join("data"))
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = pforte(&["check", "--config", &path(&config)]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = pforte(&["vault", "keygen", "--file", &path(&key), "--id", "k2"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let ring = std::fs::read_to_string(&key).unwrap();
+    let ids: Vec<&str> = ring.lines().filter_map(|l| l.split(':').next()).collect();
+    assert_eq!(ids, ["k2", "k1"]);
+    let (code, out, err) = pforte(&["vault", "rekey", "--config", &path(&config)]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("under key \"k2\""), "{out}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, _, err) = pforte(&["check", "--config", &path(&config)]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("chmod 600"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one clear line: {err}");
+}
