@@ -12,8 +12,14 @@ use super::{Credentials, Missing, upstream_url};
 use crate::{
     broker::{self, Callback, TokenSet, UpstreamClient, UpstreamServer},
     config::{Registration, Route, UpstreamAuth},
-    vault::OAuthTokens,
+    vault::{Entry, OAuthTokens, Secret, State},
 };
+
+/// The vault's key for a route's dynamic registration at `issuer` (never a person's key, which
+/// starts `oauth:` or `static:`).
+fn registration_key(issuer: &str) -> String {
+    format!("registration:{issuer}")
+}
 
 impl Credentials {
     /// The upstream's authorization server, discovered once per route (cached by the broker).
@@ -58,7 +64,11 @@ impl Credentials {
         server: &UpstreamServer,
     ) -> Result<UpstreamClient, Missing> {
         let how = self.registration(route, server)?;
-        self.broker
+        if matches!(how, broker::Registration::Dcr) {
+            self.registered(route, server).await;
+        }
+        let (client, new) = self
+            .broker
             .client(
                 &route.name,
                 server,
@@ -67,8 +77,65 @@ impl Credentials {
                 &client_name(route),
             )
             .await
-            .map(|(c, _new)| c)
-            .map_err(|e| Missing::Unavailable(e.to_string()))
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        if new {
+            self.keep_registration(route, &server.issuer, &client).await;
+        }
+        Ok(client)
+    }
+
+    /// The dynamic registration at `server` for `route`: the broker's, else the one the vault
+    /// keeps (made before a restart, or by another gateway), which the broker then remembers.
+    async fn registered(&self, route: &Route, server: &UpstreamServer) -> Option<UpstreamClient> {
+        if let Some(c) = self.broker.registered(&route.name, &server.issuer) {
+            return Some(c);
+        }
+        let vault = self.vault.as_ref()?;
+        let entry = vault
+            .get(&route.name, &registration_key(&server.issuer))
+            .await
+            .ok()??;
+        let Secret::Values(v) = entry.secret else {
+            return None;
+        };
+        let client = UpstreamClient {
+            client_id: v.get("client_id")?.clone(),
+            client_secret: v.get("client_secret").map(|s| Plain::new(s.clone())),
+            auth: v
+                .get("auth")
+                .and_then(|a| broker::TokenAuth::parse(a))
+                .unwrap_or(broker::TokenAuth::None),
+        };
+        self.broker
+            .remember_registration(&route.name, &server.issuer, client.clone());
+        Some(client)
+    }
+
+    /// Keeps a new dynamic registration in the vault (sealed: it may carry a client secret), so
+    /// tokens issued to it can be refreshed after a restart and by every gateway.
+    async fn keep_registration(&self, route: &Route, issuer: &str, client: &UpstreamClient) {
+        let Some(vault) = &self.vault else {
+            return;
+        };
+        let mut values = std::collections::BTreeMap::new();
+        values.insert("client_id".to_owned(), client.client_id.clone());
+        values.insert("auth".to_owned(), client.auth.as_str().to_owned());
+        if let Some(secret) = &client.client_secret {
+            values.insert("client_secret".to_owned(), secret.expose().to_owned());
+        }
+        let entry = Entry {
+            route: route.name.clone(),
+            person: registration_key(issuer),
+            secret: Secret::Values(values),
+            state: State::Connected,
+            connected_ms: self.clock.now_ms(),
+            refreshed_ms: None,
+            expires_at_ms: None,
+            version: 0,
+        };
+        if let Err(e) = vault.put(&entry).await {
+            tracing::warn!(route = %route.name, error = %e, "the upstream registration was not kept in the vault");
+        }
     }
 
     /// The client that obtained tokens under `client_id`: the configured or registered one
@@ -86,7 +153,7 @@ impl Credentials {
         {
             return c;
         }
-        if let Some(c) = self.broker.registered(&route.name, &server.issuer)
+        if let Some(c) = self.registered(route, server).await
             && c.client_id == client_id
         {
             return c;
