@@ -70,6 +70,11 @@ pub struct CatalogOptions {
     pub unix_socket: Option<std::path::PathBuf>,
     /// Verify an https upstream against this PEM CA file only (default: the system roots).
     pub ca_file: Option<std::path::PathBuf>,
+    /// A header every request to the upstream carries: a route's shared credential.
+    pub header: Option<(http::HeaderName, http::HeaderValue)>,
+    /// The upstream takes only each user's own credential, which the catalog has not: it never
+    /// asks (every lookup `Unknown`, and no refresh or stream).
+    pub offline: bool,
 }
 
 impl Default for CatalogOptions {
@@ -83,6 +88,8 @@ impl Default for CatalogOptions {
             backoff_max: Duration::from_secs(10),
             unix_socket: None,
             ca_file: None,
+            header: None,
+            offline: false,
         }
     }
 }
@@ -195,7 +202,7 @@ impl Catalog {
     /// `miss_wait` before answering `Unknown`.
     pub async fn tool_or_refresh(self: &Arc<Self>, name: &str) -> Lookup {
         let found = self.tool(name);
-        if found != Lookup::Unknown {
+        if found != Lookup::Unknown || self.opts.offline {
             return found;
         }
         let now = self.now_ms();
@@ -279,6 +286,9 @@ impl Catalog {
     /// on the catalog's session triggers a refresh on `notifications/tools/list_changed`; when
     /// the stream drops (or the session is gone) the session is initialised again.
     pub async fn run(self: Arc<Self>, mut shutdown: Option<watch::Receiver<bool>>) {
+        if self.opts.offline {
+            return;
+        }
         if let Ok(mut rt) = self.runtime.lock() {
             *rt = tokio::runtime::Handle::try_current().ok();
         }
@@ -340,6 +350,10 @@ impl Catalog {
             .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
             .header(header::SUBJECT, SUBJECT)
             .header(header::AUTH_KIND, "gateway");
+        let request = match &self.opts.header {
+            Some((name, value)) => request.header(name, value),
+            None => request,
+        };
         let mut response = match request.send().await {
             Ok(r) if r.status().is_success() => r,
             Ok(r) if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => {
@@ -493,6 +507,9 @@ impl Catalog {
             .header(header::SUBJECT, SUBJECT)
             .header(header::AUTH_KIND, "gateway")
             .json(body);
+        if let Some((name, value)) = &self.opts.header {
+            request = request.header(name, value);
+        }
         if let Some(s) = session {
             request = request
                 .header(SESSION_HEADER, s)

@@ -119,6 +119,22 @@ pub(crate) fn read_secret(path: &std::path::Path) -> Result<String, String> {
     Ok(line)
 }
 
+/// The header of `route`'s shared credential (`kind = "shared"` into a header), read now.
+pub(crate) fn shared_header(route: &Route) -> Result<Option<Injected>, CredentialsError> {
+    let Some(UpstreamAuth::Shared { file, into }) = &route.upstream_auth else {
+        return Ok(None);
+    };
+    let secret = read_secret(file).map_err(|reason| CredentialsError::SharedFile {
+        route: route.name.clone(),
+        path: file.display().to_string(),
+        reason,
+    })?;
+    Ok(match into {
+        Injection::Header(into) => header(into, &secret),
+        Injection::Env(_) => None,
+    })
+}
+
 /// The header that carries `secret` as `into` says.
 fn header(into: &HeaderInto, secret: &str) -> Option<Injected> {
     let value = http::HeaderValue::from_str(&format!("{}{secret}", into.prefix)).ok()?;
@@ -144,17 +160,7 @@ impl Credentials {
         for route in &settings.routes {
             let mut injected = None;
             match &route.upstream_auth {
-                Some(UpstreamAuth::Shared { file, into }) => {
-                    let secret =
-                        read_secret(file).map_err(|reason| CredentialsError::SharedFile {
-                            route: route.name.clone(),
-                            path: file.display().to_string(),
-                            reason,
-                        })?;
-                    if let Injection::Header(into) = into {
-                        injected = header(into, &secret);
-                    }
-                }
+                Some(UpstreamAuth::Shared { .. }) => injected = shared_header(route)?,
                 Some(UpstreamAuth::OAuth {
                     registration:
                         Registration::Static {

@@ -264,6 +264,11 @@ impl Gateway {
         if message.method == "initialize" && self.edge.credentials.per_user(route) {
             ctx.mcp.url_elicitation = answer::declares_url_elicitation(body);
         }
+        if ctx.mcp.connect.is_some() {
+            // Not connected: the gateway answers itself and no tool runs, so no tool policy or
+            // budget applies (and the upstream's catalog is not asked).
+            return Ok(());
+        }
         if self.settings.admission.tool_policy {
             self.authorize(principal, message, route).await?;
             ctx.mcp.filter_list = message.method == "tools/list"
