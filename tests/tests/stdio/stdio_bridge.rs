@@ -558,7 +558,7 @@ async fn stateless_requests_are_served_by_the_pool() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_child_sees_only_path_home_and_the_route_env() {
+async fn the_child_sees_only_path_home_the_route_env_and_the_caller() {
     let Some(python) = python() else { return };
     let mut s = python_spec(&python);
     s.env.insert("FIXTURE_SETTING".to_owned(), "on".to_owned());
@@ -577,7 +577,11 @@ async fn the_child_sees_only_path_home_and_the_route_env() {
             kv.split('=').next().unwrap().to_owned()
         })
         .collect();
-    let mut expected: BTreeSet<String> = ["PATH", "FIXTURE_SETTING"].map(str::to_owned).into();
+    // PATH, HOME, the route's env, and the caller's identity (PFORTE_*: the session's user).
+    let mut expected: BTreeSet<String> =
+        ["PATH", "FIXTURE_SETTING", "PFORTE_SUBJECT", "PFORTE_CLIENT"]
+            .map(str::to_owned)
+            .into();
     if std::env::var_os("HOME").is_some() {
         expected.insert("HOME".to_owned());
     }

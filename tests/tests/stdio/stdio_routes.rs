@@ -203,8 +203,10 @@ async fn mcp_service_stdio_is_a_route() {
     let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
+    // The stdio server learns who calls (the bridge's identity), not `subject: -`.
     let who = call(&client, "whoami", json!({})).await.unwrap();
-    assert!(!who.is_empty());
+    assert!(who.contains("operator") && who.contains("plans"), "{who}");
+    assert!(!who.contains("local"), "{who}");
     // /metrics counts the route's running child and the session bound to it.
     let metrics = gw
         .http()
