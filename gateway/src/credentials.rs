@@ -83,7 +83,7 @@ pub(crate) struct Credentials {
     /// Per route with `kind = "oauth"` and a configured client: its id and secret.
     statics: HashMap<String, (String, Option<Plain>)>,
     /// Sessions whose client declared URL-mode elicitation at `initialize`.
-    eliciting: Mutex<std::collections::VecDeque<String>>,
+    eliciting: Mutex<Eliciting>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -197,7 +197,7 @@ impl Credentials {
             clock,
             shared,
             statics,
-            eliciting: Mutex::new(std::collections::VecDeque::new()),
+            eliciting: Mutex::new(Eliciting::default()),
         })
     }
 
@@ -473,11 +473,8 @@ impl Credentials {
 
     /// Remembers that session `id`'s client declared URL-mode elicitation.
     pub(crate) fn note_eliciting(&self, id: &str) {
-        if let Ok(mut q) = self.eliciting.lock() {
-            if q.len() >= MAX_ELICITING_SESSIONS {
-                q.pop_front();
-            }
-            q.push_back(id.to_owned());
+        if let Ok(mut e) = self.eliciting.lock() {
+            e.insert(id);
         }
     }
 
@@ -485,8 +482,30 @@ impl Credentials {
     pub(crate) fn eliciting(&self, id: &str) -> bool {
         self.eliciting
             .lock()
-            .map(|q| q.iter().rev().any(|s| s == id))
+            .map(|e| e.set.contains(id))
             .unwrap_or(false)
+    }
+}
+
+/// The sessions whose client declared URL-mode elicitation: a set to look up, the order to
+/// forget the oldest past [`MAX_ELICITING_SESSIONS`].
+#[derive(Debug, Default)]
+struct Eliciting {
+    set: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl Eliciting {
+    fn insert(&mut self, id: &str) {
+        if !self.set.insert(id.to_owned()) {
+            return;
+        }
+        self.order.push_back(id.to_owned());
+        if self.order.len() > MAX_ELICITING_SESSIONS
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
     }
 }
 
