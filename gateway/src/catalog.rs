@@ -258,6 +258,9 @@ impl Catalog {
     /// Learns the tool list now: re-uses the catalog's session, initialises a new one when
     /// there is none or the upstream forgot it. Returns the number of tools.
     pub async fn refresh(&self) -> Result<usize, CatalogError> {
+        if self.opts.offline {
+            return Ok(0);
+        }
         let _one = self.refresh_lock.lock().await;
         let result = match self.list_on_session().await {
             Err(CatalogError::SessionGone) => {

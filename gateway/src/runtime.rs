@@ -573,6 +573,11 @@ fn route_catalogs(settings: &Settings) -> Result<Vec<Arc<Catalog>>, ServeError> 
             CatalogOptions {
                 unix_socket: upstream.socket.clone(),
                 ca_file: route.upstream.ca_file().map(std::path::Path::to_path_buf),
+                header: crate::credentials::shared_header(route)?.map(|h| (h.name, h.value)),
+                offline: route
+                    .upstream_auth
+                    .as_ref()
+                    .is_some_and(crate::config::UpstreamAuth::per_user),
                 ..CatalogOptions::default()
             },
         )
