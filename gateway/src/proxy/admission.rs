@@ -241,6 +241,10 @@ impl Gateway {
                 .bind(&id, ctx.holder(), None)
                 .await
                 .map_err(|_| Rejection::CredentialsUnavailable)?;
+            // Its later calls are answered with -32042 when the client declared URL mode.
+            if eliciting {
+                self.edge.credentials.note_eliciting(&id);
+            }
             return Ok(reply.header(SESSION_ID, id));
         }
         match answer::connect_answer(message, &prompt, eliciting) {

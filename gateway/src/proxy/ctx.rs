@@ -87,8 +87,6 @@ pub(super) struct Exchange {
     pub(super) answer: Option<crate::reply::Reply>,
     /// An `initialize` whose client declared URL-mode elicitation (remembered with its session).
     pub(super) url_elicitation: bool,
-    /// The upstream refused the route's credential (401): its answer is replaced by this.
-    pub(super) replaced: Option<bytes::Bytes>,
 }
 
 impl RequestCtx {

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use pingora::{Error, ErrorType, Result, http::ResponseHeader};
 
-use crate::{catalog, cors, forward, limit, policy};
+use crate::{catalog, cors, forward, limit, policy, reply::Reply};
 
 use super::{Gateway, RequestCtx, admission::SESSION_ID};
 
@@ -33,7 +33,7 @@ impl Gateway {
             self.reached(ctx, true);
         }
         if resp.status == http::StatusCode::UNAUTHORIZED && ctx.upstream_auth.is_some() {
-            self.upstream_refused(resp, ctx).await?;
+            self.upstream_refused(ctx).await?;
         }
         let ok = resp.status.is_success();
         if ok && is_event_stream(resp) {
@@ -70,11 +70,7 @@ impl Gateway {
     /// client would take it for its own token's). One refresh of an OAuth credential (unless
     /// another request just made one); the answer says to try again, or carries the connect
     /// prompt when the upstream refused the refresh too.
-    async fn upstream_refused(
-        &self,
-        resp: &mut ResponseHeader,
-        ctx: &mut RequestCtx,
-    ) -> Result<()> {
+    async fn upstream_refused(&self, ctx: &mut RequestCtx) -> Result<()> {
         let (Some(route), Some(sent)) = (ctx.mcp_route, ctx.upstream_auth.as_ref()) else {
             return Ok(());
         };
@@ -98,16 +94,20 @@ impl Gateway {
                 Some(crate::credentials::Ask::Reconnect)
             }
         };
+        // The gateway answers in the upstream's place: written by `fail_to_proxy` (a 401 may
+        // have no body, and then no body phase would run to replace it).
+        ctx.refused = Some("upstream_unauthorized");
         let Some(message) = ctx.mcp.message.clone() else {
             // A stream or a DELETE: no message to answer; a plain refusal.
-            resp.set_status(http::StatusCode::BAD_GATEWAY)?;
-            resp.remove_header(&http::header::WWW_AUTHENTICATE);
-            resp.remove_header(&http::header::CONTENT_LENGTH);
-            resp.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
-            ctx.mcp.replaced = Some(Bytes::from_static(
-                b"{\"error\":\"upstream_unauthorized\",\"error_description\":\"the upstream refused the route's credential; call again\"}",
+            ctx.mcp.answer = Some(Reply::json(
+                502,
+                &serde_json::json!({"error": "upstream_unauthorized",
+                    "error_description": "the upstream refused the route's credential; call again"}),
             ));
-            return Ok(());
+            return Error::e_explain(
+                ErrorType::Custom("answered"),
+                "the upstream refused its credential",
+            );
         };
         let body = match ask {
             None => crate::credentials::answer::retry_answer(&message),
@@ -132,13 +132,14 @@ impl Gateway {
                 )
             }
         };
-        resp.set_status(http::StatusCode::OK)?;
-        resp.remove_header(&http::header::WWW_AUTHENTICATE);
-        resp.remove_header(&http::header::CONTENT_LENGTH);
-        resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
-        resp.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
-        ctx.mcp.replaced = Some(Bytes::from(body.map(|b| b.to_string()).unwrap_or_default()));
-        Ok(())
+        ctx.mcp.answer = Some(match body {
+            Some(json) => Reply::json(200, &json),
+            None => Reply::empty(202),
+        });
+        Error::e_explain(
+            ErrorType::Custom("answered"),
+            "the upstream refused its credential",
+        )
     }
 
     /// A successful `initialize` binds its `Mcp-Session-Id` to the principal; a successful
@@ -174,11 +175,6 @@ impl Gateway {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if let Some(replacement) = &ctx.mcp.replaced {
-            // The upstream's 401 body is dropped; the gateway's answer goes out at its end.
-            *body = end_of_stream.then(|| replacement.clone());
-            return Ok(());
-        }
         if !ctx.mcp.filter_list {
             return Ok(());
         }
