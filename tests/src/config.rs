@@ -46,6 +46,16 @@ pub struct GatewayConfig {
     pub routes: Vec<Route>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<Telemetry>,
+    /// `[vault]`: the key ring that seals per-user upstream credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vault: Option<Vault>,
+}
+
+/// `[vault]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Vault {
+    /// A file of `KEYID:BASE64URL` lines (see `crate::connect::write_vault_key`).
+    pub key_file: PathBuf,
 }
 
 /// `[telemetry]`.
@@ -85,6 +95,7 @@ impl GatewayConfig {
             tools: BTreeMap::new(),
             routes: Vec::new(),
             telemetry: None,
+            vault: None,
         }
     }
 
@@ -227,6 +238,9 @@ pub struct Throttles {
 pub struct OAuth {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_ttl_secs: Option<u64>,
+    /// `refresh_grace_secs`: how long a rotated refresh token still answers with its successor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_grace_secs: Option<u64>,
     /// `roles_recheck_secs`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roles_recheck_secs: Option<u64>,
@@ -300,6 +314,13 @@ impl OAuth {
     /// `access_ttl_secs`.
     pub fn access_ttl_secs(mut self, secs: u64) -> Self {
         self.access_ttl_secs = Some(secs);
+        self
+    }
+
+    /// `refresh_grace_secs` (0: a rotated refresh token presented again a second later revokes
+    /// its grant, so a refresh race cannot go unnoticed).
+    pub fn refresh_grace_secs(mut self, secs: u64) -> Self {
+        self.refresh_grace_secs = Some(secs);
         self
     }
 
@@ -407,6 +428,62 @@ pub struct Route {
     /// `required`: `Some(false)` keeps the gateway ready while this route is down.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
+    /// `[routes.upstream_auth]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_auth: Option<UpstreamAuth>,
+}
+
+/// `[routes.upstream_auth]`: the credential a route's upstream needs of its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UpstreamAuth {
+    /// `oauth`, `header`, `env` or `shared`.
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variables: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+}
+
+impl UpstreamAuth {
+    /// `kind = "oauth"`: Pforte is an OAuth client of the upstream, per user.
+    pub fn oauth() -> Self {
+        Self {
+            kind: "oauth".to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// `kind = "header"`: each user's secret in the header `name`.
+    pub fn header(name: &str) -> Self {
+        Self {
+            kind: "header".to_owned(),
+            header: Some(name.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    /// `kind = "env"`: each user's secrets as these variables of their stdio child.
+    pub fn env(variables: &[&str]) -> Self {
+        Self {
+            kind: "env".to_owned(),
+            variables: variables.iter().map(|v| (*v).to_owned()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// `label`: what the connect page asks for.
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = Some(label.to_owned());
+        self
+    }
 }
 
 impl Route {
@@ -425,6 +502,7 @@ impl Route {
             roles: Vec::new(),
             users: Vec::new(),
             required: None,
+            upstream_auth: None,
         }
     }
 
@@ -473,6 +551,12 @@ impl Route {
     /// The CA file an https route's server is verified against.
     pub fn ca_file(mut self, path: &std::path::Path) -> Self {
         self.ca_file = Some(path.to_owned());
+        self
+    }
+
+    /// `[routes.upstream_auth]`.
+    pub fn upstream_auth(mut self, auth: UpstreamAuth) -> Self {
+        self.upstream_auth = Some(auth);
         self
     }
 

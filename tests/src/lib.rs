@@ -1,9 +1,10 @@
 //! Support for the end-to-end tests: the real binaries started on 127.0.0.1 and waited for
 //! ([`Stack`]: mcp-service and the gateway from typed options; [`PforteUp`]), MCP clients
 //! ([`McpClient`] by hand, [`rmcp_client`] for real), what an OAuth client and a browser do
-//! ([`oauth`]), TLS material, and the outside tools some tests drive (Node, the conformance
-//! runner, the Python SDK). The leaf utilities shared with the other crates' tests (redis, skips,
-//! the form scraper) come from `pforte-test-support` and are re-exported here.
+//! ([`oauth`]), what connecting a user's upstream credential takes ([`connect`]), TLS material,
+//! and the outside tools some tests drive (Node, the conformance runner, the Python SDK). The
+//! leaf utilities shared with the other crates' tests (redis, skips, the form scraper) come from
+//! `pforte-test-support` and are re-exported here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod challenge;
@@ -21,6 +22,7 @@ mod tools;
 mod up;
 
 pub mod conformance;
+pub mod connect;
 pub mod oauth;
 
 pub use challenge::parse_challenge;
@@ -30,8 +32,9 @@ pub use client::{
 };
 pub use config::{
     Budget, Enterprise, GatewayConfig, Limits, Login, OAuth, OidcEntry, Role, Route, StdioLimits,
-    Throttle, Throttles, TlsFiles, ToolRule, Upstream,
+    Throttle, Throttles, TlsFiles, ToolRule, Upstream, UpstreamAuth, Vault,
 };
+pub use connect::{EchoUpstream, Prompt, write_vault_key};
 pub use gateway::{Gateway, write_config};
 pub use idp::{IDP_CLIENT_ID, IDP_CLIENT_SECRET, IdpUser, OIDC_PROVIDER_PACKAGE, Tamper, TestIdp};
 pub use jag_idp::JagIdp;

@@ -216,6 +216,15 @@ impl StackBuilder {
         self
     }
 
+    /// `[vault] key_file`: the key ring that seals per-user upstream credentials (see
+    /// [`crate::write_vault_key`]).
+    pub fn vault_key(mut self, key_file: &std::path::Path) -> Self {
+        self.config.vault = Some(crate::config::Vault {
+            key_file: key_file.to_owned(),
+        });
+        self
+    }
+
     /// One more `[[routes]]` entry.
     pub fn route(mut self, route: Route) -> Self {
         self.config.routes.push(route);

@@ -17,6 +17,7 @@ use pforte::for_tests::{
 use pforte_clock::ManualClock;
 use pforte_tests::{
     OAuth, Stack, TestCert, TlsFront,
+    connect::cimd_wrapper,
     oauth::{Browser, browser_step, mcp_status},
 };
 use url::Url;
@@ -203,17 +204,6 @@ async fn dcr_code_flow_refresh_and_revocation_against_a_real_upstream() {
         matches!(&gone, Err(RefreshError::Revoked(r)) if r.contains("invalid_grant")),
         "{gone:?}"
     );
-}
-
-/// A wrapper for `pforte serve …` that lets the upstream fetch metadata documents from
-/// loopback (`[oauth.cimd] allow_private_addresses`, appended to its config, the last argument)
-/// and trust `ca` for them (`SSL_CERT_FILE`, read by the platform verifier).
-fn cimd_wrapper(ca: &std::path::Path) -> Vec<String> {
-    let script = format!(
-        "for last; do :; done; printf '\\n[oauth.cimd]\\nallow_private_addresses = true\\n' >> \"$last\"; SSL_CERT_FILE='{}' exec \"$@\"",
-        ca.display()
-    );
-    vec!["sh".into(), "-c".into(), script, "sh".into()]
 }
 
 /// CIMD: the client id is the URL of a document Pforte serves over https; the upstream fetches

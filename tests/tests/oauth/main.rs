@@ -1,7 +1,9 @@
 //! End to end, OAuth and `pforte up` (one test binary, one module per theme): the connector
 //! flow through the gateway on the embedded store and on redis, a real browser on the login and
 //! consent pages, the official Python SDK as a client (with step-up), the admin commands beside
-//! a running gateway, and `pforte up` itself (banner, restart, routes, file modes).
+//! a running gateway, `pforte up` itself (banner, restart, routes, file modes), and per-user
+//! upstream credentials (`header`, `env` and `oauth` routes, against an echo server, a stdio
+//! child and a second Pforte).
 
 mod account;
 mod admin_live;
@@ -15,3 +17,5 @@ mod oauth_sdk;
 mod oidc_login;
 mod step_up;
 mod up;
+mod upstream_auth;
+mod upstream_oauth;

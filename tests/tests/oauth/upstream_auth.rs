@@ -1,0 +1,423 @@
+//! End to end, per-user upstream credentials entered as secrets (issue 24): a `header` route in
+//! front of an upstream that echoes and records what it receives — the connect prompt (a tool
+//! error with the link; `-32042` for a client that declared URL elicitation), the single-use
+//! link, the secret form, each user's key and never the client's token upstream, an upstream 401
+//! to a key → reconnect; and an `env` route running `mcp-service stdio` — an OAuth user's link
+//! works only in a browser signed in as that user, the secret lands in that user's child's
+//! environment beside the caller's identity (`whoami` names the user), `/connections` lists and
+//! disconnects it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+
+use pforte_tests::{
+    EchoUpstream, Limits, McpClient, OAuth, Prompt, Route, Stack, UpstreamAuth, bin,
+    connect::{enter_secret, log_wrapper},
+    oauth::{Browser, access_token_at},
+    rpc_answer, write_vault_key,
+};
+use serde_json::{Value, json};
+use url::Url;
+
+/// Where these gateways send `/mcp`: nowhere (only their routes are used).
+const NOWHERE: &str = "http://127.0.0.1:9/mcp";
+const SEARCH: &str = "search";
+
+/// `tools/call TOOL {}` on `client`'s session: the JSON-RPC answer (panics unless 200).
+async fn call(client: &McpClient, tool: &str) -> Value {
+    let resp = client.call_tool(tool, json!({})).await;
+    assert_eq!(resp.status(), 200, "tools/call {tool}");
+    rpc_answer(resp).await
+}
+
+/// The connect prompt in `answer` (panics when it is something else).
+fn prompt(answer: &Value) -> Prompt {
+    Prompt::of(answer).unwrap_or_else(|| panic!("not a connect prompt: {answer}"))
+}
+
+/// A plain-HTTP gateway whose route `search` fronts `echo` with each user's `X-Api-Key`, its
+/// log in `log`.
+async fn header_gateway(echo: &EchoUpstream, dir: &std::path::Path) -> Stack {
+    let key = write_vault_key(dir).unwrap();
+    let wrapper = log_wrapper(&dir.join("gateway.log"));
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    Stack::builder()
+        .upstream(NOWHERE)
+        .plain_http()
+        .limits(Limits::off())
+        .vault_key(&key)
+        .wrapper(&wrapper)
+        .route(
+            Route::url(SEARCH, &echo.mcp_url())
+                .title("Search")
+                .upstream_auth(UpstreamAuth::header("X-Api-Key").label("Search API key")),
+        )
+        .start()
+        .await
+}
+
+/// Whether any of the vault's files in `data_dir` (`vault.db` and its journal) holds `secret`
+/// in clear.
+fn vault_holds(data_dir: &std::path::Path, secret: &str) -> bool {
+    let files: Vec<_> = std::fs::read_dir(data_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("vault.db"))
+        .collect();
+    assert!(!files.is_empty(), "no vault.db in {}", data_dir.display());
+    files.iter().any(|e| {
+        let bytes = std::fs::read(e.path()).unwrap_or_default();
+        bytes.windows(secret.len()).any(|w| w == secret.as_bytes())
+    })
+}
+
+/// The last `tools/call` the echo upstream received.
+fn last_call(echo: &EchoUpstream) -> pforte_tests::connect::Seen {
+    echo.seen()
+        .into_iter()
+        .rev()
+        .find(|s| s.rpc_method.as_deref() == Some("tools/call"))
+        .expect("a tools/call upstream")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_route_asks_each_user_for_a_key_once_and_sends_only_that_upstream() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = header_gateway(&echo, dir.path()).await;
+    let hana = gw.create_token("hana").await.unwrap();
+    let url = gw.route_url(SEARCH);
+    let (mut connects, mut reconnects) = (0, 0);
+
+    // Not connected: Pforte answers for the route — a stand-in session with the link in its
+    // instructions and one tool, `connect`.
+    let mut standin = gw.mcp_at(&url, &hana);
+    let init = standin.open().await.unwrap();
+    let instructions = init["instructions"].as_str().unwrap_or_default();
+    assert!(
+        instructions.contains(&format!("/connect/{SEARCH}?link=")),
+        "{init}"
+    );
+    let sid = standin.session().expect("a stand-in session").to_owned();
+    assert!(sid.starts_with("pforte-connect-"), "{sid}");
+    assert_eq!(
+        standin.tool_names().await,
+        BTreeSet::from(["connect".to_owned()])
+    );
+    // A tool call gets a tool error whose text carries the link (what Claude shows).
+    let asked = prompt(&call(&standin, "echo").await);
+    assert!(matches!(asked, Prompt::ToolError { .. }), "{asked:?}");
+    assert!(!asked.is_reconnect(), "{asked:?}");
+    assert!(
+        asked.text().starts_with("Search needs your account"),
+        "{asked:?}"
+    );
+    let link = asked.link().clone();
+    assert_eq!(link.path(), format!("/connect/{SEARCH}"));
+    assert_eq!(
+        link.origin().ascii_serialization(),
+        Url::parse(&gw.base).unwrap().origin().ascii_serialization()
+    );
+    // No event stream before connecting.
+    assert_eq!(standin.stream().await.status(), 405);
+    // Other requests get a JSON-RPC error naming the link; nothing reached the upstream.
+    let read = standin
+        .request("resources/read", json!({"uri": "file:///x"}))
+        .await;
+    assert_eq!(read.status(), 200, "resources/read");
+    let named = prompt(&rpc_answer(read).await);
+    assert!(matches!(named, Prompt::Error { .. }), "{named:?}");
+    assert!(
+        echo.seen()
+            .iter()
+            .all(|s| s.rpc_method.as_deref() != Some("tools/call")),
+        "{:?}",
+        echo.seen()
+    );
+
+    // The link opens the form (a static token's link works by itself); the key is stored.
+    let browser = Browser::new(None);
+    let (form, _) = enter_secret(&browser, &link, &[("x-api-key", "key-of-hana")])
+        .await
+        .unwrap();
+    assert!(form.body.contains("Search API key"), "{}", form.body);
+    connects += 1;
+    // Single use: the same link again is refused.
+    let again = browser.get(&link).await.unwrap();
+    assert_eq!(again.status, 400, "{}", again.body);
+    // The stand-in session is over (404): the client starts a session with the upstream.
+    let over = standin.call_tool("echo", json!({})).await;
+    assert_eq!(over.status(), 404);
+    let mut client = gw.mcp_at(&url, &hana);
+    client.open().await.unwrap();
+    let answer = call(&client, "echo").await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_eq!(last_call(&echo).header("x-api-key"), Some("key-of-hana"));
+
+    // A second user has a key of their own; each call carries its caller's.
+    let ivo = gw.create_token("ivo").await.unwrap();
+    let mut ivo_client = gw.mcp_at(&url, &ivo);
+    ivo_client.open().await.unwrap();
+    let asked = prompt(&call(&ivo_client, "echo").await);
+    enter_secret(&browser, asked.link(), &[("x-api-key", "key-of-ivo")])
+        .await
+        .unwrap();
+    connects += 1;
+    let mut ivo_client = gw.mcp_at(&url, &ivo);
+    ivo_client.open().await.unwrap();
+    call(&ivo_client, "echo").await;
+    assert_eq!(last_call(&echo).header("x-api-key"), Some("key-of-ivo"));
+    call(&client, "echo").await;
+    assert_eq!(last_call(&echo).header("x-api-key"), Some("key-of-hana"));
+
+    // The service stops taking hana's key (401): the call carries a reconnect link, and the
+    // new key works in the same session.
+    echo.refuse_key("key-of-hana", true);
+    let asked = prompt(&call(&client, "echo").await);
+    assert!(asked.is_reconnect(), "{asked:?}");
+    let next = prompt(&call(&client, "echo").await);
+    assert!(next.is_reconnect(), "still needs reconnect: {next:?}");
+    enter_secret(&browser, asked.link(), &[("x-api-key", "key-of-hana-2")])
+        .await
+        .unwrap();
+    reconnects += 1;
+    let answer = call(&client, "echo").await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_eq!(last_call(&echo).header("x-api-key"), Some("key-of-hana-2"));
+
+    // Upstream, never a client's token: no Authorization at all, no header carrying either.
+    let seen = echo.seen();
+    assert!(seen.len() >= 4, "{seen:?}");
+    for s in &seen {
+        assert_eq!(s.header("authorization"), None, "{s:?}");
+        for (name, value) in &s.headers {
+            assert!(
+                !value.contains(&hana) && !value.contains(&ivo),
+                "a client token upstream in {name}: {s:?}"
+            );
+        }
+    }
+    // The keys are sealed in the vault, and in no log line.
+    for secret in ["key-of-hana-2", "key-of-ivo"] {
+        assert!(!vault_holds(&gw.data_dir(), secret), "{secret} in clear");
+    }
+    let log = std::fs::read_to_string(dir.path().join("gateway.log")).unwrap();
+    for secret in ["key-of-hana", "key-of-ivo"] {
+        assert!(!log.contains(secret), "{secret} logged");
+    }
+    println!(
+        "upstream_auth header route: connects {connects}, reconnects {reconnects}, upstream requests {}",
+        seen.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_declared_url_elicitation_gets_minus_32042_with_the_link() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = header_gateway(&echo, dir.path()).await;
+    let token = gw.create_token("juno").await.unwrap();
+    let url = gw.route_url(SEARCH);
+    let mut client = gw
+        .mcp_at(&url, &token)
+        .protocol("2025-11-25")
+        .capabilities(json!({"elicitation": {"url": {}}}));
+    client.open().await.unwrap();
+    let answer = call(&client, "echo").await;
+    let asked = prompt(&answer);
+    let Prompt::Elicitation {
+        elicitation_id,
+        link,
+        ..
+    } = &asked
+    else {
+        panic!("a client with URL elicitation got {answer}");
+    };
+    assert!(!elicitation_id.is_empty());
+    assert_eq!(link.path(), format!("/connect/{SEARCH}"));
+    // A client that did not declare it, in a session of its own: the tool error.
+    let mut plain = gw.mcp_at(&url, &token).protocol("2025-11-25");
+    plain.open().await.unwrap();
+    let other = prompt(&call(&plain, "echo").await);
+    assert!(matches!(other, Prompt::ToolError { .. }), "{other:?}");
+    assert_ne!(
+        other.link(),
+        asked.link(),
+        "each prompt has a link of its own"
+    );
+    // The elicited link works like any other.
+    enter_secret(&Browser::new(None), link, &[("x-api-key", "key-of-juno")])
+        .await
+        .unwrap();
+    let mut client = gw.mcp_at(&url, &token).protocol("2025-11-25");
+    client.open().await.unwrap();
+    assert_eq!(call(&client, "echo").await["result"]["isError"], false);
+    assert_eq!(last_call(&echo).header("x-api-key"), Some("key-of-juno"));
+}
+
+/// An upstream 401 without a body (`Content-Length: 0`, as many servers send it) is answered
+/// like one with a body: the reconnect prompt, not an empty 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bodiless_upstream_401_still_carries_the_reconnect_link() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = header_gateway(&echo, dir.path()).await;
+    let token = gw.create_token("kai").await.unwrap();
+    let url = gw.route_url(SEARCH);
+    let mut standin = gw.mcp_at(&url, &token);
+    standin.open().await.unwrap();
+    let asked = prompt(&call(&standin, "echo").await);
+    enter_secret(
+        &Browser::new(None),
+        asked.link(),
+        &[("x-api-key", "key-of-kai")],
+    )
+    .await
+    .unwrap();
+    let mut client = gw.mcp_at(&url, &token);
+    client.open().await.unwrap();
+    assert_eq!(call(&client, "echo").await["result"]["isError"], false);
+    echo.refuse_key("key-of-kai", false);
+    let resp = client.call_tool("echo", json!({})).await;
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the answer to a call the upstream refused: {e}: {text:?}"));
+    let asked = prompt(&answer);
+    assert!(asked.is_reconnect(), "{asked:?}");
+}
+
+const ENV_ROUTE: &str = "keys";
+const DORA: &str = "dora";
+const DORA_PW: &str = "dora horse battery staple";
+
+/// The environment files the `env` route's children wrote at their start (`NAME=value`
+/// lines), each as its text.
+fn child_envs(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_env_route_starts_each_users_child_with_their_secret_and_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_vault_key(dir.path()).unwrap();
+    let dumps = dir.path().join("children");
+    std::fs::create_dir(&dumps).unwrap();
+    let data = dir.path().join("plans");
+    // Each child writes its environment to a file of its own, then becomes `mcp-service stdio`.
+    let command = [
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        "env > \"$DUMP_DIR/child-$$.env\"; exec \"$0\" stdio".to_owned(),
+        bin("mcp-service").display().to_string(),
+    ];
+    let gw = Stack::builder()
+        .upstream(NOWHERE)
+        .limits(Limits::off().sessions_per_principal(100))
+        .oauth(OAuth::default())
+        .vault_key(&key)
+        .route(
+            Route::command(ENV_ROUTE, &command)
+                .title("Key search")
+                .env("DUMP_DIR", &dumps.display().to_string())
+                .env("MCP_SERVICE_DATA_DIR", &data.display().to_string())
+                .upstream_auth(UpstreamAuth::env(&["SEARCH_KEY"]).label("Search key")),
+        )
+        .start()
+        .await;
+    gw.add_user(DORA, DORA_PW).unwrap();
+    let url = gw.route_url(ENV_ROUTE);
+    let token = access_token_at(&url, gw.ca_pem(), DORA, DORA_PW, "mcp:read mcp:write")
+        .await
+        .unwrap();
+
+    let mut standin = gw.mcp_at(&url, &token);
+    standin.open().await.unwrap();
+    let first = prompt(&call(&standin, "whoami").await);
+    // An OAuth user's link works only in a browser signed in to Pforte as that user.
+    let stranger = Browser::for_gateway(&gw);
+    let refused = stranger.get(first.link()).await.unwrap();
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(refused.body.contains("Sign in"), "{}", refused.body);
+    // That used the link up; the next call carries a fresh one.
+    let asked = prompt(&call(&standin, "whoami").await);
+    assert_ne!(asked.link(), first.link());
+    let browser = Browser::for_gateway(&gw);
+    browser.sign_in(&gw.base, DORA, DORA_PW).await.unwrap();
+    let (form, _) = enter_secret(&browser, asked.link(), &[("SEARCH_KEY", "dora-search-key")])
+        .await
+        .unwrap();
+    assert!(form.body.contains("Search key"), "{}", form.body);
+
+    // A session now starts a child of dora's own: whoami names her, and the child's
+    // environment holds her key beside her identity, never her token.
+    let mut client = gw.mcp_at(&url, &token);
+    client.open().await.unwrap();
+    let me = call(&client, "whoami").await;
+    let who = &me["result"]["structuredContent"];
+    assert_eq!(who["subject"], DORA, "{me}");
+    assert_eq!(who["authKind"], "oauth", "{me}");
+    let envs = child_envs(&dumps);
+    let mine: Vec<&String> = envs
+        .iter()
+        .filter(|e| e.lines().any(|l| l == format!("PFORTE_SUBJECT={DORA}")))
+        .collect();
+    assert_eq!(mine.len(), 1, "one child of dora's: {envs:?}");
+    let env = mine[0];
+    assert!(
+        env.lines().any(|l| l == "SEARCH_KEY=dora-search-key"),
+        "{env}"
+    );
+    assert!(env.lines().any(|l| l == "PFORTE_AUTH_KIND=oauth"), "{env}");
+    for e in &envs {
+        assert!(!e.contains(&token), "the client's token in a child: {e}");
+        if !e.contains(&format!("PFORTE_SUBJECT={DORA}")) {
+            assert!(!e.contains("dora-search-key"), "dora's key elsewhere: {e}");
+        }
+    }
+
+    assert!(!vault_holds(&gw.data_dir(), "dora-search-key"));
+    // /account lists it among her connected services; /connections too, and disconnects it.
+    let account = Url::parse(&format!("{}/account", gw.base)).unwrap();
+    let page = browser.get(&account).await.unwrap();
+    let services = page
+        .body
+        .split("Connected services")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        services.contains("<td>Key search</td><td>env</td><td>connected</td>"),
+        "{}",
+        page.body
+    );
+    let list_url = Url::parse(&format!("{}/connections", gw.base)).unwrap();
+    let list = browser.get(&list_url).await.unwrap();
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(
+        list.body.contains("Key search") && list.body.contains("connected"),
+        "{}",
+        list.body
+    );
+    let disconnect = pforte_tests::Form::parse_all(&list.url, &list.body)
+        .unwrap()
+        .into_iter()
+        .find(|f| f.field("route") == Some(ENV_ROUTE))
+        .unwrap_or_else(|| panic!("no disconnect form: {}", list.body));
+    let done = browser
+        .submit(&disconnect, Some("disconnect"))
+        .await
+        .unwrap();
+    let back = browser.get(&done.see_other().unwrap()).await.unwrap();
+    assert!(back.body.contains("Disconnected"), "{}", back.body);
+    // Gone from the vault: a new session is the stand-in again, and a call asks to connect.
+    let mut after = gw.mcp_at(&url, &token);
+    after.open().await.unwrap();
+    let asked = prompt(&call(&after, "whoami").await);
+    assert!(!asked.is_reconnect(), "{asked:?}");
+    println!("upstream_auth env route: connects 1, disconnects 1");
+}
