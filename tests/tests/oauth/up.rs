@@ -11,7 +11,7 @@ use pforte_tests::{
     oauth::{access_token, mcp_status},
     rmcp_client, whoami,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Children of `pid` (any thread).
 fn children(pid: u32) -> Vec<u32> {
@@ -145,11 +145,11 @@ async fn up_serves_stdio_and_url_routes_beside_the_built_in_service() {
             "{banner:#?}"
         );
     }
-    // The built-in service and both added routes answer with the one token. A stdio server
-    // sees no identity headers (its session is its stdin): mcp-service says "local".
+    // The built-in service and both added routes answer with the one token, and each names the
+    // caller: the stdio server learns it from the bridge (`_meta` and `PFORTE_*`).
     for (path, client, kind) in [
         ("/mcp", json!("pforte-up"), "static"),
-        ("/plans/mcp", Value::Null, "local"),
+        ("/plans/mcp", json!("pforte-up"), "static"),
         ("/wiki/mcp", json!("pforte-up"), "static"),
     ] {
         let me = whoami_client(&format!("{base}{path}"), &token).await;
