@@ -15,11 +15,20 @@
 //! streams; it ends by itself after [`SessionConfig::DEFAULT_KEEP_ALIVE`] without a message
 //! either way; request streams start with a priming event `0/N`; a second `GET` stream while
 //! one is open only carries keep-alives (rmcp 3.11 does the same, it does not answer 409).
-//! What does not: no message is kept for replay. A reconnect with `Last-Event-ID` gets the
-//! standalone stream back (`0`) or the rest of an unanswered request's stream (`M/N`), without
-//! the messages sent while it was away; a stream that has ended cannot be resumed (rmcp then
-//! answers an empty stream).
+//!
+//! Resumption, as rmcp's: every stream keeps its last events ([`replay::Replay`]: nothing
+//! allocated before the first, at most 16 events and 256 KiB), under rmcp's event ids (`M/N`
+//! on request stream `N`, `M` on the standalone stream). A `GET` with `Last-Event-ID` gets the
+//! kept events after the one it names and then the rest of that stream: a request in flight
+//! goes on on the new connection, an answered request's stream replays and ends (its events
+//! are kept for [`SessionConfig::DEFAULT_COMPLETED_CACHE_TTL`] after the answer), the
+//! standalone stream is taken over when its last connection is gone. Unlike rmcp, the event
+//! named is not sent again, and a new `GET` without `Last-Event-ID` gets only the standalone
+//! events no open stream took. An id this session did not issue, or a stream whose events are
+//! gone, gets an error, which rmcp turns into an empty `200` stream. When the session ends
+//! (`DELETE`, expiry, the service gone) everything it kept goes with it.
 
+mod replay;
 mod route;
 
 use std::{
@@ -52,7 +61,8 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use route::{Opened, Routes, Sink};
+use replay::EventId;
+use route::{NotResumed, Opened, Routes, Sink};
 
 /// How many client messages may wait for the service per session.
 const INBOUND_CAPACITY: usize = 16;
@@ -66,12 +76,10 @@ pub enum SessionError {
     Ended,
     #[error("expected a request")]
     NotARequest,
-    #[error("Last-Event-ID {0:?} was not issued by this server")]
+    #[error("Last-Event-ID {0:?} was not issued by this session")]
     UnknownEventId(String),
-    #[error(
-        "stream {0} of this session was answered or closed already; its messages are not kept for replay"
-    )]
-    StreamGone(u64),
+    #[error("the events before Last-Event-ID {0:?} are no longer kept")]
+    StreamGone(String),
 }
 
 /// Settings of [`Sessions`].
@@ -81,14 +89,17 @@ pub struct SessionsConfig {
     pub keep_alive: Option<Duration>,
     /// The `retry` of the priming event that starts each request stream; `None`: no priming.
     pub sse_retry: Option<Duration>,
+    /// How long an answered request's events are kept for a reconnect.
+    pub answered_ttl: Duration,
 }
 
 impl Default for SessionsConfig {
-    /// rmcp's defaults (`SessionConfig`): 5 minutes, 3 seconds.
+    /// rmcp's defaults (`SessionConfig`): 5 minutes, 3 seconds, 60 seconds.
     fn default() -> Self {
         Self {
             keep_alive: Some(SessionConfig::DEFAULT_KEEP_ALIVE),
             sse_retry: Some(SessionConfig::DEFAULT_SSE_RETRY),
+            answered_ttl: SessionConfig::DEFAULT_COMPLETED_CACHE_TTL,
         }
     }
 }
@@ -230,7 +241,7 @@ impl SessionManager for Sessions {
         let (inbound, rx) = mpsc::channel(INBOUND_CAPACITY);
         let session = Arc::new(Session {
             inbound,
-            routes: Mutex::default(),
+            routes: Mutex::new(Routes::new(self.config.answered_ttl)),
             ended: CancellationToken::new(),
             started: Instant::now(),
             last_active: AtomicU64::new(0),
@@ -253,12 +264,11 @@ impl SessionManager for Sessions {
         let session = self.get(id)?;
         let (request, progress) = request_keys(&message).ok_or(SessionError::NotARequest)?;
         let (tx, rx) = oneshot::channel();
+        if !session
+            .routes()
+            .expect(route::INITIALIZE, request, progress, Sink::Once(tx))
         {
-            let mut routes = session.routes();
-            let stream = routes.next_stream();
-            if !routes.expect(stream, request, progress, Sink::Once(tx)) {
-                return Err(SessionError::Ended);
-            }
+            return Err(SessionError::Ended);
         }
         session.push(message).await?;
         tokio::select! {
@@ -292,8 +302,15 @@ impl SessionManager for Sessions {
             let mut routes = session.routes();
             let n = routes.next_stream();
             if let Some(retry) = self.config.sse_retry {
+                let priming = EventId {
+                    stream: Some(n),
+                    index: 0,
+                };
                 // Fails only if the stream is dropped already, which it is not.
-                let _ = tx.send(Box::new(ServerSseMessage::priming(format!("0/{n}"), retry)));
+                let _ = tx.send(Box::new(ServerSseMessage::priming(
+                    priming.to_string(),
+                    retry,
+                )));
             }
             if !routes.expect(n, request, progress, Sink::Sse(tx)) {
                 return Err(SessionError::Ended);
@@ -310,7 +327,7 @@ impl SessionManager for Sessions {
     ) -> Result<(), Self::Error> {
         let session = self.get(id)?;
         if let Some(request) = cancelled_request(&message) {
-            session.routes().cancel(request);
+            session.routes().cancel(request, Instant::now());
         }
         session.push(message).await
     }
@@ -335,23 +352,19 @@ impl SessionManager for Sessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let session = self.get(id)?;
         session.touch();
-        let Some(which) = route::resumed_stream(&last_event_id) else {
+        let Some(event) = EventId::parse(&last_event_id) else {
             return Err(SessionError::UnknownEventId(last_event_id));
         };
         let (tx, stream) = sse();
-        let mut routes = session.routes();
-        match which {
-            Some(n) => {
-                if routes.reattach(n, tx) {
-                    Ok(stream)
-                } else {
-                    Err(SessionError::StreamGone(n))
-                }
+        let resumed = session.routes().resume(event, tx, Instant::now());
+        match resumed {
+            Ok(how) => {
+                tracing::debug!(session = %id, %last_event_id, ?how, "stream resumed");
+                Ok(stream)
             }
-            None => match routes.open_get(tx) {
-                Opened::Standalone | Opened::Idle => Ok(stream),
-                Opened::Refused => Err(SessionError::Ended),
-            },
+            Err(NotResumed::NotIssued) => Err(SessionError::UnknownEventId(last_event_id)),
+            Err(NotResumed::Gone) => Err(SessionError::StreamGone(last_event_id)),
+            Err(NotResumed::Ended) => Err(SessionError::Ended),
         }
     }
 }
@@ -372,15 +385,24 @@ impl Transport<RoleServer> for SessionTransport {
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         self.session.touch();
-        let delivered = self.session.routes().deliver(item);
+        let bytes = replay::json_len(&item);
+        let delivered = self.session.routes().deliver(item, bytes, Instant::now());
         if delivered == route::Delivered::Dropped {
-            tracing::debug!("a message of the service found no open stream");
+            tracing::debug!("a message of the service beside initialize was dropped");
         }
         std::future::ready(Ok(()))
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
         loop {
+            // Answered streams' events go when their time is up, whatever else happens.
+            let evict_at = self.session.routes().evict(Instant::now());
+            let evict = async {
+                match evict_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             let expiry = async {
                 match self.keep_alive {
                     Some(keep_alive) => {
@@ -392,6 +414,7 @@ impl Transport<RoleServer> for SessionTransport {
             tokio::select! {
                 message = self.inbound.recv() => return message.map(|b| *b),
                 () = self.session.ended.cancelled() => return None,
+                () = evict => {}
                 () = expiry => {
                     let idle = self.keep_alive.is_some_and(|k| Instant::now() >= self.session.expires(k));
                     if idle {
@@ -452,6 +475,7 @@ mod tests {
         let events: Vec<_> = stream.collect().await;
         assert_eq!(events.len(), 2, "priming, then the answer: {events:?}");
         assert_eq!(events[0].event_id.as_deref(), Some("0/0"));
+        assert_eq!(events[1].event_id.as_deref(), Some("1/0"));
         assert!(events[1].message.is_some());
     }
 
@@ -513,26 +537,107 @@ mod tests {
         ));
     }
 
+    /// The ids and whether each event carries a message.
+    async fn ids(stream: impl Stream<Item = ServerSseMessage>) -> Vec<(String, bool)> {
+        stream
+            .map(|e| (e.event_id.unwrap_or_default(), e.message.is_some()))
+            .collect()
+            .await
+    }
+
     #[tokio::test]
-    async fn resume_reattaches_an_unanswered_request_or_says_why_not() {
+    async fn a_dropped_request_stream_resumes_in_flight_or_answered() {
         let sessions = Sessions::default();
         let (id, mut transport) = sessions.create_session().await.unwrap();
+        // Dropped before the answer; resumed while in flight: the answer comes on the new one.
         let first = sessions.create_stream(&id, ping(3)).await.unwrap();
         drop(first);
         let again = sessions.resume(&id, "0/0".into()).await.unwrap();
         transport.receive().await.unwrap();
         transport.send(answer(3)).await.unwrap();
-        assert_eq!(again.collect::<Vec<_>>().await.len(), 1);
-        assert!(matches!(
-            sessions.resume(&id, "0/0".into()).await,
-            Err(SessionError::StreamGone(0))
-        ));
-        assert!(matches!(
-            sessions.resume(&id, "nonsense".into()).await,
-            Err(SessionError::UnknownEventId(_))
-        ));
+        assert_eq!(ids(again).await, [("1/0".to_owned(), true)]);
+        // Dropped, then answered while away: the answer is replayed, then the stream ends.
+        let second = sessions.create_stream(&id, ping(4)).await.unwrap();
+        drop(second);
+        transport.receive().await.unwrap();
+        transport.send(answer(4)).await.unwrap();
+        for _ in 0..2 {
+            let replayed = sessions.resume(&id, "0/1".into()).await.unwrap();
+            assert_eq!(ids(replayed).await, [("1/1".to_owned(), true)]);
+        }
+        // After the last event: nothing more, the stream ends.
+        let rest = sessions.resume(&id, "1/1".into()).await.unwrap();
+        assert!(ids(rest).await.is_empty());
+        // Ids this session did not issue.
+        for unknown in ["2/1", "0/9", "nonsense", "5"] {
+            assert!(
+                matches!(
+                    sessions.resume(&id, unknown.into()).await,
+                    Err(SessionError::UnknownEventId(_))
+                ),
+                "{unknown}"
+            );
+        }
         // The standalone stream resumes from its priming id.
         assert!(sessions.resume(&id, "0".into()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_standalone_stream_resumes_after_the_last_event_seen() {
+        let sessions = Sessions::default();
+        let (id, mut transport) = sessions.create_session().await.unwrap();
+        let note = || {
+            ServerJsonRpcMessage::notification(
+                rmcp::model::ServerNotification::ToolListChangedNotification(Default::default()),
+            )
+        };
+        // Sent before any GET: the first GET gets it.
+        transport.send(note()).await.unwrap();
+        let mut get = sessions.create_standalone_stream(&id).await.unwrap();
+        assert_eq!(get.next().await.unwrap().event_id.as_deref(), Some("1"));
+        transport.send(note()).await.unwrap();
+        assert_eq!(get.next().await.unwrap().event_id.as_deref(), Some("2"));
+        drop(get);
+        transport.send(note()).await.unwrap();
+        transport.send(note()).await.unwrap();
+        let mut back = sessions.resume(&id, "2".into()).await.unwrap();
+        assert_eq!(back.next().await.unwrap().event_id.as_deref(), Some("3"));
+        assert_eq!(back.next().await.unwrap().event_id.as_deref(), Some("4"));
+        // While it is open, another reconnect is an idle stream and replays nothing.
+        let idle = sessions.resume(&id, "0".into()).await.unwrap();
+        transport.send(note()).await.unwrap();
+        assert_eq!(back.next().await.unwrap().event_id.as_deref(), Some("5"));
+        sessions.close_session(&id).await.unwrap();
+        assert!(ids(idle).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn answered_events_are_dropped_after_their_time() {
+        let sessions = Sessions::new(SessionsConfig {
+            answered_ttl: Duration::from_millis(200),
+            ..SessionsConfig::default()
+        });
+        let (id, mut transport) = sessions.create_session().await.unwrap();
+        let session = sessions.get(&id).unwrap();
+        drop(sessions.create_stream(&id, ping(5)).await.unwrap());
+        transport.receive().await.unwrap();
+        transport.send(answer(5)).await.unwrap();
+        assert_eq!(session.routes().answered(), 1);
+        // The service waits for the next message; meanwhile the answer's time runs out.
+        let waiting = tokio::spawn(async move { transport.receive().await.is_some() });
+        let dropped = tokio::time::timeout(Duration::from_secs(10), async {
+            while session.routes().answered() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(dropped.is_ok(), "still kept after 10 s");
+        assert!(matches!(
+            sessions.resume(&id, "0/0".into()).await,
+            Err(SessionError::StreamGone(_))
+        ));
+        sessions.close_session(&id).await.unwrap();
+        assert!(!waiting.await.unwrap());
     }
 
     #[tokio::test]
@@ -541,6 +646,7 @@ mod tests {
         let sessions = Sessions::new(SessionsConfig {
             keep_alive: Some(keep_alive),
             sse_retry: None,
+            ..SessionsConfig::default()
         });
         let (id, mut transport) = sessions.create_session().await.unwrap();
         let _get = sessions.create_standalone_stream(&id).await.unwrap();

@@ -1,5 +1,8 @@
 //! Where a message of the service goes: the SSE stream of the `POST` it answers or relates to,
-//! else the session's standalone `GET` stream. Plain decisions over a small table, no I/O.
+//! else the session's standalone `GET` stream; each stream's events are kept for a reconnect
+//! with `Last-Event-ID` ([`Replay`]). Plain decisions over a small table, no I/O.
+
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use rmcp::model::{
     CancelledNotificationParam, GetExtensions as _, JsonRpcNotification, Notification,
@@ -7,7 +10,12 @@ use rmcp::model::{
 };
 use rmcp::service::OriginatingRequestId;
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
-use tokio::sync::{mpsc, oneshot};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
+
+use super::replay::{EventId, Replay, event};
 
 /// What a message of the service is addressed by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,26 +92,51 @@ impl Sink {
     }
 }
 
-/// One client request in flight and where its messages go.
+/// The stream number of `initialize`, which is answered once, not on a stream of its own (rmcp
+/// numbers request streams from 0 without it).
+pub(crate) const INITIALIZE: u64 = u64::MAX;
+
+/// One client request in flight: where its messages go, and its stream's events so far.
 #[derive(Debug)]
 struct InFlight {
-    /// The stream's number in its session (the `N` of the event ids `0/N`).
+    /// The stream's number in its session (the `N` of the event ids `M/N`).
     stream: u64,
     request: RequestId,
     progress: Option<ProgressToken>,
     sink: Sink,
+    replay: Replay,
+}
+
+/// The events of an answered (or cancelled) request's stream, kept for a client that
+/// reconnects until `until`.
+#[derive(Debug)]
+struct Answered {
+    stream: u64,
+    replay: Replay,
+    until: Instant,
 }
 
 /// At most this many extra `GET` streams per session, which only carry keep-alives.
 pub(crate) const MAX_IDLE_STREAMS: usize = 32;
+/// At most this many answered streams' events are kept per session…
+pub(crate) const MAX_ANSWERED: usize = 16;
+/// …and about this many bytes of them (the newest is kept whatever its size).
+pub(crate) const ANSWERED_BYTES: usize = 1024 * 1024;
 
 /// The streams of one session.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Routes {
     next_stream: u64,
     /// Client requests whose answer is not sent yet; few at a time, so a list.
     in_flight: Vec<InFlight>,
+    /// Answered streams, oldest first (so also by `until`).
+    answered: VecDeque<Answered>,
+    answered_ttl: Duration,
     standalone: Option<SseSender>,
+    standalone_replay: Replay,
+    /// The last standalone event handed to an open stream; a new `GET` without
+    /// `Last-Event-ID` gets the kept ones after it.
+    delivered: u64,
     /// Further `GET` streams while the standalone one is open: kept open (keep-alives), sent
     /// nothing, like rmcp's local session manager does.
     idle: Vec<SseSender>,
@@ -113,13 +146,12 @@ pub(crate) struct Routes {
 /// What became of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Delivered {
-    /// Onto the stream of a client request; `last` when it was the answer, which ends it.
-    Request {
-        stream: u64,
-        last: bool,
-    },
-    Standalone,
-    /// No open stream takes it (its client went away, or nothing is listening).
+    /// Onto the stream of a client request; `last` when it was the answer, which ends it;
+    /// `sent` false when its client is away (the event is kept for its reconnect).
+    Request { stream: u64, last: bool, sent: bool },
+    /// Onto the standalone stream; `sent` false when none is open (kept for the next).
+    Standalone { sent: bool },
+    /// Not kept: a message beside `initialize`, which is answered once.
     Dropped,
 }
 
@@ -132,11 +164,50 @@ pub(crate) enum Opened {
     Refused,
 }
 
+/// What a reconnect with `Last-Event-ID` became.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resumed {
+    /// The stream of a request in flight, from the event after the one named.
+    Request,
+    /// An answered request's kept events after the one named; then the stream ends.
+    Answered,
+    /// The standalone stream, from the event after the one named.
+    Standalone,
+    /// An idle stream: the standalone one is open already.
+    Idle,
+}
+
+/// Why a reconnect with `Last-Event-ID` was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotResumed {
+    /// The session never sent that event.
+    NotIssued,
+    /// That request stream was answered and its events are no longer kept.
+    Gone,
+    /// The session has ended.
+    Ended,
+}
+
 impl Routes {
+    /// An empty table whose answered streams are kept for `answered_ttl`.
+    pub(crate) fn new(answered_ttl: Duration) -> Self {
+        Self {
+            next_stream: 0,
+            in_flight: Vec::new(),
+            answered: VecDeque::new(),
+            answered_ttl,
+            standalone: None,
+            standalone_replay: Replay::default(),
+            delivered: 0,
+            idle: Vec::new(),
+            closed: false,
+        }
+    }
+
     /// Number for the next request stream.
     pub(crate) fn next_stream(&mut self) -> u64 {
         let n = self.next_stream;
-        self.next_stream = self.next_stream.wrapping_add(1);
+        self.next_stream = self.next_stream.wrapping_add(1) % INITIALIZE;
         n
     }
 
@@ -159,32 +230,73 @@ impl Routes {
             request,
             progress,
             sink,
+            replay: Replay::default(),
         });
         true
     }
 
-    /// The client cancelled `request`: its stream ends.
-    pub(crate) fn cancel(&mut self, request: &RequestId) {
-        self.in_flight.retain(|f| &f.request != request);
-    }
-
-    /// A reconnect for request stream `stream` (`Last-Event-ID: M/stream`): later messages go
-    /// to `tx`. False when that request was answered already (or never was).
-    pub(crate) fn reattach(&mut self, stream: u64, tx: SseSender) -> bool {
-        match self.in_flight.iter_mut().find(|f| f.stream == stream) {
-            Some(f) => {
-                f.sink = Sink::Sse(tx);
-                true
-            }
-            None => false,
+    /// The client cancelled `request`: its stream ends; what it sent is kept a while.
+    pub(crate) fn cancel(&mut self, request: &RequestId, now: Instant) {
+        if let Some(i) = self.in_flight.iter().position(|f| &f.request == request) {
+            let flight = self.in_flight.swap_remove(i);
+            self.keep_answered(flight.stream, flight.replay, now);
         }
     }
 
-    /// A `GET` stream: the standalone one unless that is open already, then an idle one.
+    /// A reconnect with `Last-Event-ID: id`: the kept events after it go to `tx`, then what
+    /// follows. An answered request's stream ends after its replay; the standalone stream is
+    /// taken over only when its last stream is gone (else `tx` is an idle stream, like a
+    /// second `GET`).
+    pub(crate) fn resume(
+        &mut self,
+        id: EventId,
+        tx: SseSender,
+        now: Instant,
+    ) -> Result<Resumed, NotResumed> {
+        if self.closed {
+            return Err(NotResumed::Ended);
+        }
+        self.evict(now);
+        let Some(n) = id.stream else {
+            if self.standalone_replay.after(id.index).is_err() {
+                return Err(NotResumed::NotIssued);
+            }
+            return Ok(match self.open_standalone(tx, id.index) {
+                Opened::Idle => Resumed::Idle,
+                Opened::Standalone | Opened::Refused => Resumed::Standalone,
+            });
+        };
+        let open = self
+            .in_flight
+            .iter_mut()
+            .find(|f| f.stream == n && matches!(f.sink, Sink::Sse(_)));
+        if let Some(flight) = open {
+            replay(&flight.replay, id, &tx)?;
+            flight.sink = Sink::Sse(tx);
+            return Ok(Resumed::Request);
+        }
+        if let Some(done) = self.answered.iter().find(|a| a.stream == n) {
+            // The stream ends with the replay: `tx` goes with this call.
+            replay(&done.replay, id, &tx)?;
+            return Ok(Resumed::Answered);
+        }
+        if n >= self.next_stream {
+            Err(NotResumed::NotIssued)
+        } else {
+            Err(NotResumed::Gone)
+        }
+    }
+
+    /// A `GET` stream: the standalone one unless that is open already, then an idle one. It
+    /// starts with the standalone events kept since the last one an open stream took.
     pub(crate) fn open_get(&mut self, tx: SseSender) -> Opened {
         if self.closed {
             return Opened::Refused;
         }
+        self.open_standalone(tx, self.delivered)
+    }
+
+    fn open_standalone(&mut self, tx: SseSender, after: u64) -> Opened {
         match &self.standalone {
             Some(open) if !open.is_closed() => {
                 self.idle.retain(|t| !t.is_closed());
@@ -195,14 +307,26 @@ impl Routes {
                 Opened::Idle
             }
             _ => {
+                let id = EventId {
+                    stream: None,
+                    index: after,
+                };
+                // `after` is issued: `open_get`'s is, `resume` checked its own.
+                let _ = replay(&self.standalone_replay, id, &tx);
+                self.delivered = self.standalone_replay.last();
                 self.standalone = Some(tx);
                 Opened::Standalone
             }
         }
     }
 
-    /// Sends `message` where it belongs.
-    pub(crate) fn deliver(&mut self, message: ServerJsonRpcMessage) -> Delivered {
+    /// Sends `message` (`bytes` of JSON) where it belongs, and keeps it for a reconnect.
+    pub(crate) fn deliver(
+        &mut self,
+        message: ServerJsonRpcMessage,
+        bytes: usize,
+        now: Instant,
+    ) -> Delivered {
         let found = match address(&message) {
             Address::Answer(id) => self
                 .in_flight
@@ -221,39 +345,89 @@ impl Routes {
                 .map(|i| (i, false)),
             Address::Standalone => None,
         };
-        match found {
-            Some((i, true)) => {
-                let flight = self.in_flight.swap_remove(i);
-                let sent = match flight.sink {
-                    Sink::Sse(tx) => tx
-                        .send(Box::new(ServerSseMessage::from_message(message)))
-                        .is_ok(),
-                    Sink::Once(tx) => tx.send(message).is_ok(),
-                };
-                deliver_result(sent, flight.stream, true)
+        let Some((i, last)) = found else {
+            let message = Arc::new(message);
+            let index = self.standalone_replay.push(Arc::clone(&message), bytes);
+            let id = EventId {
+                stream: None,
+                index,
+            };
+            let sent = self
+                .standalone
+                .as_ref()
+                .is_some_and(|tx| tx.send(Box::new(event(id, message))).is_ok());
+            if sent {
+                self.delivered = index;
+            } else {
+                self.standalone = None;
             }
-            Some((i, false)) => {
-                let flight = &self.in_flight[i];
-                let sent = match &flight.sink {
-                    Sink::Sse(tx) => tx
-                        .send(Box::new(ServerSseMessage::from_message(message)))
-                        .is_ok(),
-                    // The answer to `initialize` is the only message it takes.
-                    Sink::Once(_) => false,
-                };
-                deliver_result(sent, flight.stream, false)
+            return Delivered::Standalone { sent };
+        };
+        if matches!(self.in_flight[i].sink, Sink::Once(_)) {
+            // `initialize`: only its answer, as the answer of the POST.
+            if !last {
+                return Delivered::Dropped;
             }
-            None => match &self.standalone {
-                Some(tx)
-                    if tx
-                        .send(Box::new(ServerSseMessage::from_message(message)))
-                        .is_ok() =>
-                {
-                    Delivered::Standalone
-                }
-                _ => Delivered::Dropped,
-            },
+            let flight = self.in_flight.swap_remove(i);
+            let sent = match flight.sink {
+                Sink::Once(tx) => tx.send(message).is_ok(),
+                Sink::Sse(_) => false,
+            };
+            return Delivered::Request {
+                stream: flight.stream,
+                last,
+                sent,
+            };
         }
+        let message = Arc::new(message);
+        let flight = &mut self.in_flight[i];
+        let id = EventId {
+            stream: Some(flight.stream),
+            index: flight.replay.push(Arc::clone(&message), bytes),
+        };
+        let sent = match &flight.sink {
+            Sink::Sse(tx) => tx.send(Box::new(event(id, message))).is_ok(),
+            Sink::Once(_) => false,
+        };
+        let stream = flight.stream;
+        if last {
+            let flight = self.in_flight.swap_remove(i);
+            self.keep_answered(flight.stream, flight.replay, now);
+        }
+        Delivered::Request { stream, last, sent }
+    }
+
+    /// Keeps an answered stream's events until `now` plus the time answered streams are kept,
+    /// within the session's bounds.
+    fn keep_answered(&mut self, stream: u64, replay: Replay, now: Instant) {
+        if replay.last() == 0 || self.closed {
+            return; // nothing to replay
+        }
+        self.answered.push_back(Answered {
+            stream,
+            replay,
+            until: now + self.answered_ttl,
+        });
+        let mut bytes: usize = self.answered.iter().map(|a| a.replay.bytes()).sum();
+        while self.answered.len() > MAX_ANSWERED
+            || (bytes > ANSWERED_BYTES && self.answered.len() > 1)
+        {
+            if let Some(old) = self.answered.pop_front() {
+                bytes -= old.replay.bytes();
+            }
+        }
+        self.evict(now);
+    }
+
+    /// Drops the answered streams kept past their time; when the next one is due.
+    pub(crate) fn evict(&mut self, now: Instant) -> Option<Instant> {
+        while self.answered.front().is_some_and(|a| a.until <= now) {
+            self.answered.pop_front();
+        }
+        if self.answered.is_empty() && self.answered.capacity() > 0 {
+            self.answered = VecDeque::new();
+        }
+        self.answered.front().map(|a| a.until)
     }
 
     /// How many streams of client requests are still listened to.
@@ -265,237 +439,35 @@ impl Routes {
             .count()
     }
 
-    /// The session ended: every stream ends, none opens again.
+    /// How many answered streams' events are kept.
+    #[cfg(test)]
+    pub(crate) fn answered(&self) -> usize {
+        self.answered.len()
+    }
+
+    /// The session ended: every stream ends, none opens again, nothing is kept.
     pub(crate) fn close(&mut self) {
         self.closed = true;
-        self.in_flight.clear();
+        self.in_flight = Vec::new();
+        self.answered = VecDeque::new();
         self.standalone = None;
-        self.idle.clear();
+        self.standalone_replay = Replay::default();
+        self.idle = Vec::new();
     }
 }
 
-fn deliver_result(sent: bool, stream: u64, last: bool) -> Delivered {
-    if sent {
-        Delivered::Request { stream, last }
-    } else {
-        Delivered::Dropped
-    }
-}
-
-/// Reads a `Last-Event-ID` this module handed out: `M/N` names request stream `N`, a bare `M`
-/// the standalone stream (its priming event is `0`). `None` when it is neither.
-pub(crate) fn resumed_stream(last_event_id: &str) -> Option<Option<u64>> {
-    match last_event_id.split_once('/') {
-        Some((index, stream)) => {
-            index.parse::<u64>().ok()?;
-            Some(Some(stream.parse().ok()?))
-        }
-        None => {
-            last_event_id.parse::<u64>().ok()?;
-            Some(None)
+/// Sends the events of `replay` after `id` to `tx`.
+fn replay(replay: &Replay, id: EventId, tx: &SseSender) -> Result<(), NotResumed> {
+    let events = replay.after(id.index).map_err(|_| NotResumed::NotIssued)?;
+    for (index, message) in events {
+        let id = EventId { index, ..id };
+        if tx.send(Box::new(event(id, Arc::clone(message)))).is_err() {
+            break;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use rmcp::model::{ErrorData, NumberOrString, ServerRequest, ServerResult};
-
-    use super::*;
-
-    fn id(n: i64) -> RequestId {
-        NumberOrString::Number(n)
-    }
-
-    fn answer(n: i64) -> ServerJsonRpcMessage {
-        ServerJsonRpcMessage::response(ServerResult::empty(()), id(n))
-    }
-
-    fn progress(token: &str) -> ServerJsonRpcMessage {
-        ServerJsonRpcMessage::notification(ServerNotification::ProgressNotification(
-            Notification::new(ProgressNotificationParam::new(
-                ProgressToken(NumberOrString::String(token.into())),
-                0.5,
-            )),
-        ))
-    }
-
-    fn list_changed() -> ServerJsonRpcMessage {
-        ServerJsonRpcMessage::notification(ServerNotification::ToolListChangedNotification(
-            Default::default(),
-        ))
-    }
-
-    fn ping(originating: Option<i64>) -> ServerJsonRpcMessage {
-        let mut request = rmcp::model::PingRequest::default();
-        if let Some(n) = originating {
-            request.extensions.insert(OriginatingRequestId(id(n)));
-        }
-        ServerJsonRpcMessage::request(ServerRequest::PingRequest(request), id(1000))
-    }
-
-    fn sse() -> (SseSender, mpsc::UnboundedReceiver<Box<ServerSseMessage>>) {
-        mpsc::unbounded_channel()
-    }
-
-    #[test]
-    fn addresses() {
-        assert_eq!(address(&answer(3)), Address::Answer(id(3)));
-        let error = ServerJsonRpcMessage::error(ErrorData::internal_error("x", None), Some(id(4)));
-        assert_eq!(address(&error), Address::Answer(id(4)));
-        assert_eq!(
-            address(&progress("p")),
-            Address::Progress(ProgressToken(NumberOrString::String("p".into())))
-        );
-        assert_eq!(address(&ping(Some(7))), Address::Beside(id(7)));
-        assert_eq!(address(&ping(None)), Address::Standalone);
-        assert_eq!(address(&list_changed()), Address::Standalone);
-        let cancelled =
-            ServerJsonRpcMessage::notification(ServerNotification::CancelledNotification(
-                Notification::new(CancelledNotificationParam::new(Some(id(9)), None)),
-            ));
-        assert_eq!(address(&cancelled), Address::Beside(id(9)));
-    }
-
-    #[test]
-    fn an_answer_goes_to_its_request_and_ends_the_stream() {
-        let mut routes = Routes::default();
-        let (tx, mut rx) = sse();
-        let n = routes.next_stream();
-        assert!(routes.expect(n, id(1), None, Sink::Sse(tx)));
-        let (standalone, mut get) = sse();
-        assert_eq!(routes.open_get(standalone), Opened::Standalone);
-
-        assert_eq!(
-            routes.deliver(answer(1)),
-            Delivered::Request {
-                stream: n,
-                last: true
-            }
-        );
-        assert!(rx.try_recv().unwrap().message.is_some());
-        // The sender went with the answer: the stream ends.
-        assert!(rx.try_recv().is_err() && rx.is_closed());
-        // A second answer to the same id has no request stream any more: standalone.
-        assert_eq!(routes.deliver(answer(1)), Delivered::Standalone);
-        assert!(get.try_recv().is_ok());
-    }
-
-    #[test]
-    fn progress_and_related_requests_ride_the_request_stream() {
-        let mut routes = Routes::default();
-        let (tx, mut rx) = sse();
-        let token = ProgressToken(NumberOrString::String("p".into()));
-        let n = routes.next_stream();
-        routes.expect(n, id(5), Some(token), Sink::Sse(tx));
-        let last = Delivered::Request {
-            stream: n,
-            last: false,
-        };
-        assert_eq!(routes.deliver(progress("p")), last);
-        assert_eq!(routes.deliver(ping(Some(5))), last);
-        // Other progress and unrelated messages: no standalone stream open, dropped.
-        assert_eq!(routes.deliver(progress("q")), Delivered::Dropped);
-        assert_eq!(routes.deliver(list_changed()), Delivered::Dropped);
-        assert_eq!(routes.deliver(ping(Some(6))), Delivered::Dropped);
-        assert!(rx.try_recv().is_ok() && rx.try_recv().is_ok() && rx.try_recv().is_err());
-        assert_eq!(routes.in_flight(), 1);
-    }
-
-    #[test]
-    fn initialize_is_answered_once() {
-        let mut routes = Routes::default();
-        let (tx, mut rx) = oneshot::channel();
-        let n = routes.next_stream();
-        routes.expect(n, id(0), None, Sink::Once(tx));
-        assert_eq!(routes.deliver(ping(Some(0))), Delivered::Dropped);
-        assert_eq!(
-            routes.deliver(answer(0)),
-            Delivered::Request {
-                stream: n,
-                last: true
-            }
-        );
-        assert!(rx.try_recv().is_ok());
-    }
-
-    #[test]
-    fn a_cancelled_request_loses_its_stream() {
-        let mut routes = Routes::default();
-        let (tx, rx) = sse();
-        let n = routes.next_stream();
-        routes.expect(n, id(2), None, Sink::Sse(tx));
-        routes.cancel(&id(2));
-        assert!(rx.is_closed());
-        assert_eq!(routes.deliver(answer(2)), Delivered::Dropped);
-    }
-
-    #[test]
-    fn a_second_get_is_idle_until_the_first_is_gone() {
-        let mut routes = Routes::default();
-        let (first, first_rx) = sse();
-        let (second, mut second_rx) = sse();
-        assert_eq!(routes.open_get(first), Opened::Standalone);
-        assert_eq!(routes.open_get(second), Opened::Idle);
-        assert_eq!(routes.deliver(list_changed()), Delivered::Standalone);
-        assert!(second_rx.try_recv().is_err());
-        // The first one's client went away: the next GET is the standalone stream.
-        drop(first_rx);
-        let (third, mut third_rx) = sse();
-        assert_eq!(routes.open_get(third), Opened::Standalone);
-        assert_eq!(routes.deliver(list_changed()), Delivered::Standalone);
-        assert!(third_rx.try_recv().is_ok());
-        // Idle streams are bounded.
-        let receivers: Vec<_> = (0..MAX_IDLE_STREAMS + 3)
-            .map(|_| {
-                let (tx, rx) = sse();
-                assert_eq!(routes.open_get(tx), Opened::Idle);
-                rx
-            })
-            .collect();
-        assert_eq!(routes.idle.len(), MAX_IDLE_STREAMS);
-        drop(receivers);
-    }
-
-    #[test]
-    fn a_reconnect_takes_over_the_request_stream() {
-        let mut routes = Routes::default();
-        let (tx, old) = sse();
-        let n = routes.next_stream();
-        routes.expect(n, id(8), None, Sink::Sse(tx));
-        let (again, mut new) = sse();
-        assert!(routes.reattach(n, again));
-        assert!(old.is_closed());
-        routes.deliver(answer(8));
-        assert!(new.try_recv().is_ok());
-        let (late, _rx) = sse();
-        assert!(!routes.reattach(n, late), "answered already");
-    }
-
-    #[test]
-    fn a_closed_session_ends_every_stream_and_opens_none() {
-        let mut routes = Routes::default();
-        let (tx, rx) = sse();
-        let (get, get_rx) = sse();
-        let n = routes.next_stream();
-        routes.expect(n, id(1), None, Sink::Sse(tx));
-        routes.open_get(get);
-        routes.close();
-        assert!(rx.is_closed() && get_rx.is_closed());
-        let (tx, _rx) = sse();
-        assert_eq!(routes.open_get(tx), Opened::Refused);
-        let (tx, _rx) = sse();
-        assert!(!routes.expect(2, id(2), None, Sink::Sse(tx)));
-    }
-
-    #[test]
-    fn last_event_ids() {
-        assert_eq!(resumed_stream("0"), Some(None));
-        assert_eq!(resumed_stream("3/12"), Some(Some(12)));
-        assert_eq!(resumed_stream("x/1"), None);
-        assert_eq!(resumed_stream("1/x"), None);
-        assert_eq!(resumed_stream(""), None);
-        assert_eq!(resumed_stream("abc"), None);
-    }
-}
+#[allow(clippy::unwrap_used)]
+mod tests;
