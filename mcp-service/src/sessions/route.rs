@@ -235,10 +235,20 @@ impl Routes {
         true
     }
 
+    /// Takes request `i` out of the table; an empty table gives its memory back (an idle
+    /// session holds no list of requests).
+    fn take(&mut self, i: usize) -> InFlight {
+        let flight = self.in_flight.swap_remove(i);
+        if self.in_flight.is_empty() {
+            self.in_flight = Vec::new();
+        }
+        flight
+    }
+
     /// The client cancelled `request`: its stream ends; what it sent is kept a while.
     pub(crate) fn cancel(&mut self, request: &RequestId, now: Instant) {
         if let Some(i) = self.in_flight.iter().position(|f| &f.request == request) {
-            let flight = self.in_flight.swap_remove(i);
+            let flight = self.take(i);
             self.keep_answered(flight.stream, flight.replay, now);
         }
     }
@@ -368,7 +378,7 @@ impl Routes {
             if !last {
                 return Delivered::Dropped;
             }
-            let flight = self.in_flight.swap_remove(i);
+            let flight = self.take(i);
             let sent = match flight.sink {
                 Sink::Once(tx) => tx.send(message).is_ok(),
                 Sink::Sse(_) => false,
@@ -391,7 +401,7 @@ impl Routes {
         };
         let stream = flight.stream;
         if last {
-            let flight = self.in_flight.swap_remove(i);
+            let flight = self.take(i);
             self.keep_answered(flight.stream, flight.replay, now);
         }
         Delivered::Request { stream, last, sent }

@@ -98,6 +98,7 @@ fn an_answer_goes_to_its_request_and_ends_the_stream() {
     // The sender went with the answer: the stream ends.
     assert!(rx.is_closed());
     assert_eq!(routes.answered(), 1, "kept for a reconnect");
+    assert_eq!(routes.in_flight.capacity(), 0, "no list of requests kept");
     // A second answer to the same id has no request stream any more: standalone.
     assert_eq!(
         routes.deliver(answer(1), 10, now),
