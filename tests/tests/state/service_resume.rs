@@ -1,7 +1,9 @@
 //! A request's event stream lost before its answer is resumed with `Last-Event-ID` and still
 //! gets the answer (mcp-service's replay buffer, `mcp-service/src/sessions/replay.rs`): by hand
-//! over HTTP, with the exact event ids rmcp's session manager forms, and with rmcp's own client
-//! behind a relay that cuts the stream right after its priming event.
+//! over HTTP, with the exact event ids rmcp's session manager forms, and with rmcp's client and
+//! the official TypeScript and Python SDKs' clients behind a relay that cuts the stream right
+//! after its priming event (the SDKs as the conformance and OAuth SDK tests install them:
+//! outside CI a test skips when they cannot be had).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -14,7 +16,9 @@ use std::{
 };
 
 use futures::StreamExt as _;
-use pforte_tests::{McpClient, McpService, rmcp_client};
+use pforte_tests::{
+    McpClient, McpService, conformance_script, python_sdk_or_skip, rmcp_client, run_python_json,
+};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
@@ -235,4 +239,50 @@ async fn rmcps_client_resumes_a_cut_stream_and_gets_its_answer() {
     let again = client.list_all_tools().await.unwrap();
     assert_eq!(again.len(), tools.len());
     client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_typescript_sdks_client_resumes_a_cut_stream_and_gets_its_answer() {
+    let Some((node, packages)) = pforte_tests::conformance::tools() else {
+        return;
+    };
+    let svc = McpService::start(&[]).unwrap();
+    let (relay, armed) = cutting_relay(svc.addr).await;
+    let run = tokio::process::Command::new(&node)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("NODE_PATH", packages.parent().unwrap())
+        .arg(conformance_script("list-tools.cjs"))
+        .arg(format!("http://{relay}/mcp"))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("done within 60 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    assert!(answer["tools"].as_u64().is_some_and(|n| n > 0), "{answer}");
+    assert!(!armed.load(Ordering::SeqCst), "the relay cut the stream");
+}
+
+#[tokio::test]
+async fn the_python_sdks_client_resumes_a_cut_stream_and_gets_its_answer() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let svc = McpService::start(&[]).unwrap();
+    let (relay, armed) = cutting_relay(svc.addr).await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/list_tools.py");
+    let url = format!("http://{relay}/mcp");
+    let answer = run_python_json(&python, &script, &[&url], "", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(answer["tools"].as_u64().is_some_and(|n| n > 0), "{answer}");
+    assert!(!armed.load(Ordering::SeqCst), "the relay cut the stream");
 }
