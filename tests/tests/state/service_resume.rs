@@ -3,7 +3,8 @@
 //! over HTTP, with the exact event ids rmcp's session manager forms, and with rmcp's client and
 //! the official TypeScript and Python SDKs' clients behind a relay that cuts the stream right
 //! after its priming event (the SDKs as the conformance and OAuth SDK tests install them:
-//! outside CI a test skips when they cannot be had).
+//! outside CI a test skips when they cannot be had); and rmcp's client cut off in front of the
+//! gateway, which passes the reconnect's `Last-Event-ID` on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -17,7 +18,8 @@ use std::{
 
 use futures::StreamExt as _;
 use pforte_tests::{
-    McpClient, McpService, conformance_script, python_sdk_or_skip, rmcp_client, run_python_json,
+    Limits, McpClient, McpService, Stack, conformance_script, python_sdk_or_skip, rmcp_client,
+    run_python_json,
 };
 use serde_json::{Value, json};
 use tokio::{
@@ -285,4 +287,34 @@ async fn the_python_sdks_client_resumes_a_cut_stream_and_gets_its_answer() {
         .unwrap();
     assert!(answer["tools"].as_u64().is_some_and(|n| n > 0), "{answer}");
     assert!(!armed.load(Ordering::SeqCst), "the relay cut the stream");
+}
+
+#[tokio::test]
+async fn through_the_gateway_a_cut_stream_resumes_and_gets_its_answer() {
+    let stack = Stack::builder()
+        .plain_http()
+        .limits(Limits::off())
+        .start()
+        .await;
+    let token = stack.create_token("resume-tests").await.unwrap();
+    let gateway: SocketAddr = stack
+        .gw
+        .mcp_url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let (relay, armed) = cutting_relay(gateway).await;
+    let client = rmcp_client(&format!("http://{relay}/mcp"), http(), &token, &[])
+        .await
+        .unwrap();
+    // The client's connection to the gateway is cut after the priming event; the gateway passes
+    // the reconnect's Last-Event-ID on to the session's service.
+    let tools = tokio::time::timeout(Duration::from_secs(60), client.list_all_tools())
+        .await
+        .expect("answered within 60 s")
+        .expect("tools/list");
+    assert!(!armed.load(Ordering::SeqCst), "the relay cut the stream");
+    assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
+    client.cancel().await.unwrap();
 }
