@@ -4,16 +4,14 @@ use std::{future::Future, sync::Arc};
 
 use axum::serve::{Listener, ListenerExt};
 use axum::{Router, routing::get};
-use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-};
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::ServiceConfig, surface::PlanService, tools::Planner};
+use crate::{config::ServiceConfig, sessions::Sessions, surface::PlanService, tools::Planner};
 
 /// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`. Every session shares the
-/// planner (engine and store) and the tool catalog.
+/// planner (engine and store) and the tool catalog; sessions are held by [`Sessions`].
 pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationToken) -> Router {
     let tools = PlanService::tools(cfg.read_only);
     let mcp = StreamableHttpService::new(
@@ -23,7 +21,7 @@ pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationTo
                 Arc::clone(&tools),
             ))
         },
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(Sessions::default()),
         StreamableHttpServerConfig::default()
             .with_allowed_hosts(cfg.allowed_hosts.clone())
             .with_max_request_body_bytes(cfg.max_body_bytes)
@@ -92,7 +90,10 @@ where
 {
     let cancel = CancellationToken::new();
     let app = router(cfg, planner, cancel.child_token());
-    axum::serve(listener, app)
+    // `into_make_service`: each connection gets a clone of the finished router. Served as a
+    // `Router`, axum rebuilds its route table for every connection (`with_state`), about
+    // 1.2 KiB that a long-lived `GET /mcp` stream's connection holds for its whole life.
+    axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(async move {
             shutdown.await;
             cancel.cancel();

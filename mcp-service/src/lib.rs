@@ -11,6 +11,7 @@ pub mod ids;
 pub mod plan_cli;
 pub mod prompts;
 pub mod pull_doc;
+pub mod sessions;
 pub mod store;
 pub mod surface;
 pub mod tools;
