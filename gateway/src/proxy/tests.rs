@@ -171,3 +171,44 @@ fn readiness_names_every_failing_route_and_only_a_required_one_makes_it_503() {
             .any(|(k, _)| *k == "retry-after")
     );
 }
+
+/// Issue 27, point 4's measurement: what one proxied request holds inline before any phase runs
+/// — pingora's boxed request future (its proxy state machine, with the gateway's `RequestCtx`
+/// inside) and the context alone. Prints; run with `--ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement: prints sizes"]
+#[allow(clippy::unwrap_used)]
+async fn request_future_size() {
+    use pingora::{apps::HttpServerApp as _, proxy::ProxyHttp, upstreams::peer::HttpPeer};
+    struct Probe;
+    #[async_trait::async_trait]
+    impl ProxyHttp for Probe {
+        type CTX = super::RequestCtx;
+        fn new_ctx(&self) -> Self::CTX {
+            super::RequestCtx::new(String::new(), 0)
+        }
+        async fn upstream_peer(
+            &self,
+            _session: &mut pingora::proxy::Session,
+            _ctx: &mut Self::CTX,
+        ) -> pingora::Result<Box<HttpPeer>> {
+            Error::e_explain(ErrorType::InternalError, "probe")
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (client, server) = tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+    let _client = client.unwrap();
+    let stream: pingora::protocols::l4::stream::Stream = server.unwrap().0.into();
+    let session = pingora::protocols::http::ServerSession::new_http1(Box::new(stream));
+    let conf = std::sync::Arc::new(pingora::server::configuration::ServerConf::default());
+    let app = std::sync::Arc::new(pingora::proxy::http_proxy(&conf, Probe));
+    let (_tx, shutdown) = tokio::sync::watch::channel(false);
+    let future = app.process_new_http(session, &shutdown);
+    println!(
+        "process_new_http future: {} bytes; RequestCtx: {} bytes; pingora ServerSession (h1): {} bytes",
+        std::mem::size_of_val(&*future),
+        std::mem::size_of::<super::RequestCtx>(),
+        std::mem::size_of::<pingora::protocols::http::v1::server::HttpSession>(),
+    );
+}
