@@ -24,6 +24,7 @@ use crate::{
     auth::Principal,
     broker::{self, Broker, RefreshError, TokenSet},
     config::{HeaderInto, Injection, Registration, Route, Settings, UpstreamAuth},
+    metrics::{CredentialEvent, CredentialMetrics},
     vault::{Entry, LinkGrant, OAuthTokens, Secret, State, Vault},
 };
 
@@ -84,6 +85,7 @@ pub(crate) struct Credentials {
     statics: HashMap<String, (String, Option<Plain>)>,
     /// Sessions whose client declared URL-mode elicitation at `initialize`.
     eliciting: Mutex<Eliciting>,
+    metrics: CredentialMetrics,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -154,6 +156,7 @@ impl Credentials {
         vault: Option<Vault>,
         broker: Broker,
         clock: Arc<dyn Clock>,
+        metrics: CredentialMetrics,
     ) -> Result<Self, CredentialsError> {
         let mut shared = Vec::with_capacity(settings.routes.len());
         let mut statics = HashMap::new();
@@ -198,6 +201,7 @@ impl Credentials {
             shared,
             statics,
             eliciting: Mutex::new(Eliciting::default()),
+            metrics,
         })
     }
 
@@ -355,6 +359,14 @@ impl Credentials {
             .await;
         if let Ok(done) = &outcome {
             let stats = vault.stats();
+            self.note(
+                &route.name,
+                if done.refreshed {
+                    CredentialEvent::Refreshed
+                } else {
+                    CredentialEvent::RefreshJoined
+                },
+            );
             if done.refreshed {
                 tracing::info!(route = %route.name, refreshes = stats.refreshed, joined = stats.joined, "upstream token refreshed");
             } else {
@@ -369,6 +381,7 @@ impl Credentials {
             Err(crate::vault::RefreshError::Missing) => Err(Missing::Connect(Ask::Connect)),
             Err(crate::vault::RefreshError::Refresh(RefreshError::Revoked(reason))) => {
                 tracing::info!(route = %route.name, %reason, "upstream refused the refresh; the user must reconnect");
+                self.note(&route.name, CredentialEvent::ReconnectNeeded);
                 if let Err(e) = vault
                     .set_state(&route.name, person, State::NeedsReconnect)
                     .await
@@ -400,6 +413,7 @@ impl Credentials {
                 .map(drop),
             // A user's own key the upstream no longer takes: they enter it again.
             Some(UpstreamAuth::Header { .. }) => {
+                self.note(&route.name, CredentialEvent::ReconnectNeeded);
                 if let Some(vault) = &self.vault
                     && let Err(e) = vault
                         .set_state(&route.name, person, State::NeedsReconnect)
@@ -465,10 +479,19 @@ impl Credentials {
                 }
             }
         }
-        vault
+        let removed = vault
             .remove(route, person)
             .await
-            .map_err(|e| Missing::Unavailable(e.to_string()))
+            .map_err(|e| Missing::Unavailable(e.to_string()))?;
+        if removed {
+            self.note(route, CredentialEvent::Disconnected);
+        }
+        Ok(removed)
+    }
+
+    /// Counts `event` on `route` (`/metrics`: counts only, nothing of the credential).
+    pub(crate) fn note(&self, route: &str, event: CredentialEvent) {
+        self.metrics.count(route, event);
     }
 
     /// Remembers that session `id`'s client declared URL-mode elicitation.

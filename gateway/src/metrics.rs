@@ -264,6 +264,45 @@ impl TlsMetrics {
     }
 }
 
+/// Per-user upstream credentials: what happened to them, by route (counts only; no secret, no
+/// user). The credential service counts into a clone.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CredentialMetrics {
+    events: Family<CredentialLabels, Counter>,
+}
+
+label_values! {
+    /// What happened to an upstream credential: a user connected (a secret entered, or an
+    /// upstream authorization finished); this gateway refreshed an access token; a caller
+    /// found the token stale and took another caller's (or gateway's) refresh; the upstream
+    /// refused a refresh or a credential (the user must reconnect); a user disconnected.
+    CredentialEvent {
+        Connected => "connected",
+        Refreshed => "refreshed",
+        RefreshJoined => "refresh_joined",
+        ReconnectNeeded => "reconnect_needed",
+        Disconnected => "disconnected",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CredentialLabels {
+    route: String,
+    event: CredentialEvent,
+}
+
+impl CredentialMetrics {
+    /// Counts `event` on route `route` (a configured route's name: bounded).
+    pub(crate) fn count(&self, route: &str, event: CredentialEvent) {
+        self.events
+            .get_or_create(&CredentialLabels {
+                route: route.to_owned(),
+                event,
+            })
+            .inc();
+    }
+}
+
 /// One counter per [`ToolDecision`], indexed by it.
 type ToolCounters = [Counter; 3];
 
@@ -298,6 +337,7 @@ pub(crate) struct Metrics {
     no_route: RouteName,
     ratelimit: RateLimitMetrics,
     tls: TlsMetrics,
+    credentials: CredentialMetrics,
     live: live::Live,
 }
 
@@ -412,6 +452,13 @@ impl Metrics {
             "Requests answered 429",
             ratelimit.refusals.clone(),
         );
+        let credentials = CredentialMetrics::default();
+        registry.register(
+            "pforte_upstream_credential_events",
+            "Per-user upstream credentials connected, refreshed (by this gateway, or joined: \
+             another caller's refresh taken), needing reconnect, and disconnected, by route",
+            credentials.events.clone(),
+        );
         let tls = TlsMetrics::default();
         registry.register(
             "pforte_tls_certificate_not_after_seconds",
@@ -454,6 +501,7 @@ impl Metrics {
             no_route: RouteName::from(""),
             ratelimit,
             tls,
+            credentials,
             live,
         }
     }
@@ -473,6 +521,11 @@ impl Metrics {
     /// The TLS series, for the certificate store and the ACME client.
     pub(crate) fn tls(&self) -> TlsMetrics {
         self.tls.clone()
+    }
+
+    /// The upstream credentials' series, for the credential service.
+    pub(crate) fn credentials(&self) -> CredentialMetrics {
+        self.credentials.clone()
     }
 
     /// The limiter's series, for `SharedLimiter::new`.

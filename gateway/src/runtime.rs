@@ -288,7 +288,12 @@ pub(crate) fn run(
         observer,
         clock.clone(),
     )?);
-    let credentials = credentials::open(&settings, oauth.runtime(), clock.clone())?;
+    let credentials = credentials::open(
+        &settings,
+        oauth.runtime(),
+        clock.clone(),
+        metrics.credentials(),
+    )?;
     oauth
         .server()
         .set_account_section(Arc::new(crate::credentials::AccountConnections(

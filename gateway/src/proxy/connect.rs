@@ -322,6 +322,9 @@ impl Gateway {
             return Ok(unavailable());
         }
         tracing::info!(route = %route.name, "upstream secret connected");
+        self.edge
+            .credentials
+            .note(&route.name, crate::metrics::CredentialEvent::Connected);
         Ok(console::redirect(&format!("/connect/{}/done", route.name)))
     }
 
@@ -457,6 +460,9 @@ impl Gateway {
             return unavailable();
         }
         tracing::info!(route = %route.name, "upstream account connected");
+        self.edge
+            .credentials
+            .note(&route.name, crate::metrics::CredentialEvent::Connected);
         console::redirect(&format!("/connect/{}/done", route.name))
     }
 

@@ -14,6 +14,7 @@ pub(super) fn open(
     settings: &Arc<Settings>,
     runtime: Option<tokio::runtime::Handle>,
     clock: Arc<dyn pforte_clock::Clock>,
+    metrics: crate::metrics::CredentialMetrics,
 ) -> Result<Arc<crate::credentials::Credentials>, ServeError> {
     use crate::vault::{KeyRing, Vault, VaultOptions};
     let needed = settings.routes.iter().any(|r| {
@@ -77,5 +78,6 @@ pub(super) fn open(
         vault,
         broker,
         clock,
+        metrics,
     )?))
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use pforte_tests::{
     EchoUpstream, Limits, McpClient, OAuth, Prompt, Route, Stack, UpstreamAuth, bin,
-    connect::{enter_secret, log_wrapper},
+    connect::{self, enter_secret, log_wrapper},
     oauth::{Browser, access_token_at},
     rpc_answer, write_vault_key,
 };
@@ -205,6 +205,23 @@ async fn a_header_route_asks_each_user_for_a_key_once_and_sends_only_that_upstre
     for secret in ["key-of-hana", "key-of-ivo"] {
         assert!(!log.contains(secret), "{secret} logged");
     }
+    // `/metrics` counts what happened to the credentials (and nothing of them).
+    let text = connect::metrics_text(&gw.http(), &gw.base).await.unwrap();
+    let events = |event: &str| {
+        connect::metric_sum(
+            &text,
+            "pforte_upstream_credential_events_total",
+            &["route=\"search\"", &format!("event=\"{event}\"")],
+        )
+    };
+    // A reconnect is a connect too (the key entered again).
+    assert_eq!(
+        events("connected"),
+        f64::from(connects + reconnects),
+        "{text}"
+    );
+    assert_eq!(events("reconnect_needed"), f64::from(reconnects), "{text}");
+    assert!(!text.contains("key-of-"), "a key in /metrics");
     println!(
         "upstream_auth header route: connects {connects}, reconnects {reconnects}, upstream requests {}",
         seen.len()
