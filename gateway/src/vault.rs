@@ -250,6 +250,11 @@ fn record_context(route: &str, person: &str) -> String {
     format!("pforte-vault/record\0{route}\0{person}")
 }
 
+/// The associated data binding a pending record's seal to its id.
+fn pending_context(id: &str) -> String {
+    format!("pforte-vault/pending\0{id}")
+}
+
 /// The stored id of a pending record: a hash, so the store never holds a usable link.
 fn pending_id(kind: &str, token: &str) -> String {
     format!("{kind}:{}", hex::encode(Sha256::digest(token.as_bytes())))
@@ -423,7 +428,7 @@ impl Vault {
         grant: &LinkGrant,
         ttl: Duration,
     ) -> Result<String, VaultError> {
-        let token = random_token()?;
+        let token = random_token();
         self.put_pending("link", &token, grant, ttl).await?;
         Ok(token)
     }
@@ -459,7 +464,7 @@ impl Vault {
         let plain = serde_json::to_vec(value).map_err(|e| VaultError::Corrupt(e.to_string()))?;
         let sealed = self
             .ring
-            .seal(&format!("pforte-vault/pending\0{id}"), &plain)
+            .seal(&pending_context(&id), &plain)
             .map_err(|source| VaultError::Seal {
                 route: String::new(),
                 source,
@@ -482,7 +487,7 @@ impl Vault {
         };
         let plain = self
             .ring
-            .open(&format!("pforte-vault/pending\0{id}"), &sealed)
+            .open(&pending_context(&id), &sealed)
             .map_err(|source| VaultError::Seal {
                 route: String::new(),
                 source,
@@ -517,6 +522,28 @@ impl Vault {
             .clone()
     }
 
+    /// The stored credential, and whether another caller's refresh already made it fresh
+    /// (then it is counted as joined).
+    async fn read_for_refresh<E>(
+        &self,
+        route: &str,
+        person: &str,
+        is_stale: &impl Fn(&Entry) -> bool,
+    ) -> Result<Result<Refreshed, Entry>, RefreshError<E>> {
+        let entry = self
+            .get(route, person)
+            .await?
+            .ok_or(RefreshError::Missing)?;
+        if is_stale(&entry) {
+            return Ok(Err(entry));
+        }
+        self.count(|s| s.joined += 1);
+        Ok(Ok(Refreshed {
+            entry,
+            refreshed: false,
+        }))
+    }
+
     /// `person`'s credential for `route`, refreshed by `refresh` if `is_stale` says so — by one
     /// caller at a time: callers in this process queue on a mutex, gateways sharing the store
     /// on a lock in it; whoever comes second re-reads the record and takes the first's result.
@@ -534,16 +561,8 @@ impl Vault {
     {
         let flight = self.flight(route, person);
         let _local = flight.lock().await;
-        let current = self
-            .get(route, person)
-            .await?
-            .ok_or(RefreshError::Missing)?;
-        if !is_stale(&current) {
-            self.count(|s| s.joined += 1);
-            return Ok(Refreshed {
-                entry: current,
-                refreshed: false,
-            });
+        if let Ok(fresh) = self.read_for_refresh(route, person, &is_stale).await? {
+            return Ok(fresh);
         }
         let lock = format!("refresh/{route}/{person}");
         let deadline = tokio::time::Instant::now() + self.options.lock_ttl;
@@ -561,16 +580,8 @@ impl Vault {
                 return Err(RefreshError::Busy);
             }
             tokio::time::sleep(self.options.lock_poll).await;
-            let seen = self
-                .get(route, person)
-                .await?
-                .ok_or(RefreshError::Missing)?;
-            if !is_stale(&seen) {
-                self.count(|s| s.joined += 1);
-                return Ok(Refreshed {
-                    entry: seen,
-                    refreshed: false,
-                });
+            if let Ok(fresh) = self.read_for_refresh(route, person, &is_stale).await? {
+                return Ok(fresh);
             }
         }
         let outcome = self.refresh_locked(route, person, is_stale, refresh).await;
@@ -593,17 +604,10 @@ impl Vault {
         Fut: Future<Output = Result<Entry, E>>,
     {
         // Another gateway may have refreshed between our last read and the lock.
-        let current = self
-            .get(route, person)
-            .await?
-            .ok_or(RefreshError::Missing)?;
-        if !is_stale(&current) {
-            self.count(|s| s.joined += 1);
-            return Ok(Refreshed {
-                entry: current,
-                refreshed: false,
-            });
-        }
+        let current = match self.read_for_refresh(route, person, &is_stale).await? {
+            Ok(fresh) => return Ok(fresh),
+            Err(stale) => stale,
+        };
         let mut fresh = refresh(current).await.map_err(RefreshError::Refresh)?;
         fresh.version = self.put(&fresh).await?;
         self.count(|s| s.refreshed += 1);
@@ -618,15 +622,11 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// 32 random bytes, base64url: a link or ticket.
-pub(crate) fn random_token() -> Result<String, VaultError> {
+/// 32 random bytes, base64url: a link, a ticket, a browser binding.
+pub(crate) fn random_token() -> String {
     use base64::Engine as _;
-    use ring::rand::SecureRandom as _;
-    let mut bytes = [0u8; 32];
-    ring::rand::SystemRandom::new()
-        .fill(&mut bytes)
-        .map_err(|_| VaultError::Storage("no randomness".into()))?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    let bytes: [u8; 32] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// Removes every credential of `person` from the vault at `site` (a removed user or revoked

@@ -16,7 +16,7 @@ use crate::{
 
 use super::{
     Gateway, RequestCtx, Step,
-    console::{Form, query_value, read_form},
+    console::{Form, cookie_lines, query_value, read_form},
 };
 
 type Response = http::Response<Bytes>;
@@ -66,23 +66,6 @@ pub(super) fn is_connect_path(path: &str) -> bool {
 fn sha256_hex(text: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(text.as_bytes()))
-}
-
-fn random_token() -> String {
-    use base64::Engine as _;
-    let bytes: [u8; 32] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-fn cookie_lines(session: &Session) -> Vec<String> {
-    session
-        .req_header()
-        .headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .collect()
 }
 
 /// The value of cookie `name` among `lines`.
@@ -169,9 +152,7 @@ impl Gateway {
             return unavailable();
         };
         let link = query_value(query, "link");
-        let lines = cookie_lines(session);
-        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-        let viewer = self.oauth.server().viewer(&refs).await.ok().flatten();
+        let viewer = self.signed_in(session).await.ok().flatten();
         let person = if link.is_empty() {
             match &viewer {
                 Some(v) => crate::auth::person_key(crate::auth::AuthKind::OAuth, &v.username, ""),
@@ -241,7 +222,7 @@ impl Gateway {
         let Some(vault) = self.edge.credentials.vault() else {
             return unavailable();
         };
-        let ticket = random_token();
+        let ticket = crate::vault::random_token();
         // A form's ticket: no PKCE, no client; only whose secret it will be.
         let pending = Flow {
             route: route.name.clone(),
@@ -352,7 +333,7 @@ impl Gateway {
                 );
             }
         };
-        let browser = random_token();
+        let browser = crate::vault::random_token();
         let pending = Flow {
             route: route.name.clone(),
             person,
@@ -468,9 +449,7 @@ impl Gateway {
 
     /// `GET /connections`: the signed-in user's credentials per route.
     async fn connections_page(&self, session: &Session, query: &str) -> Response {
-        let lines = cookie_lines(session);
-        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-        let viewer = match self.oauth.server().viewer(&refs).await {
+        let viewer = match self.signed_in(session).await {
             Ok(Some(v)) => v,
             Ok(None) => return console::redirect("/account?next=%2Fconnections"),
             Err(_) => return unavailable(),
@@ -495,9 +474,7 @@ impl Gateway {
 
     /// `POST /connections`: disconnect (CSRF-checked), then back to the list.
     async fn connections_action(&self, session: &mut Session) -> Result<Response> {
-        let lines = cookie_lines(session);
-        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-        let viewer = match self.oauth.server().viewer(&refs).await {
+        let viewer = match self.signed_in(session).await {
             Ok(Some(v)) => v,
             Ok(None) => return Ok(console::redirect("/account?next=%2Fconnections")),
             Err(_) => return Ok(unavailable()),

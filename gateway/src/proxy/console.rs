@@ -98,7 +98,29 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.ok()
 }
 
+/// The request's `Cookie` header lines.
+pub(super) fn cookie_lines(session: &Session) -> Vec<String> {
+    session
+        .req_header()
+        .headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .collect()
+}
+
 impl Gateway {
+    /// The user signed in to the authorization server in this browser (its login cookie).
+    pub(super) async fn signed_in(
+        &self,
+        session: &Session,
+    ) -> Result<Option<pforte_oauth::Viewer>, pforte_oauth::StoreError> {
+        let lines = cookie_lines(session);
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        self.oauth.server().viewer(&refs).await
+    }
+
     /// A request for `/admin…`.
     pub(super) async fn console(
         &self,
@@ -114,15 +136,7 @@ impl Gateway {
         }
         let page = Page::of(req.uri.path());
         let query = req.uri.query().unwrap_or_default().to_owned();
-        let cookies: Vec<String> = req
-            .headers
-            .get_all(http::header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .collect();
-        let cookies: Vec<&str> = cookies.iter().map(String::as_str).collect();
-        let viewer = match self.oauth.server().viewer(&cookies).await {
+        let viewer = match self.signed_in(session).await {
             Ok(Some(v)) => v,
             // Signed out: the authorization server's sign-in, which sets the same cookie.
             Ok(None) => return Ok(Step::Passed(console::redirect("/account?next=%2Fadmin"))),
