@@ -91,6 +91,10 @@ button.danger{background:#fff;border-color:#dc2626;color:#b91c1c}\
 .notice{margin:1rem 0;padding:.6rem .75rem;border-radius:8px;background:#ecfdf5;color:#065f46;\
 border:1px solid #a7f3d0}\
 .filter{display:grid;gap:0 .75rem}\
+.scroll{overflow-x:auto;margin:.5rem 0}\
+table{border-collapse:collapse;font-size:.9rem}\
+th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid #e5e7eb;white-space:nowrap}\
+td form.inline{display:inline}td button{flex:none;padding:.3rem .6rem}\
 ";
 
 static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
