@@ -104,6 +104,50 @@ impl<A> TlsEdge<A> {
     }
 }
 
+impl Handshake {
+    /// The TLS stream of an accepted connection, or `None` when there is nothing to serve: the
+    /// handshake failed or timed out, it was a tls-alpn-01 validation, or no certificate exists
+    /// yet (the 503 was sent).
+    async fn accept(&self, stream: Stream) -> Option<Stream> {
+        let tcp = match stream.into_any().downcast::<TcpStream>() {
+            Ok(tcp) => *tcp,
+            Err(_) => {
+                tracing::error!("tls listener: not a TCP stream; connection closed");
+                return None;
+            }
+        };
+        let has_cert = self.store.has_certificate();
+        let acceptor = if has_cert { &self.ready } else { &self.waiting };
+        let mut tls =
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.tls_handshake(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "tls handshake failed");
+                    return None;
+                }
+                Err(_) => {
+                    tracing::debug!("tls handshake timed out");
+                    return None;
+                }
+            };
+        if is_acme(tls.selected_alpn_proto().as_ref()) {
+            tracing::debug!("tls-alpn-01 validation handshake answered");
+            let _ = tls.shutdown().await;
+            return None;
+        }
+        if !has_cert {
+            let mut head = [0u8; 4096];
+            let _ = tokio::time::timeout(WAITING_READ, tls.read(&mut head)).await;
+            let _ = tls
+                .write_all(waiting_answer(&self.waiting_text).as_bytes())
+                .await;
+            let _ = tls.shutdown().await;
+            return None;
+        }
+        Some(Box::new(tls))
+    }
+}
+
 /// Whether the handshake settled on `acme-tls/1`.
 fn is_acme(alpn: Option<&ALPN>) -> bool {
     matches!(alpn, Some(ALPN::Custom(c)) if c.protocol() == ACME_TLS_ALPN)
@@ -129,42 +173,10 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for TlsEdge<A> {
         let Some(hs) = &self.tls else {
             return self.inner.process_new(stream, shutdown).await;
         };
-        let tcp = match stream.into_any().downcast::<TcpStream>() {
-            Ok(tcp) => *tcp,
-            Err(_) => {
-                tracing::error!("tls listener: not a TCP stream; connection closed");
-                return None;
-            }
-        };
-        let has_cert = hs.store.has_certificate();
-        let acceptor = if has_cert { &hs.ready } else { &hs.waiting };
-        let mut tls =
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.tls_handshake(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "tls handshake failed");
-                    return None;
-                }
-                Err(_) => {
-                    tracing::debug!("tls handshake timed out");
-                    return None;
-                }
-            };
-        if is_acme(tls.selected_alpn_proto().as_ref()) {
-            tracing::debug!("tls-alpn-01 validation handshake answered");
-            let _ = tls.shutdown().await;
-            return None;
-        }
-        if !has_cert {
-            let mut head = [0u8; 4096];
-            let _ = tokio::time::timeout(WAITING_READ, tls.read(&mut head)).await;
-            let _ = tls
-                .write_all(waiting_answer(&hs.waiting_text).as_bytes())
-                .await;
-            let _ = tls.shutdown().await;
-            return None;
-        }
-        let mut next = self.inner.process_new(Box::new(tls), shutdown).await;
+        // The handshake's state (and the waiting answer's buffer) is boxed apart: it is not
+        // carried in this future for the connection's life (docs/performance.md).
+        let tls = Box::pin(hs.accept(stream)).await?;
+        let mut next = self.inner.process_new(tls, shutdown).await;
         while let Some(stream) = next {
             next = self.inner.process_new(stream, shutdown).await;
         }
