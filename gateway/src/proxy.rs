@@ -40,6 +40,7 @@ mod console;
 mod ctx;
 mod observe;
 mod peers;
+mod relay;
 mod respond;
 mod trace;
 mod upstream;
@@ -157,6 +158,11 @@ impl Gateway {
             .iter()
             .filter_map(|r| r.instances.clone())
             .collect()
+    }
+
+    /// Whether `path` is an MCP route's endpoint (`/mcp` or `/NAME/mcp`).
+    pub(crate) fn is_mcp_path(&self, path: &str) -> bool {
+        matches!(Target::of(&self.settings, path), Target::Mcp(_))
     }
 
     /// The RFC 9728 URL a refusal names: the request's route's, else the default one.

@@ -19,6 +19,7 @@ use pingora::{
 
 mod conns;
 mod credentials;
+mod http1;
 
 use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
@@ -467,9 +468,8 @@ pub(crate) fn run(
 /// One public listener service: the gateway's phases, each connection holding a slot of its
 /// client IP, then the gateway's own TLS handshake (HTTP/2 offered; see `tls::accept`) or
 /// plain TCP.
-type PublicService = pingora::services::listening::Service<
-    conns::Capped<crate::tls::TlsEdge<pingora::proxy::HttpProxy<Gateway>>>,
->;
+type PublicService =
+    pingora::services::listening::Service<conns::Capped<crate::tls::TlsEdge<http1::Http1>>>;
 
 /// The services that keep the listener's certificates current (reload, ACME).
 type CertServices = Vec<Box<dyn ServiceWithDependents>>;
@@ -506,6 +506,7 @@ fn public_service(
             settings.listen.keepalive_timeout_secs,
         ));
         app.server_options = Some(options);
+        let app = http1::Http1::new(app, gateway.clone(), settings);
         let edge = match &tls_parts {
             Some((store, alpn, waiting)) => {
                 crate::tls::TlsEdge::new(app, store.clone(), *alpn, waiting.clone())

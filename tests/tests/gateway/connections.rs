@@ -1,11 +1,12 @@
 //! Client connections end to end, on plain sockets: an idle keep-alive connection is closed
 //! after `keepalive_timeout_secs`, and one IP holds at most `max_connections_per_ip` open
-//! connections (the next is closed without an answer; a slot frees when one closes).
+//! connections (the next is closed without an answer; a slot frees when one closes); long
+//! `GET /mcp` event streams are relayed on kept-alive connections and let go when a client leaves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
-use pforte_tests::{Gateway, Stack};
+use pforte_tests::{Gateway, Stack, eventually};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::TcpStream,
@@ -118,4 +119,128 @@ async fn one_ip_holds_at_most_max_connections_per_ip() {
     })
     .await;
     assert!(served, "a slot frees when a connection closes");
+}
+
+/// Reads from `conn` until what came ends with `end` (or `limit` passes); what came.
+async fn read_until(conn: &mut TcpStream, end: &str, limit: Duration) -> String {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + limit;
+    while !String::from_utf8_lossy(&got).ends_with(end) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match read_some(conn, left).await {
+            Read::Bytes(b) => got.extend_from_slice(&b),
+            Read::Closed | Read::Pending => break,
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A `GET` event stream's head on a raw connection, keep-alive.
+fn stream_request(token: &str, session: &str) -> String {
+    format!(
+        "GET /mcp HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {token}\r\n\
+         Accept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         Mcp-Protocol-Version: {}\r\n\r\n",
+        pforte_tests::PROTOCOL_VERSION
+    )
+}
+
+/// The open-streams gauge, from `/metrics`.
+async fn open_streams(http: &reqwest::Client, gw: &Gateway) -> f64 {
+    let Ok(resp) = http.get(format!("{}/metrics", gw.base)).send().await else {
+        return -1.0;
+    };
+    let text = resp.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("pforte_sse_streams_open "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Long `GET /mcp` event streams go the gateway's lean relay (not pingora's proxy loop); on
+/// one keep-alive connection: a refused stream (unknown session, 404) leaves the connection
+/// usable, an admitted one is relayed and counted, ends when the session is deleted, and the
+/// connection then serves the next request; a client that leaves mid-stream releases it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_are_relayed_on_kept_alive_connections() {
+    let gw = Stack::builder()
+        .plain_http()
+        .keepalive_timeout_secs(60)
+        .start()
+        .await;
+    let token = gw.create_token("streams").await.unwrap();
+    let http = reqwest::Client::new();
+    let url = gw.mcp_url();
+    let mut conn = TcpStream::connect(addr(&gw)).await.unwrap();
+    assert!(healthz(&mut conn).await);
+
+    // Refused in admission (no such session): 404, the connection stays.
+    let unknown = stream_request(&token, "no-such-session");
+    conn.write_all(unknown.as_bytes()).await.unwrap();
+    let refused = read_until(&mut conn, "}", Duration::from_secs(5)).await;
+    assert!(refused.starts_with("HTTP/1.1 404"), "{refused}");
+    assert!(healthz(&mut conn).await, "the connection after a refusal");
+
+    // Admitted: relayed, counted as open, ended by the upstream when the session goes.
+    let (session, first) = pforte_tests::open_session_stream(&http, &url, Some(&token))
+        .await
+        .unwrap();
+    drop(first);
+    conn.write_all(stream_request(&token, &session).as_bytes())
+        .await
+        .unwrap();
+    let head = read_until(&mut conn, "\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let lower = head.to_ascii_lowercase();
+    assert!(lower.contains("content-type: text/event-stream"), "{head}");
+    assert!(lower.contains("transfer-encoding: chunked"), "{head}");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            open_streams(&http, &gw).await == 1.0
+        })
+        .await,
+        "the relayed stream is not counted"
+    );
+    pforte_tests::delete_session(&http, &url, Some(&token), &session)
+        .await
+        .unwrap();
+    let end = read_until(&mut conn, "0\r\n\r\n", Duration::from_secs(10)).await;
+    assert!(
+        end.ends_with("0\r\n\r\n"),
+        "the stream did not end: {end:?}"
+    );
+    assert!(healthz(&mut conn).await, "the connection after the stream");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            open_streams(&http, &gw).await == 0.0
+        })
+        .await
+    );
+
+    // A client that leaves mid-stream: the relay notices and lets the stream go.
+    let (session, first) = pforte_tests::open_session_stream(&http, &url, Some(&token))
+        .await
+        .unwrap();
+    drop(first);
+    let mut leaving = TcpStream::connect(addr(&gw)).await.unwrap();
+    leaving
+        .write_all(stream_request(&token, &session).as_bytes())
+        .await
+        .unwrap();
+    let head = read_until(&mut leaving, "\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            open_streams(&http, &gw).await == 1.0
+        })
+        .await
+    );
+    drop(leaving);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            open_streams(&http, &gw).await == 0.0
+        })
+        .await,
+        "the stream was not released when its client left"
+    );
 }

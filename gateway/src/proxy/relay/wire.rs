@@ -1,0 +1,391 @@
+//! The relay's HTTP/1 exchange with the upstream, holding no more than an open stream needs: the
+//! request written in one go (pingora's own serializer), the answer's head parsed by `httparse`
+//! into a pingora `ResponseHeader`, and the body decoded as it arrives through a buffer of a
+//! few KiB — its length decided as RFC 9112 §6.3 says: none (204, 304), chunked
+//! (`httparse::parse_chunk_size` reads the size lines), `Content-Length`, or until the upstream
+//! closes. pingora's client session would keep a 4 KiB head buffer, a 64 KiB body buffer and
+//! both header maps for the stream's life.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use pingora::{
+    Error, ErrorType, Result,
+    http::{RequestHeader, ResponseHeader},
+    protocols::{Stream, http::v1::client::http_req_header_to_wire},
+};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// How much is asked of the socket per read; an event larger than this arrives in pieces.
+const READ_SIZE: usize = 2048;
+
+/// The largest answer head (and chunk-size or trailer line) accepted.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Header lines an answer head may have.
+const MAX_HEADERS: usize = 128;
+
+/// What is left of the answer's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    /// Fully read.
+    Done,
+    /// This many bytes.
+    Length(u64),
+    /// Whatever comes until the upstream closes.
+    UntilClose,
+    /// Chunked, at this point of a chunk.
+    Chunked(Chunk),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// A chunk-size line is next.
+    Size,
+    /// This many bytes of the chunk's data are next.
+    Data(u64),
+    /// The CRLF after a chunk's data is next.
+    DataEnd,
+    /// After the last chunk: trailer lines until an empty one.
+    Trailers,
+}
+
+/// One step of decoding what is buffered.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Piece(Bytes),
+    NeedMore,
+    End,
+}
+
+/// An upstream connection carrying one request and its answer.
+pub(super) struct Wire {
+    stream: Stream,
+    buf: BytesMut,
+    body: Body,
+    read_timeout: Option<Duration>,
+}
+
+impl Wire {
+    pub(super) fn new(stream: Stream, read_timeout: Option<Duration>) -> Self {
+        Self {
+            stream,
+            buf: BytesMut::new(),
+            body: Body::Done,
+            read_timeout,
+        }
+    }
+
+    /// Whether the answer's body has been read to its end (or has none).
+    pub(super) fn is_done(&self) -> bool {
+        self.body == Body::Done
+    }
+
+    /// Writes the request head (the relay's requests have no body).
+    pub(super) async fn send(&mut self, req: &RequestHeader) -> Result<()> {
+        let Some(wire) = http_req_header_to_wire(req) else {
+            return Error::e_explain(ErrorType::InvalidHTTPHeader, "request not writable");
+        };
+        self.stream
+            .write_all(&wire)
+            .await
+            .map_err(|e| Error::because(ErrorType::WriteError, "writing the request", e))?;
+        self.stream
+            .flush()
+            .await
+            .map_err(|e| Error::because(ErrorType::WriteError, "writing the request", e))
+    }
+
+    /// The answer's final head (informational ones skipped); the body is read after it.
+    pub(super) async fn answer(&mut self) -> Result<Box<ResponseHeader>> {
+        loop {
+            if let Some((head, body)) = parse_head(&mut self.buf)? {
+                self.body = body;
+                return Ok(head);
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Error::e_explain(ErrorType::InvalidHTTPHeader, "answer head too large");
+            }
+            if self.read().await? == 0 {
+                return Error::e_explain(ErrorType::ConnectionClosed, "closed before answering");
+            }
+        }
+    }
+
+    /// The next piece of the body; `None` once it has ended. Cancel safe: what was read stays
+    /// buffered.
+    pub(super) async fn body(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            match decode(&mut self.buf, &mut self.body, false)? {
+                Step::Piece(piece) => return Ok(Some(piece)),
+                Step::End => return Ok(None),
+                Step::NeedMore => {}
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Error::e_explain(ErrorType::InvalidHTTPHeader, "chunk line too long");
+            }
+            if self.read().await? == 0 {
+                return match decode(&mut self.buf, &mut self.body, true)? {
+                    Step::Piece(piece) => Ok(Some(piece)),
+                    _ => Ok(None),
+                };
+            }
+        }
+    }
+
+    async fn read(&mut self) -> Result<usize> {
+        if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
+            self.buf.reserve(READ_SIZE);
+        }
+        let read = self.stream.read_buf(&mut self.buf);
+        let read = match self.read_timeout {
+            Some(limit) => match tokio::time::timeout(limit, read).await {
+                Ok(read) => read,
+                Err(_) => {
+                    return Error::e_explain(ErrorType::ReadTimedout, "waiting for the upstream");
+                }
+            },
+            None => read.await,
+        };
+        read.map_err(|e| Error::because(ErrorType::ReadError, "reading the answer", e))
+    }
+}
+
+/// The answer head at the start of `buf` (taken from it) and how its body is framed, once it
+/// is whole; informational heads are dropped.
+fn parse_head(buf: &mut BytesMut) -> Result<Option<(Box<ResponseHeader>, Body)>> {
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut headers);
+        let len = match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => {
+                return Error::e_explain(ErrorType::InvalidHTTPHeader, format!("answer head: {e}"));
+            }
+        };
+        let code = parsed.code.unwrap_or(0);
+        if (100..200).contains(&code) && code != 101 {
+            let _ = buf.split_to(len);
+            continue;
+        }
+        let mut head = ResponseHeader::build(code, Some(parsed.headers.len()))?;
+        if parsed.version == Some(0) {
+            head.set_version(http::Version::HTTP_10);
+        }
+        for h in parsed.headers.iter() {
+            head.append_header(h.name.to_owned(), h.value)?;
+        }
+        let body = framing(&mut head)?;
+        let _ = buf.split_to(len);
+        return Ok(Some((Box::new(head), body)));
+    }
+}
+
+/// How the body of `head` ends (RFC 9112 §6.3); a `Content-Length` beside `Transfer-Encoding`
+/// is removed, as the latter wins.
+fn framing(head: &mut ResponseHeader) -> Result<Body> {
+    let status = head.status.as_u16();
+    if status == 204 || status == 304 || head.status.is_informational() {
+        return Ok(Body::Done);
+    }
+    let codings = head
+        .headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|c| c.trim_ascii().to_ascii_lowercase())
+        .filter(|c| !c.is_empty())
+        .collect::<Vec<_>>();
+    if let Some(last) = codings.last() {
+        head.remove_header(&http::header::CONTENT_LENGTH);
+        return Ok(if last == b"chunked" {
+            Body::Chunked(Chunk::Size)
+        } else {
+            Body::UntilClose
+        });
+    }
+    let mut length = None;
+    for value in head.headers.get_all(http::header::CONTENT_LENGTH) {
+        let n = std::str::from_utf8(value.as_bytes())
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        match (n, length) {
+            (Some(n), None) => length = Some(n),
+            (Some(n), Some(seen)) if n == seen => {}
+            _ => return Error::e_explain(ErrorType::InvalidHTTPHeader, "bad Content-Length"),
+        }
+    }
+    Ok(match length {
+        Some(0) => Body::Done,
+        Some(n) => Body::Length(n),
+        None => Body::UntilClose,
+    })
+}
+
+/// Decodes what `buf` holds of the body; `eof`: the upstream has closed.
+fn decode(buf: &mut BytesMut, body: &mut Body, eof: bool) -> Result<Step> {
+    loop {
+        match *body {
+            Body::Done => return Ok(Step::End),
+            Body::UntilClose if buf.is_empty() => {
+                return Ok(if eof { Step::End } else { Step::NeedMore });
+            }
+            Body::UntilClose => return Ok(Step::Piece(buf.split().freeze())),
+            Body::Length(_) | Body::Chunked(Chunk::Data(_)) if buf.is_empty() => {
+                if eof {
+                    return Error::e_explain(ErrorType::ConnectionClosed, "answer cut short");
+                }
+                return Ok(Step::NeedMore);
+            }
+            Body::Length(left) => {
+                let take = take_len(left, buf.len());
+                *body = if take as u64 == left {
+                    Body::Done
+                } else {
+                    Body::Length(left - take as u64)
+                };
+                return Ok(Step::Piece(buf.split_to(take).freeze()));
+            }
+            Body::Chunked(Chunk::Data(left)) => {
+                let take = take_len(left, buf.len());
+                *body = Body::Chunked(if take as u64 == left {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(left - take as u64)
+                });
+                return Ok(Step::Piece(buf.split_to(take).freeze()));
+            }
+            Body::Chunked(Chunk::Size) => match httparse::parse_chunk_size(buf) {
+                Ok(httparse::Status::Complete((used, size))) => {
+                    let _ = buf.split_to(used);
+                    *body = Body::Chunked(if size == 0 {
+                        Chunk::Trailers
+                    } else {
+                        Chunk::Data(size)
+                    });
+                }
+                Ok(httparse::Status::Partial) => return more(eof),
+                Err(_) => return Error::e_explain(ErrorType::InvalidHTTPHeader, "chunk size"),
+            },
+            Body::Chunked(Chunk::DataEnd) => {
+                if buf.len() < 2 {
+                    return more(eof);
+                }
+                if &buf[..2] != b"\r\n" {
+                    return Error::e_explain(ErrorType::InvalidHTTPHeader, "chunk not ended");
+                }
+                let _ = buf.split_to(2);
+                *body = Body::Chunked(Chunk::Size);
+            }
+            Body::Chunked(Chunk::Trailers) => {
+                let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+                    return more(eof);
+                };
+                let _ = buf.split_to(end + 2);
+                if end == 0 {
+                    *body = Body::Done;
+                }
+            }
+        }
+    }
+}
+
+/// `NeedMore`, unless the upstream has closed mid-frame.
+fn more(eof: bool) -> Result<Step> {
+    if eof {
+        return Error::e_explain(ErrorType::ConnectionClosed, "answer cut short");
+    }
+    Ok(Step::NeedMore)
+}
+
+/// How much of `buffered` bytes belong to a frame with `left` bytes to go.
+fn take_len(left: u64, buffered: usize) -> usize {
+    usize::try_from(left).map_or(buffered, |left| left.min(buffered))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Feeds `wire` in pieces of `step` bytes; the decoded body, or the error's text.
+    fn run(wire: &[u8], step: usize) -> (u16, Result<Vec<u8>, String>) {
+        let mut buf = BytesMut::new();
+        let mut rest = wire;
+        let (head, mut body) = loop {
+            let (now, later) = rest.split_at(step.min(rest.len()));
+            buf.extend_from_slice(now);
+            rest = later;
+            if let Some(found) = parse_head(&mut buf).unwrap() {
+                break found;
+            }
+            assert!(!now.is_empty(), "head never whole");
+        };
+        let mut out = Vec::new();
+        loop {
+            let eof = rest.is_empty();
+            match decode(&mut buf, &mut body, eof) {
+                Ok(Step::Piece(p)) => out.extend_from_slice(&p),
+                Ok(Step::End) => return (head.status.as_u16(), Ok(out)),
+                Ok(Step::NeedMore) => {
+                    let (now, later) = rest.split_at(step.min(rest.len()));
+                    buf.extend_from_slice(now);
+                    rest = later;
+                }
+                Err(e) => return (head.status.as_u16(), Err(e.to_string())),
+            }
+        }
+    }
+
+    const SSE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+        transfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\n10;ext=1\r\ndata: two\n\nxyz!!\r\n0\r\nx-t: 1\r\n\r\n";
+
+    #[test]
+    fn chunked_bodies_decode_whatever_the_pieces() {
+        for step in [1, 2, 3, 7, 64, 4096] {
+            let (status, body) = run(SSE, step);
+            assert_eq!(status, 200);
+            assert_eq!(body.unwrap(), b"data: 1data: two\n\nxyz!!", "step {step}");
+        }
+    }
+
+    #[test]
+    fn informational_heads_are_skipped_and_lengths_respected() {
+        let wire =
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\ncontent-length: 4\r\n\r\nnope";
+        assert_eq!(run(wire, 5), (404, Ok(b"nope".to_vec())));
+        let empty = b"HTTP/1.1 204 No Content\r\ncontent-length: 9\r\n\r\n";
+        assert_eq!(run(empty, 100), (204, Ok(Vec::new())));
+        let close = b"HTTP/1.1 200 OK\r\n\r\nuntil the end";
+        assert_eq!(run(close, 4), (200, Ok(b"until the end".to_vec())));
+    }
+
+    #[test]
+    fn transfer_encoding_wins_over_content_length() {
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+        );
+        let (head, body) = parse_head(&mut buf).unwrap().unwrap();
+        assert_eq!(body, Body::Chunked(Chunk::Size));
+        assert!(head.headers.get("content-length").is_none());
+    }
+
+    #[test]
+    fn broken_answers_are_errors_not_hangs() {
+        let cut = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort";
+        assert!(run(cut, 100).1.is_err());
+        let cut_chunk = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab";
+        assert!(run(cut_chunk, 100).1.is_err());
+        let bad_size = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n";
+        assert!(run(bad_size, 100).1.is_err());
+        let unended = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\naXY";
+        assert!(run(unended, 100).1.is_err());
+        let mut two = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n"[..],
+        );
+        assert!(parse_head(&mut two).is_err());
+        let mut junk = BytesMut::from(&b"SSH-2.0-x\r\n\r\n"[..]);
+        assert!(parse_head(&mut junk).is_err());
+    }
+}

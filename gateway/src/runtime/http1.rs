@@ -1,0 +1,257 @@
+//! The public listener's HTTP/1 connections: each request's head is read here first. A long
+//! event stream (a bodiless `GET` of an MCP route that accepts `text/event-stream`) goes to the
+//! gateway's lean relay (`proxy/relay.rs`), which holds a fraction of what pingora's proxy state
+//! machine holds for as long as the stream stays open; every other request goes to pingora's
+//! proxy with its head handed over as the session's first bytes, and HTTP/2 connections go to
+//! pingora whole. The keep-alive loop, which pingora's HTTP application would run, runs here.
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora::{
+    apps::{HttpPersistentSettings, HttpServerApp, ServerApp},
+    connectors::TransportConnector,
+    protocols::{ALPN, Stream, http::ServerSession},
+    proxy::HttpProxy,
+    server::ShutdownWatch,
+};
+use tokio::io::AsyncReadExt as _;
+
+use crate::{config::Settings, proxy::Gateway};
+
+/// How long a new connection may take to send its first request head, per read (pingora's
+/// own keep-alive default for a first request).
+const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(60);
+
+/// A request head larger than this is not looked at here: pingora reads the rest and answers
+/// it (its own limit is larger).
+const HEAD_PEEK_LIMIT: usize = 16 * 1024;
+
+/// The size the head buffer starts at (pingora's own first read size).
+const HEAD_BUFFER: usize = 4096;
+
+/// Headers a head may have for the classification to see it whole.
+const MAX_HEADERS: usize = 64;
+
+/// The listener's application: pingora's proxy, with long event streams taken aside.
+pub(crate) struct Http1 {
+    proxy: Arc<HttpProxy<Gateway>>,
+    gateway: Gateway,
+    /// The relay's own upstream connections (this service's, as the proxy has its own).
+    upstreams: TransportConnector,
+    /// How long a kept-alive connection may idle before its next request.
+    idle: Duration,
+}
+
+impl Http1 {
+    pub(crate) fn new(proxy: HttpProxy<Gateway>, gateway: Gateway, settings: &Settings) -> Self {
+        Self {
+            proxy: Arc::new(proxy),
+            gateway,
+            upstreams: TransportConnector::new(None),
+            idle: Duration::from_secs(settings.listen.keepalive_timeout_secs),
+        }
+    }
+}
+
+#[async_trait]
+impl ServerApp for Http1 {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
+            return self.proxy.process_new(stream, shutdown).await;
+        }
+        let mut stream = stream;
+        let mut wait = FIRST_REQUEST_WAIT;
+        let mut carried = BytesMut::new();
+        let mut settings: Option<HttpPersistentSettings> = None;
+        loop {
+            let head = read_head(&mut stream, carried, wait, shutdown).await?;
+            wait = self.idle;
+            if is_event_stream_get(&head, |path| self.gateway.is_mcp_path(path)) {
+                let reusable = self.gateway.relay(stream, head, &self.upstreams).await?;
+                let (next, rest) = reusable.into_parts();
+                stream = next;
+                carried = rest.unwrap_or_default();
+                continue;
+            }
+            let mut session = ServerSession::new_http1(stream);
+            match settings.take() {
+                Some(kept) => kept.apply_to_session(&mut session),
+                None => session.set_keepalive(Some(FIRST_REQUEST_WAIT.as_secs())),
+            }
+            if *shutdown.borrow() {
+                session.set_keepalive(None);
+            }
+            session.set_pipelined_prefix(head);
+            let reused = self.proxy.process_new_http(session, shutdown).await?;
+            let (next, kept) = reused.consume();
+            stream = next;
+            settings = kept;
+            carried = BytesMut::new();
+        }
+    }
+
+    async fn cleanup(&self) {
+        self.proxy.http_cleanup().await;
+    }
+}
+
+/// Reads until `buf` holds a whole request head (or more than [`HEAD_PEEK_LIMIT`], or what
+/// `httparse` refuses: pingora answers those). `None`: the connection closed or idled for
+/// `wait`, or the gateway is stopping, before a request came.
+async fn read_head(
+    stream: &mut Stream,
+    mut buf: BytesMut,
+    wait: Duration,
+    shutdown: &ShutdownWatch,
+) -> Option<BytesMut> {
+    let mut stopping = shutdown.clone();
+    loop {
+        if !buf.is_empty() && head_status(&buf) != Head::Partial {
+            return Some(buf);
+        }
+        if buf.len() > HEAD_PEEK_LIMIT {
+            return Some(buf);
+        }
+        if *stopping.borrow() && buf.is_empty() {
+            return None;
+        }
+        buf.reserve(HEAD_BUFFER);
+        let read = tokio::select! {
+            biased;
+            read = tokio::time::timeout(wait, stream.read_buf(&mut buf)) => read,
+            _ = stopping.changed(), if buf.is_empty() => return None,
+        };
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    Partial,
+    Whole,
+    Invalid,
+}
+
+fn head_status(buf: &[u8]) -> Head {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    match httparse::Request::new(&mut headers).parse(buf) {
+        Ok(httparse::Status::Partial) => Head::Partial,
+        Ok(httparse::Status::Complete(_)) => Head::Whole,
+        Err(_) => Head::Invalid,
+    }
+}
+
+/// Whether `head` asks for a long event stream the relay serves: a bodiless HTTP/1.1 `GET` of
+/// an MCP route that accepts `text/event-stream`, and nothing that changes the framing.
+fn is_event_stream_get(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> bool {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    if !matches!(req.parse(head), Ok(httparse::Status::Complete(_))) {
+        return false;
+    }
+    if req.method != Some("GET") || req.version != Some(1) {
+        return false;
+    }
+    let Some(path) = req.path else {
+        return false;
+    };
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let mut accepts = false;
+    for h in req.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("accept") {
+            accepts |= accepts_event_stream(h.value);
+        } else if (name.eq_ignore_ascii_case("content-length") && h.value != b"0")
+            || name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("upgrade")
+            || name.eq_ignore_ascii_case("expect")
+        {
+            return false;
+        }
+    }
+    accepts && is_mcp_path(path)
+}
+
+/// Whether an `Accept` value lists `text/event-stream`.
+fn accepts_event_stream(value: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .filter_map(|item| item.split(|&b| b == b';').next())
+        .any(|media| {
+            media
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"text/event-stream")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_whole_partial_or_invalid() {
+        assert_eq!(
+            head_status(b"GET /mcp HTTP/1.1\r\nHost: a\r\n"),
+            Head::Partial
+        );
+        assert_eq!(
+            head_status(b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n"),
+            Head::Whole
+        );
+        assert_eq!(
+            head_status(b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n{"),
+            Head::Whole
+        );
+        assert_eq!(head_status(b"\x16\x03\x01 binary"), Head::Invalid);
+    }
+
+    fn stream_get(head: &str) -> bool {
+        is_event_stream_get(head.as_bytes(), |path| {
+            path == "/mcp" || path == "/notes/mcp"
+        })
+    }
+
+    #[test]
+    fn only_bodiless_event_stream_gets_of_mcp_routes_are_relayed() {
+        let sse = "Accept: text/event-stream\r\n";
+        assert!(stream_get(&format!("GET /mcp HTTP/1.1\r\n{sse}\r\n")));
+        assert!(stream_get(&format!(
+            "GET /notes/mcp?x=1 HTTP/1.1\r\n{sse}\r\n"
+        )));
+        assert!(stream_get(&format!(
+            "GET /mcp HTTP/1.1\r\n{sse}Content-Length: 0\r\n\r\n"
+        )));
+        for head in [
+            "GET /mcp HTTP/1.1\r\nAccept: application/json\r\n\r\n".to_owned(),
+            format!("GET /mcp HTTP/1.1\r\n{sse}"),
+            format!("GET /mcp HTTP/1.0\r\n{sse}\r\n"),
+            format!("POST /mcp HTTP/1.1\r\n{sse}\r\n"),
+            format!("GET /other HTTP/1.1\r\n{sse}\r\n"),
+            format!("GET /mcp HTTP/1.1\r\n{sse}Content-Length: 2\r\n\r\n{{}}"),
+            format!("GET /mcp HTTP/1.1\r\n{sse}Transfer-Encoding: chunked\r\n\r\n"),
+            format!("GET /mcp HTTP/1.1\r\n{sse}Upgrade: websocket\r\n\r\n"),
+            format!("GET /mcp HTTP/1.1\r\n{sse}Expect: 100-continue\r\n\r\n"),
+        ] {
+            assert!(!stream_get(&head), "{head:?}");
+        }
+    }
+
+    #[test]
+    fn the_accept_header_is_read_as_a_list() {
+        assert!(accepts_event_stream(b"text/event-stream"));
+        assert!(accepts_event_stream(
+            b"application/json, Text/Event-Stream;q=0.9"
+        ));
+        assert!(!accepts_event_stream(b"application/json"));
+        assert!(!accepts_event_stream(b"text/event-streams"));
+    }
+}
