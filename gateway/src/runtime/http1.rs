@@ -18,7 +18,7 @@ use pingora::{
 };
 use tokio::io::AsyncReadExt as _;
 
-use crate::{config::Settings, proxy::Gateway};
+use crate::{config::Settings, proxy::Gateway, stdio::decide::wants_event_stream};
 
 /// How long a new connection may take to send its first request head, per read (pingora's
 /// own keep-alive default for a first request).
@@ -169,7 +169,7 @@ fn is_event_stream_get(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> bool 
     for h in req.headers.iter() {
         let name = h.name;
         if name.eq_ignore_ascii_case("accept") {
-            accepts |= accepts_event_stream(h.value);
+            accepts |= wants_event_stream(std::str::from_utf8(h.value).ok());
         } else if (name.eq_ignore_ascii_case("content-length") && h.value != b"0")
             || name.eq_ignore_ascii_case("transfer-encoding")
             || name.eq_ignore_ascii_case("upgrade")
@@ -179,18 +179,6 @@ fn is_event_stream_get(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> bool 
         }
     }
     accepts && is_mcp_path(path)
-}
-
-/// Whether an `Accept` value lists `text/event-stream`.
-fn accepts_event_stream(value: &[u8]) -> bool {
-    value
-        .split(|&b| b == b',')
-        .filter_map(|item| item.split(|&b| b == b';').next())
-        .any(|media| {
-            media
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"text/event-stream")
-        })
 }
 
 #[cfg(test)]
@@ -224,6 +212,9 @@ mod tests {
     fn only_bodiless_event_stream_gets_of_mcp_routes_are_relayed() {
         let sse = "Accept: text/event-stream\r\n";
         assert!(stream_get(&format!("GET /mcp HTTP/1.1\r\n{sse}\r\n")));
+        assert!(stream_get(
+            "GET /mcp HTTP/1.1\r\naccept: application/json, text/event-stream\r\n\r\n"
+        ));
         assert!(stream_get(&format!(
             "GET /notes/mcp?x=1 HTTP/1.1\r\n{sse}\r\n"
         )));
@@ -243,15 +234,5 @@ mod tests {
         ] {
             assert!(!stream_get(&head), "{head:?}");
         }
-    }
-
-    #[test]
-    fn the_accept_header_is_read_as_a_list() {
-        assert!(accepts_event_stream(b"text/event-stream"));
-        assert!(accepts_event_stream(
-            b"application/json, Text/Event-Stream;q=0.9"
-        ));
-        assert!(!accepts_event_stream(b"application/json"));
-        assert!(!accepts_event_stream(b"text/event-streams"));
     }
 }
