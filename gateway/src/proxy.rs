@@ -232,6 +232,10 @@ impl Gateway {
     }
 }
 
+/// The keep-alive a client connection has before its request's arrival phase bounds it
+/// (pingora's own default for a first request): seconds.
+pub(crate) const FIRST_KEEPALIVE_SECS: u64 = 60;
+
 /// How long a client connection may idle before its next request: pingora's setting for it
 /// (`None`: closes after this request; `Some(0)`: no limit; `Some(s)`: what the client's
 /// `Keep-Alive: timeout=s` asked) bounded by `keepalive_timeout_secs`.

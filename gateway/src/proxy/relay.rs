@@ -3,7 +3,8 @@
 //! same phases as every other (`request_filter` … `logging`, the `ProxyHttp` methods of
 //! [`Gateway`]), so admission, identity headers, the answer's rewrite, metrics, audit and the
 //! request line are the proxy's own; what differs is only what is held while the stream stays
-//! open: this future, the client's HTTP/1 session and the upstream's, no more
+//! open: this future, the client's HTTP/1 session and the upstream connection's small reader
+//! (`relay/wire.rs`), no more
 //! (docs/performance.md, "Long streams"). `runtime/http1.rs` decides which requests come here.
 
 use bytes::BytesMut;
@@ -25,10 +26,6 @@ use wire::Wire;
 /// pingora's own proxy allows the same.
 const MAX_CONNECT_TRIES: usize = 3;
 
-/// How long the client's connection may idle before the request head (pingora's default for
-/// a first request, which the keep-alive phase then bounds per request).
-const KEEPALIVE_SECS: u64 = 60;
-
 impl Gateway {
     /// Serves the request whose head is `head` (read by the connection loop) on `stream`; the
     /// stream back (with any bytes of a next request read past this one) when the connection
@@ -47,7 +44,7 @@ impl Gateway {
         session.downstream_session.set_pipelined_prefix(exact);
         session
             .downstream_session
-            .set_keepalive(Some(KEEPALIVE_SECS));
+            .set_keepalive(Some(super::FIRST_KEEPALIVE_SECS));
         match Box::pin(session.downstream_session.read_request()).await {
             Ok(true) => {}
             Ok(false) | Err(_) => return None,

@@ -20,9 +20,9 @@ use tokio::io::AsyncReadExt as _;
 
 use crate::{config::Settings, proxy::Gateway, stdio::decide::wants_event_stream};
 
-/// How long a new connection may take to send its first request head, per read (pingora's
-/// own keep-alive default for a first request).
-const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(60);
+/// How long a new connection may take to send its first request head, per read (the
+/// keep-alive it has before its first request's arrival phase bounds it).
+const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(crate::proxy::FIRST_KEEPALIVE_SECS);
 
 /// A request head larger than this is not looked at here: pingora reads the rest and answers
 /// it (its own limit is larger).
@@ -59,20 +59,20 @@ impl Http1 {
 impl ServerApp for Http1 {
     async fn process_new(
         self: &Arc<Self>,
-        stream: Stream,
+        mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
             return self.proxy.process_new(stream, shutdown).await;
         }
-        let mut stream = stream;
         let mut wait = FIRST_REQUEST_WAIT;
         let mut carried = BytesMut::new();
         let mut settings: Option<HttpPersistentSettings> = None;
         loop {
-            let head = read_head(&mut stream, carried, wait, shutdown).await?;
+            let is_mcp_path = |path: &str| self.gateway.is_mcp_path(path);
+            let (head, to) = read_head(&mut stream, carried, wait, shutdown, is_mcp_path).await?;
             wait = self.idle;
-            if is_event_stream_get(&head, |path| self.gateway.is_mcp_path(path)) {
+            if to == Head::Relay {
                 let reusable = self.gateway.relay(stream, head, &self.upstreams).await?;
                 let (next, rest) = reusable.into_parts();
                 stream = next;
@@ -82,7 +82,7 @@ impl ServerApp for Http1 {
             let mut session = ServerSession::new_http1(stream);
             match settings.take() {
                 Some(kept) => kept.apply_to_session(&mut session),
-                None => session.set_keepalive(Some(FIRST_REQUEST_WAIT.as_secs())),
+                None => session.set_keepalive(Some(crate::proxy::FIRST_KEEPALIVE_SECS)),
             }
             if *shutdown.borrow() {
                 session.set_keepalive(None);
@@ -101,22 +101,24 @@ impl ServerApp for Http1 {
     }
 }
 
-/// Reads until `buf` holds a whole request head (or more than [`HEAD_PEEK_LIMIT`], or what
-/// `httparse` refuses: pingora answers those). `None`: the connection closed or idled for
-/// `wait`, or the gateway is stopping, before a request came.
+/// Reads until `buf` holds a whole request head and says where it goes (a head larger than
+/// [`HEAD_PEEK_LIMIT`], or one `httparse` refuses, goes to pingora, which answers it). `None`:
+/// the connection closed or idled for `wait`, or the gateway is stopping, before a request came.
 async fn read_head(
     stream: &mut Stream,
     mut buf: BytesMut,
     wait: Duration,
     shutdown: &ShutdownWatch,
-) -> Option<BytesMut> {
+    is_mcp_path: impl Fn(&str) -> bool,
+) -> Option<(BytesMut, Head)> {
     let mut stopping = shutdown.clone();
     loop {
-        if !buf.is_empty() && head_status(&buf) != Head::Partial {
-            return Some(buf);
-        }
-        if buf.len() > HEAD_PEEK_LIMIT {
-            return Some(buf);
+        if !buf.is_empty() {
+            match classify(&buf, &is_mcp_path) {
+                Head::Partial if buf.len() <= HEAD_PEEK_LIMIT => {}
+                Head::Partial => return Some((buf, Head::Proxy)),
+                to => return Some((buf, to)),
+            }
         }
         if *stopping.borrow() && buf.is_empty() {
             return None;
@@ -134,35 +136,32 @@ async fn read_head(
     }
 }
 
+/// Where a request head goes.
 #[derive(Debug, PartialEq, Eq)]
 enum Head {
+    /// Not whole yet.
     Partial,
-    Whole,
-    Invalid,
+    /// pingora's proxy (anything but a long event stream, or a head `httparse` refuses).
+    Proxy,
+    /// The relay: a bodiless HTTP/1.1 `GET` of an MCP route that accepts `text/event-stream`,
+    /// with nothing that changes the framing.
+    Relay,
 }
 
-fn head_status(buf: &[u8]) -> Head {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    match httparse::Request::new(&mut headers).parse(buf) {
-        Ok(httparse::Status::Partial) => Head::Partial,
-        Ok(httparse::Status::Complete(_)) => Head::Whole,
-        Err(_) => Head::Invalid,
-    }
-}
-
-/// Whether `head` asks for a long event stream the relay serves: a bodiless HTTP/1.1 `GET` of
-/// an MCP route that accepts `text/event-stream`, and nothing that changes the framing.
-fn is_event_stream_get(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> bool {
+/// Parses `head` once and says where it goes.
+fn classify(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    if !matches!(req.parse(head), Ok(httparse::Status::Complete(_))) {
-        return false;
+    match req.parse(head) {
+        Ok(httparse::Status::Partial) => return Head::Partial,
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(_) => return Head::Proxy,
     }
     if req.method != Some("GET") || req.version != Some(1) {
-        return false;
+        return Head::Proxy;
     }
     let Some(path) = req.path else {
-        return false;
+        return Head::Proxy;
     };
     let path = path.split_once('?').map_or(path, |(p, _)| p);
     let mut accepts = false;
@@ -175,10 +174,14 @@ fn is_event_stream_get(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> bool 
             || name.eq_ignore_ascii_case("upgrade")
             || name.eq_ignore_ascii_case("expect")
         {
-            return false;
+            return Head::Proxy;
         }
     }
-    accepts && is_mcp_path(path)
+    if accepts && is_mcp_path(path) {
+        Head::Relay
+    } else {
+        Head::Proxy
+    }
 }
 
 #[cfg(test)]
@@ -186,26 +189,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn heads_are_whole_partial_or_invalid() {
+    fn whole_heads_end_the_read_and_invalid_ones_go_to_pingora() {
+        let any = |_: &str| true;
         assert_eq!(
-            head_status(b"GET /mcp HTTP/1.1\r\nHost: a\r\n"),
+            classify(b"GET /mcp HTTP/1.1\r\nHost: a\r\n", any),
             Head::Partial
         );
         assert_eq!(
-            head_status(b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n"),
-            Head::Whole
+            classify(b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n", any),
+            Head::Proxy
         );
         assert_eq!(
-            head_status(b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n{"),
-            Head::Whole
+            classify(b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n{", any),
+            Head::Proxy
         );
-        assert_eq!(head_status(b"\x16\x03\x01 binary"), Head::Invalid);
+        assert_eq!(classify(b"\x16\x03\x01 binary", any), Head::Proxy);
     }
 
     fn stream_get(head: &str) -> bool {
-        is_event_stream_get(head.as_bytes(), |path| {
+        classify(head.as_bytes(), |path| {
             path == "/mcp" || path == "/notes/mcp"
-        })
+        }) == Head::Relay
     }
 
     #[test]

@@ -218,6 +218,21 @@ async fn cutting_relay(upstream: SocketAddr) -> (SocketAddr, Arc<AtomicBool>) {
     (addr, armed)
 }
 
+/// `tools/list` on `client`, whose first request stream the relay cuts after its priming event:
+/// answered within 60 s after the client's reconnect, the cut made, `whoami` listed.
+async fn tools_across_the_cut<S: rmcp::service::Service<rmcp::RoleClient>>(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, S>,
+    armed: &AtomicBool,
+) -> Vec<rmcp::model::Tool> {
+    let tools = tokio::time::timeout(Duration::from_secs(60), client.list_all_tools())
+        .await
+        .expect("answered within 60 s")
+        .expect("tools/list");
+    assert!(!armed.load(Ordering::SeqCst), "the relay cut the stream");
+    assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
+    tools
+}
+
 #[tokio::test]
 async fn rmcps_client_resumes_a_cut_stream_and_gets_its_answer() {
     let svc = McpService::start(&[]).unwrap();
@@ -231,12 +246,7 @@ async fn rmcps_client_resumes_a_cut_stream_and_gets_its_answer() {
 
     // The first request stream is cut after its priming event; the client reconnects with
     // Last-Event-ID (after the priming's retry, 3 s) and gets the answer from the replay.
-    let tools = tokio::time::timeout(Duration::from_secs(60), client.list_all_tools())
-        .await
-        .expect("answered within 60 s")
-        .expect("tools/list");
-    assert!(!armed.load(Ordering::SeqCst), "the relay cut the stream");
-    assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
+    let tools = tools_across_the_cut(&client, &armed).await;
     // The session goes on as usual.
     let again = client.list_all_tools().await.unwrap();
     assert_eq!(again.len(), tools.len());
@@ -310,11 +320,6 @@ async fn through_the_gateway_a_cut_stream_resumes_and_gets_its_answer() {
         .unwrap();
     // The client's connection to the gateway is cut after the priming event; the gateway passes
     // the reconnect's Last-Event-ID on to the session's service.
-    let tools = tokio::time::timeout(Duration::from_secs(60), client.list_all_tools())
-        .await
-        .expect("answered within 60 s")
-        .expect("tools/list");
-    assert!(!armed.load(Ordering::SeqCst), "the relay cut the stream");
-    assert!(tools.iter().any(|t| t.name == "whoami"), "{tools:?}");
+    tools_across_the_cut(&client, &armed).await;
     client.cancel().await.unwrap();
 }

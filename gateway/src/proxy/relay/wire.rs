@@ -189,17 +189,18 @@ fn framing(head: &mut ResponseHeader) -> Result<Body> {
     if status == 204 || status == 304 || head.status.is_informational() {
         return Ok(Body::Done);
     }
-    let codings = head
+    // The last coding decides: chunked, or (anything else) until the upstream closes.
+    let chunked = head
         .headers
         .get_all(http::header::TRANSFER_ENCODING)
         .iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(|c| c.trim_ascii().to_ascii_lowercase())
-        .filter(|c| !c.is_empty())
-        .collect::<Vec<_>>();
-    if let Some(last) = codings.last() {
+        .map(<[u8]>::trim_ascii)
+        .rfind(|c| !c.is_empty())
+        .map(|last| last.eq_ignore_ascii_case(b"chunked"));
+    if let Some(chunked) = chunked {
         head.remove_header(&http::header::CONTENT_LENGTH);
-        return Ok(if last == b"chunked" {
+        return Ok(if chunked {
             Body::Chunked(Chunk::Size)
         } else {
             Body::UntilClose
