@@ -38,12 +38,14 @@ mod builtin;
 mod connect;
 mod console;
 mod ctx;
+mod exchange;
 mod observe;
 mod peers;
 mod relay;
 mod respond;
 mod trace;
 mod upstream;
+mod wire;
 
 pub(crate) use ctx::RequestCtx;
 
@@ -81,6 +83,8 @@ pub(crate) struct GatewayState {
     edge: McpEdge,
     metrics: Arc<Metrics>,
     request_ids: crate::request_id::RequestIds,
+    /// Upstream connections: kept-alive ones pooled per peer, shared by every core's service.
+    upstreams: exchange::Upstreams,
 }
 
 /// The gateway's phases over its shared state: cheap to clone, so that several proxy services
@@ -113,11 +117,11 @@ pub(crate) enum GatewayError {
     Peer { route: String, reason: String },
 }
 
-/// What the request phase decided.
+/// What the request phase decided: the one outcome every request ends in.
 #[derive(Debug)]
-enum Step {
-    /// On to the upstream.
-    Proxy,
+enum Outcome {
+    /// Admitted whole: on to the upstream with this body.
+    Forward(Bytes),
     /// The gateway answers itself.
     Answer(Reply),
     /// The gateway refuses.
@@ -149,6 +153,7 @@ impl Gateway {
             edge,
             metrics,
             request_ids: crate::request_id::RequestIds::random(),
+            upstreams: exchange::Upstreams::default(),
         })))
     }
 
@@ -210,18 +215,39 @@ impl Gateway {
         (target, caller)
     }
 
-    /// Applies the request phase's decision: `true` when the gateway answered.
-    async fn apply(&self, session: &mut Session, step: Step, ctx: &mut RequestCtx) -> Result<bool> {
-        let reply = match step {
-            Step::Proxy => return Ok(false),
-            Step::Passed(response) => {
+    /// Applies the request phase's decision: forwarded and relayed, or answered by the gateway
+    /// (an `/mcp` request's unread body settled around the answer, `admission.rs`).
+    async fn apply(
+        &self,
+        session: &mut Session,
+        outcome: Outcome,
+        ctx: &mut RequestCtx,
+    ) -> Result<bool> {
+        let reply = match outcome {
+            Outcome::Forward(body) => match self.exchange(session, ctx, body).await? {
+                exchange::Relayed::Answered => return Ok(true),
+                exchange::Relayed::Replaced(reply) => reply,
+            },
+            Outcome::Passed(response) => {
                 reply::write_passed(session, response, &ctx.request_id).await?;
                 return Ok(true);
             }
-            Step::Answer(reply) => reply,
-            Step::Refuse(rejection) => self.refusal(rejection, ctx),
+            Outcome::Answer(reply) => reply,
+            Outcome::Refuse(rejection) => self.refusal(rejection, ctx),
         };
-        reply::write(session, reply, ctx.framing()).await?;
+        let unread = self.body_unread(session, ctx);
+        if unread && session.downstream_session.is_http2() {
+            // An HTTP/2 stream answered before its body is read is reset: read it first.
+            self.settle_body(session, ctx).await;
+            reply::write(session, reply, ctx.framing()).await?;
+        } else {
+            // HTTP/1: the answer first, then the rest of the body (a lingering close when it
+            // is over the bound), so the client is reading when the connection ends.
+            reply::write(session, reply, ctx.framing()).await?;
+            if unread {
+                self.settle_body(session, ctx).await;
+            }
+        }
         Ok(true)
     }
 
@@ -272,25 +298,14 @@ impl ProxyHttp for Gateway {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         let (target, caller) = self.arrive(session, ctx);
-        let step = match target {
-            Target::Mcp(route) => self.admit_request(session.req_header(), route, ctx).await,
+        let outcome = match target {
+            Target::Mcp(route) => self.admit(session, route, ctx).await?,
             Target::AuthServer => self.auth_server(session, ctx).await?,
             Target::Console => self.console(session, ctx).await?,
             Target::Connect => self.connect(session, ctx).await?,
             builtin => self.builtin(builtin, caller).await,
         };
-        self.apply(session, step, ctx).await
-    }
-
-    async fn request_body_filter(
-        &self,
-        session: &mut Session,
-        body: &mut Option<Bytes>,
-        end_of_stream: bool,
-        ctx: &mut Self::CTX,
-    ) -> Result<()> {
-        self.admit_chunk(session.req_header(), body, end_of_stream, ctx)
-            .await
+        self.apply(session, outcome, ctx).await
     }
 
     async fn upstream_peer(
@@ -351,22 +366,12 @@ impl ProxyHttp for Gateway {
         // The connection closes after a failed proxy attempt; say so, so that no client sends
         // its next request into a closing socket.
         session.set_keepalive(None);
-        let session_gone = self.proxy_failed(ctx, e);
-        let rejection = match ctx.mcp.rejection.take() {
-            Some(rejection) => Some(rejection),
-            None if session_gone => Some(Rejection::SessionNotFound),
-            None => Rejection::from_proxy_error(e, self.settings.admission.max_body_bytes),
+        let rejection = match self.proxy_failed(ctx, e) {
+            true => Some(Rejection::SessionNotFound),
+            false => Rejection::from_proxy_error(e, self.settings.admission.max_body_bytes),
         };
         let mut error_code = 0;
-        if let Some(answer) = ctx.mcp.answer.take()
-            && session.response_written().is_none()
-        {
-            // The gateway's own answer (the connect prompt), not a failure.
-            error_code = answer.status;
-            if let Err(err) = reply::write(session, answer, ctx.framing()).await {
-                tracing::debug!(request_id = %ctx.request_id, error = %err, "could not send the answer");
-            }
-        } else if let Some(rejection) = rejection
+        if let Some(rejection) = rejection
             && session.response_written().is_none()
         {
             let reply = self.refusal(rejection, ctx);

@@ -17,6 +17,7 @@ mod proc;
 mod service;
 mod stack;
 mod streams;
+mod tap;
 mod tls;
 mod tools;
 mod up;
@@ -45,6 +46,7 @@ pub use proc::{Proc, bin, bin_dir, built_bin, eventually, pforte_cmd, target_dir
 pub use service::McpService;
 pub use stack::{Stack, StackBuilder};
 pub use streams::{delete_session, open_session_stream, rss_kib};
+pub use tap::WireTap;
 pub use tls::{TestCert, TlsFront, http_client};
 pub use tools::{
     CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, EverythingServer, MCP_PYTHON_SDK, MCP_TS_SDK_PACKAGE,

@@ -1,13 +1,17 @@
 //! The `/mcp` admission: one pipeline of small steps, each returning early with the
-//! `Rejection` that answers the request. The header steps run before anything reaches the
-//! upstream (origin → size → authenticate → one `Mcp-Method` / `Mcp-Name` line each → session
-//! binding → per-person limit); the body steps run once the JSON-RPC body is whole, before a
-//! byte of it is forwarded (parse → header match → policy → tool budget).
+//! `Rejection` that answers the request, all run before the upstream is touched: the header
+//! steps (origin → size → authenticate → one `Mcp-Method` / `Mcp-Name` line each → session
+//! binding → per-person limit → upstream credential), then the whole body is read (bounded),
+//! then the body steps (parse → header match → policy → tool budget). The outcome is one
+//! `Outcome`: forward the body, answer, or refuse. An early answer settles the unread body around
+//! it (`settle_body`) so that clients read it.
 
-use bytes::Bytes;
-use pingora::{Error, ErrorType, http::RequestHeader};
+use std::time::Duration;
 
-use super::{Gateway, RequestCtx, Step};
+use bytes::{Bytes, BytesMut};
+use pingora::{http::RequestHeader, proxy::Session};
+
+use super::{Gateway, Outcome, RequestCtx};
 use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::Lookup,
@@ -22,6 +26,19 @@ use crate::{
     sessions::{self, Ownership},
 };
 
+/// The most of a refused request's body read and dropped before its connection closes.
+const SETTLE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long a refused request's body is read before its connection closes.
+const SETTLE_TIME: Duration = Duration::from_secs(5);
+
+/// Whether the client waits for `100 Continue` before it sends the body.
+fn expects_continue(req: &RequestHeader) -> bool {
+    req.headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
 /// The header that names an MCP session.
 pub(crate) const SESSION_ID: &str = "mcp-session-id";
 
@@ -31,90 +48,136 @@ pub(crate) fn principal_key(p: &Principal) -> String {
 }
 
 impl Gateway {
-    /// An `/mcp` request's header phase: a CORS preflight is answered without credentials;
-    /// anything else goes through the header half of the pipeline.
-    pub(super) async fn admit_request(
+    /// An `/mcp` request, decided whole before anything reaches the upstream: a CORS
+    /// preflight is answered without credentials; anything else passes the header half of the
+    /// pipeline, then its body is read (bounded by `max_body_bytes`) and passes the body half.
+    /// Only then is it forwarded, head and body together.
+    pub(super) async fn admit(
         &self,
-        req: &RequestHeader,
+        session: &mut Session,
         route: usize,
         ctx: &mut RequestCtx,
-    ) -> Step {
+    ) -> pingora::Result<Outcome> {
         ctx.mcp.route = true;
-        let admitted = if cors::is_preflight(&req.method, &req.headers) {
-            self.check_origin(req, route).map(preflight)
-        } else {
-            self.admit_headers(req, route, ctx)
-                .await
-                .map(|()| Step::Proxy)
+        let req = session.req_header();
+        if cors::is_preflight(&req.method, &req.headers) {
+            return Ok(self
+                .check_origin(req, route)
+                .map_or_else(Outcome::Refuse, preflight));
+        }
+        if let Err(rejection) = self.admit_headers(req, route, ctx).await {
+            return Ok(Outcome::Refuse(rejection));
+        }
+        let body = match self.read_body(session, ctx).await? {
+            Ok(body) => body,
+            Err(rejection) => return Ok(Outcome::Refuse(rejection)),
         };
-        admitted.unwrap_or_else(Step::Refuse)
+        Ok(self.admit_whole(session.req_header(), body, ctx).await)
     }
 
-    /// One chunk of an `/mcp` request body: counted against `max_body_bytes`; when the body is
-    /// inspected, held until it is whole, then admitted (the body half of the pipeline) and
-    /// released. A refusal is answered by `fail_to_proxy`.
-    pub(super) async fn admit_chunk(
-        &self,
-        req: &RequestHeader,
-        body: &mut Option<Bytes>,
-        end_of_stream: bool,
-        ctx: &mut RequestCtx,
-    ) -> pingora::Result<()> {
-        if let Some(chunk) = body {
-            ctx.body_bytes += chunk.len() as u64;
-            if ctx.body_bytes > self.settings.admission.max_body_bytes {
-                return Error::e_explain(ErrorType::HTTPStatus(413), "request body over the limit");
-            }
+    /// The body half on the whole body: forwarded, refused, or (no upstream credential for
+    /// this person) answered with the connect prompt.
+    async fn admit_whole(&self, req: &RequestHeader, body: Bytes, ctx: &mut RequestCtx) -> Outcome {
+        if ctx.mcp.inspect
+            && let Err(rejection) = self.admit_body(req, &body, ctx).await
+        {
+            return Outcome::Refuse(rejection);
         }
-        if !ctx.mcp.inspect {
-            return Ok(());
-        }
-        if !end_of_stream {
-            // Hold the chunk: nothing reaches the upstream before the whole body is admitted.
-            if let Some(chunk) = body.take() {
-                ctx.mcp.held.extend_from_slice(&chunk);
-            }
-            *body = Some(Bytes::new());
-            return Ok(());
-        }
-        ctx.mcp.inspect = false;
-        // The usual single-chunk body is read where it lies; only a split one is joined, once.
-        let whole = match body.take() {
-            Some(chunk) if ctx.mcp.held.is_empty() => chunk,
-            chunk => {
-                if let Some(chunk) = chunk {
-                    ctx.mcp.held.extend_from_slice(&chunk);
-                }
-                std::mem::take(&mut ctx.mcp.held).freeze()
-            }
+        let Some(ask) = ctx.mcp.connect.take() else {
+            return Outcome::Forward(body);
         };
-        match self.admit_body(req, &whole, ctx).await {
-            Ok(()) if ctx.mcp.connect.is_some() => {
-                // No upstream credential: the gateway answers with the connect prompt.
-                let ask = ctx.mcp.connect.take().unwrap_or(Ask::Connect);
-                let message = ctx.mcp.message.clone().ok_or_else(|| {
-                    Error::explain(ErrorType::InternalError, "no message to answer")
-                })?;
-                let answer = self.connect_prompt(&message, &whole, ask, ctx).await;
-                // Audited as not forwarded, for this reason; no failure to log.
-                ctx.refused = Some("upstream_not_connected");
-                match answer {
-                    Ok(reply) => ctx.mcp.answer = Some(reply),
-                    Err(rejection) => ctx.mcp.rejection = Some(rejection),
+        let Some(message) = ctx.mcp.message.clone() else {
+            return Outcome::Refuse(Rejection::Internal);
+        };
+        // Audited as not forwarded, for this reason.
+        ctx.refused = Some("upstream_not_connected");
+        match self.connect_prompt(&message, &body, ask, ctx).await {
+            Ok(reply) => Outcome::Answer(reply),
+            Err(rejection) => Outcome::Refuse(rejection),
+        }
+    }
+
+    /// Reads the request's whole body, counted against `max_body_bytes` (413 past it); an
+    /// `Expect: 100-continue` is answered first. `Err`: the client went away or sent a broken
+    /// body.
+    async fn read_body(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> pingora::Result<Result<Bytes, Rejection>> {
+        let limit = self.settings.admission.max_body_bytes;
+        if session.downstream_session.is_body_empty() {
+            ctx.mcp.body_read = true;
+            return Ok(Ok(Bytes::new()));
+        }
+        if expects_continue(session.req_header()) && !session.downstream_session.is_http2() {
+            session
+                .downstream_session
+                .write_continue_response()
+                .await
+                .map_err(|e| e.into_down())?;
+            ctx.mcp.continued = true;
+        }
+        let mut whole = BytesMut::new();
+        let mut first: Option<Bytes> = None;
+        while let Some(chunk) = session
+            .downstream_session
+            .read_request_body()
+            .await
+            .map_err(|e| e.into_down())?
+        {
+            ctx.body_bytes += chunk.len() as u64;
+            if ctx.body_bytes > limit {
+                return Ok(Err(Rejection::PayloadTooLarge { limit }));
+            }
+            // The usual single-chunk body is used where it lies; a split one is joined.
+            match first.take() {
+                None if whole.is_empty() => first = Some(chunk),
+                None => whole.extend_from_slice(&chunk),
+                Some(earlier) => {
+                    whole.extend_from_slice(&earlier);
+                    whole.extend_from_slice(&chunk);
                 }
-                Error::e_explain(
-                    ErrorType::Custom("answered"),
-                    "answered by the gateway: connect first",
-                )
             }
-            Ok(()) => {
-                *body = Some(whole);
-                Ok(())
+        }
+        ctx.mcp.body_read = true;
+        Ok(Ok(first.unwrap_or_else(|| whole.freeze())))
+    }
+
+    /// Whether an `/mcp` request answered by the gateway left body bytes unread.
+    pub(super) fn body_unread(&self, session: &mut Session, ctx: &RequestCtx) -> bool {
+        ctx.mcp.route && !ctx.mcp.body_read && !session.downstream_session.is_body_done()
+    }
+
+    /// Reads and drops what is left of a refused request's body, at most [`SETTLE_BYTES`]
+    /// within [`SETTLE_TIME`], so that the client reads the gateway's early answer instead of a
+    /// reset; past either bound, or when the client awaits `100 Continue` and so sends nothing,
+    /// the connection closes after the answer.
+    pub(super) async fn settle_body(&self, session: &mut Session, ctx: &mut RequestCtx) {
+        if expects_continue(session.req_header()) && !ctx.mcp.continued {
+            session.set_keepalive(None);
+            return;
+        }
+        let downstream = &mut session.downstream_session;
+        let drained = tokio::time::timeout(SETTLE_TIME, async {
+            let mut read = 0usize;
+            loop {
+                match downstream.read_request_body().await {
+                    Ok(Some(chunk)) => {
+                        read += chunk.len();
+                        if read > SETTLE_BYTES {
+                            return false;
+                        }
+                    }
+                    Ok(None) => return true,
+                    Err(_) => return false,
+                }
             }
-            Err(rejection) => {
-                ctx.mcp.rejection = Some(rejection);
-                Error::e_explain(ErrorType::Custom("refused"), "refused by the /mcp policy")
-            }
+        })
+        .await;
+        ctx.mcp.body_read = true;
+        if drained != Ok(true) {
+            session.set_keepalive(None);
         }
     }
 
@@ -144,8 +207,9 @@ impl Gateway {
         self.upstream_credential(req, route, ctx).await?;
         let policy_or_budgets =
             self.settings.admission.tool_policy || !self.settings.limits.tools.is_empty();
-        // A POST on a route that keeps a credential per user is read too: without one, the
-        // gateway answers it with the connect prompt (which needs the message's id).
+        // Every body is read whole before the upstream is touched; it is parsed where a rule
+        // needs the message, and on a route that keeps a credential per user (without one,
+        // the gateway answers with the connect prompt, which needs the message's id).
         ctx.mcp.inspect = req.method == http::Method::POST
             && (policy_or_budgets || self.edge.credentials.per_user(route));
         Ok(())
@@ -253,7 +317,7 @@ impl Gateway {
         }
     }
 
-    /// The body half of the pipeline, applied in `request_body_filter` on the whole body.
+    /// The body half of the pipeline, on the whole body.
     async fn admit_body(
         &self,
         req: &RequestHeader,
@@ -551,7 +615,7 @@ impl Gateway {
 
 /// The answer to a CORS preflight of `/mcp` whose origin passed: 204, with the CORS headers
 /// for an allowed foreign origin (same-origin pages need no preflight, nor CORS headers).
-fn preflight(origin: Option<String>) -> Step {
+fn preflight(origin: Option<String>) -> Outcome {
     let reply = match origin {
         Some(origin) => cors::preflight_headers(&origin)
             .into_iter()
@@ -560,7 +624,7 @@ fn preflight(origin: Option<String>) -> Step {
             }),
         None => Reply::empty(204).header("allow", cors::ALLOW_METHODS),
     };
-    Step::Answer(reply)
+    Outcome::Answer(reply)
 }
 
 /// A declared body over the limit is refused before it is read (also with

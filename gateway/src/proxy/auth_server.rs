@@ -6,23 +6,23 @@ use pingora::{Error, ErrorType, Result, proxy::Session};
 
 use crate::{limit::Class, oauth, reply::Rejection};
 
-use super::{Gateway, RequestCtx, Step};
+use super::{Gateway, Outcome, RequestCtx};
 
 impl Gateway {
     pub(super) async fn auth_server(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-    ) -> Result<Step> {
+    ) -> Result<Outcome> {
         if session.req_header().method == http::Method::POST {
             match self.limit(Class::OAuth, &ctx.ip_key()).await {
                 Ok(rate) => ctx.rate = rate,
-                Err(rejection) => return Ok(Step::Refuse(rejection)),
+                Err(rejection) => return Ok(Outcome::Refuse(rejection)),
             }
         }
         let Some(body) = read_body(session).await? else {
             let limit = oauth::MAX_AS_BODY as u64;
-            return Ok(Step::Refuse(Rejection::PayloadTooLarge { limit }));
+            return Ok(Outcome::Refuse(Rejection::PayloadTooLarge { limit }));
         };
         let req = session.req_header();
         let mut builder = http::Request::builder()
@@ -36,7 +36,9 @@ impl Gateway {
             .map_err(|e| Error::explain(ErrorType::InvalidHTTPHeader, e.to_string()))?;
         // The resolved client (socket, or X-Forwarded-For from a trusted proxy), never the raw
         // peer: behind a proxy the peer is the proxy, and every user would share its throttles.
-        Ok(Step::Passed(self.oauth.call(request, ctx.client_ip).await))
+        Ok(Outcome::Passed(
+            self.oauth.call(request, ctx.client_ip).await,
+        ))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::{
     reply::{Rejection, Reply},
 };
 
-use super::{Gateway, Step};
+use super::{Gateway, Outcome};
 
 /// What a request's path addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,35 +93,37 @@ pub(super) struct Caller {
 
 impl Gateway {
     /// The answer of a built-in endpoint (any target but `Mcp` and `AuthServer`).
-    pub(super) async fn builtin(&self, target: Target, caller: Caller) -> Step {
+    pub(super) async fn builtin(&self, target: Target, caller: Caller) -> Outcome {
         match target {
-            Target::Health => Step::Answer(Reply::json(200, &serde_json::json!({"status": "ok"}))),
-            Target::Ready => Step::Answer(readiness(&self.route_health().await)),
+            Target::Health => {
+                Outcome::Answer(Reply::json(200, &serde_json::json!({"status": "ok"})))
+            }
+            Target::Ready => Outcome::Answer(readiness(&self.route_health().await)),
             Target::ResourceMetadata(i) if caller.get => match self.routes.get(i) {
-                Some(edge) => Step::Answer(
+                Some(edge) => Outcome::Answer(
                     Reply::bytes(200, "application/json", edge.metadata.clone())
                         .header("cache-control", "public, max-age=3600")
                         .header("access-control-allow-origin", "*"),
                 ),
-                None => Step::Refuse(Rejection::NotFound),
+                None => Outcome::Refuse(Rejection::NotFound),
             },
             Target::ResourceMetadata(_) => {
-                Step::Refuse(Rejection::MethodNotAllowed { allow: "GET, HEAD" })
+                Outcome::Refuse(Rejection::MethodNotAllowed { allow: "GET, HEAD" })
             }
             Target::Favicon => {
-                Step::Answer(Reply::empty(204).header("cache-control", "public, max-age=86400"))
+                Outcome::Answer(Reply::empty(204).header("cache-control", "public, max-age=86400"))
             }
             // Operators scrape from the machine itself; the public never sees it.
             Target::Metrics if self.metrics_allowed(caller) => match self.metrics.encode() {
-                Ok(text) => Step::Answer(Reply::bytes(200, metrics::CONTENT_TYPE, text.into())),
-                Err(_) => Step::Refuse(Rejection::Internal),
+                Ok(text) => Outcome::Answer(Reply::bytes(200, metrics::CONTENT_TYPE, text.into())),
+                Err(_) => Outcome::Refuse(Rejection::Internal),
             },
             Target::Metrics
             | Target::Unknown
             | Target::Mcp(_)
             | Target::AuthServer
             | Target::Console
-            | Target::Connect => Step::Refuse(Rejection::NotFound),
+            | Target::Connect => Outcome::Refuse(Rejection::NotFound),
         }
     }
 

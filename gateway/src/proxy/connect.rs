@@ -15,7 +15,7 @@ use crate::{
 };
 
 use super::{
-    Gateway, RequestCtx, Step,
+    Gateway, Outcome, RequestCtx,
     console::{Form, cookie_lines, query_value, read_form},
 };
 
@@ -88,11 +88,11 @@ impl Gateway {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-    ) -> Result<Step> {
+    ) -> Result<Outcome> {
         let req = session.req_header();
         let post = req.method == http::Method::POST;
         if !post && req.method != http::Method::GET && req.method != http::Method::HEAD {
-            return Ok(Step::Refuse(crate::reply::Rejection::MethodNotAllowed {
+            return Ok(Outcome::Refuse(crate::reply::Rejection::MethodNotAllowed {
                 allow: "GET, HEAD, POST",
             }));
         }
@@ -103,16 +103,16 @@ impl Gateway {
             Page::Start(n) | Page::Callback(n) | Page::Done(n) | Page::ClientDocument(n) => {
                 match self.settings.route_named(n) {
                     Some(i) if self.edge.credentials.per_user(i) => Some(&self.settings.routes[i]),
-                    _ => return Ok(Step::Passed(not_found())),
+                    _ => return Ok(Outcome::Passed(not_found())),
                 }
             }
             Page::List => None,
-            Page::NotFound => return Ok(Step::Passed(not_found())),
+            Page::NotFound => return Ok(Outcome::Passed(not_found())),
         };
         if post {
             match self.limit(Class::OAuth, &ctx.ip_key()).await {
                 Ok(rate) => ctx.rate = rate,
-                Err(rejection) => return Ok(Step::Refuse(rejection)),
+                Err(rejection) => return Ok(Outcome::Refuse(rejection)),
             }
         }
         let response = match (page_of, route, post) {
@@ -137,12 +137,12 @@ impl Gateway {
             (Page::Start(_), Some(r), true) => self.secret_posted(session, r).await?,
             (Page::Callback(_), Some(r), false) => self.callback(session, r, &query).await,
             _ => {
-                return Ok(Step::Refuse(crate::reply::Rejection::MethodNotAllowed {
+                return Ok(Outcome::Refuse(crate::reply::Rejection::MethodNotAllowed {
                     allow: "GET, HEAD",
                 }));
             }
         };
-        Ok(Step::Passed(response))
+        Ok(Outcome::Passed(response))
     }
 
     /// `GET /connect/NAME`: whose connection this is (the link's principal, or the signed-in

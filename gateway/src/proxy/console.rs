@@ -16,14 +16,14 @@ use crate::{
         audit_view::{self, AuditFilter},
         manage,
         pages::{self, Frame, Health, RouteRow, Section, ToolRow},
-        stats::{Outcome, RecentError},
+        stats::{self, RecentError},
     },
     limit::Class,
     logging,
     policy::Annotation,
 };
 
-use super::{Gateway, RequestCtx, Step};
+use super::{Gateway, Outcome, RequestCtx};
 
 mod actions;
 
@@ -126,11 +126,11 @@ impl Gateway {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-    ) -> Result<Step> {
+    ) -> Result<Outcome> {
         let req = session.req_header();
         let post = req.method == http::Method::POST;
         if !post && req.method != http::Method::GET && req.method != http::Method::HEAD {
-            return Ok(Step::Refuse(crate::reply::Rejection::MethodNotAllowed {
+            return Ok(Outcome::Refuse(crate::reply::Rejection::MethodNotAllowed {
                 allow: "GET, HEAD, POST",
             }));
         }
@@ -139,31 +139,31 @@ impl Gateway {
         let viewer = match self.signed_in(session).await {
             Ok(Some(v)) => v,
             // Signed out: the authorization server's sign-in, which sets the same cookie.
-            Ok(None) => return Ok(Step::Passed(console::redirect("/account?next=%2Fadmin"))),
+            Ok(None) => return Ok(Outcome::Passed(console::redirect("/account?next=%2Fadmin"))),
             Err(e) => {
                 tracing::warn!(error = %e, "console: the oauth store did not answer");
-                return Ok(Step::Passed(store_down()));
+                return Ok(Outcome::Passed(store_down()));
             }
         };
         if !viewer.admin {
             ctx.refused = Some("not_admin");
-            return Ok(Step::Passed(console::refusal(
+            return Ok(Outcome::Passed(console::refusal(
                 403,
                 "Admins only",
                 "The operator console is for admins. Ask an admin to run `pforte user role NAME admin`.",
             )));
         }
         if !post {
-            return Ok(Step::Passed(
+            return Ok(Outcome::Passed(
                 self.console_page(&page, &query, &viewer).await,
             ));
         }
         match self.limit(Class::OAuth, &ctx.ip_key()).await {
             Ok(rate) => ctx.rate = rate,
-            Err(rejection) => return Ok(Step::Refuse(rejection)),
+            Err(rejection) => return Ok(Outcome::Refuse(rejection)),
         }
         let Some(body) = read_form(session).await? else {
-            return Ok(Step::Passed(console::refusal(
+            return Ok(Outcome::Passed(console::refusal(
                 413,
                 "Form too large",
                 "The form is larger than the console accepts.",
@@ -172,13 +172,13 @@ impl Gateway {
         let form = Form::parse(&body);
         if !self.oauth.server().csrf_ok(&viewer, form.get("csrf")) {
             ctx.refused = Some("csrf");
-            return Ok(Step::Passed(console::refusal(
+            return Ok(Outcome::Passed(console::refusal(
                 403,
                 "Invalid form",
                 "The form's security token is missing or wrong. Open the console again.",
             )));
         }
-        Ok(Step::Passed(
+        Ok(Outcome::Passed(
             self.console_action(&page, &form, &viewer, ctx.client_ip)
                 .await,
         ))
@@ -511,13 +511,13 @@ impl Gateway {
     /// route's failure or refusal in that route's recent errors.
     pub(super) fn console_note(&self, e: Option<&Error>, ctx: &RequestCtx, status: u16) {
         let failure = e.map(|e| !super::is_client_side(e));
-        let outcome = Outcome::of(ctx.refused.is_some(), status, failure);
+        let outcome = stats::Outcome::of(ctx.refused.is_some(), status, failure);
         let took = ctx.started.elapsed().as_millis() as u64;
         self.edge
             .console
             .stats
             .record(ctx.arrived_ms, took, outcome);
-        if outcome == Outcome::Ok {
+        if outcome == stats::Outcome::Ok {
             return;
         }
         if let Some(i) = ctx.mcp_route {

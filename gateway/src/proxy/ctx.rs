@@ -10,7 +10,7 @@ use crate::{
     limit::{Class, Decision, Policy},
     mcp::Message,
     metrics::{OpenStream, RouteLabel},
-    reply::{Framing, Rejection},
+    reply::Framing,
     sessions::Holder,
     streams::StreamSlot,
 };
@@ -63,13 +63,13 @@ pub(crate) struct RequestCtx {
 pub(super) struct Exchange {
     /// The request is for `/mcp` (audited).
     pub(super) route: bool,
-    /// The body is read whole and admitted before it goes upstream.
+    /// The body is parsed and admitted by the body half of the pipeline.
     pub(super) inspect: bool,
-    /// Body chunks held until the body is whole.
-    pub(super) held: BytesMut,
+    /// The request's body has been read to its end (or had none).
+    pub(super) body_read: bool,
+    /// `100 Continue` was sent.
+    pub(super) continued: bool,
     pub(super) message: Option<Message>,
-    /// A refusal decided in the body phase, answered by `fail_to_proxy`.
-    pub(super) rejection: Option<Rejection>,
     /// A `tools/list` answer to filter for the principal.
     pub(super) filter_list: bool,
     pub(super) list_is_sse: bool,
@@ -82,9 +82,6 @@ pub(super) struct Exchange {
     pub(super) stream: Option<StreamSlot>,
     /// No upstream credential for this person: the message gets the connect prompt.
     pub(super) connect: Option<crate::credentials::Ask>,
-    /// The gateway's own answer to the message (the connect prompt), written by
-    /// `fail_to_proxy` in place of the upstream's.
-    pub(super) answer: Option<crate::reply::Reply>,
     /// An `initialize` whose client declared URL-mode elicitation (remembered with its session).
     pub(super) url_elicitation: bool,
 }

@@ -32,9 +32,6 @@ impl Gateway {
                 .upstream_first_byte(ctx.mcp_route, sent.elapsed());
             self.reached(ctx, true);
         }
-        if resp.status == http::StatusCode::UNAUTHORIZED && ctx.upstream_auth.is_some() {
-            self.upstream_refused(ctx).await?;
-        }
         let ok = resp.status.is_success();
         if ok && is_event_stream(resp) {
             ctx.stream = Some(self.metrics.stream_opened());
@@ -68,11 +65,11 @@ impl Gateway {
 
     /// The upstream answered 401 to the credential Pforte added: never passed on as a 401 (the
     /// client would take it for its own token's). One refresh of an OAuth credential (unless
-    /// another request just made one); the answer says to try again, or carries the connect
-    /// prompt when the upstream refused the refresh too.
-    async fn upstream_refused(&self, ctx: &mut RequestCtx) -> Result<()> {
+    /// another request just made one); the gateway's answer says to try again, or carries the
+    /// connect prompt when the upstream refused the refresh too.
+    pub(super) async fn upstream_refused(&self, ctx: &mut RequestCtx) -> Reply {
         let (Some(route), Some(sent)) = (ctx.mcp_route, ctx.upstream_auth.as_ref()) else {
-            return Ok(());
+            return Reply::empty(502);
         };
         let sent = sent
             .value
@@ -94,19 +91,14 @@ impl Gateway {
                 Some(crate::credentials::Ask::Reconnect)
             }
         };
-        // The gateway answers in the upstream's place: written by `fail_to_proxy` (a 401 may
-        // have no body, and then no body phase would run to replace it).
+        // The gateway answers in the upstream's place.
         ctx.refused = Some("upstream_unauthorized");
         let Some(message) = ctx.mcp.message.clone() else {
             // A stream or a DELETE: no message to answer; a plain refusal.
-            ctx.mcp.answer = Some(Reply::json(
+            return Reply::json(
                 502,
                 &serde_json::json!({"error": "upstream_unauthorized",
                     "error_description": "the upstream refused the route's credential; call again"}),
-            ));
-            return Error::e_explain(
-                ErrorType::Custom("answered"),
-                "the upstream refused its credential",
             );
         };
         let body = match ask {
@@ -132,14 +124,10 @@ impl Gateway {
                 )
             }
         };
-        ctx.mcp.answer = Some(match body {
+        match body {
             Some(json) => Reply::json(200, &json),
             None => Reply::empty(202),
-        });
-        Error::e_explain(
-            ErrorType::Custom("answered"),
-            "the upstream refused its credential",
-        )
+        }
     }
 
     /// A successful `initialize` binds its `Mcp-Session-Id` to the principal; a successful

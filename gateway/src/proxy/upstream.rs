@@ -238,7 +238,7 @@ impl Gateway {
         let (Some(instances), Some(i)) = (self.instances(ctx), ctx.instance) else {
             return false;
         };
-        if ctx.mcp.rejection.is_some() || !balance::marks_down(e) {
+        if !balance::marks_down(e) {
             return false;
         }
         instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());

@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora::{
     apps::{HttpPersistentSettings, HttpServerApp, ServerApp},
-    connectors::TransportConnector,
     protocols::{ALPN, Stream, http::ServerSession},
     proxy::HttpProxy,
     server::ShutdownWatch,
@@ -38,8 +37,6 @@ const MAX_HEADERS: usize = 64;
 pub(crate) struct Http1 {
     proxy: Arc<HttpProxy<Gateway>>,
     gateway: Gateway,
-    /// The relay's own upstream connections (this service's, as the proxy has its own).
-    upstreams: TransportConnector,
     /// How long a kept-alive connection may idle before its next request.
     idle: Duration,
 }
@@ -49,7 +46,6 @@ impl Http1 {
         Self {
             proxy: Arc::new(proxy),
             gateway,
-            upstreams: TransportConnector::new(None),
             idle: Duration::from_secs(settings.listen.keepalive_timeout_secs),
         }
     }
@@ -73,7 +69,7 @@ impl ServerApp for Http1 {
             let (head, to) = read_head(&mut stream, carried, wait, shutdown, is_mcp_path).await?;
             wait = self.idle;
             if to == Head::Relay {
-                let reusable = self.gateway.relay(stream, head, &self.upstreams).await?;
+                let reusable = self.gateway.relay(stream, head).await?;
                 let (next, rest) = reusable.into_parts();
                 stream = next;
                 carried = rest.unwrap_or_default();

@@ -6,6 +6,7 @@
 //! peers.
 
 mod connections;
+mod decide_first;
 mod gateway_modules;
 mod limits;
 mod metrics;

@@ -1,5 +1,6 @@
-//! The relay's HTTP/1 exchange with the upstream, holding no more than an open stream needs: the
-//! request written in one go (pingora's own serializer), the answer's head parsed by `httparse`
+//! The gateway's HTTP/1 exchange with the upstream, holding no more than an open stream needs:
+//! the request head and its whole body written in one go (the head by pingora's own
+//! serializer), the answer's head parsed by `httparse`
 //! into a pingora `ResponseHeader`, and the body decoded as it arrives through a buffer of a
 //! few KiB — its length decided as RFC 9112 §6.3 says: none (204, 304), chunked
 //! (`httparse::parse_chunk_size` reads the size lines), `Content-Length`, or until the upstream
@@ -64,6 +65,11 @@ pub(super) struct Wire {
     buf: BytesMut,
     body: Body,
     read_timeout: Option<Duration>,
+    /// The upstream may carry another request on this connection once the answer has ended
+    /// (HTTP/1.1, no `Connection: close`, a body with a known end).
+    keep_alive: bool,
+    /// Whether any byte of an answer arrived.
+    answered: bool,
 }
 
 impl Wire {
@@ -73,6 +79,8 @@ impl Wire {
             buf: BytesMut::new(),
             body: Body::Done,
             read_timeout,
+            keep_alive: false,
+            answered: false,
         }
     }
 
@@ -81,15 +89,33 @@ impl Wire {
         self.body == Body::Done
     }
 
-    /// Writes the request head (the relay's requests have no body).
-    pub(super) async fn send(&mut self, req: &RequestHeader) -> Result<()> {
-        let Some(wire) = http_req_header_to_wire(req) else {
+    /// Whether nothing of an answer has arrived (a kept-alive connection that fails before
+    /// answering was closed by the upstream while idle: the request may go on a new one).
+    pub(super) fn unanswered(&self) -> bool {
+        !self.answered
+    }
+
+    /// The connection, when the answer has ended and the upstream keeps it open for another
+    /// request (nothing of it left unread).
+    pub(super) fn into_reusable(self) -> Option<Stream> {
+        (self.keep_alive && self.body == Body::Done && self.buf.is_empty()).then_some(self.stream)
+    }
+
+    /// Writes the request head and its whole body together: one write where both fit in a
+    /// socket buffer.
+    pub(super) async fn send(&mut self, req: &RequestHeader, body: &[u8]) -> Result<()> {
+        let Some(head) = http_req_header_to_wire(req) else {
             return Error::e_explain(ErrorType::InvalidHTTPHeader, "request not writable");
         };
-        self.stream
-            .write_all(&wire)
-            .await
-            .map_err(|e| Error::because(ErrorType::WriteError, "writing the request", e))?;
+        let write = if body.is_empty() {
+            self.stream.write_all(&head).await
+        } else {
+            let mut whole = BytesMut::with_capacity(head.len() + body.len());
+            whole.extend_from_slice(&head);
+            whole.extend_from_slice(body);
+            self.stream.write_all(&whole).await
+        };
+        write.map_err(|e| Error::because(ErrorType::WriteError, "writing the request", e))?;
         self.stream
             .flush()
             .await
@@ -100,6 +126,7 @@ impl Wire {
     pub(super) async fn answer(&mut self) -> Result<Box<ResponseHeader>> {
         loop {
             if let Some((head, body)) = parse_head(&mut self.buf)? {
+                self.keep_alive = keeps_alive(&head) && body != Body::UntilClose;
                 self.body = body;
                 return Ok(head);
             }
@@ -147,8 +174,22 @@ impl Wire {
             },
             None => read.await,
         };
-        read.map_err(|e| Error::because(ErrorType::ReadError, "reading the answer", e))
+        let n = read.map_err(|e| Error::because(ErrorType::ReadError, "reading the answer", e))?;
+        self.answered |= n > 0;
+        Ok(n)
     }
+}
+
+/// Whether an answer lets its connection carry another request (RFC 9112 §9.3): HTTP/1.1
+/// without `Connection: close`.
+fn keeps_alive(head: &ResponseHeader) -> bool {
+    head.version != http::Version::HTTP_10
+        && !head
+            .headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 /// The answer head at the start of `buf` (taken from it) and how its body is framed, once it

@@ -1,0 +1,190 @@
+//! The exchange with the upstream for an admitted `/mcp` request, after every decision is made:
+//! a connection (kept-alive from the pool for requests, a fresh one for a long event stream),
+//! the rewritten head and the whole body in one write, the answer's head through
+//! `response_filter`, its body through `response_body_filter` as it arrives. Nothing reaches
+//! the upstream before `admission.rs` has admitted the request whole; an upstream's 401 to the
+//! credential Pforte added is answered by the gateway instead (`respond.rs`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use pingora::{
+    Error, ErrorType, Result,
+    connectors::TransportConnector,
+    http::ResponseHeader,
+    proxy::{ProxyHttp, Session},
+    upstreams::peer::{HttpPeer, Peer as _},
+};
+
+use super::{Gateway, RequestCtx, wire::Wire};
+use crate::reply::Reply;
+
+/// How many connects a request may try (the first and the retries a balanced route asks for);
+/// pingora's own proxy allows the same.
+const MAX_CONNECT_TRIES: usize = 3;
+
+/// How long a kept-alive upstream connection waits in the pool for its next request when the
+/// route sets no idle timeout.
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// The upstream connections: a pool of kept-alive ones per peer, shared by every core's
+/// service.
+pub(super) struct Upstreams(TransportConnector);
+
+impl Default for Upstreams {
+    fn default() -> Self {
+        Self(TransportConnector::new(None))
+    }
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Upstreams")
+    }
+}
+
+impl std::ops::Deref for Upstreams {
+    type Target = TransportConnector;
+    fn deref(&self) -> &TransportConnector {
+        &self.0
+    }
+}
+
+/// What the exchange ended with.
+pub(super) enum Relayed {
+    /// The upstream's answer went to the client.
+    Answered,
+    /// The gateway answers in the upstream's place (it refused Pforte's credential).
+    Replaced(Reply),
+}
+
+impl Gateway {
+    /// Sends the admitted request with its whole `body` upstream and relays the answer. An
+    /// error before the answer's head went out is answered by `fail_to_proxy`.
+    pub(super) async fn exchange(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        body: Bytes,
+    ) -> Result<Relayed> {
+        // A long event stream keeps its connection to itself; requests share the pool.
+        let pooled = session.req_header().method != http::Method::GET;
+        let (mut up, peer, mut answer) =
+            Box::pin(self.send_upstream(session, ctx, &body, pooled)).await?;
+        drop(body);
+        if answer.status == http::StatusCode::UNAUTHORIZED && ctx.upstream_auth.is_some() {
+            return Ok(Relayed::Replaced(self.upstream_refused(ctx).await));
+        }
+        // Hop-by-hop: the client's connection is the gateway's own.
+        answer.remove_header(&http::header::CONNECTION);
+        answer.remove_header("keep-alive");
+        self.response_filter(session, &mut answer, ctx).await?;
+        let done = up.is_done();
+        Box::pin(session.write_response_header(answer, done))
+            .await
+            .map_err(|e| e.into_down())?;
+        let mut ended = done;
+        while !ended {
+            let mut piece = tokio::select! {
+                piece = up.body() => piece.map_err(|e| e.into_up())?,
+                gone = client_gone(session) => return Err(gone),
+            };
+            ended = piece.is_none() || up.is_done();
+            self.response_body_filter(session, &mut piece, ended, ctx)?;
+            Box::pin(session.write_response_body(piece, ended))
+                .await
+                .map_err(|e| e.into_down())?;
+        }
+        if pooled && let Some(stream) = up.into_reusable() {
+            let idle = peer.options.idle_timeout.or(Some(POOL_IDLE));
+            self.upstreams
+                .release_stream(stream, peer.reuse_hash(), idle);
+        }
+        Ok(Relayed::Answered)
+    }
+
+    /// Connects (a kept-alive connection first, when `pooled`), writes the request and reads
+    /// the answer's head. A failed connect is retried where a balanced route asks for it; a
+    /// kept-alive connection the upstream closed while it idled, on a new connection.
+    async fn send_upstream(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        body: &Bytes,
+        pooled: bool,
+    ) -> Result<(Wire, Box<HttpPeer>, Box<ResponseHeader>)> {
+        let mut connects = 0;
+        let mut stale = 0;
+        loop {
+            let peer = self.upstream_peer(session, ctx).await?;
+            let kept = match pooled && stale == 0 {
+                true => self.upstreams.reused_stream(&*peer).await,
+                false => None,
+            };
+            let reused = kept.is_some();
+            let stream = match kept {
+                Some(stream) => stream,
+                None => match self.upstreams.new_stream(&*peer).await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        connects += 1;
+                        let e = self.fail_to_connect(session, &peer, ctx, e.into_up());
+                        if !e.retry() || connects >= MAX_CONNECT_TRIES {
+                            return Err(e);
+                        }
+                        continue;
+                    }
+                },
+            };
+            let mut request = session.req_header().clone();
+            self.upstream_request_filter(session, &mut request, ctx)
+                .await?;
+            frame_request(&mut request, body.len());
+            let mut up = Wire::new(stream, peer.options.read_timeout);
+            let answer = tokio::select! {
+                answer = async {
+                    up.send(&request, body).await?;
+                    up.answer().await
+                } => answer,
+                gone = client_gone(session) => return Err(gone),
+            };
+            match answer {
+                Ok(answer) => return Ok((up, peer, answer)),
+                Err(_) if reused && up.unanswered() => stale += 1,
+                Err(e) => return Err(e.into_up()),
+            }
+        }
+    }
+}
+
+/// The request's framing as it goes upstream: the body is whole, so its length is known
+/// (`Transfer-Encoding` from the client is replaced); `Expect: 100-continue` was the gateway's
+/// to answer.
+fn frame_request(request: &mut pingora::http::RequestHeader, body_len: usize) {
+    request.remove_header(&http::header::EXPECT);
+    let had_body = request.headers.contains_key(http::header::CONTENT_LENGTH)
+        || request
+            .headers
+            .contains_key(http::header::TRANSFER_ENCODING);
+    request.remove_header(&http::header::TRANSFER_ENCODING);
+    if had_body || body_len > 0 {
+        // A number's text is a valid header value.
+        let _ = request.insert_header(http::header::CONTENT_LENGTH, body_len.to_string());
+    }
+}
+
+/// Resolves when an HTTP/1 client closes its connection (or sends more) while its answer is
+/// awaited or relayed; never for HTTP/2, where a reset stream fails the next write.
+async fn client_gone(session: &mut Session) -> Box<Error> {
+    if session.downstream_session.is_http2() {
+        return std::future::pending().await;
+    }
+    match session.downstream_session.read_body_or_idle(true).await {
+        Err(e) => e.into_down(),
+        Ok(_) => Error::explain(
+            ErrorType::ConnectionClosed,
+            "client sent data while its answer was relayed",
+        )
+        .into_down(),
+    }
+}

@@ -1,0 +1,109 @@
+//! A wire tap between the gateway and its upstream: a TCP relay on 127.0.0.1 that keeps every
+//! byte the gateway sends upstream, so a test can say what reached the upstream's wire (for a
+//! refused request: nothing, not even a head). Stopped when dropped.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// The most the tap keeps of what was sent upstream.
+const KEEP: usize = 64 * 1024 * 1024;
+
+#[derive(Debug)]
+pub struct WireTap {
+    pub addr: std::net::SocketAddr,
+    sent: Arc<Mutex<Vec<u8>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WireTap {
+    /// A tap in front of `upstream` (`host:port`).
+    pub async fn start(upstream: &str) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&sent);
+        let upstream = upstream.to_owned();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let keep = Arc::clone(&keep);
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    if let Ok(server) = tokio::net::TcpStream::connect(&upstream).await {
+                        relay(client, server, keep).await;
+                    }
+                });
+            }
+        });
+        Ok(Self { addr, sent, task })
+    }
+
+    /// Its URL for an MCP route.
+    pub fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// How many bytes went upstream so far.
+    pub fn sent_len(&self) -> usize {
+        self.sent.lock().map(|s| s.len()).unwrap_or_default()
+    }
+
+    /// Whether what went upstream contains `needle` (a request id, say).
+    pub fn saw(&self, needle: &str) -> bool {
+        let sent = self.sent.lock().map(|s| s.clone()).unwrap_or_default();
+        sent.windows(needle.len()).any(|w| w == needle.as_bytes())
+    }
+
+    /// The request lines that went upstream, in order.
+    pub fn request_lines(&self) -> Vec<String> {
+        let sent = self.sent.lock().map(|s| s.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&sent)
+            .split("\r\n")
+            .filter(|l| {
+                ["GET ", "POST ", "DELETE ", "PUT ", "OPTIONS "]
+                    .iter()
+                    .any(|m| l.starts_with(m))
+                    && l.ends_with(" HTTP/1.1")
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for WireTap {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies both ways until either side closes; what goes upstream is also kept.
+async fn relay(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    keep: Arc<Mutex<Vec<u8>>>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let up = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n) = client_read.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut kept) = keep.lock()
+                && kept.len() + n <= KEEP
+            {
+                kept.extend_from_slice(&buf[..n]);
+            }
+            if server_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = server_write.shutdown().await;
+    };
+    let down = async move {
+        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    };
+    tokio::join!(up, down);
+}
