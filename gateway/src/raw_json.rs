@@ -290,9 +290,20 @@ const FINDER_KEEP: usize = 256;
 
 impl IdFinder {
     /// Feeds the next bytes of the object.
-    pub(crate) fn push(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) {
+        loop {
+            if self.in_string && !self.escape && !self.reading_key && self.capture.is_none() {
+                // Inside a string nothing is kept of: on to its next quote or backslash.
+                match bytes.iter().position(|b| *b == b'"' || *b == b'\\') {
+                    Some(i) => bytes = bytes.get(i..).unwrap_or_default(),
+                    None => return,
+                }
+            }
+            let Some((&b, rest)) = bytes.split_first() else {
+                return;
+            };
             self.byte(b);
+            bytes = rest;
         }
     }
 

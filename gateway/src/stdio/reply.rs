@@ -138,9 +138,10 @@ fn event(text: Bytes) -> [Bytes; 3] {
     ]
 }
 
-/// Every frame of `rx`'s messages, as an event stream's body.
-fn events(rx: mpsc::Receiver<ServerMessage>) -> Body {
-    let frames = futures::StreamExt::flat_map(ReceiverStream::new(rx), |msg| {
+/// Every frame of `first` and then of `rx`'s messages, as an event stream's body.
+fn events(first: ServerMessage, rx: mpsc::Receiver<ServerMessage>) -> Body {
+    let messages = futures::stream::once(async { first }).chain(ReceiverStream::new(rx));
+    let frames = futures::StreamExt::flat_map(messages, |msg| {
         futures::stream::iter(event(msg.text).map(Ok::<_, Infallible>))
     });
     Body::from_stream(frames)
@@ -178,17 +179,7 @@ pub(super) async fn answer(mut rx: mpsc::Receiver<ServerMessage>, framing: Frami
         return json_text(StatusCode::OK, first.text);
     }
     if framing.stream {
-        let (tx, rest) = mpsc::channel(1);
-        let _ = tx.try_send(first);
-        let forward = tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                if tx.send(msg).await.is_err() {
-                    break;
-                }
-            }
-        });
-        drop(forward);
-        return event_stream(events(rest));
+        return event_stream(events(first, rx));
     }
     let mut next = Some(first);
     while let Some(msg) = next {
