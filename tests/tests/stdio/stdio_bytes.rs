@@ -139,7 +139,7 @@ async fn a_message_crosses_a_stdio_route_byte_for_byte_both_ways() {
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     assert_eq!(
         event_data(&resp.text().await.unwrap()),
-        [plain_answer.clone()]
+        std::slice::from_ref(plain_answer)
     );
     // client → child: a notification as it is.
     assert_eq!(client.post_raw(NOTE).await.status(), 202);

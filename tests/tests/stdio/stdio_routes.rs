@@ -361,7 +361,8 @@ async fn no_child_is_left_after_the_gateway_is_sigkilled() {
 /// The active conformance suite against tests/conformance/everything-server.cjs twice: over
 /// streamable HTTP directly, and run with `--stdio` as a stdio route through the gateway. Every
 /// check must end through the stdio route as it does directly, but DNS-rebinding protection
-/// (the gateway's), which must pass. Prints one row per check.
+/// (the gateway's), which must pass, and the check of concurrent SSE answers, which JSON
+/// answers make information only. Prints one row per check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_target_passes_through_a_stdio_route() {
     let Some((node, packages)) = tools() else {
@@ -417,8 +418,15 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
             ));
         }
     }
+    // A single answer comes as one JSON body through the stdio route (issue 36: the Python SDK
+    // reads at most 1 MiB per event); the suite then reports "SSE streams optional" as
+    // information, not as a check.
+    let json_answers = (
+        "server-sse-multiple-streams",
+        "server-sse-streams-functional",
+    );
     for key in direct.keys() {
-        if !through.contains_key(key) {
+        if !through.contains_key(key) && (key.0.as_str(), key.1.as_str()) != json_answers {
             wrong.push(format!(
                 "{} / {}: missing through the stdio route",
                 key.0, key.1
