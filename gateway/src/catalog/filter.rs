@@ -1,11 +1,16 @@
 //! Filtering a `tools/list` answer down to the tools a principal may call, in either framing
 //! the streamable-HTTP transport uses (one JSON body, or SSE events carrying JSON-RPC messages).
+//! The answer is edited where it lies ([`crate::raw_json`]): the refused tools are cut out of
+//! `result.tools`, every other byte — key order, number text, string escapes, the kept tools —
+//! stays as the server wrote it.
 
 use bytes::Bytes;
-use serde_json::Value;
 
 use super::sse;
-use crate::policy::Annotation;
+use crate::{
+    policy::Annotation,
+    raw_json::{self, Edits, Span},
+};
 
 /// Why a `tools/list` answer could not be filtered. The proxy must not forward the answer
 /// unfiltered then (fail closed).
@@ -27,7 +32,8 @@ pub enum FilterError {
 /// the terminators) is kept byte for byte. Tools without a string `name` are dropped.
 ///
 /// Returns `None` when nothing had to change (forward the body as it is). A rewritten message
-/// is re-serialised compactly; object keys may come out in another order.
+/// differs from the server's only by the tools cut out (and, in SSE, its data lines' framing:
+/// `data: ` before each).
 pub fn filter_tools_list(
     body: &[u8],
     content_type_is_sse: bool,
@@ -36,51 +42,73 @@ pub fn filter_tools_list(
     if content_type_is_sse {
         filter_sse(body, &keep)
     } else {
-        let mut message: Value = serde_json::from_slice(body)?;
-        Ok(if filter_message(&mut message, &keep)? {
-            Some(Bytes::from(serde_json::to_vec(&message)?))
-        } else {
-            None
-        })
+        filter_text(body, &keep)
     }
 }
 
-/// Filters `result.tools` of a JSON-RPC response (or of each in an array) in place; whether
-/// anything was removed.
-fn filter_message(
-    message: &mut Value,
+/// A whole JSON text filtered: the new text, or `None` when nothing was removed.
+fn filter_text(
+    text: &[u8],
     keep: &impl Fn(&str, Annotation) -> bool,
+) -> Result<Option<Bytes>, FilterError> {
+    serde_json::from_slice::<serde::de::IgnoredAny>(text)?;
+    let mut edits = Edits::default();
+    if !filter_message(text, raw_json::trimmed(text), keep, &mut edits)? {
+        return Ok(None);
+    }
+    let mut out = text.to_vec();
+    edits.apply(&mut out);
+    Ok(Some(Bytes::from(out)))
+}
+
+/// The edits that filter `result.tools` of the JSON-RPC response at `span` (or of each in an
+/// array); whether anything was removed.
+fn filter_message(
+    text: &[u8],
+    span: Span,
+    keep: &impl Fn(&str, Annotation) -> bool,
+    edits: &mut Edits,
 ) -> Result<bool, FilterError> {
-    if let Value::Array(items) = message {
+    if let Some(items) = raw_json::elements(text, span.clone()) {
         let mut changed = false;
         for item in items {
-            changed |= filter_message(item, keep)?;
+            changed |= filter_message(text, item, keep, edits)?;
         }
         return Ok(changed);
     }
-    let Some(tools) = message.get_mut("result").and_then(|r| r.get_mut("tools")) else {
+    let Some(tools) =
+        raw_json::get(text, span, "result").and_then(|result| raw_json::get(text, result, "tools"))
+    else {
         return Ok(false);
     };
-    let Value::Array(tools) = tools else {
+    let Some(all) = raw_json::elements(text, tools.clone()) else {
         return Err(FilterError::Shape);
     };
-    let before = tools.len();
-    tools.retain(|tool| {
-        let read_only = tool
-            .get("annotations")
-            .and_then(|a| a.get("readOnlyHint"))
-            .and_then(Value::as_bool)
-            == Some(true);
-        let annotation = if read_only {
-            Annotation::ReadOnly
-        } else {
-            Annotation::Writes
-        };
-        tool.get("name")
-            .and_then(Value::as_str)
-            .is_some_and(|name| keep(name, annotation))
-    });
-    Ok(tools.len() != before)
+    let kept: Vec<bool> = all
+        .iter()
+        .map(|tool| {
+            let read_only = raw_json::get(text, tool.clone(), "annotations")
+                .and_then(|a| raw_json::get(text, a, "readOnlyHint"))
+                .is_some_and(|hint| text.get(hint) == Some(b"true"));
+            let annotation = if read_only {
+                Annotation::ReadOnly
+            } else {
+                Annotation::Writes
+            };
+            raw_json::get(text, tool.clone(), "name")
+                .and_then(|name| text.get(name))
+                .and_then(raw_json::string)
+                .is_some_and(|name| keep(&name, annotation))
+        })
+        .collect();
+    if kept.iter().all(|k| *k) {
+        return Ok(false);
+    }
+    edits.replace(
+        tools.clone(),
+        raw_json::retain_elements(text, &tools, &all, &kept),
+    );
+    Ok(true)
 }
 
 fn filter_sse(
@@ -127,23 +155,26 @@ fn rewrite_event(
         return Ok(None);
     };
     // Data that is not JSON is some other message: not ours to judge, kept as it is.
-    let Ok(mut message) = serde_json::from_slice::<Value>(&data) else {
-        return Ok(None);
-    };
-    if !filter_message(&mut message, keep)? {
+    if !raw_json::is_valid(&data) {
         return Ok(None);
     }
-    let json = serde_json::to_vec(&message)?;
+    let Some(json) = filter_text(&data, keep)? else {
+        return Ok(None);
+    };
     let mut out = Vec::with_capacity(json.len() + 64);
     let mut wrote_data = false;
     for line in event {
         if line.data().is_some() {
             if !wrote_data {
                 wrote_data = true;
-                out.extend_from_slice(b"data: ");
-                out.extend_from_slice(&json);
                 // An unterminated last data line still needs to end before the next field.
-                out.extend_from_slice(if line.end.is_empty() { b"\n" } else { line.end });
+                let end = if line.end.is_empty() { b"\n" } else { line.end };
+                // The data's own line breaks (between the data lines it came in) stay ones.
+                for piece in json.split(|b| *b == b'\n') {
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(piece);
+                    out.extend_from_slice(end);
+                }
             }
         } else {
             out.extend_from_slice(line.content);
@@ -156,6 +187,8 @@ fn rewrite_event(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     /// Captured from the real mcp-service: `initialize`, then `tools/list` (rmcp 0.x output,
@@ -264,7 +297,7 @@ data: not json\r\n\r\n";
             .unwrap()
             .unwrap();
         let want = b": comment\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n\
-id: 7\r\ndata: {\"id\":3,\"jsonrpc\":\"2.0\",\"result\":{\"tools\":[{\"name\":\"a\"}]}}\r\nretry: 10\r\n\r\n\
+id: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata: \"result\":{\"tools\":[{\"name\":\"a\"}]}}\r\nretry: 10\r\n\r\n\
 data: not json\r\n\r\n";
         assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(want));
     }
@@ -277,7 +310,7 @@ data: not json\r\n\r\n";
             .unwrap();
         assert_eq!(
             &out[..],
-            b"data: {\"id\":1,\"jsonrpc\":\"2.0\",\"result\":{\"tools\":[{\"name\":\"b\"}]}}\n"
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"b\"}]}}\n"
         );
     }
 
@@ -313,5 +346,35 @@ data: not json\r\n\r\n";
             .unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v[0]["result"]["tools"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_filtered_answer_keeps_the_servers_bytes() {
+        let tool = |name: &str| {
+            format!(
+                r#"{{"name":"{name}","inputSchema":{{"type":"object","properties":{{"z":{{"default":1.0}},"a":{{"maximum":9007199254740993}}}}}},"description":"caf\u00e9 \"{name}\"","annotations":{{"readOnlyHint":true}}}}"#
+            )
+        };
+        let body = format!(
+            "{{\"result\":{{\"tools\":[\n {},\n {},\n {}\n],\"nextCursor\":\"c\"}},\"jsonrpc\":\"2.0\",\"id\":9007199254740993}}",
+            tool("a"),
+            tool("b"),
+            tool("c")
+        );
+        let want = format!(
+            "{{\"result\":{{\"tools\":[\n {},\n {}\n],\"nextCursor\":\"c\"}},\"jsonrpc\":\"2.0\",\"id\":9007199254740993}}",
+            tool("a"),
+            tool("c")
+        );
+        let out = filter_tools_list(body.as_bytes(), false, |n, _| n != "b")
+            .unwrap()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out), want);
+        // In SSE, the pretty-printed answer comes in several data lines: they stay as they were.
+        let framed = |json: &str| format!("id: 1\ndata: {}\n\n", json.replace('\n', "\ndata: "));
+        let out = filter_tools_list(framed(&body).as_bytes(), true, |n, _| n != "b")
+            .unwrap()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out), framed(&want));
     }
 }

@@ -56,9 +56,10 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// `[routes.stdio] max_line_bytes` by default: 4 MiB, as `max_body_bytes` (a message each way
-/// of the same size), held at most once per child while it is read.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// `[routes.stdio] max_line_bytes` by default: 32 MiB. Real servers' answers fit: the filesystem
+/// server sends a file read twice (`content` text and `structuredContent`), so an 8 MiB file is
+/// a 16 MiB line before JSON escaping. A line is held at most once per child while it is read.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
 
 /// The stdio bridge's bounds for a `command` route (`[routes.stdio]`).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -72,8 +73,8 @@ pub(crate) struct StdioConfig {
     pub(crate) idle_timeout_secs: u64,
     /// Initialized children kept for stateless requests.
     pub(crate) pool: usize,
-    /// The longest line (one JSON-RPC message) a child may write on stdout, in bytes; a child
-    /// that writes a longer one is stopped and restarted, its requests fail.
+    /// The longest line (one JSON-RPC message) a child may write on stdout, in bytes; a longer
+    /// one is read past without being held, and the call it answers fails.
     pub(crate) max_line_bytes: usize,
 }
 

@@ -11,7 +11,6 @@ use std::{
 };
 
 use axum::http::StatusCode;
-use serde_json::Value;
 
 use super::{
     INIT_TIMEOUT, StdioSpec,
@@ -88,11 +87,11 @@ impl Shared {
         }
     }
 
-    /// Starts a child: a session's (`init_params`, its environment from `env`) or a pool
-    /// child (`None`, `std::convert::identity`).
+    /// Starts a child: a session's (`init`, the client's `initialize` request; its environment
+    /// from `env`) or a pool child (`None`, `std::convert::identity`).
     pub(super) fn start_conn(
         &self,
-        init_params: Option<Value>,
+        init: Option<Vec<u8>>,
         initialized: bool,
         env: impl FnOnce(Vec<(String, OsString)>) -> Vec<(String, OsString)>,
     ) -> Option<(Arc<Conn>, conn::Ready)> {
@@ -102,7 +101,7 @@ impl Shared {
             self.command(env),
             spawner,
             self.ids.clone(),
-            init_params,
+            init,
             initialized,
         ))
     }

@@ -1,9 +1,13 @@
 //! One supervised stdio child and the MCP connection to it: requests written to its stdin with
-//! bridge ids, its stdout read line by line (each line at most `max_line_bytes`: a child that
-//! writes a longer one is stopped, its requests fail, and it restarts) and sent where each
-//! message belongs (see [`decide::route_server_message`]), its stderr logged (escaped, cut at
-//! [`LOG_LINE_MAX`]), its restarts with backoff and the replay of the session's `initialize`
-//! after each one.
+//! bridge ids, its stdout read line by line and sent where each message belongs (see
+//! [`decide::route_server_message`]), its stderr logged (escaped, cut at [`LOG_LINE_MAX`]), its
+//! restarts with backoff and the replay of the session's `initialize` after each one.
+//!
+//! Messages pass as the text their author wrote: only the `id` (and a cancellation's
+//! `requestId`) is spliced where it lies, never a message parsed and written again. A line of
+//! the child is held once (read into its buffer, the id spliced in place, handed on as
+//! [`Bytes`]). A line over `max_line_bytes` is not held: its top-level `id` is found as it
+//! streams past ([`IdFinder`]) and that one call fails; the child and its other calls go on.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -14,11 +18,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bytes::Bytes;
 use nix::{
     sys::signal::{Signal, kill, killpg},
     unistd::Pid,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::{
     io::{AsyncWriteExt as _, BufReader},
     sync::{mpsc, oneshot, watch},
@@ -29,6 +34,7 @@ use super::{
     exec::{ChildCommand, Spawner},
     lines::{self, Line},
 };
+use crate::raw_json::{self, IdFinder};
 
 /// Messages buffered per client stream.
 const STREAM_BUFFER: usize = 256;
@@ -47,8 +53,34 @@ pub(crate) const SUPERVISOR_GRACE: Duration = Duration::from_secs(5);
 pub(crate) const LOG_LINE_MAX: usize = 8 * 1024;
 
 /// The first `initialize` answer of a connection: the child's whole response (a `result` or an
-/// `error`), or why there is none.
-pub(crate) type Ready = oneshot::Receiver<Result<Value, String>>;
+/// `error`; nothing for a pool child), or why there is none.
+pub(crate) type Ready = oneshot::Receiver<Result<Initialized, String>>;
+
+/// A child's answer to `initialize` (its id the bridge's).
+#[derive(Debug)]
+pub(crate) struct Initialized {
+    pub(crate) text: Vec<u8>,
+    /// It has a `result`.
+    pub(crate) ok: bool,
+}
+
+/// A message of the child on its way to a client: its text (a response's id the client's
+/// again) and whether it is a response.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerMessage {
+    pub(crate) text: Bytes,
+    pub(crate) response: bool,
+}
+
+impl ServerMessage {
+    /// A message the bridge made (an error answer).
+    pub(crate) fn response(text: Vec<u8>) -> Self {
+        Self {
+            text: Bytes::from(text),
+            response: true,
+        }
+    }
+}
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,9 +97,10 @@ enum Phase {
 
 /// A client request waiting for its response.
 struct Pending {
-    client_id: Value,
+    /// The client's id as it wrote it.
+    client_id: Vec<u8>,
     token: Option<Value>,
-    tx: mpsc::Sender<Value>,
+    tx: mpsc::Sender<ServerMessage>,
     /// The bridge's own `initialize`.
     internal: bool,
     /// The client reads an event stream (else only the response reaches it: server requests
@@ -79,8 +112,8 @@ struct State {
     stdin: Option<mpsc::Sender<Vec<u8>>>,
     phase: Phase,
     pending: HashMap<u64, Pending>,
-    standalone: Option<mpsc::Sender<Value>>,
-    backlog: VecDeque<Value>,
+    standalone: Option<mpsc::Sender<ServerMessage>>,
+    backlog: VecDeque<ServerMessage>,
     pid: Option<u32>,
     last_activity: Instant,
 }
@@ -91,9 +124,10 @@ pub(crate) struct Conn {
     cmd: ChildCommand,
     spawner: Spawner,
     ids: Arc<AtomicU64>,
-    /// The `initialize` params to send after every start; None for a pool child, which gets
-    /// the clients' stateless (2026-07-28) requests as they are.
-    init_params: Option<Value>,
+    /// The client's `initialize` request (as it wrote it, the identity stamped) to send, with a
+    /// bridge id, after every start; None for a pool child, which gets the clients' stateless
+    /// (2026-07-28) requests as they are.
+    init: Option<Vec<u8>>,
     /// Replay `notifications/initialized` after a restart (the client sent it, or the bridge
     /// initialized this child itself).
     initialized: AtomicBool,
@@ -117,7 +151,7 @@ enum RunEnd {
 }
 
 impl Conn {
-    /// Starts a child and its supervisor. `init_params` is the `initialize` to send (and replay)
+    /// Starts a child and its supervisor. `init` is the `initialize` to send (and replay)
     /// after every start, None for none (the child is ready once it runs); `initialized`
     /// whether `notifications/initialized` follows it without the client.
     pub(crate) fn start(
@@ -125,7 +159,7 @@ impl Conn {
         cmd: ChildCommand,
         spawner: Spawner,
         ids: Arc<AtomicU64>,
-        init_params: Option<Value>,
+        init: Option<Vec<u8>>,
         initialized: bool,
     ) -> (Arc<Self>, Ready) {
         let (stop, stop_rx) = watch::channel(false);
@@ -134,7 +168,7 @@ impl Conn {
             cmd,
             spawner,
             ids,
-            init_params,
+            init,
             initialized: AtomicBool::new(initialized),
             state: Mutex::new(State {
                 stdin: None,
@@ -194,14 +228,14 @@ impl Conn {
         decide::idle_expired(st.last_activity, now, busy, timeout)
     }
 
-    /// Sends a client request (its id remapped); the receiver yields every server message tied
-    /// to it and then its response (`stream`: the client reads an event stream). Err is the
-    /// message of the JSON-RPC error to answer with.
+    /// Sends a client request (valid JSON text, its id remapped where it lies); the receiver
+    /// yields every server message tied to it and then its response (`stream`: the client reads
+    /// an event stream). Err is the message of the JSON-RPC error to answer with.
     pub(crate) fn request(
         &self,
-        mut msg: Value,
+        mut msg: Vec<u8>,
         stream: bool,
-    ) -> Result<mpsc::Receiver<Value>, String> {
+    ) -> Result<mpsc::Receiver<ServerMessage>, String> {
         let mut st = self.lock();
         match st.phase {
             Phase::Up => {}
@@ -227,10 +261,11 @@ impl Conn {
             return Err(format!("the stdio server `{}` is not running", self.route));
         };
         let bridge_id = self.ids.fetch_add(1, Ordering::Relaxed);
-        let token = decide::progress_token(&msg).cloned();
-        let client_id = decide::remap_id(&mut msg, bridge_id).unwrap_or(Value::Null);
+        let token = decide::progress_token(&msg);
+        let client_id =
+            decide::remap_id(&mut msg, bridge_id).unwrap_or_else(|| decide::NULL_ID.to_vec());
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        if stdin.try_send(line(&msg)).is_err() {
+        if stdin.try_send(line(msg)).is_err() {
             return Err(format!(
                 "the stdio server `{}` is not reading its input",
                 self.route
@@ -251,20 +286,26 @@ impl Conn {
 
     /// Passes a client notification or response to the child (a `notifications/cancelled`
     /// with the request's bridge id). Dropped while the child is down.
-    pub(crate) fn send(&self, mut msg: Value) {
+    pub(crate) fn send(&self, mut msg: Vec<u8>) {
         let st = self.lock();
         if let Kind::Notification { method } = decide::classify(&msg) {
-            match method {
+            match method.as_str() {
                 "notifications/initialized" => self.initialized.store(true, Ordering::Relaxed),
                 "notifications/cancelled" => {
-                    let client_id = msg.pointer("/params/requestId").cloned();
+                    let path = ["params", "requestId"];
+                    let parse = |raw: &[u8]| serde_json::from_slice::<Value>(raw).ok();
+                    let client_id = decide::value_at(&msg, &path)
+                        .and_then(|span| msg.get(span))
+                        .and_then(parse);
                     let bridge = st
                         .pending
                         .iter()
-                        .find(|(_, p)| !p.internal && Some(&p.client_id) == client_id.as_ref())
+                        .find(|(_, p)| {
+                            !p.internal && client_id.is_some() && parse(&p.client_id) == client_id
+                        })
                         .map(|(id, _)| *id);
-                    if let (Some(bridge), Some(params)) = (bridge, msg.get_mut("params")) {
-                        params["requestId"] = Value::from(bridge);
+                    if let Some(bridge) = bridge {
+                        let _ = decide::replace_at(&mut msg, &path, bridge.to_string().as_bytes());
                     }
                 }
                 _ => {}
@@ -272,14 +313,14 @@ impl Conn {
         }
         if st.phase == Phase::Up
             && let Some(stdin) = &st.stdin
-            && stdin.try_send(line(&msg)).is_err()
+            && stdin.try_send(line(msg)).is_err()
         {
             tracing::warn!(route = %self.route, "stdio server input is full; message dropped");
         }
     }
 
     /// Opens the standalone stream (a previous one ends); buffered messages come first.
-    pub(crate) fn open_standalone(&self) -> mpsc::Receiver<Value> {
+    pub(crate) fn open_standalone(&self) -> mpsc::Receiver<ServerMessage> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let mut st = self.lock();
         while let Some(msg) = st.backlog.pop_front() {
@@ -312,7 +353,7 @@ impl Conn {
 
     async fn supervise(
         self: Arc<Self>,
-        ready: oneshot::Sender<Result<Value, String>>,
+        ready: oneshot::Sender<Result<Initialized, String>>,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut ready = Some(ready);
@@ -372,7 +413,7 @@ impl Conn {
     /// Runs the child once: spawn, initialize, relay until it exits or a stop is asked for.
     async fn run_once(
         &self,
-        ready: &mut Option<oneshot::Sender<Result<Value, String>>>,
+        ready: &mut Option<oneshot::Sender<Result<Initialized, String>>>,
         stop: &mut watch::Receiver<bool>,
     ) -> RunEnd {
         let started = Instant::now();
@@ -402,7 +443,7 @@ impl Conn {
 
         // The (replayed) initialize.
         let (init_tx, mut init_rx) = mpsc::channel(4);
-        let mut initializing = self.init_params.is_some();
+        let mut initializing = self.init.is_some();
         {
             let mut st = self.lock();
             st.pid = pid;
@@ -412,7 +453,10 @@ impl Conn {
                 st.last_activity = Instant::now();
                 drop(st);
                 if let Some(ready) = ready.take() {
-                    let _ = ready.send(Ok(Value::Null));
+                    let _ = ready.send(Ok(Initialized {
+                        text: Vec::new(),
+                        ok: true,
+                    }));
                 }
             } else {
                 st.phase = Phase::Starting;
@@ -420,16 +464,16 @@ impl Conn {
                 st.pending.insert(
                     bridge_id,
                     Pending {
-                        client_id: Value::Null,
+                        client_id: decide::NULL_ID.to_vec(),
                         token: None,
                         tx: init_tx,
                         internal: true,
                         stream: true,
                     },
                 );
-                let init = json!({"jsonrpc": "2.0", "id": bridge_id, "method": "initialize",
-                                  "params": self.init_params});
-                let _ = stdin_tx.try_send(line(&init));
+                let mut init = self.init.clone().unwrap_or_default();
+                let _ = decide::remap_id(&mut init, bridge_id);
+                let _ = stdin_tx.try_send(line(init));
             }
         }
         drop(stdin_tx);
@@ -450,14 +494,24 @@ impl Conn {
                     self.initialized_answer(answer, ready);
                 }
                 next = lines::read_line(&mut stdout, &mut text, max) => match next {
-                    Ok(Line::Whole) => self.on_line(&text),
+                    // The line is handed on as it lies; the next one gets a new buffer.
+                    Ok(Line::Whole) => self.on_line(std::mem::take(&mut text)),
                     Ok(Line::TooLong) => {
-                        self.oversized(pid);
-                        terminate(pid, &mut child).await;
-                        return RunEnd::Exited {
-                            status: format!("wrote a message over max_line_bytes ({max} bytes)"),
-                            up_for: started.elapsed(),
+                        let mut finder = IdFinder::default();
+                        finder.push(&text);
+                        text = Vec::new();
+                        let skipped = tokio::select! {
+                            r = lines::skip_rest(&mut stdout, |rest| finder.push(rest)) => r,
+                            _ = stop.changed() => {
+                                self.lock().stdin = None;
+                                terminate(pid, &mut child).await;
+                                return RunEnd::Stopped;
+                            }
                         };
+                        self.oversized(pid, finder);
+                        if skipped.is_err() {
+                            break;
+                        }
                     }
                     Ok(Line::End) | Err(_) => break,
                 },
@@ -485,10 +539,11 @@ impl Conn {
     /// The child answered the bridge's `initialize`.
     fn initialized_answer(
         &self,
-        answer: Value,
-        ready: &mut Option<oneshot::Sender<Result<Value, String>>>,
+        answer: ServerMessage,
+        ready: &mut Option<oneshot::Sender<Result<Initialized, String>>>,
     ) {
-        let ok = answer.get("result").is_some();
+        let text = answer.text.to_vec();
+        let ok = decide::value_at(&text, &["result"]).is_some();
         let mut st = self.lock();
         st.last_activity = Instant::now();
         if ok {
@@ -496,57 +551,74 @@ impl Conn {
             if self.initialized.load(Ordering::Relaxed)
                 && let Some(stdin) = &st.stdin
             {
-                let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-                let _ = stdin.try_send(line(&note));
+                let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+                let _ = stdin.try_send(line(note.to_vec()));
             }
         } else {
-            tracing::warn!(route = %self.route, answer = %answer, "stdio server refused initialize");
+            tracing::warn!(route = %self.route, answer = %loggable(&text), "stdio server refused initialize");
         }
         drop(st);
         if let Some(ready) = ready.take() {
-            let _ = ready.send(Ok(answer));
+            let _ = ready.send(Ok(Initialized { text, ok }));
         }
     }
 
-    /// The child wrote a line over `max_line_bytes`: it is stopped (by the caller) and every
-    /// request waiting on it fails now, saying why.
-    fn oversized(&self, pid: Option<u32>) {
+    /// The child wrote a line over `max_line_bytes` (read past, not held): the call it answers
+    /// (its top-level `id`, a response's) fails with a JSON-RPC error naming the bound; any
+    /// other message is dropped. The child and its other calls go on.
+    fn oversized(&self, pid: Option<u32>, finder: IdFinder) {
         let max = self.cmd.max_line_bytes;
+        let (id, has_method) = finder.finish();
+        let bridge = id
+            .filter(|_| !has_method)
+            .and_then(|raw| decide::parse_bridge_id(&raw));
+        let mut st = self.lock();
+        st.last_activity = Instant::now();
+        let pending = bridge.and_then(|id| st.pending.remove(&id));
         tracing::warn!(
             route = %self.route,
             pid,
             max_line_bytes = max,
-            "stdio server wrote a message over max_line_bytes; stopping it"
+            call = pending.is_some(),
+            "stdio server wrote a message over max_line_bytes; dropped it"
         );
-        let message = format!(
-            "the stdio server `{}` sent a message larger than max_line_bytes ({max} bytes); \
-             it was stopped and is being restarted",
-            self.route
-        );
-        let mut st = self.lock();
-        st.stdin = None;
-        fail_pending(&mut st, &message);
+        if let Some(p) = pending.filter(|p| !p.internal) {
+            let message = format!(
+                "the stdio server `{}` answered with a message larger than max_line_bytes \
+                 ({max} bytes); this call failed, the server goes on",
+                self.route
+            );
+            let error = decide::error_response(&p.client_id, decide::INTERNAL_ERROR, &message);
+            let _ = p.tx.try_send(ServerMessage::response(error));
+        }
     }
 
     /// One line of the child's stdout.
-    fn on_line(&self, text: &[u8]) {
-        let Ok(mut msg) = serde_json::from_slice::<Value>(text) else {
+    fn on_line(&self, mut text: Vec<u8>) {
+        if !raw_json::is_valid(&text) {
             tracing::warn!(
                 route = %self.route,
-                line = %loggable(text),
+                line = %loggable(&text),
                 "stdio server wrote a line that is not JSON"
             );
             return;
-        };
+        }
+        // A CR outside strings is whitespace to JSON but ends a line of an event stream.
+        for b in &mut text {
+            if *b == b'\r' {
+                *b = b' ';
+            }
+        }
+        let kind = decide::classify(&text);
         let mut st = self.lock();
-        if let Kind::Response { .. } = decide::classify(&msg) {
-            let pending = decide::bridge_id(&msg).and_then(|id| st.pending.remove(&id));
+        if let Kind::Response { id } = &kind {
+            let pending = decide::parse_bridge_id(id).and_then(|id| st.pending.remove(&id));
             match pending {
                 Some(p) => {
                     if !p.internal {
-                        decide::restore_id(&mut msg, p.client_id);
+                        decide::restore_id(&mut text, &p.client_id);
                     }
-                    let _ = p.tx.try_send(msg);
+                    let _ = p.tx.try_send(ServerMessage::response(text));
                 }
                 None => tracing::debug!(route = %self.route, "response to no request in flight"),
             }
@@ -558,8 +630,12 @@ impl Conn {
             .filter(|(_, p)| !p.internal)
             .map(|(id, p)| (*id, p.token.as_ref()))
             .collect();
-        let dest = decide::route_server_message(&msg, &in_flight);
-        let is_request = matches!(decide::classify(&msg), Kind::Request { .. });
+        let dest = decide::route_server_message(&text, &kind, &in_flight);
+        let is_request = matches!(kind, Kind::Request { .. });
+        let msg = ServerMessage {
+            text: Bytes::from(text),
+            response: false,
+        };
         let msg = match dest {
             // A JSON answer carries only the response: a server request goes where it is read.
             Dest::Request(id) if is_request && st.pending.get(&id).is_some_and(|p| !p.stream) => {
@@ -590,19 +666,22 @@ impl Conn {
 fn fail_pending(st: &mut State, message: &str) {
     for (_, p) in st.pending.drain() {
         if !p.internal {
-            let _ = p.tx.try_send(decide::error_response(
-                p.client_id,
-                decide::INTERNAL_ERROR,
-                message,
-            ));
+            let error = decide::error_response(&p.client_id, decide::INTERNAL_ERROR, message);
+            let _ = p.tx.try_send(ServerMessage::response(error));
         }
     }
 }
 
-fn line(msg: &Value) -> Vec<u8> {
-    let mut bytes = serde_json::to_vec(msg).unwrap_or_default();
-    bytes.push(b'\n');
-    bytes
+/// A message as one line of a child's input: a line break in it (whitespace to JSON, which
+/// allows none inside strings) becomes a space, and the line ends with `\n`.
+fn line(mut msg: Vec<u8>) -> Vec<u8> {
+    for b in &mut msg {
+        if *b == b'\n' || *b == b'\r' {
+            *b = b' ';
+        }
+    }
+    msg.push(b'\n');
+    msg
 }
 
 async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::Receiver<Vec<u8>>) {
@@ -637,7 +716,7 @@ async fn log_stderr(route: String, pid: Option<u32>, stderr: tokio::process::Chi
             }
             Ok(Line::TooLong) => {
                 tracing::info!(route = %route, pid, "stdio server: {} … (cut)", loggable(&text));
-                if lines::skip_rest(&mut stderr).await.is_err() {
+                if lines::skip_rest(&mut stderr, |_| {}).await.is_err() {
                     break;
                 }
             }

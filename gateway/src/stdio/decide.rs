@@ -1,10 +1,13 @@
 //! The stdio bridge's decisions as plain functions (inputs and `now` in, result out): the child
-//! caps, the restart backoff, JSON-RPC id remapping, where a server message goes, idle expiry
-//! and the answer format.
+//! caps, the restart backoff, JSON-RPC messages read and their ids remapped where they lie (the
+//! rest of a message keeps its bytes), where a server message goes, idle expiry and the answer's
+//! framing.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::raw_json;
 
 /// Seconds a client over a cap is told to wait (`Retry-After`).
 pub(crate) const CAP_RETRY_AFTER_SECS: u64 = 10;
@@ -61,53 +64,92 @@ pub(crate) fn failures_after_exit(previous: u32, up_for: Duration) -> u32 {
     }
 }
 
-/// One JSON-RPC message by shape.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Kind<'a> {
-    Request { id: &'a Value, method: &'a str },
-    Notification { method: &'a str },
-    Response { id: &'a Value },
+/// One JSON-RPC message by shape; ids as the sender wrote them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Request { id: Vec<u8>, method: String },
+    Notification { method: String },
+    Response { id: Vec<u8> },
     Invalid,
 }
 
-/// What a JSON-RPC message is (a request has `method` and `id`, a notification only `method`,
-/// a response `id` and `result` or `error`).
-pub(crate) fn classify(msg: &Value) -> Kind<'_> {
-    let Some(obj) = msg.as_object() else {
+/// The id JSON-RPC's `null` (a message whose id is unknown).
+pub(crate) const NULL_ID: &[u8] = b"null";
+
+/// What a JSON-RPC message (valid JSON text) is: a request has `method` and `id` (a string or a
+/// number), a notification only `method`, a response `id` and `result` or `error`.
+pub(crate) fn classify(text: &[u8]) -> Kind {
+    let Some(members) = raw_json::members(text, raw_json::trimmed(text)) else {
         return Kind::Invalid;
     };
-    let id = obj.get("id").filter(|id| id.is_string() || id.is_number());
-    match (obj.get("method").and_then(Value::as_str), id) {
-        (Some(method), Some(id)) => Kind::Request { id, method },
-        (Some(method), None) if !obj.contains_key("id") => Kind::Notification { method },
-        (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
-            Kind::Response { id }
+    let last = |key: &str| members.iter().rev().find(|m| m.key == key);
+    let id_member = last("id");
+    let id = id_member
+        .and_then(|m| text.get(m.value.clone()))
+        .filter(|raw| raw_json::is_string_or_number(raw));
+    let method = last("method")
+        .and_then(|m| text.get(m.value.clone()))
+        .and_then(raw_json::string);
+    match (method, id) {
+        (Some(method), Some(id)) => Kind::Request {
+            id: id.to_vec(),
+            method: method.into_owned(),
+        },
+        (Some(method), None) if id_member.is_none() => Kind::Notification {
+            method: method.into_owned(),
+        },
+        (None, Some(id)) if last("result").is_some() || last("error").is_some() => {
+            Kind::Response { id: id.to_vec() }
         }
         _ => Kind::Invalid,
     }
 }
 
-/// Replaces a message's `id` with the bridge's `bridge_id`; returns the client's id.
-pub(crate) fn remap_id(msg: &mut Value, bridge_id: u64) -> Option<Value> {
-    let obj = msg.as_object_mut()?;
-    obj.insert("id".to_owned(), Value::from(bridge_id))
-}
-
-/// The bridge id of a message coming back from a child, if it is one the bridge handed out.
-pub(crate) fn bridge_id(msg: &Value) -> Option<u64> {
-    msg.get("id").and_then(Value::as_u64)
-}
-
-/// Puts the client's id back on a response.
-pub(crate) fn restore_id(msg: &mut Value, client_id: Value) {
-    if let Some(obj) = msg.as_object_mut() {
-        obj.insert("id".to_owned(), client_id);
+/// The span of the value at `path` (object keys from the top) in a message.
+pub(crate) fn value_at(text: &[u8], path: &[&str]) -> Option<raw_json::Span> {
+    let mut span = raw_json::trimmed(text);
+    for key in path {
+        span = raw_json::get(text, span, key)?;
     }
+    Some(span)
+}
+
+/// The value at `path`, parsed (for comparing small values such as progress tokens).
+fn parsed_at(text: &[u8], path: &[&str]) -> Option<Value> {
+    let span = value_at(text, path)?;
+    serde_json::from_slice(text.get(span)?).ok()
+}
+
+/// Replaces the value at `path` of a message with `with` (JSON text) in place; the text that
+/// was there, or None when the path is not there.
+pub(crate) fn replace_at(text: &mut Vec<u8>, path: &[&str], with: &[u8]) -> Option<Vec<u8>> {
+    let span = value_at(text, path)?;
+    let old = text.get(span.clone())?.to_vec();
+    let mut edits = raw_json::Edits::default();
+    edits.replace(span, with.to_vec());
+    edits.apply(text);
+    Some(old)
+}
+
+/// Replaces a message's `id` with the bridge's `bridge_id`; returns the client's id as written.
+pub(crate) fn remap_id(text: &mut Vec<u8>, bridge_id: u64) -> Option<Vec<u8>> {
+    replace_at(text, &["id"], bridge_id.to_string().as_bytes())
+}
+
+/// A bridge id from an id's text (of a message coming back from a child): one the bridge
+/// handed out, or None.
+pub(crate) fn parse_bridge_id(raw: &[u8]) -> Option<u64> {
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
+/// Puts the client's id (its text as the client wrote it) back on a response.
+pub(crate) fn restore_id(text: &mut Vec<u8>, client_id: &[u8]) {
+    let _ = replace_at(text, &["id"], client_id);
 }
 
 /// A request's progress token (`params._meta.progressToken`), if any.
-pub(crate) fn progress_token(msg: &Value) -> Option<&Value> {
-    msg.pointer("/params/_meta/progressToken")
+pub(crate) fn progress_token(text: &[u8]) -> Option<Value> {
+    parsed_at(text, &["params", "_meta", "progressToken"])
 }
 
 /// Where a server→client message that is not a response goes.
@@ -123,25 +165,25 @@ pub(crate) enum Dest {
 /// progress to the request that owns its token; server requests and logging to the only
 /// request in flight (the one it is most likely tied to); everything else (and anything
 /// when several requests are in flight) to the standalone stream.
-pub(crate) fn route_server_message(msg: &Value, in_flight: &[(u64, Option<&Value>)]) -> Dest {
+pub(crate) fn route_server_message(
+    text: &[u8],
+    kind: &Kind,
+    in_flight: &[(u64, Option<&Value>)],
+) -> Dest {
     let only = || match in_flight {
         [(id, _)] => Dest::Request(*id),
         _ => Dest::Standalone,
     };
-    match classify(msg) {
-        Kind::Notification {
-            method: "notifications/progress",
-        } => {
-            let token = msg.pointer("/params/progressToken");
+    match kind {
+        Kind::Notification { method } if method == "notifications/progress" => {
+            let token = parsed_at(text, &["params", "progressToken"]);
             in_flight
                 .iter()
-                .find(|(_, t)| t.is_some() && *t == token)
+                .find(|(_, t)| t.is_some() && *t == token.as_ref())
                 .map_or(Dest::Standalone, |(id, _)| Dest::Request(*id))
         }
-        Kind::Notification {
-            method: "notifications/message",
-        }
-        | Kind::Request { .. } => only(),
+        Kind::Notification { method } if method == "notifications/message" => only(),
+        Kind::Request { .. } => only(),
         _ => Dest::Standalone,
     }
 }
@@ -157,8 +199,35 @@ pub(crate) fn idle_expired(
     !busy && now.saturating_duration_since(last_activity) >= timeout
 }
 
-/// Whether the answer is an event stream (the client accepts `text/event-stream`) or one JSON
-/// body.
+/// How a request's answer may be framed, from the client's `Accept`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Framing {
+    /// One JSON body (`application/json`; also `*/*`, `application/*` or no `Accept`).
+    pub(crate) json: bool,
+    /// An event stream (`text/event-stream`).
+    pub(crate) stream: bool,
+}
+
+/// The framings `accept` allows. A single answer goes out as JSON when allowed, an event
+/// stream when the server sends more than the answer (progress, requests) and that is
+/// allowed; with neither the answer is JSON.
+pub(crate) fn framing(accept: Option<&str>) -> Framing {
+    let json = accept.is_none_or(|a| {
+        a.split(',').any(|part| {
+            let media = part.split(';').next().unwrap_or_default().trim();
+            ["application/json", "application/*", "*/*"]
+                .iter()
+                .any(|m| media.eq_ignore_ascii_case(m))
+        })
+    });
+    let stream = wants_event_stream(accept);
+    Framing {
+        json: json || !stream,
+        stream,
+    }
+}
+
+/// Whether the client accepts `text/event-stream`.
 pub(crate) fn wants_event_stream(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| {
         a.split(',').any(|part| {
@@ -168,9 +237,16 @@ pub(crate) fn wants_event_stream(accept: Option<&str>) -> bool {
     })
 }
 
-/// The JSON-RPC error a client gets for a request the bridge cannot deliver.
-pub(crate) fn error_response(id: Value, code: i64, message: &str) -> Value {
-    serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+/// The JSON-RPC error a client gets for a request the bridge cannot deliver (`id` as the
+/// client wrote it).
+pub(crate) fn error_response(id: &[u8], code: i64, message: &str) -> Vec<u8> {
+    let message = serde_json::to_string(message).unwrap_or_else(|_| "\"\"".to_owned());
+    let mut out = br#"{"jsonrpc":"2.0","id":"#.to_vec();
+    out.extend_from_slice(id);
+    out.extend_from_slice(
+        format!(r#","error":{{"code":{code},"message":{message}}}}}"#).as_bytes(),
+    );
+    out
 }
 
 /// JSON-RPC "internal error".
@@ -207,58 +283,88 @@ mod tests {
         assert_eq!(failures_after_exit(u32::MAX, Duration::ZERO), u32::MAX);
     }
 
-    #[test]
-    fn messages_classify_by_shape() {
-        let req = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
-        assert!(matches!(
-            classify(&req),
-            Kind::Request {
-                method: "tools/list",
-                ..
-            }
-        ));
-        let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
-        assert!(matches!(classify(&note), Kind::Notification { .. }));
-        let resp = json!({"jsonrpc":"2.0","id":"a","result":{}});
-        assert!(matches!(classify(&resp), Kind::Response { .. }));
-        assert_eq!(
-            classify(&json!({"jsonrpc":"2.0","id":null,"method":"x"})),
-            Kind::Invalid
-        );
-        assert_eq!(classify(&json!([1])), Kind::Invalid);
-        assert_eq!(classify(&json!({"id":1})), Kind::Invalid);
+    fn kind(text: &str) -> Kind {
+        classify(text.as_bytes())
     }
 
     #[test]
-    fn ids_remap_and_restore() {
-        let mut msg = json!({"jsonrpc":"2.0","id":"client-7","method":"tools/call"});
-        assert_eq!(remap_id(&mut msg, 42), Some(json!("client-7")));
-        assert_eq!(bridge_id(&msg), Some(42));
-        let mut resp = json!({"jsonrpc":"2.0","id":42,"result":{}});
-        restore_id(&mut resp, json!("client-7"));
-        assert_eq!(resp["id"], "client-7");
-        assert_eq!(bridge_id(&json!({"id":"x"})), None);
+    fn messages_classify_by_shape() {
+        assert_eq!(
+            kind(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            Kind::Request {
+                id: b"1".to_vec(),
+                method: "tools/list".to_owned()
+            }
+        );
+        assert_eq!(
+            kind(r#" {"method":"notifications/initialized","jsonrpc":"2.0"} "#),
+            Kind::Notification {
+                method: "notifications/initialized".to_owned()
+            }
+        );
+        assert_eq!(
+            kind(r#"{"result":{},"jsonrpc":"2.0","id":"a"}"#),
+            Kind::Response {
+                id: br#""a""#.to_vec()
+            }
+        );
+        assert_eq!(
+            kind(r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#),
+            Kind::Invalid
+        );
+        assert_eq!(kind("[1]"), Kind::Invalid);
+        assert_eq!(kind(r#"{"id":1}"#), Kind::Invalid);
+        assert_eq!(kind(r#"{"id":1,"method":2}"#), Kind::Invalid);
+    }
+
+    #[test]
+    fn ids_remap_and_restore_where_they_lie() {
+        let sent = r#"{"params":{"b":1.0,"a":9007199254740993,"s":"\u00e9"},"id":"client-7","method":"tools/call"}"#;
+        let mut msg = sent.as_bytes().to_vec();
+        assert_eq!(remap_id(&mut msg, 42), Some(br#""client-7""#.to_vec()));
+        assert_eq!(
+            String::from_utf8(msg.clone()).unwrap(),
+            sent.replace(r#""client-7""#, "42")
+        );
+        let id = value_at(&msg, &["id"]).unwrap();
+        assert_eq!(parse_bridge_id(&msg[id]), Some(42));
+        let answer = r#"{"result":{"z":1.0,"a":[9007199254740993]},"jsonrpc":"2.0","id":42}"#;
+        let mut resp = answer.as_bytes().to_vec();
+        restore_id(&mut resp, br#""client-7""#);
+        assert_eq!(
+            String::from_utf8(resp).unwrap(),
+            answer.replace("42", r#""client-7""#)
+        );
+        assert_eq!(parse_bridge_id(br#""x""#), None);
+        let err = error_response(br#""c""#, INTERNAL_ERROR, "gone \"now\"");
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"c","error":{"code":-32603,"message":"gone \"now\""}}"#
+        );
     }
 
     #[test]
     fn server_messages_go_where_they_belong() {
         let t1 = json!("tok-1");
-        let progress = json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":1}});
-        let sampling = json!({"jsonrpc":"2.0","id":0,"method":"sampling/createMessage"});
-        let log = json!({"jsonrpc":"2.0","method":"notifications/message","params":{}});
-        let changed = json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"});
+        let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":1}}"#;
+        let sampling = br#"{"jsonrpc":"2.0","id":0,"method":"sampling/createMessage"}"#;
+        let log = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+        let changed = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
         let two = [(1, Some(&t1)), (2, None)];
         let one = [(2, None)];
-        assert_eq!(route_server_message(&progress, &two), Dest::Request(1));
-        assert_eq!(route_server_message(&progress, &one), Dest::Standalone);
-        assert_eq!(route_server_message(&sampling, &one), Dest::Request(2));
-        assert_eq!(route_server_message(&sampling, &two), Dest::Standalone);
-        assert_eq!(route_server_message(&log, &one), Dest::Request(2));
-        assert_eq!(route_server_message(&log, &[]), Dest::Standalone);
-        assert_eq!(route_server_message(&changed, &one), Dest::Standalone);
+        let route = |text: &[u8], in_flight: &[(u64, Option<&Value>)]| {
+            route_server_message(text, &classify(text), in_flight)
+        };
+        assert_eq!(route(progress, &two), Dest::Request(1));
+        assert_eq!(route(progress, &one), Dest::Standalone);
+        assert_eq!(route(sampling, &one), Dest::Request(2));
+        assert_eq!(route(sampling, &two), Dest::Standalone);
+        assert_eq!(route(log, &one), Dest::Request(2));
+        assert_eq!(route(log, &[]), Dest::Standalone);
+        assert_eq!(route(changed, &one), Dest::Standalone);
         assert_eq!(
-            progress_token(&json!({"params":{"_meta":{"progressToken":5}}})),
-            Some(&json!(5))
+            progress_token(br#"{"params":{"_meta":{"progressToken":5}}}"#),
+            Some(json!(5))
         );
     }
 
@@ -285,5 +391,30 @@ mod tests {
         assert!(wants_event_stream(Some("Text/Event-Stream;q=0.5")));
         assert!(!wants_event_stream(Some("application/json")));
         assert!(!wants_event_stream(None));
+    }
+
+    #[test]
+    fn a_single_answer_is_json_when_the_client_accepts_it() {
+        let f = |accept| framing(accept);
+        let both = Framing {
+            json: true,
+            stream: true,
+        };
+        assert_eq!(f(Some("application/json, text/event-stream")), both);
+        assert_eq!(f(Some("text/event-stream, */*;q=0.1")), both);
+        assert_eq!(
+            f(Some("text/event-stream")),
+            Framing {
+                json: false,
+                stream: true
+            }
+        );
+        let json_only = Framing {
+            json: true,
+            stream: false,
+        };
+        assert_eq!(f(Some("application/json")), json_only);
+        assert_eq!(f(None), json_only);
+        assert_eq!(f(Some("text/html")), json_only);
     }
 }

@@ -10,25 +10,25 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::Response,
 };
-use serde_json::{Value, json};
 
 use super::{
     AUTH_KIND_HEADER, CLIENT_HEADER, GATEWAY_AUTH_KIND, INIT_TIMEOUT, SESSION_HEADER,
     SUBJECT_HEADER,
     children::{Session, Shared, short},
-    decide::{self, Kind},
+    decide::{self, Framing, Kind, NULL_ID},
     identity::{self, Caller},
     reply,
 };
+use crate::raw_json;
 
 impl Shared {
     /// `initialize` without a session: caps, a new child, its answer with a fresh session id.
     async fn open_session(
         &self,
-        msg: &Value,
-        id: Value,
+        msg: Vec<u8>,
+        id: &[u8],
         headers: &HeaderMap,
-        sse: bool,
+        framing: Framing,
     ) -> Response {
         // The gateway's own session (its tool catalog, a client of every route for the
         // policy) is left out of the caps: `max_children` bounds the clients' children.
@@ -41,7 +41,6 @@ impl Shared {
         };
         let caller = Caller::from_headers(headers).env();
         let session_id = format!("{:032x}", rand::random::<u128>());
-        let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
         let (conn, ready) = {
             let mut children = self.lock();
             if principal.is_some() {
@@ -61,7 +60,7 @@ impl Shared {
                 }
             }
             let env = |base| identity::session_env(base, per_user, caller);
-            let Some((conn, ready)) = self.start_conn(Some(params), false, env) else {
+            let Some((conn, ready)) = self.start_conn(Some(msg), false, env) else {
                 return reply::error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     id,
@@ -84,11 +83,12 @@ impl Shared {
             Err(_) => Err("the stdio server did not answer initialize in time".to_owned()),
         };
         let mut answer = match failure {
-            Ok(answer) if answer.get("result").is_some() => answer,
-            Ok(mut refused) => {
+            Ok(answer) if answer.ok => answer.text,
+            Ok(refused) => {
                 self.forget(&session_id, &conn);
-                decide::restore_id(&mut refused, id);
-                return reply::json(StatusCode::OK, &refused);
+                let mut text = refused.text;
+                decide::restore_id(&mut text, id);
+                return reply::json_text(StatusCode::OK, text);
             }
             Err(message) => {
                 self.forget(&session_id, &conn);
@@ -97,11 +97,7 @@ impl Shared {
         };
         decide::restore_id(&mut answer, id);
         tracing::info!(route = %self.spec.route, session = %short(&session_id), pid = conn.pid(), "stdio session opened");
-        let mut response = if sse {
-            reply::sse_once(&answer)
-        } else {
-            reply::json(StatusCode::OK, &answer)
-        };
+        let mut response = reply::single(answer, framing);
         if let Ok(v) = HeaderValue::from_str(&session_id) {
             response.headers_mut().insert(SESSION_HEADER, v);
         }
@@ -132,10 +128,13 @@ fn person(headers: &HeaderMap) -> Option<String> {
 
 /// The caller on a client message to a child: a request gets
 /// `params._meta["dev.pforte/identity"]` from the gateway's headers, a notification loses a
-/// client-sent one (a server reads the key as the gateway's word).
-fn pass_identity(msg: &mut Value, headers: &HeaderMap) {
-    match decide::classify(msg) {
-        Kind::Request { .. } => identity::stamp(msg, &Caller::from_headers(headers).meta()),
+/// client-sent one (a server reads the key as the gateway's word). Every other byte is kept.
+fn pass_identity(msg: &mut Vec<u8>, kind: &Kind, headers: &HeaderMap) {
+    match kind {
+        Kind::Request { .. } => {
+            let meta = Caller::from_headers(headers).meta().to_string();
+            identity::stamp(msg, meta.as_bytes());
+        }
         Kind::Notification { .. } => identity::unstamp(msg),
         Kind::Response { .. } | Kind::Invalid => {}
     }
@@ -150,30 +149,32 @@ pub(super) async fn post_mcp(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Ok(mut msg) = serde_json::from_slice::<Value>(&body) else {
+    if !raw_json::is_valid(&body) {
         return reply::protocol(
             StatusCode::BAD_REQUEST,
-            Value::Null,
+            NULL_ID,
             -32700,
             "the body is not one JSON-RPC message",
         );
-    };
-    let sse = decide::wants_event_stream(header_str(&headers, header::ACCEPT.as_str()));
-    pass_identity(&mut msg, &headers);
+    }
+    // The message goes on as the client wrote it, but for the identity and the id.
+    let mut msg = Vec::from(body);
+    let framing = decide::framing(header_str(&headers, header::ACCEPT.as_str()));
     let kind = decide::classify(&msg);
+    pass_identity(&mut msg, &kind, &headers);
     let id = match &kind {
-        Kind::Request { id, .. } => (*id).clone(),
-        _ => Value::Null,
+        Kind::Request { id, .. } => id.clone(),
+        _ => NULL_ID.to_vec(),
     };
     if let Some(session) = header_str(&headers, SESSION_HEADER) {
         let Some(conn) = bridge.session(session) else {
-            return reply::protocol(StatusCode::NOT_FOUND, id, -32001, "session not found");
+            return reply::protocol(StatusCode::NOT_FOUND, &id, -32001, "session not found");
         };
         conn.touch(Instant::now());
         return match kind {
-            Kind::Request { .. } => match conn.request(msg, sse) {
-                Ok(rx) => reply::answer(rx, sse).await,
-                Err(message) => reply::error(StatusCode::OK, id, &message),
+            Kind::Request { .. } => match conn.request(msg, framing.stream) {
+                Ok(rx) => reply::answer(rx, framing).await,
+                Err(message) => reply::error(StatusCode::OK, &id, &message),
             },
             Kind::Notification { .. } | Kind::Response { .. } => {
                 conn.send(msg);
@@ -181,17 +182,16 @@ pub(super) async fn post_mcp(
             }
             Kind::Invalid => reply::protocol(
                 StatusCode::BAD_REQUEST,
-                id,
+                &id,
                 -32600,
                 "not a JSON-RPC message",
             ),
         };
     }
     match kind {
-        Kind::Request {
-            method: "initialize",
-            ..
-        } => bridge.open_session(&msg, id, &headers, sse).await,
+        Kind::Request { method, .. } if method == "initialize" => {
+            bridge.open_session(msg, &id, &headers, framing).await
+        }
         // Stateless (MCP 2026-07-28, `server/discover` among them): the child answers itself.
         // Pool children are shared, so they get no one's own variables: a person who needs
         // some (or lacks them) is sent to a session.
@@ -200,25 +200,25 @@ pub(super) async fn post_mcp(
                 Ok(vars) if vars.is_empty() => {}
                 Ok(_) => {
                     let message = reply::sessions_only(&bridge.spec.route);
-                    return reply::error(StatusCode::BAD_REQUEST, id, &message);
+                    return reply::error(StatusCode::BAD_REQUEST, &id, &message);
                 }
-                Err(refusal) => return reply::env_refused(&bridge.spec.route, id, &refusal),
+                Err(refusal) => return reply::env_refused(&bridge.spec.route, &id, &refusal),
             }
             let conn = match bridge.pool_conn().await {
                 Ok(conn) => conn,
-                Err((status, message)) => return reply::error(status, id, &message),
+                Err((status, message)) => return reply::error(status, &id, &message),
             };
             conn.touch(Instant::now());
-            match conn.request(msg, sse) {
-                Ok(rx) => reply::answer(rx, sse).await,
-                Err(message) => reply::error(StatusCode::OK, id, &message),
+            match conn.request(msg, framing.stream) {
+                Ok(rx) => reply::answer(rx, framing).await,
+                Err(message) => reply::error(StatusCode::OK, &id, &message),
             }
         }
         // Nothing is waiting for a notification or response outside a session.
         Kind::Notification { .. } | Kind::Response { .. } => reply::accepted(),
         Kind::Invalid => reply::protocol(
             StatusCode::BAD_REQUEST,
-            id,
+            &id,
             -32600,
             "not a JSON-RPC message",
         ),
@@ -230,12 +230,7 @@ pub(super) async fn get_mcp(State(bridge): State<Arc<Shared>>, headers: HeaderMa
         return reply::method_not_allowed();
     };
     let Some(conn) = bridge.session(session) else {
-        return reply::protocol(
-            StatusCode::NOT_FOUND,
-            Value::Null,
-            -32001,
-            "session not found",
-        );
+        return reply::protocol(StatusCode::NOT_FOUND, NULL_ID, -32001, "session not found");
     };
     conn.touch(Instant::now());
     reply::standalone(conn.open_standalone())
@@ -245,7 +240,7 @@ pub(super) async fn delete_mcp(State(bridge): State<Arc<Shared>>, headers: Heade
     let Some(session) = header_str(&headers, SESSION_HEADER) else {
         return reply::protocol(
             StatusCode::BAD_REQUEST,
-            Value::Null,
+            NULL_ID,
             -32600,
             "Mcp-Session-Id is required",
         );
@@ -257,11 +252,6 @@ pub(super) async fn delete_mcp(State(bridge): State<Arc<Shared>>, headers: Heade
             tokio::spawn(async move { s.conn.stop_and_wait().await });
             reply::empty(StatusCode::OK)
         }
-        None => reply::protocol(
-            StatusCode::NOT_FOUND,
-            Value::Null,
-            -32001,
-            "session not found",
-        ),
+        None => reply::protocol(StatusCode::NOT_FOUND, NULL_ID, -32001, "session not found"),
     }
 }

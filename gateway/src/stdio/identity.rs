@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use crate::forward::header;
+use crate::{forward::header, raw_json};
 
 /// The `_meta` key of the caller's identity (MCP `_meta` naming: a prefix of dot-separated
 /// labels and a slash; `modelcontextprotocol`/`mcp` as second label are MCP's own).
@@ -111,41 +111,96 @@ impl Caller {
     }
 }
 
-/// A client request on its way to a child: `params._meta[META_KEY]` set to `identity` (a
-/// client-sent one overwritten), every other `_meta` key kept; `params` and `_meta` made objects
-/// when absent. A message whose `params` is not an object (no MCP request) is left alone.
-pub(crate) fn stamp(msg: &mut Value, identity: &Value) {
-    let Some(obj) = msg.as_object_mut() else {
+/// A client request on its way to a child (valid JSON text): `params._meta[META_KEY]` set to
+/// `identity` (JSON text; a client-sent one removed, from every `_meta` of `params`), every
+/// other byte kept; `params` and `_meta` made objects when absent or null (`_meta` also when not
+/// an object). A message whose `params` is not an object (no MCP request) is left alone.
+pub(crate) fn stamp(text: &mut Vec<u8>, identity: &[u8]) {
+    let top = raw_json::trimmed(text);
+    let entry = |inner: &[u8]| {
+        let mut m = format!("\"{META_KEY}\":").into_bytes();
+        m.extend_from_slice(inner);
+        m
+    };
+    let meta_object = || {
+        let mut o = b"{".to_vec();
+        o.extend_from_slice(&entry(identity));
+        o.push(b'}');
+        o
+    };
+    let Some(top_members) = raw_json::members(text, top.clone()) else {
         return;
     };
-    let params = obj
-        .entry("params")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if params.is_null() {
-        *params = Value::Object(Map::new());
-    }
-    let Some(params) = params.as_object_mut() else {
+    let mut edits = raw_json::Edits::default();
+    let Some(params) = top_members.iter().rev().find(|m| m.key == "params") else {
+        let mut member = br#""params":{"_meta":"#.to_vec();
+        member.extend_from_slice(&meta_object());
+        member.push(b'}');
+        raw_json::append_member(text, &top, &member, &mut edits);
+        edits.apply(text);
         return;
     };
-    let meta = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
+    let params = params.value.clone();
+    match text.get(params.start) {
+        Some(b'{') => {}
+        Some(b'n') => {
+            let mut with = br#"{"_meta":"#.to_vec();
+            with.extend_from_slice(&meta_object());
+            with.push(b'}');
+            edits.replace(params, with);
+            edits.apply(text);
+            return;
+        }
+        _ => return,
     }
-    if let Some(meta) = meta.as_object_mut() {
-        meta.insert(META_KEY.to_owned(), identity.clone());
+    let metas: Vec<raw_json::Span> = raw_json::members(text, params.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.key == "_meta")
+        .map(|m| m.value)
+        .collect();
+    let Some((last, earlier)) = metas.split_last() else {
+        let mut member = br#""_meta":"#.to_vec();
+        member.extend_from_slice(&meta_object());
+        raw_json::append_member(text, &params, &member, &mut edits);
+        edits.apply(text);
+        return;
+    };
+    for meta in earlier {
+        if let Some(without) = raw_json::without_members(text, meta, META_KEY) {
+            edits.replace(meta.clone(), without);
+        }
     }
+    if text.get(last.start) == Some(&b'{') {
+        let mut object = raw_json::without_members(text, last, META_KEY)
+            .unwrap_or_else(|| text.get(last.clone()).unwrap_or_default().to_vec());
+        let whole = 0..object.len();
+        let mut add = raw_json::Edits::default();
+        raw_json::append_member(&object, &whole, &entry(identity), &mut add);
+        add.apply(&mut object);
+        edits.replace(last.clone(), object);
+    } else {
+        edits.replace(last.clone(), meta_object());
+    }
+    edits.apply(text);
 }
 
-/// A client notification on its way to a child: a client-sent `_meta[META_KEY]` removed.
-pub(crate) fn unstamp(msg: &mut Value) {
-    if let Some(meta) = msg
-        .pointer_mut("/params/_meta")
-        .and_then(Value::as_object_mut)
-    {
-        meta.remove(META_KEY);
+/// A client notification on its way to a child: a client-sent `_meta[META_KEY]` removed (from
+/// every `_meta` of `params`), every other byte kept.
+pub(crate) fn unstamp(text: &mut Vec<u8>) {
+    let top = raw_json::trimmed(text);
+    let Some(params) = raw_json::get(text, top, "params") else {
+        return;
+    };
+    let mut edits = raw_json::Edits::default();
+    for m in raw_json::members(text, params).unwrap_or_default() {
+        if m.key == "_meta"
+            && let Some(without) = raw_json::without_members(text, &m.value, META_KEY)
+        {
+            edits.replace(m.value, without);
+        }
     }
+    edits.apply(text);
 }
 
 /// The environment of a session's child: `base` (`PATH`, `HOME`, the route's `env`), then the
@@ -282,21 +337,47 @@ mod tests {
         assert_eq!(Caller::default().meta(), json!({"scopes": []}));
     }
 
+    fn stamped(msg: &Value, who: &Value) -> Value {
+        let mut text = msg.to_string().into_bytes();
+        stamp(&mut text, who.to_string().as_bytes());
+        serde_json::from_slice(&text).unwrap()
+    }
+
     #[test]
     fn stamping_merges_into_meta_and_overwrites_a_sent_identity() {
         let who = json!({"subject": "alice"});
-        let mut msg = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        let msg = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "whoami", "_meta": {
                 "progressToken": 7,
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "dev.pforte/identity": {"subject": "mallory"}}}});
-        stamp(&mut msg, &who);
         assert_eq!(
-            msg["params"],
+            stamped(&msg, &who)["params"],
             json!({"name": "whoami", "_meta": {
                 "progressToken": 7,
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "dev.pforte/identity": {"subject": "alice"}}})
+        );
+        // A second `_meta` (the last one counts for parsers) loses a forged identity as well.
+        let mut twice = br#"{"id":1,"method":"m","params":{"_meta":{"dev.pforte/identity":"x","a":1},"_meta":{"b":2}}}"#.to_vec();
+        stamp(&mut twice, br#"{"subject":"alice"}"#);
+        assert_eq!(
+            String::from_utf8(twice).unwrap(),
+            r#"{"id":1,"method":"m","params":{"_meta":{"a":1},"_meta":{"b":2,"dev.pforte/identity":{"subject":"alice"}}}}"#
+        );
+    }
+
+    #[test]
+    fn stamping_keeps_every_other_byte() {
+        let sent = r#"{ "method":"tools/call", "params":{"z":1.0,"a":9007199254740993,"s":"\u00e9","_meta":{"progressToken":"p"}},"id":3}"#;
+        let mut text = sent.as_bytes().to_vec();
+        stamp(&mut text, br#"{"subject":"alice"}"#);
+        assert_eq!(
+            String::from_utf8(text).unwrap(),
+            sent.replace(
+                r#""p"}"#,
+                r#""p","dev.pforte/identity":{"subject":"alice"}}"#
+            )
         );
     }
 
@@ -308,30 +389,33 @@ mod tests {
             if let Some(p) = params {
                 msg["params"] = p;
             }
-            stamp(&mut msg, &who);
-            assert_eq!(msg["params"]["_meta"], json!({"dev.pforte/identity": who}));
+            let out = stamped(&msg, &who);
+            assert_eq!(out["params"]["_meta"], json!({"dev.pforte/identity": who}));
         }
-        let mut msg = json!({"id": 1, "method": "m", "params": {"_meta": "junk"}});
-        stamp(&mut msg, &who);
-        assert_eq!(msg["params"]["_meta"], json!({"dev.pforte/identity": who}));
+        let msg = json!({"id": 1, "method": "m", "params": {"_meta": "junk"}});
+        assert_eq!(
+            stamped(&msg, &who)["params"]["_meta"],
+            json!({"dev.pforte/identity": who})
+        );
         // Not an MCP request: left as it is.
-        let mut odd = json!({"id": 1, "method": "m", "params": [1, 2]});
-        stamp(&mut odd, &who);
-        assert_eq!(odd["params"], json!([1, 2]));
-        let mut not_object = json!([1]);
-        stamp(&mut not_object, &who);
-        assert_eq!(not_object, json!([1]));
+        let odd = json!({"id": 1, "method": "m", "params": [1, 2]});
+        assert_eq!(stamped(&odd, &who)["params"], json!([1, 2]));
+        let not_object = json!([1]);
+        assert_eq!(stamped(&not_object, &who), json!([1]));
     }
 
     #[test]
     fn unstamping_removes_only_the_identity() {
-        let mut msg = json!({"method": "notifications/progress", "params": {"_meta": {
-            "dev.pforte/identity": {"subject": "mallory"}, "other": 1}}});
+        let mut msg = br#"{"method":"notifications/progress","params":{"_meta":{"dev.pforte/identity":{"subject":"mallory"},"other":1.0}}}"#.to_vec();
         unstamp(&mut msg);
-        assert_eq!(msg["params"]["_meta"], json!({"other": 1}));
-        let mut bare = json!({"method": "notifications/initialized"});
-        unstamp(&mut bare);
-        assert_eq!(bare, json!({"method": "notifications/initialized"}));
+        assert_eq!(
+            String::from_utf8(msg).unwrap(),
+            r#"{"method":"notifications/progress","params":{"_meta":{"other":1.0}}}"#
+        );
+        let bare = br#"{"method":"notifications/initialized"}"#;
+        let mut same = bare.to_vec();
+        unstamp(&mut same);
+        assert_eq!(same, bare);
     }
 
     #[test]

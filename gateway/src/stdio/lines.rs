@@ -1,5 +1,5 @@
 //! Reading a child's output a line at a time without holding more than a bound: a line longer
-//! than `max` bytes is reported as such (its first `max` bytes kept) instead of growing a
+//! than `max` bytes is reported as such (its first `max + 1` bytes kept) instead of growing a
 //! buffer until the gateway runs out of memory.
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncReadExt as _};
@@ -10,8 +10,8 @@ pub(crate) enum Line {
     /// A whole line is in the buffer (without `\n` / `\r\n`); also the last one at end of
     /// input without a newline.
     Whole,
-    /// The line is longer than the bound: the buffer holds its first `max` bytes, the rest is
-    /// still unread (see [`skip_rest`]).
+    /// The line is longer than the bound: the buffer holds its first `max + 1` bytes, the rest
+    /// is still unread (see [`skip_rest`]).
     TooLong,
     /// End of input.
     End,
@@ -41,7 +41,6 @@ pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(
         return Ok(Line::Whole);
     }
     if buf.len() > max {
-        buf.truncate(max);
         return Ok(Line::TooLong);
     }
     Ok(if buf.is_empty() {
@@ -51,8 +50,12 @@ pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(
     })
 }
 
-/// Reads past the rest of the current line (after [`Line::TooLong`]) without keeping it.
-pub(crate) async fn skip_rest<R: AsyncBufRead + Unpin>(reader: &mut R) -> std::io::Result<()> {
+/// Reads past the rest of the current line (after [`Line::TooLong`]) without keeping it; each
+/// piece of it (without the `\n`) is shown to `inspect` first.
+pub(crate) async fn skip_rest<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    mut inspect: impl FnMut(&[u8]),
+) -> std::io::Result<()> {
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
@@ -60,11 +63,13 @@ pub(crate) async fn skip_rest<R: AsyncBufRead + Unpin>(reader: &mut R) -> std::i
         }
         match available.iter().position(|b| *b == b'\n') {
             Some(at) => {
+                inspect(available.get(..at).unwrap_or_default());
                 reader.consume(at + 1);
                 return Ok(());
             }
             None => {
                 let n = available.len();
+                inspect(available);
                 reader.consume(n);
             }
         }
@@ -85,7 +90,7 @@ mod tests {
             out.push((line, String::from_utf8_lossy(&buf).into_owned()));
             match line {
                 Line::End => break,
-                Line::TooLong => skip_rest(&mut reader).await.unwrap(),
+                Line::TooLong => skip_rest(&mut reader, |_| {}).await.unwrap(),
                 Line::Whole => {}
             }
         }
@@ -107,7 +112,11 @@ mod tests {
         );
         assert_eq!(
             all(b"thirteen bytes\nok\n", 12).await,
-            [(TooLong, s("thirteen byt")), (Whole, s("ok")), (End, s(""))]
+            [
+                (TooLong, s("thirteen byte")),
+                (Whole, s("ok")),
+                (End, s(""))
+            ]
         );
         assert_eq!(all(b"", 12).await, [(End, s(""))]);
         assert_eq!(
@@ -126,9 +135,13 @@ mod tests {
             read_line(&mut reader, &mut buf, 1024).await.unwrap(),
             Line::TooLong
         );
-        assert_eq!(buf.len(), 1024);
+        assert_eq!(buf.len(), 1025);
         assert!(buf.capacity() < 64 * 1024, "{}", buf.capacity());
-        skip_rest(&mut reader).await.unwrap();
+        let mut seen = 0;
+        skip_rest(&mut reader, |piece| seen += piece.len())
+            .await
+            .unwrap();
+        assert_eq!(seen, endless.len() - 1025, "every byte is seen once");
         assert_eq!(
             read_line(&mut reader, &mut buf, 1024).await.unwrap(),
             Line::End

@@ -1,4 +1,6 @@
-//! The one place where the bridge's answers and refusals become HTTP responses.
+//! The one place where the bridge's answers and refusals become HTTP responses. A child's
+//! message goes out as the bytes it wrote (its id the client's again): a JSON body, or the
+//! `data` of one event between a prefix and a suffix, never copied into a frame.
 
 use std::convert::Infallible;
 
@@ -13,12 +15,18 @@ use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
 
 use super::{
     KEEPALIVE,
-    decide::{self, CapRefusal, Kind},
+    conn::ServerMessage,
+    decide::{self, CapRefusal, Framing, NULL_ID},
     session_env::{CREDENTIAL_REQUIRED, EnvRefusal},
 };
 
 pub(super) fn json(status: StatusCode, body: &Value) -> Response {
-    let mut r = Response::new(Body::from(body.to_string()));
+    json_text(status, body.to_string())
+}
+
+/// A JSON body as it is.
+pub(super) fn json_text(status: StatusCode, body: impl Into<Bytes>) -> Response {
+    let mut r = Response::new(Body::from(body.into()));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -44,13 +52,13 @@ pub(super) fn method_not_allowed() -> Response {
     r
 }
 
-/// A JSON-RPC error with `code`.
-pub(super) fn protocol(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
-    json(status, &decide::error_response(id, code, message))
+/// A JSON-RPC error with `code` (`id` as the client wrote it).
+pub(super) fn protocol(status: StatusCode, id: &[u8], code: i64, message: &str) -> Response {
+    json_text(status, decide::error_response(id, code, message))
 }
 
 /// A JSON-RPC internal error (the child is down, restarting, …).
-pub(super) fn error(status: StatusCode, id: Value, message: &str) -> Response {
+pub(super) fn error(status: StatusCode, id: &[u8], message: &str) -> Response {
     protocol(status, id, decide::INTERNAL_ERROR, message)
 }
 
@@ -74,7 +82,7 @@ pub(super) fn sessions_only(route: &str) -> String {
 /// A person's child cannot get its per-user variables: 403 [`CREDENTIAL_REQUIRED`] (a plain
 /// JSON body the gateway turns into its own answer) when the person lacks the credential, a
 /// JSON-RPC error with 503 when the source did not answer (the reason only logged).
-pub(super) fn env_refused(route: &str, id: Value, refusal: &EnvRefusal) -> Response {
+pub(super) fn env_refused(route: &str, id: &[u8], refusal: &EnvRefusal) -> Response {
     match refusal {
         EnvRefusal::Missing => {
             tracing::info!(route = %route, "stdio child refused: the person's upstream credential is missing");
@@ -103,7 +111,7 @@ pub(super) fn env_refused(route: &str, id: Value, refusal: &EnvRefusal) -> Respo
 }
 
 /// 503 + `Retry-After` for a client over a cap.
-pub(super) fn over_cap(route: &str, id: Value, refusal: CapRefusal) -> Response {
+pub(super) fn over_cap(route: &str, id: &[u8], refusal: CapRefusal) -> Response {
     let message = cap_message(route, refusal);
     let mut r = protocol(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -118,8 +126,25 @@ pub(super) fn over_cap(route: &str, id: Value, refusal: CapRefusal) -> Response 
     r
 }
 
-fn event(msg: &Value) -> Bytes {
-    Bytes::from(format!("event: message\ndata: {msg}\n\n"))
+const EVENT_PREFIX: &[u8] = b"event: message\ndata: ";
+const EVENT_SUFFIX: &[u8] = b"\n\n";
+
+/// One message as the frames of one event: the prefix, the message's own bytes, the suffix.
+fn event(text: Bytes) -> [Bytes; 3] {
+    [
+        Bytes::from_static(EVENT_PREFIX),
+        text,
+        Bytes::from_static(EVENT_SUFFIX),
+    ]
+}
+
+/// Every frame of `first` and then of `rx`'s messages, as an event stream's body.
+fn events(first: ServerMessage, rx: mpsc::Receiver<ServerMessage>) -> Body {
+    let messages = futures::stream::once(async { first }).chain(ReceiverStream::new(rx));
+    let frames = futures::StreamExt::flat_map(messages, |msg| {
+        futures::stream::iter(event(msg.text).map(Ok::<_, Infallible>))
+    });
+    Body::from_stream(frames)
 }
 
 fn event_stream(body: Body) -> Response {
@@ -133,46 +158,57 @@ fn event_stream(body: Body) -> Response {
     r
 }
 
-/// One message as an event stream.
-pub(super) fn sse_once(msg: &Value) -> Response {
-    event_stream(Body::from(event(msg)))
+/// One message as a JSON body when the client accepts it, else as an event stream.
+pub(super) fn single(text: Vec<u8>, framing: Framing) -> Response {
+    if framing.json {
+        return json_text(StatusCode::OK, text);
+    }
+    let frames = event(Bytes::from(text)).map(Ok::<_, Infallible>);
+    event_stream(Body::from_stream(futures::stream::iter(frames)))
 }
 
-/// A request's answer: every message of `rx` as an event stream, or only the response as
-/// JSON when the client does not accept event streams.
-pub(super) async fn answer(mut rx: mpsc::Receiver<Value>, sse: bool) -> Response {
-    if sse {
-        let stream = ReceiverStream::new(rx).map(|msg| Ok::<_, Infallible>(event(&msg)));
-        return event_stream(Body::from_stream(stream));
+/// A request's answer. The first message decides: the response alone goes out as one JSON
+/// body when the client accepts that (a client may cap an event's size: the Python SDK at
+/// 1 MiB); anything else first (progress, a server request) starts an event stream with every
+/// message of `rx` when the client accepts one, else only the response is sent, as JSON.
+pub(super) async fn answer(mut rx: mpsc::Receiver<ServerMessage>, framing: Framing) -> Response {
+    let Some(first) = rx.recv().await else {
+        return error(StatusCode::OK, NULL_ID, "the stdio server did not answer");
+    };
+    if first.response && framing.json {
+        return json_text(StatusCode::OK, first.text);
     }
-    while let Some(msg) = rx.recv().await {
-        if let Kind::Response { .. } = decide::classify(&msg) {
-            return json(StatusCode::OK, &msg);
+    if framing.stream {
+        return event_stream(events(first, rx));
+    }
+    let mut next = Some(first);
+    while let Some(msg) = next {
+        if msg.response {
+            return json_text(StatusCode::OK, msg.text);
         }
+        next = rx.recv().await;
     }
-    error(
-        StatusCode::OK,
-        Value::Null,
-        "the stdio server did not answer",
-    )
+    error(StatusCode::OK, NULL_ID, "the stdio server did not answer")
 }
 
 /// The standalone stream of a session, with keep-alive comments.
-pub(super) fn standalone(mut rx: mpsc::Receiver<Value>) -> Response {
+pub(super) fn standalone(mut rx: mpsc::Receiver<ServerMessage>) -> Response {
     let (tx, out) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(KEEPALIVE);
         tick.tick().await;
-        loop {
-            let frame = tokio::select! {
+        'stream: loop {
+            let frames = tokio::select! {
                 msg = rx.recv() => match msg {
-                    Some(msg) => event(&msg),
+                    Some(msg) => event(msg.text).to_vec(),
                     None => break,
                 },
-                _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
+                _ = tick.tick() => vec![Bytes::from_static(b": keep-alive\n\n")],
             };
-            if tx.send(frame).await.is_err() {
-                break;
+            for frame in frames {
+                if tx.send(frame).await.is_err() {
+                    break 'stream;
+                }
             }
         }
     });

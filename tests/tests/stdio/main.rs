@@ -1,7 +1,10 @@
 //! End to end, MCP servers other than mcp-service (one test binary, one module per theme): the
-//! stdio bridge on its own, stdio routes through the gateway, and the MCP conformance suite
-//! through the gateway against reference servers.
+//! stdio bridge on its own, stdio routes through the gateway, the bytes of messages kept, big
+//! answers to the SDK clients, and the MCP conformance suite through the gateway against
+//! reference servers.
 
+mod big_messages;
 mod conformance;
 mod stdio_bridge;
+mod stdio_bytes;
 mod stdio_routes;

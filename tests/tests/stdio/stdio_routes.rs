@@ -361,7 +361,8 @@ async fn no_child_is_left_after_the_gateway_is_sigkilled() {
 /// The active conformance suite against tests/conformance/everything-server.cjs twice: over
 /// streamable HTTP directly, and run with `--stdio` as a stdio route through the gateway. Every
 /// check must end through the stdio route as it does directly, but DNS-rebinding protection
-/// (the gateway's), which must pass. Prints one row per check.
+/// (the gateway's), which must pass, and the check of concurrent SSE answers, which JSON
+/// answers make information only. Prints one row per check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_target_passes_through_a_stdio_route() {
     let Some((node, packages)) = tools() else {
@@ -417,8 +418,15 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
             ));
         }
     }
+    // A single answer comes as one JSON body through the stdio route (issue 36: the Python SDK
+    // reads at most 1 MiB per event); the suite then reports "SSE streams optional" as
+    // information, not as a check.
+    let json_answers = (
+        "server-sse-multiple-streams",
+        "server-sse-streams-functional",
+    );
     for key in direct.keys() {
-        if !through.contains_key(key) {
+        if !through.contains_key(key) && (key.0.as_str(), key.1.as_str()) != json_answers {
             wrong.push(format!(
                 "{} / {}: missing through the stdio route",
                 key.0, key.1
@@ -467,8 +475,11 @@ async fn a_users_second_client_gets_no_more_children() {
     assert_eq!(initialize(&gw, &url, &bob).await.status(), 200);
 }
 
+/// Issue 36: past `max_line_bytes` only that call fails — found by its id wherever the message
+/// has it (first, or last as the TypeScript SDK writes it) — and the child goes on: the same
+/// process answers the next call at once. The gateway never holds the line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oversized_message_fails_its_call_memory_stays_bounded_and_the_child_restarts() {
+async fn an_oversized_message_fails_only_its_call_memory_stays_bounded_and_the_child_lives_on() {
     let gw = gateway(Route::command("plain", &plain_command(&[])).max_line_bytes(1_048_576)).await;
     let token = gw.create_token("big").await.unwrap();
     let url = format!("{}/plain/mcp", gw.base);
@@ -479,28 +490,76 @@ async fn an_oversized_message_fails_its_call_memory_stays_bounded_and_the_child_
             .unwrap(),
         "small"
     );
+    let children = gw_children(&gw);
+    assert!(!children.is_empty());
     let gw_pid = gw.proc.child.id();
     let peak_before = status_kib(gw_pid, "VmHWM");
-    // 96 MiB on one line against a bound of 1 MiB.
-    let refused = call(&client, "big", json!({"bytes": 96 << 20}))
+    for id_last in [false, true] {
+        // 96 MiB on one line against a bound of 1 MiB.
+        let refused = call(
+            &client,
+            "big",
+            json!({"bytes": 96 << 20, "id_last": id_last}),
+        )
         .await
         .unwrap_err();
-    assert!(
-        refused.contains("`plain` sent a message larger than max_line_bytes (1048576 bytes)"),
-        "{refused}"
-    );
+        assert!(
+            refused.contains(
+                "`plain` answered with a message larger than max_line_bytes (1048576 bytes); \
+                 this call failed, the server goes on"
+            ),
+            "id last: {id_last}: {refused}"
+        );
+        assert_eq!(
+            call(&client, "echo", json!({"text": "again"}))
+                .await
+                .unwrap(),
+            "again",
+            "the next call is answered at once"
+        );
+    }
     let peak_after = status_kib(gw_pid, "VmHWM");
     assert!(
         peak_after < peak_before + 48 * 1024,
         "the gateway's peak RSS went from {peak_before} KiB to {peak_after} KiB"
     );
-    let back = eventually(Duration::from_secs(20), || {
-        let attempt = call(&client, "echo", json!({"text": "again"}));
-        async move { attempt.await.is_ok_and(|t| t == "again") }
-    })
-    .await;
-    assert!(back, "the server came back in the same session");
+    assert!(call(&client, "whoami", json!({})).await.is_ok());
+    assert_eq!(gw_children(&gw), children, "the same children answer");
     let _ = client.cancel().await;
+}
+
+/// The pids of the stdio servers the gateway runs (under their `__stdio-exec` supervisors).
+fn gw_children(gw: &Stack) -> std::collections::BTreeSet<u32> {
+    processes_with("plain_server.py")
+        .into_iter()
+        .filter(|(_, cmd)| !cmd.contains("__stdio-exec"))
+        .map(|(pid, _)| pid)
+        .filter(|pid| descends_from(*pid, gw.proc.child.id()))
+        .collect()
+}
+
+/// Whether `pid` is a descendant of `ancestor`.
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..32 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            return false;
+        };
+        if ppid == ancestor {
+            return true;
+        }
+        if ppid <= 1 {
+            return false;
+        }
+        pid = ppid;
+    }
+    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
