@@ -7,7 +7,10 @@
 
 use std::{process::Command, time::Duration};
 
-use pforte_tests::{McpClient, McpService, Stack, WireTap, node22, python_sdk_or_skip};
+use pforte_tests::{
+    EchoUpstream, Limits, McpClient, McpService, Route, Stack, UpstreamAuth, WireTap, node22,
+    python_sdk_or_skip, write_vault_key,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -222,4 +225,41 @@ async fn curl_over_http2_reads_every_early_401() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[tokio::test]
+async fn a_person_not_yet_connected_puts_nothing_on_a_per_user_routes_wire() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let tap = WireTap::start(&echo.addr.to_string()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_vault_key(dir.path()).unwrap();
+    let stack = Stack::builder()
+        .upstream("http://127.0.0.1:9/mcp")
+        .plain_http()
+        .limits(Limits::off())
+        .vault_key(&key)
+        .route(
+            Route::url("search", &tap.mcp_url())
+                .upstream_auth(UpstreamAuth::header("X-Api-Key").label("Search API key")),
+        )
+        .start()
+        .await;
+    let gw = &stack.gw;
+    let hana = gw.create_token("hana").await.unwrap();
+    let before = tap.sent_len();
+    // The stand-in session and a call in it: the gateway's answers, nothing upstream.
+    let mut standin = gw.mcp_at(&gw.route_url("search"), &hana);
+    standin.open().await.unwrap();
+    let (status, id) = post(&standin, call(2, "echo", json!({})).to_string(), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!tap.saw(&id), "the unconnected call reached the upstream");
+    assert!(
+        !tap.request_lines().iter().any(|l| l.starts_with("POST ")),
+        "{:?}",
+        tap.request_lines()
+    );
+    // What reached the upstream's wire meanwhile is the catalog's own traffic at most, never
+    // a head of hana's.
+    let sent = tap.sent_len() - before;
+    assert!(!tap.saw("hana"), "hana's identity reached the upstream ({sent} bytes)");
 }
