@@ -31,6 +31,12 @@ Variants (each in turn by default):
   both replicas start; four sessions through the gateway, a plan written in one and read in each;
   mcp-service-1 stops → its sessions answer 404, the others 200, new sessions work;
   mcp-service-1 returns and mcp-service-2 stops → new sessions reach mcp-service-1.
+- team, + deploy/compose.team.yaml (SSO, the first admin, the vault): the secrets are files
+  owned by the gateway's uid, 0600, in a scratch PFORTE_SECRETS_DIR (the OpenID client secret,
+  a vault key ring, the first admin's password); `gateway check` names the provider and the vault;
+  the first admin signs in through the OAuth flow with the password from its file — no `exec`;
+  the login page offers the provider's button; the OIDC secret made world-readable is refused by
+  `gateway check` (exit 64, naming it) and accepted again once 0600.
 Exit status: 0 every step passed, 1 a step failed (it says which), 2 cannot rehearse here.
 """
 
@@ -153,6 +159,13 @@ class Rehearsal:
             for cfg in svc.get("configs", []):
                 source = self.compose["configs"][cfg["source"]]["file"]
                 self.bind((ROOT / source).resolve(), Path(cfg["target"]))
+            # Compose's file secrets: bind-mounted at /run/secrets/NAME, owner and mode as on
+            # the host (no uid/mode outside swarm).
+            for sec in svc.get("secrets", []):
+                name = sec if isinstance(sec, str) else sec["source"]
+                target = f"/run/secrets/{name}" if isinstance(sec, str) else sec.get("target", f"/run/secrets/{name}")
+                source = self.compose["secrets"][name]["file"]
+                self.bind((ROOT / source).resolve(), Path(target))
         hosts = self.scratch / "hosts"
         lines = ["127.0.0.1 localhost " + " ".join(self.services)]
         for name, n in self.scale.items():
@@ -519,7 +532,8 @@ def oauth_flow(client: Client, public: str, user: str, password: str) -> tuple[s
     page_url = auth
     if status == 200 and 'type="password"' in page:
         login = Forms()
-        login.feed(page)
+        # The password form alone (an identity provider's button is a form of its own before it).
+        login.feed(page[page.rfind("<form", 0, page.find('type="password"')):])
         fields = [(k, {"username": user, "password": password}.get(k, v)) for k, v in login.fields]
         status, headers, text = client.form(urllib.parse.urljoin(page_url, login.action), fields)
         if status != 303:
@@ -629,11 +643,65 @@ def wait_listening(host: str, port: int, r: Rehearsal, key: str, within: float =
 VARIANTS = {
     "base": ([], {}),
     "replicas": (["deploy/compose.replicas.yaml"], {"mcp-service": 2}),
+    "team": (["deploy/compose.team.yaml"], {}),
 }
+
+
+def team_secrets(scratch: Path) -> str:
+    """docs/deploy.md, "A team": the secret files an operator makes, owned by the gateway's uid
+    and owner-only, in PFORTE_SECRETS_DIR; the first admin's password (returned)."""
+    secrets = scratch / "secrets"
+    secrets.mkdir(mode=0o755)
+    password = "team-" + base64.b16encode(os.urandom(8)).decode()
+    key = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+    for name, value in (("oidc_client_secret", "rehearsal-oidc-secret"),
+                        ("vault_key", f"k1:{key}"), ("admin_password", password)):
+        path = secrets / name
+        path.write_text(value + "\n")
+        os.chown(path, PFORTE_UID, PFORTE_UID)
+        path.chmod(0o600)
+    os.environ["PFORTE_SECRETS_DIR"] = str(secrets)
+    return password
+
+
+def team(r: Rehearsal, client: Client, public: str, password: str) -> None:
+    """docs/deploy.md, "A team": SSO configured, the first admin from its file, the vault."""
+    checked = r.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
+    for needed in ('sign-in: "Acme SSO" (https://acme.okta.com, client pforte, client secret /run/secrets/oidc_client_secret)',
+                   "vault: PFORTE_VAULT_KEY; keys k1 (k1 seals)",
+                   "first admin: admin"):
+        if needed not in checked:
+            raise Failed(f"gateway check does not say {needed!r}:\n{checked}")
+    print("   " + checked.strip().replace("\n", "\n   "))
+    say("the first admin signs in with the password from its secret file (no exec)")
+    access, _ = oauth_flow(client, public, "admin", password)
+    mcp_initialize(client, f"{public}/mcp", access)
+    said = whoami(client, f"{public}/mcp", access)
+    if said.get("subject") != "admin":
+        raise Failed(f"whoami with the first admin's token: {said}")
+    status, _, page = client.request("GET", f"{public}/account")
+    if status != 200 or "Acme SSO" not in page:
+        raise Failed(f"/account does not offer the provider's sign-in: {status} {page[:300]}")
+    say("a world-readable OIDC client secret is refused")
+    secret = Path(os.environ["PFORTE_SECRETS_DIR"]) / "oidc_client_secret"
+    secret.chmod(0o644)
+    try:
+        r.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
+        raise Failed("gateway check accepted a world-readable client_secret_file")
+    except Failed as e:
+        said = str(e)
+        if "exit 64" not in said or "is readable by group or others (mode 644)" not in said:
+            raise
+        print(f"   {said.split(': exit ', 1)[1]}")
+    finally:
+        secret.chmod(0o600)
+    r.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
+    say("every step passed")
 
 
 def rehearse(bin_dir: Path, scratch: Path, variant: str) -> None:
     overrides, scale = VARIANTS[variant]
+    password = team_secrets(scratch) if variant == "team" else ""
     r = Rehearsal(load_compose(overrides), bin_dir, scratch, scale)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     try:
@@ -646,6 +714,9 @@ def rehearse(bin_dir: Path, scratch: Path, variant: str) -> None:
         client = Client(r.volume("pforte-tls") / "cert.pem")
         if variant == "replicas":
             replicas(r, client, public)
+            return
+        if variant == "team":
+            team(r, client, public, password)
             return
 
         say("docs/deploy.md: pforte token create laptop")
@@ -685,7 +756,8 @@ def main() -> int:
     p.add_argument("--bin-dir", default=str(ROOT / "target/release"))
     p.add_argument("--variant", choices=[*VARIANTS, "all"], default="all",
                    help="compose.yaml alone (base), with deploy/compose.replicas.yaml and "
-                        "--scale mcp-service=2 (replicas), or each in turn (all, the default)")
+                        "--scale mcp-service=2 (replicas), with deploy/compose.team.yaml (team), "
+                        "or each in turn (all, the default)")
     p.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, volumes)")
     args = p.parse_args()
     bin_dir = Path(args.bin_dir).resolve()

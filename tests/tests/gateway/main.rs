@@ -5,6 +5,7 @@
 //! --init`, backup and restore), and the gateway's building blocks used directly against real
 //! peers.
 
+mod checks;
 mod connections;
 mod gateway_modules;
 mod limits;
