@@ -361,6 +361,8 @@ async fn up_with_a_config_file_listens_and_stores_where_the_file_says() {
         .config_only(&config)
         .data_dir(&data)
         .args(&["--listen", "127.0.0.1:0"])
+        // The file's public_url still names the file's port: no readiness wait through it.
+        .at_banner()
         .start()
         .await
         .unwrap();
