@@ -679,7 +679,9 @@ def team(r: Rehearsal, client: Client, public: str, password: str) -> None:
     said = whoami(client, f"{public}/mcp", access)
     if said.get("subject") != "admin":
         raise Failed(f"whoami with the first admin's token: {said}")
-    status, _, page = client.request("GET", f"{public}/account")
+    # Signed out (a browser of its own): the sign-in offers the provider's button.
+    signed_out = Client(r.volume("pforte-tls") / "cert.pem")
+    status, _, page = signed_out.request("GET", f"{public}/account")
     if status != 200 or "Acme SSO" not in page:
         raise Failed(f"/account does not offer the provider's sign-in: {status} {page[:300]}")
     say("a world-readable OIDC client secret is refused")
