@@ -296,6 +296,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tables_in_these_pages_stack_on_a_phone() {
+        // `/account` shows the gateway's table of connected services (cells labelled by
+        // column): the same narrow-screen rule as the console's.
+        for rule in [
+            "@media (max-width:40rem)",
+            "table.stack td::before{content:attr(data-label)",
+            "td:last-child{white-space:nowrap}",
+        ] {
+            assert!(CSS.contains(rule), "{rule}");
+        }
+    }
+
+    #[test]
     fn everything_is_escaped() {
         let html = login(&LoginView {
             deployment: "Pforte".into(),

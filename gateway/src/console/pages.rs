@@ -605,6 +605,28 @@ pub(crate) fn audit_page(p: &AuditPage) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn table_cells_carry_their_column_and_rows_stack_on_a_phone() {
+        let rows = "<tr><td>a</td><td class=\"nowrap\">b</td><td><form><button>Revoke</button></form></td></tr>\
+                    <tr><td>c</td><td>d</td><td>e</td></tr>";
+        let html = table(&["Who", "When", ""], rows, "none");
+        assert!(html.contains("<table class=\"stack\">"), "{html}");
+        assert!(
+            html.contains("<tr><td data-label=\"Who\">a</td><td data-label=\"When\" class=\"nowrap\">b</td><td data-label=\"\"><form>"),
+            "{html}"
+        );
+        assert!(html.contains("<tr><td data-label=\"Who\">c</td>"), "{html}");
+        // The narrow-screen rule: rows stack, each cell shows its column's name; the action
+        // column stays on one line on a wide screen.
+        for rule in [
+            "@media (max-width:40rem)",
+            "table.stack td::before{content:attr(data-label)",
+            "td:last-child{white-space:nowrap}",
+        ] {
+            assert!(CSS.contains(rule), "{rule}");
+        }
+    }
+
     fn frame() -> Frame<'static> {
         Frame {
             user: "root<x>",
