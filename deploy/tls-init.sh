@@ -1,7 +1,8 @@
 #!/bin/sh
 # deploy/tls-init.sh (owned by deploy): the one-shot `tls-init` step of compose.yaml. It keeps a
 # certificate the operator put in the TLS dir, or generates a self-signed one on first run; and it
-# makes the redis password (once) that redis requires and the gateways use.
+# makes the redis password (once) that redis requires and the gateways use (`url`, owner-only: the
+# gateway refuses a secret file that group or others may read).
 #   PFORTE_TLS_DIR         where cert.pem and key.pem live         (default /etc/pforte/tls)
 #   PFORTE_TLS_NAMES       comma-separated DNS names / IPs         (default localhost,127.0.0.1)
 #   PFORTE_REDIS_DIR       where the redis secret files go         (default: none, skipped)
@@ -22,6 +23,9 @@ redis_secret() {
   [ -n "$rdir" ] || return 0
   [ -d "$rdir" ] || fail "$rdir does not exist (mount the redis-secret volume there)"
   if [ -s "$rdir/password" ] && [ -s "$rdir/redis.conf" ] && [ -s "$rdir/url" ]; then
+    # The gateway refuses a secret file that group or others may read (one left by an older
+    # version is tightened here).
+    chmod 0600 "$rdir/url" || fail "cannot make $rdir/url owner-only"
     echo "tls-init: using the redis password in $rdir"
     return 0
   fi
@@ -40,6 +44,8 @@ redis_secret() {
   printf 'redis://:%s@redis:6379/0\n' "$pw" > "$rdir/url.tmp" || fail "cannot write $rdir/url"
   mv "$rdir/password.tmp" "$rdir/password"
   mv "$rdir/redis.conf.tmp" "$rdir/redis.conf"
+  # Only the gateway (this uid) reads the URL: owner-only, as the gateway requires of a secret.
+  chmod 0600 "$rdir/url.tmp"
   mv "$rdir/url.tmp" "$rdir/url"
   echo "tls-init: stored a new redis password in $rdir"
 }

@@ -26,6 +26,29 @@ pub(crate) fn has_store(dir: &Path) -> bool {
     STORE_FILES.iter().any(|f| dir.join(f).is_file())
 }
 
+/// Why `dir` cannot be a data dir: it exists and is not a directory (a file, a socket), said
+/// as what to change. `None` when it is a directory or does not exist yet.
+pub(crate) fn data_dir_problem(dir: &Path) -> Option<String> {
+    let meta = std::fs::metadata(dir).ok()?;
+    (!meta.is_dir()).then(|| {
+        format!(
+            "data_dir {} is a file, not a directory: point data_dir (or --data-dir, \
+             PFORTE_DATA_DIR) at a directory, or move the file away",
+            dir.display()
+        )
+    })
+}
+
+/// Creates the data dir `dir` unless it exists: a path that is a file, or one that cannot be
+/// created, is one line saying what to change.
+pub(crate) fn prepare_data_dir(dir: &Path) -> Result<(), String> {
+    if let Some(problem) = data_dir_problem(dir) {
+        return Err(problem);
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create data_dir {}: {e}", dir.display()))
+}
+
 /// The refusal of a reading command on a dir without a store.
 pub(crate) fn no_store_message(dir: &Path) -> String {
     format!(

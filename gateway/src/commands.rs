@@ -92,6 +92,10 @@ impl From<tokens::StoreError> for Failure {
 
 pub(crate) type CmdResult = Result<(), Failure>;
 
+/// `PFORTE_*_FILE` variables that are settings naming a file (a CA certificate, compose's config
+/// file), not a secret to read into `PFORTE_*`.
+const PATH_SETTINGS: [&str; 2] = ["PFORTE_ACME_CA_FILE", "PFORTE_CONFIG_FILE"];
+
 /// The environment the gateway reads, read once at start: the `PFORTE_*` variables, each as set
 /// or else the content of the file its `PFORTE_*_FILE` names (a secret such as a redis URL with
 /// its password, mounted as a file), and `PATH` (where a `command` route's program is looked
@@ -106,7 +110,10 @@ impl Env {
     /// The process's `PFORTE_*` variables, with every `PFORTE_X_FILE` read into `PFORTE_X`
     /// (unless `PFORTE_X` itself is set), and its `PATH`.
     pub(crate) fn from_process() -> Result<Self, Failure> {
-        let env = Self::from_vars(std::env::vars(), |path| std::fs::read_to_string(path))?;
+        // Each file as every secret file: owner-only, not empty.
+        let env = Self::from_vars(std::env::vars(), |path| {
+            pforte_oauth::read_secret_file(Path::new(path)).map_err(|e| e.to_string())
+        })?;
         Ok(Self {
             path: std::env::var_os(preflight::PATH_ENV),
             ..env
@@ -116,7 +123,7 @@ impl Env {
     /// [`Env::from_process`] over given variables and a given file reader.
     fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,
-        read: impl Fn(&str) -> std::io::Result<String>,
+        read: impl Fn(&str) -> Result<String, String>,
     ) -> Result<Self, Failure> {
         let given: Vec<(String, String)> = vars
             .into_iter()
@@ -127,6 +134,7 @@ impl Env {
             let Some(name) = key
                 .strip_suffix("_FILE")
                 .filter(|n| n.starts_with("PFORTE_"))
+                .filter(|_| !PATH_SETTINGS.contains(&key.as_str()))
             else {
                 continue;
             };
@@ -241,8 +249,18 @@ pub(crate) fn settings(
     if let Some(dir) = data_dir {
         cfg.data_dir = dir;
     }
+    data_dir_usable(&cfg)?;
     cfg.listen = runtime::resolve_port(cfg.listen).map_err(bad_config)?;
     validated(cfg, env)
+}
+
+/// The embedded store's data dir is a directory or does not exist yet: a file there is a usage
+/// error (64) naming it, not the `File exists` of a failed create (69).
+pub(crate) fn data_dir_usable(cfg: &GatewayConfig) -> Result<(), Failure> {
+    match cli::data_dir_problem(&cfg.data_dir) {
+        Some(problem) if cfg.redis_url.is_none() => Err(Failure::Usage(problem)),
+        _ => Ok(()),
+    }
 }
 
 /// The one way from a configuration to settings, for `check`, `serve` and `up`: the pure
@@ -270,13 +288,14 @@ mod tests {
         let read = |path: &str| match path {
             "/run/secrets/redis" => Ok("redis://:pw@db/0\r\n".to_owned()),
             "/run/secrets/listen" => Ok("0.0.0.0:1\n".to_owned()),
-            _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+            _ => Err("No such file or directory (os error 2)".to_owned()),
         };
         let env = Env::from_vars(
             vars(&[
                 ("PFORTE_REDIS_URL_FILE", "/run/secrets/redis"),
                 ("PFORTE_LISTEN", "127.0.0.1:2"),
                 ("PFORTE_LISTEN_FILE", "/run/secrets/listen"),
+                ("PFORTE_ACME_CA_FILE", "/etc/ssl/ca.pem"),
                 ("HOME", "/root"),
             ]),
             read,
@@ -288,13 +307,19 @@ mod tests {
         );
         assert_eq!(env.get("PFORTE_LISTEN").as_deref(), Some("127.0.0.1:2"));
         assert_eq!(env.get("HOME"), None);
+        // A setting that names a file is not read as a secret.
+        assert_eq!(
+            env.get("PFORTE_ACME_CA_FILE").as_deref(),
+            Some("/etc/ssl/ca.pem")
+        );
+        assert_eq!(env.get("PFORTE_ACME_CA"), None);
         assert_eq!(env.get("PFORTE_DATA_DIR"), None);
     }
 
     #[test]
     fn an_unreadable_file_variable_is_a_usage_error_naming_it() {
         let err = Env::from_vars(vars(&[("PFORTE_REDIS_URL_FILE", "/nope")]), |_| {
-            Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+            Err("No such file or directory (os error 2)".to_owned())
         })
         .unwrap_err();
         assert!(

@@ -134,6 +134,17 @@ pub(crate) fn refusal(status: u16, title: &str, message: &str) -> http::Response
     html(status, pages::message_page(title, message))
 }
 
+/// The 403 page's text for someone signed in who is not an admin: who they are, and the two
+/// ways to become one — the CLI for a named user, a role for people of an identity provider.
+pub(crate) fn not_admin_hint(shown: &str, username: &str) -> String {
+    format!(
+        "You are signed in as {shown}, and the operator console is for admins. An admin can make \
+         you one with `pforte user role {username} admin`; if you sign in with your company's \
+         identity provider, the operator can instead list your email or group in a role with \
+         `admin = true` under [oauth.roles]."
+    )
+}
+
 /// `3 d 4 h`, `2 h 5 min`, `42 s`.
 pub(crate) fn uptime(ms: u64) -> String {
     let s = ms / 1000;

@@ -113,12 +113,9 @@ pub(crate) enum CredentialsError {
 
 /// Reads a secret file: its first line, trimmed; empty is an error.
 pub(crate) fn read_secret(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let line = text.lines().next().unwrap_or_default().trim().to_owned();
-    if line.is_empty() {
-        return Err("is empty".into());
-    }
-    Ok(line)
+    // Owner-only and not empty, as every secret file.
+    let text = pforte_oauth::read_secret_file(path).map_err(|e| e.to_string())?;
+    Ok(text.lines().next().unwrap_or_default().trim().to_owned())
 }
 
 /// The header of `route`'s shared credential (`kind = "shared"` into a header), read now.

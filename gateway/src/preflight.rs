@@ -25,8 +25,8 @@ pub(crate) enum PreflightError {
     Named(#[from] ConfigError),
     #[error(transparent)]
     Tls(crate::tls::LoadError),
-    #[error("tls.cert {cert}: the certificate expired (notAfter {not_after}, Unix time)")]
-    Expired { cert: String, not_after: i64 },
+    #[error("tls.cert {cert}: the certificate expired on {not_after} (UTC); renew it")]
+    Expired { cert: String, not_after: String },
     #[error("{0}")]
     OAuth(String),
     /// The vault's key ring or an upstream credential's file.
@@ -62,24 +62,23 @@ pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(),
     Ok(())
 }
 
-/// Each OpenID provider's `client_secret_file` can be read and is not empty.
+/// Each OpenID provider's `client_secret_file` is readable by its owner only, can be read and
+/// is not empty (the rule of every secret file: `pforte_oauth::read_secret_file`).
 fn check_client_secrets(login: &pforte_oauth::LoginConfig) -> Result<(), PreflightError> {
     for p in &login.oidc {
         if let Some(path) = &p.client_secret_file {
-            let secret = std::fs::read_to_string(path).map_err(|e| {
+            pforte_oauth::read_secret_file(path).map_err(|e| {
+                let cannot = if matches!(e, pforte_oauth::SecretFileError::Io(_)) {
+                    "cannot read "
+                } else {
+                    ""
+                };
                 PreflightError::OAuth(format!(
-                    "[[oauth.login.oidc]] {:?}: cannot read client_secret_file {}: {e}",
+                    "[[oauth.login.oidc]] {:?}: {cannot}client_secret_file {} {e}",
                     p.name,
                     path.display()
                 ))
             })?;
-            if secret.trim().is_empty() {
-                return Err(PreflightError::OAuth(format!(
-                    "[[oauth.login.oidc]] {:?}: client_secret_file {} is empty",
-                    p.name,
-                    path.display()
-                )));
-            }
         }
     }
     Ok(())
@@ -156,11 +155,14 @@ pub(crate) fn check_tls(
         if pair.expired(now) {
             return Err(PreflightError::Expired {
                 cert: files.cert.display().to_string(),
-                not_after: pair.not_after,
+                not_after: crate::cli::utc_minute(u64::try_from(pair.not_after).unwrap_or(0)),
             });
         }
+        // With ACME the pair is only the fallback for clients that name no host: the
+        // certificate for the public host is the one the CA issues.
         if let Some(host) = public_host
             && tls.pairs.len() == 1
+            && tls.acme.is_none()
             && !pair.covers(host)
         {
             warnings.push(format!(
@@ -314,12 +316,37 @@ mod tests {
         let e = check_tls(&tls, Some("old.example"), 1_700_000_000)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("the certificate expired"), "{e}");
+        assert!(
+            e.ends_with("the certificate expired on 2021-01-01 00:00Z (UTC); renew it"),
+            "{e}"
+        );
         let warnings = check_tls(&tls, Some("mcp.example.com"), in_2020).unwrap();
         assert_eq!(warnings.len(), 1);
         assert!(
             warnings[0].contains("does not cover the public URL's host mcp.example.com"),
             "{warnings:?}"
+        );
+        // With ACME the CA's certificate covers the host; the pair is only a fallback.
+        let acme = Tls {
+            acme: Some(
+                toml::from_str::<crate::config::GatewayConfig>(
+                    "listen = \"0.0.0.0:443\"\npublic_url = \"https://mcp.example.com\"\n[tls.acme]\nemail = \"o@example.com\"",
+                )
+                .unwrap()
+                .validate()
+                .unwrap()
+                .listen
+                .tls
+                .unwrap()
+                .acme
+                .unwrap(),
+            ),
+            ..tls
+        };
+        assert!(
+            check_tls(&acme, Some("mcp.example.com"), in_2020)
+                .unwrap()
+                .is_empty()
         );
     }
 
@@ -339,10 +366,20 @@ mod tests {
             "{missing}"
         );
         std::fs::write(&secret, " \n").unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         let empty = check_client_secrets(&login).unwrap_err().to_string();
         assert!(empty.ends_with("is empty"), "{empty}");
         std::fs::write(&secret, "s3cret\n").unwrap();
         check_client_secrets(&login).unwrap();
+        // World-readable: refused, as a vault key file is.
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let exposed = check_client_secrets(&login).unwrap_err().to_string();
+        assert!(
+            exposed.contains("\"Corp\": client_secret_file ")
+                && exposed.contains(" is readable by group or others (mode 644); `chmod 600` it"),
+            "{exposed}"
+        );
     }
 
     #[test]

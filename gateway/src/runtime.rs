@@ -244,11 +244,13 @@ fn metrics_answer(metrics: &Metrics) -> axum::response::Response {
     }
 }
 
-/// Builds the server and blocks until it is told to stop.
+/// Builds the server, calls `ready` once everything is bound and opened (the success line:
+/// nothing said before a listener or the vault fails), and blocks until it is told to stop.
 pub(crate) fn run(
     settings: Settings,
     stores: Stores,
     extra: Vec<Box<dyn ServiceWithDependents>>,
+    ready: impl FnOnce(),
 ) -> Result<(), ServeError> {
     pingora::tls::install_default_crypto_provider();
     let settings = Arc::new(settings);
@@ -448,6 +450,7 @@ pub(crate) fn run(
     for service in extra {
         server.add_boxed_service(service);
     }
+    ready();
     tracing::info!(
         listen = %listen,
         public = %settings.base_url,

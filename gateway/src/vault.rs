@@ -47,6 +47,17 @@ pub(crate) enum VaultError {
         route: String,
         source: keys::SealError,
     },
+    #[error(
+        "the vault key ring opens {opened} of the {total} stored credentials (route {route:?}: \
+         {reason}): give the gateway the key ring they were sealed with (after `pforte vault \
+         keygen`, keep the old key as a later line until `pforte vault rekey` has run)"
+    )]
+    Ring {
+        opened: usize,
+        total: usize,
+        route: String,
+        reason: keys::SealError,
+    },
     #[error("vault storage: {0}")]
     Storage(String),
     #[error("vault record is corrupt: {0}")]
@@ -403,6 +414,36 @@ impl Vault {
                 expires_at_ms: r.expires_at_ms,
             })
             .collect())
+    }
+
+    /// Whether the ring opens every stored record: how many there are, or [`VaultError::Ring`]
+    /// naming the first that does not open. Run at start (`check`, `serve`), so a wrong key
+    /// is refused there rather than answered 503 at each person's first call.
+    pub(crate) async fn check_ring(&self) -> Result<usize, VaultError> {
+        let rows = self.backend.all().await?;
+        let total = rows.len();
+        let mut first = None;
+        let mut opened = 0;
+        for row in rows {
+            match self
+                .ring
+                .open(&record_context(&row.route, &row.person), &row.sealed)
+            {
+                Ok(_) => opened += 1,
+                Err(reason) => {
+                    first.get_or_insert((row.route, reason));
+                }
+            }
+        }
+        match first {
+            None => Ok(total),
+            Some((route, reason)) => Err(VaultError::Ring {
+                opened,
+                total,
+                route,
+                reason,
+            }),
+        }
     }
 
     /// Re-seals every record not under the ring's current key; how many were. A record no key

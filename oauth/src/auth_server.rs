@@ -146,23 +146,17 @@ impl AuthServerBuilder {
 fn providers(cfg: &OAuthConfig, clock: Arc<dyn Clock>) -> Result<Providers, BuildError> {
     let mut list = Vec::new();
     for p in &cfg.login.oidc {
-        let secret = match &p.client_secret_file {
-            None => None,
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| BuildError::Oidc {
-                    provider: p.name.clone(),
-                    message: format!("cannot read client_secret_file {}: {e}", path.display()),
-                })?;
-                let text = text.trim();
-                if text.is_empty() {
-                    return Err(BuildError::Oidc {
+        let secret =
+            match &p.client_secret_file {
+                None => None,
+                // Owner-only and not empty, as every secret file (`owner_only::read_secret_file`).
+                Some(path) => Some(crate::owner_only::read_secret_file(path).map_err(|e| {
+                    BuildError::Oidc {
                         provider: p.name.clone(),
-                        message: format!("client_secret_file {} is empty", path.display()),
-                    });
-                }
-                Some(text.to_owned())
-            }
-        };
+                        message: format!("client_secret_file {} {e}", path.display()),
+                    }
+                })?),
+            };
         list.push((p.clone(), secret));
     }
     let redirect = format!("{}{}", cfg.issuer, OIDC_CALLBACK_PATH);

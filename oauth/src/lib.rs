@@ -34,7 +34,10 @@ pub use error::{StoreError, ValidationError};
 pub use http::{ClientIp, router};
 pub use model::{ExternalIdentity, GrantRecord, GrantedBy};
 pub use observe::{AuditEntry, Event, Observer};
-pub use owner_only::{mode_of, private_dir, private_file, private_sqlite, sqlite_companions};
+pub use owner_only::{
+    SecretFileError, mode_of, private_dir, private_file, private_sqlite, read_secret_file,
+    sqlite_companions,
+};
 /// HTML-escapes text for element content and quoted attributes (the gateway's console uses it too).
 pub use pages::escape as html_escape;
 pub use store::redis::DEFAULT_PREFIX as REDIS_KEY_PREFIX;

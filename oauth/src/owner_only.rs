@@ -78,6 +78,36 @@ fn tighten(path: &Path, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Why a secret file is refused: every file holding a secret (an OpenID client secret, the
+/// vault's key ring, an upstream credential, a `PFORTE_*_FILE`) follows one rule — readable by
+/// its owner only, and not empty.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretFileError {
+    #[error("{0}")]
+    Io(io::Error),
+    #[error(
+        "is readable by group or others (mode {0:o}); `chmod 600` it (and `chown` it to the user the gateway runs as)"
+    )]
+    Exposed(u32),
+    #[error("is empty")]
+    Empty,
+}
+
+/// The content of the secret file at `path`, surrounding whitespace trimmed: refused when group
+/// or others may read it (mode `& 0o077`), when it is empty, or when it cannot be read.
+pub fn read_secret_file(path: &Path) -> Result<String, SecretFileError> {
+    let mode = mode_of(path).map_err(SecretFileError::Io)?;
+    if mode & 0o077 != 0 {
+        return Err(SecretFileError::Exposed(mode));
+    }
+    let text = std::fs::read_to_string(path).map_err(SecretFileError::Io)?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(SecretFileError::Empty);
+    }
+    Ok(text.to_owned())
+}
+
 /// The permission bits of `path` (tests and diagnostics).
 pub fn mode_of(path: &Path) -> io::Result<u32> {
     Ok(std::fs::metadata(path)?.permissions().mode() & 0o777)
@@ -87,6 +117,29 @@ pub fn mode_of(path: &Path) -> io::Result<u32> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_secret_file_is_owner_only_and_not_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("secret");
+        std::fs::write(&path, " s3cret \n").unwrap();
+        std::fs::set_permissions(&path, Permissions::from_mode(0o644)).unwrap();
+        let e = read_secret_file(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with("is readable by group or others (mode 644); `chmod 600` it"),
+            "{e}"
+        );
+        std::fs::set_permissions(&path, Permissions::from_mode(0o640)).unwrap();
+        assert!(read_secret_file(&path).is_err());
+        std::fs::set_permissions(&path, Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_secret_file(&path).unwrap(), "s3cret");
+        std::fs::set_permissions(&path, Permissions::from_mode(0o400)).unwrap();
+        assert_eq!(read_secret_file(&path).unwrap(), "s3cret");
+        std::fs::write(&path, "\n").unwrap();
+        assert_eq!(read_secret_file(&path).unwrap_err().to_string(), "is empty");
+        let missing = read_secret_file(&tmp.path().join("nope")).unwrap_err();
+        assert!(matches!(missing, SecretFileError::Io(_)), "{missing}");
+    }
 
     #[test]
     fn existing_wide_dir_and_files_are_tightened() {

@@ -92,9 +92,19 @@ button.danger{background:#fff;border-color:#dc2626;color:#b91c1c}\
 border:1px solid #a7f3d0}\
 .filter{display:grid;gap:0 .75rem}\
 .scroll{overflow-x:auto;margin:.5rem 0}\
-table{border-collapse:collapse;font-size:.9rem}\
-th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid #e5e7eb;white-space:nowrap}\
+table{border-collapse:collapse;font-size:.9rem;width:100%}\
+th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid #e5e7eb;vertical-align:top}\
+th{white-space:nowrap}td{overflow-wrap:anywhere}td:last-child{white-space:nowrap}\
 td form.inline{display:inline}td button{flex:none;padding:.3rem .6rem}\
+main.wide:has(table){max-width:56rem}\
+@media (max-width:40rem){main.wide{padding:1.25rem}\
+.scroll{overflow-x:visible}\
+table.stack thead{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\
+table.stack tr{display:block;border:1px solid #e5e7eb;border-radius:10px;margin:0 0 .6rem;padding:.35rem 0}\
+table.stack td{display:grid;grid-template-columns:7.5rem 1fr;gap:.5rem;border:none;padding:.25rem .75rem;white-space:normal}\
+table.stack td::before{content:attr(data-label);color:#6b7280;font-size:.85rem;font-weight:600}\
+table.stack td:last-child{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center}\
+table.stack td:last-child::before{content:none}}\
 ";
 
 static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
@@ -284,6 +294,19 @@ pub(crate) fn error(v: &ErrorView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_in_these_pages_stack_on_a_phone() {
+        // `/account` shows the gateway's table of connected services (cells labelled by
+        // column): the same narrow-screen rule as the console's.
+        for rule in [
+            "@media (max-width:40rem)",
+            "table.stack td::before{content:attr(data-label)",
+            "td:last-child{white-space:nowrap}",
+        ] {
+            assert!(CSS.contains(rule), "{rule}");
+        }
+    }
 
     #[test]
     fn everything_is_escaped() {

@@ -32,6 +32,15 @@ pub fn write_vault_key(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Writes `text` (and a newline) to the secret file `path`, owner-only (0600): the gateway
+/// refuses a secret file that group or others may read.
+pub fn write_secret(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, format!("{text}\n"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
 /// A wrapper (see `StackBuilder::wrapper`) that appends the gateway's log to `log`, with the
 /// credential service's debug lines (a refresh joined rather than made) among them.
 pub fn log_wrapper(log: &Path) -> Vec<String> {

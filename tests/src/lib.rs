@@ -35,7 +35,7 @@ pub use config::{
     Budget, Enterprise, GatewayConfig, Limits, Login, OAuth, OidcEntry, Role, Route, StdioLimits,
     Throttle, Throttles, TlsFiles, ToolRule, Upstream, UpstreamAuth, Vault,
 };
-pub use connect::{EchoUpstream, Prompt, write_vault_key};
+pub use connect::{EchoUpstream, Prompt, write_secret, write_vault_key};
 pub use gateway::{Gateway, write_config};
 pub use idp::{IDP_CLIENT_ID, IDP_CLIENT_SECRET, IdpUser, OIDC_PROVIDER_PACKAGE, Tamper, TestIdp};
 pub use jag_idp::JagIdp;

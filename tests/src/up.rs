@@ -18,6 +18,7 @@ pub struct UpOptions {
     args: Vec<String>,
     env: Vec<(String, String)>,
     at_banner: bool,
+    config: Option<PathBuf>,
 }
 
 impl UpOptions {
@@ -39,6 +40,13 @@ impl UpOptions {
         self
     }
 
+    /// Runs `up --config FILE` with neither `--listen` nor `--data-dir`: the file's `listen`,
+    /// `data_dir` and `public_url` are used (pass its data dir with [`UpOptions::data_dir`]).
+    pub fn config_only(mut self, file: &Path) -> Self {
+        self.config = Some(file.to_owned());
+        self
+    }
+
     /// Returns as soon as the banner is printed, before `/readyz` answers (the gateway may not
     /// have its signal handlers yet).
     pub fn at_banner(mut self) -> Self {
@@ -52,9 +60,13 @@ impl UpOptions {
         let dir = tempfile::tempdir()?;
         let data_dir = self.data_dir.unwrap_or_else(|| dir.path().join("data"));
         let mut cmd = Command::new(bin("pforte"));
-        cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data_dir)
-            .args(&self.args)
+        match &self.config {
+            Some(file) => cmd.args(["up", "--config"]).arg(file),
+            None => cmd
+                .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+                .arg(&data_dir),
+        };
+        cmd.args(&self.args)
             .env("PFORTE_MCP_SERVICE_BIN", bin("mcp-service"))
             .envs(self.env);
         let mut proc = Proc::spawn(cmd)?;

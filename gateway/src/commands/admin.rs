@@ -43,6 +43,7 @@ impl StoreSite {
         if let Some(dir) = data_dir {
             cfg.data_dir = dir;
         }
+        super::data_dir_usable(&cfg)?;
         let embedded = cfg.redis_url.is_none();
         let missing = embedded && !cli::has_store(&cfg.data_dir);
         if missing && !adds {

@@ -7,15 +7,22 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     cli,
-    config::UpstreamKind,
+    config::{Settings, UpstreamKind, VaultKey},
     logging, preflight, runtime,
     stores::{Site, Stores},
 };
 
 use super::{CmdResult, Env, Failure, harden_process, settings};
+use pforte_oauth::{Admin, AdminError, Secret};
 
 /// The environment variable that does what `serve --init` does (for containers and units).
 pub(crate) const INIT_ENV: &str = "PFORTE_INIT";
+
+/// The first admin's name, for a store without users (default `admin`).
+pub(crate) const ADMIN_USER_ENV: &str = "PFORTE_ADMIN_USER";
+/// The first admin's password: best as `PFORTE_ADMIN_PASSWORD_FILE`, an owner-only file
+/// (a compose secret), read into this variable at start.
+pub(crate) const ADMIN_PASSWORD_ENV: &str = "PFORTE_ADMIN_PASSWORD";
 
 /// `pforte serve`'s flags.
 #[derive(clap::Args, Clone, Copy, Debug, Default)]
@@ -63,11 +70,49 @@ fn init_from_env(env: &Env) -> Result<bool, Failure> {
     }
 }
 
+/// The first admin the environment asks for: `PFORTE_ADMIN_PASSWORD` (from its `_FILE`) with
+/// `PFORTE_ADMIN_USER` (default `admin`); `None` without a password. A user name without a
+/// password, or a password under 8 characters, is a usage error.
+fn first_admin_wanted(env: &Env) -> Result<Option<(String, Secret)>, Failure> {
+    let user = env.get(ADMIN_USER_ENV).filter(|u| !u.is_empty());
+    match (user, env.get(ADMIN_PASSWORD_ENV).filter(|p| !p.is_empty())) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Failure::Usage(format!(
+            "{ADMIN_USER_ENV} is set without {ADMIN_PASSWORD_ENV}_FILE (an owner-only file with \
+             the first admin's password)"
+        ))),
+        (_, Some(p)) if p.chars().count() < 8 => Err(Failure::Usage(format!(
+            "{ADMIN_PASSWORD_ENV}: the first admin's password needs at least 8 characters"
+        ))),
+        (user, Some(p)) => Ok(Some((
+            user.unwrap_or_else(|| "admin".to_owned()),
+            Secret::new(p),
+        ))),
+    }
+}
+
+/// The first admin, made while the store has no user (`serve`'s start, from
+/// [`first_admin_wanted`]): whether it was made now. Another gateway on the same redis that
+/// made it first is not an error.
+async fn first_admin(admin: &Admin, name: &str, password: &Secret) -> Result<bool, AdminError> {
+    if admin.has_users().await? {
+        return Ok(false);
+    }
+    match admin.add_user(name, password).await {
+        Ok(()) => {}
+        Err(AdminError::UserExists(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    admin.set_admin(name, true).await?;
+    Ok(true)
+}
+
 /// Validates everything `serve` would and prints each route with its upstream. A data dir
 /// without a store is a warning (the dir may be prepared later, or `serve --init` creates it).
 pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> CmdResult {
     let s = settings(config, data_dir, env)?;
     let init = init_from_env(env)?;
+    let first = first_admin_wanted(env)?;
     match store_start(&s.store, cli::has_store, init) {
         Ok(StoreStart::Create) => eprintln!(
             "note: no Pforte store at {} yet; serve creates one ({INIT_ENV} is set)",
@@ -76,6 +121,7 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
         Ok(StoreStart::Existing | StoreStart::Redis) => {}
         Err(_) => eprintln!("warning: {}", cli::uninitialised_message(&s.data_dir)),
     }
+    let records = vault_records(&s)?;
     println!("configuration ok:");
     for route in &s.routes {
         println!(
@@ -84,7 +130,133 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
             describe_upstream(&route.upstream)
         );
     }
+    for line in describe(&s, records) {
+        println!("  {line}");
+    }
+    if let Some((name, _)) = first {
+        println!(
+            "  first admin: {name}, made at start while the store has no user ({ADMIN_PASSWORD_ENV}_FILE)"
+        );
+    }
     Ok(())
+}
+
+/// How the vault's key ring fares on the stored credentials, for `check`: `None` without a
+/// key (or when the store cannot be asked now: a warning), else the ring's key ids and how
+/// many stored credentials it opens — a ring that does not open them all is refused (64), as
+/// `serve` refuses it.
+fn vault_records(s: &Settings) -> Result<Option<(Vec<String>, usize)>, Failure> {
+    use crate::vault::{KeyRing, VAULT_DB, Vault, VaultError, VaultOptions};
+    let Some(key) = &s.vault_key else {
+        return Ok(None);
+    };
+    let ring = match key {
+        VaultKey::File(path) => KeyRing::read_file(path),
+        VaultKey::Text(text) => KeyRing::parse(text),
+    }
+    .map_err(super::bad_config)?;
+    let ids: Vec<String> = ring.ids().into_iter().map(str::to_owned).collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Other(e.into()))?;
+    let clock: std::sync::Arc<dyn pforte_clock::Clock> =
+        std::sync::Arc::new(pforte_clock::SystemClock);
+    let opened = match &s.store {
+        // No vault yet: nothing sealed, nothing to open (and nothing created here).
+        Site::Embedded(dir) if !dir.join(VAULT_DB).is_file() => return Ok(Some((ids, 0))),
+        Site::Embedded(dir) => Vault::open_sqlite(dir, ring, clock, VaultOptions::default()),
+        Site::Redis(url) => {
+            let _in_runtime = rt.enter();
+            Vault::open_redis(
+                url,
+                crate::vault::DEFAULT_PREFIX,
+                ring,
+                clock,
+                VaultOptions::default(),
+            )
+        }
+    };
+    match opened.and_then(|vault| rt.block_on(vault.check_ring())) {
+        Ok(n) => Ok(Some((ids, n))),
+        Err(e @ VaultError::Ring { .. }) => Err(super::bad_config(e)),
+        Err(e) => {
+            eprintln!("warning: the vault's stored credentials were not checked: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// What `check` says about sign-in, TLS and the vault beyond the routes — pure: `records` is
+/// what [`vault_records`] found (the key ids, how many stored credentials open).
+fn describe(s: &Settings, records: Option<(Vec<String>, usize)>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let login = &s.oauth.login;
+    let mut ways: Vec<String> = login
+        .oidc
+        .iter()
+        .map(|p| {
+            let secret = p.client_secret_file.as_ref().map_or_else(
+                || "public client".to_owned(),
+                |f| format!("client secret {}", f.display()),
+            );
+            format!(
+                "{:?} ({}, client {}, {secret})",
+                p.name, p.issuer, p.client_id
+            )
+        })
+        .collect();
+    if login.local_passwords {
+        ways.push("local passwords".to_owned());
+    }
+    lines.push(format!("sign-in: {}", ways.join("; ")));
+    for e in &s.oauth.enterprise {
+        lines.push(format!("enterprise grants (ID-JAG) from {}", e.issuer));
+    }
+    match &s.listen.tls {
+        Some(tls) => {
+            if let Some(acme) = &tls.acme {
+                lines.push(format!(
+                    "TLS: ACME certificate for {} from {} ({}), obtained at start and renewed",
+                    acme.domains.join(", "),
+                    acme.directory,
+                    acme.challenge.as_str()
+                ));
+            }
+            let role = if tls.acme.is_some() {
+                " (for clients that name no host)"
+            } else {
+                ""
+            };
+            for pair in &tls.pairs {
+                lines.push(format!("TLS: certificate {}{role}", pair.cert.display()));
+            }
+        }
+        None if s.listen.behind_tls_proxy => {
+            lines.push("TLS: terminated by the proxy in front".to_owned());
+        }
+        None => lines.push("TLS: off (plain HTTP on loopback)".to_owned()),
+    }
+    match (&s.vault_key, records) {
+        (None, _) => {
+            lines.push("vault: no key (no route keeps a credential per person)".to_owned());
+        }
+        (Some(key), found) => {
+            let source = match key {
+                VaultKey::File(path) => format!("key file {}", path.display()),
+                VaultKey::Text(_) => "PFORTE_VAULT_KEY".to_owned(),
+            };
+            let detail = found.map_or_else(String::new, |(ids, n)| {
+                format!(
+                    "; keys {} ({} seals); {n} stored credential(s) open",
+                    ids.join(", "),
+                    ids.first().map_or("", String::as_str)
+                )
+            });
+            lines.push(format!("vault: {source}{detail}"));
+        }
+    }
+    lines
 }
 
 /// Runs the gateway: refuses a data dir without a store unless `--init`, binds the listener
@@ -104,9 +276,19 @@ pub fn serve(
         .map_err(|e| Failure::Other(e.into()))?;
     // Before the success line: a store that cannot be opened (locked by a restore, unreadable)
     // is one line and 69, not a gateway that said it listens and then exits.
+    let first = first_admin_wanted(env)?;
     let stores = Stores::open(&s.store)?;
-    let resources: Vec<&str> = s.routes.iter().map(|r| r.resource.as_str()).collect();
-    println!(
+    if let Some((name, password)) = first {
+        let admin = Admin::new(stores.oauth.clone());
+        if stores
+            .runtime
+            .block_on(first_admin(&admin, &name, &password))?
+        {
+            tracing::info!(user = %name, "first admin made from {ADMIN_PASSWORD_ENV}_FILE");
+        }
+    }
+    let resources: Vec<String> = s.routes.iter().map(|r| r.resource.clone()).collect();
+    let line = format!(
         "pforte listening on {} (MCP: {})",
         s.base_url,
         resources.join(", ")
@@ -114,7 +296,8 @@ pub fn serve(
     if start == StoreStart::Create {
         tracing::info!(data_dir = %s.data_dir.display(), "created a new, empty store");
     }
-    runtime::run(s, stores, Vec::new()).map_err(|e| Failure::Other(e.into()))
+    // The line once the listeners (`metrics_listen` too) are bound and the vault opens.
+    runtime::run(s, stores, Vec::new(), || println!("{line}")).map_err(|e| Failure::Other(e.into()))
 }
 
 /// How `pforte check` names a route's upstream.
@@ -161,10 +344,82 @@ mod tests {
     }
 
     #[test]
+    fn check_names_the_providers_acme_and_the_vault() {
+        let settings = toml::from_str::<crate::config::GatewayConfig>(
+            "listen = \"0.0.0.0:443\"\npublic_url = \"https://mcp.example.com\"\n\
+             [tls.acme]\nemail = \"ops@example.com\"\n\
+             [vault]\nkey_file = \"/run/secrets/vault_key\"\n\
+             [oauth.login]\nlocal_passwords = false\n\
+             [[oauth.login.oidc]]\nname = \"Acme SSO\"\nissuer = \"https://idp.example\"\n\
+             client_id = \"pforte\"\nclient_secret_file = \"/run/secrets/oidc\"\n\
+             allowed_domains = [\"example.com\"]\n",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let lines = describe(&settings, Some((vec!["k2".into(), "k1".into()], 3)));
+        assert_eq!(
+            lines,
+            [
+                "sign-in: \"Acme SSO\" (https://idp.example, client pforte, client secret /run/secrets/oidc)",
+                "TLS: ACME certificate for mcp.example.com from https://acme-v02.api.letsencrypt.org/directory (tls-alpn-01), obtained at start and renewed",
+                "vault: key file /run/secrets/vault_key; keys k2, k1 (k2 seals); 3 stored credential(s) open",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_admin_needs_a_password_of_8() {
+        let env = |pairs: &[(&str, &str)]| {
+            Env::from_vars(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+                |_| Err("not found".to_owned()),
+            )
+            .unwrap()
+        };
+        assert!(first_admin_wanted(&env(&[])).unwrap().is_none());
+        let (name, _) = first_admin_wanted(&env(&[(ADMIN_PASSWORD_ENV, "long enough")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(name, "admin");
+        let (name, _) = first_admin_wanted(&env(&[
+            (ADMIN_USER_ENV, "ops"),
+            (ADMIN_PASSWORD_ENV, "long enough"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(name, "ops");
+        assert!(first_admin_wanted(&env(&[(ADMIN_USER_ENV, "ops")])).is_err());
+        assert!(first_admin_wanted(&env(&[(ADMIN_PASSWORD_ENV, "short")])).is_err());
+    }
+
+    #[test]
+    fn the_first_admin_is_made_only_while_the_store_has_no_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores = Stores::open(&Site::Embedded(dir.path().to_path_buf())).unwrap();
+        let admin = Admin::new(stores.oauth.clone());
+        let pw = Secret::new("first-admin-pw");
+        let made = |name: &str| {
+            stores
+                .runtime
+                .block_on(first_admin(&admin, name, &pw))
+                .unwrap()
+        };
+        assert!(made("ops"));
+        assert!(!made("ops"));
+        assert!(!made("other"));
+        let users = stores.runtime.block_on(admin.list_users()).unwrap();
+        assert_eq!(users.len(), 1);
+        assert!(users[0].admin && users[0].username == "ops");
+    }
+
+    #[test]
     fn pforte_init_is_one_or_zero() {
         let env = |v: &str| {
             Env::from_vars(vec![(INIT_ENV.to_owned(), v.to_owned())], |_| {
-                Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+                Err("not found".to_owned())
             })
             .unwrap()
         };

@@ -32,11 +32,12 @@ const UP_USER: &str = "admin";
 // `pforte up`'s flags (no doc comment: the subcommand's help is the `Up` variant's).
 #[derive(clap::Args)]
 pub struct UpArgs {
-    /// Public listener (default 127.0.0.1:8787; with --acme 0.0.0.0:443). Off loopback
-    /// without --acme, a self-signed certificate is generated.
+    /// Public listener (default: the config file's `listen`, else 127.0.0.1:8787, with --acme
+    /// 0.0.0.0:443). Off loopback without --acme, a self-signed certificate is generated.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// The URL clients use, when it differs from the listen address.
+    /// The URL clients use, when it differs from the listen address (default: the config
+    /// file's `public_url`).
     #[arg(long)]
     public_url: Option<String>,
     /// Obtain a publicly trusted certificate for --public-url's host from Let's Encrypt
@@ -68,8 +69,31 @@ pub fn up(
             return Ok(ExitCode::from(cli::exit::USAGE));
         }
     };
+    // The file (and `PFORTE_*`) under the flags: `--listen`, `--data-dir` and `--public-url`
+    // win, else what the configuration says, else `up`'s defaults.
+    let mut cfg = match read_config(config.as_deref(), env) {
+        Ok(cfg) => cfg,
+        Err(e) => return Ok(super::bad_config(e).report()),
+    };
+    let configured = configured_listen(config.as_deref(), env);
+    let listen = choose_listen(
+        args.listen,
+        configured.then_some(cfg.listen),
+        args.acme.is_some(),
+    );
+    let knob = if args.listen.is_some() || !configured {
+        preflight::ListenKnob::Flag
+    } else {
+        preflight::ListenKnob::Config
+    };
+    if let Some(dir) = data_dir {
+        cfg.data_dir = dir;
+    }
+    if let Some(url) = args.public_url {
+        cfg.public_url = Some(url);
+    }
     if args.acme.is_some()
-        && !args
+        && !cfg
             .public_url
             .as_deref()
             .is_some_and(|u| u.starts_with("https://"))
@@ -80,56 +104,68 @@ pub fn up(
         );
         return Ok(ExitCode::from(cli::exit::USAGE));
     }
-    let data_dir = data_dir.unwrap_or_else(|| PathBuf::from(".pforte"));
-    let listen = default_listen(args.listen, args.acme.is_some());
     let public = Public {
-        url: args.public_url,
+        listen,
+        knob,
         acme: args.acme,
     };
-    run(listen, config, data_dir, public, extra, env).map_err(Failure::from)
+    run(cfg, public, extra, env).map_err(Failure::from)
 }
 
-/// What `up` is told about its public side: the URL, and the ACME contact address.
+/// What `up` decided about its public side: the listener (and where that came from, for the
+/// advice when it cannot bind), and the ACME contact address.
 struct Public {
-    url: Option<String>,
+    listen: SocketAddr,
+    knob: preflight::ListenKnob,
     acme: Option<String>,
 }
 
-/// The listener `up` takes without `--listen`: port 443 on every address with `--acme` (the
-/// CA's tls-alpn-01 probe and Claude.ai come there), else loopback 8787.
-fn default_listen(given: Option<SocketAddr>, acme: bool) -> SocketAddr {
-    given.unwrap_or(if acme {
+/// The listener `up` takes: `--listen`, else the configuration's `listen` (when the file or
+/// `PFORTE_LISTEN` sets one), else port 443 on every address with `--acme` (the CA's
+/// tls-alpn-01 probe and Claude.ai come there), else loopback 8787.
+fn choose_listen(
+    flag: Option<SocketAddr>,
+    configured: Option<SocketAddr>,
+    acme: bool,
+) -> SocketAddr {
+    flag.or(configured).unwrap_or(if acme {
         SocketAddr::from(([0, 0, 0, 0], 443))
     } else {
         SocketAddr::from(([127, 0, 0, 1], 8787))
     })
 }
 
+/// Whether the configuration names a listener: `PFORTE_LISTEN`, or a top-level `listen` key in
+/// the file (the file's default, 127.0.0.1:8787, is not a choice the operator made).
+fn configured_listen(config: Option<&Path>, env: &Env) -> bool {
+    env.get("PFORTE_LISTEN").is_some()
+        || config
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .is_some_and(|t| t.contains_key("listen"))
+}
+
 fn run(
-    listen: SocketAddr,
-    config: Option<PathBuf>,
-    data_dir: PathBuf,
+    mut cfg: crate::config::GatewayConfig,
     public: Public,
     extra_routes: Vec<RouteConfig>,
     env: &Env,
 ) -> anyhow::Result<ExitCode> {
-    let public_url = public.url;
-    if let Err(e) = preflight::check_bind(listen, preflight::ListenKnob::Flag) {
+    let data_dir = cfg.data_dir.clone();
+    if let Err(e) = preflight::check_bind(public.listen, public.knob) {
         eprintln!("pforte: {e}");
         return Ok(ExitCode::FAILURE);
     }
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
-    let listen = runtime::resolve_port(listen)?;
+    if let Err(e) = crate::cli::prepare_data_dir(&data_dir) {
+        return Ok(Failure::Usage(e).report());
+    }
+    let listen = runtime::resolve_port(public.listen)?;
     let socket = up::socket_dir(&data_dir)
         .with_context(|| format!("creating {}", data_dir.join("run").display()))?
         .join("mcp.sock");
     let child = ServiceChild::start(&up::find_service_bin()?, &socket, &data_dir.join("service"))?;
 
-    let mut cfg = read_config(config.as_deref(), env)?;
     cfg.listen = listen;
-    cfg.data_dir = data_dir.clone();
-    cfg.public_url = public_url.or(cfg.public_url);
     let upstream = cfg.upstream.get_or_insert_with(Default::default);
     upstream.url = Some(child.upstream_url());
     upstream.urls = None;
@@ -156,6 +192,7 @@ fn run(
 
     let stores = Stores::open(&settings.store)?;
     println!("Pforte is up.");
+    println!("  Listening: {}", listening(&settings));
     println!("  MCP URL:   {}", settings.resource());
     let token = first_token(
         stores.tokens.as_ref(),
@@ -208,8 +245,18 @@ fn run(
     println!("Press Ctrl-C to stop.");
 
     let supervisor = background_service("mcp-service", child);
-    runtime::run(settings, stores, vec![Box::new(supervisor)])?;
+    runtime::run(settings, stores, vec![Box::new(supervisor)], || {})?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the gateway listens, as the banner says it: the scheme and the bound address.
+fn listening(settings: &crate::config::Settings) -> String {
+    let scheme = if settings.tls_enabled() {
+        "https"
+    } else {
+        "http"
+    };
+    format!("{scheme}://{}", settings.listen.addr)
 }
 
 /// The banner's lines about an ACME certificate: where it comes from, and the URL to give
@@ -306,13 +353,20 @@ mod tests {
 
     #[test]
     fn acme_listens_on_443_and_the_banner_names_the_connector_url() {
-        assert_eq!(default_listen(None, true), "0.0.0.0:443".parse().unwrap());
         assert_eq!(
-            default_listen(None, false),
+            choose_listen(None, None, true),
+            "0.0.0.0:443".parse().unwrap()
+        );
+        assert_eq!(
+            choose_listen(None, None, false),
             "127.0.0.1:8787".parse().unwrap()
         );
         let given = "127.0.0.1:9443".parse().unwrap();
-        assert_eq!(default_listen(Some(given), true), given);
+        let file = "0.0.0.0:8443".parse().unwrap();
+        assert_eq!(choose_listen(Some(given), None, true), given);
+        // The flag over the file, the file over the defaults.
+        assert_eq!(choose_listen(Some(given), Some(file), false), given);
+        assert_eq!(choose_listen(None, Some(file), true), file);
         let settings = toml::from_str::<crate::config::GatewayConfig>(
             "listen = \"0.0.0.0:443\"\npublic_url = \"https://mcp.example.com\"\n[tls.acme]\nemail = \"ops@example.com\"",
         )

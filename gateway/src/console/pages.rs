@@ -1,7 +1,8 @@
 //! The console's HTML: the page frame (navigation, who is signed in, sign-out), the overview,
 //! a route's page and the audit log. Pure functions from the data shown to a string; every
 //! piece of text from elsewhere is escaped. One stylesheet, inline and allowed by its hash in
-//! the Content-Security-Policy; no scripts; tables scroll sideways on a phone.
+//! the Content-Security-Policy; no scripts; on a phone, table rows stack (each cell under its
+//! column's name), so no column — the actions last — needs a sideways scroll.
 
 use std::sync::LazyLock;
 
@@ -33,7 +34,7 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}\
 th,td{text-align:left;padding:.45rem .6rem;border-bottom:1px solid #f1f5f9;vertical-align:top}\
 th{background:#f9fafb;font-weight:600;white-space:nowrap}\
 td.nowrap{white-space:nowrap}code{font-size:.85em;overflow-wrap:anywhere}\
-td code{white-space:nowrap;overflow-wrap:normal}\
+td code{overflow-wrap:anywhere}td:last-child{white-space:nowrap}\
 .ok{color:#047857;font-weight:600}.bad{color:#b91c1c;font-weight:600}.warn{color:#b45309;font-weight:600}\
 .pill{display:inline-block;padding:0 .45rem;border-radius:999px;font-size:.8rem;background:#eef2ff;color:#3730a3;margin:0 .2rem .2rem 0}\
 form.filters{display:grid;grid-template-columns:repeat(auto-fit,minmax(9.5rem,1fr));gap:.5rem .75rem;align-items:end;\
@@ -50,7 +51,21 @@ td form{margin:0}\
 .error{margin:.75rem 0;padding:.6rem .75rem;border-radius:8px;background:#fef2f2;color:#991b1b;border:1px solid #fecaca}\
 .secret{display:block;padding:.6rem;background:#111827;color:#f9fafb;border-radius:6px;font-size:.95rem;overflow-wrap:anywhere;margin:.4rem 0}\
 .pager{display:flex;gap:1rem;align-items:center;margin:.75rem 0}\
-@media (max-width:40rem){header .who{margin-left:0}main{padding:.6rem}}\
+main.page{max-width:28rem;margin:3rem auto;padding:2rem;background:#fff;border-radius:12px;\
+box-shadow:0 1px 3px rgba(0,0,0,.1),0 8px 24px rgba(0,0,0,.06)}\
+main.page.wide{max-width:60rem}\
+main.page label{margin:1rem 0 .25rem;font-size:.95rem}\
+main.page input{padding:.6rem .75rem;border-radius:8px}\
+main.page .actions{display:flex;gap:.75rem;margin-top:1.5rem}main.page .actions button{flex:1;padding:.65rem 1rem}\
+@media (max-width:40rem){header .who{margin-left:0}main{padding:.6rem}\
+main.page{margin:1rem;padding:1.25rem}\
+.scroll{overflow-x:visible;background:none;border:none}\
+table.stack thead{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\
+table.stack tr{display:block;background:#fff;border:1px solid #e5e7eb;border-radius:10px;margin:0 0 .6rem;padding:.35rem 0}\
+table.stack td{display:grid;grid-template-columns:7.5rem 1fr;gap:.5rem;border:none;padding:.25rem .75rem;white-space:normal}\
+table.stack td::before{content:attr(data-label);color:#6b7280;font-size:.85rem;font-weight:600}\
+table.stack td:last-child{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center}\
+table.stack td:last-child::before{content:none}}\
 ";
 
 static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
@@ -142,8 +157,8 @@ pub(crate) fn message_page(title: &str, message: &str) -> String {
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <title>{t}</title><style>{CSS}</style></head><body><main>\
-         <h1>{t}</h1><p>{m}</p><p><a href=\"/account\">Your account</a> · <a href=\"/admin\">Console</a></p>\
+         <title>{t}</title><style>{CSS}</style></head><body><main class=\"page\">\
+         <h1>{t}</h1><p>{m}</p><p class=\"muted\"><a href=\"/account\">Your account</a> · <a href=\"/admin\">Console</a></p>\
          </main></body></html>",
         t = escape(title),
         m = escape(message),
@@ -165,7 +180,9 @@ pub(crate) fn alert(notice: Option<&str>, error: Option<&str>) -> String {
     out
 }
 
-/// A table in a sideways-scrolling box; `rows` are `<tr>…</tr>` already.
+/// A table; `rows` are `<tr>…</tr>` already. Each cell gets its column's heading as
+/// `data-label`: on a phone the rows stack and each cell shows it (see [`CSS`]); the last column
+/// (the actions) stays on one line on a wide screen.
 pub(crate) fn table(headings: &[&str], rows: &str, empty: &str) -> String {
     if rows.is_empty() {
         return format!("<p class=\"muted\">{}</p>", escape(empty));
@@ -175,8 +192,33 @@ pub(crate) fn table(headings: &[&str], rows: &str, empty: &str) -> String {
         .map(|h| format!("<th scope=\"col\">{}</th>", escape(h)))
         .collect();
     format!(
-        "<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
+        "<div class=\"scroll\"><table class=\"stack\"><thead><tr>{head}</tr></thead><tbody>{}</tbody></table></div>",
+        labelled(headings, rows)
     )
+}
+
+/// `rows` with each `<td` given `data-label="HEADING"` of its column (counted per `<tr`).
+fn labelled(headings: &[&str], rows: &str) -> String {
+    let mut out = String::with_capacity(rows.len() + rows.len() / 4);
+    let mut column = 0;
+    let mut rest = rows;
+    while let Some(at) = rest.find('<') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if rest.starts_with("<tr") {
+            column = 0;
+        } else if rest.starts_with("<td") {
+            let label = headings.get(column).copied().unwrap_or_default();
+            out.push_str(&format!("<td data-label=\"{}\"", escape(label)));
+            rest = &rest[3..];
+            column += 1;
+            continue;
+        }
+        out.push('<');
+        rest = &rest[1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A route's health as the console shows it.
@@ -562,6 +604,28 @@ pub(crate) fn audit_page(p: &AuditPage) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_cells_carry_their_column_and_rows_stack_on_a_phone() {
+        let rows = "<tr><td>a</td><td class=\"nowrap\">b</td><td><form><button>Revoke</button></form></td></tr>\
+                    <tr><td>c</td><td>d</td><td>e</td></tr>";
+        let html = table(&["Who", "When", ""], rows, "none");
+        assert!(html.contains("<table class=\"stack\">"), "{html}");
+        assert!(
+            html.contains("<tr><td data-label=\"Who\">a</td><td data-label=\"When\" class=\"nowrap\">b</td><td data-label=\"\"><form>"),
+            "{html}"
+        );
+        assert!(html.contains("<tr><td data-label=\"Who\">c</td>"), "{html}");
+        // The narrow-screen rule: rows stack, each cell shows its column's name; the action
+        // column stays on one line on a wide screen.
+        for rule in [
+            "@media (max-width:40rem)",
+            "table.stack td::before{content:attr(data-label)",
+            "td:last-child{white-space:nowrap}",
+        ] {
+            assert!(CSS.contains(rule), "{rule}");
+        }
+    }
 
     fn frame() -> Frame<'static> {
         Frame {

@@ -5,12 +5,17 @@
 
 use crate::console::pages::{alert, escape, table};
 
-/// The console's stylesheet link-free frame, for pages outside the console.
+/// A page outside the console, as the sign-in pages look: one card in the middle (`wide` for
+/// the table of `/connections`), the console's stylesheet.
 fn frame(title: &str, body: &str) -> String {
+    framed(title, body, "page")
+}
+
+fn framed(title: &str, body: &str, class: &str) -> String {
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <title>{t}</title><style>{css}</style></head><body><main>\
+         <title>{t}</title><style>{css}</style></head><body><main class=\"{class}\">\
          <h1>{t}</h1>{body}</main></body></html>",
         t = escape(title),
         css = crate::console::pages::CSS,
@@ -18,7 +23,9 @@ fn frame(title: &str, body: &str) -> String {
 }
 
 /// The form a user enters their secret(s) in: one password field per name, the single-use
-/// `ticket` that binds the POST to the link that opened the page.
+/// `ticket` that binds the POST to the link that opened the page. One field is labelled with
+/// the route's `label` (what the person knows it as, e.g. "Search API key"), not the header's
+/// name; several (an `env` route's variables) each by its variable.
 pub(crate) fn secret_form(
     title: &str,
     label: &str,
@@ -28,10 +35,13 @@ pub(crate) fn secret_form(
 ) -> String {
     let inputs: String = fields
         .iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(i, f)| {
+            let shown = if fields.len() == 1 { label } else { f.as_str() };
             format!(
-                "<p><label>{n}<br><input type=\"password\" name=\"v.{n}\" required \
-                 autocomplete=\"off\" spellcheck=\"false\"></label></p>",
+                "<label for=\"f{i}\">{l}</label><input id=\"f{i}\" type=\"password\" \
+                 name=\"v.{n}\" required autocomplete=\"off\" spellcheck=\"false\">",
+                l = escape(shown),
                 n = escape(f)
             )
         })
@@ -39,10 +49,10 @@ pub(crate) fn secret_form(
     frame(
         &format!("Connect {title}"),
         &format!(
-            "<p>{l} for {t}. Pforte keeps it sealed and sends it only to {t}, only for your \
-             calls.</p><form method=\"post\" action=\"{a}\">\
+            "<p class=\"muted\">{l} for {t}. Pforte keeps it sealed and sends it only to {t}, \
+             only for your calls.</p><form method=\"post\" action=\"{a}\">\
              <input type=\"hidden\" name=\"ticket\" value=\"{k}\">{inputs}\
-             <p><button type=\"submit\">Connect</button></p></form>",
+             <div class=\"actions\"><button class=\"primary\" type=\"submit\">Connect</button></div></form>",
             l = escape(label),
             t = escape(title),
             a = escape(action),
@@ -132,7 +142,7 @@ pub(crate) fn rows_table(rows: &[Row], csrf: &str) -> String {
             "Connected",
             "Expires",
             "Last refresh",
-            "",
+            "Action",
         ],
         &body,
         "No route of this gateway keeps a credential per user.",
@@ -155,7 +165,7 @@ pub(crate) fn connections(
     notice: Option<&str>,
     error: Option<&str>,
 ) -> String {
-    frame(
+    framed(
         "Connected services",
         &format!(
             "<p>Signed in as {u}. <a href=\"/account\">Your account</a></p>{a}{t}",
@@ -163,6 +173,7 @@ pub(crate) fn connections(
             a = alert(notice, error),
             t = rows_table(rows, csrf),
         ),
+        "page wide",
     )
 }
 
@@ -176,6 +187,14 @@ mod tests {
         assert!(form.contains("&lt;b&gt;"));
         assert!(form.contains("value=\"t&quot;1\""));
         assert!(form.contains("name=\"v.API_KEY\""));
+        // One field: labelled as the route's label says, not by its header or variable.
+        assert!(form.contains(">Key</label>"), "{form}");
+        assert!(!form.contains(">API_KEY</label>"), "{form}");
+        let two = secret_form("T", "Keys", &["A".into(), "B".into()], "/c", "t");
+        assert!(
+            two.contains(">A</label>") && two.contains(">B</label>"),
+            "{two}"
+        );
         let rows = [Row {
             route: "gh".into(),
             title: "Git<Hub>".into(),
@@ -189,5 +208,11 @@ mod tests {
         assert!(page.contains("Git&lt;Hub&gt;") && page.contains("alice&lt;"));
         assert!(page.contains("needs reconnect") && page.contains("Disconnect"));
         assert!(page.contains("href=\"/connect/gh\""));
+        // On a phone each cell names its column; the action cell is the last.
+        assert!(page.contains("<table class=\"stack\">"), "{page}");
+        assert!(
+            page.contains("<td data-label=\"Action\"><a href=\"/connect/gh\""),
+            "{page}"
+        );
     }
 }

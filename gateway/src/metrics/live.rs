@@ -72,7 +72,10 @@ impl Live {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct InstanceLabels {
     route: RouteName,
-    instance: String,
+    /// The upstream URL as configured. Not `instance`: Prometheus sets that label on every
+    /// series to the scraped gateway, and a target's own `instance` would be renamed
+    /// `exported_instance` (or overwrite it with `honor_labels`).
+    upstream: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,7 +128,7 @@ impl Collector for Live {
             for (i, instance) in route.instances.iter().enumerate() {
                 up.get_or_create(&InstanceLabels {
                     route: route.route.clone(),
-                    instance: instance.clone(),
+                    upstream: instance.clone(),
                 })
                 .set(i64::from(route.health.up(i)));
             }

@@ -150,7 +150,7 @@ impl Gateway {
             return Ok(Outcome::Passed(console::refusal(
                 403,
                 "Admins only",
-                "The operator console is for admins. Ask an admin to run `pforte user role NAME admin`.",
+                &console::not_admin_hint(&viewer.display_name, &viewer.username),
             )));
         }
         if !post {

@@ -48,7 +48,9 @@ pub(super) fn open(
                 )?,
             };
             let names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
+            // A ring that opens none of the stored credentials is refused here, at start.
             let cleanup = async {
+                vault.check_ring().await?;
                 match vault.retain_routes(&names).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(
@@ -59,6 +61,7 @@ pub(super) fn open(
                         tracing::warn!(error = %e, "vault: could not remove the records of removed routes")
                     }
                 }
+                Ok::<(), crate::vault::VaultError>(())
             };
             match runtime {
                 Some(rt) => rt.block_on(cleanup),
@@ -67,7 +70,7 @@ pub(super) fn open(
                     .build()
                     .map_err(|e| ServeError::Pingora(e.to_string()))?
                     .block_on(cleanup),
-            }
+            }?;
             Some(vault)
         }
         _ => None,

@@ -171,6 +171,11 @@ impl KeyRing {
         Ok(plain.to_vec())
     }
 
+    /// The ids of the ring's keys, the sealing one first.
+    pub(crate) fn ids(&self) -> Vec<&str> {
+        self.keys.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
     /// Whether `sealed` is under the current key (else `rekey` re-seals it).
     pub(crate) fn is_current(&self, sealed: &str) -> bool {
         sealed

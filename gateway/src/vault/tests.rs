@@ -220,6 +220,30 @@ async fn rekey_reseals_under_the_new_key() {
     }
 }
 
+#[tokio::test]
+async fn a_ring_that_does_not_open_the_stored_records_is_named_at_start() {
+    let site = site();
+    let old = generate_line("old").unwrap();
+    let other = generate_line("other").unwrap();
+    let c = clock();
+    for (name, backend) in &site.backends {
+        let sealed = vault(backend, &old, &c);
+        assert_eq!(sealed.check_ring().await.unwrap(), 0, "{name}: empty");
+        sealed.put(&entry("notes", "oauth:ann", "a")).await.unwrap();
+        assert_eq!(sealed.check_ring().await.unwrap(), 1, "{name}");
+        let e = vault(backend, &other, &c).check_ring().await.unwrap_err();
+        let said = e.to_string();
+        assert!(
+            said.starts_with("the vault key ring opens 0 of the 1 stored credentials (route \"notes\": sealed under key \"old\", which the key ring does not hold)"),
+            "{name}: {said}"
+        );
+        // The old key as a later line opens them again.
+        let both = vault(backend, &format!("{other}\n{old}"), &c);
+        assert_eq!(both.check_ring().await.unwrap(), 1, "{name}");
+        backend.remove_person("oauth:ann").await.unwrap();
+    }
+}
+
 /// Many callers, on two vaults (two gateways) over one store, find the token stale at once:
 /// one refresh is made, every caller gets its result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@
 //! --init`, backup and restore), and the gateway's building blocks used directly against real
 //! peers.
 
+mod checks;
 mod connections;
 mod decide_first;
 mod gateway_modules;

@@ -190,7 +190,7 @@ async fn metrics_move_with_a_scripted_flow_and_metrics_listen_serves_them() {
     let up: Vec<f64> = after
         .iter()
         .filter(|(k, _)| {
-            k.starts_with("pforte_upstream_up{route=\"mcp\",instance=\"http://127.0.0.1:")
+            k.starts_with("pforte_upstream_up{route=\"mcp\",upstream=\"http://127.0.0.1:")
         })
         .map(|(_, v)| *v)
         .collect();
@@ -404,7 +404,7 @@ async fn an_unreachable_upstream_counts_as_a_connect_error() {
     .await;
     // The route's one instance is down, by the URL as configured.
     let up =
-        format!("pforte_upstream_up{{route=\"mcp\",instance=\"http://127.0.0.1:{dead}/mcp\"}}");
+        format!("pforte_upstream_up{{route=\"mcp\",upstream=\"http://127.0.0.1:{dead}/mcp\"}}");
     assert_eq!(after.get(&up), Some(&0.0), "{up} in {after:?}");
 }
 
@@ -475,6 +475,49 @@ async fn the_grafana_dashboard_uses_only_exported_metrics() {
         }
     }
     assert!(used >= exprs.len(), "every query names a metric");
+    // Every label a query groups by is one the gateway sets on that metric, or one Prometheus
+    // adds itself (`instance`, `job`: the scraped gateway) — a gateway label called `instance`
+    // would collide with Prometheus's own.
+    let samples = parse(&text);
+    for expr in &exprs {
+        let Some(rest) = expr.split(" by (").nth(1) else {
+            continue;
+        };
+        let grouped: Vec<&str> = rest
+            .split(')')
+            .next()
+            .unwrap()
+            .split(',')
+            .map(str::trim)
+            .collect();
+        for name in metric_names(expr) {
+            let own: Vec<String> = samples
+                .keys()
+                .filter(|k| k.split('{').next() == Some(name.as_str()))
+                .flat_map(|k| {
+                    k.split_once('{')
+                        .map(|(_, l)| l.trim_end_matches('}').to_owned())
+                        .unwrap_or_default()
+                        .split(',')
+                        .filter_map(|p| p.split_once('=').map(|(k, _)| k.to_owned()))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            if own.is_empty() {
+                continue; // no sample of it in this run
+            }
+            assert!(
+                !own.iter().any(|l| l == "instance"),
+                "{name} sets `instance` itself"
+            );
+            for label in &grouped {
+                assert!(
+                    ["instance", "job", "le"].contains(label) || own.iter().any(|l| l == label),
+                    "the dashboard groups {name} by {label:?}, which it does not carry ({own:?}): {expr}"
+                );
+            }
+        }
+    }
     // The families an SRE reads first are on the dashboard.
     for needed in [
         "pforte_http_requests_total",

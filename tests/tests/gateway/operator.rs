@@ -470,6 +470,23 @@ fn file_variables_are_read_and_a_missing_one_is_named() {
     let config = write_config(dir.path(), "");
     let url_file = dir.path().join("url");
     std::fs::write(&url_file, "http://not-redis\n").unwrap();
+    // A secret file readable by others is refused, as every secret file (issue 37).
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&url_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut cmd = pforte(&["check", "--config", config.to_str().unwrap()]);
+    cmd.env_remove("PFORTE_REDIS_URL")
+        .env("PFORTE_REDIS_URL_FILE", &url_file);
+    let out = run(cmd, Duration::from_secs(20));
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.trim(),
+        format!(
+            "pforte: PFORTE_REDIS_URL_FILE={}: is readable by group or others (mode 644); \
+             `chmod 600` it (and `chown` it to the user the gateway runs as)",
+            url_file.display()
+        )
+    );
+    std::fs::set_permissions(&url_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut cmd = pforte(&["check", "--config", config.to_str().unwrap()]);
     cmd.env_remove("PFORTE_REDIS_URL")
         .env("PFORTE_REDIS_URL_FILE", &url_file);

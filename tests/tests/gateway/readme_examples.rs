@@ -87,7 +87,8 @@ fn the_upstream_auth_example_checks_and_its_vault_key_rotates() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("vault.key");
     let secret = dir.path().join("wiki.token");
-    std::fs::write(&secret, "wiki-secret\n").unwrap();
+    // Owner-only, as the gateway requires of every secret file.
+    pforte_tests::write_secret(&secret, "wiki-secret").unwrap();
     let pforte = |args: &[&str]| {
         let out = Command::new(pforte_tests::bin("pforte"))
             .args(args)

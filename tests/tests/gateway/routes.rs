@@ -169,7 +169,7 @@ async fn readyz_names_a_down_route_and_only_a_required_one_makes_it_unready() {
         .text()
         .await
         .unwrap();
-    let side = format!("pforte_upstream_up{{route=\"side\",instance=\"{dead}\"}} 0");
+    let side = format!("pforte_upstream_up{{route=\"side\",upstream=\"{dead}\"}} 0");
     assert!(metrics.lines().any(|l| l == side), "{side} in {metrics}");
     // The required route (/mcp) still serves; /healthz is as it was.
     let token = gw.create_token("t").await.unwrap();

@@ -15,6 +15,7 @@ mod oauth_browser;
 mod oauth_flow;
 mod oauth_sdk;
 mod oidc_login;
+mod pages;
 mod step_up;
 mod up;
 mod upstream_auth;

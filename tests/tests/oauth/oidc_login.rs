@@ -64,7 +64,8 @@ impl World {
         let idp = start_idp()?;
         let files = tempfile::tempdir().unwrap();
         let secret = files.path().join("idp-secret");
-        std::fs::write(&secret, format!("{IDP_CLIENT_SECRET}\n")).unwrap();
+        // Owner-only, as every secret file must be.
+        pforte_tests::write_secret(&secret, IDP_CLIENT_SECRET).unwrap();
         let log = files.path().join("gateway.log");
         let oauth = OAuth::default().login(Login {
             local_passwords: None,

@@ -303,3 +303,82 @@ async fn up_with_redis_prints_a_login_that_a_second_gateway_on_that_redis_accept
         200
     );
 }
+
+/// Issue 37: `up --config FILE` listens where the file says, keeps its store in the file's
+/// `data_dir` (so admin commands with the same `--config` find it) and uses its `public_url`;
+/// the banner says where it listens. Flags win over the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_with_a_config_file_listens_and_stores_where_the_file_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("from-file");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let config = dir.path().join("pforte.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndata_dir = {:?}\npublic_url = \"http://localhost:{port}\"\n",
+            data.display().to_string()
+        ),
+    )
+    .unwrap();
+    let up = PforteUp::options()
+        .config_only(&config)
+        .data_dir(&data)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        up.field("Listening:").unwrap(),
+        format!("http://127.0.0.1:{port}"),
+        "{:#?}",
+        up.banner
+    );
+    assert_eq!(up.mcp_url, format!("http://localhost:{port}/mcp"));
+    assert!(
+        data.join("oauth.db").is_file(),
+        "no store in the file's data_dir {}",
+        data.display()
+    );
+    assert!(!dir.path().join(".pforte").exists());
+    // Admin commands with the same --config find that store (up made a user and a token).
+    let users = pforte_tests::pforte_cmd(
+        &["user", "list"],
+        &["--config", config.to_str().unwrap()],
+        "",
+    )
+    .unwrap();
+    assert!(users.contains("admin"), "{users}");
+    let token = up.field("Token:").unwrap().to_owned();
+    let me = whoami_client(&format!("http://127.0.0.1:{port}/mcp"), &token).await;
+    assert!(me.get("subject").is_some(), "{me}");
+    drop(up);
+
+    // A flag wins over the file: --listen elsewhere, the file's data dir still used.
+    let again = PforteUp::options()
+        .config_only(&config)
+        .data_dir(&data)
+        .args(&["--listen", "127.0.0.1:0"])
+        // The file's public_url still names the file's port: no readiness wait through it.
+        .at_banner()
+        .start()
+        .await
+        .unwrap();
+    let listening = again.field("Listening:").unwrap().to_owned();
+    assert_ne!(
+        listening,
+        format!("http://127.0.0.1:{port}"),
+        "{:#?}",
+        again.banner
+    );
+    assert!(
+        again
+            .field("Token:")
+            .unwrap()
+            .contains("created on the first run"),
+        "{:#?}",
+        again.banner
+    );
+}

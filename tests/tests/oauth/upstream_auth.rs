@@ -408,7 +408,10 @@ async fn an_env_route_starts_each_users_child_with_their_secret_and_identity() {
         .nth(1)
         .unwrap_or_default();
     assert!(
-        services.contains("<td>Key search</td><td>env</td><td>connected</td>"),
+        services.contains(
+            "<td data-label=\"Service\">Key search</td><td data-label=\"Kind\">env</td>\
+             <td data-label=\"State\">connected</td>"
+        ),
         "{}",
         page.body
     );
@@ -437,4 +440,81 @@ async fn an_env_route_starts_each_users_child_with_their_secret_and_identity() {
     let asked = prompt(&call(&after, "whoami").await);
     assert!(!asked.is_reconnect(), "{asked:?}");
     println!("upstream_auth env route: connects 1, disconnects 1");
+}
+
+/// `pforte ARGS…` run to its end: exit code, stdout, stderr.
+fn pforte_run(args: &[&str], env: &[(&str, &std::path::Path)]) -> (Option<i32>, String, String) {
+    let mut cmd = std::process::Command::new(bin("pforte"));
+    cmd.args(args).env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 37: a key ring that opens none of the stored credentials is refused by `check` and at
+/// `serve`'s start (before it says it listens) — not a 503 "try again" at each person's call;
+/// with the right ring, `check` says how many stored credentials open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vault_key_that_opens_no_stored_credential_is_refused_at_start() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = header_gateway(&echo, dir.path()).await;
+    let hana = gw.create_token("hana").await.unwrap();
+    let mut client = gw.mcp_at(&gw.route_url(SEARCH), &hana);
+    client.open().await.unwrap();
+    let asked = prompt(&call(&client, "echo").await);
+    enter_secret(
+        &Browser::new(None),
+        asked.link(),
+        &[("x-api-key", "key-of-hana")],
+    )
+    .await
+    .unwrap();
+    let config = gw.config_path();
+    let config = config.to_str().unwrap();
+
+    let (code, stdout, stderr) = pforte_run(&["check", "--config", config], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let vault_line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("vault: "))
+        .unwrap_or_else(|| panic!("no vault line in {stdout}"));
+    assert!(
+        vault_line.ends_with("; keys k1 (k1 seals); 1 stored credential(s) open"),
+        "{vault_line}"
+    );
+    assert!(stdout.contains("  sign-in: local passwords"), "{stdout}");
+
+    // Another ring (a new key without the old one): refused, naming what to do.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = write_vault_key(other_dir.path()).unwrap();
+    let wrong = [("PFORTE_VAULT_KEY_FILE", other.as_path())];
+    let (code, stdout, stderr) = pforte_run(&["check", "--config", config], &wrong);
+    assert_eq!(code, Some(64), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the vault key ring opens 0 of the 1 stored credentials (route \"search\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("pforte vault rekey"), "{stderr}");
+
+    // `serve` with it stops at start and never says it listens.
+    gw.proc
+        .signal_and_wait(
+            nix::sys::signal::Signal::SIGTERM,
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+    let (code, stdout, stderr) = pforte_run(&["serve", "--config", config], &wrong);
+    assert_ne!(code, Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains("listening"), "said it listens: {stdout}");
+    assert!(
+        stderr.contains("the vault key ring opens 0 of the 1 stored credentials"),
+        "{stderr}"
+    );
 }

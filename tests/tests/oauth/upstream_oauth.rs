@@ -407,11 +407,14 @@ async fn an_oauth_users_disconnect_revokes_the_grant_upstream() {
     let row = list
         .body
         .split("<tr>")
-        .find(|r| r.contains("<td>Notes</td>"))
+        .find(|r| r.contains("<td data-label=\"Service\">Notes</td>"))
         .unwrap_or_else(|| panic!("no Notes row: {}", list.body));
-    assert!(row.contains("<td>oauth</td><td>connected</td>"), "{row}");
+    assert!(
+        row.contains("<td data-label=\"Kind\">oauth</td><td data-label=\"State\">connected</td>"),
+        "{row}"
+    );
     assert_eq!(
-        row.matches("<td>20").count(),
+        row.matches("\">20").count(),
         2,
         "a connected and an expiry date, no refresh yet: {row}"
     );
