@@ -16,6 +16,8 @@ mod oauth_flow;
 mod oauth_sdk;
 mod oidc_login;
 mod step_up;
+mod third_parties;
 mod up;
 mod upstream_auth;
+mod upstream_catalog;
 mod upstream_oauth;
