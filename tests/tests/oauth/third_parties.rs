@@ -68,8 +68,7 @@ async fn third_party_servers_learn_neither_identity_nor_client_ip_unless_told() 
         .vault_key(&key)
         .route(Route::url("plain", &plain.mcp_url()))
         .route(
-            Route::url("third", &third.mcp_url())
-                .upstream_auth(UpstreamAuth::header("X-Api-Key")),
+            Route::url("third", &third.mcp_url()).upstream_auth(UpstreamAuth::header("X-Api-Key")),
         )
         .route(
             Route::url("told", &told.mcp_url())

@@ -54,6 +54,12 @@ async fn a_tool_listed_only_to_clients_with_roots_is_in_the_catalog() {
         "{answer}"
     );
     // A writing tool listed only to clients with sampling: known as writing, refused.
-    let sampling = client.call_tool("trigger-sampling-request", json!({})).await;
-    assert_eq!(sampling.status(), 403, "trigger-sampling-request with mcp:read");
+    let sampling = client
+        .call_tool("trigger-sampling-request", json!({}))
+        .await;
+    assert_eq!(
+        sampling.status(),
+        403,
+        "trigger-sampling-request with mcp:read"
+    );
 }
