@@ -642,7 +642,8 @@ pub(crate) struct RouteLender {
 }
 
 impl RouteLender {
-    pub(crate) fn new(
+    /// Route `route`'s lender, as the catalog takes it.
+    pub(crate) fn shared(
         credentials: &Arc<Credentials>,
         route: usize,
     ) -> Arc<dyn crate::catalog::Lender> {

@@ -586,7 +586,7 @@ fn route_catalogs(
                 header: crate::credentials::shared_header(route)?.map(|h| (h.name, h.value)),
                 lender: credentials
                     .per_user(i)
-                    .then(|| crate::credentials::RouteLender::new(credentials, i)),
+                    .then(|| crate::credentials::RouteLender::shared(credentials, i)),
                 identity: route.identity_headers,
                 ..CatalogOptions::default()
             },

@@ -638,7 +638,7 @@ fn newest_connected(rows: Vec<Row>, route: &str) -> Vec<String> {
         .into_iter()
         .filter(|r| r.route == route && r.state == State::Connected)
         .collect();
-    mine.sort_by(|a, b| b.connected_ms.cmp(&a.connected_ms));
+    mine.sort_by_key(|r| std::cmp::Reverse(r.connected_ms));
     mine.into_iter().map(|r| r.person).collect()
 }
 
