@@ -337,9 +337,10 @@ pub(crate) struct RouteDetail {
 }
 
 /// What a route's page says when its catalog waits for someone to connect.
-pub(crate) const AWAITS_PERSON: &str = "Nobody has connected to this route's service yet: \
-     the gateway learns its tools through a connected person's credential. Until then every \
-     tool needs the write scope.";
+pub(crate) const AWAITS_PERSON: &str = "Nobody has connected to this route's service yet, or \
+     the service refused the connected people's credentials: the gateway learns its tools \
+     through a connected person's credential. Until then a tool needs the write scope unless a \
+     [tools] rule says otherwise.";
 
 pub(crate) fn route_page(d: &RouteDetail) -> String {
     let r = &d.route;
