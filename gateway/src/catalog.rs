@@ -6,6 +6,14 @@
 //! [`CatalogService`]) keeps the snapshot fresh: at start (retrying until the upstream answers),
 //! every `ttl`, and at once on `notifications/tools/list_changed` from the catalog's own GET
 //! stream. [`filter_tools_list`] rewrites `tools/list` answers for a principal.
+//!
+//! A route whose upstream takes only each person's own credential has a [`Lender`]: the catalog
+//! borrows a connected person's credential for its own requests (tool definitions only), keeps
+//! it while the upstream takes it, and tries another person when the upstream refuses it; with
+//! nobody connected it is empty and says so ([`Catalog::awaits_person`]) until someone connects
+//! ([`Catalog::connected`]) or a `ttl` passes. It declares the client capabilities (roots,
+//! sampling, elicitation) at `initialize`, so tools a server lists only for such clients are
+//! known, and answers the server's requests minimally ([`answer_server_request`]).
 
 mod filter;
 mod sse;
@@ -37,6 +45,36 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 /// Upper bound on `tools/list` pages followed in one refresh (a loop guard).
 const MAX_PAGES: usize = 100;
+/// People whose credential one refresh tries at most, on a route with a [`Lender`].
+const MAX_LENDERS: usize = 3;
+
+/// Where the catalog of a route whose upstream takes only each person's own credential gets
+/// one: the people connected to the route, and the headers a request of theirs carries.
+#[async_trait]
+pub trait Lender: Send + Sync + std::fmt::Debug {
+    /// The people with a credential for the route, the most recently connected first.
+    async fn people(&self) -> Result<Vec<String>, String>;
+    /// The headers the catalog's requests carry as `person`; `Err`: none that works now.
+    async fn headers(
+        &self,
+        person: &str,
+    ) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, String>;
+}
+
+/// A person's credential the catalog uses: whose, and the headers.
+#[derive(Clone)]
+struct Lent {
+    person: String,
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+}
+
+impl std::fmt::Debug for Lent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lent")
+            .field("person", &self.person)
+            .finish_non_exhaustive()
+    }
+}
 
 /// What the catalog knows about a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,9 +110,12 @@ pub struct CatalogOptions {
     pub ca_file: Option<std::path::PathBuf>,
     /// A header every request to the upstream carries: a route's shared credential.
     pub header: Option<(http::HeaderName, http::HeaderValue)>,
-    /// The upstream takes only each user's own credential, which the catalog has not: it never
-    /// asks (every lookup `Unknown`, and no refresh or stream).
-    pub offline: bool,
+    /// The upstream takes only each person's own credential: the catalog borrows a connected
+    /// person's (tool definitions only); with nobody connected it stays empty.
+    pub lender: Option<Arc<dyn Lender>>,
+    /// Whether the catalog's requests carry the gateway's identity headers
+    /// (`x-pforte-subject: pforte-gateway`), as the route's `identity_headers`.
+    pub identity: bool,
 }
 
 impl Default for CatalogOptions {
@@ -89,7 +130,8 @@ impl Default for CatalogOptions {
             unix_socket: None,
             ca_file: None,
             header: None,
-            offline: false,
+            lender: None,
+            identity: true,
         }
     }
 }
@@ -109,6 +151,10 @@ pub enum CatalogError {
     JsonRpc { code: i64, message: String },
     #[error("catalog: ca_file {0}: {1}")]
     CaFile(String, String),
+    #[error(
+        "catalog: nobody has connected to the upstream yet (its tools are learned through a connected person's credential)"
+    )]
+    NoLender,
 }
 
 /// The current tool set.
@@ -127,6 +173,8 @@ pub struct Catalog {
     snapshot: ArcSwap<Snapshot>,
     /// The catalog's MCP session with the upstream.
     session: Mutex<Option<String>>,
+    /// The upstream answered `initialize` without a session: it keeps none.
+    stateless: AtomicBool,
     /// Serialises refreshes (the periodic loop, a list_changed, a miss).
     refresh_lock: tokio::sync::Mutex<()>,
     /// A miss-triggered refresh is running.
@@ -139,6 +187,14 @@ pub struct Catalog {
     loaded: AtomicU64,
     /// The runtime the catalog's network work runs on (set by `run`).
     runtime: Mutex<Option<tokio::runtime::Handle>>,
+    /// With a lender: the credential in use (the session was opened with it).
+    lent: Mutex<Option<Lent>>,
+    /// With a lender: the person who connected last in this process (tried before the others).
+    newest: Mutex<Option<String>>,
+    /// With a lender: the last refresh found nobody whose credential works.
+    awaiting: AtomicBool,
+    /// Someone connected: a waiting `run` refreshes now.
+    wake: tokio::sync::Notify,
 }
 
 /// Whether a miss at `now_ms` may start a refresh, given the last miss-triggered one.
@@ -176,12 +232,14 @@ impl Catalog {
             http = http.tls_certs_only(certs);
         }
         let http = http.build()?;
+        let lends = opts.lender.is_some();
         Ok(Self {
             url: upstream_url,
             opts,
             http,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             session: Mutex::new(None),
+            stateless: AtomicBool::new(false),
             refresh_lock: tokio::sync::Mutex::new(()),
             miss_in_flight: AtomicBool::new(false),
             last_miss_ms: AtomicU64::new(0),
@@ -189,6 +247,10 @@ impl Catalog {
             refreshed: watch::Sender::new(0),
             loaded: AtomicU64::new(0),
             runtime: Mutex::new(None),
+            awaiting: AtomicBool::new(lends),
+            lent: Mutex::new(None),
+            newest: Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
         })
     }
 
@@ -202,7 +264,7 @@ impl Catalog {
     /// `miss_wait` before answering `Unknown`.
     pub async fn tool_or_refresh(self: &Arc<Self>, name: &str) -> Lookup {
         let found = self.tool(name);
-        if found != Lookup::Unknown || self.opts.offline {
+        if found != Lookup::Unknown {
             return found;
         }
         let now = self.now_ms();
@@ -255,19 +317,34 @@ impl Catalog {
         self.loaded.load(Ordering::Acquire)
     }
 
+    /// Whether the catalog learns through a connected person's credential and has found nobody
+    /// whose credential works (so it is empty, or as the last person's left it).
+    pub(crate) fn awaits_person(&self) -> bool {
+        self.awaiting.load(Ordering::Acquire)
+    }
+
+    /// `person` just connected to the route: their credential is tried first when the catalog
+    /// needs one, and a catalog waiting for anyone refreshes now (a miss may refresh at once).
+    pub(crate) fn connected(&self, person: &str) {
+        if self.opts.lender.is_none() {
+            return;
+        }
+        if let Ok(mut newest) = self.newest.lock() {
+            *newest = Some(person.to_owned());
+        }
+        if self.awaits_person() {
+            self.last_miss_ms.store(0, Ordering::Release);
+            self.wake.notify_one();
+        }
+    }
+
     /// Learns the tool list now: re-uses the catalog's session, initialises a new one when
     /// there is none or the upstream forgot it. Returns the number of tools.
     pub async fn refresh(&self) -> Result<usize, CatalogError> {
-        if self.opts.offline {
-            return Ok(0);
-        }
         let _one = self.refresh_lock.lock().await;
-        let result = match self.list_on_session().await {
-            Err(CatalogError::SessionGone) => {
-                self.set_session(None);
-                self.list_on_session().await
-            }
-            other => other,
+        let result = match &self.opts.lender {
+            Some(lender) => self.list_borrowing(lender.as_ref()).await,
+            None => self.list_once().await,
         };
         let result = result.map(|tools| {
             let n = tools.len();
@@ -276,7 +353,9 @@ impl Catalog {
             n
         });
         self.refreshed.send_modify(|n| *n += 1);
-        if let Err(e) = &result {
+        if let Err(CatalogError::NoLender) = &result {
+            tracing::debug!(upstream = %self.url, "tool catalog: nobody to borrow a credential from yet");
+        } else if let Err(e) = &result {
             tracing::warn!(error = %e, upstream = %self.url, "tool catalog refresh failed");
         } else {
             tracing::debug!(tools = self.len(), "tool catalog refreshed");
@@ -284,20 +363,158 @@ impl Catalog {
         result
     }
 
+    /// `tools/list` on the catalog's session, once more on a new session when the upstream
+    /// forgot it.
+    async fn list_once(&self) -> Result<HashMap<Box<str>, bool>, CatalogError> {
+        match self.list_on_session().await {
+            Err(CatalogError::SessionGone) => {
+                self.set_session(None);
+                self.list_on_session().await
+            }
+            other => other,
+        }
+    }
+
+    /// `tools/list` with a connected person's credential: the one in use, else the person who
+    /// connected last here, else the most recently connected ones; a person whose credential
+    /// has none that works now, or which the upstream refuses (401, 403), is passed over for
+    /// the next (at most [`MAX_LENDERS`] tried).
+    async fn list_borrowing(
+        &self,
+        lender: &dyn Lender,
+    ) -> Result<HashMap<Box<str>, bool>, CatalogError> {
+        let mut passed: Vec<String> = Vec::new();
+        let mut people: Option<Vec<String>> = None;
+        while passed.len() < MAX_LENDERS {
+            let current = self.lent().map(|l| l.person);
+            let newest = self.newest.lock().ok().and_then(|n| n.clone());
+            let mut next = [current, newest]
+                .into_iter()
+                .flatten()
+                .find(|p| !passed.contains(p));
+            if next.is_none() {
+                if people.is_none() {
+                    people = Some(lender.people().await.map_err(CatalogError::Protocol)?);
+                }
+                next = people
+                    .iter()
+                    .flatten()
+                    .find(|p| !passed.contains(p))
+                    .cloned();
+            }
+            let Some(person) = next else {
+                break;
+            };
+            let headers = match lender.headers(&person).await {
+                Ok(h) => h,
+                Err(why) => {
+                    tracing::debug!(%why, "tool catalog: a connected person's credential does not work now");
+                    self.drop_lent(&person);
+                    passed.push(person);
+                    continue;
+                }
+            };
+            self.lend(Lent {
+                person: person.clone(),
+                headers,
+            });
+            match self.list_once().await {
+                Err(CatalogError::Status(status))
+                    if status == reqwest::StatusCode::UNAUTHORIZED
+                        || status == reqwest::StatusCode::FORBIDDEN =>
+                {
+                    tracing::debug!(%status, "tool catalog: the upstream refused a connected person's credential");
+                    self.drop_lent(&person);
+                    passed.push(person);
+                }
+                other => {
+                    self.awaiting.store(false, Ordering::Release);
+                    return other;
+                }
+            }
+        }
+        self.awaiting.store(true, Ordering::Release);
+        Err(CatalogError::NoLender)
+    }
+
+    /// The credential in use, if any.
+    fn lent(&self) -> Option<Lent> {
+        self.lent.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// Uses `lent` from now on; another person's than before needs a session of its own.
+    fn lend(&self, lent: Lent) {
+        let switched = match self.lent.lock() {
+            Ok(mut slot) => {
+                let switched = slot.as_ref().is_none_or(|l| l.person != lent.person);
+                *slot = Some(lent);
+                switched
+            }
+            Err(_) => true,
+        };
+        if switched {
+            self.set_session(None);
+        }
+    }
+
+    /// Stops using `person`'s credential (and the session opened with it).
+    fn drop_lent(&self, person: &str) {
+        if let Ok(mut slot) = self.lent.lock()
+            && slot.as_ref().is_some_and(|l| l.person == person)
+        {
+            *slot = None;
+            self.set_session(None);
+        }
+        if let Ok(mut newest) = self.newest.lock()
+            && newest.as_deref() == Some(person)
+        {
+            *newest = None;
+        }
+    }
+
+    /// The headers every request of the catalog carries: the identity it claims (unless the
+    /// route keeps identity from its upstream), and the route's or a lent credential.
+    fn headers(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let mut request = request;
+        if self.opts.identity {
+            request = request
+                .header(header::SUBJECT, SUBJECT)
+                .header(header::AUTH_KIND, "gateway");
+        }
+        if let Some((name, value)) = &self.opts.header {
+            request = request.header(name, value);
+        }
+        if let Some(lent) = self.lent() {
+            for (name, value) in lent.headers {
+                request = request.header(name, value);
+            }
+        }
+        request
+    }
+
     /// Keeps the catalog fresh until `shutdown` turns true (or forever without one): refresh at
     /// start with backoff until the upstream answers, then every `ttl`; a GET stream held open
     /// on the catalog's session triggers a refresh on `notifications/tools/list_changed`; when
     /// the stream drops (or the session is gone) the session is initialised again.
     pub async fn run(self: Arc<Self>, mut shutdown: Option<watch::Receiver<bool>>) {
-        if self.opts.offline {
-            return;
-        }
         if let Ok(mut rt) = self.runtime.lock() {
             *rt = tokio::runtime::Handle::try_current().ok();
         }
         let mut backoff = self.opts.backoff_min;
         loop {
-            if self.refresh().await.is_ok() {
+            let refreshed = self.refresh().await;
+            if let Err(CatalogError::NoLender) = refreshed {
+                // Nobody to borrow from: again when someone connects here, or after a ttl
+                // (someone may connect through another gateway).
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(self.opts.ttl) => {}
+                    () = stopped(&mut shutdown) => return,
+                }
+                backoff = self.opts.backoff_min;
+                continue;
+            }
+            if refreshed.is_ok() {
                 let follow = tokio::select! {
                     follow = self.follow() => follow,
                     () = stopped(&mut shutdown) => return,
@@ -335,6 +552,17 @@ impl Catalog {
         let mut tick = tokio::time::interval_at(started + self.opts.ttl, self.opts.ttl);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let Some(session) = self.session() else {
+            if self.stateless.load(Ordering::Acquire) {
+                // A stateless upstream (no session, so no stream): a refresh every ttl.
+                loop {
+                    tick.tick().await;
+                    if self.refresh().await.is_err() {
+                        return Follow::Dropped {
+                            lasted: started.elapsed(),
+                        };
+                    }
+                }
+            }
             return Follow::Dropped {
                 lasted: Duration::ZERO,
             };
@@ -345,18 +573,13 @@ impl Catalog {
                 lasted: started.elapsed(),
             }
         };
-        let request = self
-            .http
-            .get(&self.url)
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .header(SESSION_HEADER, &session)
-            .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
-            .header(header::SUBJECT, SUBJECT)
-            .header(header::AUTH_KIND, "gateway");
-        let request = match &self.opts.header {
-            Some((name, value)) => request.header(name, value),
-            None => request,
-        };
+        let request = self.headers(
+            self.http
+                .get(&self.url)
+                .header(reqwest::header::ACCEPT, "text/event-stream")
+                .header(SESSION_HEADER, &session)
+                .header(PROTOCOL_HEADER, PROTOCOL_VERSION),
+        );
         let mut response = match request.send().await {
             Ok(r) if r.status().is_success() => r,
             Ok(r) if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => {
@@ -382,7 +605,11 @@ impl Catalog {
             tokio::select! {
                 chunk = response.chunk() => match chunk {
                     Ok(Some(chunk)) => {
-                        if reader.push(&chunk).iter().any(|d| is_list_changed(d)) {
+                        let events = reader.push(&chunk);
+                        for data in &events {
+                            self.answer(&session, data).await;
+                        }
+                        if events.iter().any(|d| is_list_changed(d)) {
                             let _ = self.refresh().await;
                         }
                     }
@@ -453,10 +680,10 @@ impl Catalog {
     /// `tools/list` (all pages) on the current session, initialising one first if needed.
     async fn list_on_session(&self) -> Result<HashMap<Box<str>, bool>, CatalogError> {
         let session = match self.session() {
-            Some(s) => s,
+            Some(s) => Some(s),
             None => {
                 let s = self.initialize().await?;
-                self.set_session(Some(s.clone()));
+                self.set_session(s.clone());
                 s
             }
         };
@@ -468,7 +695,9 @@ impl Catalog {
                 None => json!({}),
             };
             let id = 2 + page as u64;
-            let (result, _) = self.call(Some(&session), id, "tools/list", params).await?;
+            let (result, _) = self
+                .call(session.as_deref(), id, "tools/list", params)
+                .await?;
             cursor = read_tools_page(&result, &mut tools)?;
             if cursor.is_none() {
                 return Ok(tools);
@@ -479,40 +708,51 @@ impl Catalog {
         )))
     }
 
-    /// `initialize` + `notifications/initialized`; the new session id.
-    async fn initialize(&self) -> Result<String, CatalogError> {
+    /// `initialize` (declaring the client capabilities, so that tools a server lists only for
+    /// capable clients are known) + `notifications/initialized`; the new session id (`None`:
+    /// a stateless upstream).
+    async fn initialize(&self) -> Result<Option<String>, CatalogError> {
         let params = json!({
             "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
+            "capabilities": client_capabilities(),
             "clientInfo": { "name": SUBJECT, "version": env!("CARGO_PKG_VERSION") },
         });
         let (_, session) = self.call(None, 1, "initialize", params).await?;
-        let session = session.ok_or_else(|| {
-            CatalogError::Protocol("initialize answered without Mcp-Session-Id".into())
-        })?;
+        self.stateless.store(session.is_none(), Ordering::Release);
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        let response = self.post(Some(&session), &note).send().await?;
+        let response = self.post(session.as_deref(), &note).send().await?;
         if !response.status().is_success() {
             return Err(CatalogError::Status(response.status()));
         }
         Ok(session)
     }
 
-    fn post(&self, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .timeout(self.opts.request_timeout)
-            .header(
-                reqwest::header::ACCEPT,
-                "application/json, text/event-stream",
-            )
-            .header(header::SUBJECT, SUBJECT)
-            .header(header::AUTH_KIND, "gateway")
-            .json(body);
-        if let Some((name, value)) = &self.opts.header {
-            request = request.header(name, value);
+    /// Answers `data` if it is a request of the server's (`roots/list`, `ping`, …) on
+    /// `session`; anything else is left alone. Best effort: a failed answer is the server's
+    /// timeout.
+    async fn answer(&self, session: &str, data: &[u8]) {
+        let Ok(message) = serde_json::from_slice::<Value>(data) else {
+            return;
+        };
+        let Some(reply) = answer_server_request(&message) else {
+            return;
+        };
+        if let Err(e) = self.post(Some(session), &reply).send().await {
+            tracing::debug!(error = %e, "tool catalog: answering the server's request failed");
         }
+    }
+
+    fn post(&self, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+        let mut request = self.headers(
+            self.http
+                .post(&self.url)
+                .timeout(self.opts.request_timeout)
+                .header(
+                    reqwest::header::ACCEPT,
+                    "application/json, text/event-stream",
+                )
+                .json(body),
+        );
         if let Some(s) = session {
             request = request
                 .header(SESSION_HEADER, s)
@@ -623,6 +863,40 @@ fn read_tools_page(
         .and_then(Value::as_str)
         .filter(|c| !c.is_empty())
         .map(str::to_owned))
+}
+
+/// The client capabilities the catalog declares at `initialize`: those a server may list
+/// tools for (roots, sampling, elicitation in both modes).
+fn client_capabilities() -> Value {
+    json!({
+        "roots": { "listChanged": false },
+        "sampling": {},
+        "elicitation": { "form": {}, "url": {} },
+    })
+}
+
+/// The catalog's answer to a request the server sends it (`None`: `message` is no request):
+/// no roots, `ping` answered, an elicitation declined, sampling and anything else refused.
+/// The catalog never calls a tool, so nothing it does waits on these.
+pub(crate) fn answer_server_request(message: &Value) -> Option<Value> {
+    let method = message.get("method")?.as_str()?;
+    let id = message.get("id")?.clone();
+    if id.is_null() {
+        return None;
+    }
+    let outcome = match method {
+        "roots/list" => Ok(json!({ "roots": [] })),
+        "ping" => Ok(json!({})),
+        "elicitation/create" => Ok(json!({ "action": "decline" })),
+        "sampling/createMessage" => Err((-1, "the gateway's tool catalog does not sample")),
+        _ => Err((-32601, "method not found")),
+    };
+    Some(match outcome {
+        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+        Err((code, message)) => {
+            json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
+        }
+    })
 }
 
 /// Whether an SSE event's data is `notifications/tools/list_changed`.

@@ -13,6 +13,9 @@ pub(crate) mod header {
     pub(crate) const SCOPES: &str = "x-pforte-scopes";
     /// The route's name (`mcp` for `[upstream]`).
     pub(crate) const ROUTE: &str = "x-pforte-route";
+    /// On the tool catalog's requests to a command route's bridge: the person (percent-encoded)
+    /// whose per-user variables the catalog's child starts with.
+    pub(crate) const LENT_BY: &str = "x-pforte-lent-by";
     pub(crate) const REQUEST_ID: &str = "x-request-id";
     pub(crate) const FORWARDED_FOR: &str = "x-forwarded-for";
     pub(crate) const FORWARDED_PROTO: &str = "x-forwarded-proto";
@@ -54,34 +57,48 @@ pub(crate) fn is_stripped(name: &str) -> bool {
         || LOOK_ALIKES.contains(&name.as_str())
 }
 
-/// The headers the gateway sets on the upstream request.
+/// What a route's upstream learns of the caller besides the request: the identity headers
+/// (`identity_headers`) and the client's IP (`forward_client_ip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Disclose {
+    pub(crate) identity: bool,
+    pub(crate) client_ip: bool,
+}
+
+/// The headers the gateway sets on the upstream request: always `x-request-id` and
+/// `x-forwarded-proto`; the `x-pforte-*` identity and `x-forwarded-for` as `disclose` says.
 pub(crate) fn trusted_headers(
     principal: &Principal,
     route: &str,
     request_id: &str,
     client_ip: Option<&str>,
     proto: &str,
+    disclose: Disclose,
 ) -> Vec<(&'static str, String)> {
     let mut set = vec![
-        (header::SUBJECT, principal.subject.clone()),
-        (header::CLIENT, principal.client.clone()),
-        (header::AUTH_KIND, principal.kind.as_str().to_owned()),
-        (header::SCOPES, principal.scopes.join(" ")),
-        (header::ROUTE, route.to_owned()),
         (header::REQUEST_ID, request_id.to_owned()),
         (header::FORWARDED_PROTO, proto.to_owned()),
     ];
-    if let Some(ip) = client_ip {
-        set.push((header::FORWARDED_FOR, ip.to_owned()));
+    if disclose.identity {
+        set.extend([
+            (header::SUBJECT, principal.subject.clone()),
+            (header::CLIENT, principal.client.clone()),
+            (header::AUTH_KIND, principal.kind.as_str().to_owned()),
+            (header::SCOPES, principal.scopes.join(" ")),
+            (header::ROUTE, route.to_owned()),
+        ]);
+        if let Some(name) = &principal.client_name {
+            set.push((header::CLIENT_NAME, percent_encode(name)));
+        }
     }
-    if let Some(name) = &principal.client_name {
-        set.push((header::CLIENT_NAME, percent_encode(name)));
+    if let Some(ip) = client_ip.filter(|_| disclose.client_ip) {
+        set.push((header::FORWARDED_FOR, ip.to_owned()));
     }
     set
 }
 
 /// Every byte outside RFC 3986's unreserved set as `%XX`: any name fits in a header value.
-fn percent_encode(s: &str) -> String {
+pub(crate) fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -278,7 +295,11 @@ mod tests {
             scopes: vec!["mcp:read".into(), "mcp:write".into()],
             binding: crate::auth::Binding::Any,
         };
-        let h = trusted_headers(&p, "plans", "rid", Some("127.0.0.1"), "https");
+        let all = Disclose {
+            identity: true,
+            client_ip: true,
+        };
+        let h = trusted_headers(&p, "plans", "rid", Some("127.0.0.1"), "https", all);
         let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
         assert_eq!(get(header::SUBJECT), Some("operator"));
         assert_eq!(get(header::CLIENT), Some("laptop"));
@@ -288,6 +309,21 @@ mod tests {
         assert_eq!(get(header::ROUTE), Some("plans"));
         assert_eq!(get(header::FORWARDED_FOR), Some("127.0.0.1"));
         assert_eq!(get(header::CLIENT_NAME), Some("Claude%20f%C3%BCr%20Teams"));
+        // A third party's server: neither who calls nor from where; the request id stays.
+        let none = Disclose {
+            identity: false,
+            client_ip: false,
+        };
+        let h = trusted_headers(&p, "plans", "rid", Some("127.0.0.1"), "https", none);
+        let names: Vec<&str> = h.iter().map(|(k, _)| *k).collect();
+        assert_eq!(names, [header::REQUEST_ID, header::FORWARDED_PROTO]);
+        let ip_only = Disclose {
+            identity: false,
+            client_ip: true,
+        };
+        let h = trusted_headers(&p, "plans", "rid", Some("127.0.0.1"), "https", ip_only);
+        assert!(h.iter().all(|(k, _)| !k.starts_with("x-pforte-")), "{h:?}");
+        assert!(h.contains(&(header::FORWARDED_FOR, "127.0.0.1".to_owned())));
     }
 
     #[test]

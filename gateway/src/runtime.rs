@@ -334,7 +334,7 @@ pub(crate) fn run(
             route_children.push(None);
         }
     }
-    let catalogs = route_catalogs(&settings)?;
+    let catalogs = route_catalogs(&settings, &credentials)?;
     let sessions = match (&settings.store, oauth.runtime()) {
         (Site::Redis(url), Some(rt)) => {
             let _in_runtime = rt.enter();
@@ -572,10 +572,14 @@ fn server_conf(settings: &Settings) -> ServerConf {
     }
 }
 
-/// One tool catalog per route, each an MCP client of the route's (first) upstream.
-fn route_catalogs(settings: &Settings) -> Result<Vec<Arc<Catalog>>, ServeError> {
+/// One tool catalog per route, each an MCP client of the route's (first) upstream; a route
+/// whose upstream takes only each person's own credential borrows a connected person's.
+fn route_catalogs(
+    settings: &Settings,
+    credentials: &Arc<crate::credentials::Credentials>,
+) -> Result<Vec<Arc<Catalog>>, ServeError> {
     let mut catalogs = Vec::with_capacity(settings.routes.len());
-    for route in &settings.routes {
+    for (i, route) in settings.routes.iter().enumerate() {
         let upstream = route.upstream.primary();
         let catalog = Catalog::new(
             upstream.http_url(),
@@ -583,10 +587,10 @@ fn route_catalogs(settings: &Settings) -> Result<Vec<Arc<Catalog>>, ServeError> 
                 unix_socket: upstream.socket.clone(),
                 ca_file: route.upstream.ca_file().map(std::path::Path::to_path_buf),
                 header: crate::credentials::shared_header(route)?.map(|h| (h.name, h.value)),
-                offline: route
-                    .upstream_auth
-                    .as_ref()
-                    .is_some_and(crate::config::UpstreamAuth::per_user),
+                lender: credentials
+                    .per_user(i)
+                    .then(|| crate::credentials::RouteLender::shared(credentials, i)),
+                identity: route.identity_headers,
                 ..CatalogOptions::default()
             },
         )

@@ -446,6 +446,14 @@ impl Vault {
         }
     }
 
+    /// The people with a working credential for `route`, the most recently connected first
+    /// (the tool catalog borrows one; asked only when it needs another). Reads every record's
+    /// metadata, no secret.
+    pub(crate) async fn connected(&self, route: &str) -> Result<Vec<String>, VaultError> {
+        let rows = self.backend.all().await?;
+        Ok(newest_connected(rows, route))
+    }
+
     /// Re-seals every record not under the ring's current key; how many were. A record no key
     /// of the ring opens is an error (nothing is dropped).
     pub(crate) async fn rekey(&self) -> Result<usize, VaultError> {
@@ -664,6 +672,17 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// 32 random bytes, base64url: a link, a ticket, a browser binding.
+/// The people of `rows` connected to `route` (not waiting to reconnect), the most recently
+/// connected first.
+fn newest_connected(rows: Vec<Row>, route: &str) -> Vec<String> {
+    let mut mine: Vec<Row> = rows
+        .into_iter()
+        .filter(|r| r.route == route && r.state == State::Connected)
+        .collect();
+    mine.sort_by_key(|r| std::cmp::Reverse(r.connected_ms));
+    mine.into_iter().map(|r| r.person).collect()
+}
+
 pub(crate) fn random_token() -> String {
     use base64::Engine as _;
     let bytes: [u8; 32] = rand::random();

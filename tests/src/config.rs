@@ -428,6 +428,12 @@ pub struct Route {
     /// `required`: `Some(false)` keeps the gateway ready while this route is down.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
+    /// `identity_headers` (unset: the gateway's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity_headers: Option<bool>,
+    /// `forward_client_ip` (unset: the gateway's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_client_ip: Option<bool>,
     /// `[routes.upstream_auth]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_auth: Option<UpstreamAuth>,
@@ -502,6 +508,8 @@ impl Route {
             roles: Vec::new(),
             users: Vec::new(),
             required: None,
+            identity_headers: None,
+            forward_client_ip: None,
             upstream_auth: None,
         }
     }
@@ -557,6 +565,13 @@ impl Route {
     /// `[routes.upstream_auth]`.
     pub fn upstream_auth(mut self, auth: UpstreamAuth) -> Self {
         self.upstream_auth = Some(auth);
+        self
+    }
+
+    /// `identity_headers` and `forward_client_ip`: what the upstream learns of the caller.
+    pub fn discloses(mut self, identity_headers: bool, forward_client_ip: bool) -> Self {
+        self.identity_headers = Some(identity_headers);
+        self.forward_client_ip = Some(forward_client_ip);
         self
     }
 

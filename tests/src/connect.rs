@@ -234,9 +234,9 @@ struct EchoState {
     refused: HashMap<String, bool>,
 }
 
-/// A tiny MCP server on 127.0.0.1 that records every request (its headers above all) and
-/// answers `initialize`, `tools/list` (one tool, `echo`) and `tools/call` (the request's
-/// headers as the tool's text); a request whose `X-Api-Key` is refused gets 401 (with a JSON
+/// A tiny stateless MCP server on 127.0.0.1 that records every request (its headers above all)
+/// and answers `initialize`, `tools/list` (`echo`, and `peek` annotated `readOnlyHint`) and
+/// `tools/call` (the request's headers as the tool's text); a request whose `X-Api-Key` is refused gets 401 (with a JSON
 /// body, or none at all). Stopped when dropped.
 #[derive(Debug)]
 pub struct EchoUpstream {
@@ -365,6 +365,11 @@ fn echo(
             "name": "echo",
             "description": "The request's headers.",
             "inputSchema": {"type": "object", "properties": {}},
+        }, {
+            "name": "peek",
+            "description": "The request's headers, read only.",
+            "inputSchema": {"type": "object", "properties": {}},
+            "annotations": {"readOnlyHint": true},
         }]}),
         Some("tools/call") => {
             let text = serde_json::to_string(&pairs).unwrap_or_default();

@@ -74,3 +74,78 @@ async fn empty_catalog_answers_unknown_within_the_bound() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(catalog.generation(), 0);
 }
+
+#[test]
+fn the_servers_requests_get_minimal_answers() {
+    let ask = |method: &str| json!({ "jsonrpc": "2.0", "id": 7, "method": method });
+    let roots = answer_server_request(&ask("roots/list")).unwrap();
+    assert_eq!(
+        roots,
+        json!({ "jsonrpc": "2.0", "id": 7, "result": { "roots": [] } })
+    );
+    assert_eq!(
+        answer_server_request(&ask("ping")).unwrap()["result"],
+        json!({})
+    );
+    assert_eq!(
+        answer_server_request(&ask("elicitation/create")).unwrap()["result"]["action"],
+        "decline"
+    );
+    assert_eq!(
+        answer_server_request(&ask("sampling/createMessage")).unwrap()["error"]["code"],
+        -1
+    );
+    assert_eq!(
+        answer_server_request(&ask("tools/call")).unwrap()["error"]["code"],
+        -32601
+    );
+    // Notifications and answers are no requests.
+    let note = json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" });
+    assert_eq!(answer_server_request(&note), None);
+    assert_eq!(
+        answer_server_request(&json!({ "jsonrpc": "2.0", "id": 1, "result": {} })),
+        None
+    );
+}
+
+#[test]
+fn the_catalog_declares_roots_sampling_and_elicitation() {
+    let caps = client_capabilities();
+    for capability in ["roots", "sampling", "elicitation"] {
+        assert!(caps.get(capability).is_some(), "{capability}: {caps}");
+    }
+}
+
+/// A lender whose people are fixed and whose credentials are the person's name as a key.
+#[derive(Debug)]
+struct Fixed(Vec<&'static str>);
+
+#[async_trait]
+impl Lender for Fixed {
+    async fn people(&self) -> Result<Vec<String>, String> {
+        Ok(self.0.iter().map(|p| (*p).to_owned()).collect())
+    }
+    async fn headers(
+        &self,
+        person: &str,
+    ) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, String> {
+        let value = http::HeaderValue::from_str(person).map_err(|e| e.to_string())?;
+        Ok(vec![(http::HeaderName::from_static("x-api-key"), value)])
+    }
+}
+
+#[tokio::test]
+async fn without_anyone_connected_the_catalog_waits_and_says_so() {
+    let opts = CatalogOptions {
+        lender: Some(Arc::new(Fixed(Vec::new()))),
+        ..CatalogOptions::default()
+    };
+    let catalog = Catalog::new("http://127.0.0.1:9/mcp".into(), opts).unwrap();
+    assert!(catalog.awaits_person());
+    assert!(matches!(
+        catalog.refresh().await,
+        Err(CatalogError::NoLender)
+    ));
+    assert!(catalog.awaits_person());
+    assert!(catalog.is_empty());
+}

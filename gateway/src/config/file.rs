@@ -38,6 +38,10 @@ pub(crate) struct UpstreamConfig {
     pub(crate) title: Option<String>,
     /// As `[[routes]]` `required`.
     pub(crate) required: bool,
+    /// As `[[routes]]` `identity_headers` (default `true`).
+    pub(crate) identity_headers: Option<bool>,
+    /// As `[[routes]]` `forward_client_ip` (default `true`).
+    pub(crate) forward_client_ip: Option<bool>,
 }
 
 impl Default for UpstreamConfig {
@@ -52,6 +56,8 @@ impl Default for UpstreamConfig {
             users: Vec::new(),
             title: None,
             required: true,
+            identity_headers: None,
+            forward_client_ip: None,
         }
     }
 }
@@ -131,6 +137,12 @@ pub(crate) struct RouteConfig {
     pub(crate) required: bool,
     /// `[routes.upstream_auth]`: the credential the upstream needs of its own.
     pub(crate) upstream_auth: Option<super::upstream_auth::UpstreamAuthConfig>,
+    /// Whether the upstream gets the caller's `x-pforte-*` identity headers (default: `false`
+    /// with `upstream_auth`, a third party's server; else `true`).
+    pub(crate) identity_headers: Option<bool>,
+    /// Whether the upstream gets the client's IP in `X-Forwarded-For` (default as
+    /// `identity_headers`).
+    pub(crate) forward_client_ip: Option<bool>,
 }
 
 impl Default for RouteConfig {
@@ -155,6 +167,8 @@ impl Default for RouteConfig {
             users: Vec::new(),
             required: true,
             upstream_auth: None,
+            identity_headers: None,
+            forward_client_ip: None,
         }
     }
 }

@@ -147,6 +147,10 @@ pub(crate) struct Route {
     pub(crate) required: bool,
     /// `[routes.upstream_auth]`: the upstream's own credential (per user, or shared).
     pub(crate) upstream_auth: Option<super::upstream_auth::UpstreamAuth>,
+    /// What the upstream learns of the caller: the `x-pforte-*` identity headers, and the
+    /// client's IP in `X-Forwarded-For` ([`third_party_default`]).
+    pub(crate) identity_headers: bool,
+    pub(crate) forward_client_ip: bool,
 }
 
 impl Route {
@@ -204,6 +208,8 @@ pub(super) fn table(
             users: u.users.clone(),
             required: u.required,
             upstream_auth: None,
+            identity_headers: third_party_default(u.identity_headers, false),
+            forward_client_ip: third_party_default(u.forward_client_ip, false),
         });
     }
     let timeouts = upstream.unwrap_or(&defaults);
@@ -295,6 +301,19 @@ fn route(
             format!("{v:?} is in the route's env too; each user's value would be ambiguous"),
         ));
     }
+    if r.command.is_some() {
+        // The bridge is the gateway's own: it needs the caller to count and to start each
+        // person's child, and tells the child itself (`PFORTE_*`, `_meta`).
+        for (field, set) in [
+            ("identity_headers", r.identity_headers),
+            ("forward_client_ip", r.forward_client_ip),
+        ] {
+            if set.is_some() {
+                return Err(err(field, "is for url and urls routes; a command route's program learns its caller from the bridge".to_owned()));
+            }
+        }
+    }
+    let third_party = upstream_auth.is_some();
     let connect_timeout_ms = r.connect_timeout_ms.unwrap_or(timeouts.connect_timeout_ms);
     if connect_timeout_ms == 0 {
         return Err(err("connect_timeout_ms", "must be above 0".to_owned()));
@@ -346,7 +365,18 @@ fn route(
         users: r.users.clone(),
         required: r.required,
         upstream_auth,
+        identity_headers: r.command.is_some()
+            || third_party_default(r.identity_headers, third_party),
+        forward_client_ip: r.command.is_some()
+            || third_party_default(r.forward_client_ip, third_party),
     })
+}
+
+/// Whether a route's upstream learns the caller (`identity_headers`) or the client's IP
+/// (`forward_client_ip`): as written, else not for a third party's server (a route with
+/// `upstream_auth`) and yes for any other.
+pub(crate) fn third_party_default(written: Option<bool>, third_party: bool) -> bool {
+    written.unwrap_or(!third_party)
 }
 
 /// A `command` route's upstream: its bridge socket under `data_dir` and the child's bounds.

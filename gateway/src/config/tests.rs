@@ -475,3 +475,41 @@ fn otlp_endpoint_comes_from_the_file_or_the_environment_and_empty_is_off() {
     assert_eq!(off.validate().unwrap().telemetry, None);
     assert!(cfg("[telemetry]\notlp_endpoint = \"ftp://x\"").is_err());
 }
+
+#[test]
+fn third_party_servers_learn_neither_identity_nor_client_ip_by_default() {
+    let text = |extra_search: &str, extra_plain: &str| {
+        format!(
+            "listen = \"127.0.0.1:9000\"\n[vault]\nkey_file = \"/k\"\n\
+             [[routes]]\nname = \"search\"\nurl = \"https://search.example/mcp\"\n{extra_search}\n\
+             [routes.upstream_auth]\nkind = \"header\"\nheader = \"X-Api-Key\"\n\
+             [[routes]]\nname = \"notes\"\nurl = \"http://127.0.0.1:8080/mcp\"\n{extra_plain}\n"
+        )
+    };
+    let s = cfg(&text("", "")).unwrap();
+    let (search, notes) = (&s.routes[0], &s.routes[1]);
+    assert!(!search.identity_headers && !search.forward_client_ip);
+    assert!(notes.identity_headers && notes.forward_client_ip);
+    // Each way round when written.
+    let s = cfg(&text(
+        "identity_headers = true\nforward_client_ip = false",
+        "identity_headers = false\nforward_client_ip = false",
+    ))
+    .unwrap();
+    let (search, notes) = (&s.routes[0], &s.routes[1]);
+    assert!(search.identity_headers && !search.forward_client_ip);
+    assert!(!notes.identity_headers && !notes.forward_client_ip);
+    // [upstream] takes them too.
+    let s = cfg("listen = \"127.0.0.1:9000\"\n[upstream]\nidentity_headers = false").unwrap();
+    assert!(!s.routes[0].identity_headers && s.routes[0].forward_client_ip);
+    // A command route's bridge is the gateway's own: the keys are refused there.
+    let err = cfg(
+        "listen = \"127.0.0.1:9000\"\n[[routes]]\nname = \"files\"\ncommand = [\"srv\"]\n\
+         identity_headers = false",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("identity_headers") && err.to_string().contains("command"),
+        "{err}"
+    );
+}

@@ -374,7 +374,15 @@ pub(crate) struct RouteDetail {
     pub(crate) route: RouteRow,
     pub(crate) tools: Vec<ToolRow>,
     pub(crate) errors: Vec<(String, RecentError)>,
+    /// The catalog learns through a connected person's credential and has nobody's yet.
+    pub(crate) awaits_person: bool,
 }
+
+/// What a route's page says when its catalog waits for someone to connect.
+pub(crate) const AWAITS_PERSON: &str = "Nobody has connected to this route's service yet, or \
+     the service refused the connected people's credentials: the gateway learns its tools \
+     through a connected person's credential. Until then a tool needs the write scope unless a \
+     [tools] rule says otherwise.";
 
 pub(crate) fn route_page(d: &RouteDetail) -> String {
     let r = &d.route;
@@ -442,7 +450,7 @@ pub(crate) fn route_page(d: &RouteDetail) -> String {
     format!(
         "<h1>Route {name}</h1><p class=\"muted\">{title}<code>{path}</code> → <code>{up}</code></p>\
          <div class=\"cards\">{health}{tools_n}{children}</div>{instances}\
-         <h2>Tools in the catalog</h2>{tools}\
+         <h2>Tools in the catalog</h2>{awaits}{tools}\
          <h2>Recent errors</h2>{errors}\
          <p><a href=\"/admin/audit?route={name}\">Audit log of this route</a></p>",
         name = escape(&r.name),
@@ -454,6 +462,11 @@ pub(crate) fn route_page(d: &RouteDetail) -> String {
         path = escape(&r.path),
         up = escape(&r.upstream),
         tools_n = card(&r.tools.to_string(), "tools"),
+        awaits = if d.awaits_person {
+            format!("<p class=\"warn\">{}</p>", escape(AWAITS_PERSON))
+        } else {
+            String::new()
+        },
         children = r
             .children
             .map(|n| card(&n.to_string(), "stdio children"))

@@ -303,9 +303,7 @@ impl Gateway {
             return Ok(unavailable());
         }
         tracing::info!(route = %route.name, "upstream secret connected");
-        self.edge
-            .credentials
-            .note(&route.name, crate::metrics::CredentialEvent::Connected);
+        self.connected(route, &entry.person);
         Ok(console::redirect(&format!("/connect/{}/done", route.name)))
     }
 
@@ -441,10 +439,25 @@ impl Gateway {
             return unavailable();
         }
         tracing::info!(route = %route.name, "upstream account connected");
+        self.connected(route, &entry.person);
+        console::redirect(&format!("/connect/{}/done", route.name))
+    }
+
+    /// `person` connected to `route`: counted, and the route's tool catalog may borrow their
+    /// credential now.
+    fn connected(&self, route: &Route, person: &str) {
         self.edge
             .credentials
             .note(&route.name, crate::metrics::CredentialEvent::Connected);
-        console::redirect(&format!("/connect/{}/done", route.name))
+        if let Some(catalog) = self
+            .settings
+            .routes
+            .iter()
+            .position(|r| r.name == route.name)
+            .and_then(|i| self.edge.catalogs.get(i))
+        {
+            catalog.connected(person);
+        }
     }
 
     /// `GET /connections`: the signed-in user's credentials per route.

@@ -393,6 +393,7 @@ impl Gateway {
             route,
             tools,
             errors,
+            awaits_person: self.edge.catalogs.get(i).is_some_and(|c| c.awaits_person()),
         }
     }
 

@@ -284,6 +284,10 @@ impl Gateway {
             &ctx.request_id,
             client_ip.as_deref(),
             proto,
+            forward::Disclose {
+                identity: route.identity_headers,
+                client_ip: route.forward_client_ip,
+            },
         ) {
             req.insert_header(name, value)?;
         }

@@ -35,7 +35,11 @@ impl Shared {
         let principal = person(headers);
         // The person's own variables (none for the gateway's session), then who calls: the
         // child learns its caller from its environment.
-        let per_user = match self.per_user_env(principal.as_deref()).await {
+        let lent_by = lent_by(headers);
+        let per_user = match self
+            .per_user_env(principal.as_deref().or(lent_by.as_deref()))
+            .await
+        {
             Ok(vars) => vars,
             Err(refusal) => return reply::env_refused(&self.spec.route, id, &refusal),
         };
@@ -124,6 +128,15 @@ fn person(headers: &HeaderMap) -> Option<String> {
             header_str(headers, CLIENT_HEADER).unwrap_or_default()
         )),
     }
+}
+
+/// On the gateway's own session (its tool catalog on a route whose children need each
+/// person's variables): the person whose variables it borrows (`x-pforte-lent-by`), if any.
+fn lent_by(headers: &HeaderMap) -> Option<String> {
+    if header_str(headers, AUTH_KIND_HEADER) != Some(GATEWAY_AUTH_KIND) {
+        return None;
+    }
+    header_str(headers, crate::forward::header::LENT_BY).and_then(identity::percent_decode)
 }
 
 /// The caller on a client message to a child: a request gets

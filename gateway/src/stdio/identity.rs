@@ -229,7 +229,7 @@ fn fits_env(name: &str, value: &str) -> bool {
 }
 
 /// Decodes `%XX` escapes into UTF-8; `None` for a malformed escape or invalid UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+pub(super) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

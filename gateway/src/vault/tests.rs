@@ -317,3 +317,28 @@ async fn a_refresh_is_made_once_across_vaults() {
         backend.remove_person("oauth:ann").await.unwrap();
     }
 }
+
+#[test]
+fn the_newest_connected_person_of_a_route_comes_first() {
+    let row = |route: &str, person: &str, connected_ms: u64, state: State| Row {
+        route: route.into(),
+        person: person.into(),
+        state,
+        connected_ms,
+        refreshed_ms: None,
+        expires_at_ms: None,
+        version: 1,
+        sealed: String::new(),
+    };
+    let rows = vec![
+        row("search", "static:old", 10, State::Connected),
+        row("search", "static:new", 30, State::Connected),
+        row("search", "static:stale", 40, State::NeedsReconnect),
+        row("other", "static:elsewhere", 50, State::Connected),
+        row("search", "oauth:mid", 20, State::Connected),
+    ];
+    assert_eq!(
+        newest_connected(rows, "search"),
+        ["static:new", "oauth:mid", "static:old"]
+    );
+}

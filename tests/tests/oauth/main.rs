@@ -17,6 +17,8 @@ mod oauth_sdk;
 mod oidc_login;
 mod pages;
 mod step_up;
+mod third_parties;
 mod up;
 mod upstream_auth;
+mod upstream_catalog;
 mod upstream_oauth;

@@ -391,9 +391,26 @@ async fn an_env_route_starts_each_users_child_with_their_secret_and_identity() {
         "{env}"
     );
     assert!(env.lines().any(|l| l == "PFORTE_AUTH_KIND=oauth"), "{env}");
+    // The gateway's tool catalog learns the route's tools through a child started with her
+    // variables (issue 36): its own identity, her key.
+    let borrowed = pforte_tests::eventually(std::time::Duration::from_secs(10), || {
+        let dumps = dumps.clone();
+        async move {
+            child_envs(&dumps).iter().any(|e| {
+                e.lines().any(|l| l == "PFORTE_AUTH_KIND=gateway")
+                    && e.lines().any(|l| l == "SEARCH_KEY=dora-search-key")
+            })
+        }
+    })
+    .await;
+    assert!(borrowed, "no catalog child with her key: {envs:?}");
+    let envs = child_envs(&dumps);
     for e in &envs {
         assert!(!e.contains(&token), "the client's token in a child: {e}");
-        if !e.contains(&format!("PFORTE_SUBJECT={DORA}")) {
+        // Besides her own child, only the gateway's catalog child borrows it (to list the
+        // tools; issue 36).
+        let catalog = e.lines().any(|l| l == "PFORTE_AUTH_KIND=gateway");
+        if !e.contains(&format!("PFORTE_SUBJECT={DORA}")) && !catalog {
             assert!(!e.contains("dora-search-key"), "dora's key elsewhere: {e}");
         }
     }

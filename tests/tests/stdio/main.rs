@@ -4,6 +4,7 @@
 //! reference servers.
 
 mod big_messages;
+mod catalog_capabilities;
 mod conformance;
 mod stdio_bridge;
 mod stdio_bytes;
