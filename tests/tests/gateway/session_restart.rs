@@ -3,6 +3,7 @@
 //! same data dir (the records in `sessions.db`) or the same redis, and the same
 //! `Mcp-Session-Id` keeps working; another principal still gets 404 with it. A stdio route's
 //! session ends with the restart (its child is gone): 404, and a new session works.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pforte_tests::{RedisServer, Route, Stack, rpc_answer};
 use serde_json::json;
