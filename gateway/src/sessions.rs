@@ -362,9 +362,12 @@ impl Sessions {
                     let binding = t.bind(key(session_id), holder, instance, clock.now_ms());
                     (binding, t.take_journal())
                 };
-                if let Some(disk) = disk {
-                    // Written before the `initialize` answer leaves: a clean restart keeps it.
-                    disk.apply(writes).await?;
+                // Written before the `initialize` answer leaves: a clean restart keeps it. The
+                // table is this process's truth: a failed write costs only the restart.
+                if let Some(disk) = disk
+                    && let Err(e) = disk.apply(writes).await
+                {
+                    tracing::warn!(error = %e, "could not write a session record to sessions.db");
                 }
                 Ok(binding)
             }
@@ -420,10 +423,12 @@ impl Sessions {
                     }
                     t.take_journal()
                 };
-                match disk {
-                    Some(disk) => disk.apply(writes).await,
-                    None => Ok(()),
+                if let Some(disk) = disk
+                    && let Err(e) = disk.apply(writes).await
+                {
+                    tracing::warn!(error = %e, "could not delete a session record from sessions.db");
                 }
+                Ok(())
             }
             Backend::Redis(r) => r.forget(key, holder).await,
         }
