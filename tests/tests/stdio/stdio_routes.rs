@@ -1,7 +1,9 @@
 //! stdio routes end to end: `[[routes]]` with `command = [...]` in a real `pforte serve`, the
 //! gateway's stdio bridge running the children — the Python SDK server
 //! (tests/fixtures/stdio/server.py) called by the Python SDK client, `mcp-service stdio` called
-//! by rmcp, a crash mid-call, the per-route cap, no child left after SIGTERM or SIGKILL of the
+//! by rmcp, a crash mid-call, the per-route cap, no lockout at the per-person cap (ten health
+//! checks that never DELETE, the Claude Code CLI's `claude mcp list` among them; a call in
+//! flight never evicted), no child left after SIGTERM or SIGKILL of the
 //! gateway, and the MCP conformance suite against tests/conformance/everything-server.cjs run
 //! with its stdio transport. The hardening of children (tests/fixtures/stdio/plain_server.py, on
 //! the standard library only): an oversized message, the whole process tree on SIGKILL, a
