@@ -47,6 +47,13 @@ if ! npm_pinned target/server-filesystem @modelcontextprotocol/server-filesystem
     @modelcontextprotocol/server-filesystem@2026.8.31
 fi
 
+# The Claude Code CLI, whose `claude mcp list` health checks the stdio tests run against a
+# route (tests/src/tools.rs, CLAUDE_CODE_PACKAGE); no account needed for `mcp add` / `mcp list`.
+if ! npm_pinned target/claude-code @anthropic-ai/claude-code 2.1.332; then
+  echo "== installing the Claude Code CLI into target/claude-code"
+  npm install -s --no-audit --no-fund --prefix target/claude-code @anthropic-ai/claude-code@2.1.332
+fi
+
 # The OpenID provider the sign-in tests run (tests/oidc/idp.mjs, on Node 22): npm's certified
 # oidc-provider, pinned as in tests/src/idp.rs (OIDC_PROVIDER_PACKAGE).
 if ! npm_pinned target/oidc-provider oidc-provider 9.13.3; then

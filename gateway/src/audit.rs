@@ -156,6 +156,37 @@ pub(crate) struct ConsoleRecord<'a> {
     pub(crate) client_ip: Option<std::net::IpAddr>,
 }
 
+/// One audit line per session the gateway or a stdio bridge closed to make room for a new
+/// one at a person's cap: their least recently used idle session (no call in flight, no open
+/// stream). Its next use gets 404 and the client initializes again. The session is named by
+/// the first 12 hex digits of its id's SHA-256 (the id itself is not written).
+///
+/// ```json
+/// {"time":"2026-12-05T01:40:00.000Z","event":"session_evicted","route":"files","person":"static:ci","session":"3f2a9c1b0d4e","idle_ms":5120,"limit":"max_children_per_principal","max":4}
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SessionRecord<'a> {
+    #[serde(rename = "time", serialize_with = "serialize_time")]
+    pub(crate) time_ms: u64,
+    /// Always `session_evicted`.
+    pub(crate) event: &'static str,
+    /// The route whose bridge closed it (`None`: the gateway's own session records).
+    pub(crate) route: Option<&'a str>,
+    /// `auth::person_key`: whom the session counted against.
+    #[serde(serialize_with = "serialize_untrusted")]
+    pub(crate) person: &'a str,
+    pub(crate) session: &'a str,
+    pub(crate) idle_ms: Option<u64>,
+    /// `limits.sessions_per_principal` or `max_children_per_principal`.
+    pub(crate) limit: &'static str,
+    pub(crate) max: usize,
+}
+
+/// How an audit line names a session: the first 12 hex digits of its id's SHA-256.
+pub(crate) fn session_tag(hash: &[u8; 32]) -> String {
+    hex::encode(&hash[..6])
+}
+
 fn serialize_untrusted<S: Serializer>(text: &&str, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::logging::untrusted_name(text))
 }

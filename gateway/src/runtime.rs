@@ -30,7 +30,6 @@ use crate::{
     metrics::{self, Metrics},
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
-    sessions::{SessionOptions, Sessions},
     stdio::{StdioBridge, StdioSpec, exec::RunAs},
     stores::{Site, Stores},
     tokens::{StoreError, TokenCache},
@@ -322,7 +321,7 @@ pub(crate) fn run(
     let mut children = Vec::new();
     for (i, route) in settings.routes.iter().enumerate() {
         if let Some((spec, socket)) = stdio_spec(route)? {
-            let mut bridge = StdioBridge::bind(spec, &socket)?;
+            let mut bridge = StdioBridge::bind(spec, &socket)?.with_audit(audit.clone());
             if credentials.per_user(i) {
                 bridge = bridge
                     .with_session_env(Arc::new(crate::credentials::VaultEnv(credentials.clone())));
@@ -335,14 +334,10 @@ pub(crate) fn run(
         }
     }
     let catalogs = route_catalogs(&settings, &credentials)?;
-    let sessions = match (&settings.store, oauth.runtime()) {
-        (Site::Redis(url), Some(rt)) => {
-            let _in_runtime = rt.enter();
-            Sessions::redis(url, "pforte:", SessionOptions::default())
-                .map_err(|e| ServeError::Pingora(e.to_string()))?
-        }
-        _ => Sessions::local(clock.clone(), SessionOptions::default()),
-    };
+    let sessions =
+        crate::stores::sessions(&settings.store, oauth.runtime().as_ref(), clock.clone())
+            .map_err(|e| ServeError::Pingora(e.to_string()))?
+            .with_audit(audit.clone());
     let mut background: Vec<_> = catalogs
         .iter()
         .zip(&settings.routes)

@@ -15,8 +15,17 @@
 //! released by `DELETE`, expiry or eviction. Open SSE streams are counted apart, in
 //! `crate::streams`.
 //!
-//! The bindings live in `local` (this process) or `redis` (shared by several gateways).
+//! At the cap nobody is locked out: [`Sessions::make_room`] closes the person's least recently
+//! used *idle* session — never one with a request in flight or an open stream on this gateway
+//! ([`InUse`], held for the duration of each request in a session) — writes an audit line
+//! naming it, and its next use gets 404, so its client initializes again.
+//!
+//! The bindings live in `local` (this process), backed by `disk` (SQLite in the data dir, so
+//! that sessions outlive a restart; read whole at start, new bindings written before their
+//! `initialize` is answered, the rest off the request's path) or in `redis` (shared by several
+//! gateways, outliving each of them).
 
+mod disk;
 mod local;
 mod redis;
 #[cfg(test)]
@@ -24,6 +33,8 @@ mod redis;
 mod tests;
 
 use std::{
+    collections::HashMap,
+    path::Path,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -32,7 +43,10 @@ use sha2::{Digest as _, Sha256};
 
 use pforte_clock::Clock;
 
+use crate::audit::{AuditLog, SessionRecord, session_tag};
+
 use self::{
+    disk::Disk,
     local::{Table, lock},
     redis::RedisSessions,
 };
@@ -144,6 +158,13 @@ fn key(session_id: &str) -> Key {
 #[derive(Debug)]
 pub struct Sessions {
     backend: Backend,
+    /// Sessions with requests in flight on this gateway (a count per hashed id, and the person
+    /// it counts against), spared by [`Sessions::make_room`].
+    busy: Mutex<HashMap<Key, (usize, Box<str>)>>,
+    /// Where evictions are written; `None`: nowhere.
+    audit: Option<AuditLog>,
+    /// Wall-clock time of the audit lines.
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(Debug)]
@@ -151,27 +172,177 @@ enum Backend {
     Local {
         table: Mutex<Table>,
         clock: Arc<dyn Clock>,
+        /// The store behind the table (`None`: this process only).
+        disk: Option<Disk>,
     },
     Redis(RedisSessions),
 }
 
+/// A request in flight in a session (or its open stream): while held, the session is not
+/// evicted to make room at its person's cap. Taken by [`Sessions::in_use`], released on drop.
+#[derive(Debug)]
+pub(crate) struct InUse {
+    sessions: Arc<Sessions>,
+    key: Key,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut busy = self.sessions.busy();
+        if let Some((n, _)) = busy.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                busy.remove(&self.key);
+            }
+        }
+    }
+}
+
 impl Sessions {
+    fn with_backend(backend: Backend, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            backend,
+            busy: Mutex::default(),
+            audit: None,
+            clock,
+        }
+    }
+
     /// In-process bindings on `clock`.
     pub(crate) fn local(clock: Arc<dyn Clock>, opts: SessionOptions) -> Self {
-        Self {
-            backend: Backend::Local {
+        Self::with_backend(
+            Backend::Local {
                 table: Mutex::new(Table::new(opts)),
-                clock,
+                clock: clock.clone(),
+                disk: None,
             },
-        }
+            clock,
+        )
+    }
+
+    /// In-process bindings on `clock` kept in the SQLite database at `path` (created
+    /// owner-only), so they outlive a restart: the live records are read now. Blocking.
+    pub fn embedded(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        opts: SessionOptions,
+    ) -> Result<Self, SessionError> {
+        let disk = Disk::open(path)?;
+        let now = clock.now_ms();
+        let table = Table::journaled(opts, disk.load(now)?, now);
+        Ok(Self::with_backend(
+            Backend::Local {
+                table: Mutex::new(table),
+                clock: clock.clone(),
+                disk: Some(disk),
+            },
+            clock,
+        ))
     }
 
     /// Bindings in redis under `<prefix>session:<sha256 hex>`, on redis's clock (`EX`). Connects
     /// lazily and must be called inside the tokio runtime that will drive the connection.
     pub fn redis(url: &str, prefix: &str, opts: SessionOptions) -> Result<Self, SessionError> {
-        Ok(Self {
-            backend: Backend::Redis(RedisSessions::connect(url, prefix, &opts)?),
-        })
+        Ok(Self::with_backend(
+            Backend::Redis(RedisSessions::connect(url, prefix, &opts)?),
+            Arc::new(pforte_clock::SystemClock),
+        ))
+    }
+
+    /// Evictions are written to `audit`.
+    pub(crate) fn with_audit(mut self, audit: Option<AuditLog>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    fn busy(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (usize, Box<str>)>> {
+        self.busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks `session_id` in use by a request of `holder` until the guard drops.
+    pub(crate) fn in_use(self: &Arc<Self>, session_id: &str, holder: Holder<'_>) -> InUse {
+        let key = key(session_id);
+        self.busy()
+            .entry(key)
+            .or_insert_with(|| (0, holder.person.into()))
+            .0 += 1;
+        InUse {
+            sessions: self.clone(),
+            key,
+        }
+    }
+
+    /// This gateway's sessions of `person` with a request in flight.
+    fn busy_of(&self, person: &str) -> Vec<Key> {
+        self.busy()
+            .iter()
+            .filter(|(_, (_, p))| &**p == person)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Room for one more session of `holder`'s person under `max`: `true` when there is (after
+    /// closing their least recently used idle sessions, each audited), `false` when every
+    /// session they hold is busy.
+    pub(crate) async fn make_room(
+        &self,
+        holder: Holder<'_>,
+        max: u32,
+    ) -> Result<bool, SessionError> {
+        let max = max as usize;
+        let busy = self.busy_of(holder.person);
+        let evicted: Vec<(Key, Option<u64>)> = match &self.backend {
+            Backend::Local { table, clock, disk } => {
+                let (room, writes) = {
+                    let mut t = lock(table);
+                    let room =
+                        t.make_room(holder.person, max, &|k| busy.contains(k), clock.now_ms());
+                    (room, t.take_journal())
+                };
+                if let Some(disk) = disk {
+                    disk.apply_later(writes);
+                }
+                match room {
+                    Ok(evicted) => evicted
+                        .into_iter()
+                        .map(|e| (e.key, Some(e.idle_ms)))
+                        .collect(),
+                    Err(()) => return Ok(false),
+                }
+            }
+            Backend::Redis(r) => match r.make_room(holder.person, max, &busy).await? {
+                Some(evicted) => evicted,
+                None => return Ok(false),
+            },
+        };
+        for (key, idle_ms) in evicted {
+            self.note_eviction(holder.person, &key, idle_ms, max);
+        }
+        Ok(true)
+    }
+
+    fn note_eviction(&self, person: &str, key: &Key, idle_ms: Option<u64>, max: usize) {
+        let session = session_tag(key);
+        tracing::info!(
+            person = %crate::logging::untrusted_name(person),
+            session = %session,
+            idle_ms,
+            "session closed to make room at limits.sessions_per_principal: its next use gets 404"
+        );
+        if let Some(audit) = &self.audit {
+            audit.record(&SessionRecord {
+                time_ms: self.clock.now_ms(),
+                event: "session_evicted",
+                route: None,
+                person,
+                session: &session,
+                idle_ms,
+                limit: "limits.sessions_per_principal",
+                max,
+            });
+        }
     }
 
     /// Binds `session_id` to `owner`, served by `instance`, unless it is bound already: the
@@ -185,8 +356,20 @@ impl Sessions {
     ) -> Result<Binding, SessionError> {
         let instance = instance.filter(|i| is_storable(i));
         match &self.backend {
-            Backend::Local { table, clock } => {
-                Ok(lock(table).bind(key(session_id), holder, instance, clock.now_ms()))
+            Backend::Local { table, clock, disk } => {
+                let (binding, writes) = {
+                    let mut t = lock(table);
+                    let binding = t.bind(key(session_id), holder, instance, clock.now_ms());
+                    (binding, t.take_journal())
+                };
+                // Written before the `initialize` answer leaves: a clean restart keeps it. The
+                // table is this process's truth: a failed write costs only the restart.
+                if let Some(disk) = disk
+                    && let Err(e) = disk.apply(writes).await
+                {
+                    tracing::warn!(error = %e, "could not write a session record to sessions.db");
+                }
+                Ok(binding)
             }
             Backend::Redis(r) => r.bind(session_id, holder, instance).await,
         }
@@ -200,8 +383,16 @@ impl Sessions {
         holder: Holder<'_>,
     ) -> Result<Binding, SessionError> {
         match &self.backend {
-            Backend::Local { table, clock } => {
-                Ok(lock(table).check(&key(session_id), holder.owner, clock.now_ms()))
+            Backend::Local { table, clock, disk } => {
+                let (binding, writes) = {
+                    let mut t = lock(table);
+                    let binding = t.check(&key(session_id), holder.owner, clock.now_ms());
+                    (binding, t.take_journal())
+                };
+                if let Some(disk) = disk {
+                    disk.apply_later(writes);
+                }
+                Ok(binding)
             }
             Backend::Redis(r) => r.check(session_id, holder).await,
         }
@@ -209,12 +400,37 @@ impl Sessions {
 
     /// Drops the binding of the holder's session (the session ended).
     pub async fn forget(&self, session_id: &str, holder: Holder<'_>) -> Result<(), SessionError> {
+        self.forget_key(&key(session_id), holder).await
+    }
+
+    /// Drops the binding of the session a request held in use: its upstream answered 404 (it
+    /// ended there: a restarted stdio bridge, a session a bridge evicted).
+    pub(crate) async fn forget_in_use(
+        &self,
+        in_use: &InUse,
+        holder: Holder<'_>,
+    ) -> Result<(), SessionError> {
+        self.forget_key(&in_use.key, holder).await
+    }
+
+    async fn forget_key(&self, key: &Key, holder: Holder<'_>) -> Result<(), SessionError> {
         match &self.backend {
-            Backend::Local { table, .. } => {
-                lock(table).remove(&key(session_id));
+            Backend::Local { table, disk, .. } => {
+                let writes = {
+                    let mut t = lock(table);
+                    if t.owner_of(key) == Some(holder.owner) {
+                        t.remove(key);
+                    }
+                    t.take_journal()
+                };
+                if let Some(disk) = disk
+                    && let Err(e) = disk.apply(writes).await
+                {
+                    tracing::warn!(error = %e, "could not delete a session record from sessions.db");
+                }
                 Ok(())
             }
-            Backend::Redis(r) => r.forget(session_id, holder).await,
+            Backend::Redis(r) => r.forget(key, holder).await,
         }
     }
 
@@ -222,7 +438,7 @@ impl Sessions {
     /// redis, whose table all gateways share.
     pub(crate) fn live_local(&self) -> Option<usize> {
         match &self.backend {
-            Backend::Local { table, clock } => Some(lock(table).live(clock.now_ms())),
+            Backend::Local { table, clock, .. } => Some(lock(table).live(clock.now_ms())),
             Backend::Redis(_) => None,
         }
     }
@@ -238,7 +454,7 @@ impl Sessions {
 
     pub async fn count(&self, person: &str) -> Result<usize, SessionError> {
         match &self.backend {
-            Backend::Local { table, clock } => Ok(lock(table).count(person, clock.now_ms())),
+            Backend::Local { table, clock, .. } => Ok(lock(table).count(person, clock.now_ms())),
             Backend::Redis(r) => r.count(person).await,
         }
     }

@@ -214,6 +214,7 @@ impl StdioBridge {
                 children: Mutex::new(Children::default()),
                 spawner: OnceLock::new(),
                 session_env: OnceLock::new(),
+                audit: OnceLock::new(),
             }),
             listener: Mutex::new(Some(listener)),
             socket: socket.to_owned(),
@@ -225,6 +226,15 @@ impl StdioBridge {
     pub fn with_session_env(self, source: Arc<dyn SessionEnv>) -> Self {
         // A bridge gets its source once, before it serves.
         let _ = self.shared.session_env.set(source);
+        self
+    }
+
+    /// Sessions closed to make room at a person's cap are written to `audit`.
+    pub(crate) fn with_audit(self, audit: Option<crate::audit::AuditLog>) -> Self {
+        if let Some(audit) = audit {
+            // A bridge gets its log once, before it serves.
+            let _ = self.shared.audit.set(audit);
+        }
         self
     }
 

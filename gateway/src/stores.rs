@@ -25,6 +25,9 @@ pub(crate) const TOKENS_DB: &str = "pforte.db";
 /// File name of the authorization server's store in the data dir.
 pub(crate) const OAUTH_DB: &str = "oauth.db";
 
+/// File name of the session records in the data dir (`sessions::Sessions::embedded`).
+pub(crate) const SESSIONS_DB: &str = "sessions.db";
+
 /// The data dir's lock file.
 pub(crate) const LOCK_FILE: &str = "pforte.lock";
 
@@ -113,6 +116,27 @@ pub(crate) fn token_writer(site: &Site) -> Result<Arc<dyn TokenSource>, StoresEr
         Site::Embedded(dir) => Arc::new(tokens::TokenStore::open(&dir.join(TOKENS_DB))?),
         Site::Redis(url) => Arc::new(tokens::redis::RedisTokenStore::open(url)?),
     })
+}
+
+/// The MCP session records of `site` for `serve`: in redis (entered into `runtime`, which
+/// drives its connection), else in the data dir's `sessions.db` behind an in-process table —
+/// either way they outlive a restart.
+pub(crate) fn sessions(
+    site: &Site,
+    runtime: Option<&tokio::runtime::Handle>,
+    clock: Arc<dyn pforte_clock::Clock>,
+) -> Result<crate::sessions::Sessions, crate::sessions::SessionError> {
+    use crate::sessions::{SessionOptions, Sessions};
+    match (site, runtime) {
+        (Site::Redis(url), Some(rt)) => {
+            let _in_runtime = rt.enter();
+            Sessions::redis(url, "pforte:", SessionOptions::default())
+        }
+        (Site::Embedded(dir), _) => {
+            Sessions::embedded(&dir.join(SESSIONS_DB), clock, SessionOptions::default())
+        }
+        (Site::Redis(_), None) => Ok(Sessions::local(clock, SessionOptions::default())),
+    }
 }
 
 /// Both stores, and the runtime their background work (redis connection drivers) lives on.

@@ -97,6 +97,31 @@ impl Gateway {
         bail!("gateway did not start")
     }
 
+    /// Stops the gateway cleanly (SIGTERM) and starts `pforte serve` again with the same
+    /// config, data dir and port; waits until `/healthz` answers 200.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        let status = self
+            .proc
+            .signal_and_wait(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(20))?;
+        if !status.success() {
+            bail!("the gateway ended with {status} on SIGTERM");
+        }
+        let mut cmd = Command::new(bin("pforte"));
+        cmd.args(["serve", "--config"]).arg(self.config_path());
+        self.proc = Proc::spawn(cmd)?;
+        let client = self.http();
+        let health = format!("{}/healthz", self.base);
+        let up = eventually(Duration::from_secs(20), || {
+            let req = client.get(&health).send();
+            async move { req.await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        if !up {
+            bail!("the restarted gateway never became healthy");
+        }
+        Ok(())
+    }
+
     /// The gateway's MCP URL.
     pub fn mcp_url(&self) -> String {
         format!("{}/mcp", self.base)

@@ -35,6 +35,9 @@ pub fn filesystem_server() -> Result<PathBuf, String> {
     Ok(prefix.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"))
 }
 
+/// The Claude Code CLI (`claude mcp add`, `claude mcp list`), pinned.
+pub const CLAUDE_CODE_PACKAGE: &str = "@anthropic-ai/claude-code@2.1.332";
+
 /// The installed version of the npm package `name` under `prefix`, if any.
 fn npm_package_version(prefix: &Path, name: &str) -> Option<String> {
     let manifest = prefix.join("node_modules").join(name).join("package.json");
@@ -125,6 +128,44 @@ pub fn conformance_packages() -> Result<PathBuf, String> {
         &[CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE],
     )?;
     Ok(prefix.join("node_modules/@modelcontextprotocol"))
+}
+
+/// The `claude` command of the pinned Claude Code CLI under `<target>/claude-code`, installing
+/// it outside CI when missing.
+pub fn claude_code() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("claude-code");
+    npm_packages(&prefix, &[CLAUDE_CODE_PACKAGE])?;
+    Ok(prefix.join("node_modules/.bin/claude"))
+}
+
+/// `claude ARGS…` with `home` as its home (its settings and MCP servers live there) and no way
+/// off the machine: auto-update, telemetry and error reports off, every proxy-able request sent
+/// to a closed loopback port, loopback itself excepted. Stdout and stderr together.
+pub fn run_claude(claude: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(claude)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("HTTPS_PROXY", "http://127.0.0.1:9")
+        .env("HTTP_PROXY", "http://127.0.0.1:9")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", claude.display()))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("claude {args:?} failed ({}): {text}", out.status);
+    }
+    Ok(text)
 }
 
 /// The node scripts in tests/conformance/.

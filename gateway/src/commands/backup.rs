@@ -21,7 +21,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::{
     cli,
-    stores::{DirLock, LockError, OAUTH_DB, TOKENS_DB},
+    stores::{DirLock, LockError, OAUTH_DB, SESSIONS_DB, TOKENS_DB},
 };
 
 use super::{CmdResult, Env, Failure, load_config};
@@ -29,6 +29,10 @@ use super::{CmdResult, Env, Failure, load_config};
 /// The SQLite databases of a data dir (the vault's records are sealed; its key is not part of
 /// a backup — keep it apart, as the key file it is).
 const DATABASES: [&str; 3] = [TOKENS_DB, OAUTH_DB, crate::vault::VAULT_DB];
+/// Databases a data dir may hold that a backup leaves out: the MCP session records (clients
+/// of a restored gateway initialize again). A restore moves them aside with the rest, so no
+/// session of the replaced store outlives it.
+const UNSAVED: [&str; 1] = [SESSIONS_DB];
 /// The files beside a SQLite database that belong to it.
 const COMPANIONS: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// Plain files: the self-signed certificate and key `pforte up` generates.
@@ -328,11 +332,12 @@ fn write_manifest(to: &Path, from: &Path, files: &[String]) -> anyhow::Result<()
 }
 
 /// What of a store the data dir holds, by name: the databases with their companions (a stale
-/// WAL beside a restored database would be replayed into it), the certificate files, `acme/`.
+/// WAL beside a restored database would be replayed into it), the session records, the
+/// certificate files, `acme/`.
 fn present(dir: &Path) -> Vec<String> {
     let mut names = Vec::new();
-    for db in DATABASES {
-        names.push(db.to_owned());
+    for db in DATABASES.iter().chain(&UNSAVED) {
+        names.push((*db).to_owned());
         names.extend(COMPANIONS.iter().map(|c| format!("{db}{c}")));
     }
     names.extend(FILES.iter().map(|f| (*f).to_owned()));
@@ -430,10 +435,15 @@ mod tests {
         fs::write(tmp.path().join("oauth.db-wal"), b"x").unwrap();
         fs::create_dir(tmp.path().join("acme")).unwrap();
         fs::write(tmp.path().join("audit.jsonl"), b"{}").unwrap();
-        assert_eq!(present(tmp.path()), ["oauth.db-wal", "acme"]);
+        fs::write(tmp.path().join("sessions.db"), b"x").unwrap();
+        assert_eq!(present(tmp.path()), ["oauth.db-wal", "sessions.db", "acme"]);
         let aside = move_aside(tmp.path(), &present(tmp.path())).unwrap();
         assert!(present(tmp.path()).is_empty());
         assert!(aside.join("oauth.db-wal").is_file() && aside.join("acme").is_dir());
+        assert!(
+            aside.join("sessions.db").is_file(),
+            "the replaced store's sessions do not outlive it"
+        );
         assert!(
             tmp.path().join("audit.jsonl").is_file(),
             "the audit log stays"

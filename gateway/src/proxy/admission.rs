@@ -23,7 +23,7 @@ use crate::{
     metrics,
     policy::Annotation,
     reply::{Open, Rejection, Reply},
-    sessions::{self, Ownership},
+    sessions::Ownership,
 };
 
 /// The most of a refused request's body read and dropped before its connection closes.
@@ -475,6 +475,7 @@ impl Gateway {
             Ownership::Owner => {}
             Ownership::Foreign | Ownership::Unknown => return Err(Rejection::SessionNotFound),
         }
+        ctx.session_use = Some(self.edge.sessions.in_use(id, ctx.holder()));
         if let Some(instances) = instances
             && !credentials::is_standin(id)
         {
@@ -506,14 +507,15 @@ impl Gateway {
         let has_session = req.headers.contains_key(SESSION_ID);
         if req.method == http::Method::POST && !has_session {
             let max = limits.sessions_per_principal;
-            let open = match self.edge.sessions.count(&ctx.person_key).await {
-                Ok(n) => n,
+            // At the cap the person's least recently used idle session is closed (audited).
+            let room = match self.edge.sessions.make_room(ctx.holder(), max).await {
+                Ok(room) => room,
                 Err(e) => {
                     tracing::warn!(error = %e, "session records unavailable");
                     return Err(Rejection::CredentialsUnavailable);
                 }
             };
-            if !sessions::has_room(open, max) {
+            if !room {
                 return Err(Rejection::TooManyOpen {
                     what: Open::Sessions,
                     max,

@@ -50,6 +50,8 @@ pub(crate) struct RequestCtx {
     pub(super) instance: Option<usize>,
     /// The request carries `Mcp-Session-Id` (it must reach the session's instance).
     pub(super) in_session: bool,
+    /// Its session is in use (not evicted at its person's cap) until the context drops.
+    pub(super) session_use: Option<crate::sessions::InUse>,
     /// Failed attempts to connect to an instance (a retry goes to another one).
     pub(super) connect_failures: usize,
     /// The request's spans, when `[telemetry]` is on.
@@ -108,6 +110,7 @@ impl RequestCtx {
             stream: None,
             instance: None,
             in_session: false,
+            session_use: None,
             connect_failures: 0,
             trace: None,
             upstream_auth: None,

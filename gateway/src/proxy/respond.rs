@@ -153,6 +153,13 @@ impl Gateway {
         {
             tracing::debug!(error = %e, "could not forget an ended session");
         }
+        // The upstream no longer knows the session (a stdio bridge closed it, or restarted).
+        if resp.status == http::StatusCode::NOT_FOUND
+            && let Some(in_use) = &ctx.session_use
+            && let Err(e) = sessions.forget_in_use(in_use, ctx.holder()).await
+        {
+            tracing::debug!(error = %e, "could not forget a session gone upstream");
+        }
     }
 
     /// A chunk of the answer's body: held while a `tools/list` answer is filtered, which goes

@@ -1,12 +1,47 @@
 //! The in-process session table: bindings by hashed id with a sliding expiry, bounded (the one
-//! expiring first is evicted), and counted per person. Pure: every operation takes `now`.
+//! expiring first is evicted), and counted per person; a person's least recently used idle
+//! session found for eviction at their cap. With a store behind it (`disk.rs`), every change
+//! is also noted in a journal the caller writes out. Pure: every operation takes `now`.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Mutex,
 };
 
 use super::{Binding, Holder, Key, SessionOptions};
+
+/// One record as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Record {
+    pub(super) owner: String,
+    pub(super) person: String,
+    pub(super) instance: Option<String>,
+    pub(super) expires_ms: u64,
+    pub(super) last_used_ms: u64,
+}
+
+/// A change to write to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Write {
+    /// A new binding.
+    Put(Key, Record),
+    /// The expiry slid (written at most every ttl/4 per session) and the last use.
+    Touch {
+        key: Key,
+        expires_ms: u64,
+        last_used_ms: u64,
+    },
+    /// The binding ended (deleted, expired, evicted).
+    Delete(Key),
+}
+
+/// A session closed to make room at its person's cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Evicted {
+    pub(super) key: Key,
+    /// How long it had been idle.
+    pub(super) idle_ms: u64,
+}
 
 pub(super) fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
     // A panic while holding the lock leaves the table consistent (no multi-step invariants
@@ -24,6 +59,8 @@ struct Entry {
     expires_ms: u64,
     /// When the expiry was last written.
     touched_ms: u64,
+    /// The owner's last use (least recently used idle sessions are evicted first).
+    last_used_ms: u64,
     seq: u64,
 }
 
@@ -33,11 +70,13 @@ struct Entry {
 pub(super) struct Table {
     entries: HashMap<Key, Entry>,
     by_expiry: BTreeMap<(u64, u64), Key>,
-    /// Live bindings per person (entries with a count of 0 are removed).
-    per_person: HashMap<Box<str>, usize>,
+    /// Live bindings per person (a person without any is removed).
+    per_person: HashMap<Box<str>, HashSet<Key>>,
     ttl_ms: u64,
     max_entries: usize,
     next_seq: u64,
+    /// Changes not yet written to the store; `None` without a store.
+    journal: Option<Vec<Write>>,
 }
 
 impl Table {
@@ -49,7 +88,64 @@ impl Table {
             ttl_ms: (opts.ttl.as_millis() as u64).max(1),
             max_entries: opts.max_entries.max(1),
             next_seq: 0,
+            journal: None,
         }
+    }
+
+    /// A table whose changes are journaled for a store, holding `records` (read from it).
+    pub(super) fn journaled(
+        opts: SessionOptions,
+        records: impl IntoIterator<Item = (Key, Record)>,
+        now: u64,
+    ) -> Self {
+        let mut table = Self::new(opts);
+        for (key, r) in records {
+            if r.expires_ms <= now || table.entries.contains_key(&key) {
+                continue;
+            }
+            if table.entries.len() >= table.max_entries {
+                break;
+            }
+            table.insert(key, r);
+        }
+        table.journal = Some(Vec::new());
+        table
+    }
+
+    /// The changes since the last call, to write to the store.
+    pub(super) fn take_journal(&mut self) -> Vec<Write> {
+        self.journal
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn note(&mut self, write: impl FnOnce() -> Write) {
+        if let Some(journal) = &mut self.journal {
+            journal.push(write());
+        }
+    }
+
+    fn insert(&mut self, key: Key, r: Record) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.by_expiry.insert((r.expires_ms, seq), key);
+        self.per_person
+            .entry(r.person.as_str().into())
+            .or_default()
+            .insert(key);
+        self.entries.insert(
+            key,
+            Entry {
+                owner: r.owner.into(),
+                person: r.person.into(),
+                instance: r.instance.map(Into::into),
+                expires_ms: r.expires_ms,
+                touched_ms: r.last_used_ms,
+                last_used_ms: r.last_used_ms,
+                seq,
+            },
+        );
     }
 
     pub(super) fn len(&self) -> usize {
@@ -73,22 +169,15 @@ impl Table {
             };
             self.drop_entry(&oldest);
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let expires_ms = now.saturating_add(self.ttl_ms);
-        self.by_expiry.insert((expires_ms, seq), key);
-        *self.per_person.entry(holder.person.into()).or_insert(0) += 1;
-        self.entries.insert(
-            key,
-            Entry {
-                owner: holder.owner.into(),
-                person: holder.person.into(),
-                instance: instance.map(Into::into),
-                expires_ms,
-                touched_ms: now,
-                seq,
-            },
-        );
+        let record = Record {
+            owner: holder.owner.to_owned(),
+            person: holder.person.to_owned(),
+            instance: instance.map(str::to_owned),
+            expires_ms: now.saturating_add(self.ttl_ms),
+            last_used_ms: now,
+        };
+        self.note(|| Write::Put(key, record.clone()));
+        self.insert(key, record);
         Binding::owner(instance.map(str::to_owned))
     }
 
@@ -103,13 +192,65 @@ impl Table {
         if &*entry.owner != owner {
             return Binding::FOREIGN;
         }
+        entry.last_used_ms = entry.last_used_ms.max(now);
+        let binding = Binding::owner(entry.instance.as_deref().map(str::to_owned));
         if now.saturating_sub(entry.touched_ms) >= self.ttl_ms / 4 {
             self.by_expiry.remove(&(entry.expires_ms, entry.seq));
             entry.expires_ms = now.saturating_add(self.ttl_ms);
             entry.touched_ms = now;
             self.by_expiry.insert((entry.expires_ms, entry.seq), *key);
+            let expires_ms = entry.expires_ms;
+            self.note(|| Write::Touch {
+                key: *key,
+                expires_ms,
+                last_used_ms: now,
+            });
         }
-        Binding::owner(entry.instance.as_deref().map(str::to_owned))
+        binding
+    }
+
+    /// Makes room for one more session of `person` holding at most `max`: while they hold
+    /// `max` or more, their least recently used session that is not `busy` is dropped. `Err`,
+    /// with nothing dropped, when too few of theirs are idle (a call in flight, an open
+    /// stream).
+    pub(super) fn make_room(
+        &mut self,
+        person: &str,
+        max: usize,
+        busy: &dyn Fn(&Key) -> bool,
+        now: u64,
+    ) -> Result<Vec<Evicted>, ()> {
+        self.purge(now);
+        let Some(keys) = self.per_person.get(person) else {
+            return Ok(Vec::new());
+        };
+        let needed = (keys.len() + 1).saturating_sub(max.max(1));
+        if needed == 0 {
+            return Ok(Vec::new());
+        }
+        let mut idle: Vec<(u64, Key)> = keys
+            .iter()
+            .filter(|k| !busy(k))
+            .filter_map(|k| self.entries.get(k).map(|e| (e.last_used_ms, *k)))
+            .collect();
+        if idle.len() < needed {
+            return Err(());
+        }
+        idle.sort_unstable();
+        let mut evicted = Vec::with_capacity(needed);
+        for (last_used_ms, key) in idle.into_iter().take(needed) {
+            self.remove(&key);
+            evicted.push(Evicted {
+                key,
+                idle_ms: now.saturating_sub(last_used_ms),
+            });
+        }
+        Ok(evicted)
+    }
+
+    /// Who owns the binding of `key`, if any.
+    pub(super) fn owner_of(&self, key: &Key) -> Option<&str> {
+        self.entries.get(key).map(|e| &*e.owner)
     }
 
     pub(super) fn remove(&mut self, key: &Key) {
@@ -121,19 +262,20 @@ impl Table {
     /// Removes the entry (not its expiry index) and releases its person's count.
     fn drop_entry(&mut self, key: &Key) -> Option<Entry> {
         let entry = self.entries.remove(key)?;
-        if let Some(n) = self.per_person.get_mut(&entry.person) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(keys) = self.per_person.get_mut(&entry.person) {
+            keys.remove(key);
+            if keys.is_empty() {
                 self.per_person.remove(&entry.person);
             }
         }
+        self.note(|| Write::Delete(*key));
         Some(entry)
     }
 
     /// Live bindings of `person` at `now`.
     pub(super) fn count(&mut self, person: &str, now: u64) -> usize {
         self.purge(now);
-        self.per_person.get(person).copied().unwrap_or(0)
+        self.per_person.get(person).map_or(0, HashSet::len)
     }
 
     /// Drops every binding expired at `now` (each is dropped once: amortised O(log n)).
@@ -317,5 +459,50 @@ mod tests {
         assert_eq!(t.bind(key("n"), h("alice"), None, 3), Binding::owner(None));
         assert_eq!(t.check(&key("n"), "alice", 3), Binding::owner(None));
         assert_eq!(t.count("alice", 3), 2);
+    }
+
+    #[test]
+    fn make_room_closes_the_least_recently_used_idle_one_and_journals_it() {
+        let mut t = Table::journaled(
+            SessionOptions {
+                ttl: Duration::from_secs(3600),
+                max_entries: 10,
+            },
+            [],
+            0,
+        );
+        t.bind(key("a"), h("alice"), None, 0);
+        t.bind(key("b"), h("alice"), None, 1);
+        t.bind(key("c"), h("alice"), None, 2);
+        // "a" is used again: "b" is now the least recently used.
+        t.check(&key("a"), "alice", 5);
+        assert_eq!(
+            t.take_journal().len(),
+            3,
+            "three puts, no slide within ttl/4"
+        );
+        let none = |_: &Key| false;
+        assert_eq!(
+            t.make_room("alice", 3, &none, 10),
+            Ok(vec![Evicted {
+                key: key("b"),
+                idle_ms: 9
+            }])
+        );
+        assert_eq!(t.take_journal(), vec![Write::Delete(key("b"))]);
+        // Too few idle ones: nothing is closed in vain.
+        let a_busy = |k: &Key| *k == key("a");
+        assert_eq!(t.make_room("alice", 1, &a_busy, 11), Err(()));
+        assert_eq!(t.count("alice", 11), 2);
+        // The one in use is spared.
+        let evicted = t.make_room("alice", 2, &a_busy, 11).unwrap();
+        assert_eq!(evicted.len(), 1);
+        assert_eq!(evicted[0].key, key("c"));
+        assert_eq!(t.count("alice", 12), 1);
+        // Over a lowered cap as many as needed go.
+        t.bind(key("d"), h("alice"), None, 13);
+        t.bind(key("e"), h("alice"), None, 14);
+        assert_eq!(t.make_room("alice", 1, &none, 15).unwrap().len(), 3);
+        assert_eq!(t.make_room("bob", 1, &none, 12), Ok(vec![]));
     }
 }

@@ -1,12 +1,13 @@
 //! Session bindings in redis, shared by every gateway on it: one key per session (its record
-//! `owner` or `owner\ninstance`), a sorted set of live sessions per person, Lua scripts that
-//! bind, check (sliding the expiry), count and forget atomically, on redis's clock.
+//! `owner` or `owner\ninstance`), a sorted set of live sessions per person scored by last use +
+//! ttl (so its lowest is the least recently used), Lua scripts that bind, check (sliding the
+//! expiry), count, make room at a cap and forget atomically, on redis's clock.
 
 use std::time::Duration;
 
 use redis::{Script, aio::ConnectionManager};
 
-use super::{Binding, Holder, SessionError, SessionOptions, key};
+use super::{Binding, Holder, Key, SessionError, SessionOptions, key};
 
 /// The redis value of a record: the owner, then `\n` and the instance when there is one.
 pub(super) fn encode(owner: &str, instance: Option<&str>) -> String {
@@ -62,14 +63,48 @@ const CHECK: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
 if (string.match(v, '^(.*)\n') or v) ~= ARGV[1] then return v end
+local now = tonumber(redis.call('TIME')[1])
+redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[3]), KEYS[1])
 local left = redis.call('TTL', KEYS[1])
 if left >= 0 and left <= tonumber(ARGV[2]) then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
-  local now = tonumber(redis.call('TIME')[1])
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), KEYS[1])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
 return v
+";
+
+/// Makes room in the person's set `KEYS[1]` for one more session under the cap `ARGV[1]`:
+/// while it holds that many, its least recently used member that is not among `ARGV[3..]`
+/// (this gateway's sessions with a call in flight or an open stream) is deleted with its
+/// record — nothing when too few are idle. Returns `{'1', evicted…}` with room, `{'0'}` when every member is busy. `ARGV[2]` is
+/// the ttl, to tell each evicted session's idle seconds (`{'1', key, idle, key, idle, …}`).
+const MAKE_ROOM: &str = r"
+local now = tonumber(redis.call('TIME')[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local max = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local busy = {}
+for i = 3, #ARGV do busy[ARGV[i]] = true end
+local out = {'1'}
+local n = redis.call('ZCARD', KEYS[1])
+if n < max then return out end
+local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local idle = {}
+for i = 1, #members, 2 do
+  if not busy[members[i]] then table.insert(idle, i) end
+end
+local needed = n - max + 1
+if #idle < needed then return {'0'} end
+for j = 1, needed do
+  local i = idle[j]
+  local m = members[i]
+  redis.call('DEL', m)
+  redis.call('ZREM', KEYS[1], m)
+  table.insert(out, m)
+  table.insert(out, tostring(math.max(0, now - (tonumber(members[i + 1]) - ttl))))
+end
+return out
 ";
 
 pub(super) struct RedisSessions {
@@ -80,6 +115,7 @@ pub(super) struct RedisSessions {
     check: Script,
     count: Script,
     forget: Script,
+    make_room: Script,
 }
 
 impl std::fmt::Debug for RedisSessions {
@@ -124,11 +160,25 @@ impl RedisSessions {
             check: Script::new(CHECK),
             count: Script::new(COUNT),
             forget: Script::new(FORGET),
+            make_room: Script::new(MAKE_ROOM),
         })
     }
 
     pub(super) fn key(&self, session_id: &str) -> String {
-        format!("{}session:{}", self.prefix, hex::encode(key(session_id)))
+        self.record_key(&key(session_id))
+    }
+
+    /// The record's redis key of the session hashed to `key`.
+    pub(super) fn record_key(&self, key: &Key) -> String {
+        format!("{}session:{}", self.prefix, hex::encode(key))
+    }
+
+    /// The session hash of a record's redis key.
+    fn hash_of(&self, record_key: &str) -> Option<Key> {
+        let hex = record_key
+            .strip_prefix(&self.prefix)?
+            .strip_prefix("session:")?;
+        hex::decode(hex).ok()?.try_into().ok()
     }
 
     /// The set of `person`'s session keys.
@@ -180,19 +230,46 @@ impl RedisSessions {
         Ok(standing(owner, record.as_deref()))
     }
 
-    pub(super) async fn forget(
-        &self,
-        session_id: &str,
-        holder: Holder<'_>,
-    ) -> Result<(), SessionError> {
+    pub(super) async fn forget(&self, key: &Key, holder: Holder<'_>) -> Result<(), SessionError> {
         let mut conn = self.conn.clone();
         self.forget
-            .key(self.key(session_id))
+            .key(self.record_key(key))
             .key(self.person_key(holder.person))
             .arg(holder.owner)
             .invoke_async::<()>(&mut conn)
             .await
             .map_err(unavailable)
+    }
+
+    /// Makes room for one more of `person`'s sessions under `max`, sparing `busy` (hashes);
+    /// `None` when every one is busy, else the evicted ones with their idle time in ms.
+    pub(super) async fn make_room(
+        &self,
+        person: &str,
+        max: usize,
+        busy: &[Key],
+    ) -> Result<Option<Vec<(Key, Option<u64>)>>, SessionError> {
+        let mut conn = self.conn.clone();
+        let mut call = self.make_room.key(self.person_key(person));
+        call.arg(max).arg(self.ttl_secs);
+        for k in busy {
+            call.arg(self.record_key(k));
+        }
+        let out: Vec<String> = call.invoke_async(&mut conn).await.map_err(unavailable)?;
+        if out.first().map(String::as_str) != Some("1") {
+            return Ok(None);
+        }
+        Ok(Some(
+            out.get(1..)
+                .unwrap_or_default()
+                .chunks(2)
+                .filter_map(|pair| {
+                    let key = self.hash_of(pair.first()?)?;
+                    let idle = pair.get(1).and_then(|s| s.parse::<u64>().ok());
+                    Some((key, idle.map(|s| s * 1000)))
+                })
+                .collect(),
+        ))
     }
 
     pub(super) async fn count(&self, person: &str) -> Result<usize, SessionError> {

@@ -252,3 +252,128 @@ async fn redis_down_is_an_error() {
     assert!(sessions.check("s", h("a")).await.is_err());
     assert!(sessions.bind("s", h("a"), None).await.is_err());
 }
+
+/// Issue 36 point 5, on both backends: at the cap the least recently used session that is not
+/// in use is closed (its next use is Unknown: 404); one in use is never; all in use: no room.
+async fn make_room_spares_sessions_in_use(sessions: Arc<Sessions>, advance: impl Fn()) {
+    for id in ["s1", "s2", "s3"] {
+        sessions.bind(id, h("alice"), None).await.unwrap();
+        advance();
+    }
+    // s1 has a call in flight; s2 is then the least recently used idle one.
+    let call = sessions.in_use("s1", h("alice"));
+    assert!(sessions.make_room(h("alice"), 3).await.unwrap());
+    assert_eq!(
+        sessions.check("s2", h("alice")).await.unwrap(),
+        Binding::UNKNOWN
+    );
+    assert_eq!(
+        sessions.check("s1", h("alice")).await.unwrap().ownership,
+        Ownership::Owner
+    );
+    assert_eq!(sessions.count("alice").await.unwrap(), 2);
+    // Under the cap nothing is closed.
+    assert!(sessions.make_room(h("alice"), 3).await.unwrap());
+    assert_eq!(sessions.count("alice").await.unwrap(), 2);
+    // Everything in use: no room, nothing closed.
+    let stream = sessions.in_use("s3", h("alice"));
+    assert!(!sessions.make_room(h("alice"), 2).await.unwrap());
+    assert_eq!(sessions.count("alice").await.unwrap(), 2);
+    drop(stream);
+    assert!(sessions.make_room(h("alice"), 2).await.unwrap());
+    assert_eq!(
+        sessions.check("s3", h("alice")).await.unwrap(),
+        Binding::UNKNOWN
+    );
+    drop(call);
+    assert!(sessions.busy().is_empty(), "guards released");
+    // Another person's sessions are never closed for alice.
+    sessions.bind("b1", h("bob"), None).await.unwrap();
+    assert!(sessions.make_room(h("alice"), 1).await.unwrap());
+    assert_eq!(sessions.count("bob").await.unwrap(), 1);
+    assert_eq!(sessions.count("alice").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn local_make_room_closes_the_least_recently_used_idle_session() {
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let sessions = Arc::new(Sessions::local(
+        Arc::new(clock.clone()),
+        SessionOptions::default(),
+    ));
+    make_room_spares_sessions_in_use(sessions, || clock.advance(Duration::from_millis(10))).await;
+}
+
+#[tokio::test]
+async fn redis_make_room_closes_the_least_recently_used_idle_session() {
+    let Some(redis) = pforte_test_support::RedisServer::start() else {
+        return;
+    };
+    let sessions =
+        Arc::new(Sessions::redis(&redis.url(), "t:", SessionOptions::default()).unwrap());
+    // redis's clock has seconds: a second between binds orders them.
+    make_room_spares_sessions_in_use(sessions, || {
+        std::thread::sleep(Duration::from_millis(1_050));
+    })
+    .await;
+}
+
+/// Issue 36 point 6: the records in `sessions.db` outlive the process — owner, person,
+/// instance, expiry; a forgotten or evicted one stays gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn embedded_records_outlive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let opts = SessionOptions {
+        ttl: Duration::from_secs(600),
+        ..SessionOptions::default()
+    };
+    let url = "http://127.0.0.1:9001/mcp";
+    {
+        let one = Sessions::embedded(&path, Arc::new(clock.clone()), opts.clone()).unwrap();
+        one.bind("s1", h("alice"), Some(url)).await.unwrap();
+        one.bind("s2", h("alice"), None).await.unwrap();
+        one.bind("s3", h("bob"), None).await.unwrap();
+        one.forget("s2", h("alice")).await.unwrap();
+        // A slide is written off the request's path.
+        clock.advance(Duration::from_secs(300));
+        one.check("s3", h("bob")).await.unwrap();
+    }
+    // The off-path write has landed once the pool ran it (bounded wait).
+    let mut slid = false;
+    for _ in 0..100 {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        let exp: i64 = c
+            .query_row(
+                "SELECT expires_ms FROM sessions WHERE person = 'bob'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if exp == 1_300_000 + 600_000 {
+            slid = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(slid, "the slid expiry was written");
+    let two = Sessions::embedded(&path, Arc::new(clock.clone()), opts.clone()).unwrap();
+    assert_eq!(
+        two.check("s1", h("alice")).await.unwrap(),
+        Binding::owner(Some(url.into()))
+    );
+    assert_eq!(two.check("s1", h("bob")).await.unwrap(), Binding::FOREIGN);
+    assert_eq!(two.check("s2", h("alice")).await.unwrap(), Binding::UNKNOWN);
+    assert_eq!(two.count("alice").await.unwrap(), 1);
+    drop(two);
+    // Past every expiry (the latest, slid at 1300 s, ends at 1900 s) nothing is read back.
+    clock.advance(Duration::from_secs(700));
+    let three = Sessions::embedded(&path, Arc::new(clock.clone()), opts).unwrap();
+    assert_eq!(three.live_local(), Some(0));
+    assert_eq!(
+        pforte_oauth::mode_of(&path).unwrap(),
+        0o600,
+        "the records are the owner's only"
+    );
+}

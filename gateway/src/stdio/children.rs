@@ -1,6 +1,7 @@
 //! The live children of one stdio route: a child per MCP session (by session id, with the
 //! person who opened it) and the pool for stateless requests; starting them, picking a pool
-//! child, reaping idle ones and stopping them all.
+//! child, making room at a person's cap (their least recently used idle session closed,
+//! audited), reaping idle ones and stopping them all.
 
 use std::{
     collections::HashMap,
@@ -11,6 +12,8 @@ use std::{
 };
 
 use axum::http::StatusCode;
+
+use crate::audit::AuditLog;
 
 use super::{
     INIT_TIMEOUT, StdioSpec,
@@ -27,6 +30,18 @@ pub(super) struct Session {
     /// own session.
     pub(super) principal: Option<String>,
     pub(super) conn: Arc<Conn>,
+    /// When a request last looked it up (the least recently used idle one makes room).
+    pub(super) last_used: Instant,
+}
+
+impl Session {
+    pub(super) fn new(principal: Option<String>, conn: Arc<Conn>) -> Self {
+        Self {
+            principal,
+            conn,
+            last_used: Instant::now(),
+        }
+    }
 }
 
 /// Every live child of the route.
@@ -55,6 +70,8 @@ pub(super) struct Shared {
     pub(super) spawner: OnceLock<Spawner>,
     /// Where session children's per-user variables come from; unset: none.
     pub(super) session_env: OnceLock<Arc<dyn SessionEnv>>,
+    /// Where sessions closed to make room are written; unset: nowhere.
+    pub(super) audit: OnceLock<AuditLog>,
 }
 
 impl Shared {
@@ -118,8 +135,81 @@ impl Shared {
         }
     }
 
+    /// The child of session `id`, noting its use.
     pub(super) fn session(&self, id: &str) -> Option<Arc<Conn>> {
-        self.lock().sessions.get(id).map(|s| s.conn.clone())
+        let mut children = self.lock();
+        let session = children.sessions.get_mut(id)?;
+        session.last_used = Instant::now();
+        Some(session.conn.clone())
+    }
+
+    /// Whether one more session of `principal` may start (the gateway's own, `None`, is
+    /// outside the caps). At the person's cap their least recently used idle session (no
+    /// request in flight, no open stream) is closed to make room, with an audit line; its next
+    /// request gets 404 and its client initializes again. The route's cap is a refusal.
+    pub(super) fn make_room(
+        &self,
+        children: &mut Children,
+        principal: Option<&str>,
+    ) -> Result<(), CapRefusal> {
+        let Some(principal) = principal else {
+            return Ok(());
+        };
+        let max = self.spec.max_children_per_principal;
+        let now = Instant::now();
+        let mine = || {
+            children
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.principal.as_deref() == Some(principal))
+        };
+        let needed = (mine().count() + 1).saturating_sub(max);
+        let mut closing = Vec::with_capacity(needed);
+        for _ in 0..needed {
+            let candidates = mine()
+                .filter(|(id, _)| !closing.contains(*id))
+                .map(|(id, s)| {
+                    // With no timeout, "idle expired" is "idle": no call in flight, no stream.
+                    let idle = s.conn.idle_expired(now, Duration::ZERO);
+                    (id.as_str(), idle, s.last_used)
+                });
+            match decide::least_recently_used_idle(candidates) {
+                Some(id) => closing.push(id.to_owned()),
+                None => return Err(CapRefusal::Principal { max }),
+            }
+        }
+        for id in closing {
+            if let Some(evicted) = children.sessions.remove(&id) {
+                let idle = now.saturating_duration_since(evicted.last_used);
+                self.note_eviction(principal, &id, idle, max);
+                tokio::spawn(async move { evicted.conn.stop_and_wait().await });
+            }
+        }
+        decide::admit(children.live(), self.spec.max_children, 0, max)
+    }
+
+    fn note_eviction(&self, person: &str, id: &str, idle: Duration, max: usize) {
+        use sha2::Digest as _;
+        let session = crate::audit::session_tag(&sha2::Sha256::digest(id.as_bytes()).into());
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(
+            route = %self.spec.route,
+            session = %short(id),
+            idle_ms,
+            "stdio session closed to make room at max_children_per_principal: its next use gets 404"
+        );
+        if let Some(audit) = self.audit.get() {
+            audit.record(&crate::audit::SessionRecord {
+                time_ms: pforte_clock::Clock::now_ms(&pforte_clock::SystemClock),
+                event: "session_evicted",
+                route: Some(&self.spec.route),
+                person,
+                session: &session,
+                idle_ms: Some(idle_ms),
+                limit: "max_children_per_principal",
+                max,
+            });
+        }
     }
 
     /// Stops sessions and pool children that were idle too long (or stopped for good).

@@ -46,6 +46,19 @@ pub(crate) fn admit(
     Ok(())
 }
 
+/// The session to close to make room at a person's cap: the least recently used of the idle
+/// ones (`(id, idle, last used)`: idle is no request in flight and no open stream); `None`
+/// when every one is busy.
+pub(crate) fn least_recently_used_idle<'a>(
+    sessions: impl IntoIterator<Item = (&'a str, bool, Instant)>,
+) -> Option<&'a str> {
+    sessions
+        .into_iter()
+        .filter(|(_, idle, _)| *idle)
+        .min_by_key(|(_, _, last_used)| *last_used)
+        .map(|(id, _, _)| id)
+}
+
 /// The delay before restart number `failures + 1` after consecutive crashes: 0.5 s, 1 s, 2 s, …
 /// capped at 30 s.
 pub(crate) fn backoff_delay(failures: u32) -> Duration {
@@ -267,6 +280,24 @@ mod tests {
         assert_eq!(admit(16, 16, 0, 4), Err(CapRefusal::Route { max: 16 }));
         assert_eq!(admit(5, 16, 4, 4), Err(CapRefusal::Principal { max: 4 }));
         assert_eq!(admit(0, 0, 0, 4), Err(CapRefusal::Route { max: 0 }));
+    }
+
+    #[test]
+    fn the_least_recently_used_idle_session_makes_room() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // "a" is older but busy (a call in flight or an open stream): "b" goes.
+        let sessions = [
+            ("a", false, at(0)),
+            ("b", true, at(10)),
+            ("c", true, at(20)),
+        ];
+        assert_eq!(least_recently_used_idle(sessions), Some("b"));
+        assert_eq!(
+            least_recently_used_idle([("a", false, at(0)), ("b", false, at(1))]),
+            None
+        );
+        assert_eq!(least_recently_used_idle([]), None);
     }
 
     #[test]

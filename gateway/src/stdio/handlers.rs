@@ -47,21 +47,9 @@ impl Shared {
         let session_id = format!("{:032x}", rand::random::<u128>());
         let (conn, ready) = {
             let mut children = self.lock();
-            if principal.is_some() {
-                let mine = children
-                    .sessions
-                    .values()
-                    .filter(|s| s.principal == principal)
-                    .count();
-                if let Err(refusal) = decide::admit(
-                    children.live(),
-                    self.spec.max_children,
-                    mine,
-                    self.spec.max_children_per_principal,
-                ) {
-                    drop(children);
-                    return reply::over_cap(&self.spec.route, id, refusal);
-                }
+            if let Err(refusal) = self.make_room(&mut children, principal.as_deref()) {
+                drop(children);
+                return reply::over_cap(&self.spec.route, id, refusal);
             }
             let env = |base| identity::session_env(base, per_user, caller);
             let Some((conn, ready)) = self.start_conn(Some(msg), false, env) else {
@@ -71,13 +59,9 @@ impl Shared {
                     "the stdio bridge is not running",
                 );
             };
-            children.sessions.insert(
-                session_id.clone(),
-                Session {
-                    principal,
-                    conn: conn.clone(),
-                },
-            );
+            children
+                .sessions
+                .insert(session_id.clone(), Session::new(principal, conn.clone()));
             (conn, ready)
         };
         let failure = match tokio::time::timeout(INIT_TIMEOUT, ready).await {

@@ -204,6 +204,9 @@ pub(super) fn standalone(mut rx: mpsc::Receiver<ServerMessage>) -> Response {
                     None => break,
                 },
                 _ = tick.tick() => vec![Bytes::from_static(b": keep-alive\n\n")],
+                // The client left: the stream ends now, not at the next keep-alive (an open
+                // stream keeps its session from being closed at its person's cap).
+                () = tx.closed() => break,
             };
             for frame in frames {
                 if tx.send(frame).await.is_err() {

@@ -269,9 +269,12 @@ fn in_session(gw: &Gateway, token: &str, session: &str) -> pforte_tests::McpClie
     gw.mcp(token).in_session(Some(session))
 }
 
-/// Hardening finding 11 (gateway part): sessions and SSE streams per principal are bounded;
-/// the refusal is a 429 with `Retry-After` and a JSON-RPC error naming the limit; DELETE and
-/// a closed stream give the slot back; another principal is not affected.
+/// Hardening finding 11 (gateway part): sessions and SSE streams per principal are bounded.
+/// At the sessions cap the least recently used idle session is closed for a new one (issue 36
+/// point 5: no lockout; its next use is a 404); only when every session is in use (here: each
+/// with its stream open) is the refusal a 429 with `Retry-After` and a JSON-RPC error naming
+/// the limit; DELETE and a closed stream give the slot back; another principal is not
+/// affected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_and_streams_are_bounded_per_principal() {
     let gw = Stack::builder()
@@ -285,8 +288,18 @@ async fn sessions_and_streams_are_bounded_per_principal() {
     let alice = gw.create_token("alice").await.unwrap();
     let bob = gw.create_token("bob").await.unwrap();
 
+    let s0 = open_session(&gw, &alice).await.unwrap();
     let s1 = open_session(&gw, &alice).await.unwrap();
+    // s0 is the least recently used: closed for s2, and its next use is a 404.
+    assert_eq!(call_whoami(&gw, &alice, &s1).await, 200);
     let s2 = open_session(&gw, &alice).await.unwrap();
+    assert_eq!(call_whoami(&gw, &alice, &s0).await, 404);
+    assert_eq!(call_whoami(&gw, &alice, &s1).await, 200);
+    // A session with its stream open is in use and never closed: with both busy, no room.
+    let busy1 = in_session(&gw, &alice, &s1).stream().await;
+    assert_eq!(busy1.status(), 200);
+    let busy2 = in_session(&gw, &alice, &s2).stream().await;
+    assert_eq!(busy2.status(), 200);
     let (status, retry, body) = open_session(&gw, &alice).await.unwrap_err();
     assert_eq!(status, 429, "{body}");
     assert!(retry.parse::<u64>().unwrap() >= 1);
@@ -306,13 +319,9 @@ async fn sessions_and_streams_are_bounded_per_principal() {
     // Another principal has its own bound.
     open_session(&gw, &bob).await.unwrap();
 
-    // Streams: two open on s1, the third refused; closing one frees its slot.
+    // Streams: the two open (on s1 and s2), the third refused; closing one frees its slot.
     let stream = || in_session(&gw, &alice, &s1).stream_request().send();
-    let first = stream().await.unwrap();
-    assert_eq!(first.status(), 200);
-    // rmcp allows one standalone stream per session: the second goes on s2.
-    let second = in_session(&gw, &alice, &s2).stream().await;
-    assert_eq!(second.status(), 200);
+    let first = busy1;
     let third = stream().await.unwrap();
     assert_eq!(third.status(), 429);
     assert!(header(&third, "retry-after").parse::<u64>().unwrap() >= 1);
@@ -329,10 +338,12 @@ async fn sessions_and_streams_are_bounded_per_principal() {
     .await;
     assert!(reopened, "a closed stream's slot came back");
 
-    // DELETE gives a session slot back.
+    // DELETE gives a session slot back (s2's stream still open: it is not the one closed).
     let deleted = in_session(&gw, &alice, &s1).delete().await;
     assert!(deleted.status().is_success(), "{}", deleted.status());
     open_session(&gw, &alice).await.unwrap();
+    assert_eq!(call_whoami(&gw, &alice, &s2).await, 200);
+    drop(busy2);
 }
 
 /// One `tools/call` of `whoami` in `session`; the status.
@@ -345,7 +356,8 @@ async fn call_whoami(gw: &Gateway, token: &str, session: &str) -> u16 {
 }
 
 /// Review finding "caps per (user, client)": one user who registers more OAuth clients gets no
-/// more sessions, streams or tool calls: the bounds count the person, whatever the client.
+/// more sessions, streams or tool calls: the bounds count the person, whatever the client (a
+/// third session through the second client closes the first client's least recently used).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persons_clients_share_one_set_of_bounds() {
     let gw = Stack::builder()
@@ -363,17 +375,11 @@ async fn a_persons_clients_share_one_set_of_bounds() {
     // Each call of access_token registers a client of its own.
     let (one, two) = (token().await.unwrap(), token().await.unwrap());
 
+    let s0 = open_session(&gw, &one).await.unwrap();
     let s1 = open_session(&gw, &one).await.unwrap();
-    open_session(&gw, &one).await.unwrap();
-    let (status, _, body) = open_session(&gw, &two).await.unwrap_err();
-    assert_eq!(
-        status, 429,
-        "the second client opened a third session: {body}"
-    );
-    assert_eq!(
-        body["error"]["data"]["limit"],
-        "limits.sessions_per_principal"
-    );
+    let s3 = open_session(&gw, &two).await.unwrap();
+    // The person's third session: the first client's least recently used one made room.
+    assert_eq!(call_whoami(&gw, &one, &s0).await, 404);
     // Another person is not affected.
     let bob = pforte_tests::oauth::access_token(&gw, "bob", "bob-password-22", "mcp:read")
         .await
@@ -384,10 +390,7 @@ async fn a_persons_clients_share_one_set_of_bounds() {
     assert_eq!(call_whoami(&gw, &one, &s1).await, 200);
     // The second client cannot use the first one's session (it is the client's own) …
     assert_eq!(call_whoami(&gw, &two, &s1).await, 404);
-    // … and gets no budget of its own in a session of its own either, once one is free.
-    let deleted = in_session(&gw, &one, &s1).delete().await;
-    assert!(deleted.status().is_success());
-    let s3 = open_session(&gw, &two).await.unwrap();
+    // … and gets no budget of its own in a session of its own either.
     assert_eq!(call_whoami(&gw, &two, &s3).await, 429);
     assert_eq!(call_whoami(&gw, &bob, &bobs).await, 200);
 }

@@ -2,7 +2,7 @@
 //! the walking skeleton over TLS with static tokens, rate limits, client connections,
 //! `/metrics`, traces, routes, MCP-aware authorization, a trusted proxy, the operator's view of the
 //! binaries, the runtime arrangements (per core, work stealing), the store's life (`serve
-//! --init`, backup and restore), and the gateway's building blocks used directly against real
+//! --init`, backup and restore, sessions across a restart), and the gateway's building blocks used directly against real
 //! peers.
 
 mod checks;
@@ -15,6 +15,7 @@ mod operator;
 mod readme_examples;
 mod routes;
 mod runtime;
+mod session_restart;
 mod skeleton;
 mod store_ops;
 mod tool_policy;

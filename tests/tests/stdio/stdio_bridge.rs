@@ -469,12 +469,29 @@ async fn the_per_principal_cap_counts_subject_and_client() {
     let mut s = python_spec(&python);
     s.max_children_per_principal = 2;
     let b = Bridge::start(s).await;
-    b.client.open("alice").await.unwrap();
-    b.client.open("alice").await.unwrap();
-    let third = b.client.open("alice").await.unwrap_err();
-    assert_eq!(third.status(), 503);
-    assert!(third.headers().contains_key("retry-after"));
-    let v: Value = third.json().await.unwrap();
+    let (first, _) = b.client.open("alice").await.unwrap();
+    let (second, _) = b.client.open("alice").await.unwrap();
+    // At the cap the least recently used idle session makes room (issue 36 point 5) …
+    let (third, _) = b.client.open("alice").await.unwrap();
+    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
+    let status = |session: String| {
+        let req = b.client.post(Some(&session), "alice", &list).send();
+        async move { req.await.unwrap().status() }
+    };
+    assert_eq!(status(first).await, 404, "the first was closed");
+    assert_eq!(status(second.clone()).await, 200);
+    assert_eq!(b.bridge.child_pids().len(), 2, "alice holds two children");
+    // … never one in use: with both sessions' streams open there is no room.
+    let stream = |session: &str| {
+        let client = b.client.mcp("alice").in_session(Some(session));
+        async move { client.stream().await }
+    };
+    let (s2, s3) = (stream(&second).await, stream(&third).await);
+    assert_eq!((s2.status().as_u16(), s3.status().as_u16()), (200, 200));
+    let refused = b.client.open("alice").await.unwrap_err();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let v: Value = refused.json().await.unwrap();
     assert!(
         v["error"]["message"]
             .as_str()
@@ -482,6 +499,14 @@ async fn the_per_principal_cap_counts_subject_and_client() {
             .contains("max_children_per_principal"),
         "{v}"
     );
+    // A stream whose client left frees its session at once (not at the next keep-alive).
+    drop(s2);
+    let room = eventually(Duration::from_secs(5), || async {
+        b.client.open("alice").await.is_ok()
+    })
+    .await;
+    assert!(room, "the session whose stream closed made room");
+    drop(s3);
     b.client.open("bob").await.unwrap();
     // The gateway's own session (its tool catalog, `x-pforte-auth-kind: gateway`, a header no
     // client request carries through the gateway) is outside the caps.

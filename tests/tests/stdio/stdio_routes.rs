@@ -1,7 +1,9 @@
 //! stdio routes end to end: `[[routes]]` with `command = [...]` in a real `pforte serve`, the
 //! gateway's stdio bridge running the children — the Python SDK server
 //! (tests/fixtures/stdio/server.py) called by the Python SDK client, `mcp-service stdio` called
-//! by rmcp, a crash mid-call, the per-route cap, no child left after SIGTERM or SIGKILL of the
+//! by rmcp, a crash mid-call, the per-route cap, no lockout at the per-person cap (ten health
+//! checks that never DELETE, the Claude Code CLI's `claude mcp list` among them; a call in
+//! flight never evicted), no child left after SIGTERM or SIGKILL of the
 //! gateway, and the MCP conformance suite against tests/conformance/everything-server.cjs run
 //! with its stdio transport. The hardening of children (tests/fixtures/stdio/plain_server.py, on
 //! the standard library only): an oversized message, the whole process tree on SIGKILL, a
@@ -440,7 +442,8 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
 }
 
 /// Review finding "caps per (user, client)": a user who registers more OAuth clients gets no
-/// more children of a stdio route; `max_children_per_principal` counts the person.
+/// more children of a stdio route; `max_children_per_principal` counts the person: the second
+/// client's session closes the person's least recently used idle one (issue 36 point 5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_second_client_gets_no_more_children() {
     let Some(python) = python() else { return };
@@ -459,20 +462,172 @@ async fn a_users_second_client_gets_no_more_children() {
     // Each token comes from a client registered for it.
     let one = token("alice", "alice-password-1").await.unwrap();
     let two = token("alice", "alice-password-1").await.unwrap();
-    assert_eq!(initialize(&gw, &url, &one).await.status(), 200);
-    assert_eq!(initialize(&gw, &url, &one).await.status(), 200);
-    let third = initialize(&gw, &url, &two).await;
-    assert_eq!(third.status(), 503, "the second client got a third child");
-    let v: Value = third.json().await.unwrap();
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_children_per_principal"),
-        "{v}"
-    );
+    let session = |token: &str| gw.mcp_at(&url, token).protocol("2025-11-25");
+    let (mut first, mut second, mut third) = (session(&one), session(&one), session(&two));
+    first.open().await.unwrap();
+    second.open().await.unwrap();
+    second.list_tools().await;
+    third.open().await.unwrap();
+    // The person's third child: the first (least recently used, idle) made room.
+    assert_eq!(first.request("tools/list", json!({})).await.status(), 404);
+    assert_eq!(second.request("tools/list", json!({})).await.status(), 200);
+    assert_eq!(third.request("tools/list", json!({})).await.status(), 200);
     let bob = token("bob", "bob-password-22").await.unwrap();
     assert_eq!(initialize(&gw, &url, &bob).await.status(), 200);
+}
+
+/// Issue 36 point 5: health checks that never `DELETE` their sessions (`claude mcp list`, the
+/// MCP inspector) are not locked out at `max_children_per_principal`: ten in a row on a cap of
+/// 4 all succeed, the oldest idle sessions are closed to make room (an audit line names each)
+/// and an evicted session's next request gets 404, so its client initializes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_health_checks_that_never_delete_all_succeed_on_a_cap_of_four() {
+    let gw =
+        gateway(Route::command("plain", &plain_command(&[])).max_children_per_principal(4)).await;
+    let token = gw.create_token("ci").await.unwrap();
+    let url = format!("{}/plain/mcp", gw.base);
+    let mut checks = Vec::new();
+    for i in 0..10 {
+        let mut client = gw.mcp_at(&url, &token).protocol("2025-11-25");
+        if let Err(refused) = client.open().await {
+            panic!("health check {i}: {}", refused.status());
+        }
+        assert!(!client.list_tools().await.is_empty(), "health check {i}");
+        checks.push(client);
+    }
+    for (i, client) in checks.iter().enumerate() {
+        let status = client.request("tools/list", json!({})).await.status();
+        // The last four hold the person's four children; the others were closed.
+        let expected = if i >= 6 { 200 } else { 404 };
+        assert_eq!(status, expected, "session {i}");
+    }
+    // A 404'd client initializes again and goes on.
+    let mut again = gw.mcp_at(&url, &token).protocol("2025-11-25");
+    again.open().await.unwrap();
+    assert!(!again.list_tools().await.is_empty());
+    let audit = gw.data_dir().join("audit.jsonl");
+    let evictions = || {
+        std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["event"] == "session_evicted")
+            .collect::<Vec<_>>()
+    };
+    let seen = eventually(Duration::from_secs(10), || {
+        let n = evictions().len();
+        async move { n >= 7 }
+    })
+    .await;
+    let lines = evictions();
+    assert!(seen, "seven evictions audited: {lines:?}");
+    let line = &lines[0];
+    assert_eq!(line["route"], "plain");
+    assert_eq!(line["limit"], "max_children_per_principal");
+    assert_eq!(line["max"], 4);
+    assert_eq!(line["person"], "static:ci");
+    assert_eq!(line["session"].as_str().unwrap().len(), 12, "{line}");
+}
+
+/// Issue 36 point 5 with the real client: ten `claude mcp list` runs in a row (the Claude Code
+/// CLI's health check: initialize, list, never DELETE) against a stdio route with a cap of 4
+/// children per person all show the server "Connected".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_claude_mcp_list_runs_all_connect_on_a_cap_of_four() {
+    let claude = match pforte_tests::claude_code() {
+        Ok(claude) => claude,
+        Err(why) => {
+            assert!(!pforte_tests::in_ci(), "{why}");
+            pforte_tests::skip(&why);
+            return;
+        }
+    };
+    let gw =
+        gateway(Route::command("plain", &plain_command(&[])).max_children_per_principal(4)).await;
+    let token = gw.create_token("claude").await.unwrap();
+    let url = format!("{}/plain/mcp", gw.base);
+    let home = tempfile::tempdir().unwrap();
+    let claude_run = |args: Vec<String>| {
+        let claude = claude.clone();
+        let home = home.path().to_owned();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            pforte_tests::run_claude(&claude, &home, &args)
+        })
+    };
+    let auth = format!("Authorization: Bearer {token}");
+    let add = [
+        "mcp",
+        "add",
+        "--transport",
+        "http",
+        "plain",
+        &url,
+        "--header",
+        &auth,
+    ];
+    claude_run(add.iter().map(|s| (*s).to_owned()).collect())
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..10 {
+        let out = claude_run(vec!["mcp".into(), "list".into()])
+            .await
+            .unwrap()
+            .unwrap();
+        let line = out
+            .lines()
+            .find(|l| l.contains("plain"))
+            .unwrap_or_default();
+        assert!(line.contains("Connected"), "run {i}: {out}");
+    }
+}
+
+/// Issue 36 point 5: a session with a call in flight is never closed to make room, however
+/// long ago its client last sent anything; the idle ones around it are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_with_a_call_in_flight_is_never_evicted() {
+    let Some(python) = python() else { return };
+    let gw =
+        gateway(Route::command("py", &python_command(&python)).max_children_per_principal(2)).await;
+    let token = gw.create_token("ci").await.unwrap();
+    let url = format!("{}/py/mcp", gw.base);
+    let mut busy = gw
+        .mcp_at(&url, &token)
+        .protocol("2025-11-25")
+        .capabilities(json!({"sampling": {}}));
+    busy.open().await.unwrap();
+    // `sample` waits for the client's sampling answer, which never comes: the call stays in
+    // flight. Its first event (the server's sampling request) shows it arrived.
+    let mut call = busy.call_tool("sample", json!({"prompt": "hold"})).await;
+    assert_eq!(call.status(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(30), call.chunk())
+        .await
+        .expect("the sampling request in time")
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("sampling/createMessage"),
+        "{first:?}"
+    );
+    // Three more sessions on a cap of two: each closes the idle one, never the busy one.
+    let mut idle = Vec::new();
+    for i in 0..3 {
+        let mut client = gw.mcp_at(&url, &token).protocol("2025-11-25");
+        if let Err(refused) = client.open().await {
+            panic!("session {i}: {}", refused.status());
+        }
+        idle.push(client);
+    }
+    assert_eq!(idle[0].request("tools/list", json!({})).await.status(), 404);
+    assert_eq!(idle[1].request("tools/list", json!({})).await.status(), 404);
+    assert_eq!(idle[2].request("tools/list", json!({})).await.status(), 200);
+    assert_eq!(
+        busy.request("ping", json!({})).await.status(),
+        200,
+        "the busy one lives"
+    );
+    drop(call);
 }
 
 /// Issue 36: past `max_line_bytes` only that call fails — found by its id wherever the message
