@@ -47,8 +47,8 @@ pub use stack::{Stack, StackBuilder};
 pub use streams::{delete_session, open_session_stream, rss_kib};
 pub use tls::{TestCert, TlsFront, http_client};
 pub use tools::{
-    CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, EverythingServer, MCP_PYTHON_SDK, MCP_TS_SDK_PACKAGE,
-    NODE_PACKAGE, conformance_packages, conformance_script, node22, npm_packages,
-    python_sdk_or_skip, python_with_mcp_sdk, run_python_json,
+    BearerProxy, CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, EverythingServer, MCP_PYTHON_SDK,
+    MCP_TS_SDK_PACKAGE, NODE_PACKAGE, conformance_packages, conformance_script, node22,
+    npm_packages, python_sdk_or_skip, python_with_mcp_sdk, run_python_json,
 };
 pub use up::{PforteUp, UpOptions};
