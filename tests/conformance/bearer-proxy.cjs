@@ -67,7 +67,8 @@ const server = http.createServer((req, res) => {
       if (verbose) console.error(line("end"));
     });
     answer.on("error", (e) => {
-      console.error(line(`answer error ${e.message}`));
+      // The client leaving its event stream aborts the answer: not a failure.
+      if (!res.destroyed) console.error(line(`answer error ${e.message}`));
       res.destroy();
     });
   });

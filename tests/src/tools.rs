@@ -169,8 +169,9 @@ impl EverythingServer {
 
 /// tests/conformance/bearer-proxy.cjs: a keep-alive Node reverse proxy on a kernel-chosen
 /// 127.0.0.1 port in front of `target` (an `http://` origin), adding `Authorization: Bearer
-/// token` to every request and streaming bodies both ways; its per-request lines (upstream
-/// connection, method, path, status) go to stderr when `log`.
+/// token` to every request and streaming bodies both ways. Its failed requests go to stderr;
+/// every request's line too (upstream connection, method, path, status, timing) when the
+/// tests run with `PFORTE_PROXY_LOG=1`.
 #[derive(Debug)]
 pub struct BearerProxy {
     pub proc: Proc,
@@ -178,7 +179,8 @@ pub struct BearerProxy {
 }
 
 impl BearerProxy {
-    pub fn start(node: &Path, target: &str, token: &str, log: bool) -> anyhow::Result<Self> {
+    pub fn start(node: &Path, target: &str, token: &str) -> anyhow::Result<Self> {
+        let log = std::env::var("PFORTE_PROXY_LOG").is_ok_and(|v| v == "1");
         let mut cmd = Command::new(node);
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

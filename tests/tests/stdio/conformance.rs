@@ -231,7 +231,7 @@ async fn elicitation_through_a_keep_alive_proxy_in_front_of_the_gateway_passes_e
         .await
         .unwrap();
     let origin = gw.mcp_url().trim_end_matches("/mcp").to_owned();
-    let proxy = BearerProxy::start(&node, &origin, &token, false).unwrap();
+    let proxy = BearerProxy::start(&node, &origin, &token).unwrap();
     let url = proxy.url("/mcp");
     let started = std::time::Instant::now();
     let failed: Vec<String> = std::thread::scope(|scope| {
