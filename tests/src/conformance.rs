@@ -30,6 +30,30 @@ pub type Results = BTreeMap<(String, String), (String, String)>;
 /// Runs the runner's active server suite against `url`, with `token` as bearer when given;
 /// returns every check of every scenario.
 pub fn run_suite(node: &Path, packages: &Path, url: &str, token: Option<&str>) -> Results {
+    let (results, output) = run(node, packages, url, token, &["--suite", "active"]);
+    assert!(
+        results.len() > 20,
+        "the runner produced only {} checks:\n{output}",
+        results.len()
+    );
+    results
+}
+
+/// Runs one of the runner's server scenarios against `url` (no bearer of the runner's own);
+/// returns its checks and, for a failure's message, what the runner printed.
+pub fn run_scenario(node: &Path, packages: &Path, url: &str, scenario: &str) -> (Results, String) {
+    run(node, packages, url, None, &["--scenario", scenario])
+}
+
+/// Runs the runner in server mode against `url` with `select` (`--suite …` or `--scenario …`);
+/// every check of every scenario it ran, and its output.
+fn run(
+    node: &Path,
+    packages: &Path,
+    url: &str,
+    token: Option<&str>,
+    select: &[&str],
+) -> (Results, String) {
     let out = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(node);
     cmd.env_clear()
@@ -42,7 +66,9 @@ pub fn run_suite(node: &Path, packages: &Path, url: &str, token: Option<&str>) -
     }
     let run = cmd
         .arg(packages.join("conformance/dist/index.js"))
-        .args(["server", "--suite", "active", "--url", url, "--output-dir"])
+        .arg("server")
+        .args(select)
+        .args(["--url", url, "--output-dir"])
         .arg(out.path())
         .output()
         .unwrap();
@@ -51,7 +77,9 @@ pub fn run_suite(node: &Path, packages: &Path, url: &str, token: Option<&str>) -
     let summary = stdout
         .split_once("=== SUMMARY ===")
         .map_or(stdout.as_ref(), |(_, s)| s);
-    eprintln!("conformance against {url}:{summary}");
+    if select.first() == Some(&"--suite") {
+        eprintln!("conformance against {url}:{summary}");
+    }
     let mut results = Results::new();
     for entry in std::fs::read_dir(out.path()).unwrap() {
         let entry = entry.unwrap();
@@ -79,11 +107,6 @@ pub fn run_suite(node: &Path, packages: &Path, url: &str, token: Option<&str>) -
             results.insert((scenario.clone(), id), (status, error));
         }
     }
-    assert!(
-        results.len() > 20,
-        "the runner produced only {} checks:\n{stdout}\n{}",
-        results.len(),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    results
+    let output = format!("{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    (results, output)
 }

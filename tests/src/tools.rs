@@ -220,6 +220,39 @@ impl EverythingServer {
     }
 }
 
+/// tests/conformance/bearer-proxy.cjs: a keep-alive Node reverse proxy on a kernel-chosen
+/// 127.0.0.1 port in front of `target` (an `http://` origin), adding `Authorization: Bearer
+/// token` to every request and streaming bodies both ways. Its failed requests go to stderr;
+/// every request's line too (upstream connection, method, path, status, timing) when the
+/// tests run with `PFORTE_PROXY_LOG=1`.
+#[derive(Debug)]
+pub struct BearerProxy {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl BearerProxy {
+    pub fn start(node: &Path, target: &str, token: &str) -> anyhow::Result<Self> {
+        let log = std::env::var("PFORTE_PROXY_LOG").is_ok_and(|v| v == "1");
+        let mut cmd = Command::new(node);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("PFORTE_PROXY_TARGET", target)
+            .env("PFORTE_PROXY_TOKEN", token)
+            .env("PFORTE_PROXY_LOG", if log { "1" } else { "0" })
+            .arg(conformance_script("bearer-proxy.cjs"));
+        let mut proc = Proc::spawn(cmd)?;
+        let line = proc.wait_line("pforte-proxy listening on", Duration::from_secs(30))?;
+        let addr = line.rsplit(' ').next().context("address")?.parse()?;
+        Ok(Self { proc, addr })
+    }
+
+    /// The MCP URL through the proxy (`path` as the gateway's, e.g. `/mcp`).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
 /// The Python with the pinned MCP SDK (`mcp==version`) in `<target>/mcp-venv` (or
 /// `$PFORTE_MCP_PYTHON`): outside CI it is created when missing; Err says why there is none.
 pub fn python_with_mcp_sdk(version: &str) -> Result<PathBuf, String> {

@@ -26,8 +26,8 @@ use std::{
 };
 
 use pforte_tests::{
-    EverythingServer, Limits, Route, Stack,
-    conformance::{Results, run_suite, tools},
+    BearerProxy, EverythingServer, Limits, Route, Stack,
+    conformance::{Results, run_scenario, run_suite, tools},
     http_client, parse_challenge, rmcp_client,
 };
 use serde_json::json;
@@ -206,6 +206,71 @@ async fn the_whole_active_conformance_suite_passes_through_an_http_route() {
     }
     wrong.dedup();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// How often the elicitation scenario runs through the reverse proxy, and in how many lanes at
+/// once (each lane runs its share one after another; the proxy's one pool of connections serves
+/// them all).
+const PROXIED_ELICITATION_RUNS: usize = 20;
+const PROXIED_ELICITATION_LANES: usize = 4;
+
+/// Issue 36 point 9: behind a keep-alive reverse proxy (tests/conformance/bearer-proxy.cjs:
+/// node:http with a keep-alive Agent, the bearer added, bodies streamed), a tool that asks the
+/// client for input completes every time — the suite's `tools-call-elicitation`: the server's
+/// `elicitation/create` on the call's event stream, the client's answer in a POST of its own on
+/// whichever pooled connection is free, while the session's GET stream is open on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elicitation_through_a_keep_alive_proxy_in_front_of_the_gateway_passes_every_run() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let server = EverythingServer::start_conformance_target(&node, &packages).unwrap();
+    let gw = gateway(&server.url()).await;
+    let token = gw
+        .create_scoped_token("conformance", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let origin = gw.mcp_url().trim_end_matches("/mcp").to_owned();
+    let proxy = BearerProxy::start(&node, &origin, &token).unwrap();
+    let url = proxy.url("/mcp");
+    let started = std::time::Instant::now();
+    let failed: Vec<String> = std::thread::scope(|scope| {
+        let lanes: Vec<_> = (0..PROXIED_ELICITATION_LANES)
+            .map(|lane| {
+                let (node, packages, url) = (&node, &packages, &url);
+                scope.spawn(move || {
+                    let mut failed = Vec::new();
+                    for run in (lane..PROXIED_ELICITATION_RUNS).step_by(PROXIED_ELICITATION_LANES) {
+                        let took = std::time::Instant::now();
+                        let (results, output) =
+                            run_scenario(node, packages, url, "tools-call-elicitation");
+                        let passed =
+                            !results.is_empty() && results.values().all(|(s, _)| s == "SUCCESS");
+                        eprintln!(
+                            "run {run}: {} in {:?}",
+                            if passed { "passed" } else { "FAILED" },
+                            took.elapsed()
+                        );
+                        if !passed {
+                            failed.push(format!("run {run}: {results:?}\n{output}"));
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        lanes
+            .into_iter()
+            .flat_map(|lane| lane.join().unwrap())
+            .collect()
+    });
+    eprintln!("{PROXIED_ELICITATION_RUNS} runs in {:?}", started.elapsed());
+    assert!(
+        failed.is_empty(),
+        "{} of {PROXIED_ELICITATION_RUNS} runs failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
 /// The npm reference everything server fails many active scenarios by itself (it lacks their
