@@ -25,6 +25,7 @@ mod authorize;
 mod console;
 mod enterprise;
 mod oidc;
+mod person;
 mod token;
 
 pub(crate) use authorize::{AuthorizeOutcome, AuthorizeResponse, Page};
@@ -114,6 +115,7 @@ impl AuthServerBuilder {
         let mut candidate = [0u8; 32];
         entropy.fill(&mut candidate);
         let key = ServerKey::from_bytes(self.store.server_key(candidate).await?);
+        person::migrate_names(self.store.as_ref(), self.clock.now_secs()).await?;
         let fetcher = self
             .fetcher
             .unwrap_or_else(|| Arc::new(HttpFetcher::new(self.cfg.cimd.clone())));

@@ -1868,6 +1868,7 @@ async fn account_of_a_provider_user_refuses_a_password_and_a_role_can_make_an_ad
             subject: "kim".into(),
             email: Some("kim@example.com".into()),
             groups: vec!["it".into()],
+            ..Default::default()
         }),
         admin: false,
     };

@@ -20,6 +20,8 @@ fn provider(issuer: &str) -> OidcProviderConfig {
         allowed_emails: vec![],
         allowed_groups: vec![],
         groups_claim: "groups".into(),
+        email_claim: "email".into(),
+        trust_email: false,
     }
 }
 
