@@ -9,7 +9,7 @@ use crate::config::PasswordHashing;
 use crate::crypto::{self, PasswordError, Secret};
 use crate::entropy::{Entropy, OsEntropy};
 use crate::error::StoreError;
-use crate::model::{AuthMethod, GrantRecord, UserRecord};
+use crate::model::{AuthMethod, GrantRecord, NO_PASSWORD, UserRecord};
 use crate::store::Store;
 
 /// Shortest accepted password.
@@ -47,6 +47,8 @@ pub struct UserInfo {
     pub external: Option<crate::model::ExternalIdentity>,
     /// Sees and revokes every user's grants at `/account`.
     pub admin: bool,
+    /// Has a local password (users from an identity provider have none).
+    pub password: bool,
 }
 
 /// A registered client as listed (no secret hash).
@@ -183,6 +185,7 @@ impl Admin {
             .await?
             .into_iter()
             .map(|u| UserInfo {
+                password: !u.password_hash.is_empty() && u.password_hash != NO_PASSWORD,
                 username: u.username,
                 created_at: u.created_at,
                 updated_at: u.updated_at,

@@ -128,7 +128,11 @@ impl AuthServerBuilder {
         Ok(Arc::new(AuthServer {
             oidc,
             logins,
-            cimd: CimdResolver::new(fetcher, self.cfg.cimd.clone()),
+            cimd: CimdResolver::new(
+                fetcher,
+                self.cfg.cimd.clone(),
+                metadata::grant_types_supported(&self.cfg),
+            ),
             cfg: Arc::new(self.cfg),
             store: self.store,
             clock: self.clock,
@@ -309,7 +313,7 @@ impl AuthServer {
         let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
             OAuthError::InvalidClientMetadata("the request body is not JSON".into())
         })?;
-        let reg = registration::validate(&json)?;
+        let reg = registration::validate(&json, &metadata::grant_types_supported(&self.cfg))?;
         let now = self.now();
         let client_id = format!("pfc_{}", crypto::random_id(self.entropy.as_ref()));
         let secret = (reg.auth_method != AuthMethod::None)
