@@ -177,22 +177,23 @@ async fn rename<S: Store>(s: &S) {
     assert_eq!(renamed.external, u.external);
     let users = s.list_users().await.unwrap();
     assert!(users.iter().all(|u| u.username != old));
-    let new = Some("ren@example.com");
+    let name = "ren@example.com";
+    let new = Some(name);
     assert_eq!(
         s.get_grant("fam-ren").await.unwrap().unwrap().username,
-        new.unwrap()
+        name
     );
     assert_eq!(
         s.get_access("a-ren").await.unwrap().unwrap().0.username,
-        new.unwrap()
+        name
     );
     assert_eq!(
         s.get_refresh("r-ren").await.unwrap().unwrap().username,
-        new.unwrap()
+        name
     );
     assert_eq!(
         s.get_code("code-ren").await.unwrap().unwrap().username,
-        new.unwrap()
+        name
     );
     assert_eq!(
         s.get_session("sh-ren")

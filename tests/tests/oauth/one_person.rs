@@ -84,14 +84,7 @@ async fn sign_in_and_enterprise_grants_land_on_one_user_per_person() {
     let client = register_like_claude(&w.browser.http, &w.d).await.unwrap();
     let (base, resource) = (w.gw.base.clone(), w.d.resource.clone());
     let id_jag = |iss: &str, sub: &str, email: &str| {
-        let mut c = jag.claims(
-            &base,
-            &client.client_id,
-            &resource,
-            sub,
-            email,
-            now,
-        );
+        let mut c = jag.claims(&base, &client.client_id, &resource, sub, email, now);
         c["iss"] = json!(iss);
         jag.id_jag(&c).unwrap()
     };
