@@ -22,6 +22,8 @@ pub enum AdminError {
     UserExists(String),
     #[error("no such user: {0}")]
     NoSuchUser(String),
+    #[error("{0} comes from {1} and has no password here: they sign in there")]
+    ExternalUser(String, String),
     #[error("invalid username {0:?}: use 1-64 characters of letters, digits, '.', '_', '-', '@'")]
     InvalidUsername(String),
     #[error("the password must have at least {MIN_PASSWORD_CHARS} characters")]
@@ -152,7 +154,16 @@ impl Admin {
     }
 
     /// `pforte user passwd`.
+    /// Refused for a user from an identity provider (they have no password here).
     pub async fn set_password(&self, username: &str, password: &Secret) -> Result<(), AdminError> {
+        if let Some(ext) = self
+            .store
+            .get_user(username)
+            .await?
+            .and_then(|u| u.external)
+        {
+            return Err(AdminError::ExternalUser(username.to_owned(), ext.origin()));
+        }
         let hash = self.hash(password).await?;
         if !self
             .store

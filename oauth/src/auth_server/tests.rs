@@ -1967,6 +1967,15 @@ async fn issuer_subject_users_are_renamed_to_their_email_at_start() {
         store.linked_user(&link("ann")).await.unwrap().as_deref(),
         Some("ann@example.com")
     );
+    let refused = Admin::new(store.clone())
+        .with_hashing(CHEAP)
+        .set_password("ann@example.com", &Secret::new("a password of hers"))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("comes from oidc Corp"),
+        "no password for a provider's user: {refused}"
+    );
     assert!(
         store.get_user(&bob.username).await.unwrap().is_some(),
         "name taken: kept"
