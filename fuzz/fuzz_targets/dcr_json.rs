@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(body) = serde_json::from_slice::<serde_json::Value>(data) else {
         return;
     };
-    let Ok(reg) = registration::validate(&body) else {
+    let Ok(reg) = registration::validate(&body, &["authorization_code", "refresh_token"]) else {
         return;
     };
     assert!(!reg.redirect_uris.is_empty());

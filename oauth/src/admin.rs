@@ -9,7 +9,7 @@ use crate::config::PasswordHashing;
 use crate::crypto::{self, PasswordError, Secret};
 use crate::entropy::{Entropy, OsEntropy};
 use crate::error::StoreError;
-use crate::model::{AuthMethod, GrantRecord, UserRecord};
+use crate::model::{AuthMethod, GrantRecord, NO_PASSWORD, UserRecord};
 use crate::store::Store;
 
 /// Shortest accepted password.
@@ -22,6 +22,8 @@ pub enum AdminError {
     UserExists(String),
     #[error("no such user: {0}")]
     NoSuchUser(String),
+    #[error("{0} comes from {1} and has no password here: they sign in there")]
+    ExternalUser(String, String),
     #[error("invalid username {0:?}: use 1-64 characters of letters, digits, '.', '_', '-', '@'")]
     InvalidUsername(String),
     #[error("the password must have at least {MIN_PASSWORD_CHARS} characters")]
@@ -47,6 +49,8 @@ pub struct UserInfo {
     pub external: Option<crate::model::ExternalIdentity>,
     /// Sees and revokes every user's grants at `/account`.
     pub admin: bool,
+    /// Has a local password (users from an identity provider have none).
+    pub password: bool,
 }
 
 /// A registered client as listed (no secret hash).
@@ -150,7 +154,16 @@ impl Admin {
     }
 
     /// `pforte user passwd`.
+    /// Refused for a user from an identity provider (they have no password here).
     pub async fn set_password(&self, username: &str, password: &Secret) -> Result<(), AdminError> {
+        if let Some(ext) = self
+            .store
+            .get_user(username)
+            .await?
+            .and_then(|u| u.external)
+        {
+            return Err(AdminError::ExternalUser(username.to_owned(), ext.origin()));
+        }
         let hash = self.hash(password).await?;
         if !self
             .store
@@ -183,6 +196,7 @@ impl Admin {
             .await?
             .into_iter()
             .map(|u| UserInfo {
+                password: !u.password_hash.is_empty() && u.password_hash != NO_PASSWORD,
                 username: u.username,
                 created_at: u.created_at,
                 updated_at: u.updated_at,

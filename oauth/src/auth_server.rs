@@ -25,6 +25,7 @@ mod authorize;
 mod console;
 mod enterprise;
 mod oidc;
+mod person;
 mod token;
 
 pub(crate) use authorize::{AuthorizeOutcome, AuthorizeResponse, Page};
@@ -114,6 +115,7 @@ impl AuthServerBuilder {
         let mut candidate = [0u8; 32];
         entropy.fill(&mut candidate);
         let key = ServerKey::from_bytes(self.store.server_key(candidate).await?);
+        person::migrate_names(self.store.as_ref(), self.clock.now_secs()).await?;
         let fetcher = self
             .fetcher
             .unwrap_or_else(|| Arc::new(HttpFetcher::new(self.cfg.cimd.clone())));
@@ -126,7 +128,11 @@ impl AuthServerBuilder {
         Ok(Arc::new(AuthServer {
             oidc,
             logins,
-            cimd: CimdResolver::new(fetcher, self.cfg.cimd.clone()),
+            cimd: CimdResolver::new(
+                fetcher,
+                self.cfg.cimd.clone(),
+                metadata::grant_types_supported(&self.cfg),
+            ),
             cfg: Arc::new(self.cfg),
             store: self.store,
             clock: self.clock,
@@ -301,7 +307,7 @@ impl AuthServer {
         let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
             OAuthError::InvalidClientMetadata("the request body is not JSON".into())
         })?;
-        let reg = registration::validate(&json)?;
+        let reg = registration::validate(&json, &metadata::grant_types_supported(&self.cfg))?;
         let now = self.now();
         let client_id = format!("pfc_{}", crypto::random_id(self.entropy.as_ref()));
         let secret = (reg.auth_method != AuthMethod::None)

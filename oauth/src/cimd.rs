@@ -128,14 +128,21 @@ type Cached = (Result<Client, CimdError>, u64);
 pub(crate) struct CimdResolver {
     fetcher: Arc<dyn DocumentFetcher>,
     cfg: CimdConfig,
+    /// What a document's `grant_types` may list (the metadata's `grant_types_supported`).
+    grant_types: Vec<&'static str>,
     cache: Mutex<HashMap<String, Cached>>,
 }
 
 impl CimdResolver {
-    pub(crate) fn new(fetcher: Arc<dyn DocumentFetcher>, cfg: CimdConfig) -> Self {
+    pub(crate) fn new(
+        fetcher: Arc<dyn DocumentFetcher>,
+        cfg: CimdConfig,
+        grant_types: Vec<&'static str>,
+    ) -> Self {
         Self {
             fetcher,
             cfg,
+            grant_types,
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -154,12 +161,14 @@ impl CimdResolver {
             return cached;
         }
         let outcome = match self.fetcher.fetch(&url).await {
-            Ok(doc) => cimd::validate_document(client_id, &doc.body).map(|client| {
-                (
-                    client,
-                    cimd::cache_lifetime(doc.cache_control.as_deref(), &self.cfg),
-                )
-            }),
+            Ok(doc) => {
+                cimd::validate_document(client_id, &doc.body, &self.grant_types).map(|client| {
+                    (
+                        client,
+                        cimd::cache_lifetime(doc.cache_control.as_deref(), &self.cfg),
+                    )
+                })
+            }
             Err(e) => Err(e),
         };
         let (outcome, secs) = match outcome {
@@ -219,7 +228,11 @@ mod tests {
             cache_control: Some("max-age=60"),
             calls: AtomicUsize::new(0),
         });
-        let r = CimdResolver::new(fake.clone(), CimdConfig::default());
+        let r = CimdResolver::new(
+            fake.clone(),
+            CimdConfig::default(),
+            vec!["authorization_code", "refresh_token"],
+        );
         r.resolve(ID, 0).await.unwrap();
         r.resolve(ID, 59_000).await.unwrap();
         assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
@@ -240,7 +253,11 @@ mod tests {
     #[tokio::test]
     async fn failures_are_cached_briefly_per_url() {
         let fake = Arc::new(Failing(AtomicUsize::new(0)));
-        let r = CimdResolver::new(fake.clone(), CimdConfig::default());
+        let r = CimdResolver::new(
+            fake.clone(),
+            CimdConfig::default(),
+            vec!["authorization_code", "refresh_token"],
+        );
         for t in [0, 1_000, 59_999] {
             assert!(r.resolve(ID, t).await.is_err());
         }
@@ -275,7 +292,11 @@ mod tests {
             cache_control: None,
             calls: AtomicUsize::new(0),
         });
-        let r = CimdResolver::new(fake, CimdConfig::default());
+        let r = CimdResolver::new(
+            fake,
+            CimdConfig::default(),
+            vec!["authorization_code", "refresh_token"],
+        );
         assert!(matches!(r.resolve(ID, 0).await, Err(CimdError::Invalid(_))));
     }
 

@@ -88,8 +88,9 @@ pub struct EnterpriseIdp {
     pub jwks_uri: Option<String>,
     /// The client ids it may grant access to; empty: any client registered here.
     pub allowed_clients: Vec<String>,
-    /// Email domains whose users are created on their first ID-JAG; empty: only users
-    /// already linked or whose email names an existing user.
+    /// The email domains it speaks for: an ID-JAG with a verified email of these domains joins
+    /// the existing user of that name, or creates one; empty: only users already linked by
+    /// issuer + subject (e.g. by signing in through the same provider).
     pub allowed_domains: Vec<String>,
 }
 

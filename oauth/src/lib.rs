@@ -32,7 +32,7 @@ pub use config::{
 pub use crypto::Secret;
 pub use error::{StoreError, ValidationError};
 pub use http::{ClientIp, router};
-pub use model::{ExternalIdentity, GrantRecord, GrantedBy};
+pub use model::{ExternalIdentity, GrantRecord, GrantedBy, Via};
 pub use observe::{AuditEntry, Event, Observer};
 pub use owner_only::{
     SecretFileError, mode_of, private_dir, private_file, private_sqlite, read_secret_file,

@@ -53,11 +53,13 @@ pub struct UserRecord {
     pub admin: bool,
 }
 
-/// Where a user signed in by an OpenID provider comes from: the issuer and subject that are
-/// the identity, and what the last sign-in's ID token said (shown and used by roles).
+/// Where a user from an identity provider comes from: the issuer and subject that link the
+/// person (the readable username is their verified email), and what the last sign-in said
+/// (shown and used by roles).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExternalIdentity {
-    /// The `[[oauth.login.oidc]]` entry's name the user signed in with.
+    /// The `[[oauth.login.oidc]]` entry's name the user signed in with; the issuer for a user
+    /// created by an enterprise grant.
     pub provider: String,
     pub issuer: String,
     pub subject: String,
@@ -67,6 +69,30 @@ pub struct ExternalIdentity {
     /// The groups claim of the last sign-in.
     #[serde(default)]
     pub groups: Vec<String>,
+    /// How the user came: signing in through an OpenID provider, or an enterprise grant.
+    #[serde(default)]
+    pub via: Via,
+}
+
+/// How a user from an identity provider came (records from before this field read as `Sso`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// Signed in through an `[[oauth.login.oidc]]` provider.
+    #[default]
+    Sso,
+    /// Created by an ID-JAG of an `[[oauth.enterprise]]` identity provider.
+    Enterprise,
+}
+
+impl ExternalIdentity {
+    /// Where the user comes from, for tables and pages: `oidc NAME` or `enterprise ISSUER`.
+    pub fn origin(&self) -> String {
+        match self.via {
+            Via::Sso => format!("oidc {}", self.provider),
+            Via::Enterprise => format!("enterprise {}", self.provider),
+        }
+    }
 }
 
 impl UserRecord {

@@ -2,7 +2,8 @@
 //! JWT step: discovery (cached for an hour), the authorization URL with PKCE (S256), `state`
 //! and `nonce`, the code exchange, and ID token validation — signature against the provider's
 //! JWKS (fetched again once when a token names a key it does not hold: rotation), `iss`,
-//! `aud`, `exp` at the injected clock's time, `nonce`. Who may sign in is `allow.rs`.
+//! `aud`, `exp` at the injected clock's time, `nonce` — then UserInfo for the claims the ID
+//! token left out. What the claims say is `claims.rs`, who may sign in `allow.rs`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,9 +15,9 @@ use openidconnect::core::{
 };
 use openidconnect::{
     AdditionalClaims, AuthenticationFlow, AuthorizationCode, ClaimsVerificationError, ClientId,
-    ClientSecret, CsrfToken, IdToken, IdTokenVerifier, IssuerUrl, Nonce, PkceCodeChallenge,
-    PkceCodeVerifier, RedirectUrl, RequestTokenError, Scope, SignatureVerificationError,
-    TokenResponse as _,
+    ClientSecret, CsrfToken, IdToken, IdTokenVerifier, IssuerUrl, Nonce, OAuth2TokenResponse as _,
+    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RequestTokenError, Scope,
+    SignatureVerificationError, TokenResponse as _, UserInfoClaims, UserInfoError,
 };
 use pforte_clock::Clock;
 use serde::{Deserialize, Serialize};
@@ -24,8 +25,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::OidcProviderConfig;
 
 mod allow;
+mod claims;
 
-pub(crate) use allow::admitted;
+pub(crate) use allow::{admitted, domain_listed};
+use claims::Claims;
 
 /// How long discovery results are used before they are fetched again.
 const DISCOVERY_TTL_MS: u64 = 3600 * 1000;
@@ -69,7 +72,7 @@ impl OidcError {
     }
 }
 
-/// Every claim beyond the standard ones (the groups claim is read from here).
+/// Every claim beyond the standard ones (kept so that all claims can be read as JSON).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Extra(HashMap<String, serde_json::Value>);
 
@@ -77,6 +80,16 @@ impl AdditionalClaims for Extra {}
 
 type PforteIdToken =
     IdToken<Extra, CoreGenderClaim, CoreJweContentEncryptionAlgorithm, CoreJwsSigningAlgorithm>;
+
+/// The `openidconnect` client of a discovered provider.
+type PforteClient = CoreClient<
+    openidconnect::EndpointSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointMaybeSet,
+    openidconnect::EndpointMaybeSet,
+>;
 
 /// A provider's discovery document (with its JWKS) and when it was fetched.
 #[derive(Clone)]
@@ -228,6 +241,7 @@ impl Providers {
             Some(metadata.authorization_endpoint().url()),
             metadata.token_endpoint().map(|t| t.url()),
             Some(metadata.jwks_uri().url()),
+            metadata.userinfo_endpoint().map(|u| u.url()),
         ];
         if let Some(bad) = endpoints
             .into_iter()
@@ -261,18 +275,7 @@ impl Providers {
         Ok(jwks)
     }
 
-    fn client(
-        &self,
-        p: &Provider,
-        d: &Discovered,
-    ) -> CoreClient<
-        openidconnect::EndpointSet,
-        openidconnect::EndpointNotSet,
-        openidconnect::EndpointNotSet,
-        openidconnect::EndpointNotSet,
-        openidconnect::EndpointMaybeSet,
-        openidconnect::EndpointMaybeSet,
-    > {
+    fn client(&self, p: &Provider, d: &Discovered) -> PforteClient {
         CoreClient::from_provider_metadata(
             d.metadata.clone(),
             ClientId::new(p.cfg.client_id.clone()),
@@ -311,7 +314,9 @@ impl Providers {
         Ok(req.url().0)
     }
 
-    /// Redeems `code` at provider `name` and validates the ID token it answers with.
+    /// Redeems `code` at provider `name`, validates the ID token it answers with and, when the
+    /// ID token leaves out a claim Pforte reads, asks UserInfo for it (its `sub` must be the ID
+    /// token's).
     pub(crate) async fn finish(
         &self,
         name: &str,
@@ -338,7 +343,7 @@ impl Providers {
         let token: PforteIdToken = raw
             .parse()
             .map_err(|e| OidcError::Token(format!("not a JWT: {e}")))?;
-        match self.validate(p, &token, d.metadata.jwks().clone(), nonce) {
+        let validated = match self.validate(p, &token, d.metadata.jwks().clone(), nonce) {
             Err(ClaimsVerificationError::SignatureVerification(
                 SignatureVerificationError::NoMatchingKey,
             )) => {
@@ -348,18 +353,62 @@ impl Providers {
             }
             other => other,
         }
-        .map_err(|e| OidcError::Token(chain(&e)))
+        .map_err(|e| OidcError::Token(chain(&e)))?;
+        let userinfo = if claims::needs_userinfo(&p.cfg, &validated.claims) {
+            self.userinfo(p, &client, answer.access_token(), &validated.subject)
+                .await?
+        } else {
+            None
+        };
+        Ok(claims::identity(
+            &p.cfg,
+            &validated.issuer,
+            &validated.subject,
+            &validated.claims,
+            userinfo.as_ref(),
+        ))
+    }
+
+    /// UserInfo's claims for the person of `subject`; `None` when the provider has no UserInfo
+    /// endpoint or it could not be read (the ID token's claims are then all there is). An answer
+    /// about another subject refuses the sign-in.
+    async fn userinfo(
+        &self,
+        p: &Provider,
+        client: &PforteClient,
+        access: &openidconnect::AccessToken,
+        subject: &str,
+    ) -> Result<Option<Claims>, OidcError> {
+        let expected = openidconnect::SubjectIdentifier::new(subject.to_owned());
+        let Ok(request) = client.user_info(access.clone(), Some(expected)) else {
+            return Ok(None);
+        };
+        let answer: Result<UserInfoClaims<Extra, CoreGenderClaim>, _> =
+            request.request_async(&self.http_client()).await;
+        match answer {
+            Ok(claims) => Ok(serde_json::to_value(&claims)
+                .ok()
+                .and_then(|v| v.as_object().cloned())),
+            Err(UserInfoError::ClaimsVerification(e)) => Err(OidcError::Token(format!(
+                "UserInfo answered for another person or unverifiably: {}",
+                chain(&e)
+            ))),
+            Err(e) => {
+                tracing::warn!(idp = %p.cfg.name, error = %chain(&e), "UserInfo could not be read: using the ID token's claims only");
+                Ok(None)
+            }
+        }
     }
 
     /// Validates `token` against `jwks` at the clock's time: signature, `iss`, `aud`, `exp`,
-    /// `nonce`; then reads the identity.
+    /// `nonce`; then reads its issuer, subject and claims.
     fn validate(
         &self,
         p: &Provider,
         token: &PforteIdToken,
         jwks: CoreJsonWebKeySet,
         nonce: &str,
-    ) -> Result<Identity, ClaimsVerificationError> {
+    ) -> Result<Validated, ClaimsVerificationError> {
         let issuer = IssuerUrl::new(p.cfg.issuer.clone())
             .map_err(|e| ClaimsVerificationError::Other(e.to_string()))?;
         let client_id = ClientId::new(p.cfg.client_id.clone());
@@ -372,24 +421,21 @@ impl Providers {
             .set_allowed_algs(allowed_algs())
             .set_time_fn(move || chrono::DateTime::from_timestamp(now, 0).unwrap_or_default());
         let claims = token.claims(&verifier, &Nonce::new(nonce.to_owned()))?;
-        let email = claims.email().map(|e| e.as_str().to_lowercase());
-        let verified = claims.email_verified() == Some(true);
-        let groups = match claims.additional_claims().0.get(&p.cfg.groups_claim) {
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .filter_map(|g| g.as_str().map(str::to_owned))
-                .collect(),
-            Some(serde_json::Value::String(one)) => vec![one.clone()],
-            _ => Vec::new(),
-        };
-        Ok(Identity {
+        let json = serde_json::to_value(claims)
+            .map_err(|e| ClaimsVerificationError::Other(e.to_string()))?;
+        Ok(Validated {
             issuer: claims.issuer().as_str().to_owned(),
             subject: claims.subject().as_str().to_owned(),
-            email: email.clone().filter(|_| verified),
-            unverified_email: email.filter(|_| !verified),
-            groups,
+            claims: json.as_object().cloned().unwrap_or_default(),
         })
     }
+}
+
+/// A validated ID token: who issued it, about whom, and all its claims.
+struct Validated {
+    issuer: String,
+    subject: String,
+    claims: Claims,
 }
 
 /// A token-endpoint failure as one of ours.

@@ -114,6 +114,10 @@ pub trait Store: Send + Sync + 'static {
     async fn linked_user(&self, identity: &str) -> StoreResult<Option<String>>;
     /// Links an external identity to a user (replacing an earlier link).
     async fn link_identity(&self, identity: &str, username: &str) -> StoreResult<()>;
+    /// Renames user `old` to `new` with every record that names it (grants, access and refresh
+    /// tokens, codes, sessions, identity links); false if there is no `old` or `new` is taken
+    /// (by another person: a rename interrupted half-way is finished by calling again).
+    async fn rename_user(&self, old: &str, new: &str, now: u64) -> StoreResult<bool>;
     /// Sets or clears a user's admin flag; false if no such user.
     async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool>;
 

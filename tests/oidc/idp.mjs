@@ -13,7 +13,10 @@
 //                                signature (kind aud|exp|nonce|iss|sig), re-signed with the
 //                                provider's key (sig: with another key under the same kid)
 // Usage: node idp.mjs NODE_MODULES   (prints "pforte-idp listening on ISSUER")
-// IDP_CONFIG: {"client_id","client_secret","accounts":{"ID":{"email","email_verified","groups"}}}
+// IDP_CONFIG: {"client_id","client_secret","accounts":{"ID":{"email","email_verified"?,"groups",
+//   "preferred_username"?,"upn"?}},"profile"}: where the scopes' claims go — "id_token" (all in
+//   the ID token), "user_info" (only in UserInfo: oidc-provider's default conformIdTokenClaims,
+//   OIDC Core §5.4), "groups_from_user_info" (groups only in UserInfo)
 import http from 'node:http';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -25,6 +28,7 @@ const jose = await load('jose/dist/webapi/index.js');
 
 const cfg = JSON.parse(process.env.IDP_CONFIG ?? '{}');
 const accounts = cfg.accounts ?? {};
+const profile = cfg.profile ?? 'id_token';
 let redirectUris = ['https://127.0.0.1/oidc/callback'];
 let keyNumber = 0;
 let key; // { jwk (private, with kid), privateKey }
@@ -67,16 +71,23 @@ function build(issuer) {
     async findAccount(_ctx, id) {
       const account = accounts[id];
       if (!account) return undefined;
-      return { accountId: id, async claims() { return { sub: id, ...account }; } };
+      return {
+        accountId: id,
+        async claims(use) {
+          const claims = { sub: id, ...account };
+          if (use === 'id_token' && profile === 'groups_from_user_info') delete claims.groups;
+          return claims;
+        },
+      };
     },
     claims: {
       openid: ['sub'],
       email: ['email', 'email_verified'],
-      profile: ['name'],
+      profile: ['name', 'preferred_username', 'upn'],
       groups: ['groups'],
     },
     scopes: ['openid', 'email', 'profile', 'groups'],
-    conformIdTokenClaims: false,
+    conformIdTokenClaims: profile === 'user_info',
     jwks: { keys: [key.jwk] },
     pkce: { required: () => true },
     features: { devInteractions: { enabled: false } },

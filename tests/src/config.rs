@@ -282,6 +282,12 @@ pub struct OidcEntry {
     pub allowed_emails: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allowed_groups: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email_claim: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups_claim: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub trust_email: bool,
 }
 
 /// `[oauth.roles.NAME]`.

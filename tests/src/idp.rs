@@ -17,22 +17,53 @@ pub const IDP_CLIENT_ID: &str = "pforte-gateway";
 /// The test client's secret (the gateway reads it from a file).
 pub const IDP_CLIENT_SECRET: &str = "idp-client-secret-for-tests-0123456789";
 
-/// A user of the test provider: what its ID tokens say.
+/// A user of the test provider: its claims (in the ID token or UserInfo, by [`IdpProfile`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct IdpUser {
     pub email: String,
-    pub email_verified: bool,
+    /// Absent: the provider never says (as Entra ID).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email_verified: Option<bool>,
     pub groups: Vec<String>,
+    /// More claims (`preferred_username`, `upn`).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
 }
 
 impl IdpUser {
     pub fn new(email: &str, verified: bool, groups: &[&str]) -> Self {
         Self {
             email: email.to_owned(),
-            email_verified: verified,
+            email_verified: Some(verified),
             groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            extra: BTreeMap::new(),
         }
     }
+
+    /// Without `email_verified` (Entra-like).
+    pub fn never_verified(mut self) -> Self {
+        self.email_verified = None;
+        self
+    }
+
+    /// With one more claim.
+    pub fn claim(mut self, name: &str, value: &str) -> Self {
+        self.extra.insert(name.to_owned(), value.into());
+        self
+    }
+}
+
+/// Where the provider puts the claims of the `email`, `profile` and `groups` scopes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdpProfile {
+    /// All in the ID token (`conformIdTokenClaims: false`).
+    #[default]
+    IdToken,
+    /// Only in UserInfo: oidc-provider's default (`conformIdTokenClaims: true`), OIDC Core §5.4.
+    UserInfo,
+    /// Email in the ID token, groups only in UserInfo.
+    GroupsFromUserInfo,
 }
 
 #[derive(Serialize)]
@@ -40,6 +71,7 @@ struct IdpConfig<'a> {
     client_id: &'a str,
     client_secret: &'a str,
     accounts: &'a BTreeMap<String, IdpUser>,
+    profile: IdpProfile,
 }
 
 /// What [`TestIdp::tamper`] does to the next ID token.
@@ -81,6 +113,14 @@ impl TestIdp {
     /// Starts the provider with `users` (by id); Err says what is missing (Node 22, the npm
     /// package) so the caller can skip.
     pub fn start(users: &BTreeMap<String, IdpUser>) -> Result<Self, String> {
+        Self::start_with(users, IdpProfile::IdToken)
+    }
+
+    /// Starts the provider with `users`, their claims placed as `profile` says.
+    pub fn start_with(
+        users: &BTreeMap<String, IdpUser>,
+        profile: IdpProfile,
+    ) -> Result<Self, String> {
         let node = node22()?;
         let prefix = target_dir().join("oidc-provider");
         npm_packages(&prefix, &[OIDC_PROVIDER_PACKAGE])?;
@@ -88,6 +128,7 @@ impl TestIdp {
             client_id: IDP_CLIENT_ID,
             client_secret: IDP_CLIENT_SECRET,
             accounts: users,
+            profile,
         })
         .map_err(|e| e.to_string())?;
         let mut cmd = Command::new(node);

@@ -37,7 +37,9 @@ pub use config::{
 };
 pub use connect::{EchoUpstream, Prompt, write_secret, write_vault_key};
 pub use gateway::{Gateway, write_config};
-pub use idp::{IDP_CLIENT_ID, IDP_CLIENT_SECRET, IdpUser, OIDC_PROVIDER_PACKAGE, Tamper, TestIdp};
+pub use idp::{
+    IDP_CLIENT_ID, IDP_CLIENT_SECRET, IdpProfile, IdpUser, OIDC_PROVIDER_PACKAGE, Tamper, TestIdp,
+};
 pub use jag_idp::JagIdp;
 pub use pforte_test_support::{
     Form, RedisOptions, RedisServer, SKIP_LOG_ENV, free_port, in_ci, skip, which,

@@ -42,13 +42,15 @@ pub enum UserAction {
     },
 }
 
-/// Where a user comes from, for the table: `local`, or `oidc NAME (email)`.
+/// Where a user comes from, for the table: `local`, `oidc NAME (email)` (signed in through an
+/// OpenID provider) or `enterprise ISSUER (email)` (created by an enterprise grant).
 fn origin(u: &pforte_oauth::UserInfo) -> String {
     match &u.external {
-        None => "local".to_owned(),
+        None if u.password => "local".to_owned(),
+        None => "local (no password)".to_owned(),
         Some(e) => match &e.email {
-            Some(email) => format!("oidc {} ({email})", e.provider),
-            None => format!("oidc {}", e.provider),
+            Some(email) if *email != u.username => format!("{} ({email})", e.origin()),
+            _ => e.origin(),
         },
     }
 }
@@ -98,13 +100,18 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
                     let ext = u.external.as_ref();
                     serde_json::json!({
                         "username": u.username,
-                        "origin": if ext.is_some() { "oidc" } else { "local" },
+                        "origin": match ext.map(|e| e.via) {
+                            None => "local",
+                            Some(pforte_oauth::Via::Sso) => "oidc",
+                            Some(pforte_oauth::Via::Enterprise) => "enterprise",
+                        },
                         "provider": ext.map(|e| &e.provider),
                         "issuer": ext.map(|e| &e.issuer),
+                        "subject": ext.map(|e| &e.subject),
                         "email": ext.and_then(|e| e.email.as_ref()),
                         "groups": ext.map(|e| &e.groups),
                         "created_at": cli::rfc3339(u.created_at),
-                        "password_changed_at": cli::rfc3339(u.updated_at),
+                        "password_changed_at": u.password.then(|| cli::rfc3339(u.updated_at)),
                         "role": if u.admin { "admin" } else { "user" },
                     })
                 })
@@ -117,11 +124,15 @@ pub(crate) async fn run(admin: Admin, action: UserAction, now: u64) -> CmdResult
                         origin(u),
                         if u.admin { "admin" } else { "user" }.to_owned(),
                         cli::utc_minute(u.created_at),
-                        format!(
-                            "{} ({})",
-                            cli::utc_minute(u.updated_at),
-                            cli::relative(u.updated_at, now)
-                        ),
+                        if u.password {
+                            format!(
+                                "{} ({})",
+                                cli::utc_minute(u.updated_at),
+                                cli::relative(u.updated_at, now)
+                            )
+                        } else {
+                            "-".to_owned()
+                        },
                     ]
                 })
                 .collect();

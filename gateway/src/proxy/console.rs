@@ -230,10 +230,11 @@ impl Gateway {
                         &users
                             .into_iter()
                             .map(|u| manage::UserRow {
-                                source: u.external.as_ref().map_or_else(
-                                    || "local password".to_owned(),
-                                    |e| e.provider.clone(),
-                                ),
+                                source: match &u.external {
+                                    Some(e) => e.origin(),
+                                    None if u.password => "local password".to_owned(),
+                                    None => "no password".to_owned(),
+                                },
                                 name: u.username,
                                 admin: u.admin,
                                 created: console::when(u.created_at * 1000),

@@ -1,16 +1,18 @@
 //! Enterprise-Managed Authorization at `/token`: the RFC 7523 `jwt-bearer` grant with an
 //! ID-JAG from a trusted identity provider. Header and signature (`jwks.rs`, `jsonwebtoken`),
 //! claims (`protocol::id_jag`, at the injected clock), the `jti` spent once in the store (so
-//! across gateways on one redis), the user linked by issuer + subject or by email, and an
+//! across gateways on one redis), the user linked by issuer + subject or by email
+//! (`person.rs`, the same rule as a sign-in through an OpenID provider), and an
 //! access token (no refresh token: the client asks its IdP for a fresh ID-JAG instead).
 
 use serde_json::Value;
 
 use super::AuthServer;
+use super::person::{Arrival, identity_key};
 use crate::crypto::{self, ACCESS_PREFIX};
 use crate::error::OAuthError;
 use crate::jwks::KeyError;
-use crate::model::{AccessRecord, GrantRecord, GrantedBy, NO_PASSWORD, TokenRecord, UserRecord};
+use crate::model::{AccessRecord, ExternalIdentity, GrantRecord, GrantedBy, TokenRecord, Via};
 use crate::observe::{AuditEntry, Event};
 use crate::protocol::id_jag::{self, Expected, Terms};
 use crate::protocol::token::{self, GrantType};
@@ -238,51 +240,47 @@ impl AuthServer {
         }))
     }
 
-    /// The user an ID-JAG speaks for: the one linked to its issuer + subject; else an existing
-    /// user named by its (not unverified) email, then linked; else a new user named by that
-    /// email when its domain is allowed, then linked.
+    /// The user an ID-JAG speaks for (`person.rs`): the one linked to its issuer + subject;
+    /// else the user named by its verified email when the IdP's `allowed_domains` list the
+    /// email's domain; else a new user named by that email when its domain is allowed.
     async fn enterprise_user(
         &self,
         idp: &crate::config::EnterpriseIdp,
         terms: &Terms,
     ) -> Result<String, OAuthError> {
-        let identity = crypto::hash_secret(&format!("{}\n{}", terms.issuer, terms.subject));
-        if let Some(name) = self.store.linked_user(&identity).await?
-            && self.store.get_user(&name).await?.is_some()
+        if terms.email.is_none()
+            && self
+                .store
+                .linked_user(&identity_key(&terms.issuer, &terms.subject))
+                .await?
+                .is_none()
         {
-            return Ok(name);
-        }
-        let Some(email) = &terms.email else {
             return Err(refused(format!(
                 "no user here is linked to subject {} of {}, and the ID-JAG carries no verified email",
                 terms.subject, terms.issuer
             )));
-        };
-        if self.store.get_user(email).await?.is_none() {
-            if !id_jag::domain_allowed(email, &idp.allowed_domains) {
-                return Err(refused(format!(
-                    "no user {email} here, and {} may not create users of that domain",
-                    terms.issuer
-                )));
-            }
-            if !crate::admin::valid_username(email) {
-                return Err(refused(format!(
-                    "the email {email} cannot be a username here"
-                )));
-            }
-            let user = UserRecord {
-                username: email.clone(),
-                password_hash: NO_PASSWORD.into(),
-                created_at: self.now(),
-                updated_at: self.now(),
-                external: None,
-                admin: false,
-            };
-            if self.store.create_user(&user).await? {
-                tracing::info!(user = %email, issuer = %terms.issuer, "user created by an enterprise identity provider");
-            }
         }
-        self.store.link_identity(&identity, email).await?;
-        Ok(email.clone())
+        let arrival = Arrival {
+            issuer: &terms.issuer,
+            subject: &terms.subject,
+            email: terms.email.as_deref(),
+            domains: &idp.allowed_domains,
+            may_create: terms
+                .email
+                .as_deref()
+                .is_some_and(|e| id_jag::domain_allowed(e, &idp.allowed_domains)),
+        };
+        let external = ExternalIdentity {
+            provider: terms.issuer.clone(),
+            issuer: terms.issuer.clone(),
+            subject: terms.subject.clone(),
+            email: terms.email.clone(),
+            groups: Vec::new(),
+            via: Via::Enterprise,
+        };
+        match self.person(&arrival, external).await? {
+            Ok(name) => Ok(name),
+            Err(why) => Err(refused(why)),
+        }
     }
 }

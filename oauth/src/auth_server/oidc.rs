@@ -1,7 +1,8 @@
 //! Sign-in through an OpenID provider, around `/authorize`: the login page's "Sign in with
 //! NAME" button (`POST /authorize`, `step=oidc`) stores the pending sign-in and redirects to
 //! the provider; `GET /oidc/callback` redeems the provider's code, validates the ID token,
-//! decides who may sign in, finds or creates the user and resumes the authorization request.
+//! decides who may sign in, finds or creates the user (`person.rs`) and resumes the
+//! authorization request.
 //!
 //! The pending sign-in is a [`SessionRecord`] in the store (SQLite or redis, like the login
 //! sessions), keyed by the hash of `state`, expiring after ten minutes and deleted when used;
@@ -15,23 +16,17 @@ use super::AuthServer;
 use super::authorize::{
     AuthorizeOutcome, AuthorizeResponse, SESSION_PREFIX, SessionCookie, error_page, unavailable,
 };
+use super::person::{Arrival, legacy_username};
 use crate::crypto;
-use crate::error::StoreError;
-use crate::model::{ExternalIdentity, OidcPending, SessionRecord, UserRecord};
+use crate::model::{ExternalIdentity, OidcPending, SessionRecord, Via};
 use crate::observe::{AuditEntry, Event};
-use crate::oidc::{Identity, OidcError, admitted};
+use crate::oidc::{OidcError, admitted};
 use crate::protocol::Params;
 
 /// Prefix of the `state` sent to a provider.
 const STATE_PREFIX: &str = "pfo_";
 /// How long a sign-in at a provider may take.
 const PENDING_TTL_SECS: u64 = 600;
-
-/// The username of an external user: issuer and subject, which a local username (no `:` or
-/// `#`) can never equal.
-pub(crate) fn external_username(issuer: &str, subject: &str) -> String {
-    format!("{issuer}#{subject}")
-}
 
 /// The page for a provider that failed: which one, what happened, what to do.
 fn provider_failed(name: &str, e: &OidcError) -> AuthorizeOutcome {
@@ -245,33 +240,58 @@ impl AuthServer {
         let shown: String = identity
             .email
             .clone()
-            .unwrap_or_else(|| external_username(&identity.issuer, &identity.subject))
+            .unwrap_or_else(|| legacy_username(&identity.issuer, &identity.subject))
             .chars()
             .filter(|c| !c.is_control())
             .take(256)
             .collect();
-        if let Err(why) = admitted(cfg, &identity) {
+        if let Err(refusal) = admitted(cfg, &identity) {
             self.observer.event(Event::LoginFailed);
             self.audit_sign_in(
                 name,
                 Some(&shown),
                 "refused",
-                Some(&format!("not_allowed: {why}")),
+                Some(&format!("not_allowed: {}", refusal.audit())),
                 client_ip,
             );
             tracing::info!(idp = %name, user = %shown, "oidc sign-in refused: not allowed");
-            return error_page(
-                403,
-                "Not allowed to sign in",
-                format!("Your {name} account {why}. If you should have access, ask the operator of this gateway to allow your account, domain or group."),
-            )
-            .into();
+            return error_page(403, "Not allowed to sign in", refusal.page(name, cfg)).into();
         }
-        let user = match self.external_user(name, &identity).await {
-            Ok(Some(user)) => user,
-            Ok(None) => {
-                self.audit_sign_in(name, Some(&shown), "refused", Some("name_taken"), client_ip);
-                return error_page(409, "Account conflict", "Another account already uses this identity's name. Tell the operator of this gateway.").into();
+        let arrival = Arrival {
+            issuer: &identity.issuer,
+            subject: &identity.subject,
+            email: identity.email.as_deref(),
+            domains: &cfg.allowed_domains,
+            may_create: true,
+        };
+        let external = ExternalIdentity {
+            provider: name.to_owned(),
+            issuer: identity.issuer.clone(),
+            subject: identity.subject.clone(),
+            email: identity.email.clone(),
+            groups: identity.groups.clone(),
+            via: Via::Sso,
+        };
+        let user = match self.person(&arrival, external).await {
+            Ok(Ok(user)) => user,
+            Ok(Err(why)) => {
+                self.audit_sign_in(
+                    name,
+                    Some(&shown),
+                    "refused",
+                    Some(&format!("name_taken: {why}")),
+                    client_ip,
+                );
+                return error_page(
+                    409,
+                    "Account conflict",
+                    format!(
+                        "Your {name} account cannot be matched to a user here: {why}. Tell the \
+                         operator of this gateway, who can remove or rename that user (pforte \
+                         user list)."
+                    ),
+                )
+                .into();
             }
             Err(e) => return unavailable(&e).into(),
         };
@@ -300,57 +320,5 @@ impl AuthServer {
             }
             Err(e) => unavailable(&e).into(),
         }
-    }
-
-    /// The user of `identity` (issuer + subject): created on first sign-in, its email and
-    /// groups brought up to date on later ones. `None` when the name belongs to someone else.
-    async fn external_user(
-        &self,
-        provider: &str,
-        identity: &Identity,
-    ) -> Result<Option<String>, StoreError> {
-        let username = external_username(&identity.issuer, &identity.subject);
-        let external = ExternalIdentity {
-            provider: provider.to_owned(),
-            issuer: identity.issuer.clone(),
-            subject: identity.subject.clone(),
-            email: identity.email.clone(),
-            groups: identity.groups.clone(),
-        };
-        let now = self.now();
-        for _ in 0..2 {
-            match self.store.get_user(&username).await? {
-                Some(mut user) => {
-                    let same = user.external.as_ref().is_some_and(|e| {
-                        e.issuer == identity.issuer && e.subject == identity.subject
-                    });
-                    if !same {
-                        return Ok(None);
-                    }
-                    if user.external.as_ref() != Some(&external) {
-                        user.external = Some(external);
-                        user.updated_at = now;
-                        self.store.update_user(&user).await?;
-                    }
-                    return Ok(Some(username));
-                }
-                None => {
-                    let user = UserRecord {
-                        username: username.clone(),
-                        password_hash: String::new(),
-                        created_at: now,
-                        updated_at: now,
-                        external: Some(external.clone()),
-                        admin: false,
-                    };
-                    if self.store.create_user(&user).await? {
-                        tracing::info!(idp = %provider, "new user from an identity provider");
-                        return Ok(Some(username));
-                    }
-                    // Created meanwhile by a concurrent sign-in: read it again.
-                }
-            }
-        }
-        Ok(None)
     }
 }

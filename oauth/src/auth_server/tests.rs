@@ -1868,6 +1868,7 @@ async fn account_of_a_provider_user_refuses_a_password_and_a_role_can_make_an_ad
             subject: "kim".into(),
             email: Some("kim@example.com".into()),
             groups: vec!["it".into()],
+            ..Default::default()
         }),
         admin: false,
     };
@@ -1895,4 +1896,92 @@ async fn account_of_a_provider_user_refuses_a_password_and_a_role_can_make_an_ad
     );
     let stored = h.store.get_user(&kim.username).await.unwrap().unwrap();
     assert_eq!(stored.password_hash, "", "no password was set");
+}
+
+/// At start, a user an earlier version named `ISSUER#SUBJECT` is renamed to their verified
+/// email with their grant and tokens, and linked by issuer + subject: their next sign-in (or an
+/// ID-JAG) finds them. One whose email's name is taken keeps the old name, linked too.
+#[tokio::test]
+async fn issuer_subject_users_are_renamed_to_their_email_at_start() {
+    use crate::model::{ExternalIdentity, UserRecord};
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().unwrap());
+    let legacy = |sub: &str, email: &str| UserRecord {
+        username: format!("https://idp.example#{sub}"),
+        password_hash: String::new(),
+        created_at: 1,
+        updated_at: 1,
+        external: Some(ExternalIdentity {
+            provider: "Corp".into(),
+            issuer: "https://idp.example".into(),
+            subject: sub.into(),
+            email: Some(email.into()),
+            ..Default::default()
+        }),
+        admin: true,
+    };
+    let ann = legacy("ann", "ann@example.com");
+    assert!(store.create_user(&ann).await.unwrap());
+    let g = crate::store::suite::grant("fam-ann", "c1", &ann.username);
+    let a = crate::store::suite::access("acc-ann", &g);
+    let r = crate::store::suite::refresh("ref-ann", &g, T0 + 1000);
+    store
+        .create_grant(crate::store::suite::issue(&g, &a, &r))
+        .await
+        .unwrap();
+    let bob = legacy("bob", "bob@example.com");
+    assert!(store.create_user(&bob).await.unwrap());
+    assert!(
+        store
+            .create_user(&crate::store::suite::user("bob@example.com"))
+            .await
+            .unwrap()
+    );
+
+    let clock = Arc::new(ManualClock::at(Duration::from_secs(T0)));
+    let limiter = Arc::new(TestLimiter::new(clock.clone()));
+    AuthServer::builder(config(), store.clone(), limiter)
+        .clock(clock)
+        .build()
+        .await
+        .unwrap();
+
+    let renamed = store.get_user("ann@example.com").await.unwrap().unwrap();
+    assert!(renamed.admin, "the record moved whole");
+    assert!(store.get_user(&ann.username).await.unwrap().is_none());
+    assert_eq!(
+        store.get_grant("fam-ann").await.unwrap().unwrap().username,
+        "ann@example.com"
+    );
+    assert_eq!(
+        store
+            .get_access("acc-ann")
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+            .username,
+        "ann@example.com"
+    );
+    let link = |sub: &str| super::person::identity_key("https://idp.example", sub);
+    assert_eq!(
+        store.linked_user(&link("ann")).await.unwrap().as_deref(),
+        Some("ann@example.com")
+    );
+    let refused = Admin::new(store.clone())
+        .with_hashing(CHEAP)
+        .set_password("ann@example.com", &Secret::new("a password of hers"))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("comes from oidc Corp"),
+        "no password for a provider's user: {refused}"
+    );
+    assert!(
+        store.get_user(&bob.username).await.unwrap().is_some(),
+        "name taken: kept"
+    );
+    assert_eq!(
+        store.linked_user(&link("bob")).await.unwrap().as_deref(),
+        Some(bob.username.as_str())
+    );
 }

@@ -56,9 +56,19 @@ pub struct OidcProviderConfig {
     /// … or a member of one of these groups (read from `groups_claim`).
     #[serde(default)]
     pub allowed_groups: Vec<String>,
-    /// The ID token claim that lists the user's groups (default `groups`).
+    /// The claim that lists the user's groups (default `groups`), read from the ID token or,
+    /// when the ID token leaves it out, from UserInfo.
     #[serde(default = "default_groups_claim")]
     pub groups_claim: String,
+    /// The claim that holds the person's email address (default `email`; Entra ID:
+    /// `preferred_username` or `upn`, with `trust_email`), from the ID token or UserInfo.
+    #[serde(default = "default_email_claim")]
+    pub email_claim: String,
+    /// Every address the provider sends counts as verified (for providers that never send
+    /// `email_verified`, such as Entra ID, whose tenant owns its addresses). Default false: an
+    /// address counts only with `email_verified: true`.
+    #[serde(default)]
+    pub trust_email: bool,
 }
 
 fn default_scopes() -> Vec<String> {
@@ -67,6 +77,10 @@ fn default_scopes() -> Vec<String> {
 
 fn default_groups_claim() -> String {
     "groups".into()
+}
+
+fn default_email_claim() -> String {
+    "email".into()
 }
 
 /// A role (`[oauth.roles.NAME]`): who holds it and which scopes they may grant.
@@ -166,8 +180,13 @@ impl LoginConfig {
             if p.allowed_emails.iter().any(|e| !e.contains('@')) {
                 return Err(bad("allowed_emails are email addresses"));
             }
-            if p.groups_claim.is_empty() {
-                return Err(bad("groups_claim is empty"));
+            if p.groups_claim.is_empty() || p.email_claim.is_empty() {
+                return Err(bad("groups_claim and email_claim must name a claim"));
+            }
+            if p.email_claim != "email" && !p.trust_email {
+                return Err(bad(
+                    "email_claim other than \"email\" needs trust_email = true (email_verified speaks only of the email claim)",
+                ));
             }
         }
         Ok(())
@@ -213,6 +232,8 @@ mod tests {
             allowed_emails: vec![],
             allowed_groups: vec![],
             groups_claim: default_groups_claim(),
+            email_claim: default_email_claim(),
+            trust_email: false,
         }
     }
 
@@ -249,6 +270,16 @@ mod tests {
         p.allowed_domains.clear();
         assert!(login(p.clone()).validate().is_err());
         p.allowed_groups = vec!["eng".into()];
+        assert_eq!(login(p).validate(), Ok(()));
+    }
+
+    #[test]
+    fn another_email_claim_needs_trust_email() {
+        let mut p = provider("https://idp.example");
+        p.email_claim = "upn".into();
+        let e = login(p.clone()).validate().unwrap_err();
+        assert!(e.to_string().contains("trust_email"), "{e}");
+        p.trust_email = true;
         assert_eq!(login(p).validate(), Ok(()));
     }
 

@@ -99,8 +99,13 @@ pub(crate) fn address_allowed(ip: IpAddr, allow_private: bool) -> bool {
     }
 }
 
-/// Validates a fetched document for `client_id`.
-pub fn validate_document(client_id: &str, body: &[u8]) -> Result<Client, CimdError> {
+/// Validates a fetched document for `client_id`; its `grant_types` (if any) must be among
+/// `grant_types_supported`, as at dynamic registration.
+pub fn validate_document(
+    client_id: &str,
+    body: &[u8],
+    grant_types_supported: &[&str],
+) -> Result<Client, CimdError> {
     let doc: Value =
         serde_json::from_slice(body).map_err(|_| CimdError::Invalid("not JSON".into()))?;
     let obj = doc
@@ -148,6 +153,19 @@ pub fn validate_document(client_id: &str, body: &[u8]) -> Result<Client, CimdErr
             "client_name must not contain control or bidirectional-override characters".into(),
         ));
     }
+    match obj.get("grant_types") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            let grant_types = items
+                .iter()
+                .map(|g| g.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| CimdError::Invalid("grant_types must be strings".into()))?;
+            super::registration::check_grant_types(&grant_types, grant_types_supported)
+                .map_err(CimdError::Invalid)?;
+        }
+        Some(_) => return Err(CimdError::Invalid("grant_types must be an array".into())),
+    }
     if obj.contains_key("client_secret") {
         return Err(CimdError::Invalid(
             "a metadata document must not carry a secret".into(),
@@ -191,6 +209,27 @@ mod tests {
     use super::*;
 
     const ID: &str = "https://app.example/oauth/client.json";
+    const PLAIN: &[&str] = &["authorization_code", "refresh_token"];
+
+    #[test]
+    fn a_documents_grant_types_are_those_of_the_metadata() {
+        let doc = |grants: serde_json::Value| {
+            serde_json::json!({
+                "client_id": ID,
+                "redirect_uris": ["https://app.example/cb"],
+                "grant_types": grants,
+            })
+            .to_string()
+        };
+        let jwt = super::super::metadata::JWT_BEARER;
+        let with_jwt = doc(serde_json::json!(["authorization_code", jwt]));
+        let enterprise = ["authorization_code", "refresh_token", jwt];
+        assert!(validate_document(ID, with_jwt.as_bytes(), &enterprise).is_ok());
+        let e = validate_document(ID, with_jwt.as_bytes(), PLAIN).unwrap_err();
+        assert!(e.to_string().contains("[[oauth.enterprise]]"), "{e}");
+        let plain = doc(serde_json::json!(["authorization_code", "refresh_token"]));
+        assert!(validate_document(ID, plain.as_bytes(), PLAIN).is_ok());
+    }
 
     #[test]
     fn client_id_urls() {
@@ -213,7 +252,7 @@ mod tests {
             "client_id": ID, "client_name": "App",
             "redirect_uris": ["http://localhost/callback", "http://127.0.0.1/callback"]
         });
-        let c = validate_document(ID, body.to_string().as_bytes()).unwrap();
+        let c = validate_document(ID, body.to_string().as_bytes(), PLAIN).unwrap();
         assert_eq!(c.kind, ClientKind::MetadataDocument);
         assert_eq!(c.auth_method, AuthMethod::None);
         assert_eq!(c.redirect_uris.len(), 2);
@@ -225,7 +264,7 @@ mod tests {
             "client_id": "https://other.example/client.json",
             "redirect_uris": ["https://app.example/cb"]
         });
-        let e = validate_document(ID, body.to_string().as_bytes()).unwrap_err();
+        let e = validate_document(ID, body.to_string().as_bytes(), PLAIN).unwrap_err();
         assert!(matches!(e, CimdError::Invalid(_)));
     }
 
@@ -237,11 +276,11 @@ mod tests {
             serde_json::json!({"client_id": ID, "redirect_uris": ["https://a.example/cb"], "token_endpoint_auth_method": "client_secret_post"}),
         ] {
             assert!(
-                validate_document(ID, body.to_string().as_bytes()).is_err(),
+                validate_document(ID, body.to_string().as_bytes(), PLAIN).is_err(),
                 "{body}"
             );
         }
-        assert!(validate_document(ID, b"not json").is_err());
+        assert!(validate_document(ID, b"not json", PLAIN).is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub(crate) fn authorization_server(cfg: &OAuthConfig) -> Value {
         "revocation_endpoint": format!("{iss}/revoke"),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": grant_types_supported(cfg),
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": ["none", "client_secret_post", "client_secret_basic"],
         "revocation_endpoint_auth_methods_supported": ["none", "client_secret_post", "client_secret_basic"],
@@ -26,10 +26,20 @@ pub(crate) fn authorization_server(cfg: &OAuthConfig) -> Value {
     // Enterprise-Managed Authorization: the `jwt-bearer` grant with an ID-JAG, only when an
     // identity provider is trusted.
     if !cfg.enterprise.is_empty() {
-        doc["grant_types_supported"] = json!(["authorization_code", "refresh_token", JWT_BEARER]);
         doc["authorization_grant_profiles_supported"] = json!([ID_JAG_PROFILE]);
     }
     doc
+}
+
+/// The grant types of `cfg`: advertised in the metadata and the only ones registration
+/// (dynamic or by metadata document) accepts — `jwt-bearer` only with a trusted identity
+/// provider.
+pub(crate) fn grant_types_supported(cfg: &OAuthConfig) -> Vec<&'static str> {
+    let mut out = vec!["authorization_code", "refresh_token"];
+    if !cfg.enterprise.is_empty() {
+        out.push(JWT_BEARER);
+    }
+    out
 }
 
 /// RFC 7523's grant type.

@@ -43,8 +43,34 @@ fn string_list(v: &Value, field: &str) -> Result<Vec<String>, OAuthError> {
         .collect()
 }
 
-/// Validates an RFC 7591 registration request body.
-pub fn validate(body: &Value) -> Result<Registration, OAuthError> {
+/// Checks a client's `grant_types` against `supported` (the metadata's
+/// `grant_types_supported`, `metadata::grant_types_supported`): each must be supported, and
+/// `authorization_code` must be there (every client here signs people in through a redirect).
+pub(crate) fn check_grant_types(grant_types: &[String], supported: &[&str]) -> Result<(), String> {
+    if let Some(g) = grant_types
+        .iter()
+        .find(|g| !supported.contains(&g.as_str()))
+    {
+        return Err(if g == super::metadata::JWT_BEARER {
+            format!(
+                "grant type {g} is not supported here: this server trusts no enterprise identity provider ([[oauth.enterprise]] is not configured)"
+            )
+        } else {
+            format!(
+                "grant type {g} is not supported (supported: {})",
+                supported.join(", ")
+            )
+        });
+    }
+    if !grant_types.iter().any(|g| g == "authorization_code") {
+        return Err("grant_types must include authorization_code".into());
+    }
+    Ok(())
+}
+
+/// Validates an RFC 7591 registration request body; `grant_types_supported` is what the
+/// metadata advertises.
+pub fn validate(body: &Value, grant_types_supported: &[&str]) -> Result<Registration, OAuthError> {
     let obj = body
         .as_object()
         .ok_or_else(|| meta_err("the request body must be a JSON object"))?;
@@ -77,15 +103,7 @@ pub fn validate(body: &Value) -> Result<Registration, OAuthError> {
         }
         Some(v) => string_list(v, "grant_types")?,
     };
-    if let Some(g) = grant_types
-        .iter()
-        .find(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))
-    {
-        return Err(meta_err(format!("grant type {g} is not supported")));
-    }
-    if !grant_types.iter().any(|g| g == "authorization_code") {
-        return Err(meta_err("grant_types must include authorization_code"));
-    }
+    check_grant_types(&grant_types, grant_types_supported).map_err(meta_err)?;
     let response_types = match obj.get("response_types") {
         None | Some(Value::Null) => vec!["code".to_owned()],
         Some(v) => string_list(v, "response_types")?,
@@ -161,6 +179,37 @@ pub fn response(client_id: &str, issued_at: u64, secret: Option<&str>, metadata:
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::protocol::metadata::JWT_BEARER;
+
+    const PLAIN: &[&str] = &["authorization_code", "refresh_token"];
+    const ENTERPRISE: &[&str] = &["authorization_code", "refresh_token", JWT_BEARER];
+
+    fn validate(body: &Value) -> Result<Registration, OAuthError> {
+        super::validate(body, PLAIN)
+    }
+
+    #[test]
+    fn jwt_bearer_registers_only_where_the_metadata_advertises_it() {
+        let body = json!({
+            "redirect_uris": ["https://claude.ai/api/mcp/auth_callback"],
+            "grant_types": ["authorization_code", "refresh_token", JWT_BEARER],
+        });
+        let r = super::validate(&body, ENTERPRISE).unwrap();
+        assert_eq!(r.metadata["grant_types"][2], JWT_BEARER);
+        let e = super::validate(&body, PLAIN).unwrap_err();
+        assert_eq!(e.code(), "invalid_client_metadata");
+        assert!(
+            e.to_string()
+                .contains("[[oauth.enterprise]] is not configured"),
+            "{e}"
+        );
+        let only = json!({"redirect_uris": ["https://a.example/cb"], "grant_types": [JWT_BEARER]});
+        let e = super::validate(&only, ENTERPRISE).unwrap_err();
+        assert!(
+            e.to_string().contains("must include authorization_code"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn claude_ai_style_registration() {

@@ -190,6 +190,57 @@ impl RedisStore {
         self.conn.clone()
     }
 
+    /// Every key matching `pattern` under the prefix (SCAN: for the rare whole-store passes).
+    async fn scan(&self, pattern: &str) -> StoreResult<Vec<String>> {
+        let mut c = self.c();
+        let mut cursor: u64 = 0;
+        let mut out = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}{pattern}", self.prefix))
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut c)
+                .await?;
+            out.extend(keys);
+            if next == 0 {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Rewrites the `username` inside the JSON at `key` (in the hash field `data`, or the whole
+    /// string value with its expiry kept) from `old` to `new`.
+    async fn rename_in(&self, key: &str, hash: bool, old: &str, new: &str) -> StoreResult<()> {
+        let mut c = self.c();
+        let data: Option<String> = if hash {
+            c.hget(key, "data").await?
+        } else {
+            c.get(key).await?
+        };
+        let Some(data) = data else { return Ok(()) };
+        let mut v: serde_json::Value = dec(&data)?;
+        if v.get("username").and_then(serde_json::Value::as_str) != Some(old) {
+            return Ok(());
+        }
+        v["username"] = new.into();
+        let data = enc(&v)?;
+        if hash {
+            let _: i64 = c.hset(key, "data", data).await?;
+        } else {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(data)
+                .arg("KEEPTTL")
+                .query_async(&mut c)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn revoke_grants_matching(
         &self,
         now: u64,
@@ -634,6 +685,53 @@ impl Store for RedisStore {
     async fn link_identity(&self, identity: &str, username: &str) -> StoreResult<()> {
         let _: () = self.c().set(self.k("identity", identity), username).await?;
         Ok(())
+    }
+
+    // Not one atomic step (it walks every token): the new user is written first and the old
+    // one deleted last, so a rename cut short is finished by the next call.
+    async fn rename_user(&self, old: &str, new: &str, now: u64) -> StoreResult<bool> {
+        let Some(mut user) = self.get_user(old).await? else {
+            return Ok(false);
+        };
+        let same_person = |u: &UserRecord| match (&u.external, &user.external) {
+            (Some(a), Some(b)) => a.issuer == b.issuer && a.subject == b.subject,
+            _ => false,
+        };
+        if let Some(taken) = self.get_user(new).await? {
+            if !same_person(&taken) {
+                return Ok(false);
+            }
+        } else {
+            user.username = new.to_owned();
+            user.updated_at = now;
+            if !self.create_user(&user).await? {
+                return Ok(false);
+            }
+        }
+        let grants: Vec<String> = self.c().smembers(self.set_key("grants")).await?;
+        for family in grants {
+            let key = self.k("grant", &family);
+            self.rename_in(&key, true, old, new).await?;
+        }
+        for kind in ["access", "refresh", "code"] {
+            for key in self.scan(&format!("{kind}:*")).await? {
+                self.rename_in(&key, true, old, new).await?;
+            }
+        }
+        for key in self.scan("session:*").await? {
+            self.rename_in(&key, false, old, new).await?;
+        }
+        for key in self.scan("identity:*").await? {
+            let mut c = self.c();
+            let linked: Option<String> = c.get(&key).await?;
+            if linked.as_deref() == Some(old) {
+                let _: () = c.set(&key, new).await?;
+            }
+        }
+        let mut c = self.c();
+        let _: i64 = c.del(self.k("user", old)).await?;
+        let _: i64 = c.srem(self.set_key("users"), old).await?;
+        Ok(true)
     }
 
     async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool> {

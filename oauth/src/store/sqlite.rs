@@ -670,6 +670,58 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn rename_user(&self, old: &str, new: &str, now: u64) -> StoreResult<bool> {
+        let (old, new) = (old.to_owned(), new.to_owned());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let data: Option<String> = tx
+                .query_row(
+                    "SELECT data FROM oauth_users WHERE username = ?1",
+                    [&old],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(data) = data else { return Ok(false) };
+            let mut user: UserRecord = dec(&data)?;
+            user.username.clone_from(&new);
+            user.updated_at = now;
+            let inserted = tx.execute(
+                "INSERT OR IGNORE INTO oauth_users (username, data) VALUES (?1, ?2)",
+                params![new, enc(&user)?],
+            )?;
+            if inserted != 1 {
+                return Ok(false);
+            }
+            tx.execute("DELETE FROM oauth_users WHERE username = ?1", [&old])?;
+            tx.execute(
+                "UPDATE oauth_grants SET username = ?2, data = json_set(data, '$.username', ?2)
+                 WHERE username = ?1",
+                params![old, new],
+            )?;
+            for table in [
+                "oauth_access",
+                "oauth_refresh",
+                "oauth_codes",
+                "oauth_sessions",
+            ] {
+                tx.execute(
+                    &format!(
+                        "UPDATE {table} SET data = json_set(data, '$.username', ?2)
+                         WHERE json_extract(data, '$.username') = ?1"
+                    ),
+                    params![old, new],
+                )?;
+            }
+            tx.execute(
+                "UPDATE oauth_identities SET username = ?2 WHERE username = ?1",
+                params![old, new],
+            )?;
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
+    }
+
     async fn set_admin(&self, name: &str, admin: bool, now: u64) -> StoreResult<bool> {
         self.change_user(name, move |user| {
             user.admin = admin;

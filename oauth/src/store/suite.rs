@@ -117,6 +117,98 @@ pub(crate) async fn run<S: Store>(store: &S) {
     revocation_cascades(store).await;
     sessions(store).await;
     enterprise(store).await;
+    rename(store).await;
+}
+
+/// Renaming a user (the migration of `ISSUER#SUBJECT` names) carries every record that names
+/// them: the grant, its tokens, codes, login sessions and identity links; a taken name is not
+/// overwritten.
+async fn rename<S: Store>(s: &S) {
+    let old = "https://idp.example#s-ren";
+    let mut u = user(old);
+    u.external = Some(ExternalIdentity {
+        issuer: "https://idp.example".into(),
+        subject: "s-ren".into(),
+        email: Some("ren@example.com".into()),
+        ..Default::default()
+    });
+    assert!(s.create_user(&u).await.unwrap());
+    let g = grant("fam-ren", "c-ren", old);
+    let (a, r) = (access("a-ren", &g), refresh("r-ren", &g, NOW + 1000));
+    s.create_grant(issue(&g, &a, &r)).await.unwrap();
+    let code = CodeRecord {
+        code_hash: "code-ren".into(),
+        client_id: "c-ren".into(),
+        username: old.into(),
+        redirect_uri: "https://claude.ai/api/mcp/auth_callback".into(),
+        redirect_uri_explicit: true,
+        code_challenge: "x".into(),
+        scopes: vec!["mcp:read".into()],
+        resource: "https://gw.example/mcp".into(),
+        family_id: "fam-ren-2".into(),
+        issued_at: NOW,
+        expires_at: NOW + 60,
+        used: false,
+    };
+    s.put_code(&code).await.unwrap();
+    let session = SessionRecord {
+        session_hash: "sh-ren".into(),
+        username: Some(old.into()),
+        created_at: NOW,
+        expires_at: NOW + 600,
+        oidc: None,
+    };
+    s.put_session(&session).await.unwrap();
+    s.link_identity("id-ren", old).await.unwrap();
+    assert!(s.create_user(&user("taken@example.com")).await.unwrap());
+
+    assert!(
+        !s.rename_user(old, "taken@example.com", NOW).await.unwrap(),
+        "taken"
+    );
+    assert!(!s.rename_user("nobody", "x@example.com", NOW).await.unwrap());
+    assert!(
+        s.rename_user(old, "ren@example.com", NOW + 1)
+            .await
+            .unwrap()
+    );
+    assert!(s.get_user(old).await.unwrap().is_none());
+    let renamed = s.get_user("ren@example.com").await.unwrap().unwrap();
+    assert_eq!(renamed.external, u.external);
+    let users = s.list_users().await.unwrap();
+    assert!(users.iter().all(|u| u.username != old));
+    let name = "ren@example.com";
+    let new = Some(name);
+    assert_eq!(
+        s.get_grant("fam-ren").await.unwrap().unwrap().username,
+        name
+    );
+    assert_eq!(
+        s.get_access("a-ren").await.unwrap().unwrap().0.username,
+        name
+    );
+    assert_eq!(
+        s.get_refresh("r-ren").await.unwrap().unwrap().username,
+        name
+    );
+    assert_eq!(
+        s.get_code("code-ren").await.unwrap().unwrap().username,
+        name
+    );
+    assert_eq!(
+        s.get_session("sh-ren")
+            .await
+            .unwrap()
+            .unwrap()
+            .username
+            .as_deref(),
+        new
+    );
+    assert_eq!(s.linked_user("id-ren").await.unwrap().as_deref(), new);
+    assert_eq!(
+        s.get_user("taken@example.com").await.unwrap().unwrap(),
+        user("taken@example.com")
+    );
 }
 
 /// The enterprise grant's records: an access-only grant (shown as enterprise, revocable), a
@@ -212,6 +304,7 @@ async fn users<S: Store>(s: &S) {
             subject: "42".into(),
             email: Some("carol@example.com".into()),
             groups: vec!["eng".into()],
+            ..Default::default()
         }),
         ..user("x")
     };

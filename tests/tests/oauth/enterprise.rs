@@ -405,3 +405,67 @@ async fn a_rotated_key_is_fetched_and_an_unreachable_idp_is_named() {
     let answer = exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await;
     refused(&answer, "could not be fetched");
 }
+
+/// Registration matches the metadata: with a trusted identity provider the metadata lists the
+/// `jwt-bearer` grant and a client registering it is accepted (and can use it); without one
+/// the metadata does not list it and registration refuses it with a description naming
+/// `[[oauth.enterprise]]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_accepts_the_jwt_bearer_grant_exactly_when_the_metadata_lists_it() {
+    let metadata = |grants: Value| {
+        json!({
+            "client_name": "Claude",
+            "redirect_uris": [pforte_tests::oauth::CLAUDE_CALLBACK],
+            "token_endpoint_auth_method": "client_secret_post",
+            "grant_types": grants,
+        })
+    };
+    let with_jwt = metadata(json!(["authorization_code", "refresh_token", JWT_BEARER]));
+
+    let idp = JagIdp::start().await.unwrap();
+    let gw = with_idp(Stack::builder(), &idp).start().await;
+    let browser = Browser::for_gateway(&gw);
+    let d = discover(&browser.http, &gw.mcp_url()).await.unwrap();
+    assert!(
+        d.as_meta["grant_types_supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(JWT_BEARER))
+    );
+    let client = pforte_tests::oauth::register(&browser.http, &d, &with_jwt)
+        .await
+        .unwrap();
+    let claims = idp.claims(
+        &gw.base,
+        &client.client_id,
+        &d.resource,
+        "u-reg",
+        "reg@example.com",
+        now(),
+    );
+    let answer = exchange(&browser.http, &d, &client, &idp.id_jag(&claims).unwrap()).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    let plain = Stack::builder().oauth(OAuth::default()).start().await;
+    let browser = Browser::for_gateway(&plain);
+    let d = discover(&browser.http, &plain.mcp_url()).await.unwrap();
+    let advertised = d.as_meta["grant_types_supported"].as_array().unwrap();
+    assert!(!advertised.contains(&json!(JWT_BEARER)), "{advertised:?}");
+    let resp = browser
+        .http
+        .post(d.endpoint("registration_endpoint").unwrap())
+        .json(&with_jwt)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_client_metadata", "{body}");
+    let why = body["error_description"].as_str().unwrap_or_default();
+    assert!(why.contains("[[oauth.enterprise]]"), "{why}");
+    // What the metadata lists registers.
+    let listed: Vec<Value> = advertised.clone();
+    pforte_tests::oauth::register(&browser.http, &d, &metadata(json!(listed)))
+        .await
+        .unwrap();
+}
