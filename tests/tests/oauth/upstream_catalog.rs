@@ -95,11 +95,15 @@ async fn a_per_user_routes_catalog_is_learned_through_a_connected_persons_key() 
     let after = route_page(&gw, &admin).await;
     assert!(listed, "{after}");
     assert!(
-        after.contains("<tr><td><code>peek</code></td><td>reads</td>"),
+        after.contains(
+            r#"<tr><td data-label="Tool"><code>peek</code></td><td data-label="Kind">reads</td>"#
+        ),
         "{after}"
     );
     assert!(
-        after.contains("<tr><td><code>echo</code></td><td>writes</td>"),
+        after.contains(
+            r#"<tr><td data-label="Tool"><code>echo</code></td><td data-label="Kind">writes</td>"#
+        ),
         "{after}"
     );
     // Tool definitions only, with the reader's key and nothing of who anyone is.
