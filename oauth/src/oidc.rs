@@ -372,7 +372,7 @@ impl Providers {
             .set_allowed_algs(allowed_algs())
             .set_time_fn(move || chrono::DateTime::from_timestamp(now, 0).unwrap_or_default());
         let claims = token.claims(&verifier, &Nonce::new(nonce.to_owned()))?;
-        let email = claims.email().map(|e| e.as_str().to_lowercase());
+        let email = claims.email().map(|e| crate::roles::email_case(e.as_str()));
         let verified = claims.email_verified() == Some(true);
         let groups = match claims.additional_claims().0.get(&p.cfg.groups_claim) {
             Some(serde_json::Value::Array(items)) => items

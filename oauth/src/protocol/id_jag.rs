@@ -37,7 +37,9 @@ pub struct Terms {
     /// The configured resource (canonical URL) it is for.
     pub resource: String,
     pub scopes: Vec<String>,
-    /// The user's email, when present and not marked unverified, lower-cased.
+    /// The user's email, when `email_verified` is the JSON `true` and its domain is one of the
+    /// issuer's `allowed_domains` (an IdP vouches for its own domains only), ASCII lower-cased
+    /// ([`crate::roles::email_case`]). It links a local user of that name.
     pub email: Option<String>,
 }
 
@@ -142,11 +144,7 @@ pub fn check(claims: &Value, expected: &Expected<'_>) -> Result<Terms, OAuthErro
     }
     let resource = check_resource(claims, expected)?;
     let scopes = check_scopes(claims, expected)?;
-    let email = match (claims.get("email"), claims.get("email_verified")) {
-        (_, Some(Value::Bool(false))) => None,
-        (Some(Value::String(e)), _) if e.contains('@') => Some(e.to_lowercase()),
-        _ => None,
-    };
+    let email = verified_email(claims, &expected.idp.allowed_domains);
     Ok(Terms {
         issuer: iss.to_owned(),
         subject: subject.to_owned(),
@@ -228,6 +226,17 @@ fn check_scopes(claims: &Value, expected: &Expected<'_>) -> Result<Vec<String>, 
     }
 }
 
+/// The ID-JAG's email when `email_verified` is exactly `true` (a string `"false"`, or no
+/// claim, is unverified) and its domain is one of `domains`, ASCII lower-cased.
+fn verified_email(claims: &Value, domains: &[String]) -> Option<String> {
+    match (claims.get("email"), claims.get("email_verified")) {
+        (Some(Value::String(e)), Some(Value::Bool(true))) if e.contains('@') => {
+            Some(crate::roles::email_case(e)).filter(|e| domain_allowed(e, domains))
+        }
+        _ => None,
+    }
+}
+
 /// The email's domain, when it is one of `allowed` (users may be created for it).
 pub(crate) fn domain_allowed(email: &str, allowed: &[String]) -> bool {
     email
@@ -247,6 +256,7 @@ mod tests {
         EnterpriseIdp {
             issuer: "https://idp.example".into(),
             allowed_clients: vec![],
+            allowed_domains: vec!["example.com".into(), "partner.org".into()],
             ..EnterpriseIdp::default()
         }
     }
@@ -266,7 +276,7 @@ mod tests {
             "iss": "https://idp.example", "sub": "u-1", "aud": "https://gw.example/",
             "client_id": "c1", "jti": "j-1", "iat": NOW - 10, "exp": NOW + 290,
             "resource": "https://gw.example/notes/mcp", "scope": "mcp:read other:thing",
-            "email": "Alice@Example.com",
+            "email": "Alice@Example.com", "email_verified": true,
         })
     }
 
@@ -414,5 +424,32 @@ mod tests {
         assert_eq!(run(&c, |_| {}).unwrap().email, None);
         assert!(domain_allowed("a@example.com", &["example.com".into()]));
         assert!(!domain_allowed("a@evil.com", &["example.com".into()]));
+    }
+
+    #[test]
+    fn only_a_json_true_verifies_and_only_within_the_issuers_domains() {
+        let email = |verified: Value, email: &str| {
+            let mut c = claims();
+            c["email_verified"] = verified;
+            c["email"] = json!(email);
+            run(&c, |_| {}).unwrap().email
+        };
+        assert_eq!(
+            email(json!(true), "Bob@Example.com").as_deref(),
+            Some("bob@example.com")
+        );
+        for unverified in [json!("false"), json!("true"), json!(1), json!(null)] {
+            assert_eq!(email(unverified.clone(), "bob@example.com"), None, "{unverified}");
+        }
+        let mut absent = claims();
+        absent.as_object_mut().unwrap().remove("email_verified");
+        assert_eq!(run(&absent, |_| {}).unwrap().email, None);
+        // An IdP scoped to its domains names no user of another domain.
+        assert_eq!(email(json!(true), "carol@other.org"), None);
+        // Only ASCII letters fold: KELVIN SIGN stays what it is.
+        assert_eq!(
+            email(json!(true), "\u{212A}ate@partner.org").as_deref(),
+            Some("\u{212A}ate@partner.org")
+        );
     }
 }

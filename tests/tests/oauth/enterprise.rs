@@ -149,11 +149,12 @@ async fn an_id_jag_is_exchanged_for_a_token_that_calls_a_tool_and_bad_ones_are_i
         &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
         "another client",
     );
-    // A new user of a domain that may not create users.
+    // A new user of a domain that may not create users: the IdP vouches for its own domains
+    // only, so the email names nobody.
     let c = claims("u-mallory", "mallory@elsewhere.org");
     refused(
         &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
-        "may not create users",
+        "no verified email",
     );
     // Not a JWT at all.
     refused(
