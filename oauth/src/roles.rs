@@ -168,7 +168,11 @@ mod tests {
     #[test]
     fn emails_fold_ascii_only_so_a_kelvin_sign_is_not_kate() {
         let kate = vec!["kate@partner.org".to_owned()];
-        let kelvin = member("kate-kelvin", Some(&email_case("\u{212A}ate@partner.org")), &[]);
+        let kelvin = member(
+            "kate-kelvin",
+            Some(&email_case("\u{212A}ate@partner.org")),
+            &[],
+        );
         assert!(!listed(&kate, &kelvin));
         let upper = member("kate", Some(&email_case("KATE@Partner.org")), &[]);
         assert!(listed(&kate, &upper));

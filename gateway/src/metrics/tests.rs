@@ -193,10 +193,15 @@ fn one_routes_catalog_cannot_take_another_routes_series_and_names_are_clipped() 
     );
     let evil = text
         .lines()
-        .filter(|l| l.starts_with("pforte_tool_calls_total{route=\"evil\"") && l.contains("\"denied\""))
+        .filter(|l| {
+            l.starts_with("pforte_tool_calls_total{route=\"evil\"") && l.contains("\"denied\"")
+        })
         .count();
     assert_eq!(evil, tool_budget(2) + 1, "the budget and `other`");
-    assert!(text.lines().all(|l| l.len() < 2 * MAX_TOOL_LABEL_BYTES + 100));
+    assert!(
+        text.lines()
+            .all(|l| l.len() < 2 * MAX_TOOL_LABEL_BYTES + 100)
+    );
     assert!(text.len() < 200_000, "{} bytes", text.len());
     assert_eq!(tool_label(&"ü".repeat(200)).len(), MAX_TOOL_LABEL_BYTES - 1);
 }

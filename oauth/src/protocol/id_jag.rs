@@ -439,7 +439,11 @@ mod tests {
             Some("bob@example.com")
         );
         for unverified in [json!("false"), json!("true"), json!(1), json!(null)] {
-            assert_eq!(email(unverified.clone(), "bob@example.com"), None, "{unverified}");
+            assert_eq!(
+                email(unverified.clone(), "bob@example.com"),
+                None,
+                "{unverified}"
+            );
         }
         let mut absent = claims();
         absent.as_object_mut().unwrap().remove("email_verified");
