@@ -238,9 +238,9 @@ impl AuthServer {
         }))
     }
 
-    /// The user an ID-JAG speaks for: the one linked to its issuer + subject; else an existing
-    /// user named by its (not unverified) email, then linked; else a new user named by that
-    /// email when its domain is allowed, then linked.
+    /// The user an ID-JAG speaks for: the one linked to its issuer + subject; else, when its
+    /// verified email's domain is one of the issuer's `allowed_domains`, the user of that name
+    /// (created when missing), then linked.
     async fn enterprise_user(
         &self,
         idp: &crate::config::EnterpriseIdp,
@@ -258,13 +258,14 @@ impl AuthServer {
                 terms.subject, terms.issuer
             )));
         };
+        // An IdP vouches for its own domains only: another domain's email names nobody here.
+        if !id_jag::domain_allowed(email, &idp.allowed_domains) {
+            return Err(refused(format!(
+                "no user here is linked to subject {} of {}, and it may not create users of the domain of {email} nor link them by email",
+                terms.subject, terms.issuer
+            )));
+        }
         if self.store.get_user(email).await?.is_none() {
-            if !id_jag::domain_allowed(email, &idp.allowed_domains) {
-                return Err(refused(format!(
-                    "no user {email} here, and {} may not create users of that domain",
-                    terms.issuer
-                )));
-            }
             if !crate::admin::valid_username(email) {
                 return Err(refused(format!(
                     "the email {email} cannot be a username here"

@@ -37,9 +37,9 @@ pub struct Terms {
     /// The configured resource (canonical URL) it is for.
     pub resource: String,
     pub scopes: Vec<String>,
-    /// The user's email, when `email_verified` is the JSON `true` and its domain is one of the
-    /// issuer's `allowed_domains` (an IdP vouches for its own domains only), ASCII lower-cased
-    /// ([`crate::roles::email_case`]). It links a local user of that name.
+    /// The user's email, when `email_verified` is the JSON `true`, ASCII lower-cased
+    /// ([`crate::roles::email_case`]). It names a local user only within the issuer's
+    /// `allowed_domains` (`auth_server/enterprise.rs`).
     pub email: Option<String>,
 }
 
@@ -144,7 +144,7 @@ pub fn check(claims: &Value, expected: &Expected<'_>) -> Result<Terms, OAuthErro
     }
     let resource = check_resource(claims, expected)?;
     let scopes = check_scopes(claims, expected)?;
-    let email = verified_email(claims, &expected.idp.allowed_domains);
+    let email = verified_email(claims);
     Ok(Terms {
         issuer: iss.to_owned(),
         subject: subject.to_owned(),
@@ -227,11 +227,11 @@ fn check_scopes(claims: &Value, expected: &Expected<'_>) -> Result<Vec<String>, 
 }
 
 /// The ID-JAG's email when `email_verified` is exactly `true` (a string `"false"`, or no
-/// claim, is unverified) and its domain is one of `domains`, ASCII lower-cased.
-fn verified_email(claims: &Value, domains: &[String]) -> Option<String> {
+/// claim, is unverified), ASCII lower-cased.
+fn verified_email(claims: &Value) -> Option<String> {
     match (claims.get("email"), claims.get("email_verified")) {
         (Some(Value::String(e)), Some(Value::Bool(true))) if e.contains('@') => {
-            Some(crate::roles::email_case(e)).filter(|e| domain_allowed(e, domains))
+            Some(crate::roles::email_case(e))
         }
         _ => None,
     }
@@ -256,7 +256,6 @@ mod tests {
         EnterpriseIdp {
             issuer: "https://idp.example".into(),
             allowed_clients: vec![],
-            allowed_domains: vec!["example.com".into(), "partner.org".into()],
             ..EnterpriseIdp::default()
         }
     }
@@ -427,7 +426,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_json_true_verifies_and_only_within_the_issuers_domains() {
+    fn only_a_json_true_verifies_and_only_ascii_letters_fold() {
         let email = |verified: Value, email: &str| {
             let mut c = claims();
             c["email_verified"] = verified;
@@ -448,8 +447,6 @@ mod tests {
         let mut absent = claims();
         absent.as_object_mut().unwrap().remove("email_verified");
         assert_eq!(run(&absent, |_| {}).unwrap().email, None);
-        // An IdP scoped to its domains names no user of another domain.
-        assert_eq!(email(json!(true), "carol@other.org"), None);
         // Only ASCII letters fold: KELVIN SIGN stays what it is.
         assert_eq!(
             email(json!(true), "\u{212A}ate@partner.org").as_deref(),

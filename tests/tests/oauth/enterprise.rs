@@ -149,12 +149,11 @@ async fn an_id_jag_is_exchanged_for_a_token_that_calls_a_tool_and_bad_ones_are_i
         &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
         "another client",
     );
-    // A new user of a domain that may not create users: the IdP vouches for its own domains
-    // only, so the email names nobody.
+    // A new user of a domain that may not create users.
     let c = claims("u-mallory", "mallory@elsewhere.org");
     refused(
         &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
-        "no verified email",
+        "may not create users",
     );
     // Not a JWT at all.
     refused(
@@ -294,6 +293,37 @@ async fn roles_cap_an_enterprise_grant_and_a_route_role_refuses_it() {
             .contains("may not use notes"),
         "{refusal}"
     );
+}
+
+/// An IdP vouches for a verified email of its own domains only (red team 2026-12-04 L2):
+/// another domain's existing user is not linked, and `email_verified: "false"` (a string) is
+/// unverified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_jag_links_a_local_user_only_by_a_verified_email_of_its_domains() {
+    let idp = JagIdp::start().await.unwrap();
+    let gw = with_idp(Stack::builder(), &idp).start().await;
+    gw.add_user("carol@other.org", "carol-password-1").unwrap();
+    gw.add_user("dave@example.com", "dave-password-1").unwrap();
+    let browser = Browser::for_gateway(&gw);
+    let d = discover(&browser.http, &gw.mcp_url()).await.unwrap();
+    let client = register_like_claude(&browser.http, &d).await.unwrap();
+    let claims = |sub: &str, email: &str| {
+        idp.claims(&gw.base, &client.client_id, &d.resource, sub, email, now())
+    };
+    let c = claims("emp-carol", "carol@other.org");
+    refused(
+        &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
+        "may not create users",
+    );
+    let mut c = claims("emp-dave", "dave@example.com");
+    c["email_verified"] = json!("false");
+    refused(
+        &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
+        "no verified email",
+    );
+    let c = claims("emp-dave", "dave@example.com");
+    let ok = exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
