@@ -7,6 +7,7 @@
 //! `forward.rs` strips it before anything here adds the upstream's.
 
 pub(crate) mod answer;
+mod links;
 mod oauth_client;
 pub(crate) mod pages;
 
@@ -85,6 +86,8 @@ pub(crate) struct Credentials {
     statics: HashMap<String, (String, Option<Plain>)>,
     /// Sessions whose client declared URL-mode elicitation at `initialize`.
     eliciting: Mutex<Eliciting>,
+    /// Connect links handed out, handed out again while fresh.
+    links: links::Links,
     metrics: CredentialMetrics,
 }
 
@@ -198,6 +201,7 @@ impl Credentials {
             shared,
             statics,
             eliciting: Mutex::new(Eliciting::default()),
+            links: links::Links::default(),
             metrics,
         })
     }
@@ -426,7 +430,8 @@ impl Credentials {
         }
     }
 
-    /// A connect link for `principal` on route `i`: single use, for [`LINK_TTL`].
+    /// A connect link for `principal` on route `i`: single use, for [`LINK_TTL`]; the same link
+    /// again while it is fresh (`links.rs`), so a caller's every request does not mint one.
     pub(crate) async fn link(&self, i: usize, principal: &Principal) -> Result<String, Missing> {
         let route = self
             .route(i)
@@ -441,14 +446,26 @@ impl Credentials {
             principal_kind: principal.kind,
             subject: principal.subject.clone(),
         };
+        let now = self.clock.now_ms();
+        let window = links::reuse_window(LINK_TTL);
+        if let Some(url) = self.links.fresh(&grant, now, window) {
+            return Ok(url);
+        }
         let token = vault
             .issue_link(&grant, LINK_TTL)
             .await
             .map_err(|e| Missing::Unavailable(e.to_string()))?;
-        Ok(format!(
+        let url = format!(
             "{}/connect/{}?link={token}",
             self.settings.base_url, route.name
-        ))
+        );
+        self.links.keep(&grant, url.clone(), now, window);
+        Ok(url)
+    }
+
+    /// `grant`'s link was used: the next prompt carries a new one.
+    pub(crate) fn link_taken(&self, grant: &LinkGrant) {
+        self.links.taken(grant);
     }
 
     /// Forgets `person`'s credential for the route named `route`, revoking an OAuth grant at

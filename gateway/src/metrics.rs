@@ -1,8 +1,8 @@
 //! The gateway's metrics: one `prometheus-client` registry, built at start-up and passed in,
 //! with typed families whose labels are small fixed enums — never a subject, token, path or
 //! client id. Route names come from the config (bounded); tool names are bounded too: only
-//! names the catalog or the config knows get a series of their own (at most
-//! [`MAX_TOOL_SERIES`]), every other name counts as `other`. `live.rs`: the series read at
+//! names the catalog or the config knows get a series of their own (a budget per route,
+//! [`tool_budget`]), clipped to [`MAX_TOOL_LABEL_BYTES`]; every other name counts as `other`. `live.rs`: the series read at
 //! scrape time (`process_*`, upstream health, sessions, stdio children).
 
 use std::{
@@ -30,8 +30,35 @@ pub(crate) use classify::{
 /// The `Content-Type` of the exposition (Prometheus text format 0.0.4).
 pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// The most tool names with a series of their own; later names count as `other`.
+/// The tool names with a series of their own, shared out over the routes ([`tool_budget`]);
+/// later names count as `other`.
 pub(crate) const MAX_TOOL_SERIES: usize = 256;
+
+/// The least budget of tool series a route gets, however many routes there are.
+const MIN_TOOL_SERIES_PER_ROUTE: usize = 32;
+
+/// The longest tool label: longer names (an upstream writes them) are cut at a character
+/// boundary and end in `…`.
+pub(crate) const MAX_TOOL_LABEL_BYTES: usize = 128;
+
+/// How many tool names of one route get a series of their own when there are `routes` routes:
+/// an even share of [`MAX_TOOL_SERIES`], at least [`MIN_TOOL_SERIES_PER_ROUTE`], so one
+/// route's catalog cannot take another route's series.
+pub(crate) fn tool_budget(routes: usize) -> usize {
+    (MAX_TOOL_SERIES / routes.max(1)).max(MIN_TOOL_SERIES_PER_ROUTE)
+}
+
+/// A tool name as a label: at most [`MAX_TOOL_LABEL_BYTES`], cut at a character boundary.
+pub(crate) fn tool_label(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.len() <= MAX_TOOL_LABEL_BYTES {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut end = MAX_TOOL_LABEL_BYTES - '…'.len_utf8();
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}…", &name[..end]))
+}
 
 /// A closed set of label values, each spelled once.
 macro_rules! label_values {
@@ -597,13 +624,15 @@ impl Metrics {
     }
 
     /// One `tools/call` on route `route`. `known` says whether the name comes from the
-    /// catalog or the config; unknown names, and names past [`MAX_TOOL_SERIES`] (over all
-    /// routes), count as `other`.
+    /// catalog or the config; unknown names, and names past the route's [`tool_budget`],
+    /// count as `other`. Long names are clipped ([`tool_label`]).
     pub(crate) fn tool_call(&self, route: usize, name: &str, known: bool, decision: ToolDecision) {
         let index = decision as usize;
         let Some(other) = self.other_tool.get(route) else {
             return;
         };
+        let name = tool_label(name);
+        let name = name.as_ref();
         if known {
             if let Ok(tools) = self.tools.read()
                 && let Some(counters) = tools.get(route).and_then(|t| t.get(name))
@@ -612,13 +641,13 @@ impl Metrics {
                 return;
             }
             if let Ok(mut tools) = self.tools.write() {
-                let total: usize = tools.iter().map(HashMap::len).sum();
+                let budget = tool_budget(tools.len());
                 if let Some(known) = tools.get_mut(route) {
                     if let Some(counters) = known.get(name) {
                         counters[index].inc();
                         return;
                     }
-                    if total < MAX_TOOL_SERIES {
+                    if known.len() < budget {
                         let counters = tool_counters(&self.tool_calls, &self.routes[route], name);
                         counters[index].inc();
                         known.insert(name.to_owned(), counters);

@@ -17,7 +17,7 @@ use pingora::{
     },
 };
 
-mod conns;
+pub(crate) mod conns;
 mod credentials;
 mod http1;
 
@@ -445,6 +445,9 @@ pub(crate) fn run(
     for service in extra {
         server.add_boxed_service(service);
     }
+    if let Some(warning) = shared_port_warning(&settings) {
+        tracing::warn!("{warning}");
+    }
     ready();
     tracing::info!(
         listen = %listen,
@@ -544,6 +547,36 @@ fn reuseport_address(addr: SocketAddr, i: usize) -> String {
         SocketAddr::V4(a) => format!("{}:{:0width$}", a.ip(), a.port()),
         SocketAddr::V6(a) => format!("[{}]:{:0width$}", a.ip(), a.port()),
     }
+}
+
+/// The start-up warning when per-core listeners (`SO_REUSEPORT`, which lets any process of
+/// the gateway's user join the port and take a share of its connections) meet `command` routes
+/// whose children run as the gateway's user (third-party code, by default): SECURITY's
+/// trust boundary says that user is trusted. `None` when no such route runs.
+fn shared_port_warning(settings: &Settings) -> Option<String> {
+    if !matches!(settings.runtime, RuntimeModel::PerCore) {
+        return None;
+    }
+    let same_user: Vec<&str> = settings
+        .routes
+        .iter()
+        .filter(|r| {
+            matches!(
+                &r.upstream,
+                crate::config::UpstreamKind::Stdio { run_as: None, .. }
+            )
+        })
+        .map(|r| r.name.as_str())
+        .collect();
+    (!same_user.is_empty()).then(|| {
+        format!(
+            "command routes {} run as the gateway's own user: a process of that user can bind \
+             the listen port beside the per-core listeners (SO_REUSEPORT) and receive a share \
+             of its connections; give those routes `user = \"...\"` (another account), or set \
+             runtime = \"work-stealing\" (one socket, no SO_REUSEPORT)",
+            same_user.join(", ")
+        )
+    })
 }
 
 /// pingora's settings: threads, shutdown timing, the pid file and upgrade socket in the data dir.
@@ -662,6 +695,27 @@ mod tests {
         );
         assert_eq!(spec.idle_timeout, std::time::Duration::from_secs(5));
         assert_eq!(spec.run_as, None);
+    }
+
+    #[test]
+    fn per_core_listeners_beside_same_user_command_routes_are_warned_about() {
+        let settings = |text: &str| {
+            toml::from_str::<crate::config::GatewayConfig>(text)
+                .unwrap()
+                .validate()
+                .unwrap()
+        };
+        let own = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\n";
+        let warning = shared_port_warning(&settings(own)).unwrap();
+        assert!(
+            warning.starts_with("command routes npx run as"),
+            "{warning}"
+        );
+        assert!(warning.contains("SO_REUSEPORT"), "{warning}");
+        let other_user = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\nuser = \"root\"\n";
+        assert_eq!(shared_port_warning(&settings(other_user)), None);
+        let one_socket = format!("runtime = \"work-stealing\"\n{own}");
+        assert_eq!(shared_port_warning(&settings(&one_socket)), None);
     }
 
     #[test]

@@ -85,7 +85,16 @@ pub(crate) fn listener_tls(
         if let Some(addr) = acme.http_listen {
             let listener =
                 std::net::TcpListener::bind(addr).map_err(|e| TlsError::HttpListen(addr, e))?;
-            let http = acme::Http01::new(listener, tokens.clone(), settings.base_url.clone());
+            let http = acme::Http01::new(
+                listener,
+                tokens.clone(),
+                settings.base_url.clone(),
+                crate::runtime::conns::Connections::new(
+                    settings.listen.max_connections_per_ip,
+                    settings.admission.trusted_proxies.clone(),
+                ),
+                std::time::Duration::from_secs(settings.listen.keepalive_timeout_secs),
+            );
             services.push(Box::new(background_service("acme http-01 listener", http)));
         }
         let site = match &settings.store {

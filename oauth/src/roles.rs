@@ -11,7 +11,7 @@ use crate::model::UserRecord;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Member {
     pub username: String,
-    /// Verified email (external users only), lower-case.
+    /// Verified email (external users only), ASCII lower-case ([`email_case`]).
     pub email: Option<String>,
     pub groups: Vec<String>,
 }
@@ -21,10 +21,17 @@ impl From<&UserRecord> for Member {
         let ext = u.external.as_ref();
         Self {
             username: u.username.clone(),
-            email: ext.and_then(|e| e.email.as_deref()).map(str::to_lowercase),
+            email: ext.and_then(|e| e.email.as_deref()).map(email_case),
             groups: ext.map(|e| e.groups.clone()).unwrap_or_default(),
         }
     }
+}
+
+/// An email as compared everywhere: as the IdP sent it, with ASCII letters lower-cased only.
+/// Unicode case folding would make a different address (`\u{212A}ate@…`, KELVIN SIGN) equal
+/// an allow-listed `kate@…`.
+pub(crate) fn email_case(email: &str) -> String {
+    email.to_ascii_lowercase()
 }
 
 /// Which scopes a user may grant.
@@ -156,6 +163,19 @@ mod tests {
             users: users.iter().map(|s| (*s).to_owned()).collect(),
             title: None,
         }
+    }
+
+    #[test]
+    fn emails_fold_ascii_only_so_a_kelvin_sign_is_not_kate() {
+        let kate = vec!["kate@partner.org".to_owned()];
+        let kelvin = member(
+            "kate-kelvin",
+            Some(&email_case("\u{212A}ate@partner.org")),
+            &[],
+        );
+        assert!(!listed(&kate, &kelvin));
+        let upper = member("kate", Some(&email_case("KATE@Partner.org")), &[]);
+        assert!(listed(&kate, &upper));
     }
 
     #[test]

@@ -112,6 +112,7 @@ impl JagIdp {
             "iss": self.issuer, "sub": sub, "aud": audience, "client_id": client_id,
             "jti": format!("jti-{jti}"), "iat": now, "exp": now + 300,
             "resource": resource, "scope": "mcp:read mcp:write", "email": email,
+            "email_verified": true,
         })
     }
 

@@ -176,6 +176,37 @@ fn tool_names_are_bounded() {
 }
 
 #[test]
+fn one_routes_catalog_cannot_take_another_routes_series_and_names_are_clipped() {
+    let m = Metrics::new(&["mcp", "evil"]);
+    for i in 0..300 {
+        let long = format!("{i}-{}", "x".repeat(2000));
+        m.tool_call(1, &long, true, ToolDecision::Denied);
+    }
+    m.tool_call(0, "werkbaum_inspect", true, ToolDecision::Allowed);
+    let text = m.encode().unwrap();
+    assert_eq!(
+        series(
+            &text,
+            "pforte_tool_calls_total{route=\"mcp\",tool=\"werkbaum_inspect\",decision=\"allowed\"}"
+        ),
+        Some(1.0)
+    );
+    let evil = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("pforte_tool_calls_total{route=\"evil\"") && l.contains("\"denied\"")
+        })
+        .count();
+    assert_eq!(evil, tool_budget(2) + 1, "the budget and `other`");
+    assert!(
+        text.lines()
+            .all(|l| l.len() < 2 * MAX_TOOL_LABEL_BYTES + 100)
+    );
+    assert!(text.len() < 200_000, "{} bytes", text.len());
+    assert_eq!(tool_label(&"ü".repeat(200)).len(), MAX_TOOL_LABEL_BYTES - 1);
+}
+
+#[test]
 fn open_streams_return_to_zero_when_their_guards_drop() {
     let m = Metrics::new(&["mcp"]);
     let a = m.stream_opened();

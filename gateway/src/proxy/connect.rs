@@ -78,6 +78,21 @@ fn cookie<'a>(lines: &'a [String], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
+/// Whether the browser whose cookie lines these are started `pending` (its `browser` hash).
+fn same_browser(pending: &Flow, lines: &[String]) -> bool {
+    let expected = pending
+        .extra
+        .get("browser")
+        .and_then(serde_json::Value::as_str);
+    match (expected, cookie(lines, BROWSER_COOKIE)) {
+        (Some(expected), Some(presented)) => {
+            subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), sha256_hex(presented).as_bytes())
+                .into()
+        }
+        _ => false,
+    }
+}
+
 fn page(status: u16, html: String) -> Response {
     console::html(status, html)
 }
@@ -172,6 +187,7 @@ impl Gateway {
                 }
                 Err(_) => return unavailable(),
             };
+            self.edge.credentials.link_taken(&grant);
             // An OAuth user's link works only in a browser signed in to Pforte as that user; a
             // static token's link is the token holder's alone.
             if grant.principal_kind == crate::auth::AuthKind::OAuth {
@@ -223,19 +239,21 @@ impl Gateway {
             return unavailable();
         };
         let ticket = crate::vault::random_token();
-        // A form's ticket: no PKCE, no client; only whose secret it will be.
+        let browser = crate::vault::random_token();
+        // A form's ticket: no PKCE, no client; whose secret it will be, and the browser that
+        // opened the link (only it may post the form).
         let pending = Flow {
             route: route.name.clone(),
             person,
             pkce_verifier: String::new(),
             redirect_uri: String::new(),
             client_id: String::new(),
-            extra: serde_json::Value::Null,
+            extra: serde_json::json!({ "browser": sha256_hex(&browser) }),
         };
         if vault.put_flow(&ticket, &pending, FLOW_TTL).await.is_err() {
             return unavailable();
         }
-        page(
+        let mut resp = page(
             200,
             pages::secret_form(
                 title(route),
@@ -244,7 +262,9 @@ impl Gateway {
                 &format!("/connect/{}", route.name),
                 &ticket,
             ),
-        )
+        );
+        self.set_browser_cookie(&mut resp, route, &browser);
+        resp
     }
 
     /// `POST /connect/NAME`: the secret form, under its ticket, into the vault.
@@ -269,6 +289,12 @@ impl Gateway {
             }
             Err(_) => return Ok(unavailable()),
         };
+        if !same_browser(&pending, &cookie_lines(session)) {
+            return Ok(page(
+                403,
+                pages::failed(title(route), "This form was opened in another browser."),
+            ));
+        }
         let names: Vec<String> = match &route.upstream_auth {
             Some(UpstreamAuth::Header { into, .. }) => vec![into.name.as_str().to_owned()],
             Some(UpstreamAuth::Env { variables, .. }) => variables.clone(),
@@ -348,6 +374,13 @@ impl Gateway {
             return unavailable();
         }
         let mut resp = console::redirect(&begun.url);
+        self.set_browser_cookie(&mut resp, route, &browser);
+        resp
+    }
+
+    /// Ties a flow to the browser it started in: the cookie holds `browser`, the flow its hash
+    /// (checked by [`same_browser`] when the flow comes back).
+    fn set_browser_cookie(&self, resp: &mut Response, route: &Route, browser: &str) {
         let secure = if self.settings.base_url.starts_with("https://") {
             "; Secure"
         } else {
@@ -361,7 +394,6 @@ impl Gateway {
         if let Ok(v) = http::HeaderValue::from_str(&cookie) {
             resp.headers_mut().insert(http::header::SET_COOKIE, v);
         }
-        resp
     }
 
     /// `GET /connect/NAME/callback`: the code redeemed for tokens, which go into the vault.
@@ -388,19 +420,7 @@ impl Gateway {
             }
             Err(_) => return unavailable(),
         };
-        let lines = cookie_lines(session);
-        let expected = pending
-            .extra
-            .get("browser")
-            .and_then(serde_json::Value::as_str);
-        let browser_ok = match (expected, cookie(&lines, BROWSER_COOKIE)) {
-            (Some(expected), Some(presented)) => {
-                subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), sha256_hex(presented).as_bytes())
-                    .into()
-            }
-            _ => false,
-        };
-        if !browser_ok {
+        if !same_browser(&pending, &cookie_lines(session)) {
             return page(
                 403,
                 pages::failed(title(route), "This sign-in was started in another browser."),

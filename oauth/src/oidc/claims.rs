@@ -47,7 +47,7 @@ pub(crate) fn identity(
 ) -> Identity {
     let email = claim(&cfg.email_claim, id_token, userinfo)
         .and_then(Value::as_str)
-        .map(|e| e.trim().to_lowercase())
+        .map(|e| crate::roles::email_case(e.trim()))
         .filter(|e| !e.is_empty() && !e.chars().any(char::is_control));
     let verified = cfg.trust_email || truthy(claim("email_verified", id_token, userinfo));
     let groups = match claim(&cfg.groups_claim, id_token, userinfo) {

@@ -37,7 +37,9 @@ pub struct Terms {
     /// The configured resource (canonical URL) it is for.
     pub resource: String,
     pub scopes: Vec<String>,
-    /// The user's email, when present and not marked unverified, lower-cased.
+    /// The user's email, when `email_verified` is the JSON `true`, ASCII lower-cased
+    /// ([`crate::roles::email_case`]). It names a local user only within the issuer's
+    /// `allowed_domains` (`auth_server/enterprise.rs`).
     pub email: Option<String>,
 }
 
@@ -142,11 +144,7 @@ pub fn check(claims: &Value, expected: &Expected<'_>) -> Result<Terms, OAuthErro
     }
     let resource = check_resource(claims, expected)?;
     let scopes = check_scopes(claims, expected)?;
-    let email = match (claims.get("email"), claims.get("email_verified")) {
-        (_, Some(Value::Bool(false))) => None,
-        (Some(Value::String(e)), _) if e.contains('@') => Some(e.to_lowercase()),
-        _ => None,
-    };
+    let email = verified_email(claims);
     Ok(Terms {
         issuer: iss.to_owned(),
         subject: subject.to_owned(),
@@ -228,6 +226,17 @@ fn check_scopes(claims: &Value, expected: &Expected<'_>) -> Result<Vec<String>, 
     }
 }
 
+/// The ID-JAG's email when `email_verified` is exactly `true` (a string `"false"`, or no
+/// claim, is unverified), ASCII lower-cased.
+fn verified_email(claims: &Value) -> Option<String> {
+    match (claims.get("email"), claims.get("email_verified")) {
+        (Some(Value::String(e)), Some(Value::Bool(true))) if e.contains('@') => {
+            Some(crate::roles::email_case(e))
+        }
+        _ => None,
+    }
+}
+
 /// The email's domain, when it is one of `allowed` (users may be created for it).
 pub(crate) fn domain_allowed(email: &str, allowed: &[String]) -> bool {
     email
@@ -266,7 +275,7 @@ mod tests {
             "iss": "https://idp.example", "sub": "u-1", "aud": "https://gw.example/",
             "client_id": "c1", "jti": "j-1", "iat": NOW - 10, "exp": NOW + 290,
             "resource": "https://gw.example/notes/mcp", "scope": "mcp:read other:thing",
-            "email": "Alice@Example.com",
+            "email": "Alice@Example.com", "email_verified": true,
         })
     }
 
@@ -414,5 +423,34 @@ mod tests {
         assert_eq!(run(&c, |_| {}).unwrap().email, None);
         assert!(domain_allowed("a@example.com", &["example.com".into()]));
         assert!(!domain_allowed("a@evil.com", &["example.com".into()]));
+    }
+
+    #[test]
+    fn only_a_json_true_verifies_and_only_ascii_letters_fold() {
+        let email = |verified: Value, email: &str| {
+            let mut c = claims();
+            c["email_verified"] = verified;
+            c["email"] = json!(email);
+            run(&c, |_| {}).unwrap().email
+        };
+        assert_eq!(
+            email(json!(true), "Bob@Example.com").as_deref(),
+            Some("bob@example.com")
+        );
+        for unverified in [json!("false"), json!("true"), json!(1), json!(null)] {
+            assert_eq!(
+                email(unverified.clone(), "bob@example.com"),
+                None,
+                "{unverified}"
+            );
+        }
+        let mut absent = claims();
+        absent.as_object_mut().unwrap().remove("email_verified");
+        assert_eq!(run(&absent, |_| {}).unwrap().email, None);
+        // Only ASCII letters fold: KELVIN SIGN stays what it is.
+        assert_eq!(
+            email(json!(true), "\u{212A}ate@partner.org").as_deref(),
+            Some("\u{212A}ate@partner.org")
+        );
     }
 }

@@ -295,6 +295,37 @@ async fn roles_cap_an_enterprise_grant_and_a_route_role_refuses_it() {
     );
 }
 
+/// An IdP vouches for a verified email of its own domains only (red team 2026-12-04 L2):
+/// another domain's existing user is not linked, and `email_verified: "false"` (a string) is
+/// unverified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_jag_links_a_local_user_only_by_a_verified_email_of_its_domains() {
+    let idp = JagIdp::start().await.unwrap();
+    let gw = with_idp(Stack::builder(), &idp).start().await;
+    gw.add_user("carol@other.org", "carol-password-1").unwrap();
+    gw.add_user("dave@example.com", "dave-password-1").unwrap();
+    let browser = Browser::for_gateway(&gw);
+    let d = discover(&browser.http, &gw.mcp_url()).await.unwrap();
+    let client = register_like_claude(&browser.http, &d).await.unwrap();
+    let claims = |sub: &str, email: &str| {
+        idp.claims(&gw.base, &client.client_id, &d.resource, sub, email, now())
+    };
+    let c = claims("emp-carol", "carol@other.org");
+    refused(
+        &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
+        "may not create users",
+    );
+    let mut c = claims("emp-dave", "dave@example.com");
+    c["email_verified"] = json!("false");
+    refused(
+        &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
+        "no verified email",
+    );
+    let c = claims("emp-dave", "dave@example.com");
+    let ok = exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_jag_used_at_one_gateway_is_refused_at_another_on_the_same_redis() {
     let Some(redis) = RedisServer::start() else {

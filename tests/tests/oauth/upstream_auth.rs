@@ -114,6 +114,8 @@ async fn a_header_route_asks_each_user_for_a_key_once_and_sends_only_that_upstre
     );
     let link = asked.link().clone();
     assert_eq!(link.path(), format!("/connect/{SEARCH}"));
+    // One link per person and route while it is fresh: the instructions' link is the call's.
+    assert_eq!(connect::link_in(instructions).as_ref(), Some(&link));
     assert_eq!(
         link.origin().ascii_serialization(),
         Url::parse(&gw.base).unwrap().origin().ascii_serialization()
@@ -228,6 +230,36 @@ async fn a_header_route_asks_each_user_for_a_key_once_and_sends_only_that_upstre
     );
 }
 
+/// The secret form's ticket works only in the browser that opened the link (red team
+/// 2026-12-04, informational): another browser posting it is refused and stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_form_posts_only_from_the_browser_that_opened_the_link() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = header_gateway(&echo, dir.path()).await;
+    let hana = gw.create_token("hana").await.unwrap();
+    let mut client = gw.mcp_at(&gw.route_url(SEARCH), &hana);
+    client.open().await.unwrap();
+    let asked = prompt(&call(&client, "echo").await);
+    let page = Browser::new(None).get(asked.link()).await.unwrap();
+    assert_eq!(page.status, 200, "{}", page.body);
+    let mut form = page.form().unwrap();
+    form.set("v.x-api-key", "key-of-bob").unwrap();
+    let posted = Browser::new(None).submit(&form, None).await.unwrap();
+    assert_eq!(posted.status, 403, "{}", posted.body);
+    assert!(posted.body.contains("another browser"), "{}", posted.body);
+    // hana is still not connected: the call asks again, and nothing reached the upstream.
+    let again = prompt(&call(&client, "echo").await);
+    assert!(matches!(again, Prompt::ToolError { .. }), "{again:?}");
+    assert!(
+        echo.seen()
+            .iter()
+            .all(|s| s.rpc_method.as_deref() != Some("tools/call")),
+        "{:?}",
+        echo.seen()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_declared_url_elicitation_gets_minus_32042_with_the_link() {
     let echo = EchoUpstream::start().await.unwrap();
@@ -257,10 +289,10 @@ async fn a_client_that_declared_url_elicitation_gets_minus_32042_with_the_link()
     plain.open().await.unwrap();
     let other = prompt(&call(&plain, "echo").await);
     assert!(matches!(other, Prompt::ToolError { .. }), "{other:?}");
-    assert_ne!(
+    assert_eq!(
         other.link(),
         asked.link(),
-        "each prompt has a link of its own"
+        "one link per person and route while it is fresh (issue 38)"
     );
     // The elicited link works like any other.
     enter_secret(&Browser::new(None), link, &[("x-api-key", "key-of-juno")])

@@ -401,3 +401,75 @@ async fn before_the_first_certificate_requests_get_a_clear_503() {
     assert!(answered, "{}", gw.log());
     assert!(gw.log().contains("acme order failed"), "{}", gw.log());
 }
+
+/// Whether the gateway closes `stream` (EOF or reset) within `limit`, reading what it sends.
+async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + limit;
+    for _ in 0..64 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// The plain http-01 listener has the main listener's bounds (red team 2026-12-04 M3): a
+/// connection over `max_connections_per_ip` is closed at once, and silent, half-sent and
+/// kept-alive connections are closed after `keepalive_timeout_secs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_01_listener_caps_connections_per_ip_and_closes_idle_ones() {
+    use tokio::{io::AsyncWriteExt as _, net::TcpStream};
+    // A CA that never answers: the plain listener serves while the gateway waits.
+    let dead = port();
+    let http_port = port();
+    let svc = service();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    std::fs::write(&ca, ck.cert.pem()).unwrap();
+    let text = format!(
+        "keepalive_timeout_secs = 2\nmax_connections_per_ip = 3\npublic_url = \"https://{HOST}\"\n[tls.acme]\ndirectory = \"https://127.0.0.1:{dead}/dir\"\nca_file = \"{}\"\nchallenge = \"http-01\"\nhttp_listen = \"127.0.0.1:{http_port}\"\n",
+        ca.display()
+    );
+    let gw = Served::spawn(dir, port(), &text, &svc.url());
+    let plain = format!("127.0.0.1:{http_port}");
+    let up = eventually(Duration::from_secs(20), || {
+        let plain = plain.clone();
+        async move { TcpStream::connect(&plain).await.is_ok() }
+    })
+    .await;
+    assert!(up, "{}", gw.log());
+
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(TcpStream::connect(&plain).await.unwrap());
+    }
+    let mut over = TcpStream::connect(&plain).await.unwrap();
+    assert!(
+        closed_within(&mut over, Duration::from_millis(1500)).await,
+        "the fourth connection from one IP (the probe's may hold a slot too) is closed at once"
+    );
+    for (i, silent) in held.iter_mut().enumerate() {
+        assert!(
+            closed_within(silent, Duration::from_secs(10)).await,
+            "silent connection {i} still open"
+        );
+    }
+
+    let mut half = TcpStream::connect(&plain).await.unwrap();
+    half.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n")
+        .await
+        .unwrap();
+    assert!(closed_within(&mut half, Duration::from_secs(10)).await);
+
+    let mut kept = TcpStream::connect(&plain).await.unwrap();
+    kept.write_all(b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(closed_within(&mut kept, Duration::from_secs(10)).await);
+}

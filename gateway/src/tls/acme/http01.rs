@@ -1,16 +1,22 @@
 //! The plain HTTP listener of `[tls.acme] http_listen` (port 80): it answers the CA's http-01
 //! requests (`GET /.well-known/acme-challenge/TOKEN`) from the tokens of the order in flight,
 //! and sends every other request to the https URL of the same path (308), so `http://host/`
-//! in a browser lands on the gateway. Bound before the server starts.
+//! in a browser lands on the gateway. Bound before the server starts; its connections are
+//! capped per IP and live at most `keepalive_timeout_secs` (`bounded.rs`).
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, RwLock},
+    time::Duration,
 };
 
 use async_trait::async_trait;
 use http::{StatusCode, header};
 use pingora::{server::ShutdownWatch, services::background::BackgroundService};
+
+use crate::runtime::conns::Connections;
+
+mod bounded;
 
 /// http-01 answers by token, while an order is validated.
 pub(crate) type HttpTokens = Arc<RwLock<HashMap<String, String>>>;
@@ -49,6 +55,10 @@ pub(crate) struct Http01 {
     listener: Mutex<Option<std::net::TcpListener>>,
     tokens: HttpTokens,
     base_url: String,
+    /// Open connections per IP (the main listener's `max_connections_per_ip`).
+    conns: Arc<Connections>,
+    /// How long one connection may live in all (`keepalive_timeout_secs`).
+    lifetime: Duration,
 }
 
 impl Http01 {
@@ -56,11 +66,15 @@ impl Http01 {
         listener: std::net::TcpListener,
         tokens: HttpTokens,
         base_url: String,
+        conns: Arc<Connections>,
+        lifetime: Duration,
     ) -> Self {
         Self {
             listener: Mutex::new(Some(listener)),
             tokens,
             base_url,
+            conns,
+            lifetime,
         }
     }
 }
@@ -115,6 +129,7 @@ impl BackgroundService for Http01 {
         let stop = async move {
             let _ = shutdown.changed().await;
         };
+        let listener = bounded::Bounded::new(listener, self.conns.clone(), self.lifetime);
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(stop)
             .await
