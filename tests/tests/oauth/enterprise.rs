@@ -310,10 +310,12 @@ async fn an_id_jag_links_a_local_user_only_by_a_verified_email_of_its_domains() 
     let claims = |sub: &str, email: &str| {
         idp.claims(&gw.base, &client.client_id, &d.resource, sub, email, now())
     };
+    // Another domain's email links nobody (the rule of `person.rs`: by email only within
+    // the issuer's `allowed_domains`).
     let c = claims("emp-carol", "carol@other.org");
     refused(
         &exchange(&browser.http, &d, &client, &idp.id_jag(&c).unwrap()).await,
-        "may not create users",
+        "does not speak for its domain",
     );
     let mut c = claims("emp-dave", "dave@example.com");
     c["email_verified"] = json!("false");
