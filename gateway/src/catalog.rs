@@ -13,9 +13,12 @@
 //! nobody connected it is empty and says so ([`Catalog::awaits_person`]) until someone connects
 //! ([`Catalog::connected`]) or a `ttl` passes. It declares the client capabilities (roots,
 //! sampling, elicitation) at `initialize`, so tools a server lists only for such clients are
-//! known, and answers the server's requests minimally ([`answer_server_request`]).
+//! known, and answers the server's requests minimally ([`answer::answer_server_request`]).
 
+mod answer;
 mod filter;
+mod follow;
+mod lending;
 mod sse;
 
 use std::{
@@ -33,7 +36,10 @@ use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use answer::client_capabilities;
 pub use filter::filter_tools_list;
+pub(crate) use lending::Lender;
+use lending::Lent;
 
 use crate::forward::header;
 
@@ -45,37 +51,6 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 /// Upper bound on `tools/list` pages followed in one refresh (a loop guard).
 const MAX_PAGES: usize = 100;
-/// People whose credential one refresh tries at most, on a route with a [`Lender`].
-const MAX_LENDERS: usize = 3;
-
-/// Where the catalog of a route whose upstream takes only each person's own credential gets
-/// one: the people connected to the route, and the headers a request of theirs carries.
-#[async_trait]
-pub trait Lender: Send + Sync + std::fmt::Debug {
-    /// The people with a credential for the route, the most recently connected first.
-    async fn people(&self) -> Result<Vec<String>, String>;
-    /// The headers the catalog's requests carry as `person`; `Err`: none that works now.
-    async fn headers(
-        &self,
-        person: &str,
-    ) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, String>;
-}
-
-/// A person's credential the catalog uses: whose, and the headers.
-#[derive(Clone)]
-struct Lent {
-    person: String,
-    headers: Vec<(http::HeaderName, http::HeaderValue)>,
-}
-
-impl std::fmt::Debug for Lent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lent")
-            .field("person", &self.person)
-            .finish_non_exhaustive()
-    }
-}
-
 /// What the catalog knows about a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
@@ -317,27 +292,6 @@ impl Catalog {
         self.loaded.load(Ordering::Acquire)
     }
 
-    /// Whether the catalog learns through a connected person's credential and has found nobody
-    /// whose credential works (so it is empty, or as the last person's left it).
-    pub(crate) fn awaits_person(&self) -> bool {
-        self.awaiting.load(Ordering::Acquire)
-    }
-
-    /// `person` just connected to the route: their credential is tried first when the catalog
-    /// needs one, and a catalog waiting for anyone refreshes now (a miss may refresh at once).
-    pub(crate) fn connected(&self, person: &str) {
-        if self.opts.lender.is_none() {
-            return;
-        }
-        if let Ok(mut newest) = self.newest.lock() {
-            *newest = Some(person.to_owned());
-        }
-        if self.awaits_person() {
-            self.last_miss_ms.store(0, Ordering::Release);
-            self.wake.notify_one();
-        }
-    }
-
     /// Learns the tool list now: re-uses the catalog's session, initialises a new one when
     /// there is none or the upstream forgot it. Returns the number of tools.
     pub async fn refresh(&self) -> Result<usize, CatalogError> {
@@ -375,103 +329,6 @@ impl Catalog {
         }
     }
 
-    /// `tools/list` with a connected person's credential: the one in use, else the person who
-    /// connected last here, else the most recently connected ones; a person whose credential
-    /// has none that works now, or which the upstream refuses (401, 403), is passed over for
-    /// the next (at most [`MAX_LENDERS`] tried).
-    async fn list_borrowing(
-        &self,
-        lender: &dyn Lender,
-    ) -> Result<HashMap<Box<str>, bool>, CatalogError> {
-        let mut passed: Vec<String> = Vec::new();
-        let mut people: Option<Vec<String>> = None;
-        while passed.len() < MAX_LENDERS {
-            let current = self.lent().map(|l| l.person);
-            let newest = self.newest.lock().ok().and_then(|n| n.clone());
-            let mut next = [current, newest]
-                .into_iter()
-                .flatten()
-                .find(|p| !passed.contains(p));
-            if next.is_none() {
-                if people.is_none() {
-                    people = Some(lender.people().await.map_err(CatalogError::Protocol)?);
-                }
-                next = people
-                    .iter()
-                    .flatten()
-                    .find(|p| !passed.contains(p))
-                    .cloned();
-            }
-            let Some(person) = next else {
-                break;
-            };
-            let headers = match lender.headers(&person).await {
-                Ok(h) => h,
-                Err(why) => {
-                    tracing::debug!(%why, "tool catalog: a connected person's credential does not work now");
-                    self.drop_lent(&person);
-                    passed.push(person);
-                    continue;
-                }
-            };
-            self.lend(Lent {
-                person: person.clone(),
-                headers,
-            });
-            match self.list_once().await {
-                Err(CatalogError::Status(status))
-                    if status == reqwest::StatusCode::UNAUTHORIZED
-                        || status == reqwest::StatusCode::FORBIDDEN =>
-                {
-                    tracing::debug!(%status, "tool catalog: the upstream refused a connected person's credential");
-                    self.drop_lent(&person);
-                    passed.push(person);
-                }
-                other => {
-                    self.awaiting.store(false, Ordering::Release);
-                    return other;
-                }
-            }
-        }
-        self.awaiting.store(true, Ordering::Release);
-        Err(CatalogError::NoLender)
-    }
-
-    /// The credential in use, if any.
-    fn lent(&self) -> Option<Lent> {
-        self.lent.lock().ok().and_then(|l| l.clone())
-    }
-
-    /// Uses `lent` from now on; another person's than before needs a session of its own.
-    fn lend(&self, lent: Lent) {
-        let switched = match self.lent.lock() {
-            Ok(mut slot) => {
-                let switched = slot.as_ref().is_none_or(|l| l.person != lent.person);
-                *slot = Some(lent);
-                switched
-            }
-            Err(_) => true,
-        };
-        if switched {
-            self.set_session(None);
-        }
-    }
-
-    /// Stops using `person`'s credential (and the session opened with it).
-    fn drop_lent(&self, person: &str) {
-        if let Ok(mut slot) = self.lent.lock()
-            && slot.as_ref().is_some_and(|l| l.person == person)
-        {
-            *slot = None;
-            self.set_session(None);
-        }
-        if let Ok(mut newest) = self.newest.lock()
-            && newest.as_deref() == Some(person)
-        {
-            *newest = None;
-        }
-    }
-
     /// The headers every request of the catalog carries: the identity it claims (unless the
     /// route keeps identity from its upstream), and the route's or a lent credential.
     fn headers(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -490,140 +347,6 @@ impl Catalog {
             }
         }
         request
-    }
-
-    /// Keeps the catalog fresh until `shutdown` turns true (or forever without one): refresh at
-    /// start with backoff until the upstream answers, then every `ttl`; a GET stream held open
-    /// on the catalog's session triggers a refresh on `notifications/tools/list_changed`; when
-    /// the stream drops (or the session is gone) the session is initialised again.
-    pub async fn run(self: Arc<Self>, mut shutdown: Option<watch::Receiver<bool>>) {
-        if let Ok(mut rt) = self.runtime.lock() {
-            *rt = tokio::runtime::Handle::try_current().ok();
-        }
-        let mut backoff = self.opts.backoff_min;
-        loop {
-            let refreshed = self.refresh().await;
-            if let Err(CatalogError::NoLender) = refreshed {
-                // Nobody to borrow from: again when someone connects here, or after a ttl
-                // (someone may connect through another gateway).
-                tokio::select! {
-                    () = self.wake.notified() => {}
-                    () = tokio::time::sleep(self.opts.ttl) => {}
-                    () = stopped(&mut shutdown) => return,
-                }
-                backoff = self.opts.backoff_min;
-                continue;
-            }
-            if refreshed.is_ok() {
-                let follow = tokio::select! {
-                    follow = self.follow() => follow,
-                    () = stopped(&mut shutdown) => return,
-                };
-                match follow {
-                    // The stream ran for a while: the upstream is healthy.
-                    Follow::Dropped { lasted } if lasted >= self.opts.backoff_max => {
-                        backoff = self.opts.backoff_min;
-                    }
-                    Follow::Dropped { .. } => {}
-                }
-            }
-            if !self.pause(backoff, &mut shutdown).await {
-                return;
-            }
-            backoff = (backoff * 2).min(self.opts.backoff_max);
-        }
-    }
-
-    /// Sleeps `d` unless shutdown comes first (then `false`).
-    async fn pause(&self, d: Duration, shutdown: &mut Option<watch::Receiver<bool>>) -> bool {
-        tokio::select! {
-            () = tokio::time::sleep(d) => true,
-            () = stopped(shutdown) => false,
-        }
-    }
-
-    /// Holds the GET stream of the catalog's session open, refreshing on `list_changed` and
-    /// every `ttl`, until the stream drops (then the session is forgotten, so that the next
-    /// refresh initialises a new one) or a refresh had to open a new session. Without a stream
-    /// on this upstream (GET answered 405), it refreshes every `ttl` for ever; another refusal
-    /// is retried after a `ttl`.
-    async fn follow(&self) -> Follow {
-        let started = tokio::time::Instant::now();
-        let mut tick = tokio::time::interval_at(started + self.opts.ttl, self.opts.ttl);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let Some(session) = self.session() else {
-            if self.stateless.load(Ordering::Acquire) {
-                // A stateless upstream (no session, so no stream): a refresh every ttl.
-                loop {
-                    tick.tick().await;
-                    if self.refresh().await.is_err() {
-                        return Follow::Dropped {
-                            lasted: started.elapsed(),
-                        };
-                    }
-                }
-            }
-            return Follow::Dropped {
-                lasted: Duration::ZERO,
-            };
-        };
-        let dropped = |this: &Self| {
-            this.forget_session(&session);
-            Follow::Dropped {
-                lasted: started.elapsed(),
-            }
-        };
-        let request = self.headers(
-            self.http
-                .get(&self.url)
-                .header(reqwest::header::ACCEPT, "text/event-stream")
-                .header(SESSION_HEADER, &session)
-                .header(PROTOCOL_HEADER, PROTOCOL_VERSION),
-        );
-        let mut response = match request.send().await {
-            Ok(r) if r.status().is_success() => r,
-            Ok(r) if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => {
-                // No server-initiated stream on this upstream: the periodic refresh remains.
-                tracing::debug!("catalog: the upstream offers no GET stream");
-                loop {
-                    tick.tick().await;
-                    let _ = self.refresh().await;
-                }
-            }
-            Ok(r) if r.status() != reqwest::StatusCode::NOT_FOUND => {
-                // Some other refusal: try the stream again after a ttl (`run` refreshes then).
-                tracing::debug!(status = %r.status(), "catalog: GET stream refused");
-                tick.tick().await;
-                return Follow::Dropped {
-                    lasted: started.elapsed(),
-                };
-            }
-            _ => return dropped(self),
-        };
-        let mut reader = sse::EventReader::default();
-        loop {
-            tokio::select! {
-                chunk = response.chunk() => match chunk {
-                    Ok(Some(chunk)) => {
-                        let events = reader.push(&chunk);
-                        for data in &events {
-                            self.answer(&session, data).await;
-                        }
-                        if events.iter().any(|d| is_list_changed(d)) {
-                            let _ = self.refresh().await;
-                        }
-                    }
-                    Ok(None) | Err(_) => return dropped(self),
-                },
-                _ = tick.tick() => {
-                    let _ = self.refresh().await;
-                    if self.session().as_deref() != Some(session.as_str()) {
-                        // The refresh needed a new session: this stream belongs to the old one.
-                        return Follow::Dropped { lasted: started.elapsed() };
-                    }
-                }
-            }
-        }
     }
 
     fn spawn_miss_refresh(self: &Arc<Self>) {
@@ -725,21 +448,6 @@ impl Catalog {
             return Err(CatalogError::Status(response.status()));
         }
         Ok(session)
-    }
-
-    /// Answers `data` if it is a request of the server's (`roots/list`, `ping`, …) on
-    /// `session`; anything else is left alone. Best effort: a failed answer is the server's
-    /// timeout.
-    async fn answer(&self, session: &str, data: &[u8]) {
-        let Ok(message) = serde_json::from_slice::<Value>(data) else {
-            return;
-        };
-        let Some(reply) = answer_server_request(&message) else {
-            return;
-        };
-        if let Err(e) = self.post(Some(session), &reply).send().await {
-            tracing::debug!(error = %e, "tool catalog: answering the server's request failed");
-        }
     }
 
     fn post(&self, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
@@ -863,63 +571,6 @@ fn read_tools_page(
         .and_then(Value::as_str)
         .filter(|c| !c.is_empty())
         .map(str::to_owned))
-}
-
-/// The client capabilities the catalog declares at `initialize`: those a server may list
-/// tools for (roots, sampling, elicitation in both modes).
-fn client_capabilities() -> Value {
-    json!({
-        "roots": { "listChanged": false },
-        "sampling": {},
-        "elicitation": { "form": {}, "url": {} },
-    })
-}
-
-/// The catalog's answer to a request the server sends it (`None`: `message` is no request):
-/// no roots, `ping` answered, an elicitation declined, sampling and anything else refused.
-/// The catalog never calls a tool, so nothing it does waits on these.
-pub(crate) fn answer_server_request(message: &Value) -> Option<Value> {
-    let method = message.get("method")?.as_str()?;
-    let id = message.get("id")?.clone();
-    if id.is_null() {
-        return None;
-    }
-    let outcome = match method {
-        "roots/list" => Ok(json!({ "roots": [] })),
-        "ping" => Ok(json!({})),
-        "elicitation/create" => Ok(json!({ "action": "decline" })),
-        "sampling/createMessage" => Err((-1, "the gateway's tool catalog does not sample")),
-        _ => Err((-32601, "method not found")),
-    };
-    Some(match outcome {
-        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-        Err((code, message)) => {
-            json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
-        }
-    })
-}
-
-/// Whether an SSE event's data is `notifications/tools/list_changed`.
-fn is_list_changed(data: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(data).is_ok_and(|v| {
-        v.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed")
-    })
-}
-
-/// How following the GET stream ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Follow {
-    Dropped { lasted: Duration },
-}
-
-/// Resolves once `shutdown` is true; never without a watch.
-async fn stopped(shutdown: &mut Option<watch::Receiver<bool>>) {
-    match shutdown {
-        Some(rx) => {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// The catalog as a pingora background service: runs [`Catalog::run`] until shutdown.

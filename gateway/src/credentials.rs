@@ -7,6 +7,7 @@
 //! `forward.rs` strips it before anything here adds the upstream's.
 
 pub(crate) mod answer;
+mod lender;
 mod links;
 mod oauth_client;
 pub(crate) mod pages;
@@ -30,6 +31,7 @@ use crate::{
 };
 
 pub(crate) use answer::Ask;
+pub(crate) use lender::RouteLender;
 
 /// Session ids of Pforte's stand-in session (a caller not yet connected): once connected, such
 /// an id is answered 404, and the client starts a session with the upstream.
@@ -642,69 +644,6 @@ impl crate::stdio::SessionEnv for VaultEnv {
                     .ok_or(EnvRefusal::Missing)
             })
             .collect()
-    }
-}
-
-/// Where route `i`'s tool catalog borrows a credential: the people connected to it, and what
-/// a request of theirs carries — their key, or their fresh OAuth access token, as for their own
-/// calls; on an `env` route the bridge is told whose variables the catalog's child starts with
-/// (`x-pforte-lent-by`, the person percent-encoded).
-#[derive(Debug)]
-pub(crate) struct RouteLender {
-    credentials: Arc<Credentials>,
-    route: usize,
-}
-
-impl RouteLender {
-    /// Route `route`'s lender, as the catalog takes it.
-    pub(crate) fn shared(
-        credentials: &Arc<Credentials>,
-        route: usize,
-    ) -> Arc<dyn crate::catalog::Lender> {
-        Arc::new(Self {
-            credentials: credentials.clone(),
-            route,
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl crate::catalog::Lender for RouteLender {
-    async fn people(&self) -> Result<Vec<String>, String> {
-        let (Some(vault), Some(route)) =
-            (&self.credentials.vault, self.credentials.route(self.route))
-        else {
-            return Ok(Vec::new());
-        };
-        vault
-            .connected(&route.name)
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    async fn headers(
-        &self,
-        person: &str,
-    ) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, String> {
-        let env = matches!(
-            self.credentials
-                .route(self.route)
-                .and_then(|r| r.upstream_auth.as_ref()),
-            Some(UpstreamAuth::Env { .. })
-        );
-        match self.credentials.for_request(self.route, person).await {
-            Ok(Some(injected)) => Ok(vec![(injected.name, injected.value)]),
-            Ok(None) if env => {
-                let value = http::HeaderValue::from_str(&crate::forward::percent_encode(person))
-                    .map_err(|e| e.to_string())?;
-                Ok(vec![(
-                    http::HeaderName::from_static(crate::forward::header::LENT_BY),
-                    value,
-                )])
-            }
-            Ok(None) => Ok(Vec::new()),
-            Err(missing) => Err(missing.to_string()),
-        }
     }
 }
 

@@ -1,6 +1,10 @@
 //! Tests of the tool catalog: the refresh throttle, reading pages and answers, an empty catalog.
 
 use super::*;
+use super::{
+    answer::{answer_server_request, client_capabilities},
+    follow::is_list_changed,
+};
 
 #[test]
 fn miss_refresh_throttle() {

@@ -9,6 +9,10 @@
 //! [`Bytes`]). A line over `max_line_bytes` is not held: its top-level `id` is found as it
 //! streams past ([`IdFinder`]) and that one call fails; the child and its other calls go on.
 
+mod oversized;
+mod process_group;
+mod stderr;
+
 use std::{
     collections::{HashMap, VecDeque},
     sync::{
@@ -19,10 +23,6 @@ use std::{
 };
 
 use bytes::Bytes;
-use nix::{
-    sys::signal::{Signal, kill, killpg},
-    unistd::Pid,
-};
 use serde_json::Value;
 use tokio::{
     io::{AsyncWriteExt as _, BufReader},
@@ -35,6 +35,9 @@ use super::{
     lines::{self, Line},
 };
 use crate::raw_json::{self, IdFinder};
+pub(crate) use process_group::{has_exited, signal_group};
+use process_group::{kill_group, terminate};
+use stderr::{log_stderr, loggable};
 
 /// Messages buffered per client stream.
 const STREAM_BUFFER: usize = 256;
@@ -563,36 +566,6 @@ impl Conn {
         }
     }
 
-    /// The child wrote a line over `max_line_bytes` (read past, not held): the call it answers
-    /// (its top-level `id`, a response's) fails with a JSON-RPC error naming the bound; any
-    /// other message is dropped. The child and its other calls go on.
-    fn oversized(&self, pid: Option<u32>, finder: IdFinder) {
-        let max = self.cmd.max_line_bytes;
-        let (id, has_method) = finder.finish();
-        let bridge = id
-            .filter(|_| !has_method)
-            .and_then(|raw| decide::parse_bridge_id(&raw));
-        let mut st = self.lock();
-        st.last_activity = Instant::now();
-        let pending = bridge.and_then(|id| st.pending.remove(&id));
-        tracing::warn!(
-            route = %self.route,
-            pid,
-            max_line_bytes = max,
-            call = pending.is_some(),
-            "stdio server wrote a message over max_line_bytes; dropped it"
-        );
-        if let Some(p) = pending.filter(|p| !p.internal) {
-            let message = format!(
-                "the stdio server `{}` answered with a message larger than max_line_bytes \
-                 ({max} bytes); this call failed, the server goes on",
-                self.route
-            );
-            let error = decide::error_response(&p.client_id, decide::INTERNAL_ERROR, &message);
-            let _ = p.tx.try_send(ServerMessage::response(error));
-        }
-    }
-
     /// One line of the child's stdout.
     fn on_line(&self, mut text: Vec<u8>) {
         if !raw_json::is_valid(&text) {
@@ -691,82 +664,4 @@ async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::Receiv
         }
     }
     // Dropping stdin closes it: stdio servers stop at end of input.
-}
-
-/// Someone else's output for a log line: at most [`LOG_LINE_MAX`] bytes of it, escaped.
-fn loggable(text: &[u8]) -> String {
-    let cut = &text[..text.len().min(LOG_LINE_MAX)];
-    let shown = String::from_utf8_lossy(cut);
-    let mut out = crate::logging::untrusted(&shown).to_string();
-    if cut.len() < text.len() {
-        out.push_str(&format!(" … ({} bytes)", text.len()));
-    }
-    out
-}
-
-/// Logs the child's stderr a line at a time: each line escaped, cut at [`LOG_LINE_MAX`] (the
-/// rest of a longer line skipped, never held).
-async fn log_stderr(route: String, pid: Option<u32>, stderr: tokio::process::ChildStderr) {
-    let mut stderr = BufReader::new(stderr);
-    let mut text = Vec::new();
-    loop {
-        match lines::read_line(&mut stderr, &mut text, LOG_LINE_MAX).await {
-            Ok(Line::Whole) => {
-                tracing::info!(route = %route, pid, "stdio server: {}", loggable(&text));
-            }
-            Ok(Line::TooLong) => {
-                tracing::info!(route = %route, pid, "stdio server: {} … (cut)", loggable(&text));
-                if lines::skip_rest(&mut stderr, |_| {}).await.is_err() {
-                    break;
-                }
-            }
-            Ok(Line::End) | Err(_) => break,
-        }
-    }
-}
-
-/// Sends `signal` to the process group of the child `pid` (before the child's setpgid there
-/// is no such group: then to the child alone).
-pub(crate) fn signal_group(pid: u32, signal: Signal) {
-    if let Ok(pid) = i32::try_from(pid) {
-        let pid = Pid::from_raw(pid);
-        if killpg(pid, signal).is_err() {
-            let _ = kill(pid, signal);
-        }
-    }
-}
-
-/// Whether the process `pid` has ended (gone, or a zombie waiting to be reaped).
-pub(crate) fn has_exited(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    stat.rsplit_once(')')
-        .map(|(_, rest)| rest.trim_start())
-        .is_some_and(|state| state.starts_with('Z') || state.starts_with('X'))
-}
-
-/// SIGTERM to the child's process group, SIGKILL after [`SUPERVISOR_GRACE`]; reaps it.
-async fn terminate(pid: Option<u32>, child: &mut tokio::process::Child) {
-    let signal_all = |signal: Signal| {
-        if let Some(pid) = pid {
-            signal_group(pid, signal);
-        }
-    };
-    signal_all(Signal::SIGTERM);
-    if tokio::time::timeout(SUPERVISOR_GRACE, child.wait())
-        .await
-        .is_err()
-    {
-        signal_all(Signal::SIGKILL);
-        let _ = child.wait().await;
-    }
-    kill_group(pid);
-}
-
-/// SIGKILL to what is left of an exited child's process group (its own children).
-fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-    }
 }

@@ -14,6 +14,7 @@ use std::{
 
 use pforte_clock::ManualClock;
 
+use super::scan::newest_connected;
 use super::*;
 
 fn clock() -> ManualClock {
