@@ -2,7 +2,7 @@
 //! with typed families whose labels are small fixed enums — never a subject, token, path or
 //! client id. Route names come from the config (bounded); tool names are bounded too: only
 //! names the catalog or the config knows get a series of their own (a budget per route,
-//! [`tool_budget`]), clipped to [`MAX_TOOL_LABEL_BYTES`]; every other name counts as `other`. `live.rs`: the series read at
+//! [`tool_budget`]), clipped to [`tool_names::MAX_TOOL_LABEL_BYTES`]; every other name counts as `other`. `live.rs`: the series read at
 //! scrape time (`process_*`, upstream health, sessions, stdio children).
 
 use std::{
@@ -21,6 +21,9 @@ use prometheus_client::{
 
 mod classify;
 pub(crate) mod live;
+mod tool_names;
+
+pub(crate) use tool_names::{tool_budget, tool_label};
 
 pub(crate) use classify::{
     auth_reason, credential_kind, method_class, oauth_event, status_class, tool_decision,
@@ -29,36 +32,6 @@ pub(crate) use classify::{
 
 /// The `Content-Type` of the exposition (Prometheus text format 0.0.4).
 pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
-
-/// The tool names with a series of their own, shared out over the routes ([`tool_budget`]);
-/// later names count as `other`.
-pub(crate) const MAX_TOOL_SERIES: usize = 256;
-
-/// The least budget of tool series a route gets, however many routes there are.
-const MIN_TOOL_SERIES_PER_ROUTE: usize = 32;
-
-/// The longest tool label: longer names (an upstream writes them) are cut at a character
-/// boundary and end in `…`.
-pub(crate) const MAX_TOOL_LABEL_BYTES: usize = 128;
-
-/// How many tool names of one route get a series of their own when there are `routes` routes:
-/// an even share of [`MAX_TOOL_SERIES`], at least [`MIN_TOOL_SERIES_PER_ROUTE`], so one
-/// route's catalog cannot take another route's series.
-pub(crate) fn tool_budget(routes: usize) -> usize {
-    (MAX_TOOL_SERIES / routes.max(1)).max(MIN_TOOL_SERIES_PER_ROUTE)
-}
-
-/// A tool name as a label: at most [`MAX_TOOL_LABEL_BYTES`], cut at a character boundary.
-pub(crate) fn tool_label(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.len() <= MAX_TOOL_LABEL_BYTES {
-        return std::borrow::Cow::Borrowed(name);
-    }
-    let mut end = MAX_TOOL_LABEL_BYTES - '…'.len_utf8();
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    std::borrow::Cow::Owned(format!("{}…", &name[..end]))
-}
 
 /// A closed set of label values, each spelled once.
 macro_rules! label_values {

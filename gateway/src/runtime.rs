@@ -3,23 +3,19 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use async_trait::async_trait;
 use pforte_clock::{Clock, SystemClock};
 use pingora::{
     listeners::{L4BufferSettings, ListenerConfig},
-    server::{
-        RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch,
-        configuration::ServerConf,
-    },
-    services::{
-        ServiceWithDependents,
-        background::{BackgroundService, background_service},
-    },
+    server::{RunArgs, Server, configuration::ServerConf},
+    services::{ServiceWithDependents, background::background_service},
 };
 
 pub(crate) mod conns;
 mod credentials;
 mod http1;
+mod services;
+
+use services::{Maintenance, MetricsListener, Signals};
 
 use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
@@ -143,104 +139,6 @@ pub(crate) fn resolve_port(addr: SocketAddr) -> Result<SocketAddr, ServeError> {
     }
     let probe = std::net::TcpListener::bind(addr).map_err(|e| ServeError::Port(addr, e))?;
     probe.local_addr().map_err(|e| ServeError::Port(addr, e))
-}
-
-/// Ctrl-C and SIGTERM both stop the gateway gracefully (grace period 0): background services
-/// see the shutdown signal and can stop their children. The signal's name is kept for the
-/// "stopped after …" line.
-struct Signals(Arc<std::sync::OnceLock<&'static str>>);
-
-#[async_trait]
-impl ShutdownSignalWatch for Signals {
-    async fn recv(&self) -> ShutdownSignal {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return std::future::pending().await;
-        };
-        let name = tokio::select! {
-            _ = int.recv() => "SIGINT",
-            _ = term.recv() => "SIGTERM",
-        };
-        let _ = self.0.set(name);
-        tracing::info!(signal = name, "stopping");
-        ShutdownSignal::GracefulTerminate
-    }
-}
-
-/// Reaps unused clients and expired records every ten minutes.
-struct Maintenance(Arc<AuthService>);
-
-#[async_trait]
-impl BackgroundService for Maintenance {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        loop {
-            match self.0.server().maintenance().await {
-                Ok(report) => tracing::debug!(?report, "oauth maintenance"),
-                Err(e) => tracing::warn!(error = %e, "oauth maintenance failed"),
-            }
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                () = tokio::time::sleep(std::time::Duration::from_secs(600)) => {}
-            }
-        }
-    }
-}
-
-/// `metrics_listen`: a listener of its own that serves only `GET /metrics` (bound before the
-/// server starts, so a bad address fails `serve` at once).
-struct MetricsListener {
-    listener: std::sync::Mutex<Option<std::net::TcpListener>>,
-    metrics: Arc<Metrics>,
-}
-
-#[async_trait]
-impl BackgroundService for MetricsListener {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let Some(listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else {
-            return;
-        };
-        let listener = match listener
-            .set_nonblocking(true)
-            .and_then(|()| tokio::net::TcpListener::from_std(listener))
-        {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, "metrics listener unusable");
-                return;
-            }
-        };
-        let addr = listener.local_addr().ok();
-        let shared = self.metrics.clone();
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let metrics = shared.clone();
-                async move { metrics_answer(&metrics) }
-            }),
-        );
-        tracing::info!(listen = ?addr, "metrics listener started");
-        let stop = async move {
-            let _ = shutdown.changed().await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "metrics listener failed");
-        }
-    }
-}
-
-/// The exposition as the metrics listener answers it.
-fn metrics_answer(metrics: &Metrics) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    match metrics.encode() {
-        Ok(text) => ([(http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
-        Err(_) => http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
 }
 
 /// Builds the server, calls `ready` once everything is bound and opened (the success line:

@@ -2,6 +2,7 @@
 //! exposition text.
 #![allow(clippy::unwrap_used)]
 
+use super::tool_names::{MAX_TOOL_LABEL_BYTES, MAX_TOOL_SERIES};
 use super::*;
 use crate::auth::{self, AuthFailure, Principal};
 
