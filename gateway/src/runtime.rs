@@ -21,6 +21,8 @@ mod conns;
 mod credentials;
 mod http1;
 
+pub use http1::classify_head;
+
 use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},

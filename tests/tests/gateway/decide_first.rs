@@ -261,5 +261,8 @@ async fn a_person_not_yet_connected_puts_nothing_on_a_per_user_routes_wire() {
     // What reached the upstream's wire meanwhile is the catalog's own traffic at most, never
     // a head of hana's.
     let sent = tap.sent_len() - before;
-    assert!(!tap.saw("hana"), "hana's identity reached the upstream ({sent} bytes)");
+    assert!(
+        !tap.saw("hana"),
+        "hana's identity reached the upstream ({sent} bytes)"
+    );
 }
