@@ -80,8 +80,7 @@ impl ServerApp for Http1 {
             let (head, to) = read_head(&mut stream, carried, wait, shutdown, is_mcp_path).await?;
             wait = Wait::Idle(self.idle);
             if to == Head::TooLarge {
-                let _ = stream.write_all(HEAD_TOO_LARGE).await;
-                let _ = stream.shutdown().await;
+                refuse_head(&mut stream).await;
                 return None;
             }
             if to == Head::Relay {
@@ -111,6 +110,26 @@ impl ServerApp for Http1 {
     async fn cleanup(&self) {
         self.proxy.http_cleanup().await;
     }
+}
+
+/// Answers a head over [`HEAD_LIMIT`] with 431 and closes, reading (and dropping) what the
+/// client still sends for a moment first, so that it reads the answer rather than a reset.
+async fn refuse_head(stream: &mut Stream) {
+    if stream.write_all(HEAD_TOO_LARGE).await.is_err() || stream.flush().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut left = HEAD_LIMIT * 4;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+    let _ = stream.shutdown().await;
 }
 
 /// How long a request head may take.
@@ -154,6 +173,10 @@ async fn read_head(
             match classify(&buf, &is_mcp_path) {
                 Head::Partial if buf.len() <= HEAD_LIMIT => {}
                 Head::Partial => return Some((buf, Head::TooLarge)),
+                // Whole, but larger than a head may be (it came in one read).
+                _ if head_end(&buf).is_some_and(|end| end > HEAD_LIMIT) => {
+                    return Some((buf, Head::TooLarge));
+                }
                 to => return Some((buf, to)),
             }
         }
@@ -233,6 +256,7 @@ pub fn classify_head(head: &[u8]) -> &'static str {
         |path: &str| path == "/mcp" || (path.ends_with("/mcp") && path.matches('/').count() == 2);
     match classify(head, mcp) {
         Head::Partial if head.len() > HEAD_LIMIT => "too_large",
+        _ if head_end(head).is_some_and(|end| end > HEAD_LIMIT) => "too_large",
         Head::Partial => "partial",
         Head::TooLarge => "too_large",
         Head::Proxy => "proxy",
@@ -242,7 +266,20 @@ pub fn classify_head(head: &[u8]) -> &'static str {
 
 /// Whether `head` holds the empty line that ends a request head.
 fn has_head_end(head: &[u8]) -> bool {
-    head.windows(2).any(|w| w == b"\n\n") || head.windows(4).any(|w| w == b"\r\n\r\n")
+    head_end(head).is_some()
+}
+
+/// Where the request head in `head` ends (after its empty line), if it does.
+fn head_end(head: &[u8]) -> Option<usize> {
+    let lf = head.windows(2).position(|w| w == b"\n\n").map(|p| p + 2);
+    let crlf = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| p + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 #[cfg(test)]

@@ -254,3 +254,16 @@ async fn a_kept_alive_connection_trickling_its_next_head_is_closed() {
         "closed after {took:?}: {got}"
     );
 }
+
+#[tokio::test]
+async fn a_head_over_64_kib_is_answered_431() {
+    let (stack, _upstream, _token) = hostile().await;
+    let padding = "a".repeat(8 * 1024);
+    let mut head = String::from("GET /healthz HTTP/1.1\r\nHost: gw\r\n");
+    for i in 0..9 {
+        head.push_str(&format!("x-pad-{i}: {padding}\r\n"));
+    }
+    head.push_str("\r\n");
+    let got = exchange(&stack, head.as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+}
