@@ -57,6 +57,25 @@ pub(crate) fn is_stripped(name: &str) -> bool {
         || LOOK_ALIKES.contains(&name.as_str())
 }
 
+/// Whether a client's header `name` is the credential header `credential` the gateway writes
+/// for the upstream, compared as [`is_stripped`] compares (`X_Api_Key` is `X-Api-Key`): the
+/// client's spelling never reaches the upstream beside the gateway's.
+pub(crate) fn is_credential_twin(name: &str, credential: &str) -> bool {
+    name.len() == credential.len()
+        && name
+            .bytes()
+            .zip(credential.bytes())
+            .all(|(a, b)| fold(a) == fold(b))
+}
+
+/// A header name's byte as compared: ASCII lower case, `_` read as `-`.
+fn fold(b: u8) -> u8 {
+    match b {
+        b'_' => b'-',
+        b => b.to_ascii_lowercase(),
+    }
+}
+
 /// What a route's upstream learns of the caller besides the request: the identity headers
 /// (`identity_headers`) and the client's IP (`forward_client_ip`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

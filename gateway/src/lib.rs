@@ -74,6 +74,8 @@ pub mod for_tests {
         limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter},
         logging::{LogFormat, init},
         mcp::{Kind, decode_header, inspect},
+        proxy::decode_answer,
+        runtime::classify_head,
         sessions::{Holder, Ownership, SessionOptions, Sessions},
         stdio::{CREDENTIAL_REQUIRED, EnvRefusal, SessionEnv, StdioBridge, StdioSpec},
     };

@@ -48,6 +48,7 @@ mod upstream;
 mod wire;
 
 pub(crate) use ctx::RequestCtx;
+pub use wire::decode_answer;
 
 use builtin::{Caller, Target};
 use upstream::RouteEdge;

@@ -61,6 +61,10 @@ pub(crate) enum Rejection {
     RouteForbidden,
     /// The vault or the upstream's authorization server did not answer (503).
     UpstreamCredentialUnavailable,
+    /// `Upgrade` / `Connection: upgrade` on an MCP route: no tunnel past the admission (400).
+    UpgradeRefused,
+    /// A request head the gateway cannot read as HTTP/1.1 (400).
+    BadRequest,
     Internal,
 }
 
@@ -237,6 +241,8 @@ impl Rejection {
             } => "too_many_streams",
             Self::RouteForbidden => "route_forbidden",
             Self::UpstreamCredentialUnavailable => "upstream_credential_unavailable",
+            Self::UpgradeRefused => "upgrade_refused",
+            Self::BadRequest => "bad_request",
             Self::Internal => "internal",
         }
     }
@@ -294,6 +300,17 @@ impl Rejection {
                 format!("request bodies are limited to {limit} bytes"),
             ),
             Self::NotFound => (404, "not_found", "no such endpoint".to_owned()),
+            Self::UpgradeRefused => (
+                400,
+                "upgrade_refused",
+                "protocol upgrades (Upgrade, Connection: upgrade) are not relayed on MCP routes"
+                    .to_owned(),
+            ),
+            Self::BadRequest => (
+                400,
+                "bad_request",
+                "the request head is not valid HTTP/1.1".to_owned(),
+            ),
             Self::Malformed(why) => {
                 return jsonrpc_error(400, "null", why.code(), &why.to_string());
             }

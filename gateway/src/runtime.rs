@@ -17,6 +17,8 @@ mod services;
 
 use services::{Maintenance, MetricsListener, Signals};
 
+pub use http1::classify_head;
+
 use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},

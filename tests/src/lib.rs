@@ -14,6 +14,7 @@ mod gateway;
 mod idp;
 mod jag_idp;
 mod proc;
+mod raw_upstream;
 mod service;
 mod stack;
 mod streams;
@@ -45,6 +46,7 @@ pub use pforte_test_support::{
     Form, RedisOptions, RedisServer, SKIP_LOG_ENV, free_port, in_ci, skip, which,
 };
 pub use proc::{Proc, bin, bin_dir, built_bin, eventually, pforte_cmd, target_dir};
+pub use raw_upstream::RawUpstream;
 pub use service::McpService;
 pub use stack::{Stack, StackBuilder};
 pub use streams::{delete_session, open_session_stream, rss_kib};

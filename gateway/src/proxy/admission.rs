@@ -39,6 +39,19 @@ fn expects_continue(req: &RequestHeader) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
+/// Whether a request asks to switch protocols (`Upgrade`, or `upgrade` among its `Connection`
+/// options): on an MCP route that would make a tunnel no admission step sees into, so it is
+/// refused, whatever the upstream would answer.
+pub(crate) fn asks_upgrade(req: &RequestHeader) -> bool {
+    req.headers.contains_key(http::header::UPGRADE)
+        || req
+            .headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+}
+
 /// The header that names an MCP session.
 pub(crate) const SESSION_ID: &str = "mcp-session-id";
 
@@ -59,6 +72,11 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> pingora::Result<Outcome> {
         ctx.mcp.route = true;
+        if asks_upgrade(session.req_header()) {
+            // Nothing past this head is read as HTTP: the connection ends with the answer.
+            session.set_keepalive(None);
+            return Ok(Outcome::Refuse(Rejection::UpgradeRefused));
+        }
         let req = session.req_header();
         if cors::is_preflight(&req.method, &req.headers) {
             return Ok(self

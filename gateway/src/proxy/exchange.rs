@@ -79,6 +79,10 @@ impl Gateway {
         answer.remove_header(&http::header::CONNECTION);
         answer.remove_header("keep-alive");
         self.response_filter(session, &mut answer, ctx).await?;
+        if up.until_close() {
+            // The body ends when the connection does: the head says `Connection: close`.
+            session.set_keepalive(None);
+        }
         let done = up.is_done();
         Box::pin(session.write_response_header(answer, done))
             .await

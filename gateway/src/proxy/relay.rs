@@ -13,6 +13,7 @@ use pingora::{
 };
 
 use super::Gateway;
+use crate::reply::Rejection;
 
 impl Gateway {
     /// Serves the request whose head is `head` (read by the connection loop) on `stream`; the
@@ -28,11 +29,23 @@ impl Gateway {
         session
             .downstream_session
             .set_keepalive(Some(super::FIRST_KEEPALIVE_SECS));
-        match Box::pin(session.downstream_session.read_request()).await {
-            Ok(true) => {}
-            Ok(false) | Err(_) => return None,
-        }
+        let read = Box::pin(session.downstream_session.read_request()).await;
         let mut ctx = self.new_ctx();
+        match read {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                // A head pingora refuses (two `Host` lines, say) is answered as pingora's own
+                // loop answers it, not dropped.
+                tracing::debug!(request_id = %ctx.request_id, error = %e, "request head refused");
+                if matches!(e.etype(), pingora::ErrorType::InvalidHTTPHeader) {
+                    session.set_keepalive(None);
+                    let reply = self.refusal(Rejection::BadRequest, &mut ctx);
+                    let _ = crate::reply::write(&mut session, reply, ctx.framing()).await;
+                }
+                return None;
+            }
+        }
         match self.request_filter(&mut session, &mut ctx).await {
             Ok(_) => {
                 self.logging(&mut session, None, &mut ctx).await;

@@ -212,3 +212,27 @@ async fn request_future_size() {
         std::mem::size_of::<pingora::protocols::http::v1::server::HttpSession>(),
     );
 }
+
+#[test]
+fn any_upgrade_is_asked_by_its_upgrade_header_or_connection_option() {
+    let with = |lines: &[(&str, &str)]| {
+        let mut req = pingora::http::RequestHeader::build("GET", b"/mcp", None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        for (k, v) in lines {
+            req.append_header(k.to_string(), *v)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        super::admission::asks_upgrade(&req)
+    };
+    assert!(with(&[("upgrade", "websocket"), ("connection", "Upgrade")]));
+    assert!(with(&[("Upgrade", "h2c")]));
+    assert!(with(&[
+        ("connection", "keep-alive"),
+        ("connection", "close, UPGRADE ")
+    ]));
+    assert!(!with(&[("connection", "keep-alive")]));
+    assert!(!with(&[
+        ("x-upgrade", "websocket"),
+        ("connection", "upgraded")
+    ]));
+}

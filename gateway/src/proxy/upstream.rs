@@ -259,10 +259,18 @@ impl Gateway {
                 "unauthenticated request reached the upstream phase",
             );
         };
+        let credential = ctx
+            .mcp_route
+            .and_then(|i| self.settings.routes.get(i))
+            .and_then(|r| credential_header(r.upstream_auth.as_ref()));
         let stripped: Vec<http::HeaderName> = req
             .headers
             .keys()
-            .filter(|name| forward::is_stripped(name.as_str()))
+            .filter(|name| {
+                forward::is_stripped(name.as_str())
+                    || credential
+                        .is_some_and(|c| forward::is_credential_twin(name.as_str(), c.as_str()))
+            })
             .cloned()
             .collect();
         for name in &stripped {
@@ -305,5 +313,19 @@ impl Gateway {
         req.set_uri(uri);
         ctx.upstream_sent = Some(Instant::now());
         Ok(())
+    }
+}
+
+/// The header a route writes the upstream's credential into, if it writes one into a header
+/// (`Authorization`, OAuth's, is stripped anyway).
+fn credential_header(auth: Option<&crate::config::UpstreamAuth>) -> Option<&http::HeaderName> {
+    use crate::config::{Injection, UpstreamAuth};
+    match auth? {
+        UpstreamAuth::Header { into, .. }
+        | UpstreamAuth::Shared {
+            into: Injection::Header(into),
+            ..
+        } => Some(&into.name),
+        UpstreamAuth::OAuth { .. } | UpstreamAuth::Env { .. } | UpstreamAuth::Shared { .. } => None,
     }
 }

@@ -84,6 +84,12 @@ impl Wire {
         }
     }
 
+    /// Whether the answer's body ends when the upstream closes (neither chunked nor with a
+    /// length): the client's connection must close after it too.
+    pub(super) fn until_close(&self) -> bool {
+        self.body == Body::UntilClose
+    }
+
     /// Whether the answer's body has been read to its end (or has none).
     pub(super) fn is_done(&self) -> bool {
         self.body == Body::Done
@@ -206,7 +212,15 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<(Box<ResponseHeader>, Body)>>
             }
         };
         let code = parsed.code.unwrap_or(0);
-        if (100..200).contains(&code) && code != 101 {
+        if code == 101 {
+            // No request the gateway sends asks to switch protocols; a switch would make the
+            // connection a tunnel past every admission step.
+            return Error::e_explain(
+                ErrorType::InvalidHTTPHeader,
+                "the upstream switched protocols",
+            );
+        }
+        if (100..200).contains(&code) {
             let _ = buf.split_to(len);
             continue;
         }
@@ -223,29 +237,39 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<(Box<ResponseHeader>, Body)>>
     }
 }
 
-/// How the body of `head` ends (RFC 9112 §6.3); a `Content-Length` beside `Transfer-Encoding`
-/// is removed, as the latter wins.
+/// How the body of `head` ends (RFC 9112 §6.3), with the head's framing rewritten to say
+/// exactly that, since the body goes on decoded: `Transfer-Encoding: chunked` alone (the
+/// gateway's writer chunks it again), one `Content-Length`, or neither (until the upstream
+/// closes). A transfer coding other than one `chunked` (empty list elements ignored, RFC 9110
+/// §5.6.1) is not relayed: an error, answered 502.
 fn framing(head: &mut ResponseHeader) -> Result<Body> {
     let status = head.status.as_u16();
     if status == 204 || status == 304 || head.status.is_informational() {
+        head.remove_header(&http::header::TRANSFER_ENCODING);
         return Ok(Body::Done);
     }
-    // The last coding decides: chunked, or (anything else) until the upstream closes.
-    let chunked = head
+    let mut codings = head
         .headers
         .get_all(http::header::TRANSFER_ENCODING)
         .iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .map(<[u8]>::trim_ascii)
-        .rfind(|c| !c.is_empty())
-        .map(|last| last.eq_ignore_ascii_case(b"chunked"));
-    if let Some(chunked) = chunked {
-        head.remove_header(&http::header::CONTENT_LENGTH);
-        return Ok(if chunked {
-            Body::Chunked(Chunk::Size)
-        } else {
-            Body::UntilClose
-        });
+        .filter(|c| !c.is_empty());
+    let first = codings.next();
+    let had_te = head.headers.contains_key(http::header::TRANSFER_ENCODING);
+    match (first, codings.next()) {
+        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => {
+            head.remove_header(&http::header::CONTENT_LENGTH);
+            head.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+            return Ok(Body::Chunked(Chunk::Size));
+        }
+        (None, None) if !had_te => {}
+        _ => {
+            return Error::e_explain(
+                ErrorType::InvalidHTTPHeader,
+                "a transfer coding the gateway does not relay",
+            );
+        }
     }
     let mut length = None;
     for value in head.headers.get_all(http::header::CONTENT_LENGTH) {
@@ -259,8 +283,11 @@ fn framing(head: &mut ResponseHeader) -> Result<Body> {
         }
     }
     Ok(match length {
-        Some(0) => Body::Done,
-        Some(n) => Body::Length(n),
+        Some(n) => {
+            // One line, whatever duplicates the upstream sent.
+            head.insert_header(http::header::CONTENT_LENGTH, n.to_string())?;
+            if n == 0 { Body::Done } else { Body::Length(n) }
+        }
         None => Body::UntilClose,
     })
 }
@@ -346,6 +373,41 @@ fn take_len(left: u64, buffered: usize) -> usize {
     usize::try_from(left).map_or(buffered, |left| left.min(buffered))
 }
 
+/// An answer decoded from `wire` fed in pieces of `step` bytes, as the exchange reads it: the
+/// head as the client gets it and the decoded body, or the error's text (for the fuzz target
+/// and tests).
+pub fn decode_answer(wire: &[u8], step: usize) -> Result<(ResponseHeader, Vec<u8>), String> {
+    let step = step.max(1);
+    let mut buf = BytesMut::new();
+    let mut rest = wire;
+    let mut feed = |buf: &mut BytesMut| {
+        let (now, later) = rest.split_at(step.min(rest.len()));
+        buf.extend_from_slice(now);
+        rest = later;
+        rest.is_empty()
+    };
+    let mut eof;
+    let (head, mut body) = loop {
+        eof = feed(&mut buf);
+        match parse_head(&mut buf) {
+            Ok(Some(found)) => break found,
+            Ok(None) if eof => return Err("head never whole".to_owned()),
+            Ok(None) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let mut out = Vec::new();
+    loop {
+        match decode(&mut buf, &mut body, eof) {
+            Ok(Step::Piece(p)) => out.extend_from_slice(&p),
+            Ok(Step::End) => return Ok((*head, out)),
+            Ok(Step::NeedMore) if eof => return Err("needs more at the end".to_owned()),
+            Ok(Step::NeedMore) => eof = feed(&mut buf),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -429,5 +491,56 @@ mod tests {
         assert!(parse_head(&mut two).is_err());
         let mut junk = BytesMut::from(&b"SSH-2.0-x\r\n\r\n"[..]);
         assert!(parse_head(&mut junk).is_err());
+    }
+
+    /// The head's framing lines as the client gets them, lower case.
+    fn framing_lines(head: &ResponseHeader) -> Vec<String> {
+        let mut lines: Vec<String> = head
+            .headers
+            .iter()
+            .filter(|(k, _)| *k == "transfer-encoding" || *k == "content-length")
+            .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or("?")))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn the_head_states_the_framing_the_body_goes_on_with() {
+        let tail = "5\r\nhello\r\n0\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\ninjected";
+        for te in [
+            "transfer-encoding: chunked,\r\n",
+            "transfer-encoding: chunked\r\ntransfer-encoding: \r\n",
+            "Transfer-Encoding: , CHUNKED\r\ncontent-length: 99\r\n",
+        ] {
+            let wire = format!("HTTP/1.1 200 OK\r\n{te}connection: keep-alive\r\n\r\n{tail}");
+            let (head, body) = decode_answer(wire.as_bytes(), 3).unwrap();
+            assert_eq!(
+                framing_lines(&head),
+                ["transfer-encoding: chunked"],
+                "{te:?}"
+            );
+            assert_eq!(body, b"hello", "{te:?}");
+        }
+        let two = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\nhello";
+        let (head, body) = decode_answer(two, 64).unwrap();
+        assert_eq!(framing_lines(&head), ["content-length: 5"]);
+        assert_eq!(body, b"hello");
+        for refused in [
+            "transfer-encoding: gzip\r\n",
+            "transfer-encoding: gzip, chunked\r\n",
+            "transfer-encoding: chunked, chunked\r\n",
+            "transfer-encoding: ,\r\n",
+        ] {
+            let wire = format!("HTTP/1.1 200 OK\r\n{refused}\r\n0\r\n\r\n");
+            assert!(decode_answer(wire.as_bytes(), 64).is_err(), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn an_upstreams_101_is_an_error() {
+        let wire = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\nraw";
+        let err = decode_answer(wire, 64).unwrap_err();
+        assert!(err.contains("switched protocols"), "{err}");
     }
 }

@@ -153,6 +153,8 @@ fn every_rejection_has_one_status() {
         (Rejection::from(AuthFailure::Unavailable), 503),
         (Rejection::OriginForbidden, 403),
         (Rejection::RouteForbidden, 403),
+        (Rejection::UpgradeRefused, 400),
+        (Rejection::BadRequest, 400),
         (Rejection::UpstreamCredentialUnavailable, 503),
         (Rejection::SessionNotFound, 404),
         (Rejection::MethodNotAllowed { allow: "GET" }, 405),

@@ -5,7 +5,10 @@
 //! proxy with its head handed over as the session's first bytes, and HTTP/2 connections go to
 //! pingora whole. The keep-alive loop, which pingora's HTTP application would run, runs here.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use async_trait::async_trait;
 use bytes::BytesMut;
@@ -15,17 +18,25 @@ use pingora::{
     proxy::HttpProxy,
     server::ShutdownWatch,
 };
-use tokio::io::AsyncReadExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::{config::Settings, proxy::Gateway, stdio::decide::wants_event_stream};
 
-/// How long a new connection may take to send its first request head, per read (the
-/// keep-alive it has before its first request's arrival phase bounds it).
+/// How long a new connection may take to send its whole first request head, counted from its
+/// start (the keep-alive it has before its first request's arrival phase bounds it).
 const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(crate::proxy::FIRST_KEEPALIVE_SECS);
 
-/// A request head larger than this is not looked at here: pingora reads the rest and answers
-/// it (its own limit is larger).
-const HEAD_PEEK_LIMIT: usize = 16 * 1024;
+/// How long a later request's head may take once its first byte arrived (before it, the
+/// connection's idle timeout applies); a client sends a head at once.
+const HEAD_WAIT: Duration = Duration::from_secs(10);
+
+/// The largest request head: a head still not whole past this is answered 431 here and the
+/// connection closed (so that no head is read by pingora's per-read timeouts alone).
+const HEAD_LIMIT: usize = 64 * 1024;
+
+/// The answer to a head over [`HEAD_LIMIT`], written before the connection closes.
+const HEAD_TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\n\
+    content-length: 0\r\nconnection: close\r\n\r\n";
 
 /// The size the head buffer starts at (pingora's own first read size).
 const HEAD_BUFFER: usize = 4096;
@@ -61,13 +72,17 @@ impl ServerApp for Http1 {
         if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
             return self.proxy.process_new(stream, shutdown).await;
         }
-        let mut wait = FIRST_REQUEST_WAIT;
+        let mut wait = Wait::First;
         let mut carried = BytesMut::new();
         let mut settings: Option<HttpPersistentSettings> = None;
         loop {
             let is_mcp_path = |path: &str| self.gateway.is_mcp_path(path);
             let (head, to) = read_head(&mut stream, carried, wait, shutdown, is_mcp_path).await?;
-            wait = self.idle;
+            wait = Wait::Idle(self.idle);
+            if to == Head::TooLarge {
+                refuse_head(&mut stream).await;
+                return None;
+            }
             if to == Head::Relay {
                 let reusable = self.gateway.relay(stream, head).await?;
                 let (next, rest) = reusable.into_parts();
@@ -97,32 +112,82 @@ impl ServerApp for Http1 {
     }
 }
 
-/// Reads until `buf` holds a whole request head and says where it goes (a head larger than
-/// [`HEAD_PEEK_LIMIT`], or one `httparse` refuses, goes to pingora, which answers it). `None`:
-/// the connection closed or idled for `wait`, or the gateway is stopping, before a request came.
+/// Answers a head over [`HEAD_LIMIT`] with 431 and closes, reading (and dropping) what the
+/// client still sends for a moment first, so that it reads the answer rather than a reset.
+async fn refuse_head(stream: &mut Stream) {
+    if stream.write_all(HEAD_TOO_LARGE).await.is_err() || stream.flush().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut left = HEAD_LIMIT * 4;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+    let _ = stream.shutdown().await;
+}
+
+/// How long a request head may take.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    /// A new connection's first request: the whole head within [`FIRST_REQUEST_WAIT`] of the
+    /// start.
+    First,
+    /// A kept-alive connection's next request: its first byte within this idle time, then the
+    /// whole head within [`HEAD_WAIT`] of that byte.
+    Idle(Duration),
+}
+
+/// When the head being read must be whole: `started` is when the wait for it began,
+/// `first_byte` when its first byte arrived (if yet) — pure.
+fn head_deadline(wait: Wait, started: Instant, first_byte: Option<Instant>) -> Instant {
+    match (wait, first_byte) {
+        (Wait::First, _) => started + FIRST_REQUEST_WAIT,
+        (Wait::Idle(idle), None) => started + idle,
+        (Wait::Idle(_), Some(at)) => at + HEAD_WAIT,
+    }
+}
+
+/// Reads until `buf` holds a whole request head and says where it goes (one `httparse`
+/// refuses goes to pingora, which answers it; one past [`HEAD_LIMIT`] is `TooLarge`). The
+/// whole head is due by [`head_deadline`], however its bytes trickle in. `None`: the
+/// connection closed or missed the deadline, or the gateway is stopping, before a request came.
 async fn read_head(
     stream: &mut Stream,
     mut buf: BytesMut,
-    wait: Duration,
+    wait: Wait,
     shutdown: &ShutdownWatch,
     is_mcp_path: impl Fn(&str) -> bool,
 ) -> Option<(BytesMut, Head)> {
     let mut stopping = shutdown.clone();
+    let started = Instant::now();
+    let mut first_byte = (!buf.is_empty()).then_some(started);
     loop {
         if !buf.is_empty() {
+            first_byte.get_or_insert_with(Instant::now);
             match classify(&buf, &is_mcp_path) {
-                Head::Partial if buf.len() <= HEAD_PEEK_LIMIT => {}
-                Head::Partial => return Some((buf, Head::Proxy)),
+                Head::Partial if buf.len() <= HEAD_LIMIT => {}
+                Head::Partial => return Some((buf, Head::TooLarge)),
+                // Whole, but larger than a head may be (it came in one read).
+                _ if head_end(&buf).is_some_and(|end| end > HEAD_LIMIT) => {
+                    return Some((buf, Head::TooLarge));
+                }
                 to => return Some((buf, to)),
             }
         }
         if *stopping.borrow() && buf.is_empty() {
             return None;
         }
+        let deadline = tokio::time::Instant::from_std(head_deadline(wait, started, first_byte));
         buf.reserve(HEAD_BUFFER);
         let read = tokio::select! {
             biased;
-            read = tokio::time::timeout(wait, stream.read_buf(&mut buf)) => read,
+            read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => read,
             _ = stopping.changed(), if buf.is_empty() => return None,
         };
         match read {
@@ -137,6 +202,8 @@ async fn read_head(
 enum Head {
     /// Not whole yet.
     Partial,
+    /// Not whole within [`HEAD_LIMIT`]: answered 431.
+    TooLarge,
     /// pingora's proxy (anything but a long event stream, or a head `httparse` refuses).
     Proxy,
     /// The relay: a bodiless HTTP/1.1 `GET` of an MCP route that accepts `text/event-stream`,
@@ -151,6 +218,8 @@ fn classify(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> Head {
     match req.parse(head) {
         Ok(httparse::Status::Partial) => return Head::Partial,
         Ok(httparse::Status::Complete(_)) => {}
+        // More header lines than looked at here: pingora reads the head once it is whole.
+        Err(httparse::Error::TooManyHeaders) if !has_head_end(head) => return Head::Partial,
         Err(_) => return Head::Proxy,
     }
     if req.method != Some("GET") || req.version != Some(1) {
@@ -177,6 +246,39 @@ fn classify(head: &[u8], is_mcp_path: impl Fn(&str) -> bool) -> Head {
         Head::Relay
     } else {
         Head::Proxy
+    }
+}
+
+/// What the head reader decides for the bytes read so far, as text (`partial`, `too_large`,
+/// `proxy`, `relay`), with `/mcp` and `/NAME/mcp` as MCP paths: for the fuzz target.
+pub fn classify_head(head: &[u8]) -> &'static str {
+    let mcp =
+        |path: &str| path == "/mcp" || (path.ends_with("/mcp") && path.matches('/').count() == 2);
+    match classify(head, mcp) {
+        Head::Partial if head.len() > HEAD_LIMIT => "too_large",
+        _ if head_end(head).is_some_and(|end| end > HEAD_LIMIT) => "too_large",
+        Head::Partial => "partial",
+        Head::TooLarge => "too_large",
+        Head::Proxy => "proxy",
+        Head::Relay => "relay",
+    }
+}
+
+/// Whether `head` holds the empty line that ends a request head.
+fn has_head_end(head: &[u8]) -> bool {
+    head_end(head).is_some()
+}
+
+/// Where the request head in `head` ends (after its empty line), if it does.
+fn head_end(head: &[u8]) -> Option<usize> {
+    let lf = head.windows(2).position(|w| w == b"\n\n").map(|p| p + 2);
+    let crlf = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| p + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -234,5 +336,34 @@ mod tests {
         ] {
             assert!(!stream_get(&head), "{head:?}");
         }
+    }
+
+    #[test]
+    fn a_head_has_one_deadline_however_its_bytes_trickle_in() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(45);
+        // A first request: the whole head within 60 s of the start, bytes or not.
+        for first_byte in [None, Some(t0), Some(later)] {
+            assert_eq!(
+                head_deadline(Wait::First, t0, first_byte),
+                t0 + FIRST_REQUEST_WAIT
+            );
+        }
+        // A kept-alive one: its idle time for the first byte, then the head's own bound.
+        let idle = Wait::Idle(Duration::from_secs(3));
+        assert_eq!(head_deadline(idle, t0, None), t0 + Duration::from_secs(3));
+        assert_eq!(head_deadline(idle, t0, Some(later)), later + HEAD_WAIT);
+    }
+
+    #[test]
+    fn many_header_lines_wait_for_the_head_end() {
+        let mut head = String::from("GET /mcp HTTP/1.1\r\n");
+        for i in 0..MAX_HEADERS + 5 {
+            head.push_str(&format!("x-{i}: y\r\n"));
+        }
+        let any = |_: &str| true;
+        assert_eq!(classify(head.as_bytes(), any), Head::Partial);
+        head.push_str("\r\n");
+        assert_eq!(classify(head.as_bytes(), any), Head::Proxy);
     }
 }

@@ -13,6 +13,7 @@ mod limits;
 mod metrics;
 mod operator;
 mod readme_examples;
+mod request_path;
 mod routes;
 mod runtime;
 mod session_restart;

@@ -261,6 +261,45 @@ async fn the_secret_form_posts_only_from_the_browser_that_opened_the_link() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_underscore_twin_of_the_credential_header_never_reaches_the_upstream() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = header_gateway(&echo, dir.path()).await;
+    let kai = gw.create_token("kai").await.unwrap();
+    let url = gw.route_url(SEARCH);
+    let mut standin = gw.mcp_at(&url, &kai);
+    standin.open().await.unwrap();
+    let asked = prompt(&call(&standin, "echo").await);
+    let browser = Browser::new(None);
+    enter_secret(&browser, asked.link(), &[("x-api-key", "key-of-kai")])
+        .await
+        .unwrap();
+    let mut client = gw.mcp_at(&url, &kai);
+    client.open().await.unwrap();
+    // The client sends its own spellings of the credential header beside the gateway's.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {}}});
+    let resp = client
+        .post_request()
+        .header("X_Api_Key", "client-underscore")
+        .header("x_API_key", "client-mixed")
+        .header("X-Api-Key", "client-dash")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let seen = last_call(&echo);
+    assert_eq!(seen.header("x-api-key"), Some("key-of-kai"), "{seen:?}");
+    for (name, value) in &seen.headers {
+        assert!(
+            !value.starts_with("client-"),
+            "{name}: {value} reached the upstream"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_declared_url_elicitation_gets_minus_32042_with_the_link() {
     let echo = EchoUpstream::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
