@@ -29,6 +29,13 @@ const STATE_PREFIX: &str = "pfo_";
 const PENDING_TTL_SECS: u64 = 600;
 
 /// The page for a provider that failed: which one, what happened, what to do.
+/// RFC 9207 §2.4: an `iss` in the authorization response, when present, is the issuer the
+/// request went to, compared as a simple string (RFC 3986 §6.2.1). Absent is accepted (not every
+/// provider sends it).
+fn issuer_matches(iss: Option<&str>, issuer: &str) -> bool {
+    iss.is_none_or(|iss| iss == issuer)
+}
+
 fn provider_failed(name: &str, e: &OidcError) -> AuthorizeOutcome {
     let (status, message) = match e {
         OidcError::Unreachable(_) => (
@@ -181,6 +188,25 @@ impl AuthServer {
             return unavailable(&e).into();
         }
         let name = pending.provider.as_str();
+        // RFC 9207: a response that names its issuer must name the provider this sign-in went
+        // to, errors included (a mix-up with another configured provider otherwise).
+        if let Some(cfg) = self.oidc.config(name)
+            && !issuer_matches(field("iss"), &cfg.issuer)
+        {
+            self.observer.event(Event::LoginFailed);
+            self.audit_sign_in(name, None, "refused", Some("iss_mismatch"), client_ip);
+            tracing::warn!(idp = %name, "oidc callback refused: its iss names another issuer");
+            return error_page(
+                400,
+                "Invalid sign-in response",
+                format!(
+                    "This sign-in response says it comes from another provider than {name}, \
+                     where the sign-in started. Start again from the application; if it keeps \
+                     happening, tell the operator of this gateway."
+                ),
+            )
+            .into();
+        }
         if let Some(error) = field("error") {
             let error: String = error
                 .chars()
@@ -320,5 +346,20 @@ impl AuthServer {
             }
             Err(e) => unavailable(&e).into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod iss_tests {
+    use super::issuer_matches;
+
+    #[test]
+    fn a_present_iss_must_be_the_pending_providers_exactly() {
+        let corp = "https://idp.corp.example";
+        assert!(issuer_matches(None, corp));
+        assert!(issuer_matches(Some(corp), corp));
+        assert!(!issuer_matches(Some("https://evil.example"), corp));
+        assert!(!issuer_matches(Some("https://idp.corp.example/"), corp));
+        assert!(!issuer_matches(Some(""), corp));
     }
 }

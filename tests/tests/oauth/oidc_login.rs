@@ -909,3 +909,49 @@ async fn a_provider_user_signs_in_at_account_and_a_role_makes_her_admin() {
     }
     assert!(!page.body.contains("name=\"new\""), "{}", page.body);
 }
+
+/// RFC 9207 (red team L7): a callback whose `iss` names another issuer is refused — a mix-up
+/// with another provider — and the same sign-in with the provider's own `iss` goes on.
+#[tokio::test]
+async fn a_callback_naming_another_issuer_is_refused() {
+    let Some(mut w) = World::start(|b, oauth| b.oauth(oauth)).await else {
+        return;
+    };
+    let (_, _, auth) = w.authorize("mcp:read", None).await;
+    let (_, callback) = w.to_provider(&auth, "ann").await.unwrap();
+    // oidc-provider sends RFC 9207's `iss`: the pending provider's issuer.
+    assert_eq!(
+        param(&callback, "iss").as_deref(),
+        Some(w.idp.issuer.as_str()),
+        "{callback}"
+    );
+    let mut forged = callback.clone();
+    let pairs: Vec<(String, String)> = callback
+        .query_pairs()
+        .map(|(k, v)| {
+            let v = if k == "iss" {
+                "https://idp.other.example".into()
+            } else {
+                v.into_owned()
+            };
+            (k.into_owned(), v)
+        })
+        .collect();
+    forged.query_pairs_mut().clear().extend_pairs(pairs);
+    let page = w.browser.get(&forged).await.unwrap();
+    assert_eq!(page.status, 400, "{}", page.body);
+    assert!(page.body.contains("another provider"), "{}", page.body);
+    let refused = w.audit_events(1).await;
+    assert!(
+        refused
+            .iter()
+            .any(|e| e["event"] == "sign_in" && e["reason"] == "iss_mismatch"),
+        "{refused:?}"
+    );
+    // The next sign-in, untouched, reaches the consent page (a fresh browser: the provider
+    // would otherwise skip its form for the session it already has).
+    w.new_browser();
+    let (_, _, auth) = w.authorize("mcp:read", None).await;
+    let consent = w.sign_in(&auth, "ann").await.unwrap();
+    assert_eq!(consent.status, 200, "{}", consent.body);
+}
