@@ -12,6 +12,7 @@ use pingora::{
 
 pub(crate) mod conns;
 mod credentials;
+pub(crate) mod descriptors;
 mod http1;
 mod services;
 
@@ -152,6 +153,7 @@ pub(crate) fn run(
     ready: impl FnOnce(),
 ) -> Result<(), ServeError> {
     pingora::tls::install_default_crypto_provider();
+    let descriptors = descriptors::raise();
     let settings = Arc::new(settings);
     // The data dir's lock is held until the server stops.
     let Stores {
@@ -318,7 +320,14 @@ pub(crate) fn run(
         .map(|t| crate::tls::listener_tls(&settings, t, tls_metrics, clock.clone()))
         .transpose()
         .map_err(|e| ServeError::Pingora(e.to_string()))?;
-    let (proxies, tls_services) = public_service(gateway, &server, &settings, tls)?;
+    let budget = descriptors::connection_budget(descriptors.limit);
+    let connections = conns::Connections::new(
+        settings.listen.max_connections_per_ip,
+        budget,
+        settings.admission.trusted_proxies.clone(),
+        clock.clone(),
+    );
+    let (proxies, tls_services) = public_service(gateway, &server, &settings, tls, connections)?;
     let listen = settings.listen.addr.to_string();
     for proxy in proxies {
         server.add_service(proxy);
@@ -353,6 +362,7 @@ pub(crate) fn run(
         listen = %listen,
         public = %settings.base_url,
         version = env!("CARGO_PKG_VERSION"),
+        budget = %descriptors.describe(),
         "pforte started"
     );
     let signal = Arc::new(std::sync::OnceLock::new());
@@ -380,11 +390,8 @@ fn public_service(
     server: &Server,
     settings: &Settings,
     tls: Option<crate::tls::ListenerTls>,
+    connections: Arc<conns::Connections>,
 ) -> Result<(Vec<PublicService>, CertServices), ServeError> {
-    let connections = conns::Connections::new(
-        settings.listen.max_connections_per_ip,
-        settings.admission.trusted_proxies.clone(),
-    );
     let (tls_parts, services) = match tls {
         Some(tls) => (
             Some((tls.store, tls.acme_alpn, tls.waiting_text)),

@@ -29,6 +29,9 @@ use crate::{
     stores::Site,
 };
 
+/// Connections the ACME http-01 listener (port 80) holds at once, every IP together.
+const HTTP01_MAX_CONNECTIONS: u64 = 256;
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TlsError {
     #[error("generating a certificate: {0}")]
@@ -89,9 +92,12 @@ pub(crate) fn listener_tls(
                 listener,
                 tokens.clone(),
                 settings.base_url.clone(),
+                // Port 80 answers only challenge tokens: a small budget of its own.
                 crate::runtime::conns::Connections::new(
                     settings.listen.max_connections_per_ip,
+                    HTTP01_MAX_CONNECTIONS,
                     settings.admission.trusted_proxies.clone(),
+                    std::sync::Arc::new(pforte_clock::SystemClock),
                 ),
                 std::time::Duration::from_secs(settings.listen.keepalive_timeout_secs),
             );

@@ -133,6 +133,10 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
     for line in describe(&s, records) {
         println!("  {line}");
     }
+    println!(
+        "  descriptors: {}",
+        crate::runtime::descriptors::prospect().describe()
+    );
     if let Some((name, _)) = first {
         println!(
             "  first admin: {name}, made at start while the store has no user ({ADMIN_PASSWORD_ENV}_FILE)"

@@ -1,39 +1,53 @@
-//! Open client connections per IP (`max_connections_per_ip`): the listener's application is
-//! wrapped so that each accepted connection holds a slot of its client IP (IPv6: its /64) for
-//! as long as pingora serves it, keep-alive and HTTP/2 included. A connection over the cap is
-//! closed at once, without an answer (the cap is on sockets, before any HTTP is read). Trusted
-//! proxies are exempt: they carry many clients, whose requests the rate limits see by the
-//! forwarded IP.
+//! Open client connections per IP (`max_connections_per_ip`) and in all (the descriptor budget,
+//! `descriptors.rs`): the listener's application is wrapped so that each accepted connection
+//! holds a slot of its client IP (IPv6: its /64) and of the total for as long as pingora serves
+//! it, keep-alive and HTTP/2 included. A connection over either cap is closed at once, without
+//! an answer (the caps are on sockets, before any HTTP is read); a full budget is logged at most
+//! once a second. Trusted proxies are exempt from the per-IP cap (they carry many clients, whose
+//! requests the rate limits see by the forwarded IP), not from the budget.
 
 use std::{
     collections::HashMap,
     net::IpAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use async_trait::async_trait;
+use pforte_clock::Clock;
 use pingora::{apps::ServerApp, protocols::Stream, server::ShutdownWatch};
 
 use crate::forward::TrustedProxy;
 
-/// Open connections per client IP, and the cap.
+/// Open connections per client IP and in all, and the caps.
 #[derive(Debug)]
 pub(crate) struct Connections {
     max_per_ip: u32,
+    /// The descriptor budget: connections open at once, every IP together.
+    max_total: u64,
     trusted: Vec<TrustedProxy>,
     open: Mutex<HashMap<String, u32>>,
+    total: AtomicU64,
+    clock: Arc<dyn Clock>,
+    /// The second (since the epoch) a full budget was last logged, plus one; 0: never.
+    warned: AtomicU64,
 }
 
 /// A connection's slot; given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    owner: Option<(Arc<Connections>, String)>,
+    conns: Arc<Connections>,
+    /// The IP key the slot counts against, when the per-IP cap applies.
+    key: Option<String>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some((conns, key)) = self.owner.take() {
-            let mut open = conns.lock();
+        self.conns.total.fetch_sub(1, Ordering::Relaxed);
+        if let Some(key) = self.key.take() {
+            let mut open = self.conns.lock();
             if let Some(n) = open.get_mut(&key) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
@@ -49,13 +63,55 @@ pub(crate) fn has_room(open: u32, max: u32) -> bool {
     max == 0 || open < max
 }
 
+/// Whether a full budget at `now_secs` is to be logged, given the second it last was (plus
+/// one; 0: never): at most once a second.
+fn log_full_budget(now_secs: u64, warned: u64) -> bool {
+    warned == 0 || now_secs + 1 > warned
+}
+
 impl Connections {
-    pub(crate) fn new(max_per_ip: u32, trusted: Vec<TrustedProxy>) -> Arc<Self> {
+    pub(crate) fn new(
+        max_per_ip: u32,
+        max_total: u64,
+        trusted: Vec<TrustedProxy>,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             max_per_ip,
+            max_total,
             trusted,
             open: Mutex::new(HashMap::new()),
+            total: AtomicU64::new(0),
+            clock,
+            warned: AtomicU64::new(0),
         })
+    }
+
+    /// One more connection in all, or `false` (logged at most once a second) at the budget.
+    fn take_total(&self) -> bool {
+        let taken = self
+            .total
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_total).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken {
+            let now = self.clock.now_secs();
+            let warned = self.warned.load(Ordering::Relaxed);
+            if log_full_budget(now, warned)
+                && self
+                    .warned
+                    .compare_exchange(warned, now + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                tracing::warn!(
+                    open = self.max_total,
+                    "new connections are closed: the descriptor budget is full (raise the hard \
+                     RLIMIT_NOFILE to allow more)"
+                );
+            }
+        }
+        taken
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -65,22 +121,33 @@ impl Connections {
     /// A slot for a connection from `peer`, or `None` when that IP holds as many as it may.
     /// No IP (a Unix socket), a trusted proxy, or no cap: a slot that counts nothing.
     pub(crate) fn open(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Slot> {
+        if !self.take_total() {
+            return None;
+        }
+        // From here the slot gives the total back when dropped, also on refusal.
+        let mut slot = Slot {
+            conns: self.clone(),
+            key: None,
+        };
         let Some(ip) = peer else {
-            return Some(Slot { owner: None });
+            return Some(slot);
         };
         if self.max_per_ip == 0 || self.trusted.iter().any(|t| t.contains(ip)) {
-            return Some(Slot { owner: None });
+            return Some(slot);
         }
         let key = crate::limit::ip_key(Some(ip));
         let mut open = self.lock();
         let n = open.entry(key.clone()).or_insert(0);
         if !has_room(*n, self.max_per_ip) {
+            if *n == 0 {
+                open.remove(&key);
+            }
             return None;
         }
         *n += 1;
-        Some(Slot {
-            owner: Some((self.clone(), key)),
-        })
+        drop(open);
+        slot.key = Some(key);
+        Some(slot)
     }
 
     /// Connections open from `ip`'s key.
@@ -144,6 +211,37 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    fn clock() -> Arc<dyn Clock> {
+        Arc::new(pforte_clock::ManualClock::at(
+            std::time::Duration::from_secs(1_000),
+        ))
+    }
+
+    #[test]
+    fn the_budget_counts_every_connection_and_comes_back() {
+        let conns = Connections::new(0, 2, Vec::new(), clock());
+        let a: IpAddr = [203, 0, 113, 7].into();
+        let one = conns.open(Some(a)).unwrap();
+        let two = conns.open(None).unwrap();
+        assert!(conns.open(Some(a)).is_none(), "the third in all");
+        drop(one);
+        let three = conns.open(Some(a)).unwrap();
+        drop((two, three));
+        assert_eq!(conns.total.load(Ordering::Relaxed), 0);
+        // A refusal by the per-IP cap gives its share of the budget back.
+        let per_ip = Connections::new(1, 2, Vec::new(), clock());
+        let _held = per_ip.open(Some(a)).unwrap();
+        assert!(per_ip.open(Some(a)).is_none());
+        assert_eq!(per_ip.total.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_full_budget_is_logged_at_most_once_a_second() {
+        assert!(log_full_budget(1_000, 0), "never logged");
+        assert!(!log_full_budget(1_000, 1_001), "logged this second");
+        assert!(log_full_budget(1_001, 1_001), "the next second");
+    }
+
     #[test]
     fn room_under_the_cap() {
         assert!(has_room(0, 1));
@@ -154,7 +252,7 @@ mod tests {
 
     #[test]
     fn slots_count_per_ip_and_come_back_when_dropped() {
-        let conns = Connections::new(2, Vec::new());
+        let conns = Connections::new(2, u64::MAX, Vec::new(), clock());
         let a: IpAddr = [203, 0, 113, 7].into();
         let b: IpAddr = [203, 0, 113, 8].into();
         let one = conns.open(Some(a)).unwrap();
@@ -177,7 +275,7 @@ mod tests {
     #[test]
     fn ipv6_counts_by_its_64_and_trusted_proxies_are_exempt() {
         let proxy = TrustedProxy::try_from("10.0.0.0/8".to_owned()).unwrap();
-        let conns = Connections::new(1, vec![proxy]);
+        let conns = Connections::new(1, u64::MAX, vec![proxy], clock());
         let x: IpAddr = "2001:db8::1".parse().unwrap();
         let y: IpAddr = "2001:db8::2".parse().unwrap();
         let _x = conns.open(Some(x)).unwrap();
@@ -187,7 +285,7 @@ mod tests {
         assert_eq!(held.len(), 10);
         assert_eq!(conns.count(p), 0);
         assert!(conns.open(None).is_some(), "a Unix socket peer");
-        let off = Connections::new(0, Vec::new());
+        let off = Connections::new(0, u64::MAX, Vec::new(), clock());
         let many: Vec<_> = (0..100).map(|_| off.open(Some(x)).unwrap()).collect();
         assert_eq!(many.len(), 100);
     }

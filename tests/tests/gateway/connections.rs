@@ -1,6 +1,7 @@
 //! Client connections end to end, on plain sockets: an idle keep-alive connection is closed
 //! after `keepalive_timeout_secs`, and one IP holds at most `max_connections_per_ip` open
-//! connections (the next is closed without an answer; a slot frees when one closes); long
+//! connections (the next is closed without an answer; a slot frees when one closes), and all
+//! IPs together at most the descriptor budget; long
 //! `GET /mcp` event streams are relayed on kept-alive connections and let go when a client leaves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -119,6 +120,78 @@ async fn one_ip_holds_at_most_max_connections_per_ip() {
     })
     .await;
     assert!(served, "a slot frees when a connection closes");
+}
+
+/// The soft descriptor limit is raised to the hard one at start and the start line says the
+/// budget; past it a new connection is closed at once (served ones go on), logged once a second
+/// rather than once per refusal, and a slot frees when a connection closes (issue 39, point 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_descriptor_budget_new_connections_are_closed_cleanly() {
+    // Soft 100, hard 200: raised to 200, room for (200 - 32) / 2 = 84 connections.
+    const BUDGET: usize = 84;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("pforte.log");
+    let script = format!(
+        "ulimit -Sn 100 && ulimit -Hn 200 && exec \"$0\" \"$@\" 2>{}",
+        log.display()
+    );
+    let gw = Stack::builder()
+        .plain_http()
+        .keepalive_timeout_secs(60)
+        .wrapper(&["sh", "-c", &script])
+        .start()
+        .await;
+    // Log lines are written in batches: the start line comes shortly after the first answer.
+    let line = "200 descriptors (raised from 100): room for 84 client connections";
+    let said = eventually(Duration::from_secs(5), || async {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains(line))
+    })
+    .await;
+    assert!(
+        said,
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let mut held = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held.len() < BUDGET && Instant::now() < deadline {
+        let mut conn = TcpStream::connect(addr(&gw)).await.unwrap();
+        if healthz(&mut conn).await {
+            held.push(conn);
+        }
+    }
+    assert_eq!(held.len(), BUDGET, "{BUDGET} connections served");
+    for _ in 0..20 {
+        let mut over = TcpStream::connect(addr(&gw)).await.unwrap();
+        assert!(
+            !healthz(&mut over).await,
+            "over the budget: closed unanswered"
+        );
+    }
+    for conn in held.iter_mut().take(5) {
+        assert!(healthz(conn).await, "served connections go on");
+    }
+    drop(held.drain(..1));
+    let served = eventually(Duration::from_secs(5), || {
+        let addr = addr(&gw);
+        async move {
+            let Ok(mut conn) = TcpStream::connect(addr).await else {
+                return false;
+            };
+            healthz(&mut conn).await
+        }
+    })
+    .await;
+    assert!(served, "a slot frees when a connection closes");
+    drop(held);
+    drop(gw);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let full = text.matches("the descriptor budget is full").count();
+    assert!(
+        (1..=3).contains(&full),
+        "20 refusals in a few seconds: logged once a second, {full} lines:\n{text}"
+    );
+    assert!(!text.contains("Too many open files"), "{text}");
 }
 
 /// Reads from `conn` until what came ends with `end` (or `limit` passes); what came.
