@@ -10,7 +10,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{conformance_packages, conformance_script, in_ci, node22};
+use crate::{conformance_2026_packages, conformance_packages, conformance_script, in_ci, node22};
 
 /// Node 22 and the npm packages, or why the test cannot run (a skip outside CI, a failure in it).
 pub fn tools() -> Option<(PathBuf, PathBuf)> {
@@ -22,6 +22,50 @@ pub fn tools() -> Option<(PathBuf, PathBuf)> {
         }
         Err(why) => panic!("{why}"),
     }
+}
+
+/// Node 22 and the 2026-07-28 runner's package directory, or why not (as [`tools`]).
+pub fn tools_2026() -> Option<(PathBuf, PathBuf)> {
+    match node22().and_then(|node| Ok((node, conformance_2026_packages()?))) {
+        Ok(t) => Some(t),
+        Err(why) if !in_ci() => {
+            crate::skip(&why);
+            None
+        }
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// Which wire the 2026-07-28 runner speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// Sessions (`initialize`, `Mcp-Session-Id`): the scenarios of 2025-11-25.
+    Stateful,
+    /// No session: exactly the server scenarios 2026-07-28 requires, at the 2026-07-28 wire
+    /// (each request carries its version, client info and capabilities), plus the extension
+    /// and pending ones it reports unscored.
+    Stateless,
+}
+
+impl Wire {
+    fn select(self) -> &'static [&'static str] {
+        match self {
+            Wire::Stateful => &["--spec-version", "2025-11-25"],
+            Wire::Stateless => &["--requirements", "2026-07-28"],
+        }
+    }
+}
+
+/// Runs the 2026-07-28 runner (`packages` from [`tools_2026`]) on `wire` against `url`, with
+/// `token` as bearer when given; every check of every scenario, and the runner's output.
+pub fn run_wire(
+    node: &Path,
+    packages: &Path,
+    url: &str,
+    token: Option<&str>,
+    wire: Wire,
+) -> (Results, String) {
+    run(node, packages, url, token, wire.select())
 }
 
 /// `(scenario, check id)` → status (`SUCCESS`, `FAILURE`, `WARNING`, …) and error message.
@@ -90,10 +134,24 @@ fn run(
             .and_then(|d| d.get(..d.len().checked_sub(25)?))
             .unwrap_or_else(|| panic!("unexpected result dir {dir}"))
             .to_owned();
-        let checks: Value = serde_json::from_str(
-            &std::fs::read_to_string(entry.path().join("checks.json")).unwrap(),
-        )
-        .unwrap();
+        let Ok(checks) = std::fs::read_to_string(entry.path().join("checks.json")) else {
+            // The runner gave up on the scenario (its timeout) before writing its checks.
+            let files: Vec<_> = std::fs::read_dir(entry.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|f| f.file_name().to_string_lossy().into_owned())
+                .collect();
+            results.insert(
+                (scenario, "(no checks.json)".to_owned()),
+                (
+                    "FAILURE".to_owned(),
+                    format!("the scenario ended without its checks (files: {files:?})"),
+                ),
+            );
+            continue;
+        };
+        let checks: Value = serde_json::from_str(&checks).unwrap();
         for check in checks.as_array().unwrap() {
             let id = check["id"].as_str().unwrap().to_owned();
             let status = check["status"].as_str().unwrap().to_owned();
