@@ -68,6 +68,77 @@ pub fn run_wire(
     run(node, packages, url, token, wire.select())
 }
 
+/// The 2026-07-28 runner's authorization-server scenarios against the issuer `issuer`, as the
+/// registered client `client_id` / `client_secret` with the callback on 127.0.0.1:`port`, for
+/// `resource`; `ca` is the PEM file the issuer's certificate chains to. The runner prints the
+/// authorization URL and waits for its callback: `authorize` is given that URL and completes
+/// the person's part (sign-in, consent) up to the callback. Every check, and the output.
+pub async fn run_authorization<F, Fut>(
+    node: &Path,
+    packages: &Path,
+    issuer: &str,
+    client: (&str, Option<&str>),
+    resource: &str,
+    port: u16,
+    ca: Option<&Path>,
+    authorize: F,
+) -> (Results, String)
+where
+    F: FnOnce(url::Url) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(node);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    if let Some(ca) = ca {
+        cmd.env("NODE_EXTRA_CA_CERTS", ca);
+    }
+    cmd.arg(packages.join("conformance/dist/index.js"))
+        .args(["authorization", "--url", issuer, "--client-id", client.0])
+        .args(
+            client
+                .1
+                .map(|secret| ["--client-secret", secret])
+                .into_iter()
+                .flatten(),
+        )
+        .args(["--resource", resource])
+        .args(["--port", &port.to_string(), "--output-dir"])
+        .arg(out.path());
+    let mut proc = crate::Proc::spawn(cmd).unwrap();
+    let limit = std::time::Duration::from_secs(60);
+    let mut output = Vec::new();
+    let url = loop {
+        let line = proc
+            .stdout_lines
+            .recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("no authorization URL: {e}\n{}", output.join("\n")));
+        output.push(line.clone());
+        if line.starts_with("https://") || line.starts_with("http://") {
+            if let Ok(url) = url::Url::parse(line.trim()) {
+                if url
+                    .query_pairs()
+                    .any(|(k, v)| k == "response_type" && v == "code")
+                {
+                    break url;
+                }
+            }
+        }
+    };
+    authorize(url).await;
+    let deadline = std::time::Instant::now() + limit;
+    while proc.child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runner did not finish"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    output.extend(proc.stdout_lines.try_iter());
+    (collect(out.path()), output.join("\n"))
+}
+
 /// `(scenario, check id)` → status (`SUCCESS`, `FAILURE`, `WARNING`, …) and error message.
 pub type Results = BTreeMap<(String, String), (String, String)>;
 
@@ -124,13 +195,22 @@ fn run(
     if select.first() == Some(&"--suite") {
         eprintln!("conformance against {url}:{summary}");
     }
+    let results = collect(out.path());
+    let output = format!("{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    (results, output)
+}
+
+/// Every check of every scenario the runner wrote under `out` (`<kind>-<scenario>-<time>/
+/// checks.json`), `INFO` lines left out.
+fn collect(out: &Path) -> Results {
     let mut results = Results::new();
-    for entry in std::fs::read_dir(out.path()).unwrap() {
+    for entry in std::fs::read_dir(out).unwrap() {
         let entry = entry.unwrap();
         let dir = entry.file_name().into_string().unwrap();
-        // server-<scenario>-<timestamp, 24 characters like 2026-12-01T21-10-07-437Z>
+        // server-<scenario>- or authorization-server-<scenario>-<timestamp, 24 characters like 2026-12-01T21-10-07-437Z>
         let scenario = dir
-            .strip_prefix("server-")
+            .strip_prefix("authorization-server-")
+            .or_else(|| dir.strip_prefix("server-"))
             .and_then(|d| d.get(..d.len().checked_sub(25)?))
             .unwrap_or_else(|| panic!("unexpected result dir {dir}"))
             .to_owned();
@@ -165,6 +245,5 @@ fn run(
             results.insert((scenario.clone(), id), (status, error));
         }
     }
-    let output = format!("{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
-    (results, output)
+    results
 }

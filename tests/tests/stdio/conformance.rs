@@ -26,9 +26,13 @@ use std::{
 };
 
 use pforte_tests::{
-    BearerProxy, EverythingServer, Limits, McpService, Route, Stack,
-    conformance::{Results, Wire, run_scenario, run_suite, run_wire, tools, tools_2026},
-    http_client, parse_challenge, rmcp_client,
+    BearerProxy, EverythingServer, Limits, McpService, OAuth, Route, Stack,
+    conformance::{
+        Results, Wire, run_authorization, run_scenario, run_suite, run_wire, tools, tools_2026,
+    },
+    free_port, http_client,
+    oauth::{Browser, browser_step, discover, register},
+    parse_challenge, rmcp_client,
 };
 use serde_json::json;
 
@@ -571,4 +575,76 @@ async fn the_2026_07_28_suite_loses_no_check_in_the_gateway_for_either_server() 
     }
     eprintln!("four direct-and-through runs in {:?}", started.elapsed());
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Issue 40 point 7: the runner's authorization-server scenarios against the gateway's
+/// authorization server — its RFC 8414 metadata, and the authorization code grant with PKCE and
+/// the resource indicator, as a client registered for the runner's callback; the person's part
+/// (sign-in, consent) done by the tests' form browser on the URL the runner prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authorization_server_scenarios_pass_against_the_gateway() {
+    let Some((node, runner)) = tools_2026() else {
+        return;
+    };
+    let gw = Stack::builder().oauth(OAuth::default()).start().await;
+    gw.add_user("alice", "alice correct horse").unwrap();
+    let browser = Browser::for_gateway(&gw);
+    let found = discover(&browser.http, &gw.mcp_url()).await.unwrap();
+    let port = free_port();
+    let callback = format!("http://127.0.0.1:{port}/callback");
+    let client = register(
+        &browser.http,
+        &found,
+        &json!({
+            "client_name": "MCP conformance runner",
+            "redirect_uris": [callback],
+            // Public: the runner sends no secret when the server supports `none`.
+            "token_endpoint_auth_method": "none",
+            "grant_types": ["authorization_code"],
+            "response_types": ["code"],
+        }),
+    )
+    .await
+    .unwrap();
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    if let Some(pem) = gw.ca_pem() {
+        std::fs::write(ca.path(), pem).unwrap();
+    }
+    let (results, output) = run_authorization(
+        &node,
+        &runner,
+        &found.issuer,
+        (&client.client_id, client.client_secret.as_deref()),
+        &found.resource,
+        port,
+        gw.ca_pem().map(|_| ca.path()),
+        |url| async {
+            let url = url;
+            let (cb, _) = browser_step(&browser, &url, "alice", "alice correct horse", "approve")
+                .await
+                .unwrap();
+            assert!(cb.as_str().starts_with(&callback), "{cb}");
+            // The runner's callback server (plain HTTP on loopback) takes it from here.
+            let plain = reqwest::Client::new();
+            plain.get(cb.as_str()).send().await.unwrap();
+        },
+    )
+    .await;
+    for ((scenario, id), (status, error)) in &results {
+        eprintln!("{scenario} / {id}: {status} {error}");
+    }
+    let scenarios: BTreeSet<&str> = results.keys().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        scenarios,
+        BTreeSet::from([
+            "authorization-code-grant",
+            "authorization-server-metadata-endpoint"
+        ]),
+        "{output}"
+    );
+    let failed: Vec<_> = results
+        .iter()
+        .filter(|(_, (s, _))| s != "SUCCESS")
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}\n{output}");
 }
