@@ -68,19 +68,28 @@ pub fn run_wire(
     run(node, packages, url, token, wire.select())
 }
 
-/// The 2026-07-28 runner's authorization-server scenarios against the issuer `issuer`, as the
-/// registered client `client_id` / `client_secret` with the callback on 127.0.0.1:`port`, for
-/// `resource`; `ca` is the PEM file the issuer's certificate chains to. The runner prints the
+/// What the authorization-server scenarios run against.
+pub struct AuthorizationTarget<'a> {
+    /// The authorization server's issuer.
+    pub issuer: &'a str,
+    /// A client registered with the callback `http://127.0.0.1:PORT/callback`; the runner
+    /// authenticates as a public client unless given the secret.
+    pub client_id: &'a str,
+    pub client_secret: Option<&'a str>,
+    /// The MCP server the token is for (RFC 8707).
+    pub resource: &'a str,
+    pub port: u16,
+    /// The PEM file the issuer's certificate chains to.
+    pub ca: Option<&'a Path>,
+}
+
+/// The 2026-07-28 runner's authorization-server scenarios against `target`. The runner prints the
 /// authorization URL and waits for its callback: `authorize` is given that URL and completes
 /// the person's part (sign-in, consent) up to the callback. Every check, and the output.
 pub async fn run_authorization<F, Fut>(
     node: &Path,
     packages: &Path,
-    issuer: &str,
-    client: (&str, Option<&str>),
-    resource: &str,
-    port: u16,
-    ca: Option<&Path>,
+    target: &AuthorizationTarget<'_>,
     authorize: F,
 ) -> (Results, String)
 where
@@ -91,20 +100,16 @@ where
     let mut cmd = Command::new(node);
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    if let Some(ca) = ca {
+    if let Some(ca) = target.ca {
         cmd.env("NODE_EXTRA_CA_CERTS", ca);
     }
+    let secret = target.client_secret.map(|s| ["--client-secret", s]);
     cmd.arg(packages.join("conformance/dist/index.js"))
-        .args(["authorization", "--url", issuer, "--client-id", client.0])
-        .args(
-            client
-                .1
-                .map(|secret| ["--client-secret", secret])
-                .into_iter()
-                .flatten(),
-        )
-        .args(["--resource", resource])
-        .args(["--port", &port.to_string(), "--output-dir"])
+        .args(["authorization", "--url", target.issuer])
+        .args(["--client-id", target.client_id])
+        .args(secret.into_iter().flatten())
+        .args(["--resource", target.resource])
+        .args(["--port", &target.port.to_string(), "--output-dir"])
         .arg(out.path());
     let mut proc = crate::Proc::spawn(cmd).unwrap();
     let limit = std::time::Duration::from_secs(60);
@@ -115,15 +120,12 @@ where
             .recv_timeout(limit)
             .unwrap_or_else(|e| panic!("no authorization URL: {e}\n{}", output.join("\n")));
         output.push(line.clone());
-        if line.starts_with("https://") || line.starts_with("http://") {
-            if let Ok(url) = url::Url::parse(line.trim()) {
-                if url
-                    .query_pairs()
-                    .any(|(k, v)| k == "response_type" && v == "code")
-                {
-                    break url;
-                }
-            }
+        if let Ok(url) = url::Url::parse(line.trim())
+            && url
+                .query_pairs()
+                .any(|(k, v)| k == "response_type" && v == "code")
+        {
+            break url;
         }
     };
     authorize(url).await;

@@ -28,7 +28,8 @@ use std::{
 use pforte_tests::{
     BearerProxy, EverythingServer, Limits, McpService, OAuth, Route, Stack,
     conformance::{
-        Results, Wire, run_authorization, run_scenario, run_suite, run_wire, tools, tools_2026,
+        AuthorizationTarget, Results, Wire, run_authorization, run_scenario, run_suite, run_wire,
+        tools, tools_2026,
     },
     free_port, http_client,
     oauth::{Browser, browser_step, discover, register},
@@ -610,25 +611,24 @@ async fn the_authorization_server_scenarios_pass_against_the_gateway() {
     if let Some(pem) = gw.ca_pem() {
         std::fs::write(ca.path(), pem).unwrap();
     }
-    let (results, output) = run_authorization(
-        &node,
-        &runner,
-        &found.issuer,
-        (&client.client_id, client.client_secret.as_deref()),
-        &found.resource,
+    let target = AuthorizationTarget {
+        issuer: &found.issuer,
+        client_id: &client.client_id,
+        client_secret: client.client_secret.as_deref(),
+        resource: &found.resource,
         port,
-        gw.ca_pem().map(|_| ca.path()),
-        |url| async {
-            let url = url;
-            let (cb, _) = browser_step(&browser, &url, "alice", "alice correct horse", "approve")
-                .await
-                .unwrap();
-            assert!(cb.as_str().starts_with(&callback), "{cb}");
-            // The runner's callback server (plain HTTP on loopback) takes it from here.
-            let plain = reqwest::Client::new();
-            plain.get(cb.as_str()).send().await.unwrap();
-        },
-    )
+        ca: gw.ca_pem().map(|_| ca.path()),
+    };
+    let (results, output) = run_authorization(&node, &runner, &target, |url| async {
+        let url = url;
+        let (cb, _) = browser_step(&browser, &url, "alice", "alice correct horse", "approve")
+            .await
+            .unwrap();
+        assert!(cb.as_str().starts_with(&callback), "{cb}");
+        // The runner's callback server (plain HTTP on loopback) takes it from here.
+        let plain = reqwest::Client::new();
+        plain.get(cb.as_str()).send().await.unwrap();
+    })
     .await;
     for ((scenario, id), (status, error)) in &results {
         eprintln!("{scenario} / {id}: {status} {error}");
