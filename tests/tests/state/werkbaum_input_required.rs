@@ -3,7 +3,9 @@
 //! and input-required results (SEP-2322) where Werkbaum asks the person — which side of a
 //! conflicting edit wins, and whether a subtree is really to be deleted — answered the way a
 //! 2026-07-28 client does: the same call again with `inputResponses` and the echoed
-//! `requestState`. Direct against the service and through the gateway.
+//! `requestState`: by hand (the wire, directly and through the gateway), and by a real SDK
+//! client (rmcp 3.11 on 2026-07-28, `server/discover` lifecycle, its handler as the person)
+//! through the gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pforte_tests::{Limits, McpClient, Stack, rpc_answer};
@@ -176,4 +178,144 @@ async fn werkbaum_asks_the_person_on_2026_07_28_directly_and_through_the_gateway
         .await
         .unwrap();
     dialogue(&stack.mcp(&token)).await;
+}
+
+/// A person at an rmcp client (the Rust SDK, on 2026-07-28): answers Werkbaum's questions
+/// with `winner` and `confirm`, and remembers what was asked.
+#[derive(Clone)]
+struct Person {
+    winner: &'static str,
+    confirm: bool,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for Person {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let capabilities = serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
+        rmcp::model::ClientConfig::new(
+            capabilities,
+            rmcp::model::Implementation::new("werkbaum-person", "1.0"),
+        )
+        .with_protocol_version(rmcp::model::ProtocolVersion::V_2026_07_28)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _ctx: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let asked = serde_json::to_value(&request).unwrap();
+        let message = asked["message"].as_str().unwrap_or_default().to_owned();
+        self.asked.lock().unwrap().push(message);
+        let content = if asked["requestedSchema"]["properties"]["winner"].is_object() {
+            json!({"winner": self.winner})
+        } else {
+            json!({"confirm": self.confirm})
+        };
+        Ok(serde_json::from_value(json!({"action": "accept", "content": content})).unwrap())
+    }
+}
+
+/// `tools/call` through the rmcp client (which fulfils input requests and retries by itself):
+/// the structured result.
+async fn rmcp_call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, Person>,
+    name: &str,
+    args: Value,
+) -> Value {
+    let result = client
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new(name.to_owned())
+                .with_arguments(args.as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    serde_json::to_value(&result).unwrap()
+}
+
+/// The same questions answered by a real SDK client through the gateway: rmcp 3.11's client on
+/// 2026-07-28 gets the input-required result, asks its handler (the person), and retries with
+/// the answer and the state — the person's `mine` writes over the other edit, their `confirm`
+/// deletes the subtree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_rmcp_client_answers_werkbaums_questions_through_the_gateway() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    use rmcp::transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    };
+    let stack = Stack::builder()
+        .plain_http()
+        .limits(Limits::off())
+        .start()
+        .await;
+    let token = stack
+        .create_scoped_token("person", &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let person = Person {
+        winner: "mine",
+        confirm: true,
+        asked: Default::default(),
+    };
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(stack.mcp_url()).auth_header(token.clone());
+    let transport = StreamableHttpClientTransport::with_client(stack.http(), config);
+    // 2026-07-28 from the start: `server/discover`, no `initialize`.
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+    };
+    let client = person
+        .clone()
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .unwrap();
+    let who = rmcp_call(&client, "whoami", json!({})).await;
+    assert_eq!(who["structuredContent"]["protocolVersion"], V2026, "{who}");
+
+    let plan = "# Plan\n[ ] a #a\n  [ ] a1 #a1\n[ ] b #b";
+    let created = rmcp_call(
+        &client,
+        "werkbaum_create",
+        json!({"title": "t", "text": plan}),
+    )
+    .await;
+    let doc = created["structuredContent"]["document"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let v1 = base(&created);
+    // Another writer (by hand, same token) moves the document to version 2.
+    let other = stack.mcp(&token);
+    let theirs = call(
+        &other,
+        "werkbaum_set_status",
+        json!({"document": doc, "base": v1, "id": "b", "status": "done"}),
+        json!({}),
+        false,
+    )
+    .await;
+    assert_eq!(theirs["structuredContent"]["version"], 2, "{theirs}");
+
+    // The SDK client's edit on version 1: the person is asked and chooses `mine`.
+    let won = rmcp_call(
+        &client,
+        "werkbaum_set_status",
+        json!({"document": doc, "base": v1, "id": "a", "status": "done"}),
+    )
+    .await;
+    assert_eq!(won["structuredContent"]["version"], 3, "{won}");
+    let removed = rmcp_call(
+        &client,
+        "werkbaum_remove_node",
+        json!({"document": doc, "base": base(&won), "id": "a", "discard": false}),
+    )
+    .await;
+    assert_eq!(removed["structuredContent"]["version"], 4, "{removed}");
+    let asked = person.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked[0].contains("Which side wins") && asked[1].contains("Delete node"),
+        "{asked:?}"
+    );
+    let _ = client.cancel().await;
 }
