@@ -463,21 +463,19 @@ impl ServerHandler for PlanService {
         }
         // A 2026-07-28 client that can elicit: ask the person where Werkbaum needs them.
         let mut request = request;
-        let state = match ask::before_call(&request) {
+        match ask::before_call(&request) {
             Err(why) => return Err(McpError::invalid_params(why, None)),
             Ok(ask::Before::Ask(question)) => return Ok(question.into()),
             Ok(ask::Before::Answer(answer)) => return Ok(answer.into()),
-            Ok(ask::Before::Run(arguments, state)) => {
-                request.arguments = arguments;
-                state
-            }
-        };
+            Ok(ask::Before::Run(arguments)) => request.arguments = arguments,
+        }
+        let asked = request.clone();
         request.input_responses = None;
         request.request_state = None;
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         match self.tool_router.call(tcc).await? {
             rmcp::model::CallToolResponse::Complete(result) => {
-                Ok(match ask::after_call(result, &state) {
+                Ok(match ask::after_call(result, &asked) {
                     Ok(result) => result.into(),
                     Err(question) => question.into(),
                 })

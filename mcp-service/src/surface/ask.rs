@@ -6,10 +6,13 @@
 //!
 //! The decisions are plain functions over the call's arguments, its first result and the
 //! client's answers ([`before_call`], [`after_call`]); `surface.rs` applies them. The
-//! `requestState` is plain base64url JSON, not sealed: it carries only a document base
-//! (`{version, checksum}`) the person chose to write over and whether they confirmed a
-//! removal — nothing a caller could not send itself (a base in the arguments, no question at
-//! all on 2025-11-25); a state that does not parse is refused as invalid params.
+//! `requestState` carries only the base (`{version, checksum}`) the person chose to write over;
+//! it is plain base64url JSON, not sealed, because tampering with it can do nothing worse than a
+//! failed or re-asked call: it counts only beside the answer `mine`, and the write is still
+//! compare-and-set against the stored version — a base the caller could send itself. Whether a
+//! removal is confirmed is never kept in the state: it is the answer in the same retry (a
+//! conflict during a removal asks both questions again). A state that does not parse is
+//! refused as invalid params.
 
 use base64::Engine as _;
 use rmcp::model::{
@@ -30,9 +33,6 @@ const REMOVE_TOOL: &str = "werkbaum_remove_node";
 /// What the server remembers between rounds, echoed by the client as `requestState`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct State {
-    /// The person confirmed the removal (asked once per call, not again after a conflict).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub confirmed: bool,
     /// The version the person chose to write over (`mine` wins), with its checksum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over: Option<(u64, String)>,
@@ -62,7 +62,7 @@ pub(super) fn can_ask(version: Option<&ProtocolVersion>, elicitation: bool) -> b
 #[derive(Debug, Clone)]
 pub(super) enum Before {
     /// Run it with these arguments (a base replaced by the one the person chose to write over).
-    Run(Option<JsonObject>, State),
+    Run(Option<JsonObject>),
     /// Ask this first.
     Ask(InputRequiredResult),
     /// The person declined: this is the answer, nothing ran.
@@ -97,23 +97,22 @@ pub(super) fn before_call(request: &CallToolRequestParams) -> Result<Before, Str
         );
     }
 
-    if removes_subtree(request) && !state.confirmed {
+    if removes_subtree(request) {
         match answer(REMOVAL) {
-            None => return Ok(Before::Ask(removal_question(request, &state))),
-            Some(reply) if chosen(reply, "confirm").as_deref() == Some("true") => {
-                state.confirmed = true;
-            }
+            None => return Ok(Before::Ask(removal_question(request))),
+            Some(reply) if chosen(reply, "confirm").as_deref() == Some("true") => {}
             Some(_) => return Ok(Before::Answer(declined("the removal"))),
         }
     }
-    Ok(Before::Run(args, state))
+    Ok(Before::Run(args))
 }
 
 /// After the tool ran: a conflict in the document form becomes the question which side wins
-/// (the state remembers the current version to write over); anything else is the answer.
+/// (the state remembers the current version to write over; a removal's confirmation is asked
+/// again beside it); anything else is the answer.
 pub(super) fn after_call(
     result: CallToolResult,
-    state: &State,
+    request: &CallToolRequestParams,
 ) -> Result<CallToolResult, InputRequiredResult> {
     let Some(current) = conflict_of(&result) else {
         return Ok(result);
@@ -126,7 +125,6 @@ pub(super) fn after_call(
         return Ok(result);
     };
     let next = State {
-        confirmed: state.confirmed,
         over: Some((version, checksum.to_owned())),
     };
     let message = format!(
@@ -142,7 +140,16 @@ pub(super) fn after_call(
         }},
         "required": ["winner"]
     });
-    Err(question(CONFLICT, &message, schema, &next))
+    let mut asked = question(CONFLICT, &message, schema, &next);
+    if removes_subtree(request)
+        && let (Some(all), Some(more)) = (
+            asked.input_requests.as_mut(),
+            removal_question(request).input_requests,
+        )
+    {
+        all.extend(more);
+    }
+    Err(asked)
 }
 
 /// The `current` of a tool error `conflict`, if the result is one.
@@ -164,7 +171,7 @@ fn removes_subtree(request: &CallToolRequestParams) -> bool {
         && args.contains_key("document")
 }
 
-fn removal_question(request: &CallToolRequestParams, state: &State) -> InputRequiredResult {
+fn removal_question(request: &CallToolRequestParams) -> InputRequiredResult {
     let args = request.arguments.as_ref();
     let field = |k: &str| {
         args.and_then(|a| a.get(k))
@@ -184,7 +191,7 @@ fn removal_question(request: &CallToolRequestParams, state: &State) -> InputRequ
         }},
         "required": ["confirm"]
     });
-    question(REMOVAL, &message, schema, state)
+    question(REMOVAL, &message, schema, &State::default())
 }
 
 /// One form elicitation under `key`, with the state to echo.
@@ -278,11 +285,10 @@ mod tests {
             .clone()
             .with_input_responses(reply(REMOVAL, json!({"confirm": true})))
             .with_request_state(state.clone());
-        let Before::Run(args, st) = before_call(&retry).unwrap() else {
+        let Before::Run(args) = before_call(&retry).unwrap() else {
             panic!("runs");
         };
         assert_eq!(args, req.arguments);
-        assert!(st.confirmed);
         let no = req
             .clone()
             .with_input_responses(reply(REMOVAL, json!({"confirm": false})))
@@ -305,18 +311,21 @@ mod tests {
     fn a_conflict_asks_which_side_wins_and_mine_writes_over_the_current_version() {
         let conflict = CallToolResult::structured_error(json!({"error": {"code": "conflict",
             "current": {"document": "d1", "version": 3, "checksum": "c3", "text": "t"}}}));
-        let q = after_call(conflict, &State::default()).unwrap_err();
-        assert!(q.input_requests.unwrap().contains_key(CONFLICT));
-        let state = q.request_state.unwrap();
         let req = call(
             "werkbaum_set_status",
             json!({"document": "d1", "base": {"version": 1, "checksum": "c1"}, "id": "a", "status": "done"}),
         );
+        let q = after_call(conflict.clone(), &req).unwrap_err();
+        assert_eq!(
+            q.input_requests.unwrap().keys().collect::<Vec<_>>(),
+            [CONFLICT]
+        );
+        let state = q.request_state.unwrap();
         let mine = req
             .clone()
             .with_input_responses(reply(CONFLICT, json!({"winner": "mine"})))
             .with_request_state(state.clone());
-        let Before::Run(Some(args), _) = before_call(&mine).unwrap() else {
+        let Before::Run(Some(args)) = before_call(&mine).unwrap() else {
             panic!("runs");
         };
         assert_eq!(args["base"], json!({"version": 3, "checksum": "c3"}));
@@ -327,13 +336,30 @@ mod tests {
         assert!(matches!(before_call(&theirs).unwrap(), Before::Answer(_)));
         // A state without the answer that chose `mine` does not move the base.
         let bare = req.clone().with_request_state(state);
-        let Before::Run(args, _) = before_call(&bare).unwrap() else {
+        let Before::Run(args) = before_call(&bare).unwrap() else {
             panic!("runs");
         };
         assert_eq!(args, req.arguments);
         // A tampered state is refused; other results pass unchanged.
         assert!(before_call(&req.clone().with_request_state("%%")).is_err());
         let ok = CallToolResult::success(vec![]);
-        assert!(after_call(ok, &State::default()).is_ok());
+        assert!(after_call(ok, &req).is_ok());
+        // A conflict during a removal asks both again: the confirmation is never in the state.
+        let remove = call(
+            REMOVE_TOOL,
+            json!({"document": "d1", "base": {"version": 1, "checksum": "c1"}, "id": "a", "discard": false}),
+        );
+        let both = after_call(conflict, &remove).unwrap_err();
+        assert_eq!(
+            both.input_requests.unwrap().keys().collect::<Vec<_>>(),
+            [CONFLICT, REMOVAL]
+        );
+        let only_conflict = remove
+            .with_input_responses(reply(CONFLICT, json!({"winner": "mine"})))
+            .with_request_state(both.request_state.unwrap());
+        assert!(matches!(
+            before_call(&only_conflict).unwrap(),
+            Before::Ask(_)
+        ));
     }
 }
