@@ -39,6 +39,15 @@ if ! npm_pinned target/conformance @modelcontextprotocol/conformance 0.1.16 \
     @modelcontextprotocol/sdk@1.32.2
 fi
 
+# The newest published conformance runner (the 2026-07-28 scenarios and the authorization-server
+# ones), in a prefix of its own beside the 0.1.16 runner above; pinned as in tests/src/tools.rs
+# (CONFORMANCE_2026_PACKAGE).
+if ! npm_pinned target/conformance-2026 @modelcontextprotocol/conformance 0.2.0-alpha.12; then
+  echo "== installing the 2026-07-28 MCP conformance runner into target/conformance-2026"
+  npm install -s --no-audit --no-fund --prefix target/conformance-2026 \
+    @modelcontextprotocol/conformance@0.2.0-alpha.12
+fi
+
 # The npm filesystem server the big-message tests run as a stdio route, pinned as in
 # tests/src/tools.rs (FILESYSTEM_SERVER_PACKAGE), in a prefix of its own (its own TS SDK).
 if ! npm_pinned target/server-filesystem @modelcontextprotocol/server-filesystem 2026.8.31; then

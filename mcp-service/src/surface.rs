@@ -4,6 +4,7 @@
 //! into tool errors. The resources (the guide and the documents) are listed and read in
 //! [`resources`].
 
+mod ask;
 mod resources;
 
 use std::collections::BTreeMap;
@@ -453,8 +454,34 @@ impl ServerHandler for PlanService {
                 .into_result()
                 .into());
         }
+        let elicits = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        if !ask::can_ask(context.protocol_version().as_ref(), elicits) {
+            let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+            return self.tool_router.call(tcc).await;
+        }
+        // A 2026-07-28 client that can elicit: ask the person where Werkbaum needs them.
+        let mut request = request;
+        match ask::before_call(&request) {
+            Err(why) => return Err(McpError::invalid_params(why, None)),
+            Ok(ask::Before::Ask(question)) => return Ok(question.into()),
+            Ok(ask::Before::Answer(answer)) => return Ok(answer.into()),
+            Ok(ask::Before::Run(arguments)) => request.arguments = arguments,
+        }
+        let asked = request.clone();
+        request.input_responses = None;
+        request.request_state = None;
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
-        self.tool_router.call(tcc).await
+        match self.tool_router.call(tcc).await? {
+            rmcp::model::CallToolResponse::Complete(result) => {
+                Ok(match ask::after_call(result, &asked) {
+                    Ok(result) => result.into(),
+                    Err(question) => question.into(),
+                })
+            }
+            other => Ok(other),
+        }
     }
 
     async fn list_resources(

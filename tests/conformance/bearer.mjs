@@ -7,6 +7,7 @@
 // checks). Both go through undici's global dispatcher, so one interceptor on it covers every
 // request, in the runner's own process: no proxy sits between the runner and the gateway, and the
 // token stays out of the runner's arguments and output.
+import http from "node:http";
 import { createRequire } from "node:module";
 
 // The undici the runner itself imports, resolved from the runner's script (argv[1]).
@@ -42,3 +43,21 @@ function withBearer(dispatch) {
 }
 
 setGlobalDispatcher(new Agent().compose(withBearer));
+
+// The 2026-07-28 runner's header-validation scenarios send raw `node:http` requests (to control
+// every header), past undici: the same bearer goes on those, for the same origin only.
+
+const plainRequest = http.request;
+http.request = function request(options, ...rest) {
+  if (options && typeof options === "object" && !(options instanceof URL)) {
+    const origin = `http://${options.hostname ?? options.host}:${options.port ?? 80}`;
+    if (origin === targetOrigin) {
+      const headers = Object.fromEntries(
+        Object.entries(options.headers ?? {}).filter(([k]) => k.toLowerCase() !== "authorization"),
+      );
+      headers.authorization = `Bearer ${token}`;
+      return plainRequest.call(this, { ...options, headers }, ...rest);
+    }
+  }
+  return plainRequest.call(this, options, ...rest);
+};

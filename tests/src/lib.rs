@@ -53,9 +53,10 @@ pub use streams::{delete_session, open_session_stream, rss_kib};
 pub use tap::WireTap;
 pub use tls::{TestCert, TlsFront, http_client};
 pub use tools::{
-    BearerProxy, CLAUDE_CODE_PACKAGE, CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, EverythingServer,
-    FILESYSTEM_SERVER_PACKAGE, MCP_PYTHON_SDK, MCP_TS_SDK_PACKAGE, NODE_PACKAGE, claude_code,
-    conformance_packages, conformance_script, filesystem_server, node22, npm_packages,
-    python_sdk_or_skip, python_with_mcp_sdk, run_claude, run_node_json, run_python_json,
+    BearerProxy, CLAUDE_CODE_PACKAGE, CONFORMANCE_2026_PACKAGE, CONFORMANCE_PACKAGE,
+    EVERYTHING_PACKAGE, EverythingServer, FILESYSTEM_SERVER_PACKAGE, MCP_PYTHON_SDK,
+    MCP_TS_SDK_PACKAGE, NODE_PACKAGE, claude_code, conformance_2026_packages, conformance_packages,
+    conformance_script, filesystem_server, node22, npm_packages, python_sdk_or_skip,
+    python_with_mcp_sdk, run_claude, run_node_json, run_python_json,
 };
 pub use up::{PforteUp, UpOptions};

