@@ -1,7 +1,8 @@
-//! Socket sends per call: `strace -f -y` attached to a running target for one short round of
-//! load, counting the write-family system calls whose file descriptor is a socket. The measured
-//! rounds run without it (tracing slows a process several-fold); the count per call does not
-//! depend on speed.
+//! Socket sends and reads per call: `strace -f -y` attached to a running target for one short
+//! round of load, counting the write-family and the read-family system calls whose file
+//! descriptor is a socket (a read that finds nothing, `EAGAIN`, counts: it is a system call). The
+//! measured rounds run without it (tracing slows a process several-fold); the counts per call do
+//! not depend on speed.
 
 use std::{
     path::{Path, PathBuf},
@@ -18,18 +19,33 @@ use nix::{
 /// The system calls that put bytes on a socket.
 const SEND_CALLS: [&str; 6] = ["write", "writev", "send", "sendto", "sendmsg", "sendmmsg"];
 
+/// The system calls that take bytes from a socket.
+const READ_CALLS: [&str; 6] = ["read", "readv", "recv", "recvfrom", "recvmsg", "recvmmsg"];
+
 /// The strace binary on `PATH`.
 pub(crate) struct Strace(PathBuf);
 
-/// What one traced round sent.
+/// What one traced round sent and read.
 pub(crate) struct Counted {
     sends: u64,
+    reads: u64,
     calls: u64,
 }
 
+/// Socket system calls per proxied call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PerCall {
+    pub(crate) sends: f64,
+    pub(crate) reads: f64,
+}
+
 impl Counted {
-    pub(crate) fn per_call(&self) -> f64 {
-        self.sends as f64 / self.calls.max(1) as f64
+    pub(crate) fn per_call(&self) -> PerCall {
+        let calls = self.calls.max(1) as f64;
+        PerCall {
+            sends: self.sends as f64 / calls,
+            reads: self.reads as f64 / calls,
+        }
     }
 }
 
@@ -53,7 +69,11 @@ impl Strace {
         let pids: Vec<u32> = std::iter::once(pid).chain(children(pid)).collect();
         let mut cmd = Command::new(&self.0);
         cmd.args(["-f", "-y", "-qq", "-s", "0", "-e", "signal=none", "-e"])
-            .arg(format!("trace={}", SEND_CALLS.join(",")))
+            .arg(format!(
+                "trace={},{}",
+                SEND_CALLS.join(","),
+                READ_CALLS.join(",")
+            ))
             .arg("-o")
             .arg(&out);
         for p in &pids {
@@ -88,6 +108,7 @@ impl Strace {
         let text = std::fs::read_to_string(&out).context("reading strace's output")?;
         Ok(Counted {
             sends: text.lines().filter(|l| is_socket_send(l)).count() as u64,
+            reads: text.lines().filter(|l| is_socket_read(l)).count() as u64,
             calls,
         })
     }
@@ -131,6 +152,15 @@ fn children(pid: u32) -> Vec<u32> {
 /// `4242  writev(12<TCP:[127.0.0.1:80->127.0.0.1:5555]>, …) = 230` (a call that strace split
 /// in two is counted by its first half; its `<... resumed>` half has no descriptor).
 fn is_socket_send(line: &str) -> bool {
+    is_socket_call(line, &SEND_CALLS)
+}
+
+/// Whether a line of `strace -f -y` output is a read on a socket (as [`is_socket_send`]).
+fn is_socket_read(line: &str) -> bool {
+    is_socket_call(line, &READ_CALLS)
+}
+
+fn is_socket_call(line: &str, calls: &[&str]) -> bool {
     let line = line.trim_start();
     let line = match line.split_once(' ') {
         Some((pid, rest)) if pid.bytes().all(|b| b.is_ascii_digit()) => rest.trim_start(),
@@ -139,7 +169,7 @@ fn is_socket_send(line: &str) -> bool {
     let Some((name, args)) = line.split_once('(') else {
         return false;
     };
-    if !SEND_CALLS.contains(&name) {
+    if !calls.contains(&name) {
         return false;
     }
     let Some((_fd, path)) = args.split_once('<') else {
@@ -173,5 +203,17 @@ mod tests {
         ));
         assert!(!is_socket_send("17 <... writev resumed>) = 230"));
         assert!(!is_socket_send("17 read(12<TCP:[1]>, \"\"..., 8) = 8"));
+    }
+
+    #[test]
+    fn only_reads_from_sockets_count_eagain_included() {
+        assert!(is_socket_read("17 read(12<TCP:[1]>, \"\"..., 8) = 8"));
+        assert!(is_socket_read(
+            "17 recvfrom(9<TCP:[1]>, 0x7f, 4096, 0, NULL, NULL) = -1 EAGAIN (Resource temporarily unavailable)"
+        ));
+        assert!(!is_socket_read("17 read(5</etc/hosts>, \"\"..., 8) = 8"));
+        assert!(!is_socket_read(
+            "4242  writev(12<TCP:[127.0.0.1:80->127.0.0.1:5555]>, [...], 2) = 230"
+        ));
     }
 }

@@ -26,7 +26,7 @@ const PROTOCOL: &str = "2025-06-18";
 const OAUTH_USER: &str = "bench";
 const OAUTH_PASSWORD: &str = "bench-password-not-secret";
 
-/// Seconds of the extra, traced round that counts socket sends per call.
+/// Seconds of the extra, traced round that counts socket sends and reads per call.
 const SENDS_SECS: u64 = 2;
 
 /// A gateway build and configuration under test: one, or two in an A/B run.
@@ -818,7 +818,7 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
                 let counted = strace
                     .count(w, t.pid, load)
                     .await
-                    .with_context(|| format!("{}: counting sends", t.label))?;
+                    .with_context(|| format!("{}: counting socket calls", t.label))?;
                 per_call.push(counted.per_call());
             }
             Some(per_call)
@@ -839,7 +839,7 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
 fn print_report(
     targets: &[Target],
     tallies: &[Tally],
-    sends: Option<&[f64]>,
+    sends: Option<&[sends::PerCall]>,
     opts: &Options,
     generator: &Generator,
 ) {
@@ -873,7 +873,7 @@ fn print_report(
     }
     println!();
     println!(
-        "{:<26} {:>8} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6}   {:>9} {:>9} {:>9} {:>9}",
+        "{:<26} {:>8} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6} {:>6}   {:>9} {:>9} {:>9} {:>9}",
         "target",
         "requests",
         "errors",
@@ -882,19 +882,20 @@ fn print_report(
         "p99 ms",
         "cpu µs",
         "sends",
+        "reads",
         "rate÷dir",
         "rate÷ngx",
         "p50÷ngx",
         "p99÷ngx"
     );
-    println!("{}", "-".repeat(126));
+    println!("{}", "-".repeat(133));
     for (i, (t, tally)) in targets.iter().zip(tallies).enumerate() {
         let against = match t.kind {
             Kind::Direct => None,
             Kind::Nginx { tls } | Kind::Pforte { tls } => nginx(tls),
         };
         println!(
-            "{:<26} {:>8} {:>6} {:>8.0} {:>7.2} {:>7.2} {:>8.0} {:>6}   {:>9} {:>9} {:>9} {:>9}",
+            "{:<26} {:>8} {:>6} {:>8.0} {:>7.2} {:>7.2} {:>8.0} {:>6} {:>6}   {:>9} {:>9} {:>9} {:>9}",
             t.label,
             tally.requests,
             tally.errors,
@@ -902,7 +903,8 @@ fn print_report(
             tally.pct_ms(50.0),
             tally.pct_ms(99.0),
             tally.cpu_us_per_request(),
-            sends.map_or("-".to_owned(), |s| format!("{:.1}", s[i])),
+            sends.map_or("-".to_owned(), |s| format!("{:.1}", s[i].sends)),
+            sends.map_or("-".to_owned(), |s| format!("{:.1}", s[i].reads)),
             ratio(tally.rate(), direct.map(Tally::rate)),
             ratio(tally.rate(), against.map(Tally::rate)),
             ratio(tally.pct_ms(50.0), against.map(|a| a.pct_ms(50.0))),
@@ -912,9 +914,9 @@ fn print_report(
     println!();
     println!(
         "cpu µs: CPU time of the target's process per request (the service when direct, nginx's \
-         master and workers, the gateway), from /proc in 10 ms ticks; sends: write-family system \
-         calls on sockets per request, from one extra {SENDS_SECS} s round under strace; ÷ngx: \
-         against nginx in the same TLS mode"
+         master and workers, the gateway), from /proc in 10 ms ticks; sends / reads: write- / \
+         read-family system calls on sockets per request (reads that find nothing included), from \
+         one extra {SENDS_SECS} s round under strace; ÷ngx: against nginx in the same TLS mode"
     );
     let by_label = |l: &str| {
         targets
@@ -983,15 +985,20 @@ fn print_report(
 }
 
 /// The A/B summary: B's figures over A's, per TLS mode.
-fn print_ab(variants: &[Variant], targets: &[Target], tallies: &[Tally], sends: Option<&[f64]>) {
+fn print_ab(
+    variants: &[Variant],
+    targets: &[Target],
+    tallies: &[Tally],
+    sends: Option<&[sends::PerCall]>,
+) {
     println!("A/B (B ÷ A; req/s above 1 and the others below 1 favour B):");
     for v in variants {
         println!("  {}", v.describe());
     }
     let find = |label: String| targets.iter().position(|t| t.label == label);
     println!(
-        "  {:<6} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "", "req/s", "p50", "p99", "cpu µs", "sends"
+        "  {:<6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "req/s", "p50", "p99", "cpu µs", "sends", "reads"
     );
     for mode in ["http", "https"] {
         let (Some(a), Some(b)) = (
@@ -1002,13 +1009,14 @@ fn print_ab(variants: &[Variant], targets: &[Target], tallies: &[Tally], sends: 
         };
         let (ta, tb) = (&tallies[a], &tallies[b]);
         println!(
-            "  {:<6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "  {:<6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             mode,
             ratio(tb.rate(), Some(ta.rate())),
             ratio(tb.pct_ms(50.0), Some(ta.pct_ms(50.0))),
             ratio(tb.pct_ms(99.0), Some(ta.pct_ms(99.0))),
             ratio(tb.cpu_us_per_request(), Some(ta.cpu_us_per_request())),
-            sends.map_or("-".to_owned(), |s| ratio(s[b], Some(s[a]))),
+            sends.map_or("-".to_owned(), |s| ratio(s[b].sends, Some(s[a].sends))),
+            sends.map_or("-".to_owned(), |s| ratio(s[b].reads, Some(s[a].reads))),
         );
     }
     println!();
