@@ -299,12 +299,9 @@ impl GatewayConfig {
             .map(|t| t.validate(origins::url_host(&base_url).as_deref()))
             .transpose()?;
         if let Some(url) = &self.redis_url
-            && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+            && let Err(e) = pforte_redis::validate(url)
         {
-            return Err(invalid(
-                "redis_url",
-                "expected redis://host:port[/db] or rediss://…",
-            ));
+            return Err(invalid("redis_url", e.to_string()));
         }
         if let Some(addr) = self.metrics_listen {
             check_metrics_listen(addr, self.listen)?;
