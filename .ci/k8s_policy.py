@@ -39,8 +39,8 @@ def load() -> dict[str, list[dict]]:
     }
 
 
-def drain_secs() -> int:
-    """The gateway's drain on SIGTERM (pingora's graceful_shutdown_timeout_seconds)."""
+def runtime_stop_secs() -> int:
+    """What the gateway takes after the drain (pingora's graceful_shutdown_timeout_seconds)."""
     text = (ROOT / "gateway/src/runtime.rs").read_text()
     m = re.search(r"graceful_shutdown_timeout_seconds:\s*Some\((\d+)\)", text)
     return int(m.group(1)) if m else 0
@@ -160,8 +160,11 @@ def check(files: dict[str, list[dict]]) -> list[str]:
         pause = int(pre[1]) if len(pre) == 2 and pre[0] == "sleep" else 0
         grace = pod.get("terminationGracePeriodSeconds", 0)
         need(pause > 0, "gateway: a preStop pause (leave the endpoints before draining)")
-        need(grace > pause + drain_secs(),
-             f"gateway: grace {grace} s > preStop {pause} s + drain {drain_secs()} s")
+        drain = cfg.get("drain_secs")
+        need(drain is not None, "pforte.toml: drain_secs stated")
+        stop = pause + (drain or 0) + runtime_stop_secs()
+        need(grace > stop, f"gateway: grace {grace} s > preStop {pause} s + drain {drain} s "
+             f"+ runtime stop {runtime_stop_secs()} s")
         labels = gw["spec"]["selector"]["matchLabels"]
         pdbs = [o for _, o in objs if o["kind"] == "PodDisruptionBudget"
                 and o["spec"]["selector"].get("matchLabels") == labels]
