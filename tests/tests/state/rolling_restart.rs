@@ -77,7 +77,7 @@ async fn a_rolling_restart_of_three_gateways_loses_no_admitted_request() {
     };
     let g0 = start(None).await;
     let public = g0.base.clone();
-    let mut gws = vec![
+    let mut gws = [
         g0,
         start(Some(public.clone())).await,
         start(Some(public)).await,
