@@ -164,6 +164,8 @@ pub(crate) struct Listen {
     pub(crate) behind_tls_proxy: bool,
     /// Seconds an idle client connection is kept open between requests.
     pub(crate) keepalive_timeout_secs: u64,
+    /// Seconds a stopping gateway keeps serving the connections it has (pingora's grace period).
+    pub(crate) drain_secs: u64,
     /// Open connections one client IP (IPv6: its /64) may hold; 0: no cap.
     pub(crate) max_connections_per_ip: u32,
     /// A second listener that serves only `GET /metrics`.
@@ -299,12 +301,9 @@ impl GatewayConfig {
             .map(|t| t.validate(origins::url_host(&base_url).as_deref()))
             .transpose()?;
         if let Some(url) = &self.redis_url
-            && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+            && let Err(e) = pforte_redis::validate(url)
         {
-            return Err(invalid(
-                "redis_url",
-                "expected redis://host:port[/db] or rediss://…",
-            ));
+            return Err(invalid("redis_url", e.to_string()));
         }
         if let Some(addr) = self.metrics_listen {
             check_metrics_listen(addr, self.listen)?;
@@ -340,6 +339,9 @@ impl GatewayConfig {
         if !(1..=3600).contains(&self.keepalive_timeout_secs) {
             return Err(invalid("keepalive_timeout_secs", "1 to 3600 seconds"));
         }
+        if self.drain_secs > 300 {
+            return Err(invalid("drain_secs", "0 to 300 seconds"));
+        }
         if self.scopes.is_empty() || self.scopes.iter().any(|s| !is_scope_token(s)) {
             return Err(invalid(
                 "scopes",
@@ -358,6 +360,7 @@ impl GatewayConfig {
                 tls,
                 behind_tls_proxy: self.behind_tls_proxy,
                 keepalive_timeout_secs: self.keepalive_timeout_secs,
+                drain_secs: self.drain_secs,
                 max_connections_per_ip: self.max_connections_per_ip,
                 metrics_listen: self.metrics_listen,
             },

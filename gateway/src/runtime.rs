@@ -495,7 +495,9 @@ fn server_conf(settings: &Settings) -> ServerConf {
         },
         // Per core (the default `runtime`), each proxy service runs one thread of its own;
         // `work-stealing` shares one runtime of `threads` threads (docs/performance.md).
-        grace_period_seconds: Some(0),
+        // SIGTERM: the listener closes at once and the connections it had are served for
+        // `drain_secs` more; then the runtimes stop (3 s more for blocking work).
+        grace_period_seconds: Some(settings.listen.drain_secs),
         graceful_shutdown_timeout_seconds: Some(3),
         pid_file: settings.data_dir.join("pforte.pid").display().to_string(),
         upgrade_sock: settings

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{config::ServiceConfig, sessions::Sessions, surface::PlanService, tools::Planner};
 
-/// Builds the router: `/mcp` (MCP streamable HTTP) and `/healthz`. Every session shares the
+/// Builds the router: `/mcp` (MCP streamable HTTP), `/healthz` and `/readyz`. Every session shares the
 /// planner (engine and store) and the tool catalog; sessions are held by [`Sessions`].
 pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationToken) -> Router {
     let tools = PlanService::tools(cfg.read_only);
@@ -30,6 +30,8 @@ pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationTo
     Router::new()
         .nest_service("/mcp", mcp)
         .route("/healthz", get(|| async { "ok\n" }))
+        // A Kubernetes readiness probe's path: serving is being ready (no upstream of its own).
+        .route("/readyz", get(|| async { "ok\n" }))
 }
 
 /// Where `serve` listens: a TCP address or a Unix domain socket (`unix:PATH`).

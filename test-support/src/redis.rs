@@ -10,15 +10,29 @@ use std::time::{Duration, Instant};
 use crate::env::{free_port, in_ci, skip, which};
 
 /// How a [`RedisServer`] runs.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RedisOptions {
     append_only: bool,
+    password: Option<String>,
+    replica_of: Option<u16>,
 }
 
 impl RedisOptions {
     /// An append-only file, fsynced on every write (`--appendonly yes --appendfsync always`).
     pub fn append_only(mut self) -> Self {
         self.append_only = true;
+        self
+    }
+
+    /// `requirepass` (and `masterauth`, so replicas of a server with the same password sync).
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// A replica of the server on 127.0.0.1:`port` (`--replicaof`).
+    pub fn replica_of(mut self, port: u16) -> Self {
+        self.replica_of = Some(port);
         self
     }
 
@@ -40,7 +54,7 @@ impl RedisOptions {
                 child: None,
                 port: free_port(),
                 dir: tempfile::tempdir().expect("temp dir"),
-                options: self,
+                options: self.clone(),
             };
             if server.launch() {
                 return Some(server);
@@ -71,9 +85,12 @@ impl RedisServer {
         RedisOptions::default()
     }
 
-    /// `redis://127.0.0.1:PORT/0`.
+    /// `redis://127.0.0.1:PORT/0` (`redis://:PASSWORD@…` with a password).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        match &self.options.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/0", self.port),
+            None => format!("redis://127.0.0.1:{}/0", self.port),
+        }
     }
 
     /// Everything redis holds, as bytes: `SAVE`, then the (uncompressed) RDB file.
@@ -118,6 +135,12 @@ impl RedisServer {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
             cmd.args(["--appendonly", "no"]);
+        }
+        if let Some(pw) = &self.options.password {
+            cmd.args(["--requirepass", pw, "--masterauth", pw]);
+        }
+        if let Some(port) = self.options.replica_of {
+            cmd.args(["--replicaof", "127.0.0.1", &port.to_string()]);
         }
         let mut child = cmd
             .arg("--dir")

@@ -30,6 +30,8 @@ pub struct GatewayConfig {
     pub metrics_listen: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive_timeout_secs: Option<u64>,
+    /// The drain on SIGTERM: 0 here unless a test sets it (every test gateway stops at once).
+    pub drain_secs: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections_per_ip: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,6 +85,7 @@ impl GatewayConfig {
             trusted_proxies: Vec::new(),
             metrics_listen: None,
             keepalive_timeout_secs: None,
+            drain_secs: 0,
             max_connections_per_ip: None,
             tls: None,
             upstream: Upstream {

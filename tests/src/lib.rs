@@ -43,7 +43,7 @@ pub use idp::{
 };
 pub use jag_idp::JagIdp;
 pub use pforte_test_support::{
-    Form, RedisOptions, RedisServer, SKIP_LOG_ENV, free_port, in_ci, skip, which,
+    Form, RedisOptions, RedisServer, SKIP_LOG_ENV, Sentinels, free_port, in_ci, skip, which,
 };
 pub use proc::{Proc, bin, bin_dir, built_bin, eventually, pforte_cmd, target_dir};
 pub use raw_upstream::RawUpstream;

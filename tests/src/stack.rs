@@ -181,6 +181,12 @@ impl StackBuilder {
         self
     }
 
+    /// `drain_secs`: how long the gateway serves its connections after SIGTERM (0 by default).
+    pub fn drain_secs(mut self, secs: u64) -> Self {
+        self.config.drain_secs = secs;
+        self
+    }
+
     /// `runtime`: how the proxy's threads serve the listener.
     pub fn runtime(mut self, runtime: &str) -> Self {
         self.config.runtime = Some(runtime.to_owned());

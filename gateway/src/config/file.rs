@@ -232,6 +232,10 @@ pub struct GatewayConfig {
     /// Seconds an idle client connection is kept open between requests (HTTP/1.1 keep-alive,
     /// HTTP/2 without open streams).
     pub(crate) keepalive_timeout_secs: u64,
+    /// Seconds a stopping gateway (SIGTERM) keeps serving the connections it has — in-flight
+    /// requests finish, a kept-alive connection's next request is answered with
+    /// `Connection: close` — after its listener closed. 0: stop at once.
+    pub(crate) drain_secs: u64,
     /// Open connections one client IP (IPv6: its /64) may hold; more are closed at once.
     /// Trusted proxies are exempt. 0: no cap.
     pub(crate) max_connections_per_ip: u32,
@@ -276,6 +280,7 @@ impl Default for GatewayConfig {
             audit_max_bytes: crate::audit::DEFAULT_MAX_BYTES,
             audit_keep: crate::audit::DEFAULT_KEEP,
             keepalive_timeout_secs: 60,
+            drain_secs: 5,
             max_connections_per_ip: 256,
             log_format: crate::logging::LogFormat::Text,
             metrics_listen: None,

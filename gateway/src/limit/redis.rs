@@ -3,7 +3,7 @@
 //! own on the same clock; a reset deletes the key.
 
 use async_trait::async_trait;
-use redis::{Script, aio::ConnectionManager};
+use redis::Script;
 
 use super::{Decision, LimitError, Limiter, Policy};
 
@@ -45,7 +45,7 @@ return 1
 /// Rate-limit state in redis, keys under `prefix`.
 #[derive(Clone)]
 pub struct RedisLimiter {
-    conn: ConnectionManager,
+    conn: pforte_redis::Redis,
     prefix: String,
     script: Script,
     refund: Script,
@@ -63,15 +63,8 @@ impl RedisLimiter {
     /// Connects lazily: while redis is down every decision fails fast (and the caller falls
     /// back to in-process limits).
     pub fn connect(url: &str, prefix: &str) -> Result<Self, LimitError> {
-        let client =
-            redis::Client::open(url).map_err(|e| LimitError::Unavailable(e.to_string()))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
-            .set_response_timeout(Some(std::time::Duration::from_millis(500)))
-            .set_number_of_retries(0)
-            .set_max_delay(std::time::Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| LimitError::Unavailable(e.to_string()))?;
+        let conn =
+            pforte_redis::Redis::open(url).map_err(|e| LimitError::Unavailable(e.to_string()))?;
         Ok(Self {
             conn,
             prefix: prefix.to_owned(),

@@ -77,7 +77,7 @@ impl ServerApp for Http1 {
         let mut settings: Option<HttpPersistentSettings> = None;
         loop {
             let is_mcp_path = |path: &str| self.gateway.is_mcp_path(path);
-            let (head, to) = read_head(&mut stream, carried, wait, shutdown, is_mcp_path).await?;
+            let (head, to) = read_head(&mut stream, carried, wait, is_mcp_path).await?;
             wait = Wait::Idle(self.idle);
             if to == Head::TooLarge {
                 refuse_head(&mut stream).await;
@@ -156,15 +156,14 @@ fn head_deadline(wait: Wait, started: Instant, first_byte: Option<Instant>) -> I
 /// Reads until `buf` holds a whole request head and says where it goes (one `httparse`
 /// refuses goes to pingora, which answers it; one past [`HEAD_LIMIT`] is `TooLarge`). The
 /// whole head is due by [`head_deadline`], however its bytes trickle in. `None`: the
-/// connection closed or missed the deadline, or the gateway is stopping, before a request came.
+/// connection closed or missed the deadline before a request came (a stopping gateway keeps
+/// waiting: its runtime ends the connection when the drain is over).
 async fn read_head(
     stream: &mut Stream,
     mut buf: BytesMut,
     wait: Wait,
-    shutdown: &ShutdownWatch,
     is_mcp_path: impl Fn(&str) -> bool,
 ) -> Option<(BytesMut, Head)> {
-    let mut stopping = shutdown.clone();
     let started = Instant::now();
     let mut first_byte = (!buf.is_empty()).then_some(started);
     loop {
@@ -180,16 +179,11 @@ async fn read_head(
                 to => return Some((buf, to)),
             }
         }
-        if *stopping.borrow() && buf.is_empty() {
-            return None;
-        }
+        // Stopping: an idle kept-alive connection stays open through the drain, so a request
+        // its client is already sending is served (with `Connection: close`), not cut.
         let deadline = tokio::time::Instant::from_std(head_deadline(wait, started, first_byte));
         buf.reserve(HEAD_BUFFER);
-        let read = tokio::select! {
-            biased;
-            read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => read,
-            _ = stopping.changed(), if buf.is_empty() => return None,
-        };
+        let read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await;
         match read {
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
             Ok(Ok(_)) => {}

@@ -15,7 +15,7 @@ use crate::{
     oauth::AuthService,
 };
 
-/// Ctrl-C and SIGTERM both stop the gateway gracefully (grace period 0): background services
+/// Ctrl-C and SIGTERM both stop the gateway gracefully (for `drain_secs`): background services
 /// see the shutdown signal and can stop their children. The signal's name is kept for the
 /// "stopped after …" line.
 pub(super) struct Signals(pub(super) Arc<std::sync::OnceLock<&'static str>>);

@@ -3,9 +3,7 @@
 //! ttl (so its lowest is the least recently used), Lua scripts that bind, check (sliding the
 //! expiry), count, make room at a cap and forget atomically, on redis's clock.
 
-use std::time::Duration;
-
-use redis::{Script, aio::ConnectionManager};
+use redis::Script;
 
 use super::{Binding, Holder, Key, SessionError, SessionOptions, key};
 
@@ -108,7 +106,7 @@ return out
 ";
 
 pub(super) struct RedisSessions {
-    conn: ConnectionManager,
+    conn: pforte_redis::Redis,
     prefix: String,
     ttl_secs: u64,
     bind: Script,
@@ -145,13 +143,7 @@ impl RedisSessions {
         prefix: &str,
         opts: &SessionOptions,
     ) -> Result<Self, SessionError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(500)))
-            .set_response_timeout(Some(Duration::from_millis(500)))
-            .set_number_of_retries(0)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
+        let conn = pforte_redis::Redis::open(url).map_err(unavailable)?;
         Ok(Self {
             conn,
             prefix: prefix.to_owned(),

@@ -2,7 +2,7 @@
 //! by the token's SHA-256, an index of active names, and a version counter that the gateways'
 //! refreshers watch. Only hashes are stored, as in the embedded store.
 
-use std::{sync::Mutex, time::Duration};
+use std::sync::Mutex;
 
 use redis::{Commands as _, Connection, Script};
 
@@ -67,7 +67,7 @@ fn list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
 
 /// The redis-backed token store (blocking client: the admin CLI and the refresher thread).
 pub(crate) struct RedisTokenStore {
-    client: redis::Client,
+    client: pforte_redis::Blocking,
     conn: Mutex<Option<Connection>>,
 }
 
@@ -85,7 +85,7 @@ impl RedisTokenStore {
     /// Connects lazily; operations fail with [`StoreError::Redis`] while redis is down.
     pub(crate) fn open(url: &str) -> Result<Self, StoreError> {
         Ok(Self {
-            client: redis::Client::open(url).map_err(err)?,
+            client: pforte_redis::Blocking::open(url).map_err(err)?,
             conn: Mutex::new(None),
         })
     }
@@ -99,20 +99,13 @@ impl RedisTokenStore {
         if let Some(conn) = guard.as_mut() {
             match f(conn) {
                 Ok(v) => return Ok(v),
-                Err(e) if !(e.is_io_error() || e.is_connection_dropped() || e.is_timeout()) => {
+                Err(e) if !pforte_redis::lost(&e) => {
                     return Err(err(e));
                 }
                 Err(_) => *guard = None,
             }
         }
-        let mut conn = self
-            .client
-            .get_connection_with_timeout(Duration::from_millis(500))
-            .map_err(err)?;
-        conn.set_read_timeout(Some(Duration::from_millis(500)))
-            .map_err(err)?;
-        conn.set_write_timeout(Some(Duration::from_millis(500)))
-            .map_err(err)?;
+        let mut conn = self.client.connect().map_err(err)?;
         let result = f(&mut conn).map_err(err);
         *guard = Some(conn);
         result

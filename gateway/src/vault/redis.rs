@@ -4,10 +4,7 @@
 
 use std::time::Duration;
 
-use redis::{
-    AsyncCommands as _, Script,
-    aio::{ConnectionManager, ConnectionManagerConfig},
-};
+use redis::{AsyncCommands as _, Script};
 
 use super::{
     VaultError,
@@ -42,7 +39,7 @@ return 0
 ";
 
 pub(super) struct RedisBackend {
-    conn: ConnectionManager,
+    conn: pforte_redis::Redis,
     prefix: String,
 }
 
@@ -61,13 +58,7 @@ fn ms(d: Duration) -> u64 {
 impl RedisBackend {
     /// Connects lazily (the gateway starts while redis is down; calls then fail fast).
     pub(super) fn open(url: &str, prefix: &str) -> Result<Self, VaultError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(1000)))
-            .set_response_timeout(Some(Duration::from_millis(1000)))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        let conn = pforte_redis::Redis::open(url)?;
         Ok(Self {
             conn,
             prefix: prefix.to_owned(),

@@ -8,10 +8,8 @@
 //! own (configure `appendonly yes` / `appendfsync always` for the "nothing is lost" promise).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 
 use super::{
@@ -47,7 +45,7 @@ return 'ok'";
 /// redis-backed [`Store`].
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: pforte_redis::Redis,
     prefix: String,
     create: Script,
     write: Script,
@@ -73,13 +71,7 @@ impl RedisStore {
     /// A store on the redis at `url` (e.g. `redis://127.0.0.1:6379/0`), keys under `prefix`.
     /// Connects lazily; every call fails fast with `Unavailable` while redis is down.
     pub fn connect(url: &str, prefix: &str) -> StoreResult<Self> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(2000)))
-            .set_response_timeout(Some(Duration::from_millis(5000)))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
+        let conn = pforte_redis::Redis::open(url).map_err(unavailable)?;
         Ok(Self {
             conn,
             prefix: prefix.to_owned(),
@@ -100,7 +92,7 @@ impl RedisStore {
         format!("{}docs", self.prefix)
     }
 
-    fn c(&self) -> ConnectionManager {
+    fn c(&self) -> pforte_redis::Redis {
         self.conn.clone()
     }
 }

@@ -16,12 +16,10 @@
 //! arguments, so this store targets a single redis (or a primary with replicas), not a cluster.
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{CODE_RETENTION_SECS, NewGrant, Rotation, Store, StoreResult};
 use crate::error::StoreError;
@@ -112,7 +110,7 @@ struct Scripts {
 /// redis-backed [`Store`].
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: pforte_redis::Redis,
     prefix: String,
     scripts: Arc<Scripts>,
 }
@@ -158,13 +156,7 @@ impl RedisStore {
     /// Connects lazily: the gateway starts even while redis is down, and every operation then
     /// fails fast with [`StoreError::Unavailable`] until redis is back.
     pub fn connect(url: &str, prefix: &str) -> StoreResult<Self> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(1000)))
-            .set_response_timeout(Some(Duration::from_millis(1000)))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        let conn = pforte_redis::Redis::open(url)?;
         Ok(Self {
             conn,
             prefix: prefix.to_owned(),
@@ -186,7 +178,7 @@ impl RedisStore {
         format!("{}{name}", self.prefix)
     }
 
-    fn c(&self) -> ConnectionManager {
+    fn c(&self) -> pforte_redis::Redis {
         self.conn.clone()
     }
 

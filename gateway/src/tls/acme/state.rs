@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use redis::{AsyncCommands as _, Script, aio::ConnectionManager};
+use redis::{AsyncCommands as _, Script};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StateError {
@@ -30,7 +30,7 @@ return 0
 pub(crate) enum State {
     Files(PathBuf),
     Redis {
-        conn: ConnectionManager,
+        conn: pforte_redis::Redis,
         /// This gateway's lock token.
         token: String,
     },
@@ -52,8 +52,7 @@ impl State {
     }
 
     pub(crate) async fn redis(url: &str) -> Result<Self, StateError> {
-        let client = redis::Client::open(url)?;
-        let conn = ConnectionManager::new(client).await?;
+        let conn = pforte_redis::Redis::open(url)?;
         Ok(Self::Redis {
             conn,
             token: uuid::Uuid::new_v4().to_string(),
