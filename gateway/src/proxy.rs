@@ -43,6 +43,7 @@ mod observe;
 mod peers;
 mod relay;
 mod respond;
+mod stream_gate;
 mod trace;
 mod upstream;
 mod wire;
@@ -86,6 +87,8 @@ pub(crate) struct GatewayState {
     request_ids: crate::request_id::RequestIds,
     /// Upstream connections: kept-alive ones pooled per peer, shared by every core's service.
     upstreams: exchange::Upstreams,
+    /// Sessions whose first requests wait for their event stream (`stream_gate.rs`).
+    stream_gate: stream_gate::StreamGate,
 }
 
 /// The gateway's phases over its shared state: cheap to clone, so that several proxy services
@@ -155,6 +158,7 @@ impl Gateway {
             metrics,
             request_ids: crate::request_id::RequestIds::random(),
             upstreams: exchange::Upstreams::default(),
+            stream_gate: stream_gate::StreamGate::default(),
         })))
     }
 

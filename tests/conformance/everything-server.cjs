@@ -10,6 +10,10 @@
 // With `--stdio` it serves one MCP connection on stdin/stdout instead (StdioServerTransport),
 // for a stdio route of the gateway.
 //
+// With `--elicit-on-session-stream`, `test_elicitation` sends its `elicitation/create` as the
+// suite's reference server does: on the session's standalone stream (the client's GET), with no
+// related request, so that it is dropped when that stream is not open yet (issue 36 point 9).
+//
 // Run with NODE_PATH naming the node_modules that hold @modelcontextprotocol/sdk.
 "use strict";
 
@@ -58,6 +62,7 @@ function wav() {
 const WAV = wav();
 
 const noArgs = { type: "object", properties: {} };
+const onSessionStream = process.argv.includes("--elicit-on-session-stream");
 
 const TOOLS = [
   { name: "test_simple_text", description: "Returns simple text content", inputSchema: noArgs },
@@ -199,7 +204,10 @@ async function callTool(name, args, extra) {
       return { content: [text(`LLM response: ${answer}`)] };
     }
     case "test_elicitation": {
-      const r = await extra.sendRequest(
+      // The suite's reference server sends this request on the session's own stream (the GET),
+      // not the call's: with --elicit-on-session-stream, so does this one.
+      const send = onSessionStream ? (req, schema) => extra.server.request(req, schema) : extra.sendRequest;
+      const r = await send(
         {
           method: "elicitation/create",
           params: {
@@ -333,7 +341,7 @@ function newServer() {
   );
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: TOOLS }));
   server.setRequestHandler(CallToolRequestSchema, async (req, extra) =>
-    callTool(req.params.name, req.params.arguments ?? {}, { ...extra, _meta: req.params._meta }),
+    callTool(req.params.name, req.params.arguments ?? {}, { ...extra, _meta: req.params._meta, server }),
   );
   server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: RESOURCES }));
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({

@@ -215,12 +215,23 @@ impl EverythingServer {
     /// Starts tests/conformance/everything-server.cjs, the conformance target written for these
     /// tests on the TypeScript SDK in `packages` (`…/node_modules/@modelcontextprotocol`).
     pub fn start_conformance_target(node: &Path, packages: &Path) -> anyhow::Result<Self> {
+        Self::start_conformance_target_with(node, packages, &[])
+    }
+
+    /// [`Self::start_conformance_target`] with further arguments for the script (e.g.
+    /// `--elicit-on-session-stream`).
+    pub fn start_conformance_target_with(
+        node: &Path,
+        packages: &Path,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
         let node_modules = packages.parent().context("node_modules")?;
         let mut cmd = Command::new(node);
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("NODE_PATH", node_modules)
-            .arg(conformance_script("everything-server.cjs"));
+            .arg(conformance_script("everything-server.cjs"))
+            .args(args);
         let mut proc = Proc::spawn(cmd)?;
         let line = proc.wait_line("pforte-everything listening on", Duration::from_secs(30))?;
         let addr = line.rsplit(' ').next().context("address")?.parse()?;

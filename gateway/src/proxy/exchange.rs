@@ -16,7 +16,11 @@ use pingora::{
     upstreams::peer::{HttpPeer, Peer as _},
 };
 
-use super::{Gateway, RequestCtx, wire::Wire};
+use super::{
+    Gateway, RequestCtx,
+    stream_gate::{self, Step},
+    wire::Wire,
+};
 use crate::reply::Reply;
 
 /// How many connects a request may try (the first and the retries a balanced route asks for);
@@ -69,8 +73,12 @@ impl Gateway {
     ) -> Result<Relayed> {
         // A long event stream keeps its connection to itself; requests share the pool.
         let pooled = session.req_header().method != http::Method::GET;
-        let (mut up, peer, mut answer) =
-            Box::pin(self.send_upstream(session, ctx, &body, pooled)).await?;
+        let gated = self.stream_gate_step(session, ctx).await;
+        let sent = Box::pin(self.send_upstream(session, ctx, &body, pooled)).await;
+        if let Some(opened) = gated {
+            self.stream_gate.opened(&opened);
+        }
+        let (mut up, peer, mut answer) = sent?;
         drop(body);
         if answer.status == http::StatusCode::UNAUTHORIZED && ctx.upstream_auth.is_some() {
             return Ok(Relayed::Replaced(self.upstream_refused(ctx).await));
@@ -105,6 +113,32 @@ impl Gateway {
                 .release_stream(stream, peer.reuse_hash(), idle);
         }
         Ok(Relayed::Answered)
+    }
+
+    /// The request at the session stream gate (`stream_gate.rs`): `initialized` makes the
+    /// session's stream expected, a request waits for it (bounded), the stream's `GET` comes
+    /// back with its key, to be opened once its answer's head came (or it failed).
+    async fn stream_gate_step(&self, session: &Session, ctx: &RequestCtx) -> Option<String> {
+        let id = session
+            .req_header()
+            .headers
+            .get(super::admission::SESSION_ID)?;
+        let key = format!(
+            "{:?}:{}",
+            ctx.mcp_route,
+            String::from_utf8_lossy(id.as_bytes())
+        );
+        let method = &session.req_header().method;
+        match stream_gate::step(method, ctx.mcp.message.as_ref()) {
+            Step::Expect => self.stream_gate.expect(key, std::time::Instant::now()),
+            Step::Wait => self.stream_gate.wait(&key).await,
+            Step::Open => {
+                self.stream_gate.opening(&key, std::time::Instant::now());
+                return Some(key);
+            }
+            Step::Pass => {}
+        }
+        None
     }
 
     /// Connects (a kept-alive connection first, when `pooled`), writes the request and reads
