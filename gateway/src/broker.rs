@@ -194,7 +194,9 @@ impl Broker {
                 if let Some(c) = self.registered(route, &server.issuer) {
                     return Ok((c, false));
                 }
-                let http = self.http(server.ca_file.as_deref(), &server.allowed_hosts).await?;
+                let http = self
+                    .http(server.ca_file.as_deref(), &server.allowed_hosts)
+                    .await?;
                 let c = register::register(&http, server, redirect_uri, client_name).await?;
                 self.remember_registration(route, &server.issuer, c.clone());
                 Ok((c, true))

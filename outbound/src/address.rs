@@ -143,21 +143,28 @@ impl AddressPolicy {
         if self.host_allowed(host) {
             return Ok(());
         }
+        match url.host() {
+            Some(url::Host::Ipv4(ip)) if !is_public(IpAddr::V4(ip)) => {
+                return Err(Refusal::Address {
+                    host: host.to_owned(),
+                    ip: IpAddr::V4(ip),
+                });
+            }
+            Some(url::Host::Ipv6(ip)) if !is_public(IpAddr::V6(ip)) => {
+                return Err(Refusal::Address {
+                    host: host.to_owned(),
+                    ip: IpAddr::V6(ip),
+                });
+            }
+            Some(url::Host::Domain(d)) if is_localhost(d) => {
+                return Err(Refusal::Localhost(shown()));
+            }
+            _ => {}
+        }
         if url.scheme() != "https" {
             return Err(Refusal::Scheme(shown()));
         }
-        match url.host() {
-            Some(url::Host::Ipv4(ip)) if !is_public(IpAddr::V4(ip)) => Err(Refusal::Address {
-                host: host.to_owned(),
-                ip: IpAddr::V4(ip),
-            }),
-            Some(url::Host::Ipv6(ip)) if !is_public(IpAddr::V6(ip)) => Err(Refusal::Address {
-                host: host.to_owned(),
-                ip: IpAddr::V6(ip),
-            }),
-            Some(url::Host::Domain(d)) if is_localhost(d) => Err(Refusal::Localhost(shown())),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 }
 
@@ -252,6 +259,10 @@ mod tests {
         );
         assert!(matches!(
             p.parse("http://localhost:9/x"),
+            Err(Refusal::Localhost(_))
+        ));
+        assert!(matches!(
+            p.parse("http://example.com/x"),
             Err(Refusal::Scheme(_))
         ));
         assert!(matches!(
@@ -272,6 +283,9 @@ mod tests {
         assert_eq!(raw_host("http://u@A.b:1/x").as_deref(), Some("a.b"));
         assert_eq!(raw_host("http://[::1]/x").as_deref(), Some("[::1]"));
         assert_eq!(raw_host("http://[::1]:8/x").as_deref(), Some("[::1]"));
-        assert_eq!(raw_host("http://2130706433?x").as_deref(), Some("2130706433"));
+        assert_eq!(
+            raw_host("http://2130706433?x").as_deref(),
+            Some("2130706433")
+        );
     }
 }

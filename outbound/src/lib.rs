@@ -199,10 +199,7 @@ pub async fn read_capped(
     resp: &mut reqwest::Response,
     max_bytes: usize,
 ) -> Result<Vec<u8>, OutboundError> {
-    if resp
-        .content_length()
-        .is_some_and(|l| l > max_bytes as u64)
-    {
+    if resp.content_length().is_some_and(|l| l > max_bytes as u64) {
         return Err(OutboundError::TooLarge(max_bytes));
     }
     let mut body = Vec::new();

@@ -20,10 +20,12 @@ impl Resolve for PolicyResolver {
         let policy = Arc::clone(&self.policy);
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
-            if let Some(bad) = addrs.iter().find(|a| !policy.address_allowed(&host, a.ip())) {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if let Some(bad) = addrs
+                .iter()
+                .find(|a| !policy.address_allowed(&host, a.ip()))
+            {
                 return Err(Box::new(Refusal::Address { host, ip: bad.ip() })
                     as Box<dyn std::error::Error + Send + Sync>);
             }

@@ -60,7 +60,7 @@ pub enum DiscoveryError {
     NoResourceMetadata,
     #[error("{what} is unusable: {reason}")]
     Invalid { what: &'static str, reason: String },
-    #[error("{0}")]
+    #[error("refused by the address policy: {0}")]
     Insecure(Refusal),
     #[error("the authorization server's metadata says issuer {found}, not {expected}")]
     IssuerMismatch { expected: String, found: String },

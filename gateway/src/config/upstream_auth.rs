@@ -257,7 +257,9 @@ pub(crate) fn validate(
             }
             let allow_hosts = c.allow_hosts.clone().unwrap_or_default();
             if let Some(bad) = allow_hosts.iter().find(|h| {
-                h.is_empty() || h.contains(['/', '@', ' ', '?', '#']) || url::Host::parse(h).is_err()
+                h.is_empty()
+                    || h.contains(['/', '@', ' ', '?', '#'])
+                    || url::Host::parse(h).is_err()
             }) {
                 return Err((
                     "upstream_auth",
