@@ -225,4 +225,46 @@ mod tests {
             vec![b"0123456789abcdef".to_vec()]
         );
     }
+
+    /// The fuzz target's invariant (`fuzz/fuzz_targets/catalog_sse.rs`) on hand-picked
+    /// streams: however the bytes are cut, the same events and the same overflow.
+    #[test]
+    fn the_cut_changes_nothing() {
+        fn read(stream: &[u8], step: usize, max: usize) -> (Vec<Vec<u8>>, Option<TooLong>) {
+            let mut r = EventReader::new(max);
+            let mut events = Vec::new();
+            for piece in stream.chunks(step) {
+                match r.push(piece) {
+                    Ok(done) => events.extend(done),
+                    Err(e) => return (events, Some(e)),
+                }
+            }
+            match r.finish() {
+                Ok(last) => events.extend(last),
+                Err(e) => return (events, Some(e)),
+            }
+            (events, None)
+        }
+        let streams: [&[u8]; 6] = [
+            b"data: a\r\n\r\ndata: b\rdata: c\r\r",
+            b"data:0123456789abcdef\n\ndata: x\ndata: y\n\n",
+            b"\r\n\r\n\n\r: comment\ndata\n\n",
+            b"data: 0123456789\ndata: 0123456789\n\n",
+            b"id: 1\nevent: e\ndata: {\"a\":1}\n\ndata: tail",
+            b"dataxyz: 1\ndata:  two spaces\n\n",
+        ];
+        for stream in streams {
+            for max in [1, 8, 16, 21, 64] {
+                let (whole, whole_err) = read(stream, stream.len(), max);
+                for step in 1..=16 {
+                    let (cut, cut_err) = read(stream, step, max);
+                    assert_eq!(cut_err, whole_err, "{stream:?} step {step} max {max}");
+                    if whole_err.is_none() {
+                        assert_eq!(cut, whole, "{stream:?} step {step} max {max}");
+                    }
+                    assert!(cut.iter().all(|e| e.len() <= max));
+                }
+            }
+        }
+    }
 }
