@@ -4,8 +4,9 @@
 //! `register.rs` chooses how Pforte is known there (a configured client, a client ID metadata
 //! document Pforte serves, or dynamic registration, cached per route and issuer); `flow.rs`
 //! runs the code flow with PKCE S256 and `resource`, the exchange and the refresh through the
-//! `oauth2` crate; `transport.rs` is the HTTP under all of it (no redirects, timeouts, bounded
-//! answers, a route's own CA); `challenge.rs` reads `WWW-Authenticate`; `callback.rs` the authorization response (RFC 9207
+//! `oauth2` crate; `transport.rs` is the HTTP under all of it (the one outbound client: no
+//! redirects, timeouts, bounded answers, a route's own CA, the route's address policy — plain
+//! http and private addresses only on the upstream's own host or the route's `allow_hosts`); `challenge.rs` reads `WWW-Authenticate`; `callback.rs` the authorization response (RFC 9207
 //! `iss` checked). `Broker` holds the
 //! clients, the clock and the caches, once per gateway; where the tokens are kept is not its
 //! business (the vault's).
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use pforte_clock::Clock;
+use pforte_outbound::AddressPolicy;
 use url::Url;
 
 mod callback;
@@ -31,11 +33,14 @@ pub use pforte_oauth::Secret;
 pub use register::{RegisterError, Registration, TokenAuth, UpstreamClient, choose, cimd_document};
 pub use transport::HttpError;
 
-/// The upstream OAuth client side of one gateway: HTTP clients per CA file, the clock, the
-/// discovery cache and the dynamic registrations made.
+/// A client's key: the CA file it trusts and the hosts its address policy exempts.
+type ClientKey = (Option<PathBuf>, Vec<String>);
+
+/// The upstream OAuth client side of one gateway: HTTP clients per CA file and address policy,
+/// the clock, the discovery cache and the dynamic registrations made.
 pub struct Broker {
     clock: Arc<dyn Clock>,
-    clients: Mutex<HashMap<Option<PathBuf>, reqwest::Client>>,
+    clients: Mutex<HashMap<ClientKey, transport::Client>>,
     discovery: discover::Cache,
     registered: Mutex<HashMap<(String, String), UpstreamClient>>,
     /// One dynamic registration at a time (two users connecting at once register once).
@@ -59,9 +64,14 @@ impl Broker {
         }
     }
 
-    /// The HTTP client trusting the platform's roots and `ca_file` (read on first use).
-    async fn http(&self, ca_file: Option<&Path>) -> Result<reqwest::Client, HttpError> {
-        let key = ca_file.map(Path::to_path_buf);
+    /// The HTTP client trusting the platform's roots and `ca_file` (read on first use), held
+    /// to public addresses over https except for `allowed_hosts`.
+    async fn http(
+        &self,
+        ca_file: Option<&Path>,
+        allowed_hosts: &[String],
+    ) -> Result<transport::Client, HttpError> {
+        let key = (ca_file.map(Path::to_path_buf), allowed_hosts.to_vec());
         if let Some(c) = self
             .clients
             .lock()
@@ -70,15 +80,16 @@ impl Broker {
         {
             return Ok(c.clone());
         }
+        let policy = AddressPolicy::allowing(allowed_hosts);
         let client = match ca_file {
-            None => transport::client(None)?,
+            None => transport::client(None, policy)?,
             Some(path) => {
                 let shown = path.display().to_string();
                 let pem = tokio::fs::read(path).await.map_err(|e| HttpError::Ca {
                     path: shown.clone(),
                     reason: e.to_string(),
                 })?;
-                transport::client(Some((&shown, &pem)))?
+                transport::client(Some((&shown, &pem)), policy)?
             }
         };
         self.clients
@@ -89,18 +100,22 @@ impl Broker {
     }
 
     /// What the upstream MCP server of `route` at `mcp_url` (from the configuration) names as
-    /// its authorization server: cached for an hour.
+    /// its authorization server: cached for an hour. Plain http and private addresses are
+    /// reached only on `mcp_url`'s own host (as written) and the route's `allow_hosts`.
     pub async fn discover(
         &self,
         route: &str,
         mcp_url: &Url,
         ca_file: Option<&Path>,
+        allow_hosts: &[String],
     ) -> Result<Arc<UpstreamServer>, DiscoveryError> {
         if let Some(s) = self.discovery.get(route, self.clock.now_ms()) {
             return Ok(s);
         }
+        let mut allowed: Vec<String> = mcp_url.host_str().map(str::to_owned).into_iter().collect();
+        allowed.extend(allow_hosts.iter().cloned());
         let http = self
-            .http(ca_file)
+            .http(ca_file, &allowed)
             .await
             .map_err(|e| DiscoveryError::Unreachable {
                 what: "the upstream",
@@ -179,7 +194,9 @@ impl Broker {
                 if let Some(c) = self.registered(route, &server.issuer) {
                     return Ok((c, false));
                 }
-                let http = self.http(server.ca_file.as_deref()).await?;
+                let http = self
+                    .http(server.ca_file.as_deref(), &server.allowed_hosts)
+                    .await?;
                 let c = register::register(&http, server, redirect_uri, client_name).await?;
                 self.remember_registration(route, &server.issuer, c.clone());
                 Ok((c, true))
@@ -217,7 +234,7 @@ impl Broker {
         resource: &str,
     ) -> Result<TokenSet, FlowError> {
         let http = self
-            .http(server.ca_file.as_deref())
+            .http(server.ca_file.as_deref(), &server.allowed_hosts)
             .await
             .map_err(|e| FlowError::Unreachable(e.to_string()))?;
         flow::finish(
@@ -242,7 +259,7 @@ impl Broker {
         resource: &str,
     ) -> Result<TokenSet, RefreshError> {
         let http = self
-            .http(server.ca_file.as_deref())
+            .http(server.ca_file.as_deref(), &server.allowed_hosts)
             .await
             .map_err(|e| RefreshError::Transient(e.to_string()))?;
         flow::refresh(&http, server, client, refresh_token, resource, || {
@@ -260,7 +277,7 @@ impl Broker {
         tokens: &TokenSet,
     ) -> Result<bool, String> {
         let http = self
-            .http(server.ca_file.as_deref())
+            .http(server.ca_file.as_deref(), &server.allowed_hosts)
             .await
             .map_err(|e| e.to_string())?;
         flow::revoke(&http, server, client, tokens).await
@@ -288,7 +305,7 @@ mod tests {
         let Ok(url) = Url::parse("https://up.example/mcp") else {
             return;
         };
-        send(&b.discover("r", &url, None));
+        send(&b.discover("r", &url, None, &[]));
         let server = UpstreamServer {
             resource: url.to_string(),
             issuer: "https://as.example".into(),
@@ -301,6 +318,7 @@ mod tests {
             scopes_supported: Vec::new(),
             token_auth_methods: Vec::new(),
             ca_file: None,
+            allowed_hosts: Vec::new(),
         };
         let client = UpstreamClient {
             client_id: "c".into(),

@@ -14,12 +14,18 @@
 //! ([`Catalog::connected`]) or a `ttl` passes. It declares the client capabilities (roots,
 //! sampling, elicitation) at `initialize`, so tools a server lists only for such clients are
 //! known, and answers the server's requests minimally ([`answer::answer_server_request`]).
+//!
+//! Its HTTP is the one outbound client's (`pforte_outbound`): no redirects, no proxy, the
+//! route's CA only (else the system roots), the upstream's own host only. Every answer is read
+//! up to `max_answer_bytes` (a JSON answer, the whole event stream of a POST, and one line or
+//! event of the GET stream); the GET stream is dropped after `stream_idle` without a byte, or
+//! at a line or event past the cap, and `run` opens it again after a backoff.
 
 mod answer;
 mod filter;
 mod follow;
 mod lending;
-mod sse;
+pub(crate) mod sse;
 
 use std::{
     collections::HashMap,
@@ -32,6 +38,7 @@ use std::{
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
+use pforte_outbound::{AddressPolicy, OutboundError, Trust};
 use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -51,6 +58,8 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 /// Upper bound on `tools/list` pages followed in one refresh (a loop guard).
 const MAX_PAGES: usize = 100;
+/// `max_answer_bytes`' default.
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 /// What the catalog knows about a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
@@ -72,8 +81,15 @@ pub struct CatalogOptions {
     pub miss_refresh: Duration,
     /// How long [`Catalog::tool_or_refresh`] waits for the refresh (default 2 s).
     pub miss_wait: Duration,
-    /// Timeout of each HTTP request to the upstream (default 10 s; the GET stream has none).
+    /// Timeout of each HTTP request to the upstream (default 10 s; the GET stream has none
+    /// but `stream_idle`).
     pub request_timeout: Duration,
+    /// The GET stream is dropped (and opened again) after this long without a byte (default
+    /// 5 min).
+    pub stream_idle: Duration,
+    /// Largest answer read (a JSON answer, a POST's whole event stream, one line or event of
+    /// the GET stream; default 8 MiB): past it the answer or stream is dropped.
+    pub max_answer_bytes: usize,
     /// Retry backoff while the upstream is unreachable: from `backoff_min`, doubling up to
     /// `backoff_max` (defaults 200 ms, 10 s).
     pub backoff_min: Duration,
@@ -100,6 +116,8 @@ impl Default for CatalogOptions {
             miss_refresh: Duration::from_secs(5),
             miss_wait: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            stream_idle: Duration::from_secs(300),
+            max_answer_bytes: MAX_ANSWER_BYTES,
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             unix_socket: None,
@@ -114,8 +132,12 @@ impl Default for CatalogOptions {
 /// Why a refresh failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("catalog: upstream request failed: {0}")]
+    #[error("catalog: upstream request failed: {}", pforte_outbound::chain(.0))]
     Http(#[from] reqwest::Error),
+    #[error("catalog: {0}")]
+    Outbound(#[from] OutboundError),
+    #[error("catalog: {0}")]
+    TooLong(#[from] sse::TooLong),
     #[error("catalog: upstream answered {0}")]
     Status(reqwest::StatusCode),
     #[error("catalog: the catalog's MCP session is gone")]
@@ -143,8 +165,10 @@ struct Snapshot {
 #[derive(Debug)]
 pub struct Catalog {
     url: String,
+    /// `url` parsed (what requests go to).
+    target: url::Url,
     opts: CatalogOptions,
-    http: reqwest::Client,
+    http: pforte_outbound::Client,
     snapshot: ArcSwap<Snapshot>,
     /// The catalog's MCP session with the upstream.
     session: Mutex<Option<String>>,
@@ -190,26 +214,31 @@ impl Catalog {
     /// A catalog of the MCP endpoint at `upstream_url` (e.g. `http://127.0.0.1:8080/mcp`). It
     /// starts empty: every lookup is `Unknown` until the first refresh.
     pub fn new(upstream_url: String, opts: CatalogOptions) -> Result<Self, CatalogError> {
-        // Straight to the upstream: no redirects, and no HTTP(S)_PROXY from the environment.
-        let mut http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(opts.request_timeout);
-        if let Some(path) = &opts.unix_socket {
-            http = http.unix_socket(path.as_path());
-        }
-        if let Some(path) = &opts.ca_file {
-            let shown = path.display().to_string();
-            let pem = std::fs::read(path)
-                .map_err(|e| CatalogError::CaFile(shown.clone(), e.to_string()))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| CatalogError::CaFile(shown, e.to_string()))?;
-            http = http.tls_certs_only(certs);
-        }
-        let http = http.build()?;
+        // Straight to the upstream (its own host only): no redirects, no HTTP(S)_PROXY from the
+        // environment, the route's CA alone when it has one.
+        let target = url::Url::parse(&upstream_url)
+            .map_err(|e| CatalogError::Protocol(format!("upstream URL {upstream_url}: {e}")))?;
+        let trust = match &opts.ca_file {
+            Some(path) => Trust::read(path, false)
+                .map_err(|e| CatalogError::CaFile(path.display().to_string(), e.to_string()))?,
+            None => Trust::System,
+        };
+        let http = pforte_outbound::Client::new(pforte_outbound::Options {
+            policy: AddressPolicy::allowing(target.host_str()),
+            trust,
+            connect_timeout: opts.request_timeout,
+            timeout: None,
+            idle_timeout: Some(opts.stream_idle),
+            unix_socket: opts.unix_socket.clone(),
+        })
+        .map_err(|e| match e {
+            OutboundError::Ca { path, reason } => CatalogError::CaFile(path, reason),
+            other => CatalogError::Outbound(other),
+        })?;
         let lends = opts.lender.is_some();
         Ok(Self {
             url: upstream_url,
+            target,
             opts,
             http,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
@@ -443,17 +472,21 @@ impl Catalog {
         let (_, session) = self.call(None, 1, "initialize", params).await?;
         self.stateless.store(session.is_none(), Ordering::Release);
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        let response = self.post(session.as_deref(), &note).send().await?;
+        let response = self.post(session.as_deref(), &note)?.send().await?;
         if !response.status().is_success() {
             return Err(CatalogError::Status(response.status()));
         }
         Ok(session)
     }
 
-    fn post(&self, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+    fn post(
+        &self,
+        session: Option<&str>,
+        body: &Value,
+    ) -> Result<reqwest::RequestBuilder, CatalogError> {
         let mut request = self.headers(
             self.http
-                .post(&self.url)
+                .request(http::Method::POST, &self.target)?
                 .timeout(self.opts.request_timeout)
                 .header(
                     reqwest::header::ACCEPT,
@@ -466,7 +499,7 @@ impl Catalog {
                 .header(SESSION_HEADER, s)
                 .header(PROTOCOL_HEADER, PROTOCOL_VERSION);
         }
-        request
+        Ok(request)
     }
 
     /// One JSON-RPC request; its `result` and the session id the answer carried.
@@ -478,7 +511,7 @@ impl Catalog {
         params: Value,
     ) -> Result<(Value, Option<String>), CatalogError> {
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let response = self.post(session, &body).send().await?;
+        let mut response = self.post(session, &body)?.send().await?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
             return Err(CatalogError::SessionGone);
@@ -496,22 +529,26 @@ impl Catalog {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+        let max = self.opts.max_answer_bytes;
         let message = if is_sse {
-            read_sse_response(response, id).await?
+            read_sse_response(response, id, max).await?
         } else {
-            serde_json::from_slice(&response.bytes().await?)
+            serde_json::from_slice(&pforte_outbound::read_capped(&mut response, max).await?)
                 .map_err(|e| CatalogError::Protocol(e.to_string()))?
         };
         Ok((into_result(message)?, new_session))
     }
 }
 
-/// Reads SSE events until the JSON-RPC response with `id` arrives.
+/// Reads SSE events until the JSON-RPC response with `id` arrives, at most `max_bytes` of the
+/// stream in all.
 async fn read_sse_response(
     mut response: reqwest::Response,
     id: u64,
+    max_bytes: usize,
 ) -> Result<Value, CatalogError> {
-    let mut reader = sse::EventReader::default();
+    let mut reader = sse::EventReader::new(max_bytes);
+    let mut read = 0usize;
     let matches = |data: &[u8]| -> Option<Value> {
         let v: Value = serde_json::from_slice(data).ok()?;
         (v.get("id").and_then(Value::as_u64) == Some(id)
@@ -519,12 +556,16 @@ async fn read_sse_response(
         .then_some(v)
     };
     while let Some(chunk) = response.chunk().await? {
-        if let Some(v) = reader.push(&chunk).iter().find_map(|d| matches(d)) {
+        read += chunk.len();
+        if read > max_bytes {
+            return Err(OutboundError::TooLarge(max_bytes).into());
+        }
+        if let Some(v) = reader.push(&chunk)?.iter().find_map(|d| matches(d)) {
             return Ok(v);
         }
     }
     reader
-        .finish()
+        .finish()?
         .and_then(|d| matches(&d))
         .ok_or_else(|| CatalogError::Protocol(format!("the stream ended without response {id}")))
 }

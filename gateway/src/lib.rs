@@ -68,7 +68,10 @@ pub mod for_tests {
             RefreshError, RegisterError, Registration, Secret, TokenAuth, TokenSet, UpstreamClient,
             UpstreamServer, choose, cimd_document, is_stale, read_callback,
         },
-        catalog::{Catalog, CatalogOptions, Lookup, filter_tools_list},
+        catalog::{
+            Catalog, CatalogOptions, Lookup, MAX_ANSWER_BYTES, filter_tools_list,
+            sse::{EventReader, TooLong},
+        },
         config::{DEFAULT_MAX_LINE_BYTES, GatewayConfig},
         forward::{TrustedProxy, client_ip},
         limit::{Limiter, LocalLimiter, Policy, redis::RedisLimiter},

@@ -14,7 +14,7 @@ use opentelemetry::{
     propagation::{Extractor, Injector, TextMapPropagator},
     trace::{SpanKind, Status, TraceContextExt, Tracer as _},
 };
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::{
     Resource,
     propagation::TraceContextPropagator,
@@ -22,6 +22,8 @@ use opentelemetry_sdk::{
 };
 
 use crate::config;
+
+mod otlp_http;
 
 /// The header (and `_meta` key) of W3C trace context.
 pub(crate) const TRACEPARENT: &str = "traceparent";
@@ -53,6 +55,9 @@ impl Telemetry {
             .with_protocol(Protocol::HttpJson)
             .with_endpoint(settings.traces_url.clone())
             .with_timeout(Duration::from_secs(10))
+            .with_http_client(
+                otlp_http::OtlpHttp::new().map_err(|e| TelemetryError(e.to_string()))?,
+            )
             .build()
             .map_err(|e| TelemetryError(e.to_string()))?;
         let batch = BatchConfigBuilder::default()

@@ -1,9 +1,9 @@
-//! Client ID Metadata Documents (I/O part): fetching over https with the address, redirect,
-//! size and time rules of `protocol::cimd`, and an in-process cache honouring Cache-Control.
+//! Client ID Metadata Documents (I/O part): fetching over https on the one outbound client
+//! (`pforte_outbound`: its address policy on the URL and on every resolved address at connect
+//! time, no redirects, a size and a time cap), and an in-process cache honouring Cache-Control.
 
 use async_trait::async_trait;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use url::Url;
@@ -25,8 +25,8 @@ pub(crate) trait DocumentFetcher: Send + Sync + 'static {
     async fn fetch(&self, url: &Url) -> Result<FetchedDocument, CimdError>;
 }
 
-/// The real fetcher: resolves the host itself, refuses non-public addresses (unless allowed),
-/// pins the connection to the checked address, https only, no redirects, size and time caps.
+/// The real fetcher: https only; non-public addresses refused (unless allowed) on the URL and
+/// on each address the name resolves to, when connecting; no redirects; size and time caps.
 #[derive(Clone, Debug)]
 pub(crate) struct HttpFetcher {
     cfg: CimdConfig,
@@ -41,70 +41,59 @@ impl HttpFetcher {
         if url.scheme() != "https" {
             return Err(CimdError::InvalidUrl);
         }
-        let host = url
-            .host_str()
-            .ok_or(CimdError::InvalidUrl)?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        let port = url.port_or_known_default().unwrap_or(443);
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .map_err(|e| CimdError::Fetch(format!("DNS: {e}")))?
-            .collect();
-        if addrs.is_empty() {
-            return Err(CimdError::Fetch("DNS: no address".into()));
-        }
-        if let Some(bad) = addrs
-            .iter()
-            .find(|a| !cimd::address_allowed(a.ip(), self.cfg.allow_private_addresses))
-        {
-            return Err(CimdError::RefusedAddress(bad.ip().to_string()));
-        }
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .https_only(true)
-            .no_proxy()
-            .resolve(&host, addrs[0])
-            .timeout(Duration::from_millis(self.cfg.fetch_timeout_ms))
-            .build()
-            .map_err(|e| CimdError::Fetch(e.to_string()))?;
+        let policy = if self.cfg.allow_private_addresses {
+            pforte_outbound::AddressPolicy::any()
+        } else {
+            pforte_outbound::AddressPolicy::public_only()
+        };
+        let timeout = Duration::from_millis(self.cfg.fetch_timeout_ms);
+        let client = pforte_outbound::Client::new(pforte_outbound::Options {
+            policy,
+            trust: pforte_outbound::Trust::System,
+            connect_timeout: timeout,
+            timeout: Some(timeout),
+            idle_timeout: None,
+            unix_socket: None,
+        })
+        .map_err(fetch_error)?;
         let mut resp = client
-            .get(url.clone())
+            .request(http::Method::GET, url)
+            .map_err(fetch_error)?
             .header(http::header::ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| CimdError::Fetch(e.to_string()))?;
+            .map_err(|e| fetch_error(e.into()))?;
         if resp.status() != reqwest::StatusCode::OK {
             return Err(CimdError::Fetch(format!(
                 "HTTP status {}",
                 resp.status().as_u16()
             )));
         }
-        let max = self.cfg.max_document_bytes;
-        if resp.content_length().is_some_and(|l| l > max as u64) {
-            return Err(CimdError::TooLarge(max));
-        }
         let cache_control = resp
             .headers()
             .get(http::header::CACHE_CONTROL)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let mut body = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
+        let body = pforte_outbound::read_capped(&mut resp, self.cfg.max_document_bytes)
             .await
-            .map_err(|e| CimdError::Fetch(e.to_string()))?
-        {
-            if body.len() + chunk.len() > max {
-                return Err(CimdError::TooLarge(max));
-            }
-            body.extend_from_slice(&chunk);
-        }
+            .map_err(fetch_error)?;
         Ok(FetchedDocument {
             body,
             cache_control,
         })
+    }
+}
+
+/// What an outbound failure means for a document fetch.
+fn fetch_error(e: pforte_outbound::OutboundError) -> CimdError {
+    use pforte_outbound::{OutboundError, Refusal};
+    match e {
+        OutboundError::Refused(Refusal::Address { ip, .. }) => {
+            CimdError::RefusedAddress(ip.to_string())
+        }
+        OutboundError::Refused(r) => CimdError::RefusedAddress(r.to_string()),
+        OutboundError::TooLarge(max) => CimdError::TooLarge(max),
+        other => CimdError::Fetch(other.to_string()),
     }
 }
 

@@ -57,39 +57,46 @@ pub(crate) struct IdpKeys {
     attempts: Mutex<HashMap<String, (u64, Option<String>)>>,
 }
 
-async fn get_json(url: &str) -> Result<serde_json::Value, KeyError> {
+/// The address policy of an IdP's fetches: public addresses over https, and the hosts the
+/// operator named (the issuer's, a configured `jwks_uri`'s) over http or at any address.
+fn idp_policy(idp: &EnterpriseIdp) -> pforte_outbound::AddressPolicy {
+    let hosts = std::iter::once(idp.issuer.as_str())
+        .chain(idp.jwks_uri.as_deref())
+        .filter_map(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned));
+    pforte_outbound::AddressPolicy::allowing(hosts)
+}
+
+async fn get_json(idp: &EnterpriseIdp, url: &str) -> Result<serde_json::Value, KeyError> {
     if !secure_or_loopback(url) {
         return Err(KeyError::Fetch(format!(
             "{url} is not https (http only on loopback)"
         )));
     }
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(FETCH_TIMEOUT)
-        .build()
-        .map_err(|e| KeyError::Fetch(e.to_string()))?;
-    let resp = client
-        .get(url)
+    let fail = |e: pforte_outbound::OutboundError| KeyError::Fetch(format!("{url}: {e}"));
+    let parsed = url::Url::parse(url).map_err(|e| KeyError::Fetch(format!("{url}: {e}")))?;
+    let client = pforte_outbound::Client::new(pforte_outbound::Options {
+        policy: idp_policy(idp),
+        connect_timeout: FETCH_TIMEOUT,
+        timeout: Some(FETCH_TIMEOUT),
+        ..pforte_outbound::Options::default()
+    })
+    .map_err(fail)?;
+    let mut resp = client
+        .request(http::Method::GET, &parsed)
+        .map_err(fail)?
         .header(http::header::ACCEPT, "application/json")
         .send()
         .await
-        .map_err(|e| KeyError::Fetch(format!("{url}: {e}")))?;
+        .map_err(|e| fail(e.into()))?;
     if resp.status() != reqwest::StatusCode::OK {
         return Err(KeyError::Fetch(format!(
             "{url}: HTTP status {}",
             resp.status()
         )));
     }
-    if resp.content_length().is_some_and(|n| n > MAX_BYTES as u64) {
-        return Err(KeyError::Fetch(format!("{url}: answer too large")));
-    }
-    let body = resp
-        .bytes()
+    let body = pforte_outbound::read_capped(&mut resp, MAX_BYTES)
         .await
-        .map_err(|e| KeyError::Fetch(format!("{url}: {e}")))?;
-    if body.len() > MAX_BYTES {
-        return Err(KeyError::Fetch(format!("{url}: answer too large")));
-    }
+        .map_err(fail)?;
     serde_json::from_slice(&body).map_err(|e| KeyError::Fetch(format!("{url}: not JSON ({e})")))
 }
 
@@ -113,7 +120,7 @@ async fn jwks_uri(idp: &EnterpriseIdp) -> Result<String, KeyError> {
     ];
     let mut last = String::new();
     for url in candidates {
-        match get_json(&url).await {
+        match get_json(idp, &url).await {
             Ok(doc) => {
                 if doc.get("issuer").and_then(|v| v.as_str()) != Some(idp.issuer.as_str()) {
                     last = format!("{url} names another issuer");
@@ -156,7 +163,7 @@ impl IdpKeys {
 
     async fn fetch_keys(&self, idp: &EnterpriseIdp, now_ms: u64) -> Result<(), KeyError> {
         let uri = jwks_uri(idp).await?;
-        let doc = get_json(&uri).await?;
+        let doc = get_json(idp, &uri).await?;
         let keys: JwkSet = serde_json::from_value(doc)
             .map_err(|e| KeyError::Fetch(format!("{uri}: not a JWK set ({e})")))?;
         tracing::info!(issuer = %idp.issuer, keys = keys.keys.len(), "enterprise identity provider keys fetched");

@@ -100,53 +100,29 @@ struct Discovered {
 
 struct Provider {
     cfg: OidcProviderConfig,
+    /// Its HTTP client: public addresses over https, and the issuer's host as configured.
+    http: pforte_outbound::Client,
     secret: Option<ClientSecret>,
     discovered: tokio::sync::Mutex<Option<Discovered>>,
 }
 
-/// The configured providers, their cached discovery, the HTTP client used to reach them.
+/// The configured providers, their cached discovery and the HTTP clients used to reach them.
 pub(crate) struct Providers {
     list: Vec<Provider>,
-    http: reqwest::Client,
     clock: Arc<dyn Clock>,
     redirect: RedirectUrl,
 }
 
 /// The errors of the HTTP client handed to `openidconnect`.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum HttpError {
-    #[error("{0}")]
-    Request(#[from] reqwest::Error),
-    #[error("answer larger than {MAX_ANSWER_BYTES} bytes")]
-    TooLarge,
-    #[error("{0}")]
-    Http(#[from] http::Error),
-}
+pub(crate) type HttpError = pforte_outbound::OutboundError;
 
-/// One request for `openidconnect`, sent with Pforte's reqwest client (no redirects followed).
+/// One request for `openidconnect`, on the one outbound client (no redirects followed, the
+/// provider's address policy, the answer capped).
 async fn send(
-    http: reqwest::Client,
+    http: pforte_outbound::Client,
     req: openidconnect::HttpRequest,
 ) -> Result<openidconnect::HttpResponse, HttpError> {
-    let (parts, body) = req.into_parts();
-    let mut resp = http
-        .request(parts.method, parts.uri.to_string())
-        .headers(parts.headers)
-        .body(body)
-        .send()
-        .await?;
-    let mut out = http::Response::builder().status(resp.status());
-    for (k, v) in resp.headers() {
-        out = out.header(k, v);
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await? {
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Err(HttpError::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(out.body(body)?)
+    http.send(req, MAX_ANSWER_BYTES).await
 }
 
 /// The signature algorithms accepted on ID tokens: asymmetric ones only.
@@ -173,24 +149,29 @@ impl Providers {
         redirect: &str,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("http client: {e}"))?;
         let redirect =
             RedirectUrl::new(redirect.to_owned()).map_err(|e| format!("redirect URL: {e}"))?;
+        let mut list = Vec::with_capacity(configs.len());
+        for (cfg, secret) in configs {
+            let issuer_host = url::Url::parse(&cfg.issuer)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned));
+            let http = pforte_outbound::Client::new(pforte_outbound::Options {
+                policy: pforte_outbound::AddressPolicy::allowing(issuer_host),
+                connect_timeout: Duration::from_secs(5),
+                timeout: Some(Duration::from_secs(10)),
+                ..pforte_outbound::Options::default()
+            })
+            .map_err(|e| format!("http client: {e}"))?;
+            list.push(Provider {
+                cfg,
+                http,
+                secret: secret.map(ClientSecret::new),
+                discovered: tokio::sync::Mutex::new(None),
+            });
+        }
         Ok(Self {
-            list: configs
-                .into_iter()
-                .map(|(cfg, secret)| Provider {
-                    cfg,
-                    secret: secret.map(ClientSecret::new),
-                    discovered: tokio::sync::Mutex::new(None),
-                })
-                .collect(),
-            http,
+            list,
             clock,
             redirect,
         })
@@ -211,13 +192,13 @@ impl Providers {
     }
 
     fn http_client(
-        &self,
+        p: &Provider,
     ) -> impl Fn(
         openidconnect::HttpRequest,
     ) -> std::pin::Pin<
         Box<dyn Future<Output = Result<openidconnect::HttpResponse, HttpError>> + Send>,
     > + use<> {
-        let http = self.http.clone();
+        let http = p.http.clone();
         move |req| Box::pin(send(http.clone(), req))
     }
 
@@ -233,7 +214,7 @@ impl Providers {
         }
         let issuer = IssuerUrl::new(p.cfg.issuer.clone())
             .map_err(|e| OidcError::Unreachable(format!("issuer URL: {e}")))?;
-        let metadata = CoreProviderMetadata::discover_async(issuer, &self.http_client())
+        let metadata = CoreProviderMetadata::discover_async(issuer, &Self::http_client(p))
             .await
             .map_err(|e| OidcError::Unreachable(format!("discovery failed: {}", chain(&e))))?;
         // The client secret and the code travel to these: https (http only on loopback).
@@ -263,7 +244,7 @@ impl Providers {
     /// The provider's keys fetched again (an ID token named a key the cache does not hold).
     async fn refresh_keys(&self, p: &Provider) -> Result<CoreJsonWebKeySet, OidcError> {
         let d = self.discovered(p, false).await?;
-        let jwks = CoreJsonWebKeySet::fetch_async(d.metadata.jwks_uri(), &self.http_client())
+        let jwks = CoreJsonWebKeySet::fetch_async(d.metadata.jwks_uri(), &Self::http_client(p))
             .await
             .map_err(|e| {
                 OidcError::Unreachable(format!("keys could not be fetched: {}", chain(&e)))
@@ -333,7 +314,7 @@ impl Providers {
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .map_err(|e| OidcError::Provider(format!("no token endpoint: {e}")))?
             .set_pkce_verifier(PkceCodeVerifier::new(verifier.to_owned()))
-            .request_async(&self.http_client())
+            .request_async(&Self::http_client(p))
             .await
             .map_err(token_error)?;
         let raw = answer
@@ -384,7 +365,7 @@ impl Providers {
             return Ok(None);
         };
         let answer: Result<UserInfoClaims<Extra, CoreGenderClaim>, _> =
-            request.request_async(&self.http_client()).await;
+            request.request_async(&Self::http_client(p)).await;
         match answer {
             Ok(claims) => Ok(serde_json::to_value(&claims)
                 .ok()

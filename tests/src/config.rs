@@ -465,6 +465,8 @@ pub struct UpstreamAuth {
     pub variables: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
 }
 
 impl UpstreamAuth {
@@ -492,6 +494,12 @@ impl UpstreamAuth {
             variables: variables.iter().map(|v| (*v).to_owned()).collect(),
             ..Self::default()
         }
+    }
+
+    /// `allow_hosts`: hosts the broker may reach over plain http or at a private address.
+    pub fn allow_hosts(mut self, hosts: &[&str]) -> Self {
+        self.allow_hosts = hosts.iter().map(|h| (*h).to_owned()).collect();
+        self
     }
 
     /// `label`: what the connect page asks for.

@@ -112,6 +112,7 @@ mod tests {
             scopes_supported: Vec::new(),
             token_auth_methods: Vec::new(),
             ca_file: None,
+            allowed_hosts: Vec::new(),
         }
     }
 

@@ -1,20 +1,22 @@
 //! Discovery of an upstream MCP server's authorization: its 401's `resource_metadata`
 //! (else the RFC 9728 well-known URLs), the protected-resource metadata, then the
 //! authorization server's RFC 8414 metadata (else its OpenID configuration), checked — the
-//! `issuer` is the one asked for, the code flow and PKCE S256 are offered, every URL is https
-//! (plain http only on loopback). URL building and the documents' checks are pure; `discover`
+//! `issuer` is the one asked for, the code flow and PKCE S256 are offered, every URL held to the
+//! route's address policy (`pforte_outbound::AddressPolicy`: https to public addresses; plain
+//! http and private addresses only on the route's own upstream host, as written, or a host of
+//! its `allow_hosts`). URL building and the documents' checks are pure; `discover`
 //! is the I/O around them; `Cache` keeps a result per route for an hour.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use pforte_outbound::{AddressPolicy, Refusal};
 use serde_json::Value;
 use url::Url;
 
 use super::challenge;
-use super::transport::{self, HttpError};
+use super::transport::{self, Client, HttpError};
 
 /// How long a discovery result is used before it is fetched again.
 pub(crate) const DISCOVERY_TTL_MS: u64 = 3600 * 1000;
@@ -42,6 +44,9 @@ pub struct UpstreamServer {
     /// The CA file of the route it was discovered through (the token endpoint is reached with
     /// the same trust).
     pub ca_file: Option<PathBuf>,
+    /// The hosts the route's address policy exempts (its upstream's host and its
+    /// `allow_hosts`): every later request to the server is held to the same policy.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Why discovery failed.
@@ -55,8 +60,8 @@ pub enum DiscoveryError {
     NoResourceMetadata,
     #[error("{what} is unusable: {reason}")]
     Invalid { what: &'static str, reason: String },
-    #[error("{0} is neither https nor http on a loopback address")]
-    Insecure(String),
+    #[error("refused by the address policy: {0}")]
+    Insecure(Refusal),
     #[error("the authorization server's metadata says issuer {found}, not {expected}")]
     IssuerMismatch { expected: String, found: String },
     #[error("the authorization server does not offer the authorization code flow")]
@@ -67,34 +72,15 @@ pub enum DiscoveryError {
     NoPkceS256,
 }
 
-/// Whether `url` may carry tokens and codes: https, or plain http on a loopback address.
-pub(crate) fn secure_or_loopback(url: &Url) -> bool {
-    match url.scheme() {
-        "https" => url.host().is_some(),
-        "http" => match url.host() {
-            Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
-            Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
-            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-            None => false,
+/// `raw` parsed and held to the route's address `policy` (see the module's comment).
+pub(crate) fn checked_url(policy: &AddressPolicy, raw: &str) -> Result<Url, DiscoveryError> {
+    policy.parse(raw).map_err(|e| match e {
+        Refusal::NotAUrl(raw, reason) => DiscoveryError::Invalid {
+            what: "a URL",
+            reason: format!("{raw}: {reason}"),
         },
-        _ => false,
-    }
-}
-
-/// `url` parsed and held to [`secure_or_loopback`], without fragment or credentials.
-pub(crate) fn checked_url(raw: &str) -> Result<Url, DiscoveryError> {
-    let url = Url::parse(raw).map_err(|e| DiscoveryError::Invalid {
-        what: "a URL",
-        reason: format!("{raw}: {e}"),
-    })?;
-    if !secure_or_loopback(&url)
-        || url.fragment().is_some()
-        || !url.username().is_empty()
-        || url.password().is_some()
-    {
-        return Err(DiscoveryError::Insecure(raw.to_owned()));
-    }
-    Ok(url)
+        other => DiscoveryError::Insecure(other),
+    })
 }
 
 /// `origin` + `well_known` + `path` (RFC 8414 §3.1 / RFC 9728 §3.1 insertion: the well-known
@@ -186,6 +172,7 @@ pub(crate) fn resource_covers(resource: &Url, mcp_url: &Url) -> bool {
 pub(crate) fn parse_resource_metadata(
     body: &[u8],
     mcp_url: &Url,
+    policy: &AddressPolicy,
 ) -> Result<ResourceMetadata, DiscoveryError> {
     const WHAT: &str = "the protected-resource metadata";
     let doc = json_object(body, WHAT)?;
@@ -206,7 +193,7 @@ pub(crate) fn parse_resource_metadata(
         .and_then(|a| a.first())
         .and_then(Value::as_str)
         .ok_or_else(|| invalid("no authorization_servers".into()))?;
-    let issuer = checked_url(issuer)?;
+    let issuer = checked_url(policy, issuer)?;
     if issuer.query().is_some() {
         return Err(invalid(format!("issuer {issuer} has a query")));
     }
@@ -228,6 +215,7 @@ pub(crate) fn parse_server_metadata(
     body: &[u8],
     prm: &ResourceMetadata,
     ca_file: Option<PathBuf>,
+    policy: &AddressPolicy,
 ) -> Result<UpstreamServer, DiscoveryError> {
     const WHAT: &str = "the authorization server's metadata";
     let doc = json_object(body, WHAT)?;
@@ -253,7 +241,7 @@ pub(crate) fn parse_server_metadata(
     let endpoint = |key: &'static str| -> Result<Option<Url>, DiscoveryError> {
         doc.get(key)
             .and_then(Value::as_str)
-            .map(checked_url)
+            .map(|raw| checked_url(policy, raw))
             .transpose()
     };
     let required = |key: &'static str| {
@@ -285,6 +273,7 @@ pub(crate) fn parse_server_metadata(
         scopes_supported: scopes,
         token_auth_methods: strings(&doc, "token_endpoint_auth_methods_supported"),
         ca_file,
+        allowed_hosts: policy.allowed_hosts().to_vec(),
     })
 }
 
@@ -305,7 +294,7 @@ fn initialize_request() -> Value {
 
 /// The upstream's `resource_metadata` URL from the 401 it answers an uncredentialed
 /// `initialize` with; `None` when it answers otherwise or names none.
-async fn probe(http: &reqwest::Client, mcp_url: &Url) -> Result<Option<String>, DiscoveryError> {
+async fn probe(http: &Client, mcp_url: &Url) -> Result<Option<String>, DiscoveryError> {
     let resp = transport::post_json(
         http,
         mcp_url,
@@ -334,7 +323,7 @@ fn unreachable(what: &'static str, e: &HttpError) -> DiscoveryError {
 
 /// The first of `urls` answering 200, with its body; the last failure otherwise.
 async fn first_found(
-    http: &reqwest::Client,
+    http: &Client,
     urls: &[Url],
     what: &'static str,
 ) -> Result<Option<Vec<u8>>, DiscoveryError> {
@@ -354,16 +343,16 @@ async fn first_found(
 }
 
 /// Discovery for the upstream MCP server at `mcp_url` (from the configuration), reached with
-/// `http` (which trusts the route's `ca_file`).
+/// `http` (which trusts the route's `ca_file` and holds the route's address policy).
 pub(crate) async fn discover(
-    http: &reqwest::Client,
+    http: &Client,
     mcp_url: &Url,
     ca_file: Option<PathBuf>,
 ) -> Result<UpstreamServer, DiscoveryError> {
     const PRM: &str = "the protected-resource metadata";
     let prm_body = match probe(http, mcp_url).await? {
         Some(named) => {
-            let url = checked_url(&named)?;
+            let url = checked_url(http.policy(), &named)?;
             let resp = transport::get_json(http, &url)
                 .await
                 .map_err(|e| unreachable(PRM, &e))?;
@@ -379,7 +368,7 @@ pub(crate) async fn discover(
             .await?
             .ok_or(DiscoveryError::NoResourceMetadata)?,
     };
-    let prm = parse_resource_metadata(&prm_body, mcp_url)?;
+    let prm = parse_resource_metadata(&prm_body, mcp_url, http.policy())?;
     const ASM: &str = "the authorization server's metadata";
     let as_body = first_found(http, &authorization_server_metadata_urls(&prm.issuer), ASM)
         .await?
@@ -387,7 +376,7 @@ pub(crate) async fn discover(
             what: ASM,
             reason: format!("nothing at the well-known URLs of {}", prm.issuer),
         })?;
-    parse_server_metadata(&as_body, &prm, ca_file)
+    parse_server_metadata(&as_body, &prm, ca_file, http.policy())
 }
 
 /// Discovery results per route, each used for [`DISCOVERY_TTL_MS`].
@@ -466,8 +455,14 @@ mod tests {
         );
     }
 
+    fn public() -> AddressPolicy {
+        AddressPolicy::public_only()
+    }
+
     #[test]
-    fn only_https_or_loopback_http() {
+    fn only_https_or_http_to_the_routes_own_hosts() {
+        let policy = AddressPolicy::allowing(["127.0.0.1", "[::1]", "localhost"]);
+        let checked_url = |raw: &str| checked_url(&policy, raw);
         for ok in [
             "https://as.example/x",
             "http://127.0.0.1:8080/x",
@@ -479,6 +474,9 @@ mod tests {
         for bad in [
             "http://as.example/x",
             "http://10.0.0.1/x",
+            "https://10.0.0.1/x",
+            "http://2130706433:8080/x",
+            "https://169.254.169.254/x",
             "ftp://as.example/",
             "https://user:pw@as.example/",
             "https://as.example/#frag",
@@ -529,6 +527,7 @@ mod tests {
         parse_resource_metadata(
             prm_doc().to_string().as_bytes(),
             &url("https://up.example/mcp"),
+            &public(),
         )
         .unwrap()
     }
@@ -541,7 +540,8 @@ mod tests {
         assert_eq!(p.scopes_supported, ["read", "write"]);
 
         let mcp = url("https://up.example/mcp");
-        let refused = |doc: Value| parse_resource_metadata(doc.to_string().as_bytes(), &mcp);
+        let refused =
+            |doc: Value| parse_resource_metadata(doc.to_string().as_bytes(), &mcp, &public());
         let mut other = prm_doc();
         other["resource"] = json!("https://evil.example/mcp");
         assert!(matches!(
@@ -555,11 +555,11 @@ mod tests {
         plain["authorization_servers"] = json!(["http://as.example"]);
         assert!(matches!(refused(plain), Err(DiscoveryError::Insecure(_))));
         assert!(matches!(
-            parse_resource_metadata(b"[1]", &mcp),
+            parse_resource_metadata(b"[1]", &mcp, &public()),
             Err(DiscoveryError::Invalid { .. })
         ));
         assert!(matches!(
-            parse_resource_metadata(b"<html>", &mcp),
+            parse_resource_metadata(b"<html>", &mcp, &public()),
             Err(DiscoveryError::Invalid { .. })
         ));
     }
@@ -580,7 +580,7 @@ mod tests {
     }
 
     fn server(doc: Value) -> Result<UpstreamServer, DiscoveryError> {
-        parse_server_metadata(doc.to_string().as_bytes(), &prm(), None)
+        parse_server_metadata(doc.to_string().as_bytes(), &prm(), None, &public())
     }
 
     #[test]

@@ -218,7 +218,7 @@ pub(crate) fn classify(e: &RequestTokenError<HttpError, BasicErrorResponse>) -> 
 /// Redeems `code` (with the PKCE `verifier`) for tokens.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn finish(
-    http: &reqwest::Client,
+    http: &transport::Client,
     server: &UpstreamServer,
     client: &UpstreamClient,
     code: &str,
@@ -244,7 +244,7 @@ pub(crate) async fn finish(
 
 /// Exchanges `refresh_token` for fresh tokens.
 pub(crate) async fn refresh(
-    http: &reqwest::Client,
+    http: &transport::Client,
     server: &UpstreamServer,
     client: &UpstreamClient,
     refresh_token: &Secret,
@@ -266,7 +266,7 @@ pub(crate) async fn refresh(
 /// Revokes `tokens` at the server's revocation endpoint (RFC 7009): the refresh token (which
 /// ends the grant), else the access token. `Ok(false)` when the server has no such endpoint.
 pub(crate) async fn revoke(
-    http: &reqwest::Client,
+    http: &transport::Client,
     server: &UpstreamServer,
     client: &UpstreamClient,
     tokens: &TokenSet,
@@ -312,6 +312,7 @@ mod tests {
             scopes_supported: Vec::new(),
             token_auth_methods: Vec::new(),
             ca_file: None,
+            allowed_hosts: Vec::new(),
         }
     }
 

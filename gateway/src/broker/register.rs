@@ -196,7 +196,7 @@ pub(crate) fn parse_dcr_answer(
 
 /// Registers Pforte at `server`'s registration endpoint.
 pub(crate) async fn register(
-    http: &reqwest::Client,
+    http: &transport::Client,
     server: &UpstreamServer,
     redirect_uri: &str,
     client_name: &str,
@@ -233,6 +233,7 @@ mod tests {
             scopes_supported: Vec::new(),
             token_auth_methods: Vec::new(),
             ca_file: None,
+            allowed_hosts: Vec::new(),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::Catalog;
+use super::{Catalog, CatalogError};
 
 /// The client capabilities the catalog declares at `initialize`: those a server may list
 /// tools for (roots, sampling, elicitation in both modes).
@@ -50,7 +50,11 @@ impl Catalog {
         let Some(reply) = answer_server_request(&message) else {
             return;
         };
-        if let Err(e) = self.post(Some(session), &reply).send().await {
+        let sent = match self.post(Some(session), &reply) {
+            Ok(request) => request.send().await.map(drop).map_err(CatalogError::from),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
             tracing::debug!(error = %e, "tool catalog: answering the server's request failed");
         }
     }

@@ -1,5 +1,6 @@
 //! Keeping the catalog fresh: the refresh loop with backoff, and the GET stream held open on
-//! the catalog's session (a refresh on `notifications/tools/list_changed` and every `ttl`).
+//! the catalog's session (a refresh on `notifications/tools/list_changed` and every `ttl`;
+//! dropped after `stream_idle` without a byte or at a line or event past `max_answer_bytes`).
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -116,10 +117,11 @@ impl Catalog {
                 lasted: started.elapsed(),
             }
         };
+        let Ok(get) = self.http.request(http::Method::GET, &self.target) else {
+            return dropped(self);
+        };
         let request = self.headers(
-            self.http
-                .get(&self.url)
-                .header(reqwest::header::ACCEPT, "text/event-stream")
+            get.header(reqwest::header::ACCEPT, "text/event-stream")
                 .header(SESSION_HEADER, &session)
                 .header(PROTOCOL_HEADER, PROTOCOL_VERSION),
         );
@@ -143,12 +145,18 @@ impl Catalog {
             }
             _ => return dropped(self),
         };
-        let mut reader = sse::EventReader::default();
+        let mut reader = sse::EventReader::new(self.opts.max_answer_bytes);
         loop {
             tokio::select! {
-                chunk = response.chunk() => match chunk {
-                    Ok(Some(chunk)) => {
-                        let events = reader.push(&chunk);
+                chunk = tokio::time::timeout(self.opts.stream_idle, response.chunk()) => match chunk {
+                    Ok(Ok(Some(chunk))) => {
+                        let events = match reader.push(&chunk) {
+                            Ok(events) => events,
+                            Err(e) => {
+                                tracing::warn!(upstream = %self.url, error = %e, "catalog: GET stream dropped");
+                                return dropped(self);
+                            }
+                        };
                         for data in &events {
                             self.answer(&session, data).await;
                         }
@@ -156,7 +164,11 @@ impl Catalog {
                             let _ = self.refresh().await;
                         }
                     }
-                    Ok(None) | Err(_) => return dropped(self),
+                    Ok(Ok(None) | Err(_)) => return dropped(self),
+                    Err(_) => {
+                        tracing::debug!(upstream = %self.url, "catalog: GET stream idle, dropped");
+                        return dropped(self);
+                    }
                 },
                 _ = tick.tick() => {
                     let _ = self.refresh().await;

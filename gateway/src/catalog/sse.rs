@@ -51,10 +51,18 @@ pub(crate) fn lines(body: &[u8]) -> impl Iterator<Item = Line<'_>> {
     })
 }
 
+/// A line or an event's data grew past the reader's cap: the stream is to be dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an event-stream line or event longer than {0} bytes")]
+pub struct TooLong(pub usize);
+
 /// Incremental event reader for a chunked stream: feed bytes, get the data of every completed
-/// event (events without any `data` line are skipped, as the spec's dispatch does).
-#[derive(Debug, Default)]
-pub(crate) struct EventReader {
+/// event (events without any `data` line are skipped, as the spec's dispatch does). A line, and
+/// an event's joined data, may hold at most `max_bytes`: past it [`EventReader::push`] fails
+/// and the reader holds nothing more (the stdio bridge's `max_line_bytes` rule).
+#[derive(Debug)]
+pub struct EventReader {
+    max_bytes: usize,
     /// Bytes of the current, not yet terminated line.
     partial: Vec<u8>,
     /// A CR was the last byte seen: a following LF belongs to it.
@@ -63,8 +71,19 @@ pub(crate) struct EventReader {
 }
 
 impl EventReader {
-    /// Feeds a chunk; returns the data of every event it completed.
-    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
+    /// A reader holding at most `max_bytes` of a line or an event.
+    pub fn new(max_bytes: usize) -> Self {
+        Self {
+            max_bytes,
+            partial: Vec::new(),
+            after_cr: false,
+            data: None,
+        }
+    }
+
+    /// Feeds a chunk; returns the data of every event it completed, or [`TooLong`] (then the
+    /// stream is unusable: what was held is dropped).
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, TooLong> {
         let mut done = Vec::new();
         for &b in chunk {
             if self.after_cr {
@@ -77,32 +96,48 @@ impl EventReader {
                 b'\n' | b'\r' => {
                     self.after_cr = b == b'\r';
                     let line = std::mem::take(&mut self.partial);
-                    if let Some(event) = self.line(&line) {
+                    if let Some(event) = self.line(&line)? {
                         done.push(event);
                     }
                 }
-                _ => self.partial.push(b),
+                _ => {
+                    if self.partial.len() >= self.max_bytes {
+                        return Err(self.overflow());
+                    }
+                    self.partial.push(b);
+                }
             }
         }
-        done
+        Ok(done)
+    }
+
+    /// Drops what is held; the error to return.
+    fn overflow(&mut self) -> TooLong {
+        self.partial = Vec::new();
+        self.data = None;
+        TooLong(self.max_bytes)
     }
 
     /// The stream ended: an event still open is dispatched (the body is complete).
-    pub(crate) fn finish(&mut self) -> Option<Vec<u8>> {
+    pub fn finish(&mut self) -> Result<Option<Vec<u8>>, TooLong> {
         let line = std::mem::take(&mut self.partial);
         if !line.is_empty()
-            && let Some(event) = self.line(&line)
+            && let Some(event) = self.line(&line)?
         {
-            return Some(event);
+            return Ok(Some(event));
         }
-        self.data.take()
+        Ok(self.data.take())
     }
 
-    fn line(&mut self, line: &[u8]) -> Option<Vec<u8>> {
+    fn line(&mut self, line: &[u8]) -> Result<Option<Vec<u8>>, TooLong> {
         if line.is_empty() {
-            return self.data.take();
+            return Ok(self.data.take());
         }
         if let Some(value) = field_value(line, b"data") {
+            let held = self.data.as_ref().map_or(0, |d| d.len() + 1);
+            if held + value.len() > self.max_bytes {
+                return Err(self.overflow());
+            }
             match &mut self.data {
                 Some(data) => {
                     data.push(b'\n');
@@ -111,7 +146,7 @@ impl EventReader {
                 None => self.data = Some(value.to_vec()),
             }
         }
-        None
+        Ok(None)
     }
 }
 
@@ -149,18 +184,87 @@ mod tests {
 
     #[test]
     fn reader_joins_multi_line_data_across_chunks_and_terminators() {
-        let mut r = EventReader::default();
-        assert!(r.push(b"id: 1\r").is_empty());
-        assert!(r.push(b"\ndata: {\"a\":\r\ndata: 1}\r").is_empty());
-        let got = r.push(b"\n\r\nevent: x\n\ndata: tail");
+        let mut r = EventReader::new(1024);
+        assert!(r.push(b"id: 1\r").unwrap().is_empty());
+        assert!(r.push(b"\ndata: {\"a\":\r\ndata: 1}\r").unwrap().is_empty());
+        let got = r.push(b"\n\r\nevent: x\n\ndata: tail").unwrap();
         assert_eq!(got, vec![b"{\"a\":\n1}".to_vec()]);
-        assert_eq!(r.finish(), Some(b"tail".to_vec()));
+        assert_eq!(r.finish(), Ok(Some(b"tail".to_vec())));
     }
 
     #[test]
     fn reader_dispatches_rmcp_priming_event_with_empty_data() {
-        let mut r = EventReader::default();
-        let got = r.push(b"data: \nid: 0\nretry: 3000\n\ndata: {}\n\n");
+        let mut r = EventReader::new(1024);
+        let got = r
+            .push(b"data: \nid: 0\nretry: 3000\n\ndata: {}\n\n")
+            .unwrap();
         assert_eq!(got, vec![Vec::new(), b"{}".to_vec()]);
+    }
+
+    #[test]
+    fn lines_and_events_past_the_cap_fail_and_hold_nothing() {
+        // One line: 16 bytes of content are held, the 17th fails, across chunks.
+        let mut r = EventReader::new(16);
+        assert!(r.push(b"data: 0123456789").unwrap().is_empty());
+        assert_eq!(r.push(b"a"), Err(TooLong(16)));
+        assert!(r.partial.capacity() == 0 && r.data.is_none());
+        // An event of short lines: its joined data counts.
+        let mut r = EventReader::new(16);
+        assert!(r.push(b"data: 01234567\n").unwrap().is_empty());
+        assert_eq!(r.push(b"data: 01234567\n"), Err(TooLong(16)));
+        // Exactly at the cap is fine.
+        let mut r = EventReader::new(16);
+        assert_eq!(
+            r.push(b"data:0123456789abcdef\n\n").map_err(|_| ()),
+            Err(()),
+            "the line itself is 21 bytes"
+        );
+        let mut r = EventReader::new(21);
+        assert_eq!(
+            r.push(b"data:0123456789abcdef\n\n").unwrap(),
+            vec![b"0123456789abcdef".to_vec()]
+        );
+    }
+
+    /// The fuzz target's invariant (`fuzz/fuzz_targets/catalog_sse.rs`) on hand-picked
+    /// streams: however the bytes are cut, the same events and the same overflow.
+    #[test]
+    fn the_cut_changes_nothing() {
+        fn read(stream: &[u8], step: usize, max: usize) -> (Vec<Vec<u8>>, Option<TooLong>) {
+            let mut r = EventReader::new(max);
+            let mut events = Vec::new();
+            for piece in stream.chunks(step) {
+                match r.push(piece) {
+                    Ok(done) => events.extend(done),
+                    Err(e) => return (events, Some(e)),
+                }
+            }
+            match r.finish() {
+                Ok(last) => events.extend(last),
+                Err(e) => return (events, Some(e)),
+            }
+            (events, None)
+        }
+        let streams: [&[u8]; 6] = [
+            b"data: a\r\n\r\ndata: b\rdata: c\r\r",
+            b"data:0123456789abcdef\n\ndata: x\ndata: y\n\n",
+            b"\r\n\r\n\n\r: comment\ndata\n\n",
+            b"data: 0123456789\ndata: 0123456789\n\n",
+            b"id: 1\nevent: e\ndata: {\"a\":1}\n\ndata: tail",
+            b"dataxyz: 1\ndata:  two spaces\n\n",
+        ];
+        for stream in streams {
+            for max in [1, 8, 16, 21, 64] {
+                let (whole, whole_err) = read(stream, stream.len(), max);
+                for step in 1..=16 {
+                    let (cut, cut_err) = read(stream, step, max);
+                    assert_eq!(cut_err, whole_err, "{stream:?} step {step} max {max}");
+                    if whole_err.is_none() {
+                        assert_eq!(cut, whole, "{stream:?} step {step} max {max}");
+                    }
+                    assert!(cut.iter().all(|e| e.len() <= max));
+                }
+            }
+        }
     }
 }

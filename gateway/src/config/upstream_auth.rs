@@ -24,6 +24,9 @@ pub(crate) struct UpstreamAuthConfig {
     pub(crate) client_secret_file: Option<PathBuf>,
     /// `oauth`: the scopes asked for (default: the upstream's `scopes_supported`).
     pub(crate) scopes: Option<Vec<String>>,
+    /// `oauth`: hosts (as written in URLs) the broker may reach over plain http or at a private
+    /// address besides the upstream's own host.
+    pub(crate) allow_hosts: Option<Vec<String>>,
     /// `header` and `shared` on an http route: the header the secret goes in.
     pub(crate) header: Option<String>,
     /// `header` and `shared`: written before the secret (`"Bearer "` by default for
@@ -73,6 +76,9 @@ pub(crate) enum UpstreamAuth {
     OAuth {
         registration: Registration,
         scopes: Option<Vec<String>>,
+        /// Hosts the broker may reach over plain http or at a private address besides the
+        /// upstream's own host (`allow_hosts`).
+        allow_hosts: Vec<String>,
     },
     /// A per-user secret in a header.
     Header { into: HeaderInto, label: String },
@@ -249,9 +255,21 @@ pub(crate) fn validate(
                     format!("scope {bad:?} is not an OAuth scope token"),
                 ));
             }
+            let allow_hosts = c.allow_hosts.clone().unwrap_or_default();
+            if let Some(bad) = allow_hosts.iter().find(|h| {
+                h.is_empty()
+                    || h.contains(['/', '@', ' ', '?', '#'])
+                    || url::Host::parse(h).is_err()
+            }) {
+                return Err((
+                    "upstream_auth",
+                    format!("allow_hosts: {bad:?} is not a host name or address"),
+                ));
+            }
             Ok(UpstreamAuth::OAuth {
                 registration,
                 scopes: c.scopes.clone(),
+                allow_hosts,
             })
         }
         "header" => {
@@ -350,12 +368,13 @@ pub(crate) fn validate(
 }
 
 /// The `oauth`-only fields, with whether each is set.
-fn oauth_fields(c: &UpstreamAuthConfig) -> [(&'static str, bool); 4] {
+fn oauth_fields(c: &UpstreamAuthConfig) -> [(&'static str, bool); 5] {
     [
         ("registration", c.registration.is_some()),
         ("client_id", c.client_id.is_some()),
         ("client_secret_file", c.client_secret_file.is_some()),
         ("scopes", c.scopes.is_some()),
+        ("allow_hosts", c.allow_hosts.is_some()),
     ]
 }
 
@@ -424,7 +443,8 @@ mod tests {
             oauth,
             UpstreamAuth::OAuth {
                 registration: Registration::Auto,
-                scopes: None
+                scopes: None,
+                allow_hosts: Vec::new(),
             }
         );
         let fixed = validate(&parse("kind = \"oauth\"\nclient_id = \"pforte\""), false).unwrap();

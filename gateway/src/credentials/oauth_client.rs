@@ -26,8 +26,12 @@ impl Credentials {
     pub(super) async fn server(&self, route: &Route) -> Result<Arc<UpstreamServer>, Missing> {
         let url =
             Url::parse(&upstream_url(route)).map_err(|e| Missing::Unavailable(e.to_string()))?;
+        let allow_hosts: &[String] = match &route.upstream_auth {
+            Some(UpstreamAuth::OAuth { allow_hosts, .. }) => allow_hosts,
+            _ => &[],
+        };
         self.broker
-            .discover(&route.name, &url, route.upstream.ca_file())
+            .discover(&route.name, &url, route.upstream.ca_file(), allow_hosts)
             .await
             .map_err(|e| Missing::Unavailable(e.to_string()))
     }

@@ -7,6 +7,7 @@
 //! certificate and one order at a time (a lock with expiry); the others answer the
 //! challenges the holder publishes and take the certificate it stores.
 
+mod client;
 mod http01;
 mod state;
 
@@ -242,9 +243,10 @@ impl AcmeService {
     }
 
     async fn account(&self, state: &State) -> Result<Account, AcmeError> {
-        let builder = || match &self.cfg.ca_file {
-            Some(path) => Account::builder_with_root(path),
-            None => Account::builder(),
+        let builder = || -> Result<_, AcmeError> {
+            let http = client::AcmeHttp::new(self.cfg.ca_file.as_deref())
+                .map_err(|e| AcmeError::Client(instant_acme::Error::Other(Box::new(e))))?;
+            Ok(Account::builder_with_http(Box::new(http)))
         };
         if let Some(json) = state.get(&self.account_id).await? {
             let creds: AccountCredentials = serde_json::from_str(&json)?;

@@ -2,7 +2,6 @@
 //! addresses may be fetched, whether a fetched document is acceptable, how long to cache it.
 
 use serde_json::Value;
-use std::net::IpAddr;
 use url::Url;
 
 use super::{Client, ClientKind, redirect};
@@ -58,44 +57,6 @@ pub fn parse_client_id_url(client_id: &str) -> Result<Url, CimdError> {
         Ok(url)
     } else {
         Err(CimdError::InvalidUrl)
-    }
-}
-
-/// Whether a fetch may connect to `ip`: public unicast only, unless private ones are allowed.
-pub(crate) fn address_allowed(ip: IpAddr, allow_private: bool) -> bool {
-    if allow_private {
-        return true;
-    }
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || o[0] == 0
-                || (o[0] == 100 && (64..128).contains(&o[1])) // CGNAT 100.64/10
-                || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0/24
-                || (o[0] == 198 && (18..20).contains(&o[1])) // benchmarking 198.18/15
-                || o[0] >= 240)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return address_allowed(IpAddr::V4(v4), false);
-            }
-            let seg0 = v6.segments()[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (seg0 & 0xfe00) == 0xfc00 // unique local fc00::/7
-                || (seg0 & 0xffc0) == 0xfe80 // link local fe80::/10
-                || (seg0 & 0xffc0) == 0xfec0 // site local (deprecated)
-                || seg0 == 0x2001 && v6.segments()[1] == 0x0db8 // documentation
-                || seg0 == 0x0064 && v6.segments()[1] == 0xff9b) // NAT64
-        }
     }
 }
 
@@ -298,12 +259,11 @@ mod tests {
             "0.0.0.0",
             "100.64.0.1",
         ] {
-            let ip: IpAddr = ip.parse().unwrap();
-            assert!(!address_allowed(ip, false), "{ip}");
-            assert!(address_allowed(ip, true), "{ip}");
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            assert!(!pforte_outbound::is_public(ip), "{ip}");
         }
         for ip in ["93.184.216.34", "2606:4700::1111"] {
-            assert!(address_allowed(ip.parse().unwrap(), false), "{ip}");
+            assert!(pforte_outbound::is_public(ip.parse().unwrap()), "{ip}");
         }
     }
 

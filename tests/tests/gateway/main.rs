@@ -5,6 +5,7 @@
 //! --init`, backup and restore, sessions across a restart), and the gateway's building blocks used directly against real
 //! peers.
 
+mod catalog_bounds;
 mod checks;
 mod connections;
 mod decide_first;

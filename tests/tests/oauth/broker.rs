@@ -47,6 +47,7 @@ impl Upstream {
                 ROUTE,
                 &Url::parse(&stack.mcp_url()).unwrap(),
                 Some(&ca_file(&stack)),
+                &[],
             )
             .await
             .unwrap();
@@ -117,6 +118,7 @@ async fn dcr_code_flow_refresh_and_revocation_against_a_real_upstream() {
             ROUTE,
             &Url::parse(&up.gw.mcp_url()).unwrap(),
             Some(&ca_file(&up.gw)),
+            &[],
         )
         .await
         .unwrap();
@@ -411,7 +413,7 @@ async fn discovery_falls_back_and_refresh_failures_are_classified() {
     let broker = Broker::new(Arc::new(clock.clone()));
     let (base, server) = fake_upstream(serde_json::json!({})).await;
     let mcp = Url::parse(&format!("{base}/t/mcp")).unwrap();
-    let s = broker.discover("t", &mcp, None).await.unwrap();
+    let s = broker.discover("t", &mcp, None, &[]).await.unwrap();
     assert_eq!(s.resource, mcp.as_str());
     assert_eq!(s.issuer, format!("{base}/as"));
     assert_eq!(s.token_endpoint.as_str(), format!("{base}/as/token"));
@@ -453,7 +455,7 @@ async fn discovery_falls_back_and_refresh_failures_are_classified() {
     let (base, server) =
         fake_upstream(serde_json::json!({"code_challenge_methods_supported": ["plain"]})).await;
     let mcp = Url::parse(&format!("{base}/t/mcp")).unwrap();
-    let refused = broker.discover("plain", &mcp, None).await;
+    let refused = broker.discover("plain", &mcp, None, &[]).await;
     assert!(
         matches!(refused, Err(DiscoveryError::NoPkceS256)),
         "{refused:?}"
@@ -464,7 +466,7 @@ async fn discovery_falls_back_and_refresh_failures_are_classified() {
     let (base, server) =
         fake_upstream(serde_json::json!({"token_endpoint": "http://as.example/token"})).await;
     let mcp = Url::parse(&format!("{base}/t/mcp")).unwrap();
-    let refused = broker.discover("insecure", &mcp, None).await;
+    let refused = broker.discover("insecure", &mcp, None, &[]).await;
     assert!(
         matches!(refused, Err(DiscoveryError::Insecure(_))),
         "{refused:?}"

@@ -8,6 +8,7 @@
 mod account;
 mod admin_live;
 mod broker;
+mod broker_policy;
 mod console;
 mod enterprise;
 mod file_modes;
