@@ -31,9 +31,11 @@ pub enum FilterError {
 /// first); every other event and line (`id:`, `event:`, `retry:`, comments, other messages,
 /// the terminators) is kept byte for byte. Tools without a string `name` are dropped.
 ///
+/// Every list result the filter saw, whether or not it lost tools, becomes `cacheScope:
+/// "private"` (another principal may see another list; [`mark_private`]), its `ttlMs` kept.
 /// Returns `None` when nothing had to change (forward the body as it is). A rewritten message
-/// differs from the server's only by the tools cut out (and, in SSE, its data lines' framing:
-/// `data: ` before each).
+/// differs from the server's only by the tools cut out and the cache scope (and, in SSE, its
+/// data lines' framing: `data: ` before each).
 pub fn filter_tools_list(
     body: &[u8],
     content_type_is_sse: bool,
@@ -76,9 +78,10 @@ fn filter_message(
         }
         return Ok(changed);
     }
-    let Some(tools) =
-        raw_json::get(text, span, "result").and_then(|result| raw_json::get(text, result, "tools"))
-    else {
+    let Some(result) = raw_json::get(text, span, "result") else {
+        return Ok(false);
+    };
+    let Some(tools) = raw_json::get(text, result.clone(), "tools") else {
         return Ok(false);
     };
     let Some(all) = raw_json::elements(text, tools.clone()) else {
@@ -101,14 +104,36 @@ fn filter_message(
                 .is_some_and(|name| keep(&name, annotation))
         })
         .collect();
+    let marked = mark_private(text, &result, edits);
     if kept.iter().all(|k| *k) {
-        return Ok(false);
+        return Ok(marked);
     }
     edits.replace(
         tools.clone(),
         raw_json::retain_elements(text, &tools, &all, &kept),
     );
     Ok(true)
+}
+
+/// `cacheScope` as JSON text: what a list answer filtered per principal says (MCP 2026-07-28,
+/// caching: `"private"` is for "filtered list results that vary per user").
+const PRIVATE: &[u8] = b"\"private\"";
+
+/// The edit that makes the list result at `result` `cacheScope: "private"`: the server's value
+/// replaced, or the member added at the end; `ttlMs` and every other byte as the server wrote
+/// them. Whether an edit was needed (not when the server already said `"private"`).
+pub(crate) fn mark_private(text: &[u8], result: &Span, edits: &mut Edits) -> bool {
+    match raw_json::get(text, result.clone(), "cacheScope") {
+        Some(value) if text.get(value.clone()) == Some(PRIVATE) => false,
+        Some(value) => {
+            edits.replace(value, PRIVATE);
+            true
+        }
+        None => {
+            raw_json::append_member(text, result, b"\"cacheScope\":\"private\"", edits);
+            true
+        }
+    }
 }
 
 fn filter_sse(
@@ -255,16 +280,43 @@ mod tests {
     }
 
     #[test]
-    fn nothing_to_remove_is_none() {
+    fn nothing_removed_is_still_private_and_otherwise_unchanged() {
+        let out = filter_tools_list(REAL_JSON, false, |_, _| true)
+            .unwrap()
+            .unwrap();
+        let (a, mut b): (Value, Value) = (
+            serde_json::from_slice(REAL_JSON).unwrap(),
+            serde_json::from_slice(&out).unwrap(),
+        );
+        assert_eq!(b["result"]["cacheScope"], "private");
+        b["result"].as_object_mut().unwrap().remove("cacheScope");
+        assert_eq!(a, b);
+        let out = filter_tools_list(REAL_SSE, true, |_, _| true)
+            .unwrap()
+            .unwrap();
         assert!(
-            filter_tools_list(REAL_JSON, false, |_, _| true)
+            std::str::from_utf8(&out)
+                .unwrap()
+                .contains(r#""cacheScope":"private"}"#)
+        );
+        // Already private: nothing to change.
+        let private = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"cacheScope":"private"}}"#;
+        assert!(
+            filter_tools_list(private, false, |_, _| true)
                 .unwrap()
                 .is_none()
         );
-        assert!(
-            filter_tools_list(REAL_SSE, true, |_, _| true)
-                .unwrap()
-                .is_none()
+    }
+
+    #[test]
+    fn a_public_list_becomes_private_with_its_ttl_kept() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":60000,"cacheScope":"public","tools":[{"name":"a"},{"name":"b"}]}}"#;
+        let out = filter_tools_list(body, false, |n, _| n == "a")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            &out[..],
+            br#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":60000,"cacheScope":"private","tools":[{"name":"a"}]}}"#
         );
     }
 
@@ -297,7 +349,7 @@ data: not json\r\n\r\n";
             .unwrap()
             .unwrap();
         let want = b": comment\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n\
-id: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata: \"result\":{\"tools\":[{\"name\":\"a\"}]}}\r\nretry: 10\r\n\r\n\
+id: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata: \"result\":{\"tools\":[{\"name\":\"a\"}],\"cacheScope\":\"private\"}}\r\nretry: 10\r\n\r\n\
 data: not json\r\n\r\n";
         assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(want));
     }
@@ -310,7 +362,7 @@ data: not json\r\n\r\n";
             .unwrap();
         assert_eq!(
             &out[..],
-            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"b\"}]}}\n"
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"b\"}],\"cacheScope\":\"private\"}}\n"
         );
     }
 
@@ -362,7 +414,7 @@ data: not json\r\n\r\n";
             tool("c")
         );
         let want = format!(
-            "{{\"result\":{{\"tools\":[\n {},\n {}\n],\"nextCursor\":\"c\"}},\"jsonrpc\":\"2.0\",\"id\":9007199254740993}}",
+            "{{\"result\":{{\"tools\":[\n {},\n {}\n],\"nextCursor\":\"c\",\"cacheScope\":\"private\"}},\"jsonrpc\":\"2.0\",\"id\":9007199254740993}}",
             tool("a"),
             tool("c")
         );

@@ -8,6 +8,7 @@
 mod checks;
 mod connections;
 mod decide_first;
+mod duties;
 mod gateway_modules;
 mod limits;
 mod metrics;

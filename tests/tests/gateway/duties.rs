@@ -1,0 +1,108 @@
+//! The duties MCP 2026-07-28 puts on an intermediary that reads bodies (issue 40), end to end
+//! through the real gateway in front of the real mcp-service: a list answer filtered per token
+//! is `cacheScope: "private"` (its `ttlMs` kept) and an unfiltered one is the server's bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use pforte_tests::{McpClient, Stack, rpc_answer};
+use serde_json::{Value, json};
+
+/// The 2026-07-28 revision.
+const MODERN: &str = "2026-07-28";
+
+/// A 2026-07-28 request (no session): `_meta` with the protocol version, client info and
+/// capabilities.
+fn modern(id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "duties", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// POSTs a 2026-07-28 `body` for `client` (stateless) with its standard headers and `extra`.
+async fn post_modern(
+    client: &McpClient,
+    body: &Value,
+    extra: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = client
+        .post_request()
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", body["method"].as_str().unwrap());
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    req.body(body.to_string()).send().await.unwrap()
+}
+
+/// The one JSON-RPC message of an answer's body (JSON, or the SSE event carrying it).
+fn message(body: &str) -> Value {
+    if let Ok(v) = serde_json::from_str(body) {
+        return v;
+    }
+    let data = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim_start)
+        .find(|d| d.starts_with('{'))
+        .unwrap_or_else(|| panic!("no message in {body}"));
+    serde_json::from_str(data).unwrap()
+}
+
+fn tool_count(answer: &Value) -> usize {
+    answer["result"]["tools"].as_array().unwrap().len()
+}
+
+/// Issue 40, point 1: on 2026-07-28 (stateless) and 2025-11-25 (in a session) requests, a
+/// read-only token's filtered `tools/list` says `cacheScope: "private"` with the server's
+/// `ttlMs`; a token that sees everything gets the server's answer byte for byte.
+#[tokio::test]
+async fn a_filtered_list_is_private_and_an_unfiltered_one_is_the_servers() {
+    let gw = Stack::start().await;
+    let ro = gw
+        .create_token_with("ro", &["--scope", "mcp:read"])
+        .await
+        .unwrap();
+    let rw = gw.create_token("rw").await.unwrap();
+    let direct = McpClient::new(reqwest::Client::new(), &gw.service().url());
+    let list = modern(1, "tools/list", json!({}));
+
+    let server = post_modern(&direct, &list, &[]).await;
+    assert_eq!(server.status(), 200);
+    let server = server.text().await.unwrap();
+    let server_answer = message(&server);
+    assert_eq!(server_answer["result"]["cacheScope"], "public", "{server}");
+    let ttl = server_answer["result"]["ttlMs"].clone();
+    assert!(ttl.is_u64(), "{server}");
+
+    // Unfiltered: the server's bytes.
+    let all = post_modern(&gw.mcp(&rw), &list, &[]).await;
+    assert_eq!(all.status(), 200);
+    assert_eq!(all.text().await.unwrap(), server);
+
+    // Filtered: private, the same ttl, fewer tools.
+    let some = post_modern(&gw.mcp(&ro), &list, &[]).await;
+    assert_eq!(some.status(), 200);
+    let some = message(&some.text().await.unwrap());
+    assert_eq!(some["result"]["cacheScope"], "private", "{some}");
+    assert_eq!(some["result"]["ttlMs"], ttl);
+    assert_eq!(tool_count(&some), 5);
+    assert!(tool_count(&server_answer) > 5);
+
+    // 2025-11-25, in a session: the same rule.
+    let mut old_ro = gw.mcp(&ro).protocol("2025-11-25");
+    old_ro.open().await.unwrap();
+    let answer = rpc_answer(old_ro.request("tools/list", json!({})).await).await;
+    assert_eq!(answer["result"]["cacheScope"], "private", "{answer}");
+    assert_eq!(tool_count(&answer), 5);
+    let mut old_direct =
+        McpClient::new(reqwest::Client::new(), &gw.service().url()).protocol("2025-11-25");
+    old_direct.open().await.unwrap();
+    let mut old_rw = gw.mcp(&rw).protocol("2025-11-25");
+    old_rw.open().await.unwrap();
+    let want = rpc_answer(old_direct.request("tools/list", json!({})).await).await;
+    let got = rpc_answer(old_rw.request("tools/list", json!({})).await).await;
+    assert_eq!(got, want);
+    assert_ne!(got["result"]["cacheScope"], "private");
+}
