@@ -106,3 +106,76 @@ async fn a_filtered_list_is_private_and_an_unfiltered_one_is_the_servers() {
     assert_eq!(got, want);
     assert_ne!(got["result"]["cacheScope"], "private");
 }
+
+/// POSTs `body` for `client` (stateless) with exactly `headers` beyond the defaults.
+async fn post_exactly(
+    client: &McpClient,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = client.post_request();
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.body(body.to_string()).send().await.unwrap()
+}
+
+/// Issue 40, point 3: `MCP-Protocol-Version` must say what `_meta` says (400 `HeaderMismatch`,
+/// also when the body names a version and the header is missing), and a version the gateway
+/// does not implement is answered 400 `UnsupportedProtocolVersionError` listing its versions.
+#[tokio::test]
+async fn the_version_header_must_match_meta_and_name_a_known_revision() {
+    let gw = Stack::start().await;
+    let rw = gw.create_token("rw").await.unwrap();
+    let client = gw.mcp(&rw);
+    let list = modern(7, "tools/list", json!({}));
+    let method = ("mcp-method", "tools/list");
+
+    for headers in [
+        vec![("mcp-protocol-version", "2025-11-25"), method],
+        vec![method],
+    ] {
+        let resp = post_exactly(&client, &list, &headers).await;
+        assert_eq!(resp.status(), 400, "{headers:?}");
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+        assert_eq!(answer["id"], 7);
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("MCP-Protocol-Version"),
+            "{answer}"
+        );
+    }
+    for requested in ["1900-01-01", "2099-01-01", "latest"] {
+        let resp = post_exactly(
+            &client,
+            &list,
+            &[("mcp-protocol-version", requested), method],
+        )
+        .await;
+        assert_eq!(resp.status(), 400, "{requested}");
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32022, "{answer}");
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["data"]["requested"], requested);
+        let supported = answer["error"]["data"]["supported"].as_array().unwrap();
+        assert!(supported.contains(&json!(MODERN)), "{answer}");
+        assert!(supported.contains(&json!("2025-11-25")), "{answer}");
+    }
+    // Two lines are two versions: refused.
+    let twice = client
+        .post_request()
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/list")
+        .body(list.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), 400);
+    // Agreeing: answered by the service.
+    let ok = post_modern(&client, &list, &[]).await;
+    assert_eq!(ok.status(), 200);
+}
