@@ -11,7 +11,10 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use pingora::{http::RequestHeader, proxy::Session};
 
-use super::{Gateway, Outcome, RequestCtx};
+use super::{
+    Gateway, Outcome, RequestCtx,
+    mcp_headers::{check_mcp_header_lines, check_mcp_headers},
+};
 use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::Lookup,
@@ -659,47 +662,4 @@ fn check_declared_size(req: &RequestHeader, limit: u64) -> Result<(), Rejection>
         Some(n) if n > limit => Err(Rejection::PayloadTooLarge { limit }),
         _ => Ok(()),
     }
-}
-
-/// `MCP-Protocol-Version`, when sent, must name a revision the gateway knows and say what the
-/// body's `_meta` says; `Mcp-Method` / `Mcp-Name`, when sent, must say what the body says; a
-/// request that declares a protocol revision requiring them (2026-07-28 on) must send them
-/// where it names something.
-fn check_mcp_headers(req: &RequestHeader, message: &Message) -> Result<(), Rejection> {
-    let method = req.headers.get(MCP_METHOD).map(|v| v.as_bytes());
-    let name = req.headers.get(MCP_NAME).map(|v| v.as_bytes());
-    let version = req.headers.get(PROTOCOL_VERSION).map(|v| v.as_bytes());
-    let required = mcp::requires_headers(version);
-    mcp::check_version(version, message).map_err(|refusal| match refusal {
-        mcp::VersionRefusal::Unsupported { requested } => Rejection::UnsupportedVersion {
-            requested,
-            id: message.id.clone(),
-        },
-        mcp::VersionRefusal::Mismatch(mismatch) => Rejection::HeaderMismatch {
-            mismatch,
-            id: message.id.clone(),
-        },
-    })?;
-    mcp::check_headers(message, method, name, required).map_err(|mismatch| {
-        Rejection::HeaderMismatch {
-            mismatch,
-            id: message.id.clone(),
-        }
-    })
-}
-
-const MCP_METHOD: &str = "mcp-method";
-const MCP_NAME: &str = "mcp-name";
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-
-/// One line each of `Mcp-Method` and `Mcp-Name` at most: all lines are forwarded, so the
-/// upstream could read another than the one checked.
-fn check_mcp_header_lines(req: &RequestHeader) -> Result<(), Rejection> {
-    let lines = |name| req.headers.get_all(name).iter().count();
-    mcp::check_header_lines(lines(MCP_METHOD), lines(MCP_NAME), lines(PROTOCOL_VERSION)).map_err(
-        |mismatch| Rejection::HeaderMismatch {
-            mismatch,
-            id: "null".to_owned(),
-        },
-    )
 }
