@@ -462,7 +462,7 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
             let tool = logging::clip(tool, logging::MAX_NAME_BYTES);
             Reply::json(
                 403,
-                &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("the tool {tool} is not available to this principal"), "request_id": request_id}),
+                &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("{tool} is not available to this principal"), "request_id": request_id}),
             )
         }
     }

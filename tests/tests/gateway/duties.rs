@@ -179,3 +179,72 @@ async fn the_version_header_must_match_meta_and_name_a_known_revision() {
     let ok = post_modern(&client, &list, &[]).await;
     assert_eq!(ok.status(), 200);
 }
+
+/// The 403 step-up challenge: `WWW-Authenticate` names every scope needed.
+async fn assert_challenge(resp: reqwest::Response, needed: &str) {
+    assert_eq!(resp.status(), 403);
+    let challenge = resp.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        challenge.contains("error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains(&format!("scope=\"{needed}\"")),
+        "{challenge}"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "insufficient_scope");
+    assert_eq!(body["scope"], needed);
+}
+
+/// Issue 40, point 4: `[prompts.NAME]` and `[resources."URI"]` (a URI template too) give
+/// prompts and resources their own scopes, with the same 403 `insufficient_scope` challenge
+/// as tools, naming every scope needed; without a rule they need `mcp:read`.
+#[tokio::test]
+async fn prompts_and_resources_step_up_like_tools() {
+    let gw = Stack::builder()
+        .prompt_scopes("werkbaum/review", &["mcp:write"])
+        .resource_scopes("werkbaum://doc/{uuid}", &["mcp:write"])
+        .start()
+        .await;
+    let ro = gw
+        .create_token_with("ro", &["--scope", "mcp:read"])
+        .await
+        .unwrap();
+    let rw = gw.create_token("rw").await.unwrap();
+    let mut reader = gw.mcp(&ro);
+    reader.open().await.unwrap();
+    let mut writer = gw.mcp(&rw);
+    writer.open().await.unwrap();
+    let review = json!({"name": "werkbaum/review", "arguments": {"file": "plan.werkbaum"}});
+    let doc = json!({"uri": "werkbaum://doc/123e4567-e89b-12d3-a456-426614174000"});
+
+    assert_challenge(
+        reader.request("prompts/get", review.clone()).await,
+        "mcp:read mcp:write",
+    )
+    .await;
+    assert_challenge(
+        reader.request("resources/read", doc.clone()).await,
+        "mcp:read mcp:write",
+    )
+    .await;
+    // Without a rule: mcp:read is enough.
+    let guide = reader
+        .request("resources/read", json!({"uri": "werkbaum://guide"}))
+        .await;
+    assert_eq!(guide.status(), 200);
+    let decompose = reader
+        .request(
+            "prompts/get",
+            json!({"name": "werkbaum/decompose", "arguments": {"id": "#a", "file": "p.werkbaum"}}),
+        )
+        .await;
+    assert_eq!(decompose.status(), 200);
+    // With the scope: passed to the service.
+    assert_eq!(writer.request("prompts/get", review).await.status(), 200);
+    assert_eq!(writer.request("resources/read", doc).await.status(), 200);
+}
