@@ -237,6 +237,16 @@ pub(crate) enum Mismatch {
     Repeated { header: &'static str, lines: usize },
     #[error("the MCP-Protocol-Version header is missing but the body's _meta says {body_value:?}")]
     VersionMissing { body_value: String },
+    #[error("the {header} header says {header_value:?} but the argument is {body_value}")]
+    ParamDiffers {
+        header: String,
+        header_value: String,
+        body_value: String,
+    },
+    #[error("the {header} header is missing: the tool mirrors that argument into it")]
+    ParamMissing { header: String },
+    #[error("the {header} header is sent more than once: send it once")]
+    ParamRepeated { header: String },
 }
 
 impl Mismatch {
@@ -248,6 +258,9 @@ impl Mismatch {
             | Self::Missing { header, .. }
             | Self::Repeated { header, .. } => header,
             Self::VersionMissing { .. } => VERSION_HEADER,
+            Self::ParamDiffers { .. } | Self::ParamMissing { .. } | Self::ParamRepeated { .. } => {
+                "Mcp-Param"
+            }
         }
     }
 }

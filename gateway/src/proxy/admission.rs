@@ -13,7 +13,7 @@ use pingora::{http::RequestHeader, proxy::Session};
 
 use super::{
     Gateway, Outcome, RequestCtx,
-    mcp_headers::{check_mcp_header_lines, check_mcp_headers},
+    mcp_headers::{check_mcp_header_lines, check_mcp_headers, check_param_headers},
 };
 use crate::{
     auth::{self, AuthFailure, Principal},
@@ -84,7 +84,10 @@ impl Gateway {
         if cors::is_preflight(&req.method, &req.headers) {
             return Ok(self
                 .check_origin(req, route)
-                .map_or_else(Outcome::Refuse, preflight));
+                .map_or_else(Outcome::Refuse, |origin| {
+                    let requested = req.headers.get("access-control-request-headers");
+                    preflight(origin, requested.map(|v| v.as_bytes()))
+                }));
         }
         if let Err(rejection) = self.admit_headers(req, route, ctx).await {
             return Ok(Outcome::Refuse(rejection));
@@ -363,6 +366,17 @@ impl Gateway {
             ctx.mcp.filter_list = message.method == "tools/list"
                 && !self.routes[route].policy.lists_everything(principal);
         }
+        // A tool that mirrors parameters into `Mcp-Param-*` headers (as the catalog last listed
+        // it): the headers must say what the arguments say.
+        if let Some(tool) = message.tool()
+            && let Some(declared) = self
+                .edge
+                .catalogs
+                .get(route)
+                .and_then(|c| c.param_headers(tool))
+        {
+            check_param_headers(req, body, message, &declared)?;
+        }
         if let Some(tool) = message.tool() {
             let name = &self.settings.routes[route].name;
             self.tool_budget(tool, name, &ctx.person_key).await?;
@@ -638,9 +652,9 @@ impl Gateway {
 
 /// The answer to a CORS preflight of `/mcp` whose origin passed: 204, with the CORS headers
 /// for an allowed foreign origin (same-origin pages need no preflight, nor CORS headers).
-fn preflight(origin: Option<String>) -> Outcome {
+fn preflight(origin: Option<String>, requested: Option<&[u8]>) -> Outcome {
     let reply = match origin {
-        Some(origin) => cors::preflight_headers(&origin)
+        Some(origin) => cors::preflight_headers(&origin, requested)
             .into_iter()
             .fold(Reply::empty(204), |reply, (name, value)| {
                 reply.header(name, value)

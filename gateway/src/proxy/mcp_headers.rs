@@ -1,11 +1,13 @@
 //! The MCP headers of a `/mcp` request checked in the admission: `Mcp-Method`, `Mcp-Name` and
-//! `MCP-Protocol-Version` at most once each, and against the body (the decisions are
+//! `MCP-Protocol-Version` at most once each, and against the body, and a tool's
+//! `Mcp-Param-*` headers against its arguments (the decisions are
 //! `crate::mcp`'s; here they are read from the request and mapped to a `Rejection`).
 
 use pingora::http::RequestHeader;
 
 use crate::{
     mcp::{self, Message},
+    param_headers::{self, ParamHeader},
     reply::Rejection,
 };
 
@@ -50,4 +52,32 @@ pub(super) fn check_mcp_header_lines(req: &RequestHeader) -> Result<(), Rejectio
             id: "null".to_owned(),
         },
     )
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` whose tool mirrors parameters into them
+/// (`declared`, from the catalog): each must say what the arguments say (400 `HeaderMismatch`
+/// otherwise). Forwarded unchanged either way.
+pub(super) fn check_param_headers(
+    req: &RequestHeader,
+    body: &[u8],
+    message: &Message,
+    declared: &[ParamHeader],
+) -> Result<(), Rejection> {
+    let parsed: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| Rejection::Malformed(mcp::Malformed::NotJson(e.to_string())))?;
+    let arguments = parsed.pointer("/params/arguments");
+    let header = |name: &str| -> Vec<&[u8]> {
+        let key = format!("{}{}", param_headers::PREFIX, name.to_ascii_lowercase());
+        req.headers
+            .get_all(key.as_str())
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect()
+    };
+    param_headers::check(declared, arguments, header).map_err(|mismatch| {
+        Rejection::HeaderMismatch {
+            mismatch,
+            id: message.id.clone(),
+        }
+    })
 }

@@ -1,9 +1,13 @@
 //! The duties MCP 2026-07-28 puts on an intermediary that reads bodies (issue 40), end to end
-//! through the real gateway in front of the real mcp-service: a list answer filtered per token
-//! is `cacheScope: "private"` (its `ttlMs` kept) and an unfiltered one is the server's bytes.
+//! through the real gateway in front of the real mcp-service (and, for `Mcp-Param-*`, a server
+//! on the official Python SDK): a list answer filtered per token is `cacheScope: "private"`
+//! (its `ttlMs` kept) and an unfiltered one is the server's bytes; the protocol version header
+//! against `_meta`; prompts and resources step up like tools; mirrored parameters checked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use pforte_tests::{McpClient, Stack, rpc_answer};
+use std::{path::Path, time::Duration};
+
+use pforte_tests::{McpClient, Stack, eventually, free_port, python_sdk_or_skip, rpc_answer};
 use serde_json::{Value, json};
 
 /// The 2026-07-28 revision.
@@ -247,4 +251,98 @@ async fn prompts_and_resources_step_up_like_tools() {
     // With the scope: passed to the service.
     assert_eq!(writer.request("prompts/get", review).await.status(), 200);
     assert_eq!(writer.request("resources/read", doc).await.status(), 200);
+}
+
+/// Issue 40, point 2: for a tool whose schema mirrors `region` and `shard` into
+/// `Mcp-Param-Region` / `Mcp-Param-Shard` (a server on the official Python SDK), the headers
+/// must say what the arguments say — the Base64 sentinel decoded, the integer compared as a
+/// number — else 400 `HeaderMismatch`; a CORS preflight may ask for them.
+#[tokio::test]
+async fn mirrored_parameters_must_match_their_headers() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let port = free_port();
+    let mut server = pforte_tests::Proc::spawn({
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/http/header_server.py"))
+            .arg(port.to_string());
+        cmd
+    })
+    .unwrap();
+    let up = eventually(Duration::from_secs(30), || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(up, "the header server never listened on {port}");
+    let gw = Stack::builder()
+        .upstream(&format!("http://127.0.0.1:{port}/mcp"))
+        .allowed_origins(&["https://app.example"])
+        .start()
+        .await;
+    let rw = gw.create_token("rw").await.unwrap();
+    let mut client = gw.mcp(&rw);
+    client.open().await.unwrap();
+    let call = |args: Value| {
+        json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+            "params": {"name": "execute_sql", "arguments": args}})
+    };
+    let full = call(json!({"region": "us-west1", "query": "q", "shard": 42}));
+
+    for headers in [
+        vec![("mcp-param-region", "us-west1"), ("mcp-param-shard", "42")],
+        vec![
+            ("Mcp-Param-Region", "=?base64?dXMtd2VzdDE=?="),
+            ("Mcp-Param-Shard", "42.0"),
+        ],
+    ] {
+        let resp = post_exactly(&client, &full, &headers).await;
+        assert_eq!(resp.status(), 200, "{headers:?}");
+        let answer = rpc_answer(resp).await;
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert_eq!(text, "q in us-west1 on shard 42", "{answer}");
+    }
+    for headers in [
+        vec![("mcp-param-region", "us-east1"), ("mcp-param-shard", "42")],
+        vec![("mcp-param-region", "us-west1"), ("mcp-param-shard", "43")],
+        vec![("mcp-param-region", "us-west1")],
+        vec![
+            ("mcp-param-region", "us-west1"),
+            ("mcp-param-region", "us-west1"),
+            ("mcp-param-shard", "42"),
+        ],
+    ] {
+        let resp = post_exactly(&client, &full, &headers).await;
+        assert_eq!(resp.status(), 400, "{headers:?}");
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+        assert_eq!(answer["id"], 11);
+    }
+    // A parameter not in the arguments: no header expected.
+    let sparse = call(json!({"region": "eu", "query": "q"}));
+    let resp = post_exactly(&client, &sparse, &[("mcp-param-region", "eu")]).await;
+    assert_eq!(resp.status(), 200);
+    // A browser may ask to send them.
+    let preflight = gw
+        .http()
+        .request(reqwest::Method::OPTIONS, gw.mcp_url())
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type, mcp-param-region, mcp-param-shard",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 204);
+    let allowed = preflight.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(allowed.contains("mcp-param-region"), "{allowed}");
+    assert!(allowed.contains("mcp-param-shard"), "{allowed}");
+    let _ = server.child.kill();
 }
