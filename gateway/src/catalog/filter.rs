@@ -41,21 +41,99 @@ pub fn filter_tools_list(
     content_type_is_sse: bool,
     keep: impl Fn(&str, Annotation) -> bool,
 ) -> Result<Option<Bytes>, FilterError> {
+    let edit =
+        |text: &[u8], span: Span, edits: &mut Edits| filter_message(text, span, &keep, edits);
+    filter_framed(body, content_type_is_sse, &edit)
+}
+
+/// Rewrites a `server/discover` answer for a principal, as [`filter_tools_list`] does a
+/// `tools/list` one: `capabilities.tools` cut when the principal may list no tool
+/// (`tools_visible` false), `supportedVersions` cut to the revisions the gateway knows (it
+/// refuses the others), and `cacheScope: "private"` ([`mark_private`]); every other byte as
+/// the server wrote it.
+pub(crate) fn filter_discover(
+    body: &[u8],
+    content_type_is_sse: bool,
+    tools_visible: bool,
+) -> Result<Option<Bytes>, FilterError> {
+    let edit = |text: &[u8], span: Span, edits: &mut Edits| {
+        discover_message(text, span, tools_visible, edits)
+    };
+    filter_framed(body, content_type_is_sse, &edit)
+}
+
+/// What edits one JSON-RPC message (or each of an array of them): whether it changed.
+trait EditMessage: Fn(&[u8], Span, &mut Edits) -> Result<bool, FilterError> {}
+impl<F: Fn(&[u8], Span, &mut Edits) -> Result<bool, FilterError>> EditMessage for F {}
+
+/// A body in either framing, each message edited by `edit`.
+fn filter_framed(
+    body: &[u8],
+    content_type_is_sse: bool,
+    edit: &impl EditMessage,
+) -> Result<Option<Bytes>, FilterError> {
     if content_type_is_sse {
-        filter_sse(body, &keep)
+        filter_sse(body, edit)
     } else {
-        filter_text(body, &keep)
+        filter_text(body, edit)
     }
 }
 
-/// A whole JSON text filtered: the new text, or `None` when nothing was removed.
-fn filter_text(
+/// The edits of a `server/discover` answer at `span` (see [`filter_discover`]).
+fn discover_message(
     text: &[u8],
-    keep: &impl Fn(&str, Annotation) -> bool,
-) -> Result<Option<Bytes>, FilterError> {
+    span: Span,
+    tools_visible: bool,
+    edits: &mut Edits,
+) -> Result<bool, FilterError> {
+    if let Some(items) = raw_json::elements(text, span.clone()) {
+        let mut changed = false;
+        for item in items {
+            changed |= discover_message(text, item, tools_visible, edits)?;
+        }
+        return Ok(changed);
+    }
+    let Some(result) = raw_json::get(text, span, "result") else {
+        return Ok(false);
+    };
+    if raw_json::members(text, result.clone()).is_none() {
+        return Err(FilterError::Shape);
+    }
+    let mut changed = false;
+    if !tools_visible
+        && let Some(caps) = raw_json::get(text, result.clone(), "capabilities")
+        && let Some(without) = raw_json::without_members(text, &caps, "tools")
+    {
+        edits.replace(caps, without);
+        changed = true;
+    }
+    if let Some(versions) = raw_json::get(text, result.clone(), "supportedVersions")
+        && let Some(all) = raw_json::elements(text, versions.clone())
+    {
+        let kept: Vec<bool> = all
+            .iter()
+            .map(|v| {
+                text.get(v.clone())
+                    .and_then(raw_json::string)
+                    .is_some_and(|v| crate::mcp::SUPPORTED_VERSIONS.contains(&v.as_ref()))
+            })
+            .collect();
+        if !kept.iter().all(|k| *k) {
+            edits.replace(
+                versions.clone(),
+                raw_json::retain_elements(text, &versions, &all, &kept),
+            );
+            changed = true;
+        }
+    }
+    Ok(mark_private(text, &result, edits) || changed)
+}
+
+/// A whole JSON text filtered: the new text, or `None` when nothing was removed.
+fn filter_text(text: &[u8], edit: &impl EditMessage) -> Result<Option<Bytes>, FilterError> {
     serde_json::from_slice::<serde::de::IgnoredAny>(text)?;
     let mut edits = Edits::default();
-    if !filter_message(text, raw_json::trimmed(text), keep, &mut edits)? {
+    if !edit(text, raw_json::trimmed(text), &mut edits)? {
         return Ok(None);
     }
     let mut out = text.to_vec();
@@ -136,10 +214,7 @@ pub(crate) fn mark_private(text: &[u8], result: &Span, edits: &mut Edits) -> boo
     }
 }
 
-fn filter_sse(
-    body: &[u8],
-    keep: &impl Fn(&str, Annotation) -> bool,
-) -> Result<Option<Bytes>, FilterError> {
+fn filter_sse(body: &[u8], edit: &impl EditMessage) -> Result<Option<Bytes>, FilterError> {
     let all: Vec<sse::Line<'_>> = sse::lines(body).collect();
     let mut out: Option<Vec<u8>> = None;
     // Byte offset in `body` up to which `out` (once it exists) is complete.
@@ -147,7 +222,7 @@ fn filter_sse(
     let mut offset = 0;
     for event in all.split_inclusive(|l| l.content.is_empty()) {
         let event_len: usize = event.iter().map(|l| l.content.len() + l.end.len()).sum();
-        if let Some(rewritten) = rewrite_event(event, keep)? {
+        if let Some(rewritten) = rewrite_event(event, edit)? {
             let out = out.get_or_insert_with(|| Vec::with_capacity(body.len()));
             out.extend_from_slice(&body[copied..offset]);
             out.extend_from_slice(&rewritten);
@@ -164,7 +239,7 @@ fn filter_sse(
 /// The event rewritten when its data is a `tools/list` response that lost tools.
 fn rewrite_event(
     event: &[sse::Line<'_>],
-    keep: &impl Fn(&str, Annotation) -> bool,
+    edit: &impl EditMessage,
 ) -> Result<Option<Vec<u8>>, FilterError> {
     let mut data: Option<Vec<u8>> = None;
     for value in event.iter().filter_map(sse::Line::data) {
@@ -183,7 +258,7 @@ fn rewrite_event(
     if !raw_json::is_valid(&data) {
         return Ok(None);
     }
-    let Some(json) = filter_text(&data, keep)? else {
+    let Some(json) = filter_text(&data, edit)? else {
         return Ok(None);
     };
     let mut out = Vec::with_capacity(json.len() + 64);
@@ -306,6 +381,21 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_discover_answer_loses_hidden_tools_and_unknown_versions() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2099-01-01","2026-07-28"],"capabilities":{"prompts":{},"tools":{"listChanged":true},"resources":{}},"ttlMs":5,"cacheScope":"public"}}"#;
+        let out = filter_discover(body, false, false).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"prompts":{},"resources":{}},"ttlMs":5,"cacheScope":"private"}}"#
+        );
+        let out = filter_discover(body, false, true).unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&out).contains(r#""tools":{"listChanged":true}"#));
+        let framed = [b"data: ".as_slice(), body, b"\n\n"].concat();
+        let out = filter_discover(&framed, true, false).unwrap().unwrap();
+        assert!(!String::from_utf8_lossy(&out).contains("tools"));
     }
 
     #[test]

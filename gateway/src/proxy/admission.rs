@@ -363,8 +363,10 @@ impl Gateway {
         }
         if self.settings.admission.tool_policy {
             self.authorize(principal, message, route).await?;
-            ctx.mcp.filter_list = message.method == "tools/list"
-                && !self.routes[route].policy.lists_everything(principal);
+            // `server/discover` says whether there are tools at all: filtered alike.
+            ctx.mcp.filter_list =
+                matches!(message.method.as_str(), "tools/list" | "server/discover")
+                    && !self.routes[route].policy.lists_everything(principal);
         }
         // A tool that mirrors parameters into `Mcp-Param-*` headers (as the catalog last listed
         // it): the headers must say what the arguments say.

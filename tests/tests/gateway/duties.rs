@@ -109,6 +109,86 @@ async fn a_filtered_list_is_private_and_an_unfiltered_one_is_the_servers() {
     let got = rpc_answer(old_rw.request("tools/list", json!({})).await).await;
     assert_eq!(got, want);
     assert_ne!(got["result"]["cacheScope"], "private");
+
+    // Point 6: `server/discover` for a token that sees everything is the server's too.
+    let discover = modern(2, "server/discover", json!({}));
+    let server = post_modern(&direct, &discover, &[])
+        .await
+        .text()
+        .await
+        .unwrap();
+    let all = post_modern(&gw.mcp(&rw), &discover, &[]).await;
+    assert_eq!(all.text().await.unwrap(), server);
+}
+
+/// Issue 40, point 6: `server/discover` is filtered per token like `tools/list`: a token that
+/// may list no tool (every read tool limited to someone else) is not told of tools, one that
+/// may list some is; both answers are `cacheScope: "private"` with the server's `ttlMs`.
+#[tokio::test]
+async fn server_discover_is_filtered_per_token() {
+    let mut builder = Stack::builder();
+    for tool in [
+        "werkbaum_check",
+        "werkbaum_history",
+        "werkbaum_inspect",
+        "werkbaum_read",
+        "whoami",
+    ] {
+        builder = builder.tool_users(tool, &["somebody-else"]);
+    }
+    let gw = builder.start().await;
+    let ro = gw
+        .create_token_with("ro", &["--scope", "mcp:read"])
+        .await
+        .unwrap();
+    let rw = gw.create_token("rw").await.unwrap();
+    let direct = McpClient::new(reqwest::Client::new(), &gw.service().url());
+    let discover = modern(3, "server/discover", json!({}));
+    let server = message(
+        &post_modern(&direct, &discover, &[])
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert!(
+        server["result"]["capabilities"]["tools"].is_object(),
+        "{server}"
+    );
+
+    // The gateway judges by its tool catalog, learned in the background at start: asked
+    // until it has been (bounded).
+    let reader_client = gw.mcp(&ro);
+    let hidden = eventually(Duration::from_secs(10), || async {
+        let answer = post_modern(&reader_client, &discover, &[]).await;
+        let answer = message(&answer.text().await.unwrap());
+        answer["result"]["capabilities"].get("tools").is_none()
+    })
+    .await;
+    assert!(hidden, "the read-only token was still told of tools");
+    let reader = post_modern(&reader_client, &discover, &[]).await;
+    assert_eq!(reader.status(), 200);
+    let reader = message(&reader.text().await.unwrap());
+    let caps = reader["result"]["capabilities"].as_object().unwrap();
+    assert!(!caps.contains_key("tools"), "{reader}");
+    assert!(
+        caps.contains_key("prompts") && caps.contains_key("resources"),
+        "{reader}"
+    );
+    assert_eq!(reader["result"]["cacheScope"], "private");
+    assert_eq!(reader["result"]["ttlMs"], server["result"]["ttlMs"]);
+    assert_eq!(
+        reader["result"]["supportedVersions"],
+        server["result"]["supportedVersions"]
+    );
+
+    let writer = post_modern(&gw.mcp(&rw), &discover, &[]).await;
+    let writer = message(&writer.text().await.unwrap());
+    assert!(
+        writer["result"]["capabilities"]["tools"].is_object(),
+        "{writer}"
+    );
+    assert_eq!(writer["result"]["cacheScope"], "private");
 }
 
 /// POSTs `body` for `client` (stateless) with exactly `headers` beyond the defaults.
