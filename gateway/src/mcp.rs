@@ -44,7 +44,8 @@ pub struct Message {
     pub(crate) kind: Kind,
     /// The JSON-RPC method; empty for responses.
     pub(crate) method: String,
-    /// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`.
+    /// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`,
+    /// `params.taskId` of `tasks/get`, `tasks/update` and `tasks/cancel` (SEP-2663).
     pub(crate) target: Option<String>,
     /// The request id as JSON text (`1`, `"a"`), to echo in a JSON-RPC error; `null` otherwise.
     pub(crate) id: String,
@@ -110,6 +111,8 @@ struct Params<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     uri: Option<Cow<'a, str>>,
+    #[serde(borrow, rename = "taskId")]
+    task_id: Option<Cow<'a, str>>,
     #[serde(borrow, rename = "_meta")]
     meta: Option<Meta<'a>>,
 }
@@ -168,12 +171,18 @@ pub fn inspect(body: &[u8]) -> Result<Message, Malformed> {
         (None, _) => return Err(Malformed::NotJsonRpc("a message needs a \"method\"")),
     };
     let (params, meta) = match env.params {
-        Some(Params { name, uri, meta }) => ((name, uri), meta),
-        None => ((None, None), None),
+        Some(Params {
+            name,
+            uri,
+            task_id,
+            meta,
+        }) => ((name, uri, task_id), meta),
+        None => ((None, None, None), None),
     };
     let target = match (method.as_ref(), params) {
-        ("tools/call" | "prompts/get", (name, _)) => name.map(Cow::into_owned),
-        ("resources/read", (_, uri)) => uri.map(Cow::into_owned),
+        ("tools/call" | "prompts/get", (name, _, _)) => name.map(Cow::into_owned),
+        ("resources/read", (_, uri, _)) => uri.map(Cow::into_owned),
+        (m, (_, _, task)) if TASK_METHODS.contains(&m) => task.map(Cow::into_owned),
         _ => None,
     };
     let (traceparent, meta_version) = match meta {
@@ -270,6 +279,11 @@ pub(crate) const HEADERS_REQUIRED_FROM: &str = "2026-07-28";
 
 /// The methods whose requests must carry `Mcp-Name` from [`HEADERS_REQUIRED_FROM`] on.
 const NAMED_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
+
+/// The task methods (SEP-2663, an extension of 2026-07-28): their requests must carry
+/// `Mcp-Name: <taskId>` whatever revision they declare, so that a load balancer can route them
+/// to the instance that holds the task.
+pub(crate) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
 /// Whether a declared `MCP-Protocol-Version` requires the `Mcp-Method` / `Mcp-Name` headers:
 /// [`HEADERS_REQUIRED_FROM`] or a later revision (revisions are `YYYY-MM-DD` dates, in order as
@@ -368,9 +382,11 @@ pub(crate) fn check_headers(
         ("Mcp-Name", name_header, message.target.as_deref()),
     ];
     let named = NAMED_METHODS.contains(&message.method.as_str());
+    let task = TASK_METHODS.contains(&message.method.as_str());
     for (header, sent, body) in checks {
         let Some(sent) = sent else {
-            if required && named && body.is_some() {
+            let must = (required && (named || task)) || (task && header == "Mcp-Name");
+            if must && body.is_some() {
                 return Err(Mismatch::Missing {
                     header,
                     version: HEADERS_REQUIRED_FROM,
@@ -575,6 +591,27 @@ mod tests {
             inspect(br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"plan"}}"#)
                 .unwrap();
         assert!(check_headers(&prompt, None, Some(b"plan"), true).is_err());
+    }
+
+    #[test]
+    fn task_requests_name_their_task() {
+        let get =
+            inspect(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t-1"}}"#)
+                .unwrap();
+        assert_eq!(get.target.as_deref(), Some("t-1"));
+        assert_eq!(get.tool(), None);
+        // Mcp-Name is required on any revision, and must be the task id.
+        assert!(matches!(
+            check_headers(&get, None, None, false),
+            Err(Mismatch::Missing {
+                header: "Mcp-Name",
+                ..
+            })
+        ));
+        assert!(check_headers(&get, None, Some(b"t-2"), false).is_err());
+        assert!(check_headers(&get, None, Some(b"t-1"), false).is_ok());
+        assert!(check_headers(&get, None, Some(b"t-1"), true).is_err());
+        assert!(check_headers(&get, Some(b"tasks/get"), Some(b"t-1"), true).is_ok());
     }
 
     #[test]

@@ -426,3 +426,41 @@ async fn mirrored_parameters_must_match_their_headers() {
     assert!(allowed.contains("mcp-param-shard"), "{allowed}");
     let _ = server.child.kill();
 }
+
+/// Issue 40, point 5 (its first part): `tasks/get`, `tasks/update` and `tasks/cancel` must
+/// carry `Mcp-Name` = the task id (SEP-2663), on any revision: without it, or with another id,
+/// 400 `HeaderMismatch` before the upstream is asked; with it, the request goes on.
+#[tokio::test]
+async fn task_requests_must_name_their_task() {
+    let gw = Stack::start().await;
+    let rw = gw.create_token("rw").await.unwrap();
+    let mut client = gw.mcp(&rw);
+    client.open().await.unwrap();
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let body = json!({"jsonrpc": "2.0", "id": 21, "method": method,
+            "params": {"taskId": "786512e2-9e0d-44bd-8f29-789f320fe840"}});
+        for headers in [vec![], vec![("mcp-name", "another-task")]] {
+            let resp = post_exactly(&client, &body, &headers).await;
+            assert_eq!(resp.status(), 400, "{method} {headers:?}");
+            let answer: Value = resp.json().await.unwrap();
+            assert_eq!(answer["error"]["code"], -32020, "{answer}");
+            assert_eq!(answer["id"], 21);
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Mcp-Name"),
+                "{answer}"
+            );
+        }
+        let named = post_exactly(
+            &client,
+            &body,
+            &[("mcp-name", "786512e2-9e0d-44bd-8f29-789f320fe840")],
+        )
+        .await;
+        let status = named.status();
+        let text = named.text().await.unwrap();
+        assert!(!text.contains("-32020"), "{method}: {status} {text}");
+    }
+}
