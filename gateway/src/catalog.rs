@@ -44,11 +44,12 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use answer::client_capabilities;
+pub(crate) use filter::filter_discover;
 pub use filter::filter_tools_list;
 pub(crate) use lending::Lender;
 use lending::Lent;
 
-use crate::forward::header;
+use crate::{forward::header, param_headers::ParamHeader};
 
 /// The protocol revision the catalog client speaks.
 pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
@@ -156,9 +157,18 @@ pub enum CatalogError {
 
 /// The current tool set.
 #[derive(Debug, Default)]
-struct Snapshot {
+pub(crate) struct Snapshot {
     /// Tool name → read-only.
     tools: HashMap<Box<str>, bool>,
+    /// Tool name → the parameters it mirrors into `Mcp-Param-*` headers (`x-mcp-header` in its
+    /// `inputSchema`), for the tools that declare any.
+    params: HashMap<Box<str>, Arc<[ParamHeader]>>,
+}
+
+impl Snapshot {
+    fn len(&self) -> usize {
+        self.tools.len()
+    }
 }
 
 /// The upstream's tool catalog. Share it as `Arc<Catalog>`.
@@ -293,6 +303,12 @@ impl Catalog {
         self.tool(name)
     }
 
+    /// The parameters `tool` mirrors into `Mcp-Param-*` headers, as last listed (`None`: none,
+    /// or not listed). Lock-free; no I/O.
+    pub(crate) fn param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
+        self.snapshot.load().params.get(tool).cloned()
+    }
+
     /// Every tool in the catalog with whether it only reads, sorted by name.
     pub(crate) fn tools(&self) -> Vec<(String, bool)> {
         let mut tools: Vec<(String, bool)> = self
@@ -331,7 +347,7 @@ impl Catalog {
         };
         let result = result.map(|tools| {
             let n = tools.len();
-            self.snapshot.store(Arc::new(Snapshot { tools }));
+            self.snapshot.store(Arc::new(tools));
             self.loaded.fetch_add(1, Ordering::AcqRel);
             n
         });
@@ -348,7 +364,7 @@ impl Catalog {
 
     /// `tools/list` on the catalog's session, once more on a new session when the upstream
     /// forgot it.
-    async fn list_once(&self) -> Result<HashMap<Box<str>, bool>, CatalogError> {
+    async fn list_once(&self) -> Result<Snapshot, CatalogError> {
         match self.list_on_session().await {
             Err(CatalogError::SessionGone) => {
                 self.set_session(None);
@@ -430,7 +446,7 @@ impl Catalog {
     }
 
     /// `tools/list` (all pages) on the current session, initialising one first if needed.
-    async fn list_on_session(&self) -> Result<HashMap<Box<str>, bool>, CatalogError> {
+    async fn list_on_session(&self) -> Result<Snapshot, CatalogError> {
         let session = match self.session() {
             Some(s) => Some(s),
             None => {
@@ -439,7 +455,7 @@ impl Catalog {
                 s
             }
         };
-        let mut tools = HashMap::new();
+        let mut tools = Snapshot::default();
         let mut cursor: Option<String> = None;
         for page in 0..MAX_PAGES {
             let params = match &cursor {
@@ -589,10 +605,7 @@ fn into_result(mut message: Value) -> Result<Value, CatalogError> {
 }
 
 /// Adds one `tools/list` result page to `tools`; its `nextCursor`.
-fn read_tools_page(
-    result: &Value,
-    tools: &mut HashMap<Box<str>, bool>,
-) -> Result<Option<String>, CatalogError> {
+fn read_tools_page(result: &Value, tools: &mut Snapshot) -> Result<Option<String>, CatalogError> {
     let list = result
         .get("tools")
         .and_then(Value::as_array)
@@ -605,7 +618,16 @@ fn read_tools_page(
             .pointer("/annotations/readOnlyHint")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        tools.insert(name.into(), read_only);
+        tools.tools.insert(name.into(), read_only);
+        let params = tool
+            .get("inputSchema")
+            .map(crate::param_headers::declared)
+            .unwrap_or_default();
+        if params.is_empty() {
+            tools.params.remove(name);
+        } else {
+            tools.params.insert(name.into(), params.into());
+        }
     }
     Ok(result
         .get("nextCursor")

@@ -262,6 +262,8 @@ impl Settings {
     pub(crate) fn policy(&self) -> crate::policy::Policy {
         crate::policy::Policy {
             rules: self.admission.tools.clone(),
+            prompts: std::collections::BTreeMap::new(),
+            resources: std::collections::BTreeMap::new(),
             baseline: self.admission.required_scopes.clone(),
         }
     }
@@ -269,6 +271,8 @@ impl Settings {
     pub(crate) fn route_policy(&self, i: usize) -> crate::policy::Policy {
         crate::policy::Policy {
             rules: self.routes[i].tools.clone(),
+            prompts: self.routes[i].prompts.clone(),
+            resources: self.routes[i].resources.clone(),
             baseline: self.admission.required_scopes.clone(),
         }
     }
@@ -421,16 +425,15 @@ impl GatewayConfig {
                 format!("{s:?} is not one of the configured scopes"),
             ));
         }
-        for (tool, rule) in &self.tools {
-            if let Some(s) = rule
-                .scopes
-                .iter()
-                .flatten()
-                .find(|s| !self.scopes.contains(s))
-            {
+        for (table, rules) in [
+            ("tools", &self.tools),
+            ("prompts", &self.prompts),
+            ("resources", &self.resources),
+        ] {
+            if let Some((name, s)) = unknown_scope(rules, &self.scopes) {
                 return Err(invalid(
-                    "tools",
-                    format!("[tools.{tool}] scope {s:?} is not one of the configured scopes"),
+                    table,
+                    format!("[{table}.{name}] scope {s:?} is not one of the configured scopes"),
                 ));
             }
         }
@@ -509,6 +512,20 @@ fn check_limits(limits: &Limits) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// The first rule (its name) whose `scopes` name a scope not configured, and that scope.
+pub(crate) fn unknown_scope<'a>(
+    rules: &'a std::collections::BTreeMap<String, ToolRule>,
+    scopes: &[String],
+) -> Option<(&'a str, &'a str)> {
+    rules.iter().find_map(|(name, rule)| {
+        rule.scopes
+            .iter()
+            .flatten()
+            .find(|s| !scopes.contains(s))
+            .map(|s| (name.as_str(), s.as_str()))
+    })
 }
 
 /// Tool budgets (`[limits.tools.NAME]`): a tool name as MCP spells them and a policy that

@@ -22,6 +22,7 @@ mod mcp;
 mod metadata;
 mod metrics;
 mod oauth;
+mod param_headers;
 mod policy;
 mod preflight;
 mod proxy;

@@ -10,6 +10,18 @@ use serde::de::IgnoredAny;
 
 /// JSON-RPC error code for a request whose `Mcp-Method` / `Mcp-Name` header contradicts its body.
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
+/// JSON-RPC error code for a protocol version the gateway does not implement (MCP 2026-07-28,
+/// `UnsupportedProtocolVersionError`).
+pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// The protocol revisions whose duties the gateway knows, newest first: what it names in an
+/// `UnsupportedProtocolVersionError`.
+pub(crate) const SUPPORTED_VERSIONS: [&str; 5] = [
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
 /// JSON-RPC: the body is not JSON.
 pub(crate) const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC: JSON, but not a single valid JSON-RPC message.
@@ -32,13 +44,17 @@ pub struct Message {
     pub(crate) kind: Kind,
     /// The JSON-RPC method; empty for responses.
     pub(crate) method: String,
-    /// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`.
+    /// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`,
+    /// `params.taskId` of `tasks/get`, `tasks/update` and `tasks/cancel` (SEP-2663).
     pub(crate) target: Option<String>,
     /// The request id as JSON text (`1`, `"a"`), to echo in a JSON-RPC error; `null` otherwise.
     pub(crate) id: String,
     /// `params._meta.traceparent` (W3C trace context, MCP 2026-07-28), when it has the
     /// header's length; the trace code parses it.
     pub(crate) traceparent: Option<String>,
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]` (MCP 2026-07-28): the string,
+    /// or the JSON text of a value that is not one.
+    pub(crate) meta_version: Option<String>,
 }
 
 impl Message {
@@ -95,6 +111,8 @@ struct Params<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     uri: Option<Cow<'a, str>>,
+    #[serde(borrow, rename = "taskId")]
+    task_id: Option<Cow<'a, str>>,
     #[serde(borrow, rename = "_meta")]
     meta: Option<Meta<'a>>,
 }
@@ -103,6 +121,8 @@ struct Params<'a> {
 struct Meta<'a> {
     #[serde(borrow)]
     traceparent: Option<Cow<'a, str>>,
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<serde_json::Value>,
 }
 
 /// A W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`) has 55 characters.
@@ -151,24 +171,38 @@ pub fn inspect(body: &[u8]) -> Result<Message, Malformed> {
         (None, _) => return Err(Malformed::NotJsonRpc("a message needs a \"method\"")),
     };
     let (params, meta) = match env.params {
-        Some(Params { name, uri, meta }) => ((name, uri), meta),
-        None => ((None, None), None),
+        Some(Params {
+            name,
+            uri,
+            task_id,
+            meta,
+        }) => ((name, uri, task_id), meta),
+        None => ((None, None, None), None),
     };
     let target = match (method.as_ref(), params) {
-        ("tools/call" | "prompts/get", (name, _)) => name.map(Cow::into_owned),
-        ("resources/read", (_, uri)) => uri.map(Cow::into_owned),
+        ("tools/call" | "prompts/get", (name, _, _)) => name.map(Cow::into_owned),
+        ("resources/read", (_, uri, _)) => uri.map(Cow::into_owned),
+        (m, (_, _, task)) if TASK_METHODS.contains(&m) => task.map(Cow::into_owned),
         _ => None,
     };
-    let traceparent = meta
-        .and_then(|m| m.traceparent)
+    let (traceparent, meta_version) = match meta {
+        Some(m) => (m.traceparent, m.protocol_version),
+        None => (None, None),
+    };
+    let traceparent = traceparent
         .filter(|t| t.len() == TRACEPARENT_LEN)
         .map(Cow::into_owned);
+    let meta_version = meta_version.map(|v| match v {
+        serde_json::Value::String(s) => s,
+        other => other.to_string(),
+    });
     Ok(Message {
         kind,
         method: method.into_owned(),
         target,
         id,
         traceparent,
+        meta_version,
     })
 }
 
@@ -210,6 +244,18 @@ pub(crate) enum Mismatch {
     },
     #[error("the {header} header is sent {lines} times: send it once")]
     Repeated { header: &'static str, lines: usize },
+    #[error("the MCP-Protocol-Version header is missing but the body's _meta says {body_value:?}")]
+    VersionMissing { body_value: String },
+    #[error("the {header} header says {header_value:?} but the argument is {body_value}")]
+    ParamDiffers {
+        header: String,
+        header_value: String,
+        body_value: String,
+    },
+    #[error("the {header} header is missing: the tool mirrors that argument into it")]
+    ParamMissing { header: String },
+    #[error("the {header} header is sent more than once: send it once")]
+    ParamRepeated { header: String },
 }
 
 impl Mismatch {
@@ -220,6 +266,10 @@ impl Mismatch {
             Self::Differs { header, .. }
             | Self::Missing { header, .. }
             | Self::Repeated { header, .. } => header,
+            Self::VersionMissing { .. } => VERSION_HEADER,
+            Self::ParamDiffers { .. } | Self::ParamMissing { .. } | Self::ParamRepeated { .. } => {
+                "Mcp-Param"
+            }
         }
     }
 }
@@ -229,6 +279,11 @@ pub(crate) const HEADERS_REQUIRED_FROM: &str = "2026-07-28";
 
 /// The methods whose requests must carry `Mcp-Name` from [`HEADERS_REQUIRED_FROM`] on.
 const NAMED_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
+
+/// The task methods (SEP-2663, an extension of 2026-07-28): their requests must carry
+/// `Mcp-Name: <taskId>` whatever revision they declare, so that a load balancer can route them
+/// to the instance that holds the task.
+pub(crate) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
 /// Whether a declared `MCP-Protocol-Version` requires the `Mcp-Method` / `Mcp-Name` headers:
 /// [`HEADERS_REQUIRED_FROM`] or a later revision (revisions are `YYYY-MM-DD` dates, in order as
@@ -248,15 +303,66 @@ pub(crate) fn requires_headers(version: Option<&[u8]>) -> bool {
     revision && v >= HEADERS_REQUIRED_FROM
 }
 
-/// At most one line each of `Mcp-Method` and `Mcp-Name`: with two, the gateway would check one
-/// and the upstream might read the other.
-pub(crate) fn check_header_lines(method_lines: usize, name_lines: usize) -> Result<(), Mismatch> {
-    for (header, lines) in [("Mcp-Method", method_lines), ("Mcp-Name", name_lines)] {
+/// At most one line each of `Mcp-Method`, `Mcp-Name` and `MCP-Protocol-Version`: with two,
+/// the gateway would check one and the upstream might read the other.
+pub(crate) fn check_header_lines(
+    method_lines: usize,
+    name_lines: usize,
+    version_lines: usize,
+) -> Result<(), Mismatch> {
+    for (header, lines) in [
+        ("Mcp-Method", method_lines),
+        ("Mcp-Name", name_lines),
+        (VERSION_HEADER, version_lines),
+    ] {
         if lines > 1 {
             return Err(Mismatch::Repeated { header, lines });
         }
     }
     Ok(())
+}
+
+/// The protocol version header, as the specification spells it.
+const VERSION_HEADER: &str = "MCP-Protocol-Version";
+
+/// Why a request's protocol version is refused (400 either way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum VersionRefusal {
+    /// The header names a revision the gateway does not implement (or is no revision at all):
+    /// `UnsupportedProtocolVersionError`, listing [`SUPPORTED_VERSIONS`]. Clipped.
+    Unsupported { requested: String },
+    /// The header and the body's `_meta` disagree, or the body names a version the header
+    /// leaves out: `HeaderMismatch`.
+    Mismatch(Mismatch),
+}
+
+/// The `MCP-Protocol-Version` header against the gateway's revisions and the body's `_meta`
+/// (MCP 2026-07-28, "Protocol Version Header"): a header naming a revision not in
+/// [`SUPPORTED_VERSIONS`] is unsupported; with `_meta`'s version present, the header must be
+/// sent and say the same. Absent both (clients before 2025-06-18 send no header), it passes.
+pub(crate) fn check_version(
+    header: Option<&[u8]>,
+    message: &Message,
+) -> Result<(), VersionRefusal> {
+    let clip = |s: &str| crate::logging::clip(s, crate::logging::MAX_NAME_BYTES).into_owned();
+    let header = header.map(|h| String::from_utf8_lossy(h).trim().to_owned());
+    if let Some(h) = &header
+        && !SUPPORTED_VERSIONS.contains(&h.as_str())
+    {
+        return Err(VersionRefusal::Unsupported { requested: clip(h) });
+    }
+    match (header, &message.meta_version) {
+        (_, None) => Ok(()),
+        (None, Some(body)) => Err(VersionRefusal::Mismatch(Mismatch::VersionMissing {
+            body_value: clip(body),
+        })),
+        (Some(h), Some(body)) if &h == body => Ok(()),
+        (Some(h), Some(body)) => Err(VersionRefusal::Mismatch(Mismatch::Differs {
+            header: VERSION_HEADER,
+            header_value: h,
+            body_value: clip(body),
+        })),
+    }
 }
 
 /// Checks the `Mcp-Method` and `Mcp-Name` headers, when present, against the body: both must
@@ -276,9 +382,11 @@ pub(crate) fn check_headers(
         ("Mcp-Name", name_header, message.target.as_deref()),
     ];
     let named = NAMED_METHODS.contains(&message.method.as_str());
+    let task = TASK_METHODS.contains(&message.method.as_str());
     for (header, sent, body) in checks {
         let Some(sent) = sent else {
-            if required && named && body.is_some() {
+            let must = (required && (named || task)) || (task && header == "Mcp-Name");
+            if must && body.is_some() {
                 return Err(Mismatch::Missing {
                     header,
                     version: HEADERS_REQUIRED_FROM,
@@ -486,10 +594,35 @@ mod tests {
     }
 
     #[test]
+    fn task_requests_name_their_task() {
+        let get =
+            inspect(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t-1"}}"#)
+                .unwrap();
+        assert_eq!(get.target.as_deref(), Some("t-1"));
+        assert_eq!(get.tool(), None);
+        // Mcp-Name is required on any revision, and must be the task id.
+        assert!(matches!(
+            check_headers(&get, None, None, false),
+            Err(Mismatch::Missing {
+                header: "Mcp-Name",
+                ..
+            })
+        ));
+        assert!(check_headers(&get, None, Some(b"t-2"), false).is_err());
+        assert!(check_headers(&get, None, Some(b"t-1"), false).is_ok());
+        assert!(check_headers(&get, None, Some(b"t-1"), true).is_err());
+        assert!(check_headers(&get, Some(b"tasks/get"), Some(b"t-1"), true).is_ok());
+    }
+
+    #[test]
     fn each_header_is_sent_at_most_once() {
-        assert!(check_header_lines(0, 0).is_ok());
-        assert!(check_header_lines(1, 1).is_ok());
-        let e = check_header_lines(2, 1).unwrap_err();
+        assert!(check_header_lines(0, 0, 0).is_ok());
+        assert!(check_header_lines(1, 1, 1).is_ok());
+        assert_eq!(
+            check_header_lines(1, 1, 2).unwrap_err().header(),
+            "MCP-Protocol-Version"
+        );
+        let e = check_header_lines(2, 1, 0).unwrap_err();
         assert_eq!(
             e,
             Mismatch::Repeated {
@@ -497,6 +630,44 @@ mod tests {
                 lines: 2
             }
         );
-        assert_eq!(check_header_lines(1, 3).unwrap_err().header(), "Mcp-Name");
+        assert_eq!(
+            check_header_lines(1, 3, 1).unwrap_err().header(),
+            "Mcp-Name"
+        );
+    }
+
+    #[test]
+    fn the_version_header_is_known_and_says_what_meta_says() {
+        let modern = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#).unwrap();
+        assert_eq!(modern.meta_version.as_deref(), Some("2026-07-28"));
+        assert_eq!(check_version(Some(b"2026-07-28"), &modern), Ok(()));
+        assert!(matches!(
+            check_version(Some(b"2025-11-25"), &modern),
+            Err(VersionRefusal::Mismatch(Mismatch::Differs {
+                header: "MCP-Protocol-Version",
+                ..
+            }))
+        ));
+        assert!(matches!(
+            check_version(None, &modern),
+            Err(VersionRefusal::Mismatch(Mismatch::VersionMissing { .. }))
+        ));
+        for bad in [&b"1900-01-01"[..], b"2027-01-01", b"latest", b""] {
+            assert!(
+                matches!(
+                    check_version(Some(bad), &modern),
+                    Err(VersionRefusal::Unsupported { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        // Older clients: no `_meta` version; a known header or none passes.
+        let old = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).unwrap();
+        assert_eq!(check_version(Some(b"2025-06-18"), &old), Ok(()));
+        assert_eq!(check_version(None, &old), Ok(()));
+        // A version that is not a string is its JSON text: never a supported one.
+        let odd = inspect(br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":20260728}}}"#).unwrap();
+        assert_eq!(odd.meta_version.as_deref(), Some("20260728"));
+        assert!(check_version(Some(b"2026-07-28"), &odd).is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! Who may do what on `/mcp`: the scopes an MCP message needs (from the tool's annotations and
-//! the operator's `[tools.NAME]` rules) and the decision for one principal. Pure: the message,
+//! the operator's `[tools.NAME]`, `[prompts.NAME]` and `[resources."URI"]` rules) and the
+//! decision for one principal. Pure: the message,
 //! what the catalog knows of the tool and the principal in, a decision out.
 
 use std::collections::BTreeMap;
@@ -66,10 +67,17 @@ impl Denial {
     }
 }
 
-/// The policy: the operator's tool rules and the scopes every request needs.
+/// The policy: the operator's tool, prompt and resource rules and the scopes every request
+/// needs.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Policy {
     pub(crate) rules: BTreeMap<String, ToolRule>,
+    /// `[prompts.NAME]`: rules for `prompts/get` of a prompt (the same fields as a tool's;
+    /// without one a prompt needs `mcp:read`).
+    pub(crate) prompts: BTreeMap<String, ToolRule>,
+    /// `[resources."URI"]`: rules for `resources/read` of a URI, or of every URI a template
+    /// (`{name}` segments, RFC 6570 level 1) matches; an exact URI wins over a template.
+    pub(crate) resources: BTreeMap<String, ToolRule>,
     /// `required_scopes`: what every `/mcp` request needs, whatever it is.
     pub(crate) baseline: Vec<String>,
 }
@@ -84,11 +92,35 @@ impl Policy {
         }
     }
 
+    /// The operator's rule for the prompt or resource a message names, with that name.
+    fn named_rule<'a>(&'a self, message: &'a Message) -> Option<(&'a str, &'a ToolRule)> {
+        let target = message.target.as_deref()?;
+        let rule = match message.method.as_str() {
+            "prompts/get" => self.prompts.get(target),
+            "resources/read" => self.resources.get(target).or_else(|| {
+                self.resources
+                    .iter()
+                    .find(|(template, _)| {
+                        template.contains('{') && matches_template(template, target)
+                    })
+                    .map(|(_, rule)| rule)
+            }),
+            _ => None,
+        }?;
+        Some((target, rule))
+    }
+
     /// The scopes a message needs, beyond the baseline. `annotation` is what the catalog says
     /// of the called tool (ignored for other messages).
     fn message_scopes<'a>(&'a self, message: &'a Message, annotation: Annotation) -> Vec<&'a str> {
         if let Some(tool) = message.tool() {
             return self.tool_scopes(tool, annotation);
+        }
+        if let Some(scopes) = self
+            .named_rule(message)
+            .and_then(|(_, r)| r.scopes.as_ref())
+        {
+            return scopes.iter().map(String::as_str).collect();
         }
         if message.kind == Kind::Response {
             // The client's answer to the server's own request (sampling, elicitation, roots).
@@ -140,6 +172,9 @@ impl Policy {
         if let Some(tool) = message.tool() {
             self.tool_allowed(principal, tool)?;
         }
+        if let Some((name, rule)) = self.named_rule(message) {
+            rule_allows(rule, principal, name)?;
+        }
         let mut needed: Vec<&str> = self.baseline.iter().map(String::as_str).collect();
         for scope in self.message_scopes(message, annotation) {
             if !needed.contains(&scope) {
@@ -164,16 +199,10 @@ impl Policy {
 
     /// The `deny` and `users` rules of a tool.
     fn tool_allowed(&self, principal: &Principal, tool: &str) -> Result<(), Denial> {
-        let Some(rule) = self.rules.get(tool) else {
-            return Ok(());
-        };
-        if rule.deny {
-            return Err(Denial::ToolDenied(tool.to_owned()));
+        match self.rules.get(tool) {
+            Some(rule) => rule_allows(rule, principal, tool),
+            None => Ok(()),
         }
-        if !rule.users.is_empty() && !rule.users.contains(&principal.subject) {
-            return Err(Denial::UserNotAllowed(tool.to_owned()));
-        }
-        Ok(())
     }
 
     /// Whether `tools/list` shows `tool` to `principal`: exactly when a call would be allowed.
@@ -198,6 +227,36 @@ impl Policy {
                 .iter()
                 .all(|s| principal.scopes.iter().any(|p| p == s))
     }
+}
+
+/// A rule's `deny` and `users` for `principal` on the tool, prompt or resource `name`.
+fn rule_allows(rule: &ToolRule, principal: &Principal, name: &str) -> Result<(), Denial> {
+    if rule.deny {
+        return Err(Denial::ToolDenied(name.to_owned()));
+    }
+    if !rule.users.is_empty() && !rule.users.contains(&principal.subject) {
+        return Err(Denial::UserNotAllowed(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// Whether `uri` is one the URI template `template` expands to: each `{name}` stands for one
+/// or more characters up to the next `/` (RFC 6570 level 1, simple expansion); the rest must
+/// be equal.
+pub(crate) fn matches_template(template: &str, uri: &str) -> bool {
+    let Some((literal, rest)) = template.split_once('{') else {
+        return template == uri;
+    };
+    let Some(uri) = uri.strip_prefix(literal) else {
+        return false;
+    };
+    let Some((_, after)) = rest.split_once('}') else {
+        return false;
+    };
+    // The variable takes 1..n characters, none of them `/`; the rest of the template must
+    // match what follows (templates are short: trying each length is cheap).
+    let limit = uri.find('/').unwrap_or(uri.len());
+    (1..=limit).any(|n| uri.is_char_boundary(n) && matches_template(after, &uri[n..]))
 }
 
 #[cfg(test)]
@@ -234,9 +293,92 @@ mod tests {
 
     fn policy() -> Policy {
         Policy {
-            rules: BTreeMap::new(),
             baseline: vec![READ.to_owned()],
+            ..Policy::default()
         }
+    }
+
+    fn named(method: &str, key: &str, target: &str) -> Message {
+        mcp::inspect(
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"{key}":"{target}"}}}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn prompts_and_resources_take_their_rules_scopes() {
+        let mut p = policy();
+        let admin = ToolRule {
+            scopes: Some(vec![WRITE.to_owned(), "mcp:admin".to_owned()]),
+            ..ToolRule::default()
+        };
+        p.prompts
+            .insert("werkbaum/review".to_owned(), admin.clone());
+        p.resources
+            .insert("werkbaum://doc/{uuid}".to_owned(), admin.clone());
+        p.resources
+            .insert("werkbaum://doc/open".to_owned(), ToolRule::default());
+        p.resources.insert(
+            "werkbaum://secret".to_owned(),
+            ToolRule {
+                deny: true,
+                ..ToolRule::default()
+            },
+        );
+        let reader = who("alice", &[READ]);
+        for message in [
+            named("prompts/get", "name", "werkbaum/review"),
+            named("resources/read", "uri", "werkbaum://doc/123e4567"),
+        ] {
+            assert_eq!(
+                p.decide(&reader, &message, Annotation::Unknown),
+                Err(Denial::InsufficientScope {
+                    needed: vec![READ.to_owned(), WRITE.to_owned(), "mcp:admin".to_owned()],
+                    missing: vec![WRITE.to_owned(), "mcp:admin".to_owned()],
+                    tool: None,
+                }),
+                "{message:?}"
+            );
+            let all = who("alice", &[READ, WRITE, "mcp:admin"]);
+            assert_eq!(p.decide(&all, &message, Annotation::Unknown), Ok(()));
+        }
+        // No rule, an exact rule without scopes, a nested path the template does not reach:
+        // `mcp:read`.
+        for message in [
+            named("prompts/get", "name", "werkbaum/decompose"),
+            named("resources/read", "uri", "werkbaum://doc/open"),
+            named("resources/read", "uri", "werkbaum://doc/a/b"),
+            named("resources/read", "uri", "werkbaum://guide"),
+        ] {
+            assert_eq!(
+                p.decide(&reader, &message, Annotation::Unknown),
+                Ok(()),
+                "{message:?}"
+            );
+        }
+        assert_eq!(
+            p.decide(
+                &reader,
+                &named("resources/read", "uri", "werkbaum://secret"),
+                Annotation::Unknown
+            ),
+            Err(Denial::ToolDenied("werkbaum://secret".to_owned()))
+        );
+    }
+
+    #[test]
+    fn templates_match_one_segment_per_variable() {
+        assert!(matches_template("a://doc/{id}", "a://doc/x"));
+        assert!(matches_template("a://doc/{id}/v/{n}", "a://doc/x/v/2"));
+        assert!(matches_template("a://{x}.txt", "a://notes.txt"));
+        assert!(!matches_template("a://doc/{id}", "a://doc/"));
+        assert!(!matches_template("a://doc/{id}", "a://doc/x/y"));
+        assert!(!matches_template("a://doc/{id}", "b://doc/x"));
+        assert!(matches_template("a://plain", "a://plain"));
+        assert!(!matches_template("a://{broken", "a://x"));
     }
 
     #[test]

@@ -39,6 +39,7 @@ mod connect;
 mod console;
 mod ctx;
 mod exchange;
+mod mcp_headers;
 mod observe;
 mod peers;
 mod relay;

@@ -41,6 +41,11 @@ pub(crate) enum Rejection {
         mismatch: Mismatch,
         id: String,
     },
+    /// `MCP-Protocol-Version` names a revision the gateway does not implement.
+    UnsupportedVersion {
+        requested: String,
+        id: String,
+    },
     /// The policy refuses the message.
     Forbidden(Denial),
     /// An `Mcp-Session-Id` this principal did not open (answered as if unknown).
@@ -228,6 +233,7 @@ impl Rejection {
             Self::UpstreamTimeout => "upstream_timeout",
             Self::Malformed(_) => "malformed",
             Self::HeaderMismatch { .. } => "header_mismatch",
+            Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::Forbidden(denial) => denial.reason(),
             Self::SessionNotFound => "session_foreign",
             Self::RateLimited { .. } => "rate_limited",
@@ -317,6 +323,18 @@ impl Rejection {
             Self::HeaderMismatch { mismatch, id } => {
                 let message = format!("header mismatch: {mismatch}");
                 return jsonrpc_error(400, id, mcp::HEADER_MISMATCH, &message);
+            }
+            Self::UnsupportedVersion { requested, id } => {
+                let id: serde_json::Value =
+                    serde_json::from_str(id).unwrap_or(serde_json::Value::Null);
+                return Reply::json(
+                    400,
+                    &json!({"jsonrpc": "2.0", "id": id, "error": {
+                        "code": mcp::UNSUPPORTED_PROTOCOL_VERSION,
+                        "message": "Unsupported protocol version",
+                        "data": {"supported": mcp::SUPPORTED_VERSIONS, "requested": requested},
+                    }}),
+                );
             }
             Self::SessionNotFound => {
                 return jsonrpc_error(404, "null", -32001, "Session not found");
@@ -444,7 +462,7 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
             let tool = logging::clip(tool, logging::MAX_NAME_BYTES);
             Reply::json(
                 403,
-                &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("the tool {tool} is not available to this principal"), "request_id": request_id}),
+                &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("{tool} is not available to this principal"), "request_id": request_id}),
             )
         }
     }

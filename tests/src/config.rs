@@ -44,6 +44,12 @@ pub struct GatewayConfig {
     /// `[tools.NAME]`: per-tool rules.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, ToolRule>,
+    /// `[prompts.NAME]`: per-prompt rules.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub prompts: BTreeMap<String, ToolRule>,
+    /// `[resources."URI"]`: per-resource rules (a URI or a URI template).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, ToolRule>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -96,6 +102,8 @@ impl GatewayConfig {
             limits: Limits::default(),
             oauth: OAuth::default(),
             tools: BTreeMap::new(),
+            prompts: BTreeMap::new(),
+            resources: BTreeMap::new(),
             routes: Vec::new(),
             telemetry: None,
             vault: None,
@@ -386,6 +394,9 @@ pub struct ToolRule {
     /// OAuth subjects allowed to call the tool.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
+    /// The scopes a call needs instead of the default ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// `[routes.stdio]`: how a command route runs its children.
@@ -647,6 +658,7 @@ mod tests {
             "werkbaum_history".to_owned(),
             ToolRule {
                 users: vec!["alice".to_owned()],
+                ..ToolRule::default()
             },
         );
         c.routes.push(

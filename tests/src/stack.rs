@@ -217,8 +217,23 @@ impl StackBuilder {
             tool.to_owned(),
             ToolRule {
                 users: users.iter().map(|u| (*u).to_owned()).collect(),
+                ..ToolRule::default()
             },
         );
+        self
+    }
+
+    /// `[prompts.PROMPT] scopes = SCOPES`.
+    pub fn prompt_scopes(mut self, prompt: &str, scopes: &[&str]) -> Self {
+        self.config
+            .prompts
+            .insert(prompt.to_owned(), scoped(scopes));
+        self
+    }
+
+    /// `[resources."URI"] scopes = SCOPES` (a URI or a URI template).
+    pub fn resource_scopes(mut self, uri: &str, scopes: &[&str]) -> Self {
+        self.config.resources.insert(uri.to_owned(), scoped(scopes));
         self
     }
 
@@ -277,5 +292,13 @@ impl StackBuilder {
         }
         let gw = Gateway::start(config, tls, &wrapper).await?;
         Ok(Stack { gw, svc, redis })
+    }
+}
+
+/// A rule that only sets the scopes.
+fn scoped(scopes: &[&str]) -> ToolRule {
+    ToolRule {
+        scopes: Some(scopes.iter().map(|s| (*s).to_owned()).collect()),
+        ..ToolRule::default()
     }
 }

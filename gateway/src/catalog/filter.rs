@@ -31,29 +31,109 @@ pub enum FilterError {
 /// first); every other event and line (`id:`, `event:`, `retry:`, comments, other messages,
 /// the terminators) is kept byte for byte. Tools without a string `name` are dropped.
 ///
+/// Every list result the filter saw, whether or not it lost tools, becomes `cacheScope:
+/// "private"` (another principal may see another list; [`mark_private`]), its `ttlMs` kept.
 /// Returns `None` when nothing had to change (forward the body as it is). A rewritten message
-/// differs from the server's only by the tools cut out (and, in SSE, its data lines' framing:
-/// `data: ` before each).
+/// differs from the server's only by the tools cut out and the cache scope (and, in SSE, its
+/// data lines' framing: `data: ` before each).
 pub fn filter_tools_list(
     body: &[u8],
     content_type_is_sse: bool,
     keep: impl Fn(&str, Annotation) -> bool,
 ) -> Result<Option<Bytes>, FilterError> {
+    let edit =
+        |text: &[u8], span: Span, edits: &mut Edits| filter_message(text, span, &keep, edits);
+    filter_framed(body, content_type_is_sse, &edit)
+}
+
+/// Rewrites a `server/discover` answer for a principal, as [`filter_tools_list`] does a
+/// `tools/list` one: `capabilities.tools` cut when the principal may list no tool
+/// (`tools_visible` false), `supportedVersions` cut to the revisions the gateway knows (it
+/// refuses the others), and `cacheScope: "private"` ([`mark_private`]); every other byte as
+/// the server wrote it.
+pub(crate) fn filter_discover(
+    body: &[u8],
+    content_type_is_sse: bool,
+    tools_visible: bool,
+) -> Result<Option<Bytes>, FilterError> {
+    let edit = |text: &[u8], span: Span, edits: &mut Edits| {
+        discover_message(text, span, tools_visible, edits)
+    };
+    filter_framed(body, content_type_is_sse, &edit)
+}
+
+/// What edits one JSON-RPC message (or each of an array of them): whether it changed.
+trait EditMessage: Fn(&[u8], Span, &mut Edits) -> Result<bool, FilterError> {}
+impl<F: Fn(&[u8], Span, &mut Edits) -> Result<bool, FilterError>> EditMessage for F {}
+
+/// A body in either framing, each message edited by `edit`.
+fn filter_framed(
+    body: &[u8],
+    content_type_is_sse: bool,
+    edit: &impl EditMessage,
+) -> Result<Option<Bytes>, FilterError> {
     if content_type_is_sse {
-        filter_sse(body, &keep)
+        filter_sse(body, edit)
     } else {
-        filter_text(body, &keep)
+        filter_text(body, edit)
     }
 }
 
-/// A whole JSON text filtered: the new text, or `None` when nothing was removed.
-fn filter_text(
+/// The edits of a `server/discover` answer at `span` (see [`filter_discover`]).
+fn discover_message(
     text: &[u8],
-    keep: &impl Fn(&str, Annotation) -> bool,
-) -> Result<Option<Bytes>, FilterError> {
+    span: Span,
+    tools_visible: bool,
+    edits: &mut Edits,
+) -> Result<bool, FilterError> {
+    if let Some(items) = raw_json::elements(text, span.clone()) {
+        let mut changed = false;
+        for item in items {
+            changed |= discover_message(text, item, tools_visible, edits)?;
+        }
+        return Ok(changed);
+    }
+    let Some(result) = raw_json::get(text, span, "result") else {
+        return Ok(false);
+    };
+    if raw_json::members(text, result.clone()).is_none() {
+        return Err(FilterError::Shape);
+    }
+    let mut changed = false;
+    if !tools_visible
+        && let Some(caps) = raw_json::get(text, result.clone(), "capabilities")
+        && let Some(without) = raw_json::without_members(text, &caps, "tools")
+    {
+        edits.replace(caps, without);
+        changed = true;
+    }
+    if let Some(versions) = raw_json::get(text, result.clone(), "supportedVersions")
+        && let Some(all) = raw_json::elements(text, versions.clone())
+    {
+        let kept: Vec<bool> = all
+            .iter()
+            .map(|v| {
+                text.get(v.clone())
+                    .and_then(raw_json::string)
+                    .is_some_and(|v| crate::mcp::SUPPORTED_VERSIONS.contains(&v.as_ref()))
+            })
+            .collect();
+        if !kept.iter().all(|k| *k) {
+            edits.replace(
+                versions.clone(),
+                raw_json::retain_elements(text, &versions, &all, &kept),
+            );
+            changed = true;
+        }
+    }
+    Ok(mark_private(text, &result, edits) || changed)
+}
+
+/// A whole JSON text filtered: the new text, or `None` when nothing was removed.
+fn filter_text(text: &[u8], edit: &impl EditMessage) -> Result<Option<Bytes>, FilterError> {
     serde_json::from_slice::<serde::de::IgnoredAny>(text)?;
     let mut edits = Edits::default();
-    if !filter_message(text, raw_json::trimmed(text), keep, &mut edits)? {
+    if !edit(text, raw_json::trimmed(text), &mut edits)? {
         return Ok(None);
     }
     let mut out = text.to_vec();
@@ -76,9 +156,10 @@ fn filter_message(
         }
         return Ok(changed);
     }
-    let Some(tools) =
-        raw_json::get(text, span, "result").and_then(|result| raw_json::get(text, result, "tools"))
-    else {
+    let Some(result) = raw_json::get(text, span, "result") else {
+        return Ok(false);
+    };
+    let Some(tools) = raw_json::get(text, result.clone(), "tools") else {
         return Ok(false);
     };
     let Some(all) = raw_json::elements(text, tools.clone()) else {
@@ -101,8 +182,9 @@ fn filter_message(
                 .is_some_and(|name| keep(&name, annotation))
         })
         .collect();
+    let marked = mark_private(text, &result, edits);
     if kept.iter().all(|k| *k) {
-        return Ok(false);
+        return Ok(marked);
     }
     edits.replace(
         tools.clone(),
@@ -111,10 +193,28 @@ fn filter_message(
     Ok(true)
 }
 
-fn filter_sse(
-    body: &[u8],
-    keep: &impl Fn(&str, Annotation) -> bool,
-) -> Result<Option<Bytes>, FilterError> {
+/// `cacheScope` as JSON text: what a list answer filtered per principal says (MCP 2026-07-28,
+/// caching: `"private"` is for "filtered list results that vary per user").
+const PRIVATE: &[u8] = b"\"private\"";
+
+/// The edit that makes the list result at `result` `cacheScope: "private"`: the server's value
+/// replaced, or the member added at the end; `ttlMs` and every other byte as the server wrote
+/// them. Whether an edit was needed (not when the server already said `"private"`).
+pub(crate) fn mark_private(text: &[u8], result: &Span, edits: &mut Edits) -> bool {
+    match raw_json::get(text, result.clone(), "cacheScope") {
+        Some(value) if text.get(value.clone()) == Some(PRIVATE) => false,
+        Some(value) => {
+            edits.replace(value, PRIVATE);
+            true
+        }
+        None => {
+            raw_json::append_member(text, result, b"\"cacheScope\":\"private\"", edits);
+            true
+        }
+    }
+}
+
+fn filter_sse(body: &[u8], edit: &impl EditMessage) -> Result<Option<Bytes>, FilterError> {
     let all: Vec<sse::Line<'_>> = sse::lines(body).collect();
     let mut out: Option<Vec<u8>> = None;
     // Byte offset in `body` up to which `out` (once it exists) is complete.
@@ -122,7 +222,7 @@ fn filter_sse(
     let mut offset = 0;
     for event in all.split_inclusive(|l| l.content.is_empty()) {
         let event_len: usize = event.iter().map(|l| l.content.len() + l.end.len()).sum();
-        if let Some(rewritten) = rewrite_event(event, keep)? {
+        if let Some(rewritten) = rewrite_event(event, edit)? {
             let out = out.get_or_insert_with(|| Vec::with_capacity(body.len()));
             out.extend_from_slice(&body[copied..offset]);
             out.extend_from_slice(&rewritten);
@@ -139,7 +239,7 @@ fn filter_sse(
 /// The event rewritten when its data is a `tools/list` response that lost tools.
 fn rewrite_event(
     event: &[sse::Line<'_>],
-    keep: &impl Fn(&str, Annotation) -> bool,
+    edit: &impl EditMessage,
 ) -> Result<Option<Vec<u8>>, FilterError> {
     let mut data: Option<Vec<u8>> = None;
     for value in event.iter().filter_map(sse::Line::data) {
@@ -158,7 +258,7 @@ fn rewrite_event(
     if !raw_json::is_valid(&data) {
         return Ok(None);
     }
-    let Some(json) = filter_text(&data, keep)? else {
+    let Some(json) = filter_text(&data, edit)? else {
         return Ok(None);
     };
     let mut out = Vec::with_capacity(json.len() + 64);
@@ -255,16 +355,58 @@ mod tests {
     }
 
     #[test]
-    fn nothing_to_remove_is_none() {
+    fn nothing_removed_is_still_private_and_otherwise_unchanged() {
+        let out = filter_tools_list(REAL_JSON, false, |_, _| true)
+            .unwrap()
+            .unwrap();
+        let (a, mut b): (Value, Value) = (
+            serde_json::from_slice(REAL_JSON).unwrap(),
+            serde_json::from_slice(&out).unwrap(),
+        );
+        assert_eq!(b["result"]["cacheScope"], "private");
+        b["result"].as_object_mut().unwrap().remove("cacheScope");
+        assert_eq!(a, b);
+        let out = filter_tools_list(REAL_SSE, true, |_, _| true)
+            .unwrap()
+            .unwrap();
         assert!(
-            filter_tools_list(REAL_JSON, false, |_, _| true)
+            std::str::from_utf8(&out)
+                .unwrap()
+                .contains(r#""cacheScope":"private"}"#)
+        );
+        // Already private: nothing to change.
+        let private = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"cacheScope":"private"}}"#;
+        assert!(
+            filter_tools_list(private, false, |_, _| true)
                 .unwrap()
                 .is_none()
         );
-        assert!(
-            filter_tools_list(REAL_SSE, true, |_, _| true)
-                .unwrap()
-                .is_none()
+    }
+
+    #[test]
+    fn a_discover_answer_loses_hidden_tools_and_unknown_versions() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2099-01-01","2026-07-28"],"capabilities":{"prompts":{},"tools":{"listChanged":true},"resources":{}},"ttlMs":5,"cacheScope":"public"}}"#;
+        let out = filter_discover(body, false, false).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"prompts":{},"resources":{}},"ttlMs":5,"cacheScope":"private"}}"#
+        );
+        let out = filter_discover(body, false, true).unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&out).contains(r#""tools":{"listChanged":true}"#));
+        let framed = [b"data: ".as_slice(), body, b"\n\n"].concat();
+        let out = filter_discover(&framed, true, false).unwrap().unwrap();
+        assert!(!String::from_utf8_lossy(&out).contains("tools"));
+    }
+
+    #[test]
+    fn a_public_list_becomes_private_with_its_ttl_kept() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":60000,"cacheScope":"public","tools":[{"name":"a"},{"name":"b"}]}}"#;
+        let out = filter_tools_list(body, false, |n, _| n == "a")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            &out[..],
+            br#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":60000,"cacheScope":"private","tools":[{"name":"a"}]}}"#
         );
     }
 
@@ -297,7 +439,7 @@ data: not json\r\n\r\n";
             .unwrap()
             .unwrap();
         let want = b": comment\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n\
-id: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata: \"result\":{\"tools\":[{\"name\":\"a\"}]}}\r\nretry: 10\r\n\r\n\
+id: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata: \"result\":{\"tools\":[{\"name\":\"a\"}],\"cacheScope\":\"private\"}}\r\nretry: 10\r\n\r\n\
 data: not json\r\n\r\n";
         assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(want));
     }
@@ -310,7 +452,7 @@ data: not json\r\n\r\n";
             .unwrap();
         assert_eq!(
             &out[..],
-            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"b\"}]}}\n"
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"b\"}],\"cacheScope\":\"private\"}}\n"
         );
     }
 
@@ -362,7 +504,7 @@ data: not json\r\n\r\n";
             tool("c")
         );
         let want = format!(
-            "{{\"result\":{{\"tools\":[\n {},\n {}\n],\"nextCursor\":\"c\"}},\"jsonrpc\":\"2.0\",\"id\":9007199254740993}}",
+            "{{\"result\":{{\"tools\":[\n {},\n {}\n],\"nextCursor\":\"c\",\"cacheScope\":\"private\"}},\"jsonrpc\":\"2.0\",\"id\":9007199254740993}}",
             tool("a"),
             tool("c")
         );

@@ -1,7 +1,7 @@
 //! The catalog of a route whose upstream takes only each person's own credential: the
 //! [`Lender`] it borrows one from, and which connected person's it uses.
 
-use std::{collections::HashMap, sync::atomic::Ordering};
+use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 
@@ -67,7 +67,7 @@ impl Catalog {
     pub(super) async fn list_borrowing(
         &self,
         lender: &dyn Lender,
-    ) -> Result<HashMap<Box<str>, bool>, CatalogError> {
+    ) -> Result<super::Snapshot, CatalogError> {
         let mut passed: Vec<String> = Vec::new();
         let mut people: Option<Vec<String>> = None;
         while passed.len() < MAX_LENDERS {

@@ -18,7 +18,7 @@ fn miss_refresh_throttle() {
 
 #[test]
 fn pages_take_name_and_read_only_hint() {
-    let mut tools = HashMap::new();
+    let mut tools = Snapshot::default();
     let page = json!({
         "tools": [
             { "name": "r", "annotations": { "readOnlyHint": true } },
@@ -34,11 +34,13 @@ fn pages_take_name_and_read_only_hint() {
         Some("c2")
     );
     assert_eq!(tools.len(), 4);
-    assert_eq!(lookup(tools.get("r").copied()), Lookup::ReadOnly);
-    assert_eq!(lookup(tools.get("w").copied()), Lookup::Writes);
-    assert_eq!(lookup(tools.get("plain").copied()), Lookup::Writes);
-    assert_eq!(lookup(tools.get("odd").copied()), Lookup::Writes);
-    assert_eq!(lookup(tools.get("nope").copied()), Lookup::Unknown);
+    let tools_map = &tools.tools;
+    assert_eq!(lookup(tools_map.get("r").copied()), Lookup::ReadOnly);
+    assert_eq!(lookup(tools_map.get("w").copied()), Lookup::Writes);
+    assert_eq!(lookup(tools_map.get("plain").copied()), Lookup::Writes);
+    assert_eq!(lookup(tools_map.get("odd").copied()), Lookup::Writes);
+    assert_eq!(lookup(tools_map.get("nope").copied()), Lookup::Unknown);
+    assert!(tools.params.is_empty());
     let last = json!({ "tools": [] });
     assert_eq!(read_tools_page(&last, &mut tools).unwrap(), None);
     assert!(read_tools_page(&json!({}), &mut tools).is_err());

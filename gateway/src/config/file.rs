@@ -127,6 +127,10 @@ pub(crate) struct RouteConfig {
     pub(crate) allowed_origins: Option<Vec<String>>,
     /// `[routes.tools.NAME]`: rules for this route's tools, over the top-level `[tools.NAME]`.
     pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
+    /// `[routes.prompts.NAME]`: over the top-level `[prompts.NAME]`.
+    pub(crate) prompts: BTreeMap<String, crate::policy::ToolRule>,
+    /// `[routes.resources."URI"]`: over the top-level `[resources."URI"]`.
+    pub(crate) resources: BTreeMap<String, crate::policy::ToolRule>,
     /// `[routes.stdio]`: bounds of a `command` route's children.
     pub(crate) stdio: StdioConfig,
     /// OAuth users must hold one of these `[oauth.roles]` (or be in `users`) to use the route.
@@ -162,6 +166,8 @@ impl Default for RouteConfig {
             read_timeout_ms: None,
             allowed_origins: None,
             tools: BTreeMap::new(),
+            prompts: BTreeMap::new(),
+            resources: BTreeMap::new(),
             stdio: StdioConfig::default(),
             roles: Vec::new(),
             users: Vec::new(),
@@ -221,6 +227,11 @@ pub struct GatewayConfig {
     pub(crate) tool_policy: bool,
     /// Operator rules per tool: `[tools.NAME] scopes = [...]`, `users = [...]`, `deny = true`.
     pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
+    /// The same rules per prompt (`prompts/get`): `[prompts.NAME]`.
+    pub(crate) prompts: BTreeMap<String, crate::policy::ToolRule>,
+    /// The same rules per resource (`resources/read`), by URI or URI template:
+    /// `[resources."URI"]`.
+    pub(crate) resources: BTreeMap<String, crate::policy::ToolRule>,
     /// Where the audit log goes: a path, `"stdout"` or `"off"`; `<data_dir>/audit.jsonl` by
     /// default.
     pub(crate) audit_log: Option<String>,
@@ -276,6 +287,8 @@ impl Default for GatewayConfig {
             trusted_proxies: Vec::new(),
             tool_policy: true,
             tools: BTreeMap::new(),
+            prompts: BTreeMap::new(),
+            resources: BTreeMap::new(),
             audit_log: None,
             audit_max_bytes: crate::audit::DEFAULT_MAX_BYTES,
             audit_keep: crate::audit::DEFAULT_KEEP,

@@ -138,6 +138,10 @@ pub(crate) struct Route {
     pub(crate) allowed_origins: Vec<String>,
     /// Top-level `[tools.NAME]` with this route's `[routes.tools.NAME]` over them.
     pub(crate) tools: BTreeMap<String, crate::policy::ToolRule>,
+    /// Top-level `[prompts.NAME]` with this route's over them.
+    pub(crate) prompts: BTreeMap<String, crate::policy::ToolRule>,
+    /// Top-level `[resources."URI"]` with this route's over them.
+    pub(crate) resources: BTreeMap<String, crate::policy::ToolRule>,
     /// OAuth users must hold one of these roles or be listed in `users` (both empty: anyone);
     /// checked by the authorization server at consent and on every token (`pforte-oauth`).
     pub(crate) roles: Vec<String>,
@@ -204,6 +208,8 @@ pub(super) fn table(
             read_timeout_ms: u.read_timeout_ms,
             allowed_origins: allowed_origins.to_vec(),
             tools: cfg.tools.clone(),
+            prompts: cfg.prompts.clone(),
+            resources: cfg.resources.clone(),
             roles: u.roles.clone(),
             users: u.users.clone(),
             required: u.required,
@@ -332,21 +338,27 @@ fn route(
             })
             .collect::<Result<_, _>>()?,
     };
-    for (tool, rule) in &r.tools {
-        if let Some(s) = rule
-            .scopes
-            .iter()
-            .flatten()
-            .find(|s| !cfg.scopes.contains(s))
-        {
+    for (table, rules) in [
+        ("tools", &r.tools),
+        ("prompts", &r.prompts),
+        ("resources", &r.resources),
+    ] {
+        if let Some((name, s)) = crate::config::unknown_scope(rules, &cfg.scopes) {
             return Err(err(
-                "tools",
-                format!("[routes.tools.{tool}] scope {s:?} is not one of the configured scopes"),
+                table,
+                format!("[routes.{table}.{name}] scope {s:?} is not one of the configured scopes"),
             ));
         }
     }
-    let mut tools = cfg.tools.clone();
-    tools.extend(r.tools.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let merged = |top: &BTreeMap<String, crate::policy::ToolRule>,
+                  own: &BTreeMap<String, crate::policy::ToolRule>| {
+        let mut all = top.clone();
+        all.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+        all
+    };
+    let tools = merged(&cfg.tools, &r.tools);
+    let prompts = merged(&cfg.prompts, &r.prompts);
+    let resources = merged(&cfg.resources, &r.resources);
     let path = format!("/{}{MCP_PATH}", r.name);
     let title = checked_title(&r.title).map_err(|reason| err("title", reason))?;
     Ok(Route {
@@ -361,6 +373,8 @@ fn route(
         read_timeout_ms: r.read_timeout_ms.unwrap_or(timeouts.read_timeout_ms),
         allowed_origins: origins,
         tools,
+        prompts,
+        resources,
         roles: r.roles.clone(),
         users: r.users.clone(),
         required: r.required,

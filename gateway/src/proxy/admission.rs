@@ -11,7 +11,10 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use pingora::{http::RequestHeader, proxy::Session};
 
-use super::{Gateway, Outcome, RequestCtx};
+use super::{
+    Gateway, Outcome, RequestCtx,
+    mcp_headers::{check_mcp_header_lines, check_mcp_headers, check_param_headers},
+};
 use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::Lookup,
@@ -81,7 +84,10 @@ impl Gateway {
         if cors::is_preflight(&req.method, &req.headers) {
             return Ok(self
                 .check_origin(req, route)
-                .map_or_else(Outcome::Refuse, preflight));
+                .map_or_else(Outcome::Refuse, |origin| {
+                    let requested = req.headers.get("access-control-request-headers");
+                    preflight(origin, requested.map(|v| v.as_bytes()))
+                }));
         }
         if let Err(rejection) = self.admit_headers(req, route, ctx).await {
             return Ok(Outcome::Refuse(rejection));
@@ -357,8 +363,21 @@ impl Gateway {
         }
         if self.settings.admission.tool_policy {
             self.authorize(principal, message, route).await?;
-            ctx.mcp.filter_list = message.method == "tools/list"
-                && !self.routes[route].policy.lists_everything(principal);
+            // `server/discover` says whether there are tools at all: filtered alike.
+            ctx.mcp.filter_list =
+                matches!(message.method.as_str(), "tools/list" | "server/discover")
+                    && !self.routes[route].policy.lists_everything(principal);
+        }
+        // A tool that mirrors parameters into `Mcp-Param-*` headers (as the catalog last listed
+        // it): the headers must say what the arguments say.
+        if let Some(tool) = message.tool()
+            && let Some(declared) = self
+                .edge
+                .catalogs
+                .get(route)
+                .and_then(|c| c.param_headers(tool))
+        {
+            check_param_headers(req, body, message, &declared)?;
         }
         if let Some(tool) = message.tool() {
             let name = &self.settings.routes[route].name;
@@ -635,9 +654,9 @@ impl Gateway {
 
 /// The answer to a CORS preflight of `/mcp` whose origin passed: 204, with the CORS headers
 /// for an allowed foreign origin (same-origin pages need no preflight, nor CORS headers).
-fn preflight(origin: Option<String>) -> Outcome {
+fn preflight(origin: Option<String>, requested: Option<&[u8]>) -> Outcome {
     let reply = match origin {
-        Some(origin) => cors::preflight_headers(&origin)
+        Some(origin) => cors::preflight_headers(&origin, requested)
             .into_iter()
             .fold(Reply::empty(204), |reply, (name, value)| {
                 reply.header(name, value)
@@ -659,35 +678,4 @@ fn check_declared_size(req: &RequestHeader, limit: u64) -> Result<(), Rejection>
         Some(n) if n > limit => Err(Rejection::PayloadTooLarge { limit }),
         _ => Ok(()),
     }
-}
-
-/// `Mcp-Method` / `Mcp-Name`, when sent, must say what the body says; a request that declares
-/// a protocol revision requiring them (2026-07-28 on) must send them where it names something.
-fn check_mcp_headers(req: &RequestHeader, message: &Message) -> Result<(), Rejection> {
-    let method = req.headers.get(MCP_METHOD).map(|v| v.as_bytes());
-    let name = req.headers.get(MCP_NAME).map(|v| v.as_bytes());
-    let version = req.headers.get(PROTOCOL_VERSION).map(|v| v.as_bytes());
-    let required = mcp::requires_headers(version);
-    mcp::check_headers(message, method, name, required).map_err(|mismatch| {
-        Rejection::HeaderMismatch {
-            mismatch,
-            id: message.id.clone(),
-        }
-    })
-}
-
-const MCP_METHOD: &str = "mcp-method";
-const MCP_NAME: &str = "mcp-name";
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-
-/// One line each of `Mcp-Method` and `Mcp-Name` at most: all lines are forwarded, so the
-/// upstream could read another than the one checked.
-fn check_mcp_header_lines(req: &RequestHeader) -> Result<(), Rejection> {
-    let lines = |name| req.headers.get_all(name).iter().count();
-    mcp::check_header_lines(lines(MCP_METHOD), lines(MCP_NAME)).map_err(|mismatch| {
-        Rejection::HeaderMismatch {
-            mismatch,
-            id: "null".to_owned(),
-        }
-    })
 }

@@ -72,7 +72,7 @@ pub(super) struct Exchange {
     /// `100 Continue` was sent.
     pub(super) continued: bool,
     pub(super) message: Option<Message>,
-    /// A `tools/list` answer to filter for the principal.
+    /// A `tools/list` (or `server/discover`) answer to filter for the principal.
     pub(super) filter_list: bool,
     pub(super) list_is_sse: bool,
     pub(super) list_held: BytesMut,

@@ -196,7 +196,33 @@ impl Gateway {
         let keep = |name: &str, annotation: policy::Annotation| {
             edge.policy.may_list(principal, name, annotation)
         };
-        *body = match catalog::filter_tools_list(&held, ctx.mcp.list_is_sse, keep) {
+        let discover = ctx
+            .mcp
+            .message
+            .as_ref()
+            .is_some_and(|m| m.method == "server/discover");
+        let filtered = if discover {
+            // Whether the principal may list any tool the catalog knows (an empty catalog: it
+            // cannot tell, so the server's word stands).
+            let tools = ctx
+                .mcp_route
+                .and_then(|i| self.edge.catalogs.get(i))
+                .map(|c| c.tools())
+                .unwrap_or_default();
+            let visible = tools.is_empty()
+                || tools.iter().any(|(name, read_only)| {
+                    let annotation = if *read_only {
+                        policy::Annotation::ReadOnly
+                    } else {
+                        policy::Annotation::Writes
+                    };
+                    keep(name, annotation)
+                });
+            catalog::filter_discover(&held, ctx.mcp.list_is_sse, visible)
+        } else {
+            catalog::filter_tools_list(&held, ctx.mcp.list_is_sse, keep)
+        };
+        *body = match filtered {
             Ok(Some(filtered)) => Some(filtered),
             Ok(None) => Some(held),
             Err(e) => {

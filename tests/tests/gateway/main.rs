@@ -9,6 +9,7 @@ mod catalog_bounds;
 mod checks;
 mod connections;
 mod decide_first;
+mod duties;
 mod gateway_modules;
 mod limits;
 mod metrics;
