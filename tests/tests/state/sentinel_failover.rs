@@ -125,8 +125,10 @@ async fn the_gateway_follows_a_sentinel_failover_and_keeps_tokens_grants_and_ses
     .await;
     assert!(served_before, "the traffic never got going");
 
-    master.kill9();
+    // The time is taken before the kill: `kill9` waits for the process, and calls that fail
+    // while it does are after the kill, not before.
     let killed = Instant::now();
+    master.kill9();
     stamp("master killed (SIGKILL)");
     let promoted = eventually(Duration::from_secs(30), || async {
         sentinels.master_port(0) == Some(replica.port)
