@@ -310,4 +310,26 @@ mod tests {
         clock.advance(Duration::from_secs(11));
         assert_eq!(tasks.get("t-1").await.unwrap(), None);
     }
+
+    #[tokio::test]
+    async fn every_gateway_on_one_redis_knows_the_creator() {
+        let Some(redis) = pforte_test_support::RedisServer::start() else {
+            return;
+        };
+        let one = Tasks::redis(&redis.url(), "t:", Duration::from_secs(100)).unwrap();
+        let two = Tasks::redis(&redis.url(), "t:", Duration::from_secs(100)).unwrap();
+        let a = TaskRecord {
+            owner: "static:operator:a".into(),
+            route: "svc".into(),
+            tool: "slow".into(),
+        };
+        assert_eq!(two.get("t-1").await.unwrap(), None);
+        one.record("t-1", &a).await.unwrap();
+        let other = TaskRecord {
+            owner: "static:operator:b".into(),
+            ..a.clone()
+        };
+        two.record("t-1", &other).await.unwrap();
+        assert_eq!(two.get("t-1").await.unwrap(), Some(a));
+    }
 }
