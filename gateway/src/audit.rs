@@ -182,6 +182,28 @@ pub(crate) struct SessionRecord<'a> {
     pub(crate) max: usize,
 }
 
+/// One audit line per task (SEP-2663) an upstream created in answer to a `tools/call`: the
+/// task is bound to this principal and route from now on (`tasks/get|update|cancel` of anyone
+/// else get 404). Cancels are audited by their request's own line, with the task id as `name`.
+///
+/// ```json
+/// {"time":"2026-12-05T05:50:00.000Z","event":"task_created","request_id":"4bf9…","route":"files","principal":{"kind":"static","user":"operator","client_id":null,"token":"ci"},"tool":"slow","task":"786512e2-9e0d-44bd-8f29-789f320fe840"}
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TaskCreated<'a> {
+    #[serde(rename = "time", serialize_with = "serialize_time")]
+    pub(crate) time_ms: u64,
+    /// Always `task_created`.
+    pub(crate) event: &'static str,
+    pub(crate) request_id: &'a str,
+    pub(crate) route: &'a str,
+    pub(crate) principal: Option<AuditPrincipal<'a>>,
+    #[serde(serialize_with = "serialize_untrusted")]
+    pub(crate) tool: &'a str,
+    #[serde(serialize_with = "serialize_untrusted")]
+    pub(crate) task: &'a str,
+}
+
 /// How an audit line names a session: the first 12 hex digits of its id's SHA-256.
 pub(crate) fn session_tag(hash: &[u8; 32]) -> String {
     hex::encode(&hash[..6])

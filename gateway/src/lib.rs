@@ -34,6 +34,7 @@ mod sessions;
 mod stdio;
 mod stores;
 mod streams;
+mod tasks;
 mod telemetry;
 mod tls;
 mod tokens;

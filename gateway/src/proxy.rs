@@ -62,6 +62,8 @@ pub(crate) struct McpEdge {
     /// One catalog per route, in the order of `Settings::routes`.
     pub(crate) catalogs: Vec<Arc<Catalog>>,
     pub(crate) sessions: Arc<Sessions>,
+    /// Who created each task (`tasks/get|update|cancel` are the creator's).
+    pub(crate) tasks: Arc<crate::tasks::Tasks>,
     /// Open SSE streams per principal.
     pub(crate) streams: Arc<Streams>,
     pub(crate) audit: Option<AuditLog>,

@@ -50,6 +50,12 @@ pub(crate) enum Rejection {
     Forbidden(Denial),
     /// An `Mcp-Session-Id` this principal did not open (answered as if unknown).
     SessionNotFound,
+    /// A task id (`tasks/get|update|cancel`) this principal did not create on this route, or
+    /// one the gateway never saw created: answered like a foreign session (404), with the
+    /// JSON-RPC error SEP-2663 gives for a task not found.
+    TaskNotFound {
+        id: String,
+    },
     /// Over a rate limit; `oauth` selects the OAuth error format.
     RateLimited {
         class: Class,
@@ -236,6 +242,7 @@ impl Rejection {
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::Forbidden(denial) => denial.reason(),
             Self::SessionNotFound => "session_foreign",
+            Self::TaskNotFound { .. } => "task_foreign",
             Self::RateLimited { .. } => "rate_limited",
             Self::TooManyOpen {
                 what: Open::Sessions,
@@ -338,6 +345,9 @@ impl Rejection {
             }
             Self::SessionNotFound => {
                 return jsonrpc_error(404, "null", -32001, "Session not found");
+            }
+            Self::TaskNotFound { id } => {
+                return jsonrpc_error(404, id, -32602, "Task not found");
             }
             Self::TooManyOpen { what, max } => {
                 let (thing, how) = match what {

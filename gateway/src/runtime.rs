@@ -254,6 +254,8 @@ pub(crate) fn run(
         .clone()
         .map(|log| background_service("audit log reopen", SighupReopen(log)));
     let sessions = Arc::new(sessions);
+    let tasks = crate::stores::tasks(&settings.store, oauth.runtime().as_ref(), clock.clone())
+        .map_err(|e| ServeError::Pingora(e.to_string()))?;
     let telemetry = match &settings.telemetry {
         Some(t) => {
             let started = crate::telemetry::Telemetry::start(t)?;
@@ -277,6 +279,7 @@ pub(crate) fn run(
     let edge = McpEdge {
         catalogs,
         sessions: sessions.clone(),
+        tasks: Arc::new(tasks),
         streams: Arc::default(),
         audit,
         console,

@@ -139,6 +139,25 @@ pub(crate) fn sessions(
     }
 }
 
+/// The task records (`tasks::Tasks`) of `site` for `serve`: in redis beside the sessions
+/// (entered into `runtime`), else in this process — lost on a restart, after which their ids
+/// are unknown (404).
+pub(crate) fn tasks(
+    site: &Site,
+    runtime: Option<&tokio::runtime::Handle>,
+    clock: Arc<dyn pforte_clock::Clock>,
+) -> Result<crate::tasks::Tasks, crate::tasks::TaskError> {
+    use crate::{sessions::SessionOptions, tasks::Tasks};
+    let opts = SessionOptions::default();
+    match (site, runtime) {
+        (Site::Redis(url), Some(rt)) => {
+            let _in_runtime = rt.enter();
+            Tasks::redis(url, "pforte:", opts.ttl)
+        }
+        _ => Ok(Tasks::local(clock, opts.ttl, opts.max_entries)),
+    }
+}
+
 /// Both stores, and the runtime their background work (redis connection drivers) lives on.
 pub(crate) struct Stores {
     pub(crate) tokens: Box<dyn TokenSource>,

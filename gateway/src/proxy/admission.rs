@@ -22,11 +22,12 @@ use crate::{
     cors,
     credentials::{self, Ask, Missing, answer},
     limit::{Class, Decision, Policy as LimitPolicy},
-    mcp::{self, Message},
+    mcp::{self, Kind, Message},
     metrics,
     policy::Annotation,
     reply::{Open, Rejection, Reply},
     sessions::Ownership,
+    tasks::{self, Standing},
 };
 
 /// The most of a refused request's body read and dropped before its connection closes.
@@ -356,6 +357,15 @@ impl Gateway {
         if message.method == "initialize" && self.edge.credentials.per_user(route) {
             ctx.mcp.url_elicitation = answer::declares_url_elicitation(body);
         }
+        if mcp::TASK_METHODS.contains(&message.method.as_str()) {
+            self.check_task(principal, message, route, &ctx.principal_key)
+                .await?;
+        }
+        if message.kind == Kind::Request
+            && let Some(tool) = message.tool()
+        {
+            ctx.mcp.watch_task = Some(tool.to_owned());
+        }
         if ctx.mcp.connect.is_some() {
             // Not connected: the gateway answers itself and no tool runs, so no tool policy or
             // budget applies (and the upstream's catalog is not asked).
@@ -568,6 +578,46 @@ impl Gateway {
             })?);
         }
         Ok(())
+    }
+
+    /// A task request (`tasks/get|update|cancel`) is admitted only for the principal whose
+    /// `tools/call` created the task, on the same route, with that tool's scopes; any other
+    /// task id (another's, or one the gateway never saw created) is 404 and never reaches the
+    /// upstream.
+    async fn check_task(
+        &self,
+        principal: &Principal,
+        message: &Message,
+        route: usize,
+        owner: &str,
+    ) -> Result<(), Rejection> {
+        let not_found = || Rejection::TaskNotFound {
+            id: message.id.clone(),
+        };
+        let Some(task_id) = message.target.as_deref() else {
+            return Err(not_found());
+        };
+        let record = self.edge.tasks.get(task_id).await.map_err(|e| {
+            tracing::warn!(error = %e, "task records unavailable");
+            Rejection::CredentialsUnavailable
+        })?;
+        let name = &self.settings.routes[route].name;
+        match tasks::standing(record.as_ref(), owner, name) {
+            Standing::Owner(tool) if self.settings.admission.tool_policy => {
+                // The task carries on its tool's call: the tool's rules and scopes apply.
+                let call = Message {
+                    kind: Kind::Request,
+                    method: "tools/call".to_owned(),
+                    target: Some(tool),
+                    id: message.id.clone(),
+                    traceparent: None,
+                    meta_version: None,
+                };
+                self.authorize(principal, &call, route).await
+            }
+            Standing::Owner(_) => Ok(()),
+            Standing::Foreign | Standing::Unknown => Err(not_found()),
+        }
     }
 
     /// The policy's decision on one message; a tool's annotation comes from the route's

@@ -84,6 +84,13 @@ pub(super) struct Exchange {
     pub(super) stream: Option<StreamSlot>,
     /// No upstream credential for this person: the message gets the connect prompt.
     pub(super) connect: Option<crate::credentials::Ask>,
+    /// A `tools/call` (its tool): an answer that creates a task records who created it.
+    pub(super) watch_task: Option<String>,
+    /// The `tools/call` answer is an event stream.
+    pub(super) task_sse: bool,
+    /// A copy of the `tools/call` answer so far (bounded by `tasks::MAX_WATCHED`), read for a
+    /// task id once whole; the bytes sent on are the upstream's.
+    pub(super) task_held: Vec<u8>,
     /// An `initialize` whose client declared URL-mode elicitation (remembered with its session).
     pub(super) url_elicitation: bool,
 }

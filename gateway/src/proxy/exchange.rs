@@ -103,6 +103,10 @@ impl Gateway {
             };
             ended = piece.is_none() || up.is_done();
             self.response_body_filter(session, &mut piece, ended, ctx)?;
+            if ended {
+                // Recorded before the last bytes leave: the client's next request may use it.
+                self.note_task(ctx).await;
+            }
             Box::pin(session.write_response_body(piece, ended))
                 .await
                 .map_err(|e| e.into_down())?;

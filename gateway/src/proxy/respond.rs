@@ -1,11 +1,11 @@
 //! The upstream's answer on its way back: a new session is bound to its owner, an ended one
-//! forgotten, a `tools/list` answer filtered for the principal, and every answer carries the
+//! forgotten, a task a `tools/call` created recorded as its caller's, a `tools/list` answer filtered for the principal, and every answer carries the
 //! request id, CORS and rate-limit headers.
 
 use bytes::Bytes;
 use pingora::{Error, ErrorType, Result, http::ResponseHeader};
 
-use crate::{catalog, cors, forward, limit, policy, reply::Reply};
+use crate::{catalog, cors, forward, limit, policy, reply::Reply, tasks};
 
 use super::{Gateway, RequestCtx, admission::SESSION_ID};
 
@@ -38,6 +38,9 @@ impl Gateway {
         }
         if ok {
             self.record_session(resp, ctx).await;
+            ctx.mcp.task_sse = is_event_stream(resp);
+        } else {
+            ctx.mcp.watch_task = None;
         }
         if ctx.mcp.filter_list {
             if ok {
@@ -162,6 +165,44 @@ impl Gateway {
         }
     }
 
+    /// The whole answer of a `tools/call` has been read: when it creates a task, the task is
+    /// recorded as the principal's on this route (before the answer's last bytes leave, so the
+    /// client's first `tasks/get` finds it) and audited.
+    pub(super) async fn note_task(&self, ctx: &mut RequestCtx) {
+        let Some(tool) = ctx.mcp.watch_task.take() else {
+            return;
+        };
+        let held = std::mem::take(&mut ctx.mcp.task_held);
+        let Some(task_id) = tasks::created(&held, ctx.mcp.task_sse) else {
+            return;
+        };
+        let Some(route) = ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) else {
+            return;
+        };
+        let record = tasks::TaskRecord {
+            owner: ctx.principal_key.clone(),
+            route: route.name.clone(),
+            tool,
+        };
+        if let Err(e) = self.edge.tasks.record(&task_id, &record).await {
+            tracing::warn!(request_id = %ctx.request_id, error = %e, "could not record a task's creator: its requests will get 404");
+        }
+        if let Some(audit) = &self.edge.audit {
+            audit.record(&crate::audit::TaskCreated {
+                time_ms: self.clock.now_ms(),
+                event: "task_created",
+                request_id: &ctx.request_id,
+                route: &route.name,
+                principal: ctx
+                    .principal
+                    .as_ref()
+                    .map(crate::audit::AuditPrincipal::from),
+                tool: &record.tool,
+                task: &task_id,
+            });
+        }
+    }
+
     /// A chunk of the answer's body: held while a `tools/list` answer is filtered, which goes
     /// out whole, with only what the principal may see.
     pub(super) fn respond_body(
@@ -170,6 +211,17 @@ impl Gateway {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        if ctx.mcp.watch_task.is_some()
+            && let Some(chunk) = body.as_ref()
+        {
+            if ctx.mcp.task_held.len() + chunk.len() > tasks::MAX_WATCHED {
+                // Too long for a task handle: a plain result.
+                ctx.mcp.watch_task = None;
+                ctx.mcp.task_held = Vec::new();
+            } else {
+                ctx.mcp.task_held.extend_from_slice(chunk);
+            }
+        }
         if !ctx.mcp.filter_list {
             return Ok(());
         }

@@ -429,7 +429,8 @@ async fn mirrored_parameters_must_match_their_headers() {
 
 /// Issue 40, point 5 (its first part): `tasks/get`, `tasks/update` and `tasks/cancel` must
 /// carry `Mcp-Name` = the task id (SEP-2663), on any revision: without it, or with another id,
-/// 400 `HeaderMismatch` before the upstream is asked; with it, the request goes on.
+/// 400 `HeaderMismatch` before the upstream is asked; with it, the header check passes (the
+/// task, never created through the gateway, is then 404: `a_task_belongs_to_…` below).
 #[tokio::test]
 async fn task_requests_must_name_their_task() {
     let gw = Stack::start().await;
@@ -463,4 +464,103 @@ async fn task_requests_must_name_their_task() {
         let text = named.text().await.unwrap();
         assert!(!text.contains("-32020"), "{method}: {status} {text}");
     }
+}
+
+/// The task a raw upstream creates for every `tools/call` (`?mode=call`).
+const TASK: &str = "786512e2-9e0d-44bd-8f29-789f320fe840";
+
+/// A task-capable upstream in raw bytes: `?mode=call` answers with a `CreateTaskResult`
+/// (SEP-2663), `?mode=get` with the task's status; anything else (the gateway's own catalog
+/// requests) a JSON-RPC error.
+fn task_upstream(head: &str) -> Vec<u8> {
+    let line = head.lines().next().unwrap_or_default();
+    let body = if line.contains("mode=call") {
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task", "taskId": TASK,
+            "status": "working", "ttlMs": 60000, "pollIntervalMs": 100}})
+    } else if line.contains("mode=get") {
+        json!({"jsonrpc": "2.0", "id": 2, "result": {"resultType": "complete", "taskId": TASK,
+            "status": "completed", "ttlMs": 60000}})
+    } else {
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "no"}})
+    };
+    let body = body.to_string();
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A 2026-07-28 request of `token` to the gateway's `/mcp?mode=…`, named `name`.
+async fn post_mode(
+    stack: &Stack,
+    token: &str,
+    mode: &str,
+    body: &Value,
+    name: &str,
+) -> reqwest::Response {
+    stack
+        .gw
+        .http()
+        .post(format!("{}?mode={mode}", stack.gw.mcp_url()))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", body["method"].as_str().unwrap())
+        .header("mcp-name", name)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Issue 40, point 3: a task is bound to the principal (and route) whose `tools/call` created
+/// it. A creates a task through the gateway; B's `tasks/get|update|cancel` of it are 404 (the
+/// JSON-RPC "task not found" error) and never reach the upstream; A's `tasks/get` does; a task
+/// id the gateway never saw created is 404 for anyone.
+#[tokio::test]
+async fn a_task_belongs_to_the_principal_that_created_it() {
+    let upstream = pforte_tests::RawUpstream::start(task_upstream).await;
+    let stack = Stack::builder()
+        .upstream(&upstream.mcp_url())
+        .plain_http()
+        .limits(pforte_tests::Limits::off())
+        .start()
+        .await;
+    let a = stack.gw.create_token("task-a").await.unwrap();
+    let b = stack.gw.create_token("task-b").await.unwrap();
+    let gets = || {
+        upstream
+            .received()
+            .iter()
+            .map(|c| c.matches("mode=get").count())
+            .sum::<usize>()
+    };
+
+    let call = modern(1, "tools/call", json!({"name": "slow", "arguments": {}}));
+    let created = post_mode(&stack, &a, "call", &call, "slow").await;
+    assert_eq!(created.status(), 200);
+    let created: Value = created.json().await.unwrap();
+    assert_eq!(created["result"]["taskId"], TASK, "{created}");
+
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let ask = modern(2, method, json!({"taskId": TASK}));
+        let refused = post_mode(&stack, &b, "get", &ask, TASK).await;
+        assert_eq!(refused.status(), 404, "{method}");
+        let refused: Value = refused.json().await.unwrap();
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        assert_eq!(refused["id"], 2, "{refused}");
+    }
+    let unknown = modern(3, "tasks/get", json!({"taskId": "never-created"}));
+    let refused = post_mode(&stack, &a, "get", &unknown, "never-created").await;
+    assert_eq!(refused.status(), 404);
+    assert_eq!(gets(), 0, "a refused task request reached the upstream");
+
+    let ask = modern(4, "tasks/get", json!({"taskId": TASK}));
+    let polled = post_mode(&stack, &a, "get", &ask, TASK).await;
+    assert_eq!(polled.status(), 200);
+    let polled: Value = polled.json().await.unwrap();
+    assert_eq!(polled["result"]["status"], "completed", "{polled}");
+    assert_eq!(gets(), 1);
 }

@@ -1,0 +1,335 @@
+//! Who created each task (SEP-2663), so that a task id presented by another principal, or on
+//! another route, can be refused: a `tools/call` answered with a task (`resultType: "task"`)
+//! records `task id → (principal, route, tool)`; `tasks/get|update|cancel` are admitted only for
+//! that principal on that route, with the scopes of that tool. Kept where sessions are: in
+//! redis when the gateway has one (every gateway then knows every task's owner, so a task
+//! request needs no particular instance), else in this process (bounded, expiring). Task ids
+//! are stored as their SHA-256 only.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use pforte_clock::Clock;
+
+/// What the gateway remembers of one task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TaskRecord {
+    /// `kind:subject:client` of the principal whose call created it.
+    pub(crate) owner: String,
+    /// The route's name.
+    pub(crate) route: String,
+    /// The tool whose call created it.
+    pub(crate) tool: String,
+}
+
+/// A caller's standing on a task id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Created by this principal on this route; its tool.
+    Owner(String),
+    /// Created by another principal, or on another route.
+    Foreign,
+    /// Never recorded (or expired).
+    Unknown,
+}
+
+/// The standing of `owner` on `route` for a task whose record is `record`.
+pub(crate) fn standing(record: Option<&TaskRecord>, owner: &str, route: &str) -> Standing {
+    match record {
+        None => Standing::Unknown,
+        Some(r) if r.owner == owner && r.route == route => Standing::Owner(r.tool.clone()),
+        Some(_) => Standing::Foreign,
+    }
+}
+
+/// The store could not answer; the gateway fails closed (503).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TaskError {
+    #[error("task store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The largest body the gateway reads for a task id (a `CreateTaskResult` is small; a larger
+/// answer is a plain result, passed on without being read).
+pub(crate) const MAX_WATCHED: usize = 64 * 1024;
+
+/// The task id a `tools/call` answer creates, if it is a `CreateTaskResult`: a JSON-RPC result
+/// with `resultType: "task"` and `taskId` (SEP-2663), or the 2025-11-25 shape
+/// `result.task.taskId`. `sse`: the answer is an event stream; its events' `data` are read.
+pub(crate) fn created(body: &[u8], sse: bool) -> Option<String> {
+    if !sse {
+        return created_in(body);
+    }
+    let text = std::str::from_utf8(body).ok()?;
+    let mut data = String::new();
+    for line in text.lines().chain(std::iter::once("")) {
+        if line.is_empty() {
+            if let Some(id) = created_in(data.as_bytes()) {
+                return Some(id);
+            }
+            data.clear();
+        } else if let Some(d) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(d.strip_prefix(' ').unwrap_or(d));
+        }
+    }
+    None
+}
+
+fn created_in(json: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Answer {
+        result: Option<Created>,
+    }
+    #[derive(Deserialize)]
+    struct Created {
+        #[serde(rename = "resultType")]
+        result_type: Option<String>,
+        #[serde(rename = "taskId")]
+        task_id: Option<String>,
+        task: Option<Legacy>,
+    }
+    #[derive(Deserialize)]
+    struct Legacy {
+        #[serde(rename = "taskId")]
+        task_id: String,
+    }
+    let result = serde_json::from_slice::<Answer>(json).ok()?.result?;
+    match result {
+        Created {
+            result_type: Some(t),
+            task_id: Some(id),
+            ..
+        } if t == "task" => Some(id),
+        Created {
+            result_type: None,
+            task: Some(legacy),
+            ..
+        } => Some(legacy.task_id),
+        _ => None,
+    }
+}
+
+type Key = [u8; 32];
+
+fn key(task_id: &str) -> Key {
+    Sha256::digest(task_id.as_bytes()).into()
+}
+
+/// The task records. Share it as `Arc<Tasks>`.
+#[derive(Debug)]
+pub(crate) struct Tasks {
+    backend: Backend,
+    ttl: Duration,
+}
+
+enum Backend {
+    Local {
+        /// Record and its expiry (ms, `clock`).
+        table: Mutex<HashMap<Key, (TaskRecord, u64)>>,
+        clock: Arc<dyn Clock>,
+        max_entries: usize,
+    },
+    Redis {
+        conn: pforte_redis::Redis,
+        prefix: String,
+    },
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Local { .. } => f.write_str("Local"),
+            Self::Redis { prefix, .. } => write!(f, "Redis({prefix})"),
+        }
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> TaskError {
+    TaskError::Unavailable(e.to_string())
+}
+
+impl Tasks {
+    /// In this process on `clock`: at most `max_entries` records, each for `ttl`.
+    pub(crate) fn local(clock: Arc<dyn Clock>, ttl: Duration, max_entries: usize) -> Self {
+        Self {
+            backend: Backend::Local {
+                table: Mutex::default(),
+                clock,
+                max_entries,
+            },
+            ttl,
+        }
+    }
+
+    /// In redis under `<prefix>task:<sha256 hex>` (`EX` ttl, redis's clock). Connects lazily;
+    /// call inside the runtime that drives the connection.
+    pub(crate) fn redis(url: &str, prefix: &str, ttl: Duration) -> Result<Self, TaskError> {
+        Ok(Self {
+            backend: Backend::Redis {
+                conn: pforte_redis::Redis::open(url).map_err(unavailable)?,
+                prefix: prefix.to_owned(),
+            },
+            ttl,
+        })
+    }
+
+    /// Records `task_id` as created by `record` (the first record wins: a task id the upstream
+    /// gave twice stays with its first owner).
+    pub(crate) async fn record(&self, task_id: &str, record: &TaskRecord) -> Result<(), TaskError> {
+        match &self.backend {
+            Backend::Local {
+                table,
+                clock,
+                max_entries,
+            } => {
+                let now = clock.now_ms();
+                let mut t = table
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                t.retain(|_, (_, until)| *until > now);
+                if t.len() >= *max_entries
+                    && let Some(first) = t.iter().min_by_key(|(_, (_, u))| *u).map(|(k, _)| *k)
+                {
+                    t.remove(&first);
+                }
+                let until = now.saturating_add(self.ttl.as_millis() as u64);
+                t.entry(key(task_id)).or_insert((record.clone(), until));
+                Ok(())
+            }
+            Backend::Redis { conn, prefix } => {
+                let value = serde_json::to_string(record).map_err(unavailable)?;
+                let mut c = conn.clone();
+                let _: Option<String> = redis::cmd("SET")
+                    .arg(redis_key(prefix, task_id))
+                    .arg(value)
+                    .arg("NX")
+                    .arg("EX")
+                    .arg(self.ttl.as_secs().max(1))
+                    .query_async(&mut c)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The record of `task_id`, if the gateway saw its creation (and it has not expired).
+    pub(crate) async fn get(&self, task_id: &str) -> Result<Option<TaskRecord>, TaskError> {
+        match &self.backend {
+            Backend::Local { table, clock, .. } => {
+                let now = clock.now_ms();
+                let t = table
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                Ok(t.get(&key(task_id))
+                    .filter(|(_, until)| *until > now)
+                    .map(|(r, _)| r.clone()))
+            }
+            Backend::Redis { conn, prefix } => {
+                let mut c = conn.clone();
+                let value: Option<String> = redis::cmd("GET")
+                    .arg(redis_key(prefix, task_id))
+                    .query_async(&mut c)
+                    .await
+                    .map_err(unavailable)?;
+                value
+                    .map(|v| serde_json::from_str(&v).map_err(unavailable))
+                    .transpose()
+            }
+        }
+    }
+}
+
+fn redis_key(prefix: &str, task_id: &str) -> String {
+    format!("{prefix}task:{}", hex::encode(key(task_id)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_answer_names_its_task() {
+        let json = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t-1","status":"working"}}"#;
+        assert_eq!(created(json, false).as_deref(), Some("t-1"));
+        let legacy =
+            br#"{"jsonrpc":"2.0","id":1,"result":{"task":{"taskId":"t-2","status":"working"}}}"#;
+        assert_eq!(created(legacy, false).as_deref(), Some("t-2"));
+        let plain = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"taskId":"x"}}"#;
+        assert_eq!(created(plain, false), None);
+        let complete =
+            br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}"#;
+        assert_eq!(created(complete, false), None);
+        let sse = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"task\",\"taskId\":\"t-3\"}}\n\n";
+        assert_eq!(created(sse, true).as_deref(), Some("t-3"));
+        assert_eq!(created(b"not json", false), None);
+    }
+
+    #[test]
+    fn a_task_belongs_to_its_creator_on_its_route() {
+        let r = TaskRecord {
+            owner: "token:a:".into(),
+            route: "svc".into(),
+            tool: "slow".into(),
+        };
+        assert_eq!(
+            standing(Some(&r), "token:a:", "svc"),
+            Standing::Owner("slow".into())
+        );
+        assert_eq!(standing(Some(&r), "token:b:", "svc"), Standing::Foreign);
+        assert_eq!(standing(Some(&r), "token:a:", "other"), Standing::Foreign);
+        assert_eq!(standing(None, "token:a:", "svc"), Standing::Unknown);
+    }
+
+    #[tokio::test]
+    async fn local_records_expire_and_keep_their_first_owner() {
+        let clock = Arc::new(pforte_clock::ManualClock::at(Duration::from_secs(1)));
+        let tasks = Tasks::local(clock.clone(), Duration::from_secs(10), 2);
+        let a = TaskRecord {
+            owner: "a".into(),
+            route: "r".into(),
+            tool: "t".into(),
+        };
+        let b = TaskRecord {
+            owner: "b".into(),
+            ..a.clone()
+        };
+        tasks.record("t-1", &a).await.unwrap();
+        tasks.record("t-1", &b).await.unwrap();
+        assert_eq!(tasks.get("t-1").await.unwrap(), Some(a));
+        clock.advance(Duration::from_secs(11));
+        assert_eq!(tasks.get("t-1").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn every_gateway_on_one_redis_knows_the_creator() {
+        let Some(redis) = pforte_test_support::RedisServer::start() else {
+            return;
+        };
+        let one = Tasks::redis(&redis.url(), "t:", Duration::from_secs(100)).unwrap();
+        let two = Tasks::redis(&redis.url(), "t:", Duration::from_secs(100)).unwrap();
+        let a = TaskRecord {
+            owner: "static:operator:a".into(),
+            route: "svc".into(),
+            tool: "slow".into(),
+        };
+        assert_eq!(two.get("t-1").await.unwrap(), None);
+        one.record("t-1", &a).await.unwrap();
+        let other = TaskRecord {
+            owner: "static:operator:b".into(),
+            ..a.clone()
+        };
+        two.record("t-1", &other).await.unwrap();
+        assert_eq!(two.get("t-1").await.unwrap(), Some(a));
+    }
+}
