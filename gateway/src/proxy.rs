@@ -45,6 +45,7 @@ mod peers;
 mod relay;
 mod respond;
 mod stream_gate;
+mod task_owner;
 mod trace;
 mod upstream;
 mod wire;
