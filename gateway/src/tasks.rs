@@ -66,22 +66,14 @@ pub(crate) fn created(body: &[u8], sse: bool) -> Option<String> {
     if !sse {
         return created_in(body);
     }
-    let text = std::str::from_utf8(body).ok()?;
-    let mut data = String::new();
-    for line in text.lines().chain(std::iter::once("")) {
-        if line.is_empty() {
-            if let Some(id) = created_in(data.as_bytes()) {
-                return Some(id);
-            }
-            data.clear();
-        } else if let Some(d) = line.strip_prefix("data:") {
-            if !data.is_empty() {
-                data.push('\n');
-            }
-            data.push_str(d.strip_prefix(' ').unwrap_or(d));
-        }
-    }
-    None
+    // The catalog's event-stream reader (the one SSE parser): each event's data, in order.
+    let mut reader = crate::catalog::sse::EventReader::new(MAX_WATCHED);
+    let events = reader.push(body).ok()?;
+    let last = reader.finish().ok()?;
+    events
+        .iter()
+        .chain(last.iter())
+        .find_map(|data| created_in(data))
 }
 
 fn created_in(json: &[u8]) -> Option<String> {
