@@ -182,18 +182,21 @@ pub(crate) struct SessionRecord<'a> {
     pub(crate) max: usize,
 }
 
-/// One audit line per task (SEP-2663) an upstream created in answer to a `tools/call`: the
-/// task is bound to this principal and route from now on (`tasks/get|update|cancel` of anyone
-/// else get 404). Cancels are audited by their request's own line, with the task id as `name`.
+/// One audit line per task (SEP-2663) an upstream created in answer to a `tools/call`
+/// (`task_created`: the task is bound to this principal and route from now on, and
+/// `tasks/get|update|cancel` of anyone else get 404), and per `tasks/cancel` of its creator
+/// that the upstream answered (`task_cancelled`, with the answer's HTTP `status`; the request's
+/// own line carries the task id as `name` too).
 ///
 /// ```json
 /// {"time":"2026-12-05T05:50:00.000Z","event":"task_created","request_id":"4bf9…","route":"files","principal":{"kind":"static","user":"operator","client_id":null,"token":"ci"},"tool":"slow","task":"786512e2-9e0d-44bd-8f29-789f320fe840"}
+/// {"time":"2026-12-05T05:51:00.000Z","event":"task_cancelled","request_id":"77c0…","route":"files","principal":{"kind":"static","user":"operator","client_id":null,"token":"ci"},"tool":"slow","task":"786512e2-9e0d-44bd-8f29-789f320fe840","status":200}
 /// ```
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct TaskCreated<'a> {
+pub(crate) struct TaskEvent<'a> {
     #[serde(rename = "time", serialize_with = "serialize_time")]
     pub(crate) time_ms: u64,
-    /// Always `task_created`.
+    /// `task_created` or `task_cancelled`.
     pub(crate) event: &'static str,
     pub(crate) request_id: &'a str,
     pub(crate) route: &'a str,
@@ -202,6 +205,9 @@ pub(crate) struct TaskCreated<'a> {
     pub(crate) tool: &'a str,
     #[serde(serialize_with = "serialize_untrusted")]
     pub(crate) task: &'a str,
+    /// `task_cancelled`: the upstream's HTTP status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<u16>,
 }
 
 /// How an audit line names a session: the first 12 hex digits of its id's SHA-256.

@@ -375,10 +375,9 @@ impl ProxyHttp for Gateway {
         // The connection closes after a failed proxy attempt; say so, so that no client sends
         // its next request into a closing socket.
         session.set_keepalive(None);
-        let rejection = match self.proxy_failed(ctx, e) {
-            true => Some(Rejection::SessionNotFound),
-            false => Rejection::from_proxy_error(e, self.settings.admission.max_body_bytes),
-        };
+        let rejection = self
+            .proxy_failed(ctx, e)
+            .or_else(|| Rejection::from_proxy_error(e, self.settings.admission.max_body_bytes));
         let mut error_code = 0;
         if let Some(rejection) = rejection
             && session.response_written().is_none()

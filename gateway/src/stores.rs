@@ -139,9 +139,9 @@ pub(crate) fn sessions(
     }
 }
 
-/// The task records (`tasks::Tasks`) of `site` for `serve`: in redis beside the sessions
-/// (entered into `runtime`), else in this process — lost on a restart, after which their ids
-/// are unknown (404).
+/// The task records (`tasks::Tasks`) of `site` for `serve`, where the sessions are: in redis
+/// (entered into `runtime`), else in the data dir's `sessions.db` — either way they outlive a
+/// restart.
 pub(crate) fn tasks(
     site: &Site,
     runtime: Option<&tokio::runtime::Handle>,
@@ -154,7 +154,10 @@ pub(crate) fn tasks(
             let _in_runtime = rt.enter();
             Tasks::redis(url, "pforte:", opts.ttl)
         }
-        _ => Ok(Tasks::local(clock, opts.ttl, opts.max_entries)),
+        (Site::Embedded(dir), _) => {
+            Tasks::embedded(&dir.join(SESSIONS_DB), clock, opts.ttl, opts.max_entries)
+        }
+        (Site::Redis(_), None) => Ok(Tasks::local(clock, opts.ttl, opts.max_entries)),
     }
 }
 

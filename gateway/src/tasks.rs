@@ -1,10 +1,13 @@
 //! Who created each task (SEP-2663), so that a task id presented by another principal, or on
 //! another route, can be refused: a `tools/call` answered with a task (`resultType: "task"`)
-//! records `task id → (principal, route, tool)`; `tasks/get|update|cancel` are admitted only for
-//! that principal on that route, with the scopes of that tool. Kept where sessions are: in
-//! redis when the gateway has one (every gateway then knows every task's owner, so a task
-//! request needs no particular instance), else in this process (bounded, expiring). Task ids
-//! are stored as their SHA-256 only.
+//! records `task id → (principal, route, tool, instance)`; `tasks/get|update|cancel` are
+//! admitted only for that principal on that route, with the scopes of that tool, and go to the
+//! upstream instance that answered the call (a route with several `urls`). Kept where sessions
+//! are: in redis when the gateway has one (every gateway then knows every task), else in the
+//! data dir's `sessions.db` (`disk`), so that a restart keeps them; 24 h each. Task ids are
+//! stored as their SHA-256 only.
+
+mod disk;
 
 use std::{
     collections::HashMap,
@@ -26,13 +29,17 @@ pub(crate) struct TaskRecord {
     pub(crate) route: String,
     /// The tool whose call created it.
     pub(crate) tool: String,
+    /// The upstream instance (its URL, as configured) that answered the call, on a route with
+    /// several; `None` otherwise (and in records written before instances were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) instance: Option<String>,
 }
 
 /// A caller's standing on a task id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Standing {
-    /// Created by this principal on this route; its tool.
-    Owner(String),
+    /// Created by this principal on this route: its record.
+    Owner(TaskRecord),
     /// Created by another principal, or on another route.
     Foreign,
     /// Never recorded (or expired).
@@ -43,8 +50,23 @@ pub(crate) enum Standing {
 pub(crate) fn standing(record: Option<&TaskRecord>, owner: &str, route: &str) -> Standing {
     match record {
         None => Standing::Unknown,
-        Some(r) if r.owner == owner && r.route == route => Standing::Owner(r.tool.clone()),
+        Some(r) if r.owner == owner && r.route == route => Standing::Owner(r.clone()),
         Some(_) => Standing::Foreign,
+    }
+}
+
+/// Which instance of a route with several a task request goes to: the one that answered the
+/// task's `tools/call` (`task`: the record's instance as `balance::route_session` found it, or
+/// why it is gone), never another; in a session (`session`: the session's instance) only when
+/// that is the same one. `None`: the task cannot be reached, and is answered as not found.
+pub(crate) fn instance_for(
+    task: Result<usize, crate::balance::Gone>,
+    session: Option<usize>,
+) -> Option<usize> {
+    let held = task.ok()?;
+    match session {
+        Some(s) if s != held => None,
+        _ => Some(held),
     }
 }
 
@@ -130,6 +152,12 @@ enum Backend {
         clock: Arc<dyn Clock>,
         max_entries: usize,
     },
+    /// In the `tasks` table of `sessions.db`.
+    Embedded {
+        disk: disk::Disk,
+        clock: Arc<dyn Clock>,
+        max_entries: usize,
+    },
     Redis {
         conn: pforte_redis::Redis,
         prefix: String,
@@ -140,6 +168,7 @@ impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Local { .. } => f.write_str("Local"),
+            Self::Embedded { .. } => f.write_str("Embedded"),
             Self::Redis { prefix, .. } => write!(f, "Redis({prefix})"),
         }
     }
@@ -160,6 +189,25 @@ impl Tasks {
             },
             ttl,
         }
+    }
+
+    /// In the SQLite database at `path` (the data dir's `sessions.db`, created owner-only) on
+    /// `clock`: at most `max_entries` records, each for `ttl`; the expired ones are swept now
+    /// and on every write. Blocking.
+    pub(crate) fn embedded(
+        path: &std::path::Path,
+        clock: Arc<dyn Clock>,
+        ttl: Duration,
+        max_entries: usize,
+    ) -> Result<Self, TaskError> {
+        Ok(Self {
+            backend: Backend::Embedded {
+                disk: disk::Disk::open(path, clock.now_ms())?,
+                clock,
+                max_entries,
+            },
+            ttl,
+        })
     }
 
     /// In redis under `<prefix>task:<sha256 hex>` (`EX` ttl, redis's clock). Connects lazily;
@@ -197,6 +245,19 @@ impl Tasks {
                 t.entry(key(task_id)).or_insert((record.clone(), until));
                 Ok(())
             }
+            Backend::Embedded {
+                disk,
+                clock,
+                max_entries,
+            } => {
+                let (disk, key, record, max) =
+                    (disk.clone(), key(task_id), record.clone(), *max_entries);
+                let now = clock.now_ms();
+                let until = now.saturating_add(self.ttl.as_millis() as u64);
+                tokio::task::spawn_blocking(move || disk.insert(&key, &record, until, now, max))
+                    .await
+                    .map_err(unavailable)?
+            }
             Backend::Redis { conn, prefix } => {
                 let value = serde_json::to_string(record).map_err(unavailable)?;
                 let mut c = conn.clone();
@@ -225,6 +286,12 @@ impl Tasks {
                 Ok(t.get(&key(task_id))
                     .filter(|(_, until)| *until > now)
                     .map(|(r, _)| r.clone()))
+            }
+            Backend::Embedded { disk, clock, .. } => {
+                let (disk, key, now) = (disk.clone(), key(task_id), clock.now_ms());
+                tokio::task::spawn_blocking(move || disk.get(&key, now))
+                    .await
+                    .map_err(unavailable)?
             }
             Backend::Redis { conn, prefix } => {
                 let mut c = conn.clone();
@@ -273,10 +340,11 @@ mod tests {
             owner: "token:a:".into(),
             route: "svc".into(),
             tool: "slow".into(),
+            instance: None,
         };
         assert_eq!(
             standing(Some(&r), "token:a:", "svc"),
-            Standing::Owner("slow".into())
+            Standing::Owner(r.clone())
         );
         assert_eq!(standing(Some(&r), "token:b:", "svc"), Standing::Foreign);
         assert_eq!(standing(Some(&r), "token:a:", "other"), Standing::Foreign);
@@ -291,6 +359,7 @@ mod tests {
             owner: "a".into(),
             route: "r".into(),
             tool: "t".into(),
+            instance: None,
         };
         let b = TaskRecord {
             owner: "b".into(),
@@ -301,6 +370,59 @@ mod tests {
         assert_eq!(tasks.get("t-1").await.unwrap(), Some(a));
         clock.advance(Duration::from_secs(11));
         assert_eq!(tasks.get("t-1").await.unwrap(), None);
+    }
+
+    #[test]
+    fn a_task_request_goes_to_the_instance_that_holds_the_task_or_nowhere() {
+        use crate::balance::Gone;
+        assert_eq!(instance_for(Ok(1), None), Some(1));
+        assert_eq!(instance_for(Ok(1), Some(1)), Some(1));
+        // In a session on another instance: that one does not hold the task.
+        assert_eq!(instance_for(Ok(1), Some(0)), None);
+        for gone in [Gone::Down, Gone::Removed, Gone::Unrecorded] {
+            assert_eq!(instance_for(Err(gone), None), None);
+            assert_eq!(instance_for(Err(gone), Some(0)), None);
+        }
+    }
+
+    #[tokio::test]
+    async fn embedded_records_outlive_their_process_expire_and_keep_their_first_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let clock = Arc::new(pforte_clock::ManualClock::at(Duration::from_secs(1)));
+        let ttl = Duration::from_secs(10);
+        let a = TaskRecord {
+            owner: "a".into(),
+            route: "r".into(),
+            tool: "t".into(),
+            instance: Some("http://127.0.0.1:9002/mcp".into()),
+        };
+        let b = TaskRecord {
+            owner: "b".into(),
+            instance: None,
+            ..a.clone()
+        };
+        {
+            let tasks = Tasks::embedded(&path, clock.clone(), ttl, 2).unwrap();
+            tasks.record("t-1", &a).await.unwrap();
+            tasks.record("t-1", &b).await.unwrap();
+        }
+        // Another process on the same file.
+        let tasks = Tasks::embedded(&path, clock.clone(), ttl, 2).unwrap();
+        assert_eq!(tasks.get("t-1").await.unwrap(), Some(a.clone()));
+        assert_eq!(tasks.get("t-2").await.unwrap(), None);
+        // At the cap the record expiring first goes.
+        clock.advance(Duration::from_secs(1));
+        tasks.record("t-2", &b).await.unwrap();
+        clock.advance(Duration::from_secs(1));
+        tasks.record("t-3", &b).await.unwrap();
+        assert_eq!(tasks.get("t-1").await.unwrap(), None);
+        assert_eq!(tasks.get("t-2").await.unwrap(), Some(b.clone()));
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(tasks.get("t-3").await.unwrap(), None);
+        // Expired rows are swept: a new record under an expired id is the new creator's.
+        tasks.record("t-2", &a).await.unwrap();
+        assert_eq!(tasks.get("t-2").await.unwrap(), Some(a));
     }
 
     #[tokio::test]
@@ -314,6 +436,7 @@ mod tests {
             owner: "static:operator:a".into(),
             route: "svc".into(),
             tool: "slow".into(),
+            instance: Some("http://127.0.0.1:9001/mcp".into()),
         };
         assert_eq!(two.get("t-1").await.unwrap(), None);
         one.record("t-1", &a).await.unwrap();

@@ -2,7 +2,7 @@
 //! head (and its `Content-Length` body), answers with the bytes a test gives for that request,
 //! and keeps every byte it received on the connection, after the answer too — so a test can
 //! send what a hostile or broken upstream would and see what got past the gateway. Stopped
-//! when dropped.
+//! when dropped, its open connections closed.
 
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +19,8 @@ pub struct RawUpstream {
     pub addr: std::net::SocketAddr,
     received: Arc<Mutex<Vec<Vec<u8>>>>,
     task: tokio::task::JoinHandle<()>,
+    /// The connections being served: closed when the upstream is dropped.
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl RawUpstream {
@@ -31,17 +33,23 @@ impl RawUpstream {
         let received = Arc::new(Mutex::new(Vec::new()));
         let kept = Arc::clone(&received);
         let answer: Arc<Answer> = Arc::new(answer);
+        let connections = Arc::new(Mutex::new(Vec::new()));
+        let served = Arc::clone(&connections);
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
                 let kept = Arc::clone(&kept);
                 let answer = Arc::clone(&answer);
-                tokio::spawn(serve(conn, kept, answer));
+                let handle = tokio::spawn(serve(conn, kept, answer)).abort_handle();
+                if let Ok(mut served) = served.lock() {
+                    served.push(handle);
+                }
             }
         });
         Self {
             addr,
             received,
             task,
+            connections,
         }
     }
 
@@ -71,6 +79,9 @@ impl RawUpstream {
 impl Drop for RawUpstream {
     fn drop(&mut self) {
         self.task.abort();
+        if let Ok(connections) = self.connections.lock() {
+            connections.iter().for_each(tokio::task::AbortHandle::abort);
+        }
     }
 }
 

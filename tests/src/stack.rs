@@ -223,6 +223,12 @@ impl StackBuilder {
         self
     }
 
+    /// `[tools.TOOL] scopes = SCOPES`.
+    pub fn tool_scopes(mut self, tool: &str, scopes: &[&str]) -> Self {
+        self.config.tools.insert(tool.to_owned(), scoped(scopes));
+        self
+    }
+
     /// `[prompts.PROMPT] scopes = SCOPES`.
     pub fn prompt_scopes(mut self, prompt: &str, scopes: &[&str]) -> Self {
         self.config

@@ -357,8 +357,16 @@ impl Gateway {
             ctx.mcp.url_elicitation = answer::declares_url_elicitation(body);
         }
         if mcp::TASK_METHODS.contains(&message.method.as_str()) {
-            self.check_task(principal, message, route, &ctx.principal_key)
+            let task = self
+                .check_task(principal, message, route, &ctx.principal_key, ctx.instance)
                 .await?;
+            if task.instance.is_some() {
+                ctx.instance = task.instance;
+                ctx.task_pinned = true;
+            }
+            if message.method == "tasks/cancel" {
+                ctx.mcp.cancels = Some(task.tool);
+            }
         }
         if message.kind == Kind::Request
             && let Some(tool) = message.tool()

@@ -50,6 +50,8 @@ pub(crate) struct RequestCtx {
     pub(super) instance: Option<usize>,
     /// The request carries `Mcp-Session-Id` (it must reach the session's instance).
     pub(super) in_session: bool,
+    /// A task request: it must reach the instance holding the task (`instance`), never another.
+    pub(super) task_pinned: bool,
     /// Its session is in use (not evicted at its person's cap) until the context drops.
     pub(super) session_use: Option<crate::sessions::InUse>,
     /// Failed attempts to connect to an instance (a retry goes to another one).
@@ -91,6 +93,9 @@ pub(super) struct Exchange {
     /// A copy of the `tools/call` answer so far (bounded by `tasks::MAX_WATCHED`), read for a
     /// task id once whole; the bytes sent on are the upstream's.
     pub(super) task_held: Vec<u8>,
+    /// An admitted `tasks/cancel`: the tool whose call created the task (audited once the
+    /// upstream answers).
+    pub(super) cancels: Option<String>,
     /// An `initialize` whose client declared URL-mode elicitation (remembered with its session).
     pub(super) url_elicitation: bool,
 }
@@ -117,6 +122,7 @@ impl RequestCtx {
             stream: None,
             instance: None,
             in_session: false,
+            task_pinned: false,
             session_use: None,
             connect_failures: 0,
             trace: None,

@@ -1,5 +1,6 @@
 //! The upstream's answer on its way back: a new session is bound to its owner, an ended one
-//! forgotten, a task a `tools/call` created recorded as its caller's, a `tools/list` answer filtered for the principal, and every answer carries the
+//! forgotten, a task a `tools/call` created recorded as its caller's (a cancelled one audited),
+//! a `tools/list` answer filtered for the principal, and every answer carries the
 //! request id, CORS and rate-limit headers.
 
 use bytes::Bytes;
@@ -36,6 +37,7 @@ impl Gateway {
         if ok && is_event_stream(resp) {
             ctx.stream = Some(self.metrics.stream_opened());
         }
+        self.note_cancel(resp.status.as_u16(), ctx);
         if ok {
             self.record_session(resp, ctx).await;
             ctx.mcp.task_sse = is_event_stream(resp);
@@ -183,12 +185,14 @@ impl Gateway {
             owner: ctx.principal_key.clone(),
             route: route.name.clone(),
             tool,
+            // The instance that holds the task: its requests go there.
+            instance: self.instance_url(ctx).map(str::to_owned),
         };
         if let Err(e) = self.edge.tasks.record(&task_id, &record).await {
             tracing::warn!(request_id = %ctx.request_id, error = %e, "could not record a task's creator: its requests will get 404");
         }
         if let Some(audit) = &self.edge.audit {
-            audit.record(&crate::audit::TaskCreated {
+            audit.record(&crate::audit::TaskEvent {
                 time_ms: self.clock.now_ms(),
                 event: "task_created",
                 request_id: &ctx.request_id,
@@ -199,8 +203,37 @@ impl Gateway {
                     .map(crate::audit::AuditPrincipal::from),
                 tool: &record.tool,
                 task: &task_id,
+                status: None,
             });
         }
+    }
+
+    /// The upstream answered an admitted `tasks/cancel` (`status`): audited as
+    /// `task_cancelled`.
+    fn note_cancel(&self, status: u16, ctx: &mut RequestCtx) {
+        let Some(tool) = ctx.mcp.cancels.take() else {
+            return;
+        };
+        let (Some(audit), Some(route), Some(task)) = (
+            &self.edge.audit,
+            ctx.mcp_route.and_then(|i| self.settings.routes.get(i)),
+            ctx.mcp.message.as_ref().and_then(|m| m.target.as_deref()),
+        ) else {
+            return;
+        };
+        audit.record(&crate::audit::TaskEvent {
+            time_ms: self.clock.now_ms(),
+            event: "task_cancelled",
+            request_id: &ctx.request_id,
+            route: &route.name,
+            principal: ctx
+                .principal
+                .as_ref()
+                .map(crate::audit::AuditPrincipal::from),
+            tool: &tool,
+            task,
+            status: Some(status),
+        });
     }
 
     /// A chunk of the answer's body: held while a `tools/list` answer is filtered, which goes

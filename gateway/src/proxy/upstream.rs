@@ -18,6 +18,7 @@ use crate::{
     balance::{self, Instances},
     config::{self, Settings, Upstream, UpstreamKind},
     forward, metadata, metrics, policy,
+    reply::Rejection,
 };
 
 use super::{
@@ -159,7 +160,9 @@ impl Gateway {
             // A session's instance was decided by the admission; anything else is balanced,
             // and a retry after a failed connect avoids the instance that failed.
             let chosen = match ctx.instance {
-                Some(i) if ctx.in_session || ctx.connect_failures == 0 => Some(i),
+                Some(i) if ctx.in_session || ctx.task_pinned || ctx.connect_failures == 0 => {
+                    Some(i)
+                }
                 Some(failed) => instances.pick_other(failed),
                 None => instances.pick(),
             };
@@ -192,7 +195,8 @@ impl Gateway {
                 instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());
             }
             ctx.connect_failures += 1;
-            if balance::retries_elsewhere(ctx.in_session, instances.len(), ctx.connect_failures) {
+            let pinned = ctx.in_session || ctx.task_pinned;
+            if balance::retries_elsewhere(pinned, instances.len(), ctx.connect_failures) {
                 e.set_retry(true);
             }
         }
@@ -232,17 +236,29 @@ impl Gateway {
             .collect()
     }
 
-    /// A failed proxy attempt to an instance marks it down; `true` when the request's session
-    /// lived there (the client is told the session is gone and re-initializes).
-    pub(super) fn proxy_failed(&self, ctx: &RequestCtx, e: &Error) -> bool {
+    /// A failed proxy attempt to an instance marks it down; when the request's session or task
+    /// lived there, the answer: the session is gone (the client re-initializes), or the task
+    /// is not found (it is never asked of another instance).
+    pub(super) fn proxy_failed(&self, ctx: &RequestCtx, e: &Error) -> Option<Rejection> {
         let (Some(instances), Some(i)) = (self.instances(ctx), ctx.instance) else {
-            return false;
+            return None;
         };
         if !balance::marks_down(e) {
-            return false;
+            return None;
         }
         instances.mark_down(i, self.clock.now_ms(), e.etype().as_str());
-        ctx.in_session && ctx.connect_failures > 0
+        if ctx.connect_failures == 0 {
+            None
+        } else if ctx.task_pinned {
+            let id = ctx.mcp.message.as_ref().map(|m| m.id.clone());
+            Some(Rejection::TaskNotFound {
+                id: id.unwrap_or_default(),
+            })
+        } else if ctx.in_session {
+            Some(Rejection::SessionNotFound)
+        } else {
+            None
+        }
     }
 
     /// The request as the upstream sees it: no credential or look-alike identity header, the

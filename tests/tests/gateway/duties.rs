@@ -15,7 +15,7 @@ const MODERN: &str = "2026-07-28";
 
 /// A 2026-07-28 request (no session): `_meta` with the protocol version, client info and
 /// capabilities.
-fn modern(id: u64, method: &str, mut params: Value) -> Value {
+pub(super) fn modern(id: u64, method: &str, mut params: Value) -> Value {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "duties", "version": "1"},
@@ -467,12 +467,12 @@ async fn task_requests_must_name_their_task() {
 }
 
 /// The task a raw upstream creates for every `tools/call` (`?mode=call`).
-const TASK: &str = "786512e2-9e0d-44bd-8f29-789f320fe840";
+pub(super) const TASK: &str = "786512e2-9e0d-44bd-8f29-789f320fe840";
 
 /// A task-capable upstream in raw bytes: `?mode=call` answers with a `CreateTaskResult`
 /// (SEP-2663), `?mode=get` with the task's status; anything else (the gateway's own catalog
 /// requests) a JSON-RPC error.
-fn task_upstream(head: &str) -> Vec<u8> {
+pub(super) fn task_upstream(head: &str) -> Vec<u8> {
     let line = head.lines().next().unwrap_or_default();
     let body = if line.contains("mode=call") {
         json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task", "taskId": TASK,
@@ -492,7 +492,7 @@ fn task_upstream(head: &str) -> Vec<u8> {
 }
 
 /// A 2026-07-28 request of `token` to the gateway's `/mcp?mode=…`, named `name`.
-async fn post_mode(
+pub(super) async fn post_mode(
     stack: &Stack,
     token: &str,
     mode: &str,

@@ -20,6 +20,7 @@ mod routes;
 mod runtime;
 mod session_restart;
 mod skeleton;
+mod tasks;
 mod store_ops;
 mod tool_policy;
 mod traces;
