@@ -189,8 +189,8 @@ pub(crate) struct SessionRecord<'a> {
 /// own line carries the task id as `name` too).
 ///
 /// ```json
-/// {"time":"2026-12-05T05:50:00.000Z","event":"task_created","request_id":"4bf9…","route":"files","principal":{"kind":"static","user":"operator","client_id":null,"token":"ci"},"tool":"slow","task":"786512e2-9e0d-44bd-8f29-789f320fe840"}
-/// {"time":"2026-12-05T05:51:00.000Z","event":"task_cancelled","request_id":"77c0…","route":"files","principal":{"kind":"static","user":"operator","client_id":null,"token":"ci"},"tool":"slow","task":"786512e2-9e0d-44bd-8f29-789f320fe840","status":200}
+/// {"time":"2026-12-05T05:50:00.000Z","event":"task_created","request_id":"4bf9…","route":"files","principal":{"kind":"static","subject":"operator","client":"ci"},"tool":"slow","task":"786512e2-9e0d-44bd-8f29-789f320fe840"}
+/// {"time":"2026-12-05T05:51:00.000Z","event":"task_cancelled","request_id":"77c0…","route":"files","principal":{"kind":"static","subject":"operator","client":"ci"},"tool":"slow","task":"786512e2-9e0d-44bd-8f29-789f320fe840","status":200}
 /// ```
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct TaskEvent<'a> {

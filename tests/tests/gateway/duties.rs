@@ -11,7 +11,7 @@ use pforte_tests::{McpClient, Stack, eventually, free_port, python_sdk_or_skip, 
 use serde_json::{Value, json};
 
 /// The 2026-07-28 revision.
-const MODERN: &str = "2026-07-28";
+pub(super) const MODERN: &str = "2026-07-28";
 
 /// A 2026-07-28 request (no session): `_meta` with the protocol version, client info and
 /// capabilities.

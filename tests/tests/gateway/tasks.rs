@@ -249,5 +249,5 @@ async fn a_cancelled_task_is_audited() {
     assert_eq!(cancelled["task"], TASK);
     assert_eq!(cancelled["tool"], "slow");
     assert_eq!(cancelled["status"], 200);
-    assert_eq!(cancelled["principal"]["token"], "canceller", "{cancelled}");
+    assert_eq!(cancelled["principal"]["client"], "canceller", "{cancelled}");
 }
