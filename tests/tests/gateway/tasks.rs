@@ -131,7 +131,11 @@ async fn task_requests_go_to_the_replica_that_holds_the_task() {
             break;
         }
     }
-    assert_eq!(created.len(), 2, "both replicas created a task: {created:?}");
+    assert_eq!(
+        created.len(),
+        2,
+        "both replicas created a task: {created:?}"
+    );
 
     for round in 1..=2 {
         for (task, holder) in [(ONE, &one), (TWO, &two)] {
@@ -152,10 +156,17 @@ async fn task_requests_go_to_the_replica_that_holds_the_task() {
     let gone: Value = gone.json().await.unwrap();
     assert_eq!(gone["error"]["code"], -32602, "{gone}");
     assert_eq!(gone["id"], 11, "{gone}");
-    assert_eq!(gets(&two), 2, "the other replica was asked for a task it does not hold");
+    assert_eq!(
+        gets(&two),
+        2,
+        "the other replica was asked for a task it does not hold"
+    );
     // The other replica's task is unaffected.
     let ask = modern(12, "tasks/get", json!({"taskId": TWO}));
-    assert_eq!(post_to(&stack, &url, &a, "get", &ask, TWO).await.status(), 200);
+    assert_eq!(
+        post_to(&stack, &url, &a, "get", &ask, TWO).await.status(),
+        200
+    );
     assert_eq!(gets(&two), 3);
 }
 
@@ -209,7 +220,11 @@ async fn a_task_request_needs_its_tools_scopes() {
     );
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["missing_scope"], "mcp:write", "{body}");
-    assert_eq!(gets(&upstream), 0, "a task request beyond its tool's scopes went upstream");
+    assert_eq!(
+        gets(&upstream),
+        0,
+        "a task request beyond its tool's scopes went upstream"
+    );
 }
 
 /// Point 3.4: a creator's `tasks/cancel` that the upstream answered is audited as
@@ -225,9 +240,15 @@ async fn a_cancelled_task_is_audited() {
         .await;
     let a = stack.gw.create_token("canceller").await.unwrap();
     let call = modern(1, "tools/call", json!({"name": "slow", "arguments": {}}));
-    assert_eq!(post_mode(&stack, &a, "call", &call, "slow").await.status(), 200);
+    assert_eq!(
+        post_mode(&stack, &a, "call", &call, "slow").await.status(),
+        200
+    );
     let cancel = modern(2, "tasks/cancel", json!({"taskId": TASK}));
-    assert_eq!(post_mode(&stack, &a, "get", &cancel, TASK).await.status(), 200);
+    assert_eq!(
+        post_mode(&stack, &a, "get", &cancel, TASK).await.status(),
+        200
+    );
 
     let path = stack.gw.data_dir().join("audit.jsonl");
     let found = eventually(Duration::from_secs(5), || {
