@@ -56,6 +56,12 @@ pub(crate) enum Rejection {
     TaskNotFound {
         id: String,
     },
+    /// The creator's task request on a route with several instances whose instance holding the
+    /// task is gone (down, no longer configured, not the session's): answered as not found, like
+    /// [`Rejection::TaskNotFound`], never asked of another instance.
+    TaskUnreachable {
+        id: String,
+    },
     /// Over a rate limit; `oauth` selects the OAuth error format.
     RateLimited {
         class: Class,
@@ -243,6 +249,7 @@ impl Rejection {
             Self::Forbidden(denial) => denial.reason(),
             Self::SessionNotFound => "session_foreign",
             Self::TaskNotFound { .. } => "task_foreign",
+            Self::TaskUnreachable { .. } => "task_unreachable",
             Self::RateLimited { .. } => "rate_limited",
             Self::TooManyOpen {
                 what: Open::Sessions,
@@ -346,7 +353,7 @@ impl Rejection {
             Self::SessionNotFound => {
                 return jsonrpc_error(404, "null", -32001, "Session not found");
             }
-            Self::TaskNotFound { id } => {
+            Self::TaskNotFound { id } | Self::TaskUnreachable { id } => {
                 return jsonrpc_error(404, id, -32602, "Task not found");
             }
             Self::TooManyOpen { what, max } => {

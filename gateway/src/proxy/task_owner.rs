@@ -79,7 +79,9 @@ impl Gateway {
                     in_session = session_instance.is_some(),
                     "task unreachable: 404, never asked of another instance"
                 );
-                Err(not_found())
+                Err(Rejection::TaskUnreachable {
+                    id: message.id.clone(),
+                })
             }
         }
     }

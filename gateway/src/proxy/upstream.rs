@@ -251,7 +251,7 @@ impl Gateway {
             None
         } else if ctx.task_pinned {
             let id = ctx.mcp.message.as_ref().map(|m| m.id.clone());
-            Some(Rejection::TaskNotFound {
+            Some(Rejection::TaskUnreachable {
                 id: id.unwrap_or_default(),
             })
         } else if ctx.in_session {

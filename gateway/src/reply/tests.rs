@@ -158,6 +158,7 @@ fn every_rejection_has_one_status() {
         (Rejection::UpstreamCredentialUnavailable, 503),
         (Rejection::SessionNotFound, 404),
         (Rejection::TaskNotFound { id: "7".into() }, 404),
+        (Rejection::TaskUnreachable { id: "7".into() }, 404),
         (Rejection::MethodNotAllowed { allow: "GET" }, 405),
         (Rejection::Internal, 500),
     ];

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use pforte_tests::{Limits, RawUpstream, Route, Stack, eventually};
+use pforte_tests::{Limits, RawUpstream, RedisServer, Route, Stack, eventually};
 use serde_json::{Value, json};
 
 use super::duties::{MODERN, TASK, modern, post_mode, task_upstream};
@@ -102,20 +102,35 @@ async fn a_task_record_outlives_a_restart_on_the_embedded_store() {
 
 /// Point 3.2: two replicas on one route, each creating its own task. Each task's `tasks/get`
 /// goes to the replica that created it (counted at each); once that replica is gone, its task
-/// is "not found" (404, -32602) and the other replica is never asked.
+/// is "not found" (404, -32602) and the other replica is never asked. On the embedded store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_requests_go_to_the_replica_that_holds_the_task() {
+    task_requests_go_to_their_replica(None).await;
+}
+
+/// Point 3.2 with the records in redis (`pforte:task:…`, the instance kept in the record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_requests_go_to_the_replica_that_holds_the_task_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    task_requests_go_to_their_replica(Some(redis)).await;
+}
+
+async fn task_requests_go_to_their_replica(redis: Option<RedisServer>) {
     const ONE: &str = "task-of-replica-one";
     const TWO: &str = "task-of-replica-two";
     let one = RawUpstream::start(upstream_of(ONE)).await;
     let two = RawUpstream::start(upstream_of(TWO)).await;
-    let stack = Stack::builder()
+    let mut builder = Stack::builder()
         .upstream(&one.mcp_url())
         .route(Route::replicas("pair", &[one.mcp_url(), two.mcp_url()]))
         .plain_http()
-        .limits(Limits::off())
-        .start()
-        .await;
+        .limits(Limits::off());
+    if let Some(redis) = redis {
+        builder = builder.redis(redis);
+    }
+    let stack = builder.start().await;
     let url = stack.gw.route_url("pair");
     let a = stack.gw.create_token("replicas").await.unwrap();
 
