@@ -98,22 +98,15 @@ impl Page {
     }
 }
 
-/// An HTML answer with the console's headers: its CSP, never cached, never framed, no referrer.
+/// An HTML answer with every page's headers (`pforte_page::headers`): the one CSP, never
+/// cached, never framed, no referrer.
 pub(crate) fn html(status: u16, body: String) -> http::Response<Bytes> {
     let mut resp = http::Response::new(Bytes::from(body));
     *resp.status_mut() =
         http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     let h = resp.headers_mut();
-    let csp = pages::content_security_policy();
-    for (name, value) in [
-        ("content-type", "text/html; charset=utf-8"),
-        ("cache-control", "no-store"),
-        ("x-frame-options", "DENY"),
-        ("x-content-type-options", "nosniff"),
-        ("referrer-policy", "no-referrer"),
-        ("content-security-policy", csp.as_str()),
-    ] {
-        if let Ok(v) = http::HeaderValue::from_str(value) {
+    for (name, value) in pforte_page::headers(&[]) {
+        if let Ok(v) = http::HeaderValue::from_str(&value) {
             h.insert(name, v);
         }
     }
@@ -259,7 +252,7 @@ mod tests {
         let csp = r.headers()["content-security-policy"]
             .to_str()
             .unwrap_or_default();
-        assert!(csp.starts_with("default-src 'none'"));
+        assert_eq!(csp, pforte_page::content_security_policy(&[]));
         assert_eq!(r.headers()["cache-control"], "no-store");
         assert_eq!(r.headers()["x-frame-options"], "DENY");
         let r = redirect("/account");

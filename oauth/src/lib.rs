@@ -38,8 +38,6 @@ pub use owner_only::{
     SecretFileError, mode_of, private_dir, private_file, private_sqlite, read_secret_file,
     sqlite_companions,
 };
-/// HTML-escapes text for element content and quoted attributes (the gateway's console uses it too).
-pub use pages::escape as html_escape;
 pub use store::redis::DEFAULT_PREFIX as REDIS_KEY_PREFIX;
 pub use store::{RedisStore, SqliteStore, Store};
 pub use throttle::{Budget, LimitClass, RateLimiter};

@@ -1,10 +1,9 @@
-//! The HTML of the login, consent and error pages: self-contained markup, one inline stylesheet
-//! allowed by its hash in the Content-Security-Policy, no scripts, no external assets.
+//! The HTML of the login, consent and error pages: cards of the one page skeleton, stylesheet
+//! and Content-Security-Policy (`pforte-page`), no scripts, no external assets.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-use sha2::{Digest, Sha256};
-use std::sync::LazyLock;
+use pforte_page::{
+    Button, actions, button, card_page, error as error_line, escape, hidden as field,
+};
 
 pub(crate) mod account;
 
@@ -59,152 +58,36 @@ pub(crate) struct ErrorView {
     pub message: String,
 }
 
-const CSS: &str = "\
-*{box-sizing:border-box}\
-body{margin:0;min-height:100vh;display:flex;align-items:center;justify-content:center;\
-font:16px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;background:#f3f4f6;color:#111827}\
-main{width:100%;max-width:26rem;margin:1rem;padding:2rem;background:#fff;border-radius:12px;\
-box-shadow:0 1px 3px rgba(0,0,0,.1),0 8px 24px rgba(0,0,0,.06)}\
-h1{font-size:1.35rem;margin:0 0 .25rem}\
-p{margin:.5rem 0}\
-.muted{color:#6b7280;font-size:.9rem}\
-label{display:block;margin:1rem 0 .25rem;font-weight:600}\
-input[type=text],input[type=password]{width:100%;padding:.6rem .75rem;border:1px solid #d1d5db;\
-border-radius:8px;font:inherit}\
-input:focus{outline:2px solid #2563eb;outline-offset:1px}\
-.error{margin:1rem 0;padding:.6rem .75rem;border-radius:8px;background:#fef2f2;color:#991b1b;\
-border:1px solid #fecaca}\
-ul{padding-left:1.25rem}li{margin:.25rem 0}code{font-size:.9em}\
-.actions{display:flex;gap:.75rem;margin-top:1.5rem}\
-button{flex:1;padding:.65rem 1rem;border-radius:8px;border:1px solid #d1d5db;font:inherit;\
-font-weight:600;cursor:pointer;background:#fff;color:#111827}\
-button.primary{background:#2563eb;border-color:#2563eb;color:#fff}\
-button:focus{outline:2px solid #1d4ed8;outline-offset:2px}\
-main.wide{max-width:40rem}\
-h2{font-size:1.1rem;margin:0}h2.section{margin:1.75rem 0 .5rem}\
-.deployment{margin:0 0 1rem;color:#374151;font-weight:600;letter-spacing:.02em}\
-ul.cards{list-style:none;padding:0;margin:0}\
-.card{border:1px solid #e5e7eb;border-radius:10px;padding:1rem;margin:.75rem 0}\
-dl{display:grid;grid-template-columns:max-content 1fr;gap:.15rem .75rem;margin:.5rem 0}\
-dt{color:#6b7280}dd{margin:0;overflow-wrap:anywhere}\
-button.danger{background:#fff;border-color:#dc2626;color:#b91c1c}\
-.notice{margin:1rem 0;padding:.6rem .75rem;border-radius:8px;background:#ecfdf5;color:#065f46;\
-border:1px solid #a7f3d0}\
-.filter{display:grid;gap:0 .75rem}\
-.scroll{overflow-x:auto;margin:.5rem 0}\
-table{border-collapse:collapse;font-size:.9rem;width:100%}\
-th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid #e5e7eb;vertical-align:top}\
-th{white-space:nowrap}td{overflow-wrap:anywhere}td:last-child{white-space:nowrap}\
-td form.inline{display:inline}td button{flex:none;padding:.3rem .6rem}\
-main.wide:has(table){max-width:56rem}\
-@media (max-width:40rem){main.wide{padding:1.25rem}\
-.scroll{overflow-x:visible}\
-table.stack thead{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\
-table.stack tr{display:block;border:1px solid #e5e7eb;border-radius:10px;margin:0 0 .6rem;padding:.35rem 0}\
-table.stack td{display:grid;grid-template-columns:7.5rem 1fr;gap:.5rem;border:none;padding:.25rem .75rem;white-space:normal}\
-table.stack td::before{content:attr(data-label);color:#6b7280;font-size:.85rem;font-weight:600}\
-table.stack td:last-child{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center}\
-table.stack td:last-child::before{content:none}}\
-";
-
-static STYLE_HASH: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "'sha256-{}'",
-        STANDARD.encode(Sha256::digest(CSS.as_bytes()))
-    )
-});
-
-/// The Content-Security-Policy for a page whose forms may end in a redirect to one of
-/// `form_action_origins` (the client's origin on the consent page, the OpenID providers' on
-/// the login page).
-/// An origin that is not plainly `scheme://host[:port]` in CSP-safe characters is left out
-/// (registration refuses such hosts; this keeps a `;` from ever starting a new directive).
-pub(crate) fn content_security_policy(form_action_origins: &[&str]) -> String {
-    let safe = |o: &&&str| {
-        !o.is_empty()
-            && o.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-.:/[]".contains(&b))
-    };
-    let mut form_action = "'self'".to_owned();
-    for o in form_action_origins.iter().filter(safe) {
-        form_action.push(' ');
-        form_action.push_str(o);
-    }
-    format!(
-        "default-src 'none'; style-src {}; img-src 'self'; form-action {form_action}; \
-         frame-ancestors 'none'; base-uri 'none'",
-        *STYLE_HASH
-    )
-}
-
-/// HTML-escapes text for element content and quoted attributes.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 fn document(title: &str, body: &str) -> String {
-    document_in(title, "Pforte", "", body)
+    card_page(title, "Pforte", false, body)
 }
 
-/// A page of the deployment called `deployment` (`[oauth] display_name`, default "Pforte"),
-/// its `<main>` of class `class`.
-pub(crate) fn document_in(title: &str, deployment: &str, class: &str, body: &str) -> String {
-    let banner = if deployment == "Pforte" {
-        String::new()
-    } else {
-        format!("<p class=\"deployment\">{}</p>", escape(deployment))
-    };
-    format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <meta name=\"referrer\" content=\"no-referrer\">\
-         <title>{} · {}</title><style>{CSS}</style></head>\
-         <body><main class=\"{class}\">{banner}{body}</main></body></html>\n",
-        escape(title),
-        escape(deployment),
-    )
-}
-
+/// The hidden fields of every `/authorize` form: the CSRF token, the step, the request.
 fn hidden(request: &str, csrf: &str, step: &str) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <input type=\"hidden\" name=\"step\" value=\"{step}\">\
-         <input type=\"hidden\" name=\"request\" value=\"{}\">",
-        escape(csrf),
-        escape(request)
-    )
+    [
+        pforte_page::csrf_field(csrf),
+        field("step", step),
+        field("request", request),
+    ]
+    .concat()
 }
 
 /// The login page: a "Sign in with NAME" button per OpenID provider and, unless local
 /// passwords are off, the username and password form.
 pub(crate) fn login(v: &LoginView) -> String {
-    let error = v
-        .error
-        .as_deref()
-        .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e)))
-        .unwrap_or_default();
+    let error = v.error.as_deref().map(error_line).unwrap_or_default();
     let buttons: String = v
         .providers
         .iter()
         .map(|name| {
             format!(
-                "<form method=\"post\" action=\"/authorize\">{}\
-                 <div class=\"actions\"><button type=\"submit\" name=\"provider\" value=\"{}\">\
-                 Sign in with {}</button></div></form>",
+                "<form method=\"post\" action=\"/authorize\">{}{}</form>",
                 hidden(&v.request, &v.csrf, "oidc"),
-                escape(name),
-                escape(name)
+                actions(&button(
+                    Button::Plain,
+                    &format!("Sign in with {name}"),
+                    Some(("provider", name))
+                )),
             )
         })
         .collect();
@@ -223,7 +106,7 @@ pub(crate) fn login(v: &LoginView) -> String {
          {buttons}{passwords}",
         escape(&v.client_name),
     );
-    document_in("Sign in", &v.deployment, "", &body)
+    card_page("Sign in", &v.deployment, false, &body)
 }
 
 fn password_form(v: &LoginView) -> String {
@@ -234,10 +117,10 @@ fn password_form(v: &LoginView) -> String {
          autocapitalize=\"none\" spellcheck=\"false\" required autofocus value=\"{}\">\
          <label for=\"password\">Password</label>\
          <input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
-         <div class=\"actions\"><button class=\"primary\" type=\"submit\">Sign in</button></div>\
-         </form>",
+         {}</form>",
         hidden(&v.request, &v.csrf, "login"),
         escape(v.username.as_deref().unwrap_or_default()),
+        actions(&button(Button::Primary, "Sign in", None)),
     )
 }
 
@@ -265,11 +148,7 @@ pub(crate) fn consent(v: &ConsentView) -> String {
          with your Pforte account <strong>{}</strong>.</p>\
          <p class=\"muted\">It will be sent back to <strong>{}</strong>. Client ID: <code>{}</code></p>\
          <p>It asks for:</p><ul>{scopes}</ul>\
-         <form method=\"post\" action=\"/authorize\">{}\
-         <div class=\"actions\">\
-         <button type=\"submit\" name=\"decision\" value=\"deny\">Deny</button>\
-         <button class=\"primary\" type=\"submit\" name=\"decision\" value=\"approve\">Approve</button>\
-         </div></form>",
+         <form method=\"post\" action=\"/authorize\">{}{}</form>",
         escape(&v.client_name),
         escape(&v.resource_name),
         escape(&v.resource_url),
@@ -277,8 +156,13 @@ pub(crate) fn consent(v: &ConsentView) -> String {
         escape(&v.redirect_host),
         escape(&v.client_id),
         hidden(&v.request, &v.csrf, "consent"),
+        actions(&format!(
+            "{}{}",
+            button(Button::Plain, "Deny", Some(("decision", "deny"))),
+            button(Button::Primary, "Approve", Some(("decision", "approve")))
+        )),
     );
-    document_in("Allow access", &v.deployment, "", &body)
+    card_page("Allow access", &v.deployment, false, &body)
 }
 
 /// An error page.
@@ -294,19 +178,6 @@ pub(crate) fn error(v: &ErrorView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tables_in_these_pages_stack_on_a_phone() {
-        // `/account` shows the gateway's table of connected services (cells labelled by
-        // column): the same narrow-screen rule as the console's.
-        for rule in [
-            "@media (max-width:40rem)",
-            "table.stack td::before{content:attr(data-label)",
-            "td:last-child{white-space:nowrap}",
-        ] {
-            assert!(CSS.contains(rule), "{rule}");
-        }
-    }
 
     #[test]
     fn everything_is_escaped() {
@@ -368,17 +239,14 @@ mod tests {
     }
 
     #[test]
-    fn csp_forbids_framing_and_pins_the_stylesheet() {
-        let csp = content_security_policy(&["https://claude.ai"]);
-        assert!(csp.contains("frame-ancestors 'none'"));
-        assert!(csp.contains("default-src 'none'"));
-        assert!(csp.contains("form-action 'self' https://claude.ai"));
-        let injected = content_security_policy(&["https://x;script-src *"]);
-        assert!(injected.contains("form-action 'self';"), "{injected}");
-        assert!(!injected.contains("script-src"), "{injected}");
-        assert!(csp.contains("'sha256-"));
-        let two = content_security_policy(&["https://a.example", "http://127.0.0.1:4000"]);
-        assert!(two.contains("form-action 'self' https://a.example http://127.0.0.1:4000;"));
+    fn pages_carry_the_one_skeleton() {
+        let html = error(&ErrorView {
+            title: "Unknown client".into(),
+            message: "<x>".into(),
+        });
+        assert!(html.contains(pforte_page::STYLESHEET));
+        assert!(html.contains("<main class=\"page\"><h1>Unknown client</h1>"));
+        assert!(html.contains("<p>&lt;x&gt;</p>"));
     }
 
     #[test]

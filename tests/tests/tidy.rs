@@ -36,10 +36,11 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The crates whose source the rules cover.
-const CRATES: [&str; 7] = [
+const CRATES: [&str; 8] = [
     "clock",
     "gateway",
     "oauth",
+    "page",
     "mcp-service",
     "tests",
     "test-support",

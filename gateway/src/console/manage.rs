@@ -3,6 +3,7 @@
 //! session's CSRF token. Pure rendering.
 
 use super::pages::{alert, csrf_field, escape, table};
+use pforte_page::{Button, button, hidden};
 
 /// A static token as listed (never its value).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,13 +48,14 @@ fn action_form(
     step: &str,
     key: &str,
     value: &str,
-    button: &str,
+    label: &str,
 ) -> String {
     format!(
-        "<form method=\"post\" action=\"{action}\">{}<input type=\"hidden\" name=\"step\" value=\"{step}\">\
-         <input type=\"hidden\" name=\"{key}\" value=\"{}\"><button class=\"danger\" type=\"submit\">{button}</button></form>",
+        "<form method=\"post\" action=\"{action}\">{}{}{}{}</form>",
         csrf_field(csrf),
-        escape(value)
+        hidden("step", step),
+        hidden(key, value),
+        button(Button::Danger, label, None),
     )
 }
 
@@ -82,14 +84,16 @@ pub(crate) fn tokens_page(p: &TokensPage) -> String {
         routes.push_str(&format!("<option value=\"{0}\">{0}</option>", escape(r)));
     }
     let form = format!(
-        "<form class=\"filters\" method=\"post\" action=\"/admin/tokens\">{}<input type=\"hidden\" name=\"step\" value=\"create\">\
+        "<form class=\"filters\" method=\"post\" action=\"/admin/tokens\">{}{}\
          <div><label for=\"name\">Name</label><input id=\"name\" name=\"name\" type=\"text\" required maxlength=\"64\" \
          pattern=\"[A-Za-z0-9._-]+\" placeholder=\"e.g. ci\"></div>\
          <div><label for=\"route\">Route</label><select id=\"route\" name=\"route\">{routes}</select></div>\
          <div><label for=\"days\">Expires after (days)</label><input id=\"days\" name=\"days\" type=\"text\" inputmode=\"numeric\" placeholder=\"never\"></div>\
          <div><span class=\"muted\">Scopes</span>{scopes}</div>\
-         <div><button class=\"primary\" type=\"submit\">Create token</button></div></form>",
-        csrf_field(&p.csrf)
+         <div>{}</div></form>",
+        csrf_field(&p.csrf),
+        hidden("step", "create"),
+        button(Button::Primary, "Create token", None),
     );
     let rows: String = p
         .tokens

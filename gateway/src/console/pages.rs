@@ -1,19 +1,13 @@
 //! The console's HTML: the page frame (navigation, who is signed in, sign-out), the overview,
 //! a route's page and the audit log. Pure functions from the data shown to a string; every
-//! piece of text from elsewhere is escaped. One stylesheet, inline and allowed by its hash in
-//! the Content-Security-Policy; no scripts; on a phone, table rows stack (each cell under its
-//! column's name), so no column — the actions last — needs a sideways scroll.
-
-mod style;
-mod table;
+//! piece of text from elsewhere is escaped. The skeleton, stylesheet, CSP, tables and form
+//! pieces are `pforte-page`'s, shared with the sign-in pages; no scripts.
 
 use super::audit_view::{AuditFilter, AuditRow};
 use super::stats::RecentError;
 
-pub(crate) use style::{CSS, content_security_policy};
-pub(crate) use table::table;
-
-pub(crate) use pforte_oauth::html_escape as escape;
+use pforte_page::{Button, button, card_page, console_page, hidden};
+pub(crate) use pforte_page::{alerts as alert, csrf_field, escape, table};
 
 /// The console's sections, for the navigation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,56 +50,32 @@ pub(crate) fn document(title: &str, frame: &Frame<'_>, body: &str) -> String {
             format!("<a href=\"{href}\"{on}>{name}</a>")
         })
         .collect();
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <meta name=\"referrer\" content=\"no-referrer\">\
-         <title>{t} · Pforte console</title><style>{CSS}</style></head><body>\
-         <header><span class=\"brand\">Pforte console</span><nav>{nav}</nav>\
+    let header = format!(
+        "<header><span class=\"brand\">Pforte console</span><nav>{nav}</nav>\
          <span class=\"who\">{u} <a href=\"/account\">Account</a>\
-         <form method=\"post\" action=\"/account\">{csrf}<input type=\"hidden\" name=\"step\" value=\"logout\">\
-         <button type=\"submit\">Sign out</button></form></span></header>\
-         <main>{body}</main></body></html>",
-        t = escape(title),
+         <form method=\"post\" action=\"/account\">{csrf}{step}{out}</form></span></header>",
         u = escape(frame.user),
         csrf = csrf_field(frame.csrf),
-    )
+        step = hidden("step", "logout"),
+        out = button(Button::Plain, "Sign out", None),
+    );
+    console_page(title, &header, body)
 }
 
-/// The hidden CSRF field every console form carries.
-pub(crate) fn csrf_field(csrf: &str) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
-        escape(csrf)
-    )
-}
-
-/// A message page without the frame (refusals: not an admin, a bad form, the store down).
+/// A message page without the frame (refusals: not an admin, a bad form, the store down): a
+/// card like the sign-in pages.
 pub(crate) fn message_page(title: &str, message: &str) -> String {
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <title>{t}</title><style>{CSS}</style></head><body><main class=\"page\">\
-         <h1>{t}</h1><p>{m}</p><p class=\"muted\"><a href=\"/account\">Your account</a> · <a href=\"/admin\">Console</a></p>\
-         </main></body></html>",
-        t = escape(title),
-        m = escape(message),
+    card_page(
+        title,
+        "Pforte",
+        false,
+        &format!(
+            "<h1>{t}</h1><p>{m}</p><p class=\"muted\"><a href=\"/account\">Your account</a> · \
+             <a href=\"/admin\">Console</a></p>",
+            t = escape(title),
+            m = escape(message),
+        ),
     )
-}
-
-/// The notice or error line after an action.
-pub(crate) fn alert(notice: Option<&str>, error: Option<&str>) -> String {
-    let mut out = String::new();
-    if let Some(n) = notice {
-        out.push_str(&format!("<p class=\"notice\">{}</p>", escape(n)));
-    }
-    if let Some(e) = error {
-        out.push_str(&format!(
-            "<p class=\"error\" role=\"alert\">{}</p>",
-            escape(e)
-        ));
-    }
-    out
 }
 
 /// A route's health as the console shows it.
@@ -505,28 +475,6 @@ pub(crate) fn audit_page(p: &AuditPage) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn table_cells_carry_their_column_and_rows_stack_on_a_phone() {
-        let rows = "<tr><td>a</td><td class=\"nowrap\">b</td><td><form><button>Revoke</button></form></td></tr>\
-                    <tr><td>c</td><td>d</td><td>e</td></tr>";
-        let html = table(&["Who", "When", ""], rows, "none");
-        assert!(html.contains("<table class=\"stack\">"), "{html}");
-        assert!(
-            html.contains("<tr><td data-label=\"Who\">a</td><td data-label=\"When\" class=\"nowrap\">b</td><td data-label=\"\"><form>"),
-            "{html}"
-        );
-        assert!(html.contains("<tr><td data-label=\"Who\">c</td>"), "{html}");
-        // The narrow-screen rule: rows stack, each cell shows its column's name; the action
-        // column stays on one line on a wide screen.
-        for rule in [
-            "@media (max-width:40rem)",
-            "table.stack td::before{content:attr(data-label)",
-            "td:last-child{white-space:nowrap}",
-        ] {
-            assert!(CSS.contains(rule), "{rule}");
-        }
-    }
-
     fn frame() -> Frame<'static> {
         Frame {
             user: "root<x>",
@@ -542,9 +490,8 @@ mod tests {
         assert!(html.contains("<a href=\"/admin/audit\" class=\"on\""));
         assert!(html.contains("name=\"csrf\" value=\"tok\""));
         assert!(!html.contains("<script"));
-        let csp = content_security_policy();
-        assert!(csp.contains("default-src 'none'") && csp.contains("'sha256-"));
-        assert!(csp.contains("form-action 'self'") && csp.contains("frame-ancestors 'none'"));
+        assert!(html.contains("<title>T · Pforte console</title>"), "{html}");
+        assert!(html.contains(pforte_page::STYLESHEET));
     }
 
     #[test]

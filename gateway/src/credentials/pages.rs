@@ -1,24 +1,23 @@
 //! The connect pages' HTML: the form that takes a user's secret for a `header` or `env` route,
 //! the page a finished connection returns to, and `/connections` (a signed-in user's upstream
-//! credentials with their state, connect and disconnect). Server-rendered under the console's
-//! CSP (no script); everything someone else wrote is escaped. Pure.
+//! credentials with their state, connect and disconnect). Cards of the one page skeleton
+//! (`pforte-page`), under the one CSP (no script); everything someone else wrote is escaped.
+//! Pure.
 
-use crate::console::pages::{alert, escape, table};
+use pforte_page::{Button, actions, alerts as alert, button, card_page, escape, hidden, table};
 
-/// A page outside the console, as the sign-in pages look: one card in the middle (`wide` for
-/// the table of `/connections`), the console's stylesheet.
+/// A page outside the console, as the sign-in pages look: one card in the middle.
 fn frame(title: &str, body: &str) -> String {
-    framed(title, body, "page")
+    framed(title, body, false)
 }
 
-fn framed(title: &str, body: &str, class: &str) -> String {
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <title>{t}</title><style>{css}</style></head><body><main class=\"{class}\">\
-         <h1>{t}</h1>{body}</main></body></html>",
-        t = escape(title),
-        css = crate::console::pages::CSS,
+/// `wide` for the table of `/connections`.
+fn framed(title: &str, body: &str, wide: bool) -> String {
+    card_page(
+        title,
+        "Pforte",
+        wide,
+        &format!("<h1>{}</h1>{body}", escape(title)),
     )
 }
 
@@ -50,13 +49,12 @@ pub(crate) fn secret_form(
         &format!("Connect {title}"),
         &format!(
             "<p class=\"muted\">{l} for {t}. Pforte keeps it sealed and sends it only to {t}, \
-             only for your calls.</p><form method=\"post\" action=\"{a}\">\
-             <input type=\"hidden\" name=\"ticket\" value=\"{k}\">{inputs}\
-             <div class=\"actions\"><button class=\"primary\" type=\"submit\">Connect</button></div></form>",
+             only for your calls.</p><form method=\"post\" action=\"{a}\">{k}{inputs}{b}</form>",
             l = escape(label),
             t = escape(title),
             a = escape(action),
-            k = escape(ticket),
+            k = hidden("ticket", ticket),
+            b = actions(&button(Button::Primary, "Connect", None)),
         ),
     )
 }
@@ -66,10 +64,11 @@ pub(crate) fn connected(title: &str) -> String {
     frame(
         &format!("Connected to {title}"),
         &format!(
-            "<p class=\"notice\">Your {t} account is connected. Go back to your MCP client and \
-             try again; you can close this tab.</p>\
-             <p><a href=\"/connections\">Your connected services</a></p>",
-            t = escape(title)
+            "{n}<p><a href=\"/connections\">Your connected services</a></p>",
+            n = pforte_page::notice(&format!(
+                "Your {title} account is connected. Go back to your MCP client and try again; \
+                 you can close this tab."
+            ))
         ),
     )
 }
@@ -79,10 +78,9 @@ pub(crate) fn failed(title: &str, message: &str) -> String {
     frame(
         "Not connected",
         &format!(
-            "<p class=\"error\" role=\"alert\">{m}</p><p>Ask your MCP client to call {t} again \
-             for a fresh link, or connect from <a href=\"/connections\">your connected \
-             services</a>.</p>",
-            m = escape(message),
+            "{m}<p>Ask your MCP client to call {t} again for a fresh link, or connect from \
+             <a href=\"/connections\">your connected services</a>.</p>",
+            m = pforte_page::error(message),
             t = escape(title),
         ),
     )
@@ -113,12 +111,10 @@ pub(crate) fn rows_table(rows: &[Row], csrf: &str) -> String {
                 String::new()
             } else {
                 format!(
-                    "<form method=\"post\" action=\"/connections\" class=\"inline\">\
-                     <input type=\"hidden\" name=\"csrf\" value=\"{c}\">\
-                     <input type=\"hidden\" name=\"route\" value=\"{n}\">\
-                     <button type=\"submit\" name=\"action\" value=\"disconnect\">Disconnect</button></form>",
-                    c = escape(csrf),
-                    n = escape(&r.route),
+                    "<form method=\"post\" action=\"/connections\" class=\"inline\">{c}{n}{b}</form>",
+                    c = pforte_page::csrf_field(csrf),
+                    n = hidden("route", &r.route),
+                    b = button(Button::Plain, "Disconnect", Some(("action", "disconnect"))),
                 )
             };
             format!(
@@ -173,7 +169,7 @@ pub(crate) fn connections(
             a = alert(notice, error),
             t = rows_table(rows, csrf),
         ),
-        "page wide",
+        true,
     )
 }
 

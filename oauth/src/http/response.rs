@@ -159,18 +159,11 @@ pub(crate) fn authorize(out: AuthorizeResponse, cfg: &OAuthConfig) -> Response {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
             let mut r = (status, html).into_response();
             let h = r.headers_mut();
-            h.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            );
-            if let Ok(v) = HeaderValue::from_str(&pages::content_security_policy(&form_origins)) {
-                h.insert(header::CONTENT_SECURITY_POLICY, v);
+            for (name, value) in pforte_page::headers(&form_origins) {
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    h.insert(HeaderName::from_static(name), v);
+                }
             }
-            h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-            h.insert(
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            );
             r
         }
     };

@@ -2,7 +2,7 @@
 //! local password form and sign-out; an admin sees every user's grants with a filter. Plain
 //! forms (POST with a CSRF token), no scripts; one column that fits a phone.
 
-use super::{document_in, escape};
+use pforte_page::{Button, actions, button, card_page, escape, hidden};
 
 /// One grant as the account page lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,17 +63,9 @@ pub(crate) struct AccountLoginView {
     pub next: Option<&'static str>,
 }
 
+/// The hidden fields of every `/account` form: the CSRF token and the step.
 fn csrf_field(csrf: &str, step: &str) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <input type=\"hidden\" name=\"step\" value=\"{step}\">",
-        escape(csrf)
-    )
-}
-
-fn alert(class: &str, text: Option<&str>) -> String {
-    text.map(|t| format!("<p class=\"{class}\" role=\"status\">{}</p>", escape(t)))
-        .unwrap_or_default()
+    format!("{}{}", pforte_page::csrf_field(csrf), hidden("step", step))
 }
 
 /// The sign-in form that leads to the account page.
@@ -83,12 +75,13 @@ pub(crate) fn login(v: &AccountLoginView) -> String {
         .iter()
         .map(|name| {
             format!(
-                "<form method=\"post\" action=\"/account\">{}\
-                 <div class=\"actions\"><button type=\"submit\" name=\"provider\" value=\"{}\">\
-                 Sign in with {}</button></div></form>",
+                "<form method=\"post\" action=\"/account\">{}{}</form>",
                 csrf_field(&v.csrf, "oidc"),
-                escape(name),
-                escape(name)
+                actions(&button(
+                    Button::Plain,
+                    &format!("Sign in with {name}"),
+                    Some(("provider", name))
+                )),
             )
         })
         .collect();
@@ -106,9 +99,9 @@ pub(crate) fn login(v: &AccountLoginView) -> String {
         "<h1>Sign in</h1><p class=\"muted\">to your account at <strong>{}</strong></p>{}\
          {buttons}{passwords}",
         escape(&v.deployment),
-        alert("error", v.error.as_deref()),
+        pforte_page::alerts(None, v.error.as_deref()),
     );
-    document_in("Sign in", &v.deployment, "", &body)
+    card_page("Sign in", &v.deployment, false, &body)
 }
 
 fn password_form(v: &AccountLoginView) -> String {
@@ -119,17 +112,13 @@ fn password_form(v: &AccountLoginView) -> String {
          autocapitalize=\"none\" spellcheck=\"false\" required autofocus value=\"{}\">\
          <label for=\"password\">Password</label>\
          <input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
-         <div class=\"actions\"><button class=\"primary\" type=\"submit\">Sign in</button></div>\
-         </form>",
+         {}</form>",
         match v.next {
-            Some(next) => format!(
-                "{}<input type=\"hidden\" name=\"next\" value=\"{}\">",
-                csrf_field(&v.csrf, "login"),
-                escape(next)
-            ),
+            Some(next) => format!("{}{}", csrf_field(&v.csrf, "login"), hidden("next", next)),
             None => csrf_field(&v.csrf, "login"),
         },
         escape(v.username.as_deref().unwrap_or_default()),
+        actions(&button(Button::Primary, "Sign in", None)),
     )
 }
 
@@ -145,13 +134,12 @@ fn grant_card(g: &GrantRow, csrf: &str, show_user: bool) -> String {
         String::new()
     };
     format!(
-        "<li class=\"card\"><h2>{}</h2><p class=\"muted\">returns to {} · <code>{}</code></p>\
+        "<li class=\"item\"><h2>{}</h2><p class=\"muted\">returns to {} · <code>{}</code></p>\
          <dl>{user}<dt>Route</dt><dd>{} <span class=\"muted\">{}</span></dd>\
          <dt>Scopes</dt><dd>{scopes}</dd><dt>Granted by</dt><dd>{}</dd>\
          <dt>First use</dt><dd>{}</dd><dt>Last use</dt><dd>{}</dd></dl>\
          <form method=\"post\" action=\"/account\">{}\
-         <input type=\"hidden\" name=\"grant\" value=\"{}\">\
-         <button class=\"danger\" type=\"submit\">Revoke access</button></form></li>",
+         {}{}</form></li>",
         escape(&g.client_name),
         escape(&g.redirect_host),
         escape(&g.client_id),
@@ -161,7 +149,8 @@ fn grant_card(g: &GrantRow, csrf: &str, show_user: bool) -> String {
         escape(&g.first_use),
         escape(&g.last_use),
         csrf_field(csrf, "revoke"),
-        escape(&g.family_id),
+        hidden("grant", &g.family_id),
+        button(Button::Danger, "Revoke access", None),
     )
 }
 
@@ -175,17 +164,19 @@ pub(crate) fn account(v: &AccountView) -> String {
     let list = if v.grants.is_empty() {
         "<p class=\"muted\">No app holds access.</p>".to_owned()
     } else {
-        format!("<ul class=\"cards\">{cards}</ul>")
+        format!("<ul class=\"items\">{cards}</ul>")
     };
     let admin = if v.admin {
         format!(
             "<form class=\"filter\" method=\"get\" action=\"/account\">\
-             <input type=\"hidden\" name=\"all\" value=\"1\">\
+             {}\
              <label for=\"fu\">User</label><input id=\"fu\" name=\"user\" type=\"text\" value=\"{}\">\
              <label for=\"fc\">Client ID</label><input id=\"fc\" name=\"client\" type=\"text\" value=\"{}\">\
-             <div class=\"actions\"><button type=\"submit\">Show all users' apps</button></div></form>{}",
+             {}</form>{}",
+            hidden("all", "1"),
             escape(&v.filter_user),
             escape(&v.filter_client),
+            actions(&button(Button::Plain, "Show all users' apps", None)),
             if v.all_users {
                 "<p><a href=\"/account\">Back to my apps</a></p>"
             } else {
@@ -220,24 +211,24 @@ pub(crate) fn account(v: &AccountView) -> String {
              <input id=\"new\" name=\"new\" type=\"password\" autocomplete=\"new-password\" minlength=\"8\" required>\
              <label for=\"confirm\">New password again</label>\
              <input id=\"confirm\" name=\"confirm\" type=\"password\" autocomplete=\"new-password\" minlength=\"8\" required>\
-             <div class=\"actions\"><button type=\"submit\">Change password</button></div></form>",
+             {}</form>",
             csrf_field(&v.csrf, "password"),
+            actions(&button(Button::Plain, "Change password", None)),
         ),
     };
     let body = format!(
-        "<h1>Your account</h1><p class=\"muted\">Signed in as <strong>{}</strong>{}</p>{}{}\
+        "<h1>Your account</h1><p class=\"muted\">Signed in as <strong>{}</strong>{}</p>{}\
          {admin}<h2 class=\"section\">{heading}</h2>{list}{section}\
          <h2 class=\"section\">Password</h2>{password}\
-         <form method=\"post\" action=\"/account\">{}\
-         <div class=\"actions\"><button type=\"submit\">Sign out</button></div></form>",
+         <form method=\"post\" action=\"/account\">{}{}</form>",
         escape(&v.username),
         if v.admin { " (admin)" } else { "" },
-        alert("notice", v.notice.as_deref()),
-        alert("error", v.error.as_deref()),
+        pforte_page::alerts(v.notice.as_deref(), v.error.as_deref()),
         csrf_field(&v.csrf, "logout"),
+        actions(&button(Button::Plain, "Sign out", None)),
         section = v.section.as_deref().unwrap_or_default(),
     );
-    document_in("Your account", &v.deployment, "wide", &body)
+    card_page("Your account", &v.deployment, true, &body)
 }
 
 #[cfg(test)]

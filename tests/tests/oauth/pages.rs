@@ -4,7 +4,9 @@
 //! instead of a sideways scroll; the connect form looks like the sign-in pages (a white card)
 //! and labels its field with the route's `label`; a non-admin's 403 page is a card whose hint
 //! fits people who sign in with an identity provider. Screenshots: `<target>/screenshots/`
-//! (`page-*.png`, `page-*-phone.png`), written by tests/browser/pages.py.
+//! (`page-*.png`, `page-*-phone.png`), written by tests/browser/pages.py. And every page kind,
+//! fetched from a real gateway, comes from the one skeleton with the one stylesheet and carries
+//! the one CSP (issue 41).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
@@ -12,10 +14,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pforte_tests::{
-    EchoUpstream, Limits, OAuth, Prompt, Route, Stack, UpstreamAuth, in_ci, oauth::access_token_at,
-    rpc_answer, target_dir, which, write_vault_key,
+use pforte_tests::oauth::{
+    Browser, CLAUDE_CALLBACK, Page, Pkce, access_token_at, authorize_url, discover,
+    register_like_claude,
 };
+use pforte_tests::{
+    EchoUpstream, Limits, OAuth, Prompt, Route, Stack, UpstreamAuth, in_ci, rpc_answer, target_dir,
+    which, write_vault_key,
+};
+use reqwest::{StatusCode, Url};
 use serde_json::{Value, json};
 
 const ANN: &str = "ann";
@@ -282,7 +289,7 @@ async fn pages_keep_their_actions_at_1280_and_390_and_look_like_the_sign_in() {
     .await;
     for size in ["desktop", "phone"] {
         let page = &r["pages"][format!("page-forbidden_{size}")];
-        assert_eq!(page["title"], "Admins only", "{page}");
+        assert_eq!(page["title"], "Admins only · Pforte", "{page}");
         assert_eq!(page["card"], "rgb(255, 255, 255)", "{page}");
         let text = page["text"].as_str().unwrap();
         assert!(text.contains("You are signed in as bob"), "{text}");
@@ -293,4 +300,125 @@ async fn pages_keep_their_actions_at_1280_and_390_and_look_like_the_sign_in() {
         );
         assert!(page["width"].as_u64().unwrap() <= if size == "phone" { 390 } else { 1280 });
     }
+}
+
+/// A page is the one skeleton's: HTML with the security headers every page has, the doctype and
+/// head, the one stylesheet once, no script, and the one CSP (`form_targets`: the origins a form
+/// of this page may end at besides the gateway).
+fn looks_alike(name: &str, page: &Page, form_targets: &[&str]) {
+    let header = |h: &str| page.header(h).unwrap_or_default();
+    assert_eq!(header("content-type"), "text/html; charset=utf-8", "{name}");
+    assert_eq!(
+        header("content-security-policy"),
+        pforte_page::content_security_policy(form_targets),
+        "{name}: the one CSP"
+    );
+    for (h, v) in [
+        ("cache-control", "no-store"),
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+    ] {
+        assert_eq!(header(h), v, "{name}: {h}");
+    }
+    let body = &page.body;
+    assert!(
+        body.starts_with("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"),
+        "{name}: {body}"
+    );
+    assert!(
+        body.contains(&format!(
+            "<style>{}</style></head>",
+            pforte_page::STYLESHEET
+        )),
+        "{name}: not the one stylesheet"
+    );
+    assert_eq!(body.matches("<style").count(), 1, "{name}");
+    assert!(!body.contains("<script"), "{name}");
+    assert!(body.ends_with("</main></body></html>\n"), "{name}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_kind_has_the_one_skeleton_stylesheet_and_csp() {
+    let echo = EchoUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_vault_key(dir.path()).unwrap();
+    let gw = Stack::builder()
+        .upstream(&echo.mcp_url())
+        .plain_http()
+        .limits(Limits::off())
+        .oauth(OAuth::default())
+        .vault_key(&key)
+        .route(
+            Route::url(SEARCH, &echo.mcp_url())
+                .title("Search")
+                .upstream_auth(UpstreamAuth::header("X-Api-Key").label("Search API key")),
+        )
+        .start()
+        .await;
+    gw.admin_cmd(
+        &["user", "add", ANN, "--role", "admin"],
+        &format!("{ANN_PW}\n"),
+    )
+    .unwrap();
+    gw.add_user(BOB, BOB_PW).unwrap();
+    let at = |p: &str| Url::parse(&format!("{}{p}", gw.base)).unwrap();
+    let claude = "https://claude.ai";
+
+    // The authorization server's pages: sign-in, consent, an error.
+    let b = Browser::for_gateway(&gw);
+    let d = discover(&b.http, &gw.route_url(SEARCH)).await.unwrap();
+    let client = register_like_claude(&b.http, &d).await.unwrap();
+    let pkce = Pkce::new(ANN);
+    let scope = [("resource", d.resource.as_str()), ("scope", "mcp:read")];
+    let auth = authorize_url(&d, &client.client_id, CLAUDE_CALLBACK, &pkce, "s", &scope).unwrap();
+    let login = b.get(&auth).await.unwrap();
+    assert_eq!(login.status, StatusCode::OK, "{}", login.body);
+    looks_alike("sign-in", &login, &[]);
+    let mut form = login.form().unwrap();
+    form.set("username", ANN).unwrap();
+    form.set("password", ANN_PW).unwrap();
+    let next = b.submit(&form, None).await.unwrap().see_other().unwrap();
+    let consent = b.get(&next).await.unwrap();
+    assert!(consent.body.contains("Allow access?"), "{}", consent.body);
+    looks_alike("consent", &consent, &[claude]);
+    let unknown = authorize_url(&d, "no-such-client", CLAUDE_CALLBACK, &pkce, "s", &scope).unwrap();
+    let error = b.get(&unknown).await.unwrap();
+    assert!(error.status.is_client_error(), "{}", error.body);
+    looks_alike("authorization error", &error, &[]);
+
+    // /account: its sign-in, the page; the console; the connect pages.
+    let ann = Browser::for_gateway(&gw);
+    let account_login = ann.get(&at("/account")).await.unwrap();
+    looks_alike("account sign-in", &account_login, &[]);
+    let mut form = account_login.form().unwrap();
+    form.set("username", ANN).unwrap();
+    form.set("password", ANN_PW).unwrap();
+    ann.submit(&form, None).await.unwrap().see_other().unwrap();
+    for (name, path) in [
+        ("account", "/account"),
+        ("console overview", "/admin"),
+        ("console audit", "/admin/audit"),
+        ("console tokens", "/admin/tokens"),
+        ("console route", "/admin/routes/search"),
+        ("connections", "/connections"),
+        ("connect form", "/connect/search"),
+    ] {
+        let page = ann.get(&at(path)).await.unwrap();
+        assert_eq!(page.status, StatusCode::OK, "{name}: {}", page.body);
+        looks_alike(name, &page, &[]);
+    }
+    let missing = ann.get(&at("/admin/routes/nope")).await.unwrap();
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    looks_alike("console 404", &missing, &[]);
+
+    // A refusal: someone who is not an admin.
+    let bob = Browser::for_gateway(&gw);
+    let mut form = bob.get(&at("/account")).await.unwrap().form().unwrap();
+    form.set("username", BOB).unwrap();
+    form.set("password", BOB_PW).unwrap();
+    bob.submit(&form, None).await.unwrap().see_other().unwrap();
+    let forbidden = bob.get(&at("/admin")).await.unwrap();
+    assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
+    looks_alike("403", &forbidden, &[]);
 }
