@@ -12,6 +12,7 @@ mod catalog;
 mod cli;
 mod commands;
 mod config;
+mod conns;
 mod console;
 mod cors;
 mod credentials;

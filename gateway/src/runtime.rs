@@ -10,7 +10,6 @@ use pingora::{
     services::{ServiceWithDependents, background::background_service},
 };
 
-pub(crate) mod conns;
 mod credentials;
 pub(crate) mod descriptors;
 mod http1;
@@ -25,6 +24,7 @@ use crate::{
     catalog::{Catalog, CatalogOptions, CatalogService},
     config::RuntimeModel,
     config::{Settings, UpstreamKind},
+    conns,
     limit::SharedLimiter,
     metrics::{self, Metrics},
     oauth::{AuthService, OAuthSetupError},

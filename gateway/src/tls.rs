@@ -93,7 +93,7 @@ pub(crate) fn listener_tls(
                 tokens.clone(),
                 settings.base_url.clone(),
                 // Port 80 answers only challenge tokens: a small budget of its own.
-                crate::runtime::conns::Connections::new(
+                crate::conns::Connections::new(
                     settings.listen.max_connections_per_ip,
                     HTTP01_MAX_CONNECTIONS,
                     settings.admission.trusted_proxies.clone(),

@@ -5,8 +5,6 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use url::Url;
 
-use crate::protocol::resource;
-
 pub(crate) mod login;
 
 pub use login::{LoginConfig, OidcProviderConfig, Role, Roles};
@@ -28,7 +26,7 @@ pub struct OAuthConfig {
     pub resource: String,
     /// Every protected resource (RFC 8707) this server issues tokens for, each named for the
     /// consent page. Empty (the default) means the single `resource`, named `mcp`. Each URL is
-    /// absolute, canonical (see [`resource::canonical`]) and on the issuer's origin.
+    /// absolute, canonical (see [`canonical_resource`]) and on the issuer's origin.
     pub resources: Vec<ResourceEntry>,
     /// Scopes the server knows. A request without `scope` gets all of them.
     pub scopes_supported: Vec<String>,
@@ -409,7 +407,7 @@ impl OAuthConfig {
             if url.fragment().is_some() {
                 return Err(bad("has a fragment"));
             }
-            match resource::canonical(&entry.url) {
+            match canonical_resource(&entry.url) {
                 Some(c) if c == entry.url => {}
                 Some(c) => return Err(bad(&format!("not canonical (write {c})"))),
                 None => return Err(bad("not an absolute URL")),
@@ -493,6 +491,20 @@ pub(crate) fn normalize_issuer(raw: &str) -> Result<String, ConfigError> {
         return Err(err());
     }
     Ok(url.origin().ascii_serialization())
+}
+
+/// The canonical form of a resource URI (RFC 8707: scheme and host case, default port, one
+/// trailing slash tolerated), or None if it is not an absolute URL without fragment.
+pub(crate) fn canonical_resource(resource: &str) -> Option<String> {
+    let url = Url::parse(resource).ok()?;
+    if url.fragment().is_some() || url.cannot_be_a_base() {
+        return None;
+    }
+    let mut s = url.to_string();
+    if url.query().is_none() && s.ends_with('/') {
+        s.pop();
+    }
+    Some(s)
 }
 
 #[cfg(test)]

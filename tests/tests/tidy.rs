@@ -1,7 +1,8 @@
 //! Tidy: the mechanical claims of ARCHITECTURE.md, checked on the source tree itself, so they
 //! stay true: every Rust file opens with a `//!` line, no `mod.rs`, no `pub mod` at a crate
-//! root, time read only through the clock crate, no gateway source file over 700 lines, and
-//! every test the docs cite as `path.rs::name` exists.
+//! root, time read only through the clock crate, no gateway source file over 700 lines,
+//! every test the docs cite as `path.rs::name` exists, and the imports between the gateway's
+//! and oauth's top-level modules follow the allow-list `tidy/imports.txt` (`tidy/imports.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -183,4 +184,30 @@ fn every_test_the_docs_cite_exists() {
         }
     }
     assert!(bad.is_empty(), "stale citations: {bad:#?}");
+}
+
+#[path = "tidy/imports.rs"]
+mod imports;
+
+/// The allow-list of arrows between top-level modules, the layering ARCHITECTURE.md states.
+const IMPORTS: &str = "tests/tests/tidy/imports.txt";
+
+#[test]
+fn imports_follow_the_allow_list() {
+    let root = root();
+    let text = std::fs::read_to_string(root.join(IMPORTS)).unwrap();
+    let mut bad = Vec::new();
+    for krate in ["gateway", "oauth"] {
+        let src = root.join(krate).join("src");
+        let (rules, errors) = imports::rules(&text, krate);
+        bad.extend(errors.into_iter().map(|e| format!("{IMPORTS}: {e}")));
+        let modules = imports::top_modules(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+        let graph = imports::graph(&imports::arrows(&src, &format!("{krate}/src")));
+        bad.extend(imports::check(&graph, &rules, &modules, IMPORTS, krate));
+    }
+    assert!(
+        bad.is_empty(),
+        "the imports and {IMPORTS} disagree:\n{}",
+        bad.join("\n")
+    );
 }

@@ -240,18 +240,6 @@ pub(crate) fn parse(
     })
 }
 
-/// The instance label of each upstream of a route: the URL as configured (bounded by the
-/// config), `unix:PATH` for a socket.
-pub(crate) fn instance_names(upstreams: &[&crate::config::Upstream]) -> Vec<String> {
-    upstreams
-        .iter()
-        .map(|u| match &u.socket {
-            Some(path) => format!("unix:{}", path.display()),
-            None => u.http_url(),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

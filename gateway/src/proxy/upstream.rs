@@ -224,7 +224,7 @@ impl Gateway {
                 };
                 metrics::live::RouteSource {
                     route: metrics::RouteName::from(route.name.as_str()),
-                    instances: metrics::live::instance_names(&upstreams),
+                    instances: instance_names(&upstreams),
                     health: match &edge.instances {
                         Some(instances) => {
                             metrics::live::InstanceHealth::Balanced(instances.clone())
@@ -344,4 +344,16 @@ fn credential_header(auth: Option<&crate::config::UpstreamAuth>) -> Option<&http
         } => Some(&into.name),
         UpstreamAuth::OAuth { .. } | UpstreamAuth::Env { .. } | UpstreamAuth::Shared { .. } => None,
     }
+}
+
+/// The instance label of each upstream of a route: the URL as configured (bounded by the
+/// config), `unix:PATH` for a socket.
+fn instance_names(upstreams: &[&Upstream]) -> Vec<String> {
+    upstreams
+        .iter()
+        .map(|u| match &u.socket {
+            Some(path) => format!("unix:{}", path.display()),
+            None => u.http_url(),
+        })
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! nginx's `worker_rlimit_nofile` and Go's runtime do), and the client connections that fit in
 //! it are counted — a proxied connection holds two descriptors (client and upstream), and a
 //! reserve stays for stores, logs, listeners and stdio children. Past the budget a new
-//! connection is closed at once (`conns.rs`), before `accept()` itself starts failing.
+//! connection is closed at once (`crate::conns`), before `accept()` itself starts failing.
 
 use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit, setrlimit};
 

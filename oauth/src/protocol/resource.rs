@@ -2,23 +2,12 @@
 //! compared in canonical form (scheme/host case, default port, one trailing slash tolerated).
 //! A grant and every code and token it issues are bound to exactly one of them.
 
-use url::Url;
-
 use crate::config::ResourceEntry;
 use crate::error::OAuthError;
 
-/// The canonical form of a resource URI, or None if it is not an absolute URL without fragment.
-pub(crate) fn canonical(resource: &str) -> Option<String> {
-    let url = Url::parse(resource).ok()?;
-    if url.fragment().is_some() || url.cannot_be_a_base() {
-        return None;
-    }
-    let mut s = url.to_string();
-    if url.query().is_none() && s.ends_with('/') {
-        s.pop();
-    }
-    Some(s)
-}
+/// The canonical form of a resource URI (RFC 8707's comparison), kept beside the configuration
+/// that validates with it.
+pub(crate) use crate::config::canonical_resource as canonical;
 
 /// Checks the `resource` values of a request against `ours`; none given means `ours`.
 pub(crate) fn check(requested: &[&str], ours: &str) -> Result<String, OAuthError> {

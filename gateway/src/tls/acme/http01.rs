@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use http::{StatusCode, header};
 use pingora::{server::ShutdownWatch, services::background::BackgroundService};
 
-use crate::runtime::conns::Connections;
+use crate::conns::Connections;
 
 mod bounded;
 

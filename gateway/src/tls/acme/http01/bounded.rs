@@ -1,5 +1,5 @@
 //! The plain listener's bounds, as the main listener's: each accepted connection holds a slot
-//! of its client IP (`max_connections_per_ip`, [`crate::runtime::conns`]) and lives at most
+//! of its client IP (`max_connections_per_ip`, [`crate::conns`]) and lives at most
 //! `keepalive_timeout_secs` in all — head, answer and idle together (an http-01 fetch or a
 //! redirect takes one short request) — after which its reads and writes fail and it closes.
 
@@ -18,7 +18,7 @@ use tokio::{
     time::Sleep,
 };
 
-use crate::runtime::conns::{Connections, Slot};
+use crate::conns::{Connections, Slot};
 
 /// A TCP listener whose connections are capped per IP and by a deadline.
 pub(crate) struct Bounded {

@@ -1,10 +1,11 @@
 //! Open client connections per IP (`max_connections_per_ip`) and in all (the descriptor budget,
-//! `descriptors.rs`): the listener's application is wrapped so that each accepted connection
-//! holds a slot of its client IP (IPv6: its /64) and of the total for as long as pingora serves
-//! it, keep-alive and HTTP/2 included. A connection over either cap is closed at once, without
-//! an answer (the caps are on sockets, before any HTTP is read); a full budget is logged at most
-//! once a second. Trusted proxies are exempt from the per-IP cap (they carry many clients, whose
-//! requests the rate limits see by the forwarded IP), not from the budget.
+//! `runtime/descriptors.rs`): the listener's application is wrapped so that each accepted
+//! connection holds a slot of its client IP (IPv6: its /64) and of the total for as long as
+//! pingora serves it, keep-alive and HTTP/2 included. A connection over either cap is closed at
+//! once, without an answer (the caps are on sockets, before any HTTP is read); a full budget is
+//! logged at most once a second. Trusted proxies are exempt from the per-IP cap (they carry many
+//! clients, whose requests the rate limits see by the forwarded IP), not from the budget. Below
+//! `runtime` and `tls` (the public listener and ACME's http-01 listener both take slots).
 
 use std::{
     collections::HashMap,
