@@ -29,7 +29,11 @@ use crate::{
     metrics::{self, Metrics},
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
-    stdio::{StdioBridge, StdioSpec, exec::RunAs},
+    stdio::{
+        StdioBridge, StdioSpec,
+        account::{self, Account},
+        exec::RunAs,
+    },
     stores::{Site, Stores},
     tokens::{StoreError, TokenCache},
 };
@@ -54,16 +58,21 @@ pub(crate) enum ServeError {
     Stdio(#[from] crate::stdio::StdioError),
     #[error("[[routes]] {route:?}: user: {reason}")]
     RunAs { route: String, reason: String },
+    #[error("stdio_user (the account of command route {route:?}, which has no user): {reason}")]
+    StdioUser { route: String, reason: String },
     #[error(transparent)]
     Credentials(#[from] crate::credentials::CredentialsError),
     #[error(transparent)]
     Vault(#[from] crate::vault::VaultError),
 }
 
-/// The bridge spec of a `command` route (`None` for every other kind), its `user` looked up
-/// (as `preflight` did before).
+/// The bridge spec of a `command` route (`None` for every other kind), the account its
+/// children run as decided (`stdio::account::decide`: the gateway's effective uid `euid`, the
+/// route's `user`, `stdio_user`) and looked up (as `preflight` did before).
 pub(crate) fn stdio_spec(
     route: &crate::config::Route,
+    euid: u32,
+    defaults: &crate::config::StdioAccount,
 ) -> Result<Option<(StdioSpec, std::path::PathBuf)>, ServeError> {
     let UpstreamKind::Stdio {
         upstream,
@@ -79,14 +88,23 @@ pub(crate) fn stdio_spec(
     let Some(socket) = upstream.socket.clone() else {
         return Ok(None);
     };
-    let run_as = run_as
-        .as_ref()
-        .map(|who| RunAs::resolve(&who.user, who.group.as_deref()))
-        .transpose()
-        .map_err(|reason| ServeError::RunAs {
-            route: route.name.clone(),
-            reason,
-        })?;
+    let run_as = match account::decide(euid, run_as.as_ref(), &defaults.user) {
+        Account::Gateway => None,
+        Account::Route(who) => Some(RunAs::resolve(&who.user, who.group.as_deref()).map_err(
+            |reason| ServeError::RunAs {
+                route: route.name.clone(),
+                reason,
+            },
+        )?),
+        Account::Default(user) => Some(
+            RunAs::with_own_home(&user, account::home_of(&defaults.home, &route.name)).map_err(
+                |reason| ServeError::StdioUser {
+                    route: route.name.clone(),
+                    reason,
+                },
+            )?,
+        ),
+    };
     let mut env = env.clone();
     // A shared credential for everyone goes in the children's environment.
     if let Some(crate::config::UpstreamAuth::Shared {
@@ -118,6 +136,28 @@ pub(crate) fn stdio_spec(
         },
         socket,
     )))
+}
+
+/// Says whom a bridge's children run as; running them as root beside a root gateway is the
+/// opt-out, warned about.
+fn log_account(spec: &StdioSpec, euid: u32) {
+    match &spec.run_as {
+        None => {
+            tracing::info!(route = %spec.route, uid = euid, "command route children run as the gateway's user")
+        }
+        Some(who) if who.uid == 0 && euid == 0 => tracing::warn!(
+            route = %spec.route,
+            "command route children run as root (user = \"root\" or stdio_user = \"root\"): third-party code with the gateway's privileges"
+        ),
+        Some(who) => tracing::info!(
+            route = %spec.route,
+            user = %who.user,
+            uid = who.uid,
+            gid = who.gid,
+            home = %who.home.display(),
+            "command route children run as another account"
+        ),
+    }
 }
 
 /// How often the token snapshot checks the store: revocations take effect within this.
@@ -221,8 +261,10 @@ pub(crate) fn run(
     // metrics by name.
     let mut route_children = Vec::new();
     let mut children = Vec::new();
+    let euid = nix::unistd::geteuid().as_raw();
     for (i, route) in settings.routes.iter().enumerate() {
-        if let Some((spec, socket)) = stdio_spec(route)? {
+        if let Some((spec, socket)) = stdio_spec(route, euid, &settings.stdio_account)? {
+            log_account(&spec, euid);
             let mut bridge = StdioBridge::bind(spec, &socket)?.with_audit(audit.clone());
             if credentials.per_user(i) {
                 bridge = bridge
@@ -357,7 +399,7 @@ pub(crate) fn run(
     for service in extra {
         server.add_boxed_service(service);
     }
-    if let Some(warning) = shared_port_warning(&settings) {
+    if let Some(warning) = shared_port_warning(&settings, euid) {
         tracing::warn!("{warning}");
     }
     ready();
@@ -461,20 +503,22 @@ fn reuseport_address(addr: SocketAddr, i: usize) -> String {
 
 /// The start-up warning when per-core listeners (`SO_REUSEPORT`, which lets any process of
 /// the gateway's user join the port and take a share of its connections) meet `command` routes
-/// whose children run as the gateway's user (third-party code, by default): SECURITY's
-/// trust boundary says that user is trusted. `None` when no such route runs.
-fn shared_port_warning(settings: &Settings) -> Option<String> {
+/// whose children run as the gateway's user (`stdio::account`: a gateway that is not root and
+/// a route without `user`, or root's opt-out): SECURITY's trust boundary says that user is
+/// trusted. `None` when no such route runs.
+fn shared_port_warning(settings: &Settings, euid: u32) -> Option<String> {
     if !matches!(settings.runtime, RuntimeModel::PerCore) {
         return None;
     }
     let same_user: Vec<&str> = settings
         .routes
         .iter()
-        .filter(|r| {
-            matches!(
-                &r.upstream,
-                crate::config::UpstreamKind::Stdio { run_as: None, .. }
-            )
+        .filter(|r| match &r.upstream {
+            crate::config::UpstreamKind::Stdio { run_as, .. } => {
+                account::decide(euid, run_as.as_ref(), &settings.stdio_account.user)
+                    .shares_the_gateways_user(euid)
+            }
+            _ => false,
         })
         .map(|r| r.name.as_str())
         .collect();
@@ -590,8 +634,9 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap();
-        assert!(stdio_spec(&settings.routes[0]).unwrap().is_none());
-        let (spec, socket) = stdio_spec(&settings.routes[1]).unwrap().unwrap();
+        let own = |r| stdio_spec(r, 1000, &settings.stdio_account);
+        assert!(own(&settings.routes[0]).unwrap().is_none());
+        let (spec, socket) = own(&settings.routes[1]).unwrap().unwrap();
         assert_eq!(socket, std::path::Path::new("/srv/pf/run/stdio/plans.sock"));
         assert_eq!(spec.route, "plans");
         assert_eq!(spec.command, ["sh", "-c", "cat"]);
@@ -606,7 +651,18 @@ mod tests {
             (16, 4, 1)
         );
         assert_eq!(spec.idle_timeout, std::time::Duration::from_secs(5));
-        assert_eq!(spec.run_as, None);
+        assert_eq!(
+            spec.run_as, None,
+            "a gateway that is not root: its own user"
+        );
+        // As root: `stdio_user` (nobody), with the route's own home beside the data dir.
+        let (spec, _) = stdio_spec(&settings.routes[1], 0, &settings.stdio_account)
+            .unwrap()
+            .unwrap();
+        let who = spec.run_as.unwrap();
+        assert_eq!((who.user.as_str(), who.uid), ("nobody", 65534));
+        assert!(who.own_home);
+        assert_eq!(who.home, std::path::Path::new("/srv/pf-stdio/plans"));
     }
 
     #[test]
@@ -618,16 +674,20 @@ mod tests {
                 .unwrap()
         };
         let own = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\n";
-        let warning = shared_port_warning(&settings(own)).unwrap();
+        let warning = shared_port_warning(&settings(own), 1000).unwrap();
         assert!(
             warning.starts_with("command routes npx run as"),
             "{warning}"
         );
         assert!(warning.contains("SO_REUSEPORT"), "{warning}");
-        let other_user = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\nuser = \"root\"\n";
-        assert_eq!(shared_port_warning(&settings(other_user)), None);
+        // A root gateway runs them as `stdio_user`, unless a route opts out with root.
+        assert_eq!(shared_port_warning(&settings(own), 0), None);
+        let root = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\nuser = \"root\"\n";
+        assert!(shared_port_warning(&settings(root), 0).is_some());
+        let other_user = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\nuser = \"nobody\"\n";
+        assert_eq!(shared_port_warning(&settings(other_user), 0), None);
         let one_socket = format!("runtime = \"work-stealing\"\n{own}");
-        assert_eq!(shared_port_warning(&settings(&one_socket)), None);
+        assert_eq!(shared_port_warning(&settings(&one_socket), 1000), None);
     }
 
     #[test]
@@ -637,14 +697,18 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap();
-        let (spec, _) = stdio_spec(&settings.routes[0]).unwrap().unwrap();
+        let (spec, _) = stdio_spec(&settings.routes[0], 0, &settings.stdio_account)
+            .unwrap()
+            .unwrap();
         assert_eq!(spec.run_as.map(|r| (r.uid, r.gid)), Some((0, 0)));
         let text = "[[routes]]\nname = \"p\"\ncommand = [\"sh\"]\nuser = \"no-such-user-pforte\"";
         let settings = toml::from_str::<crate::config::GatewayConfig>(text)
             .unwrap()
             .validate()
             .unwrap();
-        let err = stdio_spec(&settings.routes[0]).unwrap_err().to_string();
+        let err = stdio_spec(&settings.routes[0], 0, &settings.stdio_account)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("[[routes]] \"p\": user: no user named \"no-such-user-pforte\""),
             "{err}"

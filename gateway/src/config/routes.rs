@@ -70,6 +70,40 @@ pub(crate) struct RunAsName {
     pub(crate) group: Option<String>,
 }
 
+/// The account `command` routes without `user` run as when the gateway runs as root
+/// (`stdio_user`), and where their children's homes go (`stdio_home`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StdioAccount {
+    pub(crate) user: String,
+    /// `<stdio_home>/<route>` is a route's home.
+    pub(crate) home: PathBuf,
+}
+
+impl StdioAccount {
+    /// `stdio_user` as written; `stdio_home` as written, else beside the data dir:
+    /// `<data_dir>-stdio` (outside it, since the data dir is its owner's alone and an account
+    /// must be able to pass through every directory above its home).
+    pub(crate) fn new(user: &str, home: Option<&Path>, data_dir: &Path) -> Result<Self, String> {
+        if user.is_empty() {
+            return Err("must name an account".to_owned());
+        }
+        let home = home.map_or_else(
+            || {
+                let mut name = data_dir
+                    .file_name()
+                    .map_or_else(|| "pforte".into(), std::ffi::OsStr::to_os_string);
+                name.push("-stdio");
+                data_dir.with_file_name(name)
+            },
+            Path::to_owned,
+        );
+        Ok(Self {
+            user: user.to_owned(),
+            home,
+        })
+    }
+}
+
 /// How a route reaches its MCP server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum UpstreamKind {
