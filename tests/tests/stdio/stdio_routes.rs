@@ -20,12 +20,12 @@ use nix::sys::signal::Signal;
 use pforte_tests::{
     EverythingServer, Gateway, GatewayConfig, Limits, Route, Stack, bin,
     conformance::{Results, run_suite, tools},
-    eventually, rmcp_client, run_python_json, write_config,
+    eventually, reachable_copy, rmcp_client, run_python_json, write_config,
 };
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/stdio")
         .join(name)
@@ -43,11 +43,11 @@ fn python_command(python: &Path) -> Vec<String> {
 }
 
 /// Where the gateways of these tests send `/mcp`: nowhere (unused).
-const NOWHERE: &str = "http://127.0.0.1:9/mcp";
+pub(crate) const NOWHERE: &str = "http://127.0.0.1:9/mcp";
 
 /// A plain-HTTP gateway (limits off, many sessions per principal) with `route`; its
 /// `[upstream]` points nowhere (unused).
-async fn gateway(route: Route) -> Stack {
+pub(crate) async fn gateway(route: Route) -> Stack {
     gateway_through(route, &[]).await
 }
 
@@ -143,7 +143,7 @@ fn alive(pid: u32) -> bool {
     !state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
 }
 
-async fn call(
+pub(crate) async fn call(
     client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
     name: &str,
     args: Value,
@@ -828,17 +828,6 @@ fn nobody_config(dir: &Path, routes: Vec<Route>) -> PathBuf {
     let config = write_config(dir, config).unwrap();
     std::os::unix::fs::chown(&config, Some(65534), Some(65534)).unwrap();
     config
-}
-
-/// `file` placed in `dir` (a hard link, or a copy across file systems; either keeps its mode),
-/// so that another user reaches it whatever the modes of the checkout's own parents (a clone
-/// under /root).
-fn reachable_copy(file: &Path, dir: &Path) -> PathBuf {
-    let to = dir.join(file.file_name().unwrap());
-    if std::fs::hard_link(file, &to).is_err() {
-        std::fs::copy(file, &to).unwrap();
-    }
-    to
 }
 
 /// `pforte ARGS --config CONFIG` as `nobody`, from a link of the binary beside the config.
