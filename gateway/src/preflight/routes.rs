@@ -247,6 +247,24 @@ mod tests {
             ) && err.ends_with("set stdio_home to a directory it can reach"),
             "{err}"
         );
+        // A link where the account reaches it, to a program where it does not (a venv's
+        // python linked under /root): the link's target counts.
+        let link = tmp.path().join("python");
+        std::os::unix::fs::symlink(&program, &link).unwrap();
+        let err = named(&format!(
+            "stdio_home = {:?}\n[[routes]]\nname = \"a\"\ncommand = [{:?}]",
+            homes.display().to_string(),
+            link.display().to_string()
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "cannot reach {}: {} is 700",
+                program.display(),
+                private.display()
+            )),
+            "{err}"
+        );
         // A route of its own user, or a gateway that is not root: nothing to reach.
         let settings = toml::from_str::<crate::config::GatewayConfig>(&text(&homes))
             .unwrap()

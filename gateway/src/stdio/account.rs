@@ -110,24 +110,28 @@ pub(crate) fn unreachable_reason(
     run: bool,
 ) -> Option<String> {
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
-    let mut dirs = ancestors(&absolute);
-    if run {
-        dirs.extend(access_of(&absolute).map(|a| (absolute.clone(), a)));
-    }
-    let access: Vec<DirAccess> = dirs.iter().map(|(_, a)| *a).collect();
-    blocked_at(&access, uid, gid)
-        .and_then(|i| dirs.get(i))
-        .map(|(dir, a)| {
-            let what = if *dir == absolute { "run" } else { "reach" };
-            format!(
-                "{user} (uid {uid}), whom its children run as, cannot {what} {}: {} is {:o} \
-                 and owned by uid {}",
-                absolute.display(),
-                dir.display(),
-                a.mode & 0o7777,
-                a.uid
-            )
-        })
+    // As written and with its links resolved (a venv's `python` may link under `/root`).
+    let resolved = std::fs::canonicalize(&absolute).unwrap_or_else(|_| absolute.clone());
+    [&absolute, &resolved].into_iter().find_map(|target| {
+        let mut dirs = ancestors(target);
+        if run {
+            dirs.extend(access_of(target).map(|a| (target.clone(), a)));
+        }
+        let access: Vec<DirAccess> = dirs.iter().map(|(_, a)| *a).collect();
+        blocked_at(&access, uid, gid)
+            .and_then(|i| dirs.get(i))
+            .map(|(dir, a)| {
+                let what = if dir == target { "run" } else { "reach" };
+                format!(
+                    "{user} (uid {uid}), whom its children run as, cannot {what} {}: {} is \
+                     {:o} and owned by uid {}",
+                    target.display(),
+                    dir.display(),
+                    a.mode & 0o7777,
+                    a.uid
+                )
+            })
+    })
 }
 
 /// The mode and owner of `path` (links followed).

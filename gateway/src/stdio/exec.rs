@@ -91,10 +91,11 @@ impl RunAs {
         })
     }
 
-    /// The default account `user` with `home` of the route's own (see [`RunAs::own_home`]).
+    /// The default account `user` with `home` of the route's own (see [`RunAs::own_home`]),
+    /// made absolute (the children start in it: a relative `HOME` would point elsewhere).
     pub(crate) fn with_own_home(user: &str, home: PathBuf) -> Result<Self, String> {
         Ok(Self {
-            home,
+            home: std::path::absolute(&home).unwrap_or(home),
             own_home: true,
             ..Self::resolve(user, None)?
         })

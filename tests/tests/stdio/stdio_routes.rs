@@ -53,14 +53,22 @@ pub(crate) async fn gateway(route: Route) -> Stack {
 
 /// [`gateway`] started through `wrapper` (see `StackBuilder::wrapper`).
 async fn gateway_through(route: Route, wrapper: &[&str]) -> Stack {
+    builder(route).wrapper(wrapper).start().await
+}
+
+fn builder(route: Route) -> pforte_tests::StackBuilder {
     Stack::builder()
         .upstream(NOWHERE)
         .plain_http()
         .limits(Limits::off().sessions_per_principal(1000))
         .route(route)
-        .wrapper(wrapper)
-        .start()
-        .await
+}
+
+/// [`gateway`] for a route on the Python SDK's venv, whose interpreter may be a link into
+/// root's own pyenv (`/root` is 0700: no other account runs it): a root gateway runs it as root,
+/// the explicit opt-out (`stdio_user = "root"`; a gateway that is not root ignores it).
+async fn sdk_gateway(route: Route) -> Stack {
+    builder(route).stdio_user("root").start().await
 }
 
 /// The system's python3 (readable by every user, unlike a pyenv under /root), running the
@@ -163,7 +171,7 @@ pub(crate) async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() {
     let Some(python) = python() else { return };
-    let gw = gateway(Route::command("py", &python_command(&python))).await;
+    let gw = sdk_gateway(Route::command("py", &python_command(&python))).await;
     let token = gw.create_token("py-client").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     let out = run_python_json(
@@ -193,7 +201,9 @@ async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_service_stdio_is_a_route() {
+    // Writable by whichever account the child runs as (nobody under a root gateway).
     let data = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let command = [bin("mcp-service").display().to_string(), "stdio".to_owned()];
     let gw = gateway(
         Route::command("plans", &command)
@@ -246,7 +256,7 @@ async fn mcp_service_stdio_is_a_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_call_is_an_error_and_the_next_call_works() {
     let Some(python) = python() else { return };
-    let gw = gateway(Route::command("py", &python_command(&python))).await;
+    let gw = sdk_gateway(Route::command("py", &python_command(&python))).await;
     let token = gw.create_token("crasher").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
@@ -284,7 +294,7 @@ async fn a_crash_mid_call_is_an_error_and_the_next_call_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_sessions_on_a_cap_of_sixteen_get_four_503s_through_the_gateway() {
     let Some(python) = python() else { return };
-    let gw = gateway(
+    let gw = sdk_gateway(
         Route::command("py", &python_command(&python))
             .max_children(16)
             .max_children_per_principal(32),
@@ -317,7 +327,7 @@ async fn twenty_sessions_on_a_cap_of_sixteen_get_four_503s_through_the_gateway()
 async fn no_child_left_after(signal: Signal) {
     let Some(python) = python() else { return };
     let mut gw =
-        gateway(Route::command("py", &python_command(&python)).env("FIXTURE_HOLD_ON_EOF", "1"))
+        sdk_gateway(Route::command("py", &python_command(&python)).env("FIXTURE_HOLD_ON_EOF", "1"))
             .await;
     let token = gw.create_token("stopper").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
@@ -447,7 +457,7 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_second_client_gets_no_more_children() {
     let Some(python) = python() else { return };
-    let gw = gateway(
+    let gw = sdk_gateway(
         Route::command("py", &python_command(&python))
             .max_children(6)
             .max_children_per_principal(2),
@@ -589,7 +599,8 @@ async fn ten_claude_mcp_list_runs_all_connect_on_a_cap_of_four() {
 async fn a_session_with_a_call_in_flight_is_never_evicted() {
     let Some(python) = python() else { return };
     let gw =
-        gateway(Route::command("py", &python_command(&python)).max_children_per_principal(2)).await;
+        sdk_gateway(Route::command("py", &python_command(&python)).max_children_per_principal(2))
+            .await;
     let token = gw.create_token("ci").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     let mut busy = gw
