@@ -361,6 +361,15 @@ pub fn reachable_copy(file: &Path, dir: &Path) -> PathBuf {
     to
 }
 
+/// Makes `dir` (created when missing) writable by every account (0777): a `command` route's
+/// child runs as `nobody` under a root gateway, and writes there.
+pub fn open_to_children(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+        .unwrap_or_else(|e| panic!("opening {}: {e}", dir.display()));
+}
+
 /// Whether this test runs as root (effective uid 0), which running children as another
 /// account needs; when not, the reason is printed and `false` — under CI a failure.
 pub fn root_or_skip() -> bool {

@@ -97,13 +97,8 @@ async fn a_message_crosses_a_stdio_route_byte_for_byte_both_ways() {
     assert_eq!(read[4], NOTE);
 
     // Through the gateway.
-    // Writable by whichever account the child runs as (nobody under a root gateway).
     let logs = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        logs.path(),
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o777),
-    )
-    .unwrap();
+    pforte_tests::open_to_children(logs.path());
     let log = logs.path().join("read.log");
     let command = [
         "/usr/bin/python3".to_owned(),

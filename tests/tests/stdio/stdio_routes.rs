@@ -201,9 +201,8 @@ async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_service_stdio_is_a_route() {
-    // Writable by whichever account the child runs as (nobody under a root gateway).
     let data = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    pforte_tests::open_to_children(data.path());
     let command = [bin("mcp-service").display().to_string(), "stdio".to_owned()];
     let gw = gateway(
         Route::command("plans", &command)
