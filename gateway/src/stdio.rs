@@ -173,8 +173,9 @@ impl StdioBridge {
     }
 
     /// Makes the children's own home (see [`exec::RunAs::own_home`]) and binds the Unix socket
-    /// (parent dir created 0700, socket 0600, a stale socket replaced); synchronous, so `pforte serve` fails early with one clear line. Children are started
-    /// through this executable's hidden `__stdio-exec` subcommand.
+    /// (parent dir created 0700, socket 0600, a stale socket replaced); synchronous, so
+    /// `pforte serve` fails early with one clear line. Children are started through this
+    /// executable's hidden `__stdio-exec` subcommand.
     pub(crate) fn bind(spec: StdioSpec, socket: &Path) -> Result<Self, StdioError> {
         let launcher = std::env::current_exe().map_err(|source| StdioError::Launcher {
             route: spec.route.clone(),

@@ -83,7 +83,8 @@ impl Shared {
 
     /// How a child starts: with `PATH`, `HOME` (and the caches under a route's own home, which
     /// is also its working directory unless `cwd` says), the route's `env`, and `env` (a
-    /// session's own variables, see [`identity::session_env`](super::identity::session_env)) over them.
+    /// session's own variables, see [`identity::session_env`](super::identity::session_env))
+    /// over them.
     fn command(
         &self,
         env: impl FnOnce(Vec<(String, OsString)>) -> Vec<(String, OsString)>,
