@@ -18,7 +18,9 @@ use std::{net::SocketAddr, path::PathBuf};
 pub use file::{DEFAULT_MAX_LINE_BYTES, GatewayConfig};
 pub(crate) use file::{RouteConfig, StdioConfig, UpstreamConfig};
 pub(crate) use origins::{normalise_origin, url_host};
-pub(crate) use routes::{DEFAULT_ROUTE, Route, Upstream, UpstreamKind, valid_route_name};
+pub(crate) use routes::{
+    DEFAULT_ROUTE, Route, StdioAccount, Upstream, UpstreamKind, valid_route_name,
+};
 pub(crate) use telemetry::{Telemetry, TelemetryConfig};
 pub(crate) use tls::{Acme, AcmeChallenge, Tls, TlsConfig, TlsFiles};
 pub(crate) use upstream_auth::{HeaderInto, Injection, Registration, UpstreamAuth, VaultKey};
@@ -127,6 +129,8 @@ pub(crate) struct Settings {
     pub(crate) telemetry: Option<Telemetry>,
     /// The key ring that seals per-user upstream credentials; `None`: no route needs one.
     pub(crate) vault_key: Option<VaultKey>,
+    /// `stdio_user` and `stdio_home`: whom `command` routes run as under a root gateway.
+    pub(crate) stdio_account: StdioAccount,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -356,6 +360,9 @@ impl GatewayConfig {
         check_tool_limits(&self.limits)?;
         let telemetry = self.telemetry.validate()?;
         let vault_key = self.vault_key(&routes)?;
+        let stdio_account =
+            StdioAccount::new(&self.stdio_user, self.stdio_home.as_deref(), &self.data_dir)
+                .map_err(|e| invalid("stdio_user", e))?;
         Ok(Settings {
             own_origins: origins::own_origins(&base_url),
             base_url,
@@ -388,6 +395,7 @@ impl GatewayConfig {
             log_format: self.log_format,
             telemetry,
             vault_key,
+            stdio_account,
         })
     }
 

@@ -46,8 +46,9 @@ pub(crate) enum PreflightError {
 /// `path_var` is the value of [`PATH_ENV`], read by the caller with the rest of its
 /// environment.
 pub(crate) fn check(settings: &Settings, path_var: Option<&OsStr>) -> Result<(), PreflightError> {
-    routes::check_named(settings, path_var)?;
-    check_run_as(&settings.routes, nix::unistd::geteuid().as_raw())?;
+    let euid = nix::unistd::geteuid().as_raw();
+    check_run_as(&settings.routes, euid)?;
+    routes::check_named(settings, path_var, euid)?;
     crate::oauth::oauth_config(settings).map_err(|e| PreflightError::OAuth(e.to_string()))?;
     check_client_secrets(&settings.oauth.login)?;
     check_upstream_secrets(settings)?;

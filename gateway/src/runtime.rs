@@ -10,11 +10,13 @@ use pingora::{
     services::{ServiceWithDependents, background::background_service},
 };
 
+mod bridges;
 mod credentials;
 pub(crate) mod descriptors;
 mod http1;
 mod services;
 
+use bridges::{log_account, stdio_spec};
 use services::{Maintenance, MetricsListener, Signals};
 
 pub use http1::classify_head;
@@ -23,13 +25,13 @@ use crate::{
     audit::{AuditLog, AuditSink, SighupReopen},
     catalog::{Catalog, CatalogOptions, CatalogService},
     config::RuntimeModel,
-    config::{Settings, UpstreamKind},
+    config::Settings,
     conns,
     limit::SharedLimiter,
     metrics::{self, Metrics},
     oauth::{AuthService, OAuthSetupError},
     proxy::{Gateway, McpEdge},
-    stdio::{StdioBridge, StdioSpec, exec::RunAs},
+    stdio::{StdioBridge, account},
     stores::{Site, Stores},
     tokens::{StoreError, TokenCache},
 };
@@ -54,70 +56,12 @@ pub(crate) enum ServeError {
     Stdio(#[from] crate::stdio::StdioError),
     #[error("[[routes]] {route:?}: user: {reason}")]
     RunAs { route: String, reason: String },
+    #[error("stdio_user (the account of command route {route:?}, which has no user): {reason}")]
+    StdioUser { route: String, reason: String },
     #[error(transparent)]
     Credentials(#[from] crate::credentials::CredentialsError),
     #[error(transparent)]
     Vault(#[from] crate::vault::VaultError),
-}
-
-/// The bridge spec of a `command` route (`None` for every other kind), its `user` looked up
-/// (as `preflight` did before).
-pub(crate) fn stdio_spec(
-    route: &crate::config::Route,
-) -> Result<Option<(StdioSpec, std::path::PathBuf)>, ServeError> {
-    let UpstreamKind::Stdio {
-        upstream,
-        command,
-        env,
-        cwd,
-        limits,
-        run_as,
-    } = &route.upstream
-    else {
-        return Ok(None);
-    };
-    let Some(socket) = upstream.socket.clone() else {
-        return Ok(None);
-    };
-    let run_as = run_as
-        .as_ref()
-        .map(|who| RunAs::resolve(&who.user, who.group.as_deref()))
-        .transpose()
-        .map_err(|reason| ServeError::RunAs {
-            route: route.name.clone(),
-            reason,
-        })?;
-    let mut env = env.clone();
-    // A shared credential for everyone goes in the children's environment.
-    if let Some(crate::config::UpstreamAuth::Shared {
-        file,
-        into: crate::config::Injection::Env(variable),
-    }) = &route.upstream_auth
-    {
-        let secret = crate::credentials::read_secret(file).map_err(|reason| {
-            crate::credentials::CredentialsError::SharedFile {
-                route: route.name.clone(),
-                path: file.display().to_string(),
-                reason,
-            }
-        })?;
-        env.insert(variable.clone(), secret);
-    }
-    Ok(Some((
-        StdioSpec {
-            route: route.name.clone(),
-            command: command.clone(),
-            env,
-            cwd: cwd.clone(),
-            max_children: limits.max_children,
-            max_children_per_principal: limits.max_children_per_principal,
-            idle_timeout: std::time::Duration::from_secs(limits.idle_timeout_secs),
-            pool: limits.pool,
-            max_line_bytes: limits.max_line_bytes,
-            run_as,
-        },
-        socket,
-    )))
 }
 
 /// How often the token snapshot checks the store: revocations take effect within this.
@@ -221,8 +165,10 @@ pub(crate) fn run(
     // metrics by name.
     let mut route_children = Vec::new();
     let mut children = Vec::new();
+    let euid = nix::unistd::geteuid().as_raw();
     for (i, route) in settings.routes.iter().enumerate() {
-        if let Some((spec, socket)) = stdio_spec(route)? {
+        if let Some((spec, socket)) = stdio_spec(route, euid, &settings.stdio_account)? {
+            log_account(&spec, euid);
             let mut bridge = StdioBridge::bind(spec, &socket)?.with_audit(audit.clone());
             if credentials.per_user(i) {
                 bridge = bridge
@@ -357,7 +303,7 @@ pub(crate) fn run(
     for service in extra {
         server.add_boxed_service(service);
     }
-    if let Some(warning) = shared_port_warning(&settings) {
+    if let Some(warning) = shared_port_warning(&settings, euid) {
         tracing::warn!("{warning}");
     }
     ready();
@@ -461,20 +407,22 @@ fn reuseport_address(addr: SocketAddr, i: usize) -> String {
 
 /// The start-up warning when per-core listeners (`SO_REUSEPORT`, which lets any process of
 /// the gateway's user join the port and take a share of its connections) meet `command` routes
-/// whose children run as the gateway's user (third-party code, by default): SECURITY's
-/// trust boundary says that user is trusted. `None` when no such route runs.
-fn shared_port_warning(settings: &Settings) -> Option<String> {
+/// whose children run as the gateway's user (`stdio::account`: a gateway that is not root and
+/// a route without `user`, or root's opt-out): SECURITY's trust boundary says that user is
+/// trusted. `None` when no such route runs.
+fn shared_port_warning(settings: &Settings, euid: u32) -> Option<String> {
     if !matches!(settings.runtime, RuntimeModel::PerCore) {
         return None;
     }
     let same_user: Vec<&str> = settings
         .routes
         .iter()
-        .filter(|r| {
-            matches!(
-                &r.upstream,
-                crate::config::UpstreamKind::Stdio { run_as: None, .. }
-            )
+        .filter(|r| match &r.upstream {
+            crate::config::UpstreamKind::Stdio { run_as, .. } => {
+                account::decide(euid, run_as.as_ref(), &settings.stdio_account.user)
+                    .shares_the_gateways_user(euid)
+            }
+            _ => false,
         })
         .map(|r| r.name.as_str())
         .collect();
@@ -584,32 +532,6 @@ mod tests {
     }
 
     #[test]
-    fn command_routes_become_bridge_specs() {
-        let text = "data_dir = \"/srv/pf\"\n[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[[routes]]\nname = \"plans\"\ncommand = [\"sh\", \"-c\", \"cat\"]\nenv = { RUST_LOG = \"warn\" }\n[routes.stdio]\nidle_timeout_secs = 5\npool = 1";
-        let settings = toml::from_str::<crate::config::GatewayConfig>(text)
-            .unwrap()
-            .validate()
-            .unwrap();
-        assert!(stdio_spec(&settings.routes[0]).unwrap().is_none());
-        let (spec, socket) = stdio_spec(&settings.routes[1]).unwrap().unwrap();
-        assert_eq!(socket, std::path::Path::new("/srv/pf/run/stdio/plans.sock"));
-        assert_eq!(spec.route, "plans");
-        assert_eq!(spec.command, ["sh", "-c", "cat"]);
-        assert_eq!(spec.env["RUST_LOG"], "warn");
-        assert_eq!(spec.cwd, None);
-        assert_eq!(
-            (
-                spec.max_children,
-                spec.max_children_per_principal,
-                spec.pool
-            ),
-            (16, 4, 1)
-        );
-        assert_eq!(spec.idle_timeout, std::time::Duration::from_secs(5));
-        assert_eq!(spec.run_as, None);
-    }
-
-    #[test]
     fn per_core_listeners_beside_same_user_command_routes_are_warned_about() {
         let settings = |text: &str| {
             toml::from_str::<crate::config::GatewayConfig>(text)
@@ -618,36 +540,19 @@ mod tests {
                 .unwrap()
         };
         let own = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\n";
-        let warning = shared_port_warning(&settings(own)).unwrap();
+        let warning = shared_port_warning(&settings(own), 1000).unwrap();
         assert!(
             warning.starts_with("command routes npx run as"),
             "{warning}"
         );
         assert!(warning.contains("SO_REUSEPORT"), "{warning}");
-        let other_user = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\nuser = \"root\"\n";
-        assert_eq!(shared_port_warning(&settings(other_user)), None);
+        // A root gateway runs them as `stdio_user`, unless a route opts out with root.
+        assert_eq!(shared_port_warning(&settings(own), 0), None);
+        let root = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\nuser = \"root\"\n";
+        assert!(shared_port_warning(&settings(root), 0).is_some());
+        let other_user = "[[routes]]\nname = \"npx\"\ncommand = [\"sh\"]\nuser = \"nobody\"\n";
+        assert_eq!(shared_port_warning(&settings(other_user), 0), None);
         let one_socket = format!("runtime = \"work-stealing\"\n{own}");
-        assert_eq!(shared_port_warning(&settings(&one_socket)), None);
-    }
-
-    #[test]
-    fn a_route_user_is_looked_up_for_its_bridge() {
-        let text = "[[routes]]\nname = \"p\"\ncommand = [\"sh\"]\nuser = \"root\"";
-        let settings = toml::from_str::<crate::config::GatewayConfig>(text)
-            .unwrap()
-            .validate()
-            .unwrap();
-        let (spec, _) = stdio_spec(&settings.routes[0]).unwrap().unwrap();
-        assert_eq!(spec.run_as.map(|r| (r.uid, r.gid)), Some((0, 0)));
-        let text = "[[routes]]\nname = \"p\"\ncommand = [\"sh\"]\nuser = \"no-such-user-pforte\"";
-        let settings = toml::from_str::<crate::config::GatewayConfig>(text)
-            .unwrap()
-            .validate()
-            .unwrap();
-        let err = stdio_spec(&settings.routes[0]).unwrap_err().to_string();
-        assert!(
-            err.starts_with("[[routes]] \"p\": user: no user named \"no-such-user-pforte\""),
-            "{err}"
-        );
+        assert_eq!(shared_port_warning(&settings(&one_socket), 1000), None);
     }
 }

@@ -15,8 +15,10 @@
 //! session's child may also get per-user variables from an injected source
 //! ([`session_env`]). The HTTP endpoints live in [`handlers`] (answers made
 //! in [`reply`]), the route's live children (sessions and pool) in [`children`], decisions
-//! in [`decide`], one child's supervision in [`conn`], the no-orphans start in [`exec`].
+//! in [`decide`], one child's supervision in [`conn`], the no-orphans start in [`exec`], the
+//! account the children run as in [`account`].
 
+pub(crate) mod account;
 mod children;
 pub(crate) mod conn;
 pub(crate) mod decide;
@@ -107,6 +109,13 @@ pub enum StdioError {
         socket: String,
         source: std::io::Error,
     },
+    #[error("route `{route}`: preparing the children's home {home} for {user}: {source}")]
+    Home {
+        route: String,
+        home: String,
+        user: String,
+        source: std::io::Error,
+    },
     #[error("route `{route}`: finding the gateway's own executable: {source}")]
     Launcher {
         route: String,
@@ -163,9 +172,10 @@ impl StdioBridge {
         LiveChildren(self.shared.clone())
     }
 
-    /// Binds the Unix socket (parent dir created 0700, socket 0600, a stale socket replaced);
-    /// synchronous, so `pforte serve` fails early with one clear line. Children are started
-    /// through this executable's hidden `__stdio-exec` subcommand.
+    /// Makes the children's own home (see [`exec::RunAs::own_home`]) and binds the Unix socket
+    /// (parent dir created 0700, socket 0600, a stale socket replaced); synchronous, so
+    /// `pforte serve` fails early with one clear line. Children are started through this
+    /// executable's hidden `__stdio-exec` subcommand.
     pub(crate) fn bind(spec: StdioSpec, socket: &Path) -> Result<Self, StdioError> {
         let launcher = std::env::current_exe().map_err(|source| StdioError::Launcher {
             route: spec.route.clone(),
@@ -184,6 +194,16 @@ impl StdioBridge {
         let route = spec.route.clone();
         if spec.command.is_empty() {
             return Err(StdioError::EmptyCommand { route });
+        }
+        if let Some(who) = spec.run_as.as_ref().filter(|w| w.own_home) {
+            account::prepare_home(&who.home, who.uid, who.gid).map_err(|source| {
+                StdioError::Home {
+                    route: route.clone(),
+                    home: who.home.display().to_string(),
+                    user: who.user.clone(),
+                    source,
+                }
+            })?;
         }
         if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
             pforte_oauth::private_dir(dir).map_err(|source| StdioError::SocketDir {

@@ -57,6 +57,9 @@ pub struct GatewayConfig {
     /// `[vault]`: the key ring that seals per-user upstream credentials.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vault: Option<Vault>,
+    /// The account of command routes without `user` under a root gateway (`nobody` if `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdio_user: Option<String>,
 }
 
 /// `[vault]`.
@@ -107,6 +110,7 @@ impl GatewayConfig {
             routes: Vec::new(),
             telemetry: None,
             vault: None,
+            stdio_user: None,
         }
     }
 

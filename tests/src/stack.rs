@@ -252,6 +252,12 @@ impl StackBuilder {
         self
     }
 
+    /// `stdio_user`: whom command routes without `user` run as under a root gateway.
+    pub fn stdio_user(mut self, user: &str) -> Self {
+        self.config.stdio_user = Some(user.to_owned());
+        self
+    }
+
     /// One more `[[routes]]` entry.
     pub fn route(mut self, route: Route) -> Self {
         self.config.routes.push(route);

@@ -347,6 +347,43 @@ pub fn python_sdk_or_skip() -> Option<PathBuf> {
     }
 }
 
+/// `file` placed in `dir` (a hard link, or a copy across file systems; either keeps its mode),
+/// so that another user reaches it whatever the modes of the checkout's own parents (a clone
+/// under /root).
+pub fn reachable_copy(file: &Path, dir: &Path) -> PathBuf {
+    let Some(name) = file.file_name() else {
+        panic!("{} names no file", file.display());
+    };
+    let to = dir.join(name);
+    if std::fs::hard_link(file, &to).is_err() {
+        std::fs::copy(file, &to).unwrap_or_else(|e| panic!("copying {}: {e}", file.display()));
+    }
+    to
+}
+
+/// Makes `dir` (created when missing) writable by every account (0777): a `command` route's
+/// child runs as `nobody` under a root gateway, and writes there.
+pub fn open_to_children(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+        .unwrap_or_else(|e| panic!("opening {}: {e}", dir.display()));
+}
+
+/// Whether this test runs as root (effective uid 0), which running children as another
+/// account needs; when not, the reason is printed and `false` — under CI a failure.
+pub fn root_or_skip() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let why = "not running as root: a gateway runs command routes as another account only as root";
+    if in_ci() {
+        panic!("{why}");
+    }
+    skip(why);
+    false
+}
+
 /// Runs `python SCRIPT ARGS…` with `stdin`, waiting up to `limit`; returns the last stdout line
 /// parsed as JSON. Fails with the script's stderr when it fails, hangs or prints no JSON.
 pub async fn run_python_json(

@@ -123,12 +123,16 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
     }
     let records = vault_records(&s)?;
     println!("configuration ok:");
+    let euid = nix::unistd::geteuid().as_raw();
     for route in &s.routes {
         println!(
             "  {} → {}",
             route.resource,
             describe_upstream(&route.upstream)
         );
+        if let Some(line) = describe_account(route, euid, &s.stdio_account) {
+            println!("    {line}");
+        }
     }
     for line in describe(&s, records) {
         println!("  {line}");
@@ -302,6 +306,42 @@ pub fn serve(
     }
     // The line once the listeners (`metrics_listen` too) are bound and the vault opens.
     runtime::run(s, stores, Vec::new(), || println!("{line}")).map_err(|e| Failure::Other(e.into()))
+}
+
+/// Whom a `command` route's children run as, for `check` (`None` for other routes); the
+/// account is known here (`preflight` looked it up).
+fn describe_account(
+    route: &crate::config::Route,
+    euid: u32,
+    defaults: &crate::config::StdioAccount,
+) -> Option<String> {
+    use crate::stdio::account::{self, Account};
+    let UpstreamKind::Stdio { run_as, .. } = &route.upstream else {
+        return None;
+    };
+    let uid = |user: &str| {
+        crate::stdio::exec::RunAs::resolve(user, None)
+            .map_or_else(|_| "unknown".to_owned(), |who| who.uid.to_string())
+    };
+    let decided = account::decide(euid, run_as.as_ref(), &defaults.user);
+    let opt_out = if decided.is_root_opt_out(euid) {
+        " — root, the explicit opt-out: third-party code with the gateway's privileges"
+    } else {
+        ""
+    };
+    Some(match decided {
+        Account::Gateway => format!("children run as the gateway's own user (uid {euid})"),
+        Account::Route(who) => format!(
+            "children run as {} (uid {}, the route's user){opt_out}",
+            who.user,
+            uid(&who.user)
+        ),
+        Account::Default(user) => format!(
+            "children run as {user} (uid {}, stdio_user){opt_out}, home {}",
+            uid(&user),
+            account::home_of(&defaults.home, &route.name).display()
+        ),
+    })
 }
 
 /// How `pforte check` names a route's upstream.

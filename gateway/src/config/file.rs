@@ -259,6 +259,11 @@ pub struct GatewayConfig {
     pub(crate) telemetry: super::TelemetryConfig,
     /// `[vault]`: the key ring sealing per-user upstream credentials.
     pub(crate) vault: super::upstream_auth::VaultConfig,
+    /// The account `command` routes without `user` run as when the gateway runs as root.
+    pub(crate) stdio_user: String,
+    /// Where those routes' children get their homes (`<stdio_home>/<route>`); default
+    /// `<data_dir>-stdio`.
+    pub(crate) stdio_home: Option<PathBuf>,
     /// The key ring's text from `PFORTE_VAULT_KEY` (or the file `PFORTE_VAULT_KEY_FILE`
     /// names); over `[vault] key_file`.
     #[serde(skip)]
@@ -299,6 +304,8 @@ impl Default for GatewayConfig {
             metrics_listen: None,
             telemetry: super::TelemetryConfig::default(),
             vault: Default::default(),
+            stdio_user: "nobody".to_owned(),
+            stdio_home: None,
             vault_key_text: None,
         }
     }

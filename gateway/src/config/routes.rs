@@ -10,6 +10,8 @@ use std::{
 
 use http::Uri;
 
+pub(crate) use crate::stdio::account::RunAsName;
+
 use super::{
     ConfigError, GatewayConfig, MCP_PATH, RouteConfig, StdioConfig, UpstreamConfig,
     file::DEFAULT_UPSTREAM_URL, invalid, origins::normalise_origin, route_err,
@@ -61,13 +63,38 @@ impl Upstream {
     }
 }
 
-/// The account a `command` route's children run as, as written (`user`, `group`): `preflight`
-/// checks that this machine knows it, the stdio bridge looks it up when it starts.
+/// The account `command` routes without `user` run as when the gateway runs as root
+/// (`stdio_user`), and where their children's homes go (`stdio_home`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RunAsName {
+pub(crate) struct StdioAccount {
     pub(crate) user: String,
-    /// Instead of the user's primary group.
-    pub(crate) group: Option<String>,
+    /// `<stdio_home>/<route>` is a route's home.
+    pub(crate) home: PathBuf,
+}
+
+impl StdioAccount {
+    /// `stdio_user` as written; `stdio_home` as written, else beside the data dir:
+    /// `<data_dir>-stdio` (outside it, since the data dir is its owner's alone and an account
+    /// must be able to pass through every directory above its home).
+    pub(crate) fn new(user: &str, home: Option<&Path>, data_dir: &Path) -> Result<Self, String> {
+        if user.is_empty() {
+            return Err("must name an account".to_owned());
+        }
+        let home = home.map_or_else(
+            || {
+                let mut name = data_dir
+                    .file_name()
+                    .map_or_else(|| "pforte".into(), std::ffi::OsStr::to_os_string);
+                name.push("-stdio");
+                data_dir.with_file_name(name)
+            },
+            Path::to_owned,
+        );
+        Ok(Self {
+            user: user.to_owned(),
+            home,
+        })
+    }
 }
 
 /// How a route reaches its MCP server.

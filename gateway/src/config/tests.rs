@@ -513,3 +513,29 @@ fn third_party_servers_learn_neither_identity_nor_client_ip_by_default() {
         "{err}"
     );
 }
+
+#[test]
+fn command_routes_default_to_nobody_with_homes_beside_the_data_dir() {
+    let s = cfg("data_dir = \"/var/lib/pforte\"").unwrap();
+    assert_eq!(
+        s.stdio_account,
+        StdioAccount {
+            user: "nobody".to_owned(),
+            home: "/var/lib/pforte-stdio".into()
+        }
+    );
+    let s = cfg("stdio_user = \"mcp\"\nstdio_home = \"/srv/mcp-homes\"").unwrap();
+    assert_eq!(
+        (
+            s.stdio_account.user.as_str(),
+            s.stdio_account.home.as_path()
+        ),
+        ("mcp", std::path::Path::new("/srv/mcp-homes"))
+    );
+    assert_eq!(
+        cfg("").unwrap().stdio_account.home,
+        std::path::Path::new(".pforte-stdio")
+    );
+    let e = cfg("stdio_user = \"\"").unwrap_err().to_string();
+    assert_eq!(e, "stdio_user: must name an account");
+}

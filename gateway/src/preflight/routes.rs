@@ -1,6 +1,7 @@
 //! What a configuration names on this machine: the TLS files exist, a CA file holds a
 //! certificate, a `command` route's program is an executable (looked up on `PATH` when it has
-//! no `/`), its `cwd` a directory, its `user` and `group` known. A failure is worded as the
+//! no `/`), its `cwd` a directory, its `user` and `group` known, and the account its children
+//! run as (`stdio::account`) able to reach the program and its home. A failure is worded as the
 //! configuration's own error ([`ConfigError`]): the field it names and why.
 
 use std::{
@@ -9,8 +10,12 @@ use std::{
 };
 
 use crate::{
+    config::StdioAccount,
     config::{ConfigError, Route, Settings, UpstreamKind, invalid, route_err},
-    stdio::exec::RunAs,
+    stdio::{
+        account::{self, Account},
+        exec::RunAs,
+    },
 };
 
 /// The environment variable a route's program is looked up in when it has no `/`.
@@ -21,6 +26,7 @@ pub(crate) const PATH_ENV: &str = "PATH";
 pub(super) fn check_named(
     settings: &Settings,
     path_var: Option<&OsStr>,
+    euid: u32,
 ) -> Result<(), ConfigError> {
     if let Some(tls) = &settings.listen.tls {
         for files in &tls.pairs {
@@ -35,13 +41,20 @@ pub(super) fn check_named(
         }
     }
     for route in &settings.routes {
-        check_route(route, path_var)?;
+        check_route(route, path_var, euid, &settings.stdio_account)?;
     }
     Ok(())
 }
 
-/// What one route names: its CA file, or its program, `cwd` and account.
-fn check_route(route: &Route, path_var: Option<&OsStr>) -> Result<(), ConfigError> {
+/// What one route names: its CA file, or its program, `cwd` and account — the account its
+/// children run as (decided from `euid`, the route's `user` and `stdio_user`) known, and able
+/// to reach its program and its home.
+fn check_route(
+    route: &Route,
+    path_var: Option<&OsStr>,
+    euid: u32,
+    defaults: &StdioAccount,
+) -> Result<(), ConfigError> {
     let err = |field: &'static str, reason: String| route_err(&route.name, field, reason);
     if let UpstreamKind::Stdio {
         command,
@@ -50,16 +63,52 @@ fn check_route(route: &Route, path_var: Option<&OsStr>) -> Result<(), ConfigErro
         ..
     } = &route.upstream
     {
-        if let Some(program) = command.first() {
-            find_program(program, cwd.as_deref(), path_var).map_err(|e| err("command", e))?;
-        }
+        let program = match command.first() {
+            Some(program) => Some(
+                find_program(program, cwd.as_deref(), path_var).map_err(|e| err("command", e))?,
+            ),
+            None => None,
+        };
         if let Some(cwd) = cwd
             && !cwd.is_dir()
         {
             return Err(err("cwd", format!("{} is not a directory", cwd.display())));
         }
-        if let Some(who) = run_as {
-            RunAs::resolve(&who.user, who.group.as_deref()).map_err(|e| err("user", e))?;
+        let who = match account::decide(euid, run_as.as_ref(), &defaults.user) {
+            Account::Gateway => None,
+            Account::Route(who) => {
+                Some(RunAs::resolve(&who.user, who.group.as_deref()).map_err(|e| err("user", e))?)
+            }
+            Account::Default(user) => Some(
+                RunAs::with_own_home(&user, account::home_of(&defaults.home, &route.name))
+                    .map_err(|e| {
+                        invalid(
+                            "stdio_user",
+                            format!(
+                                "{e} (the account of command routes without user, such as {:?}, \
+                                 when the gateway runs as root)",
+                                route.name
+                            ),
+                        )
+                    })?,
+            ),
+        };
+        if let Some(who) = who {
+            if let Some(reason) = program
+                .as_deref()
+                .and_then(|p| account::unreachable_reason(p, &who.user, who.uid, who.gid, true))
+            {
+                return Err(err("command", reason));
+            }
+            if who.own_home
+                && let Some(reason) =
+                    account::unreachable_reason(&who.home, &who.user, who.uid, who.gid, false)
+            {
+                return Err(invalid(
+                    "stdio_home",
+                    format!("{reason}; set stdio_home to a directory it can reach"),
+                ));
+            }
         }
     }
     if let Some(ca) = route.upstream.ca_file() {
@@ -138,7 +187,90 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap();
-        check_named(&settings, Some(OsStr::new(PATH))).map_err(|e| e.to_string())
+        check_named(&settings, Some(OsStr::new(PATH)), 0).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_default_account_must_exist_and_reach_its_program_and_home() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let err = named(
+            "stdio_user = \"no-such-user-pforte\"\n[[routes]]\nname = \"a\"\ncommand = [\"sh\"]",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "stdio_user: no user named \"no-such-user-pforte\" on this system (the account of \
+             command routes without user, such as \"a\", when the gateway runs as root)"
+        );
+        // A program under a directory only its owner may enter.
+        let tmp = tempfile::tempdir().unwrap();
+        let private = tmp.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let program = private.join("server");
+        std::fs::copy("/bin/sh", &program).unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let homes = tmp.path().join("homes");
+        let text = |home: &std::path::Path| {
+            format!(
+                "stdio_home = {:?}\n[[routes]]\nname = \"a\"\ncommand = [{:?}]",
+                home.display().to_string(),
+                program.display().to_string()
+            )
+        };
+        let err = named(&text(&homes)).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "[[routes]] \"a\": command: nobody (uid 65534), whom its children run as, cannot \
+                 reach {}: {} is 700",
+                program.display(),
+                private.display()
+            )),
+            "{err}"
+        );
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
+        named(&text(&homes)).unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let err = named(&text(&homes)).unwrap_err();
+        assert!(err.contains("cannot run"), "{err}");
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Homes where the account cannot pass.
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let err = named(&format!(
+            "stdio_home = {:?}\n[[routes]]\nname = \"a\"\ncommand = [\"sh\"]",
+            private.join("homes").display().to_string()
+        ))
+        .unwrap_err();
+        assert!(
+            err.starts_with(
+                "stdio_home: nobody (uid 65534), whom its children run as, cannot reach"
+            ) && err.ends_with("set stdio_home to a directory it can reach"),
+            "{err}"
+        );
+        // A link where the account reaches it, to a program where it does not (a venv's
+        // python linked under /root): the link's target counts.
+        let link = tmp.path().join("python");
+        std::os::unix::fs::symlink(&program, &link).unwrap();
+        let err = named(&format!(
+            "stdio_home = {:?}\n[[routes]]\nname = \"a\"\ncommand = [{:?}]",
+            homes.display().to_string(),
+            link.display().to_string()
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "cannot reach {}: {} is 700",
+                program.display(),
+                private.display()
+            )),
+            "{err}"
+        );
+        // A route of its own user, or a gateway that is not root: nothing to reach.
+        let settings = toml::from_str::<crate::config::GatewayConfig>(&text(&homes))
+            .unwrap()
+            .validate()
+            .unwrap();
+        check_named(&settings, Some(OsStr::new(PATH)), 1000).unwrap();
     }
 
     #[test]

@@ -81,12 +81,15 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// How a child starts: with `PATH`, `HOME`, the route's `env`, and `env` (a session's
-    /// own variables, see [`identity::session_env`](super::identity::session_env)) over them.
+    /// How a child starts: with `PATH`, `HOME` (and the caches under a route's own home, which
+    /// is also its working directory unless `cwd` says), the route's `env`, and `env` (a
+    /// session's own variables, see [`identity::session_env`](super::identity::session_env))
+    /// over them.
     fn command(
         &self,
         env: impl FnOnce(Vec<(String, OsString)>) -> Vec<(String, OsString)>,
     ) -> ChildCommand {
+        let own_home = self.spec.run_as.as_ref().filter(|w| w.own_home);
         ChildCommand {
             launcher: self.launcher.clone(),
             command: self.spec.command.clone(),
@@ -97,8 +100,13 @@ impl Shared {
                     Some(who) => Some(who.home.clone().into_os_string()),
                     None => std::env::var_os("HOME"),
                 },
+                own_home.map(|who| who.home.as_path()),
             )),
-            cwd: self.spec.cwd.clone(),
+            cwd: self
+                .spec
+                .cwd
+                .clone()
+                .or_else(|| own_home.map(|who| who.home.clone())),
             run_as: self.spec.run_as.clone(),
             max_line_bytes: self.spec.max_line_bytes,
         }

@@ -61,6 +61,9 @@ pub struct RunAs {
     pub(crate) gid: u32,
     /// The user's home directory (the child's `HOME` unless the route's `env` sets one).
     pub(crate) home: PathBuf,
+    /// `home` is the route's own under `stdio_home` (the default account's): the bridge makes
+    /// it at start, and it is also the children's cache and working directory.
+    pub(crate) own_home: bool,
 }
 
 impl RunAs {
@@ -84,6 +87,17 @@ impl RunAs {
             uid: found.uid.as_raw(),
             gid: gid.as_raw(),
             home: found.dir,
+            own_home: false,
+        })
+    }
+
+    /// The default account `user` with `home` of the route's own (see [`RunAs::own_home`]),
+    /// made absolute (the children start in it: a relative `HOME` would point elsewhere).
+    pub(crate) fn with_own_home(user: &str, home: PathBuf) -> Result<Self, String> {
+        Ok(Self {
+            home: std::path::absolute(&home).unwrap_or(home),
+            own_home: true,
+            ..Self::resolve(user, None)?
         })
     }
 }
@@ -318,7 +332,20 @@ pub fn exec_as(uid: u32, gid: u32, command: &[OsString]) -> ExitCode {
         Err(e) => return fail(e),
     };
     let Err(e) = execvp(&args[0], &args);
-    fail(format!("{}: {e}", command[0].to_string_lossy()))
+    fail(exec_failure(&command[0].to_string_lossy(), uid.as_raw(), e))
+}
+
+/// The line a failed `execvp` as `uid` leaves in the gateway's log: a refusal names what the
+/// account needs.
+fn exec_failure(program: &str, uid: u32, e: Errno) -> String {
+    match e {
+        Errno::EACCES => format!(
+            "{program}: {e}: uid {uid} may not run it — the account must be able to search \
+             every directory above it and execute it (the route's `user`, or `stdio_user` when \
+             the gateway runs as root)"
+        ),
+        e => format!("{program}: {e}"),
+    }
 }
 
 /// Clears the process's dumpable flag (`PR_SET_DUMPABLE 0`): its `/proc/<pid>/` files become
@@ -344,19 +371,24 @@ pub(crate) struct ChildCommand {
 }
 
 impl ChildCommand {
-    /// The environment a child gets: `PATH` and `HOME` from the gateway's (when set), then the
+    /// The environment a child gets: `PATH` and `HOME` from the gateway's (when set), with a
+    /// route's `own_home` its `HOME` and caches ([`super::account::home_env`]), then the
     /// route's own variables.
     pub(crate) fn clean_env(
         route_env: &std::collections::BTreeMap<String, String>,
         path: Option<OsString>,
         home: Option<OsString>,
+        own_home: Option<&std::path::Path>,
     ) -> Vec<(String, OsString)> {
         let mut env: Vec<(String, OsString)> = Vec::new();
         if let Some(p) = path {
             env.push(("PATH".to_owned(), p));
         }
-        if let Some(h) = home {
-            env.push(("HOME".to_owned(), h));
+        match own_home {
+            Some(dir) => env.extend(
+                super::account::home_env(dir).map(|(k, v)| (k.to_owned(), v.into_os_string())),
+            ),
+            None => env.extend(home.map(|h| ("HOME".to_owned(), h))),
         }
         for (k, v) in route_env {
             env.retain(|(name, _)| name != k);
@@ -437,7 +469,7 @@ mod tests {
         let mut route = std::collections::BTreeMap::new();
         route.insert("RUST_LOG".to_owned(), "warn".to_owned());
         route.insert("HOME".to_owned(), "/srv".to_owned());
-        let env = ChildCommand::clean_env(&route, Some("/bin".into()), Some("/root".into()));
+        let env = ChildCommand::clean_env(&route, Some("/bin".into()), Some("/root".into()), None);
         let names: Vec<_> = env.iter().map(|(k, v)| (k.as_str(), v.to_str())).collect();
         assert_eq!(
             names,
@@ -447,7 +479,20 @@ mod tests {
                 ("RUST_LOG", Some("warn"))
             ]
         );
-        assert!(ChildCommand::clean_env(&Default::default(), None, None).is_empty());
+        assert!(ChildCommand::clean_env(&Default::default(), None, None, None).is_empty());
+        // A route's own home: HOME and the caches there, the route's `env` over them.
+        let own = std::path::Path::new("/srv/pf-stdio/files");
+        let env = ChildCommand::clean_env(&route, None, Some("/nonexistent".into()), Some(own));
+        let names: Vec<_> = env.iter().map(|(k, v)| (k.as_str(), v.to_str())).collect();
+        assert_eq!(
+            names,
+            [
+                ("XDG_CACHE_HOME", Some("/srv/pf-stdio/files/.cache")),
+                ("npm_config_cache", Some("/srv/pf-stdio/files/.npm")),
+                ("HOME", Some("/srv")),
+                ("RUST_LOG", Some("warn"))
+            ]
+        );
     }
 
     #[test]
@@ -471,6 +516,21 @@ mod tests {
         assert!(e.contains("no user named \"no-such-user-pforte\""), "{e}");
         let e = RunAs::resolve("root", Some("no-such-group-pforte")).unwrap_err();
         assert!(e.contains("no group named"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_exec_says_what_the_account_needs() {
+        let line = exec_failure("/root/bin/server", 65534, Errno::EACCES);
+        assert!(
+            line.starts_with(
+                "/root/bin/server: EACCES: Permission denied: uid 65534 may not run it"
+            ),
+            "{line}"
+        );
+        assert_eq!(
+            exec_failure("srv", 1, Errno::ENOENT),
+            "srv: ENOENT: No such file or directory"
+        );
     }
 
     #[test]

@@ -463,6 +463,7 @@ async fn console_in_chromium_overview_audit_filter_and_route() {
 async fn console_counts_a_command_routes_live_stdio_children() {
     let svc = McpService::start(&[]).unwrap();
     let data = tempfile::tempdir().unwrap();
+    pforte_tests::open_to_children(data.path());
     let command = [
         pforte_tests::bin("mcp-service").display().to_string(),
         "stdio".to_owned(),

@@ -109,6 +109,7 @@ async fn up_serves_stdio_and_url_routes_beside_the_built_in_service() {
     let dir = tempfile::tempdir().unwrap();
     let wiki = pforte_tests::McpService::start(&[]).unwrap();
     let stdio_data = dir.path().join("plans-data");
+    pforte_tests::open_to_children(&stdio_data);
     let stdio = format!(
         "plans={} stdio --data-dir '{}'",
         bin("mcp-service").display(),

@@ -395,8 +395,9 @@ async fn an_env_route_starts_each_users_child_with_their_secret_and_identity() {
     let dir = tempfile::tempdir().unwrap();
     let key = write_vault_key(dir.path()).unwrap();
     let dumps = dir.path().join("children");
-    std::fs::create_dir(&dumps).unwrap();
+    pforte_tests::open_to_children(&dumps);
     let data = dir.path().join("plans");
+    pforte_tests::open_to_children(&data);
     // Each child writes its environment to a file of its own, then becomes `mcp-service stdio`.
     let command = [
         "/bin/sh".to_owned(),

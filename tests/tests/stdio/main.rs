@@ -6,6 +6,7 @@
 mod big_messages;
 mod catalog_capabilities;
 mod conformance;
+mod stdio_accounts;
 mod stdio_bridge;
 mod stdio_bytes;
 mod stdio_routes;

@@ -98,6 +98,7 @@ async fn a_message_crosses_a_stdio_route_byte_for_byte_both_ways() {
 
     // Through the gateway.
     let logs = tempfile::tempdir().unwrap();
+    pforte_tests::open_to_children(logs.path());
     let log = logs.path().join("read.log");
     let command = [
         "/usr/bin/python3".to_owned(),

@@ -20,12 +20,12 @@ use nix::sys::signal::Signal;
 use pforte_tests::{
     EverythingServer, Gateway, GatewayConfig, Limits, Route, Stack, bin,
     conformance::{Results, run_suite, tools},
-    eventually, rmcp_client, run_python_json, write_config,
+    eventually, reachable_copy, rmcp_client, run_python_json, write_config,
 };
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/stdio")
         .join(name)
@@ -43,24 +43,32 @@ fn python_command(python: &Path) -> Vec<String> {
 }
 
 /// Where the gateways of these tests send `/mcp`: nowhere (unused).
-const NOWHERE: &str = "http://127.0.0.1:9/mcp";
+pub(crate) const NOWHERE: &str = "http://127.0.0.1:9/mcp";
 
 /// A plain-HTTP gateway (limits off, many sessions per principal) with `route`; its
 /// `[upstream]` points nowhere (unused).
-async fn gateway(route: Route) -> Stack {
+pub(crate) async fn gateway(route: Route) -> Stack {
     gateway_through(route, &[]).await
 }
 
 /// [`gateway`] started through `wrapper` (see `StackBuilder::wrapper`).
 async fn gateway_through(route: Route, wrapper: &[&str]) -> Stack {
+    builder(route).wrapper(wrapper).start().await
+}
+
+fn builder(route: Route) -> pforte_tests::StackBuilder {
     Stack::builder()
         .upstream(NOWHERE)
         .plain_http()
         .limits(Limits::off().sessions_per_principal(1000))
         .route(route)
-        .wrapper(wrapper)
-        .start()
-        .await
+}
+
+/// [`gateway`] for a route on the Python SDK's venv, whose interpreter may be a link into
+/// root's own pyenv (`/root` is 0700: no other account runs it): a root gateway runs it as root,
+/// the explicit opt-out (`stdio_user = "root"`; a gateway that is not root ignores it).
+async fn sdk_gateway(route: Route) -> Stack {
+    builder(route).stdio_user("root").start().await
 }
 
 /// The system's python3 (readable by every user, unlike a pyenv under /root), running the
@@ -143,7 +151,7 @@ fn alive(pid: u32) -> bool {
     !state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
 }
 
-async fn call(
+pub(crate) async fn call(
     client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
     name: &str,
     args: Value,
@@ -163,7 +171,7 @@ async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() {
     let Some(python) = python() else { return };
-    let gw = gateway(Route::command("py", &python_command(&python))).await;
+    let gw = sdk_gateway(Route::command("py", &python_command(&python))).await;
     let token = gw.create_token("py-client").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     let out = run_python_json(
@@ -194,6 +202,7 @@ async fn the_python_sdk_client_uses_a_python_sdk_server_through_a_stdio_route() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_service_stdio_is_a_route() {
     let data = tempfile::tempdir().unwrap();
+    pforte_tests::open_to_children(data.path());
     let command = [bin("mcp-service").display().to_string(), "stdio".to_owned()];
     let gw = gateway(
         Route::command("plans", &command)
@@ -246,7 +255,7 @@ async fn mcp_service_stdio_is_a_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_call_is_an_error_and_the_next_call_works() {
     let Some(python) = python() else { return };
-    let gw = gateway(Route::command("py", &python_command(&python))).await;
+    let gw = sdk_gateway(Route::command("py", &python_command(&python))).await;
     let token = gw.create_token("crasher").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     let client = rmcp_client(&url, gw.http(), &token, &[]).await.unwrap();
@@ -284,7 +293,7 @@ async fn a_crash_mid_call_is_an_error_and_the_next_call_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_sessions_on_a_cap_of_sixteen_get_four_503s_through_the_gateway() {
     let Some(python) = python() else { return };
-    let gw = gateway(
+    let gw = sdk_gateway(
         Route::command("py", &python_command(&python))
             .max_children(16)
             .max_children_per_principal(32),
@@ -317,7 +326,7 @@ async fn twenty_sessions_on_a_cap_of_sixteen_get_four_503s_through_the_gateway()
 async fn no_child_left_after(signal: Signal) {
     let Some(python) = python() else { return };
     let mut gw =
-        gateway(Route::command("py", &python_command(&python)).env("FIXTURE_HOLD_ON_EOF", "1"))
+        sdk_gateway(Route::command("py", &python_command(&python)).env("FIXTURE_HOLD_ON_EOF", "1"))
             .await;
     let token = gw.create_token("stopper").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
@@ -447,7 +456,7 @@ async fn the_conformance_target_passes_through_a_stdio_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_second_client_gets_no_more_children() {
     let Some(python) = python() else { return };
-    let gw = gateway(
+    let gw = sdk_gateway(
         Route::command("py", &python_command(&python))
             .max_children(6)
             .max_children_per_principal(2),
@@ -589,7 +598,8 @@ async fn ten_claude_mcp_list_runs_all_connect_on_a_cap_of_four() {
 async fn a_session_with_a_call_in_flight_is_never_evicted() {
     let Some(python) = python() else { return };
     let gw =
-        gateway(Route::command("py", &python_command(&python)).max_children_per_principal(2)).await;
+        sdk_gateway(Route::command("py", &python_command(&python)).max_children_per_principal(2))
+            .await;
     let token = gw.create_token("ci").await.unwrap();
     let url = format!("{}/py/mcp", gw.base);
     let mut busy = gw
@@ -828,17 +838,6 @@ fn nobody_config(dir: &Path, routes: Vec<Route>) -> PathBuf {
     let config = write_config(dir, config).unwrap();
     std::os::unix::fs::chown(&config, Some(65534), Some(65534)).unwrap();
     config
-}
-
-/// `file` placed in `dir` (a hard link, or a copy across file systems; either keeps its mode),
-/// so that another user reaches it whatever the modes of the checkout's own parents (a clone
-/// under /root).
-fn reachable_copy(file: &Path, dir: &Path) -> PathBuf {
-    let to = dir.join(file.file_name().unwrap());
-    if std::fs::hard_link(file, &to).is_err() {
-        std::fs::copy(file, &to).unwrap();
-    }
-    to
 }
 
 /// `pforte ARGS --config CONFIG` as `nobody`, from a link of the binary beside the config.
