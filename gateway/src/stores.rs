@@ -423,4 +423,33 @@ mod tests {
             0o600
         );
     }
+
+    #[test]
+    fn each_command_opens_only_what_it_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let site = Site::Embedded(dir.path().to_path_buf());
+        let clock: Arc<dyn pforte_clock::Clock> = Arc::new(pforte_clock::SystemClock);
+        // `check` on a data dir without a vault: nothing opened, nothing created, no lock.
+        let vault = Stores::open(&site, Needs::VAULT, clock.clone()).unwrap();
+        assert!(vault.vault.is_none() && vault.tokens.is_none() && vault.lock.is_none());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        drop(vault);
+        let admin = Stores::open(&site, Needs::ADMIN, clock.clone()).unwrap();
+        assert!(admin.tokens().is_ok() && admin.oauth().is_ok() && admin.lock.is_some());
+        assert!(admin.vault.is_none() && admin.sessions.is_none() && admin.acme.is_none());
+        drop(admin);
+        let all = Needs {
+            vault: VaultNeed::Open,
+            sessions: true,
+            limits: true,
+            acme: true,
+            ..Needs::ACCOUNTS
+        };
+        let serve = Stores::open(&site, all, clock).unwrap();
+        assert!(serve.vault.is_some() && serve.sessions.is_some() && serve.tasks.is_some());
+        // The embedded store's limiter is this process's own.
+        assert!(serve.limits.is_none() && serve.acme.is_some());
+        assert!(dir.path().join(crate::vault::VAULT_DB).is_file());
+        assert!(dir.path().join(SESSIONS_DB).is_file());
+    }
 }
