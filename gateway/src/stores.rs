@@ -208,26 +208,29 @@ impl Needs {
 
 /// The runtime the stores' background work (redis connection drivers) lives on: owned here,
 /// borrowed by every service that uses a store, stopped last (it outlives pingora's runtimes).
-pub(crate) struct StoreRuntime(Option<tokio::runtime::Runtime>);
+pub(crate) struct StoreRuntime {
+    /// `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
 
 impl StoreRuntime {
     fn start() -> Result<Self, StoresError> {
-        tokio::runtime::Builder::new_multi_thread()
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("pforte-store")
             .enable_all()
             .build()
-            .map(|rt| Self(Some(rt)))
-            .map_err(StoresError::Runtime)
+            .map_err(StoresError::Runtime)?;
+        Ok(Self {
+            handle: runtime.handle().clone(),
+            runtime: Some(runtime),
+        })
     }
 
     /// A handle for those that borrow the runtime.
     pub(crate) fn handle(&self) -> tokio::runtime::Handle {
-        match &self.0 {
-            Some(rt) => rt.handle().clone(),
-            // Only while dropping: never handed out then.
-            None => tokio::runtime::Handle::current(),
-        }
+        self.handle.clone()
     }
 
     /// Runs `work` to its end on this runtime (from outside any runtime).
@@ -238,7 +241,7 @@ impl StoreRuntime {
 
 impl Drop for StoreRuntime {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
     }
