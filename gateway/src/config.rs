@@ -13,7 +13,10 @@ mod tests;
 mod tls;
 mod upstream_auth;
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 pub use file::{DEFAULT_MAX_LINE_BYTES, GatewayConfig};
 pub(crate) use file::{RouteConfig, StdioConfig, UpstreamConfig};
@@ -31,7 +34,6 @@ use crate::{
     limit::Limits,
     logging::LogFormat,
     policy::ToolRule,
-    stores::Site,
 };
 
 /// The public path of the MCP endpoint on the gateway.
@@ -564,4 +566,23 @@ fn is_scope_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
+}
+
+/// Where the stores live (`stores::Stores::open` opens them there).
+#[derive(Debug, Clone)]
+pub(crate) enum Site {
+    /// SQLite files in this data dir.
+    Embedded(PathBuf),
+    /// One redis for every gateway.
+    Redis(String),
+}
+
+impl Site {
+    /// The site a configuration names: redis when `redis_url` is set, else the data dir.
+    pub(crate) fn new(redis_url: Option<&str>, data_dir: &Path) -> Self {
+        match redis_url {
+            Some(url) => Self::Redis(url.to_owned()),
+            None => Self::Embedded(data_dir.to_path_buf()),
+        }
+    }
 }

@@ -329,25 +329,14 @@ impl SharedLimiter {
         }
     }
 
-    /// The gateway's limiter: on redis when `redis_url` is set (its connection manager lives on
-    /// `runtime`, not on a pingora one), else in this process alone.
+    /// The gateway's limiter: on the shared state the stores opened (`shared`, redis), else
+    /// in this process alone (on `clock`).
     pub(crate) fn open(
-        redis_url: Option<&str>,
-        runtime: &tokio::runtime::Handle,
+        shared: Option<Arc<dyn Limiter>>,
         clock: Arc<dyn Clock>,
         metrics: crate::metrics::RateLimitMetrics,
-    ) -> Result<Self, LimitError> {
-        let primary: Option<Arc<dyn Limiter>> = match redis_url {
-            Some(url) => {
-                let _in_runtime = runtime.enter();
-                Some(Arc::new(redis::RedisLimiter::connect(
-                    url,
-                    "pforte:limit:",
-                )?))
-            }
-            None => None,
-        };
-        Ok(Self::new(primary, LocalLimiter::new(clock), metrics))
+    ) -> Self {
+        Self::new(shared, LocalLimiter::new(clock), metrics)
     }
 
     pub(crate) async fn check(&self, key: &str, policy: Policy) -> Decision {

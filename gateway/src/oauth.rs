@@ -139,17 +139,6 @@ pub(crate) struct AuthService {
     client_names: std::sync::Mutex<std::collections::HashMap<String, (Option<String>, u64)>>,
     router: axum::Router,
     validator: Arc<Validator>,
-    /// The runtime the server was built on. It keeps running, so that anything the store
-    /// spawned while building (a redis connection's driver) stays alive.
-    runtime: Option<tokio::runtime::Runtime>,
-}
-
-impl Drop for AuthService {
-    fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
 }
 
 impl std::fmt::Debug for AuthService {
@@ -160,13 +149,13 @@ impl std::fmt::Debug for AuthService {
 
 impl AuthService {
     /// Builds the server on `store` (loading or creating its key there), on the stores' runtime
-    /// `rt`, which it keeps; called before pingora starts its runtimes.
+    /// `rt` (borrowed: the stores own it); called before pingora starts its runtimes.
     /// Its throttles are counted by the gateway's `limiter`; its events (logins, tokens,
     /// revocations, validation cache) go to `observer`; it reads the time from `clock`.
     pub(crate) fn open(
         settings: &Settings,
         store: Arc<dyn Store>,
-        rt: tokio::runtime::Runtime,
+        rt: &tokio::runtime::Handle,
         limiter: Arc<SharedLimiter>,
         observer: Arc<dyn pforte_oauth::Observer>,
         clock: Arc<dyn Clock>,
@@ -185,7 +174,6 @@ impl AuthService {
             router: pforte_oauth::router(server.clone()),
             validator: server.validator(),
             server,
-            runtime: Some(rt),
         })
     }
 
@@ -196,12 +184,6 @@ impl AuthService {
     /// The admin API on this server's store (the console's lists).
     pub(crate) fn admin(&self) -> pforte_oauth::Admin {
         pforte_oauth::Admin::new(self.store.clone())
-    }
-
-    /// The runtime that owns the store's background connections; other shared clients (the
-    /// redis session records) are created on it too.
-    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        self.runtime.as_ref().map(|rt| rt.handle().clone())
     }
 
     /// Validates an OAuth access token for this resource.

@@ -1,55 +1,60 @@
-//! Running the gateway: one pingora server with the proxy service on the public listener,
-//! plus whatever background services the caller adds (e.g. `pforte up`'s supervised child).
+//! Running the gateway, start-up's three steps: the stores opened once (`Stores::open`), the
+//! services assembled from them ([`assemble`]: one pingora server with the proxy service on
+//! the public listener, plus whatever background services the caller adds, e.g. `pforte up`'s
+//! supervised child), then [`run`] until a signal stops it.
 
 use std::{net::SocketAddr, sync::Arc};
 
-use pforte_clock::{Clock, SystemClock};
 use pingora::{
     listeners::{L4BufferSettings, ListenerConfig},
     server::{RunArgs, Server, configuration::ServerConf},
-    services::{ServiceWithDependents, background::background_service},
+    services::ServiceWithDependents,
 };
 
+mod assemble;
 mod bridges;
 mod credentials;
 pub(crate) mod descriptors;
 mod http1;
 mod services;
 
-use bridges::{log_account, stdio_spec};
-use services::{Maintenance, MetricsListener, Signals};
+pub(crate) use assemble::{Parts, assemble};
+pub(crate) use services::Signals;
 
 pub use http1::classify_head;
 
 use crate::{
-    audit::{AuditLog, AuditSink, SighupReopen},
-    catalog::{Catalog, CatalogOptions, CatalogService},
+    catalog::{Catalog, CatalogOptions},
     config::RuntimeModel,
     config::Settings,
     conns,
-    limit::SharedLimiter,
-    metrics::{self, Metrics},
-    oauth::{AuthService, OAuthSetupError},
-    proxy::{Gateway, McpEdge},
-    stdio::{StdioBridge, account},
-    stores::{Site, Stores},
-    tokens::{StoreError, TokenCache},
+    oauth::OAuthSetupError,
+    proxy::Gateway,
+    stores::{Stores, StoresError},
+    tokens::StoreError,
 };
 
+/// What can fail at start, each named in the gateway's words.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServeError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Stores(#[from] StoresError),
+    #[error(transparent)]
+    Tokens(#[from] StoreError),
     #[error(transparent)]
     OAuth(#[from] OAuthSetupError),
-    #[error("pingora: {0}")]
-    Pingora(String),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TelemetryError),
     #[error("metrics_listen {0}: {1}")]
     MetricsListen(SocketAddr, std::io::Error),
     #[error("no free port on {0}: {1}")]
     Port(SocketAddr, std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("route {route:?}: the tool catalog client: {reason}")]
+    Catalog { route: String, reason: String },
     #[error(transparent)]
     Gateway(#[from] crate::proxy::GatewayError),
     #[error(transparent)]
@@ -88,241 +93,52 @@ pub(crate) fn resolve_port(addr: SocketAddr) -> Result<SocketAddr, ServeError> {
     probe.local_addr().map_err(|e| ServeError::Port(addr, e))
 }
 
-/// Builds the server, calls `ready` once everything is bound and opened (the success line:
-/// nothing said before a listener or the vault fails), and blocks until it is told to stop.
-pub(crate) fn run(
+/// Start-up's last two steps on the opened `stores`: [`assemble`] the gateway, then [`run`] it
+/// until a signal stops it; `ready` is called once everything is bound and opened (the success
+/// line: nothing said before a listener or the vault fails).
+pub(crate) fn serve(
     settings: Settings,
     stores: Stores,
     extra: Vec<Box<dyn ServiceWithDependents>>,
     ready: impl FnOnce(),
 ) -> Result<(), ServeError> {
-    pingora::tls::install_default_crypto_provider();
-    let descriptors = descriptors::raise();
-    let settings = Arc::new(settings);
-    // The data dir's lock is held until the server stops.
-    let Stores {
-        tokens,
-        oauth,
-        runtime,
-        lock: _lock,
-    } = stores;
-    let tokens = TokenCache::start(tokens, TOKEN_REFRESH)?;
-    let route_names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
-    let metrics = Arc::new(Metrics::new(&route_names));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let limiter = Arc::new(
-        SharedLimiter::open(
-            match &settings.store {
-                Site::Redis(url) => Some(url.as_str()),
-                Site::Embedded(_) => None,
-            },
-            runtime.handle(),
-            clock.clone(),
-            metrics.ratelimit(),
-        )
-        .map_err(|e| ServeError::Pingora(e.to_string()))?,
-    );
-    let audit = open_audit(&settings)?;
-    let observer = Arc::new(crate::oauth::OAuthObserver {
-        metrics: metrics.clone(),
-        audit: audit.clone(),
-        clock: clock.clone(),
-    });
-    let oauth = Arc::new(AuthService::open(
-        &settings,
-        oauth,
-        runtime,
-        limiter.clone(),
-        observer,
-        clock.clone(),
-    )?);
-    let credentials = credentials::open(
-        &settings,
-        oauth.runtime(),
-        clock.clone(),
-        metrics.credentials(),
-    )?;
-    oauth
-        .server()
-        .set_account_section(Arc::new(crate::credentials::AccountConnections(
-            credentials.clone(),
-        )));
-    let metrics_listener = match settings.listen.metrics_listen {
-        Some(addr) => Some(
-            std::net::TcpListener::bind(addr).map_err(|e| ServeError::MetricsListen(addr, e))?,
-        ),
-        None => None,
-    };
+    let parts = assemble(settings, stores, extra)?;
+    run(parts, Signals::default(), ready);
+    Ok(())
+}
 
-    let conf = server_conf(&settings);
-    let mut server = Server::new_with_opt_and_conf(None, conf);
-    server.bootstrap();
-
-    let maintenance = background_service("oauth maintenance", Maintenance(oauth.clone()));
-    // Each command route's bridge binds its socket now, so that a failure is one line.
-    let mut bridges = Vec::new();
-    // Per route, a command route's live children: for the console by route index, for the
-    // metrics by name.
-    let mut route_children = Vec::new();
-    let mut children = Vec::new();
-    let euid = nix::unistd::geteuid().as_raw();
-    for (i, route) in settings.routes.iter().enumerate() {
-        if let Some((spec, socket)) = stdio_spec(route, euid, &settings.stdio_account)? {
-            log_account(&spec, euid);
-            let mut bridge = StdioBridge::bind(spec, &socket)?.with_audit(audit.clone());
-            if credentials.per_user(i) {
-                bridge = bridge
-                    .with_session_env(Arc::new(crate::credentials::VaultEnv(credentials.clone())));
-            }
-            route_children.push(Some(bridge.live_children()));
-            children.push((route.name.clone(), bridge.live_children()));
-            bridges.push(background_service(&format!("stdio {}", route.name), bridge));
-        } else {
-            route_children.push(None);
-        }
-    }
-    let catalogs = route_catalogs(&settings, &credentials)?;
-    let sessions =
-        crate::stores::sessions(&settings.store, oauth.runtime().as_ref(), clock.clone())
-            .map_err(|e| ServeError::Pingora(e.to_string()))?
-            .with_audit(audit.clone());
-    let mut background: Vec<_> = catalogs
-        .iter()
-        .zip(&settings.routes)
-        .map(|(catalog, route)| {
-            background_service(
-                &format!("tool catalog {}", route.name),
-                CatalogService(catalog.clone()),
-            )
-        })
-        .collect();
-    let audit_reopen = audit
-        .clone()
-        .map(|log| background_service("audit log reopen", SighupReopen(log)));
-    let sessions = Arc::new(sessions);
-    let tasks = crate::stores::tasks(&settings.store, oauth.runtime().as_ref(), clock.clone())
-        .map_err(|e| ServeError::Pingora(e.to_string()))?;
-    let telemetry = match &settings.telemetry {
-        Some(t) => {
-            let started = crate::telemetry::Telemetry::start(t)?;
-            tracing::info!(endpoint = %t.traces_url, "traces exported over OTLP/HTTP");
-            Some(started)
-        }
-        None => None,
-    };
-    let console = crate::console::Console::new(
-        route_children,
-        Some(
-            crate::stores::token_writer(&settings.store)
-                .map_err(|e| ServeError::Pingora(e.to_string()))?,
-        ),
-        clock.now_ms(),
-        match &settings.audit.sink {
-            AuditSink::File(path) => Some(path.clone()),
-            _ => None,
-        },
-    );
-    let edge = McpEdge {
-        catalogs,
-        sessions: sessions.clone(),
-        tasks: Arc::new(tasks),
-        streams: Arc::default(),
-        audit,
-        console,
-        telemetry,
-        credentials,
-    };
-    let metrics_service = metrics_listener.map(|listener| {
-        background_service(
-            "metrics listener",
-            MetricsListener {
-                listener: std::sync::Mutex::new(Some(listener)),
-                metrics: metrics.clone(),
-            },
-        )
-    });
-    let tls_metrics = metrics.tls();
-    let live = metrics.clone();
-    let gateway = Gateway::new(
-        settings.clone(),
-        tokens,
-        oauth,
-        limiter,
-        clock.clone(),
-        edge,
-        metrics,
-    )?;
-    live.live().attach(metrics::live::Sources {
-        routes: gateway.live_routes(),
-        sessions: Some(sessions),
-        children,
-    });
-    // Routes with several `urls`: instances found down are probed back in (and up ones watched).
-    let prober = crate::balance::probe::Prober::new(gateway.balanced(), clock.clone());
-    let prober = prober
-        .has_work()
-        .then(|| background_service("instance prober", prober));
-    let tls = settings
-        .listen
-        .tls
-        .as_ref()
-        .map(|t| crate::tls::listener_tls(&settings, t, tls_metrics, clock.clone()))
-        .transpose()
-        .map_err(|e| ServeError::Pingora(e.to_string()))?;
-    let budget = descriptors::connection_budget(descriptors.limit);
-    let connections = conns::Connections::new(
-        settings.listen.max_connections_per_ip,
+/// Runs the assembled gateway until `shutdown` fires, then stops the stores' runtime (after
+/// pingora's) and releases the data dir.
+pub(crate) fn run(parts: Parts, shutdown: Signals, ready: impl FnOnce()) {
+    let Parts {
+        server,
+        listen,
+        public,
         budget,
-        settings.admission.trusted_proxies.clone(),
-        clock.clone(),
-    );
-    let (proxies, tls_services) = public_service(gateway, &server, &settings, tls, connections)?;
-    let listen = settings.listen.addr.to_string();
-    for proxy in proxies {
-        server.add_service(proxy);
-    }
-    server.add_service(maintenance);
-    for service in tls_services {
-        server.add_boxed_service(service);
-    }
-    if let Some(service) = prober {
-        server.add_service(service);
-    }
-    for service in background.drain(..) {
-        server.add_service(service);
-    }
-    for service in bridges {
-        server.add_service(service);
-    }
-    if let Some(service) = audit_reopen {
-        server.add_service(service);
-    }
-    if let Some(service) = metrics_service {
-        server.add_service(service);
-    }
-    for service in extra {
-        server.add_boxed_service(service);
-    }
-    if let Some(warning) = shared_port_warning(&settings, euid) {
+        warning,
+        runtime,
+        lock,
+    } = parts;
+    if let Some(warning) = warning {
         tracing::warn!("{warning}");
     }
     ready();
     tracing::info!(
         listen = %listen,
-        public = %settings.base_url,
+        public = %public,
         version = env!("CARGO_PKG_VERSION"),
-        budget = %descriptors.describe(),
+        budget = %budget,
         "pforte started"
     );
-    let signal = Arc::new(std::sync::OnceLock::new());
+    let signal = shutdown.0.clone();
     server.run(RunArgs {
-        shutdown_signal: Box::new(Signals(signal.clone())),
+        shutdown_signal: Box::new(shutdown),
     });
     match signal.get() {
         Some(name) => tracing::info!("stopped after {name}"),
         None => tracing::info!("stopped"),
     }
-    Ok(())
+    drop((runtime, lock));
 }
 
 /// One public listener service: the gateway's phases, each connection holding a slot of its
@@ -419,7 +235,7 @@ fn shared_port_warning(settings: &Settings, euid: u32) -> Option<String> {
         .iter()
         .filter(|r| match &r.upstream {
             crate::config::UpstreamKind::Stdio { run_as, .. } => {
-                account::decide(euid, run_as.as_ref(), &settings.stdio_account.user)
+                crate::stdio::account::decide(euid, run_as.as_ref(), &settings.stdio_account.user)
                     .shares_the_gateways_user(euid)
             }
             _ => false,
@@ -482,30 +298,13 @@ fn route_catalogs(
                 ..CatalogOptions::default()
             },
         )
-        .map_err(|e| {
-            ServeError::Pingora(format!(
-                "route {:?}: the tool catalog client: {e}",
-                route.name
-            ))
+        .map_err(|e| ServeError::Catalog {
+            route: route.name.clone(),
+            reason: e.to_string(),
         })?;
         catalogs.push(Arc::new(catalog));
     }
     Ok(catalogs)
-}
-
-/// The audit log, when one is configured.
-fn open_audit(settings: &Settings) -> Result<Option<AuditLog>, ServeError> {
-    Ok(match &settings.audit.sink {
-        AuditSink::Off => None,
-        sink => Some(
-            AuditLog::open_with(
-                sink,
-                crate::audit::DEFAULT_CAPACITY,
-                settings.audit.rotation,
-            )
-            .map_err(|e| ServeError::Pingora(e.to_string()))?,
-        ),
-    })
 }
 
 #[cfg(test)]

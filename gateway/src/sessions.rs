@@ -208,7 +208,8 @@ impl Sessions {
         }
     }
 
-    /// In-process bindings on `clock`.
+    /// In-process bindings on `clock` (the tests'; the gateway's are `embedded` or `redis`).
+    #[cfg(test)]
     pub(crate) fn local(clock: Arc<dyn Clock>, opts: SessionOptions) -> Self {
         Self::with_backend(
             Backend::Local {

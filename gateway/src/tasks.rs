@@ -9,11 +9,7 @@
 
 mod disk;
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -146,12 +142,6 @@ pub(crate) struct Tasks {
 }
 
 enum Backend {
-    Local {
-        /// Record and its expiry (ms, `clock`).
-        table: Mutex<HashMap<Key, (TaskRecord, u64)>>,
-        clock: Arc<dyn Clock>,
-        max_entries: usize,
-    },
     /// In the `tasks` table of `sessions.db`.
     Embedded {
         disk: disk::Disk,
@@ -167,7 +157,6 @@ enum Backend {
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Local { .. } => f.write_str("Local"),
             Self::Embedded { .. } => f.write_str("Embedded"),
             Self::Redis { prefix, .. } => write!(f, "Redis({prefix})"),
         }
@@ -179,18 +168,6 @@ fn unavailable(e: impl std::fmt::Display) -> TaskError {
 }
 
 impl Tasks {
-    /// In this process on `clock`: at most `max_entries` records, each for `ttl`.
-    pub(crate) fn local(clock: Arc<dyn Clock>, ttl: Duration, max_entries: usize) -> Self {
-        Self {
-            backend: Backend::Local {
-                table: Mutex::default(),
-                clock,
-                max_entries,
-            },
-            ttl,
-        }
-    }
-
     /// In the SQLite database at `path` (the data dir's `sessions.db`, created owner-only) on
     /// `clock`: at most `max_entries` records, each for `ttl`; the expired ones are swept now
     /// and on every write. Blocking.
@@ -226,25 +203,6 @@ impl Tasks {
     /// gave twice stays with its first owner).
     pub(crate) async fn record(&self, task_id: &str, record: &TaskRecord) -> Result<(), TaskError> {
         match &self.backend {
-            Backend::Local {
-                table,
-                clock,
-                max_entries,
-            } => {
-                let now = clock.now_ms();
-                let mut t = table
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                t.retain(|_, (_, until)| *until > now);
-                if t.len() >= *max_entries
-                    && let Some(first) = t.iter().min_by_key(|(_, (_, u))| *u).map(|(k, _)| *k)
-                {
-                    t.remove(&first);
-                }
-                let until = now.saturating_add(self.ttl.as_millis() as u64);
-                t.entry(key(task_id)).or_insert((record.clone(), until));
-                Ok(())
-            }
             Backend::Embedded {
                 disk,
                 clock,
@@ -278,15 +236,6 @@ impl Tasks {
     /// The record of `task_id`, if the gateway saw its creation (and it has not expired).
     pub(crate) async fn get(&self, task_id: &str) -> Result<Option<TaskRecord>, TaskError> {
         match &self.backend {
-            Backend::Local { table, clock, .. } => {
-                let now = clock.now_ms();
-                let t = table
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                Ok(t.get(&key(task_id))
-                    .filter(|(_, until)| *until > now)
-                    .map(|(r, _)| r.clone()))
-            }
             Backend::Embedded { disk, clock, .. } => {
                 let (disk, key, now) = (disk.clone(), key(task_id), clock.now_ms());
                 tokio::task::spawn_blocking(move || disk.get(&key, now))
@@ -349,27 +298,6 @@ mod tests {
         assert_eq!(standing(Some(&r), "token:b:", "svc"), Standing::Foreign);
         assert_eq!(standing(Some(&r), "token:a:", "other"), Standing::Foreign);
         assert_eq!(standing(None, "token:a:", "svc"), Standing::Unknown);
-    }
-
-    #[tokio::test]
-    async fn local_records_expire_and_keep_their_first_owner() {
-        let clock = Arc::new(pforte_clock::ManualClock::at(Duration::from_secs(1)));
-        let tasks = Tasks::local(clock.clone(), Duration::from_secs(10), 2);
-        let a = TaskRecord {
-            owner: "a".into(),
-            route: "r".into(),
-            tool: "t".into(),
-            instance: None,
-        };
-        let b = TaskRecord {
-            owner: "b".into(),
-            ..a.clone()
-        };
-        tasks.record("t-1", &a).await.unwrap();
-        tasks.record("t-1", &b).await.unwrap();
-        assert_eq!(tasks.get("t-1").await.unwrap(), Some(a));
-        clock.advance(Duration::from_secs(11));
-        assert_eq!(tasks.get("t-1").await.unwrap(), None);
     }
 
     #[test]

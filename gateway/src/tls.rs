@@ -18,6 +18,7 @@ use pforte_clock::Clock;
 use pingora::services::{ServiceWithDependents, background::background_service};
 
 pub(crate) use accept::TlsEdge;
+pub(crate) use acme::{State as AcmeState, StateError as AcmeStateError};
 use pair::Pair;
 pub(crate) use pair::PairError;
 pub(crate) use reload::{LoadError, Reloader, load};
@@ -26,7 +27,6 @@ pub(crate) use store::CertStore;
 use crate::{
     config::{Settings, Tls, TlsFiles},
     metrics::TlsMetrics,
-    stores::Site,
 };
 
 /// Connections the ACME http-01 listener (port 80) holds at once, every IP together.
@@ -40,6 +40,8 @@ pub(crate) enum TlsError {
     Load(#[from] LoadError),
     #[error("tls.acme.http_listen {0}: {1}")]
     HttpListen(std::net::SocketAddr, std::io::Error),
+    #[error("[tls.acme] without its state opened")]
+    NoAcmeState,
     #[error("the placeholder certificate: {0}")]
     Placeholder(PairError),
     #[error("writing {path}: {source}")]
@@ -62,12 +64,13 @@ pub(crate) struct ListenerTls {
 
 /// Loads the pairs by path into their slots (a bad one fails the start: preflight has named
 /// it already) and sets up what keeps them current: the reloader, and with `[tls.acme]` the
-/// ACME client (its slot after the pairs) and its plain http-01 listener, bound here so a bad
-/// address fails the start.
+/// ACME client (its slot after the pairs, its state `acme_state` as the stores opened it) and
+/// its plain http-01 listener, bound here so a bad address fails the start.
 pub(crate) fn listener_tls(
     settings: &Settings,
     tls: &Tls,
     metrics: TlsMetrics,
+    acme_state: Option<AcmeState>,
     clock: Arc<dyn Clock>,
 ) -> Result<ListenerTls, TlsError> {
     let placeholder = match &tls.acme {
@@ -103,9 +106,8 @@ pub(crate) fn listener_tls(
             );
             services.push(Box::new(background_service("acme http-01 listener", http)));
         }
-        let site = match &settings.store {
-            Site::Redis(url) => acme::StateSite::Redis(url.clone()),
-            Site::Embedded(_) => acme::StateSite::Files(settings.data_dir.join("acme")),
+        let Some(state) = acme_state else {
+            return Err(TlsError::NoAcmeState);
         };
         waiting_text = format!(
             "pforte is obtaining the TLS certificate for {} from {} ({}); retry in a minute\n",
@@ -117,7 +119,7 @@ pub(crate) fn listener_tls(
             acme.clone(),
             store.clone(),
             tls.pairs.len(),
-            site,
+            state,
             tokens,
             clock,
         );

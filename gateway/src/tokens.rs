@@ -119,6 +119,9 @@ pub(crate) trait TokenSource: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub(crate) struct TokenStore {
     conn: Mutex<Connection>,
+    /// Commits through this connection (which `data_version` does not count): the console
+    /// writes through the same store the refresher reads.
+    own_writes: std::sync::atomic::AtomicI64,
 }
 
 const SCHEMA: &str = "
@@ -164,6 +167,7 @@ impl TokenStore {
         pforte_oauth::sqlite_companions(path).map_err(private)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            own_writes: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -194,7 +198,10 @@ impl TokenStore {
             ],
         );
         match inserted {
-            Ok(_) => Ok(token),
+            Ok(_) => {
+                self.wrote();
+                Ok(token)
+            }
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.code == rusqlite::ErrorCode::ConstraintViolation =>
             {
@@ -230,6 +237,9 @@ impl TokenStore {
             "UPDATE static_tokens SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
             params![name, now as i64],
         )?;
+        if n > 0 {
+            self.wrote();
+        }
         Ok(n > 0)
     }
 
@@ -276,11 +286,19 @@ impl TokenStore {
         })
     }
 
-    /// SQLite's `data_version`: changes whenever another connection commits.
+    fn wrote(&self) {
+        self.own_writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Changes whenever any connection commits: SQLite's `data_version` (another connection's
+    /// commits) with this connection's own commits counted beside it.
     fn data_version(&self) -> Result<i64, StoreError> {
-        Ok(self
+        let others: i64 = self
             .conn()?
-            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?;
+        let own = self.own_writes.load(std::sync::atomic::Ordering::Relaxed);
+        Ok(others.wrapping_mul(1 << 32).wrapping_add(own))
     }
 }
 
@@ -363,7 +381,7 @@ impl TokenCache {
     /// A store that cannot be read at start (redis down) starts the cache empty; it fills as
     /// soon as the store answers.
     pub(crate) fn start(
-        store: Box<dyn TokenSource>,
+        store: Arc<dyn TokenSource>,
         interval: Duration,
     ) -> Result<Self, StoreError> {
         let (initial, mut seen) = match (store.snapshot(), store.version()) {
@@ -622,7 +640,7 @@ mod tests {
     #[test]
     fn cache_follows_another_connection() {
         let (d, s) = store();
-        let cache = TokenCache::start(Box::new(s), Duration::from_millis(20)).unwrap();
+        let cache = TokenCache::start(Arc::new(s), Duration::from_millis(20)).unwrap();
         assert!(cache.get().is_empty());
         let admin = TokenStore::open(&d.path().join("t.db")).unwrap();
         let t = admin
@@ -640,6 +658,33 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while cache.get().find(&t).is_none() {
             assert!(std::time::Instant::now() < deadline, "cache never reloaded");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn cache_follows_writes_through_its_own_store() {
+        let (_d, s) = store();
+        let s = Arc::new(s);
+        let cache = TokenCache::start(s.clone(), Duration::from_millis(20)).unwrap();
+        let new = NewToken {
+            name: "console",
+            scopes: &[],
+            routes: &[],
+            expires_at: None,
+        };
+        let t = s.create(&new, 1, &mut rand::rng()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while cache.get().find(&t).is_none() {
+            assert!(std::time::Instant::now() < deadline, "cache never reloaded");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(s.revoke("console", 2).unwrap());
+        while cache.get().find(&t).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "revocation never seen"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }

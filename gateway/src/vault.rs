@@ -273,27 +273,15 @@ fn pending_id(kind: &str, token: &str) -> String {
 }
 
 impl Vault {
-    /// The vault in `data_dir` (`vault.db`, created owner-only). Blocking.
-    pub(crate) fn open_sqlite(
-        data_dir: &Path,
+    /// The vault on `records` (as [`crate::stores::Stores::open`] opened them), sealing and
+    /// opening with `ring`.
+    pub(crate) fn open(
+        records: Records,
         ring: KeyRing,
         clock: Arc<dyn Clock>,
         options: VaultOptions,
-    ) -> Result<Self, VaultError> {
-        let backend = sqlite::SqliteBackend::open(&data_dir.join(VAULT_DB))?;
-        Ok(Self::new(Arc::new(backend), ring, clock, options))
-    }
-
-    /// The vault in redis at `url` under `prefix`. Call inside a tokio runtime.
-    pub(crate) fn open_redis(
-        url: &str,
-        prefix: &str,
-        ring: KeyRing,
-        clock: Arc<dyn Clock>,
-        options: VaultOptions,
-    ) -> Result<Self, VaultError> {
-        let backend = redis::RedisBackend::open(url, prefix)?;
-        Ok(Self::new(Arc::new(backend), ring, clock, options))
+    ) -> Self {
+        Self::new(records.0, ring, clock, options)
     }
 
     fn new(
@@ -641,22 +629,35 @@ pub(crate) fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// Removes every credential of `person` from the vault at `site` (a removed user or revoked
-/// token): no key needed, and a data dir without a vault has none.
-pub(crate) async fn forget_person(
-    site: &crate::stores::Site,
-    person: &str,
-) -> Result<usize, VaultError> {
-    use crate::stores::Site;
-    let backend: Box<dyn Backend> = match site {
-        Site::Embedded(dir) => {
-            let path = dir.join(VAULT_DB);
-            if !path.exists() {
-                return Ok(0);
-            }
-            Box::new(sqlite::SqliteBackend::open(&path)?)
-        }
-        Site::Redis(url) => Box::new(redis::RedisBackend::open(url, DEFAULT_PREFIX)?),
-    };
-    backend.remove_person(person).await
+/// The vault's stored records (sealed: no key is needed to open them or to remove a person's),
+/// opened by [`crate::stores::Stores::open`].
+#[derive(Clone)]
+pub(crate) struct Records(Arc<dyn Backend>);
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Records").finish_non_exhaustive()
+    }
+}
+
+impl Records {
+    /// `vault.db` in `data_dir` (created owner-only). Blocking.
+    pub(crate) fn sqlite(data_dir: &Path) -> Result<Self, VaultError> {
+        Ok(Self(Arc::new(sqlite::SqliteBackend::open(
+            &data_dir.join(VAULT_DB),
+        )?)))
+    }
+
+    /// In redis at `url` under [`DEFAULT_PREFIX`]. Call inside a tokio runtime.
+    pub(crate) fn redis(url: &str) -> Result<Self, VaultError> {
+        Ok(Self(Arc::new(redis::RedisBackend::open(
+            url,
+            DEFAULT_PREFIX,
+        )?)))
+    }
+
+    /// Removes every credential of `person` (a removed user or revoked token).
+    pub(crate) async fn forget_person(&self, person: &str) -> Result<usize, VaultError> {
+        self.0.remove_person(person).await
+    }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::{
     cli,
     config::GatewayConfig,
-    stores::{Site, Stores},
+    stores::{Needs, Site, Stores},
 };
 use anyhow::bail;
 use pforte_clock::{Clock as _, SystemClock};
@@ -55,7 +55,8 @@ impl StoreSite {
         })
     }
 
-    /// Opens the stores (creating the data dir when this command may create the store).
+    /// Opens the accounts and the vault's records (creating the data dir when this command may
+    /// create the store).
     pub(crate) fn open(&self) -> Result<Stores, Failure> {
         if self.created {
             std::fs::create_dir_all(&self.cfg.data_dir).map_err(|e| {
@@ -65,21 +66,22 @@ impl StoreSite {
                 ))
             })?;
         }
-        Stores::open(&Site::new(
-            self.cfg.redis_url.as_deref(),
-            &self.cfg.data_dir,
-        ))
+        Stores::open(
+            &Site::new(self.cfg.redis_url.as_deref(), &self.cfg.data_dir),
+            Needs::ADMIN,
+            std::sync::Arc::new(SystemClock),
+        )
         .map_err(|e| Failure::Unavailable(e.to_string()))
     }
 
     /// Removes `person`'s upstream credentials from the vault (a removed user or revoked
     /// token); a failure is reported, not fatal (the user is gone either way).
     pub(crate) fn forget_credentials(&self, stores: &Stores, person: &str) {
-        let site = Site::new(self.cfg.redis_url.as_deref(), &self.cfg.data_dir);
-        match stores
-            .runtime
-            .block_on(crate::vault::forget_person(&site, person))
-        {
+        // A data dir without a vault has none.
+        let Some(records) = &stores.vault else {
+            return;
+        };
+        match stores.runtime.block_on(records.forget_person(person)) {
             Ok(0) => {}
             Ok(n) => println!("removed {n} upstream credential(s) from the vault"),
             Err(e) => {
@@ -180,7 +182,7 @@ pub fn run(
         _ => None,
     };
     let stores = site.open()?;
-    let admin = Admin::new(stores.oauth.clone());
+    let admin = Admin::new(stores.oauth()?.clone());
     let now = SystemClock.now_secs();
     let done = stores.runtime.block_on(async {
         match command {

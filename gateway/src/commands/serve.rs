@@ -3,13 +3,18 @@
 //! without a store only when told to create one (`--init`, `PFORTE_INIT=1`): a mistyped or
 //! unmounted data dir is refused instead of becoming a new, empty store where every token fails.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use pforte_clock::SystemClock;
 
 use crate::{
     cli,
     config::{Settings, UpstreamKind, VaultKey},
     logging, preflight, runtime,
-    stores::{Site, Stores},
+    stores::{Needs, Site, Stores},
 };
 
 use super::{CmdResult, Env, Failure, harden_process, settings};
@@ -154,7 +159,7 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
 /// many stored credentials it opens — a ring that does not open them all is refused (64), as
 /// `serve` refuses it.
 fn vault_records(s: &Settings) -> Result<Option<(Vec<String>, usize)>, Failure> {
-    use crate::vault::{KeyRing, VAULT_DB, Vault, VaultError, VaultOptions};
+    use crate::vault::{KeyRing, Vault, VaultError, VaultOptions};
     let Some(key) = &s.vault_key else {
         return Ok(None);
     };
@@ -164,28 +169,19 @@ fn vault_records(s: &Settings) -> Result<Option<(Vec<String>, usize)>, Failure> 
     }
     .map_err(super::bad_config)?;
     let ids: Vec<String> = ring.ids().into_iter().map(str::to_owned).collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Other(e.into()))?;
     let clock: std::sync::Arc<dyn pforte_clock::Clock> =
         std::sync::Arc::new(pforte_clock::SystemClock);
-    let opened = match &s.store {
-        // No vault yet: nothing sealed, nothing to open (and nothing created here).
-        Site::Embedded(dir) if !dir.join(VAULT_DB).is_file() => return Ok(Some((ids, 0))),
-        Site::Embedded(dir) => Vault::open_sqlite(dir, ring, clock, VaultOptions::default()),
-        Site::Redis(url) => {
-            let _in_runtime = rt.enter();
-            Vault::open_redis(
-                url,
-                crate::vault::DEFAULT_PREFIX,
-                ring,
-                clock,
-                VaultOptions::default(),
-            )
-        }
-    };
-    match opened.and_then(|vault| rt.block_on(vault.check_ring())) {
+    let checked = Stores::open(&s.store, Needs::VAULT, clock.clone())
+        .map_err(|e| VaultError::Storage(e.to_string()))
+        .and_then(|stores| match stores.vault.clone() {
+            // No vault yet: nothing sealed, nothing to open (and nothing created here).
+            None => Ok(0),
+            Some(records) => {
+                let vault = Vault::open(records, ring, clock, VaultOptions::default());
+                stores.runtime.block_on(vault.check_ring())
+            }
+        });
+    match checked {
         Ok(n) => Ok(Some((ids, n))),
         Err(e @ VaultError::Ring { .. }) => Err(super::bad_config(e)),
         Err(e) => {
@@ -285,9 +281,9 @@ pub fn serve(
     // Before the success line: a store that cannot be opened (locked by a restore, unreadable)
     // is one line and 69, not a gateway that said it listens and then exits.
     let first = first_admin_wanted(env)?;
-    let stores = Stores::open(&s.store)?;
+    let stores = Stores::open(&s.store, Needs::serve(&s), Arc::new(SystemClock))?;
     if let Some((name, password)) = first {
-        let admin = Admin::new(stores.oauth.clone());
+        let admin = Admin::new(stores.oauth()?.clone());
         if stores
             .runtime
             .block_on(first_admin(&admin, &name, &password))?
@@ -305,7 +301,8 @@ pub fn serve(
         tracing::info!(data_dir = %s.data_dir.display(), "created a new, empty store");
     }
     // The line once the listeners (`metrics_listen` too) are bound and the vault opens.
-    runtime::run(s, stores, Vec::new(), || println!("{line}")).map_err(|e| Failure::Other(e.into()))
+    runtime::serve(s, stores, Vec::new(), || println!("{line}"))
+        .map_err(|e| Failure::Other(e.into()))
 }
 
 /// Whom a `command` route's children run as, for `check` (`None` for other routes); the
@@ -442,8 +439,13 @@ mod tests {
     #[test]
     fn the_first_admin_is_made_only_while_the_store_has_no_user() {
         let dir = tempfile::tempdir().unwrap();
-        let stores = Stores::open(&Site::Embedded(dir.path().to_path_buf())).unwrap();
-        let admin = Admin::new(stores.oauth.clone());
+        let stores = Stores::open(
+            &Site::Embedded(dir.path().to_path_buf()),
+            crate::stores::Needs::ACCOUNTS,
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        let admin = Admin::new(stores.oauth().unwrap().clone());
         let pw = Secret::new("first-admin-pw");
         let made = |name: &str| {
             stores

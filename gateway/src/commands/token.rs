@@ -50,7 +50,7 @@ pub fn run(
     let site = StoreSite::find(config, data_dir, adds, env)?;
     let cfg = &site.cfg;
     let stores = site.open()?;
-    let store = &stores.tokens;
+    let store = stores.tokens()?;
     let now = SystemClock.now_secs();
     match action {
         TokenAction::Create {

@@ -13,7 +13,7 @@ use crate::{
     cli,
     config::{RouteConfig, TlsFiles},
     preflight, runtime,
-    stores::Stores,
+    stores::{Needs, Stores},
     tls, tokens,
     up::{self, ServiceChild},
 };
@@ -190,12 +190,16 @@ fn run(
         Err(failure) => return Ok(failure.report()),
     };
 
-    let stores = Stores::open(&settings.store)?;
+    let stores = Stores::open(
+        &settings.store,
+        Needs::serve(&settings),
+        std::sync::Arc::new(SystemClock),
+    )?;
     println!("Pforte is up.");
     println!("  Listening: {}", listening(&settings));
     println!("  MCP URL:   {}", settings.resource());
     let token = first_token(
-        stores.tokens.as_ref(),
+        stores.tokens()?.as_ref(),
         &settings.scopes,
         SystemClock.now_secs(),
     )?;
@@ -215,7 +219,7 @@ fn run(
     for line in up::route_lines(&settings.routes, token.as_deref().unwrap_or("<token>")) {
         println!("{line}");
     }
-    let admin = Admin::new(stores.oauth.clone());
+    let admin = Admin::new(stores.oauth()?.clone());
     match stores.runtime.block_on(first_user(&admin))? {
         Some(password) => {
             println!(
@@ -245,7 +249,7 @@ fn run(
     println!("Press Ctrl-C to stop.");
 
     let supervisor = background_service("mcp-service", child);
-    runtime::run(settings, stores, vec![Box::new(supervisor)], || {})?;
+    runtime::serve(settings, stores, vec![Box::new(supervisor)], || {})?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -403,17 +407,20 @@ mod tests {
     #[test]
     fn the_first_run_creates_one_token_and_one_user_and_a_second_run_neither() {
         let dir = tempfile::tempdir().unwrap();
-        let stores = Stores::open(&Site::Embedded(dir.path().to_path_buf())).unwrap();
+        let stores = Stores::open(
+            &Site::Embedded(dir.path().to_path_buf()),
+            Needs::ACCOUNTS,
+            std::sync::Arc::new(SystemClock),
+        )
+        .unwrap();
+        let tokens = stores.tokens().unwrap();
         let scopes = vec!["mcp".to_owned()];
-        let token = first_token(stores.tokens.as_ref(), &scopes, 1_000).unwrap();
+        let token = first_token(tokens.as_ref(), &scopes, 1_000).unwrap();
         assert!(token.is_some_and(|t| t.starts_with("pft_")));
-        assert_eq!(
-            first_token(stores.tokens.as_ref(), &scopes, 1_001).unwrap(),
-            None
-        );
-        assert_eq!(stores.tokens.list().unwrap().len(), 1);
+        assert_eq!(first_token(tokens.as_ref(), &scopes, 1_001).unwrap(), None);
+        assert_eq!(tokens.list().unwrap().len(), 1);
 
-        let admin = Admin::new(stores.oauth.clone());
+        let admin = Admin::new(stores.oauth().unwrap().clone());
         let password = stores.runtime.block_on(first_user(&admin)).unwrap();
         assert!(password.is_some());
         assert!(

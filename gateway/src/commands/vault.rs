@@ -8,7 +8,10 @@ use clap::Subcommand;
 use pforte_clock::{Clock as _, SystemClock};
 
 use super::{CmdResult, Env, Failure};
-use crate::vault::{KeyRing, Vault, VaultOptions, generate_line};
+use crate::{
+    stores::{Needs, Stores},
+    vault::{KeyRing, Vault, VaultOptions, generate_line},
+};
 
 #[derive(Subcommand)]
 pub enum VaultAction {
@@ -109,30 +112,19 @@ fn rekey(config: Option<PathBuf>, data_dir: Option<PathBuf>, env: &Env) -> CmdRe
     }
     .map_err(|e| Failure::Usage(e.to_string()))?;
     let current = ring.current().to_owned();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Other(e.into()))?;
     let clock = std::sync::Arc::new(SystemClock);
-    let done = runtime.block_on(async {
-        let vault = match &settings.store {
-            crate::stores::Site::Redis(url) => Vault::open_redis(
-                url,
-                crate::vault::DEFAULT_PREFIX,
-                ring,
-                clock,
-                VaultOptions::default(),
-            ),
-            crate::stores::Site::Embedded(dir) => {
-                Vault::open_sqlite(dir, ring, clock, VaultOptions::default())
-            }
+    let stores = Stores::open(&settings.store, Needs::VAULT, clock.clone())?;
+    let done = match stores.vault.clone() {
+        // No vault yet: nothing sealed.
+        None => 0,
+        Some(records) => {
+            let vault = Vault::open(records, ring, clock, VaultOptions::default());
+            stores
+                .runtime
+                .block_on(vault.rekey())
+                .map_err(|e| Failure::Unavailable(e.to_string()))?
         }
-        .map_err(|e| Failure::Unavailable(e.to_string()))?;
-        vault
-            .rekey()
-            .await
-            .map_err(|e| Failure::Unavailable(e.to_string()))
-    })?;
+    };
     println!("re-sealed {done} credential(s) under key {current:?}");
     Ok(())
 }

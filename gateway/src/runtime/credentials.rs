@@ -5,72 +5,28 @@
 use std::sync::Arc;
 
 use super::ServeError;
-use crate::{config::Settings, stores::Site};
+use crate::config::Settings;
 
-/// The per-user credential service: the vault (SQLite in the data dir, or redis) opened with
-/// the configured key ring when a route keeps a credential per user, the records of routes no
-/// longer configured removed, the broker.
+/// The per-user credential service: the vault on the `records` the stores opened (when a route
+/// keeps a credential per user and a key is set) with the configured key ring, the records of
+/// routes no longer configured removed (on the stores' `runtime`), the broker.
 pub(super) fn open(
     settings: &Arc<Settings>,
-    runtime: Option<tokio::runtime::Handle>,
+    records: Option<crate::vault::Records>,
+    runtime: &tokio::runtime::Handle,
     clock: Arc<dyn pforte_clock::Clock>,
     metrics: crate::metrics::CredentialMetrics,
 ) -> Result<Arc<crate::credentials::Credentials>, ServeError> {
     use crate::vault::{KeyRing, Vault, VaultOptions};
-    let needed = settings.routes.iter().any(|r| {
-        r.upstream_auth
-            .as_ref()
-            .is_some_and(crate::config::UpstreamAuth::per_user)
-    });
-    let vault = match (&settings.vault_key, needed) {
-        (Some(key), true) => {
+    let vault = match (&settings.vault_key, records) {
+        (Some(key), Some(records)) => {
             let ring = match key {
                 crate::config::VaultKey::File(path) => KeyRing::read_file(path),
                 crate::config::VaultKey::Text(text) => KeyRing::parse(text),
             }
             .map_err(crate::vault::VaultError::from)?;
-            let vault = match (&settings.store, runtime.clone()) {
-                (Site::Redis(url), Some(rt)) => {
-                    let _in_runtime = rt.enter();
-                    Vault::open_redis(
-                        url,
-                        crate::vault::DEFAULT_PREFIX,
-                        ring,
-                        clock.clone(),
-                        VaultOptions::default(),
-                    )?
-                }
-                _ => Vault::open_sqlite(
-                    &settings.data_dir,
-                    ring,
-                    clock.clone(),
-                    VaultOptions::default(),
-                )?,
-            };
-            let names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
-            // A ring that opens none of the stored credentials is refused here, at start.
-            let cleanup = async {
-                vault.check_ring().await?;
-                match vault.retain_routes(&names).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(
-                        removed = n,
-                        "vault: records of routes no longer configured removed"
-                    ),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "vault: could not remove the records of removed routes")
-                    }
-                }
-                Ok::<(), crate::vault::VaultError>(())
-            };
-            match runtime {
-                Some(rt) => rt.block_on(cleanup),
-                None => tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| ServeError::Pingora(e.to_string()))?
-                    .block_on(cleanup),
-            }?;
+            let vault = Vault::open(records, ring, clock.clone(), VaultOptions::default());
+            runtime.block_on(tidy(&vault, settings))?;
             Some(vault)
         }
         _ => None,
@@ -83,4 +39,22 @@ pub(super) fn open(
         clock,
         metrics,
     )?))
+}
+
+/// Refuses a ring that opens none of the stored credentials (at start), and removes the
+/// records of routes no longer configured.
+async fn tidy(vault: &crate::vault::Vault, settings: &Settings) -> Result<(), ServeError> {
+    vault.check_ring().await?;
+    let names: Vec<&str> = settings.routes.iter().map(|r| r.name.as_str()).collect();
+    match vault.retain_routes(&names).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            removed = n,
+            "vault: records of routes no longer configured removed"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "vault: could not remove the records of removed routes")
+        }
+    }
+    Ok(())
 }

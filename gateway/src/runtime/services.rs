@@ -18,7 +18,8 @@ use crate::{
 /// Ctrl-C and SIGTERM both stop the gateway gracefully (for `drain_secs`): background services
 /// see the shutdown signal and can stop their children. The signal's name is kept for the
 /// "stopped after …" line.
-pub(super) struct Signals(pub(super) Arc<std::sync::OnceLock<&'static str>>);
+#[derive(Default)]
+pub(crate) struct Signals(pub(super) Arc<std::sync::OnceLock<&'static str>>);
 
 #[async_trait]
 impl ShutdownSignalWatch for Signals {

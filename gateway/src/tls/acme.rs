@@ -24,7 +24,7 @@ use rustls::sign::CertifiedKey;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use http01::{Http01, HttpTokens};
-pub(crate) use state::State;
+pub(crate) use state::{State, StateError};
 
 use super::{
     pair::Pair,
@@ -148,19 +148,12 @@ pub(crate) fn alpn_certificate(
     )))
 }
 
-/// Where the state lives, opened when the service starts (redis needs the runtime).
-#[derive(Debug, Clone)]
-pub(crate) enum StateSite {
-    Files(std::path::PathBuf),
-    Redis(String),
-}
-
 /// The ACME client as a background service filling `slot` of the store.
 pub(crate) struct AcmeService {
     cfg: Acme,
     store: Arc<CertStore>,
     slot: Slot,
-    site: StateSite,
+    state: State,
     tokens: HttpTokens,
     clock: Arc<dyn Clock>,
     /// Names of this configuration's entries: `account-…`, `cert-…`, `challenges-…`.
@@ -173,7 +166,7 @@ impl AcmeService {
         cfg: Acme,
         store: Arc<CertStore>,
         slot: Slot,
-        site: StateSite,
+        state: State,
         tokens: HttpTokens,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -190,19 +183,12 @@ impl AcmeService {
             cfg,
             store,
             slot,
-            site,
+            state,
             tokens,
             clock,
             id,
             account_id,
         }
-    }
-
-    async fn open_state(&self) -> Result<State, AcmeError> {
-        Ok(match &self.site {
-            StateSite::Files(dir) => State::files(dir.clone()),
-            StateSite::Redis(url) => State::redis(url).await?,
-        })
     }
 
     /// The stored certificate, when it loads and covers every domain.
@@ -490,24 +476,10 @@ async fn why_invalid(order: &mut instant_acme::Order, status: OrderStatus) -> Ac
 #[async_trait]
 impl BackgroundService for AcmeService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        let state = &self.state;
         let mut failures = 0u32;
-        let state = loop {
-            match self.open_state().await {
-                Ok(state) => break state,
-                Err(e) => {
-                    failures += 1;
-                    let wait = backoff(failures);
-                    tracing::warn!(error = %e, retry_in_secs = wait.as_secs(), "acme: state unreachable");
-                    tokio::select! {
-                        _ = shutdown.changed() => return,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-            }
-        };
-        failures = 0;
         loop {
-            let wait = self.turn(&state, &mut failures).await;
+            let wait = self.turn(state, &mut failures).await;
             tokio::select! {
                 _ = shutdown.changed() => return,
                 () = tokio::time::sleep(wait) => {}

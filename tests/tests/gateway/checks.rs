@@ -1,6 +1,7 @@
 //! Start-up checks that speak (issue 37): a `data_dir` that is a file is one line naming it and
 //! exit 64 for every command that would use it; a busy `metrics_listen` fails `serve` before it
-//! says it listens; `check` names sign-in, TLS and the vault.
+//! says it listens; `check` names sign-in, TLS and the vault. Issue 41: an audit log that
+//! cannot be opened is one line naming its path, in the gateway's words (not "pingora: …").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{net::TcpListener, time::Duration};
@@ -66,6 +67,35 @@ fn a_busy_metrics_listen_fails_serve_before_it_says_it_listens() {
         out.stderr
     );
     drop(held);
+}
+
+#[test]
+fn an_audit_log_that_cannot_be_opened_is_one_line_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A path under a regular file: no directory can be made there.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let audit = file.join("audit.jsonl");
+    let config = write_config(
+        dir.path(),
+        &format!("audit_log = {:?}\n", audit.display().to_string()),
+    );
+    let out = run(
+        pforte(&["serve", "--init", "--config", config.to_str().unwrap()]),
+        Duration::from_secs(30),
+    );
+    assert_ne!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "printed success: {}", out.stdout);
+    let last = out.stderr.trim().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "pforte: cannot open the audit log {}: ",
+            audit.display()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("pingora"), "{}", out.stderr);
 }
 
 #[test]

@@ -51,7 +51,8 @@ impl State {
         Self::Files(dir)
     }
 
-    pub(crate) async fn redis(url: &str) -> Result<Self, StateError> {
+    /// The keys under `pforte:acme:` in the redis at `url` (connected lazily).
+    pub(crate) fn redis(url: &str) -> Result<Self, StateError> {
         let conn = pforte_redis::Redis::open(url)?;
         Ok(Self::Redis {
             conn,
@@ -201,8 +202,8 @@ mod tests {
         let Some(redis) = pforte_test_support::RedisServer::start() else {
             return;
         };
-        let a = State::redis(&redis.url()).await.unwrap();
-        let b = State::redis(&redis.url()).await.unwrap();
+        let a = State::redis(&redis.url()).unwrap();
+        let b = State::redis(&redis.url()).unwrap();
         assert!(a.lock("order", Duration::from_secs(30)).await.unwrap());
         assert!(!b.lock("order", Duration::from_secs(30)).await.unwrap());
         b.unlock("order").await.unwrap();
