@@ -245,7 +245,9 @@ fn code_spans(text: &str) -> Vec<String> {
 }
 
 fn is_identifier(s: &str) -> bool {
-    s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -288,9 +290,11 @@ fn every_path_and_name_architecture_names_exists() {
             Some((p, n)) if p.contains('.') => (p, Some(n)),
             _ => (span.as_str(), None),
         };
-        let looks_like_file = [".rs", ".js", ".md", ".toml", ".json", ".cjs", ".mjs", ".yaml"]
-            .iter()
-            .any(|e| path.ends_with(e));
+        let looks_like_file = [
+            ".rs", ".js", ".md", ".toml", ".json", ".cjs", ".mjs", ".yaml",
+        ]
+        .iter()
+        .any(|e| path.ends_with(e));
         let looks_like_dir = path.ends_with('/')
             && path.chars().next().is_some_and(|c| c.is_ascii_lowercase())
             && path
@@ -333,8 +337,15 @@ fn every_path_and_name_architecture_names_exists() {
             }
         }
     }
-    assert!(bad.is_empty(), "ARCHITECTURE.md names what is not there: {bad:#?}");
-    assert!(checked >= 400, "only {checked} names checked: did the span parsing break?");
+    eprintln!("ARCHITECTURE.md: {checked} paths and names checked");
+    assert!(
+        bad.is_empty(),
+        "ARCHITECTURE.md names what is not there: {bad:#?}"
+    );
+    assert!(
+        checked >= 400,
+        "only {checked} names checked: did the span parsing break?"
+    );
 }
 
 /// ARCHITECTURE.md counts the programs' statics ("The seven statics there are: …") and names
@@ -344,7 +355,14 @@ fn architecture_counts_the_statics_there_are() {
     let root = root();
     let mut holders = BTreeSet::new();
     let mut count = 0;
-    for krate in ["clock", "gateway", "oauth", "outbound", "mcp-service", "redis-profile"] {
+    for krate in [
+        "clock",
+        "gateway",
+        "oauth",
+        "outbound",
+        "mcp-service",
+        "redis-profile",
+    ] {
         let src = root.join(krate).join("src");
         if !src.is_dir() {
             continue;
@@ -389,5 +407,8 @@ fn architecture_counts_the_statics_there_are() {
     );
     let paragraph = rest.split("\n- ").next().unwrap().replace("\n  ", " ");
     let unnamed: Vec<&String> = holders.iter().filter(|h| !paragraph.contains(*h)).collect();
-    assert!(unnamed.is_empty(), "statics in files ARCHITECTURE.md does not name: {unnamed:?}");
+    assert!(
+        unnamed.is_empty(),
+        "statics in files ARCHITECTURE.md does not name: {unnamed:?}"
+    );
 }

@@ -14,7 +14,10 @@ use pforte_tests::Stack;
 
 /// The workspace root (this crate lives in `tests/`).
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The documents whose examples are checked: the README and every page under `docs/`, as
@@ -136,9 +139,13 @@ async fn the_python_sdk_example_calls_whoami() {
     };
     let gw = Stack::builder().plain_http().start().await;
     let token = gw.create_token("sdk-example").await.unwrap();
-    let code = doc_block("docs/routes.md", "## Call a tool with the Python SDK", "python")
-        .replace("http://127.0.0.1:8787/mcp", &gw.mcp_url())
-        .replace("pft_…", &token);
+    let code = doc_block(
+        "docs/routes.md",
+        "## Call a tool with the Python SDK",
+        "python",
+    )
+    .replace("http://127.0.0.1:8787/mcp", &gw.mcp_url())
+    .replace("pft_…", &token);
     let out =
         tokio::task::spawn_blocking(move || Command::new(python).args(["-c", &code]).output())
             .await
@@ -190,12 +197,12 @@ fn the_upstream_auth_example_checks_and_its_vault_key_rotates() {
         "# Upstream credentials: the per-user vault, the connect flow, the broker",
         "toml",
     )
-        .replace("/etc/pforte/vault.key", &path(&key))
-        .replace("/etc/pforte/wiki.token", &path(&secret))
-        .replace(
-            r#"command = ["github-mcp-server", "stdio"]"#,
-            &format!("command = [{:?}, \"stdio\"]", path(&service)),
-        );
+    .replace("/etc/pforte/vault.key", &path(&key))
+    .replace("/etc/pforte/wiki.token", &path(&secret))
+    .replace(
+        r#"command = ["github-mcp-server", "stdio"]"#,
+        &format!("command = [{:?}, \"stdio\"]", path(&service)),
+    );
     assert!(block.contains("kind = \"oauth\"") && block.contains("kind = \"env\""));
     let config = dir.path().join("pforte.toml");
     std::fs::write(
@@ -378,8 +385,18 @@ fn documented_tables() -> Vec<(String, BTreeSet<String>)> {
 fn configuration_reference_lists_exactly_the_keys_of_each_table() {
     let sections = documented_tables();
     let names: Vec<&str> = sections.iter().map(|(t, _)| t.as_str()).collect();
-    for needed in ["", "[upstream]", "[[routes]]", "[tls.acme]", "[oauth]", "[limits]"] {
-        assert!(names.contains(&needed), "no section for {needed:?}: {names:?}");
+    for needed in [
+        "",
+        "[upstream]",
+        "[[routes]]",
+        "[tls.acme]",
+        "[oauth]",
+        "[limits]",
+    ] {
+        assert!(
+            names.contains(&needed),
+            "no section for {needed:?}: {names:?}"
+        );
     }
     let mut bad = Vec::new();
     for (table, documented) in &sections {
@@ -418,7 +435,10 @@ fn configuration_reference_names_exactly_the_environment_overrides() {
         .collect();
     let documented = names(&env_column, "PFORTE_");
     assert!(code.len() >= 15, "{code:?}");
-    assert_eq!(documented, code, "docs/configuration.md's env column vs the loader");
+    assert_eq!(
+        documented, code,
+        "docs/configuration.md's env column vs the loader"
+    );
 }
 
 /// The subcommands and flags `binary SUBCOMMAND… --help` lists: (subcommands, flags).
@@ -516,8 +536,9 @@ fn every_documented_command_names_real_subcommands_and_flags() {
                     }
                     if flags.is_empty() {
                         let key = (binary.to_owned(), path.clone());
-                        let (commands, _) =
-                            helps.entry(key.clone()).or_insert_with(|| help(binary, &path));
+                        let (commands, _) = helps
+                            .entry(key.clone())
+                            .or_insert_with(|| help(binary, &path));
                         if commands.contains(*w) {
                             path.push((*w).to_owned());
                         }
@@ -530,7 +551,10 @@ fn every_documented_command_names_real_subcommands_and_flags() {
                     .clone();
                 for flag in flags {
                     if !known.contains(&flag) {
-                        bad.push(format!("{doc}: `{binary} {}` has no --{flag}", path.join(" ")));
+                        bad.push(format!(
+                            "{doc}: `{binary} {}` has no --{flag}",
+                            path.join(" ")
+                        ));
                     }
                 }
                 checked += 1;
@@ -561,7 +585,11 @@ fn anchors(text: &str) -> BTreeSet<String> {
         if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
             let a = anchor(&line[hashes..]);
             let n = seen.entry(a.clone()).or_default();
-            out.insert(if *n == 0 { a.clone() } else { format!("{a}-{n}") });
+            out.insert(if *n == 0 {
+                a.clone()
+            } else {
+                format!("{a}-{n}")
+            });
             *n += 1;
         }
     }
