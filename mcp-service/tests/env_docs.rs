@@ -33,7 +33,7 @@ fn read(rel: &str) -> String {
 }
 
 #[test]
-fn readme_deploy_guide_and_code_name_the_same_variables() {
+fn reference_deploy_guide_and_code_name_the_same_variables() {
     let code: BTreeSet<String> = names(&read("src/config.rs"))
         .into_iter()
         .filter(|n| read("src/config.rs").contains(&format!("env(\"{n}\")")))
