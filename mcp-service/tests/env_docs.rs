@@ -1,5 +1,5 @@
 //! The service's environment variables are one list: the names the code reads
-//! (`src/config.rs`) are exactly the names README.md and docs/deploy.md give.
+//! (`src/config.rs`) are exactly the names docs/configuration.md and docs/deploy.md give.
 
 use std::collections::BTreeSet;
 
@@ -33,13 +33,13 @@ fn read(rel: &str) -> String {
 }
 
 #[test]
-fn readme_deploy_guide_and_code_name_the_same_variables() {
+fn reference_deploy_guide_and_code_name_the_same_variables() {
     let code: BTreeSet<String> = names(&read("src/config.rs"))
         .into_iter()
         .filter(|n| read("src/config.rs").contains(&format!("env(\"{n}\")")))
         .collect();
     assert!(code.len() >= 8, "{code:?}");
-    for doc in ["../README.md", "../docs/deploy.md"] {
+    for doc in ["../docs/configuration.md", "../docs/deploy.md"] {
         assert_eq!(names(&read(doc)), code, "{doc} vs src/config.rs");
     }
 }

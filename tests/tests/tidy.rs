@@ -1,10 +1,12 @@
 //! Tidy: the mechanical claims of ARCHITECTURE.md, checked on the source tree itself, so they
 //! stay true: every Rust file opens with a `//!` line, no `mod.rs`, no `pub mod` at a crate
-//! root, time read only through the clock crate, no gateway source file over 700 lines,
-//! every test the docs cite as `path.rs::name` exists, and the imports between the gateway's
-//! and oauth's top-level modules follow the allow-list `tidy/imports.txt` (`tidy/imports.rs`).
+//! root, time read only through the clock crate, no gateway source file over 700 lines, every
+//! test the docs cite as `path.rs::name` exists, every path and name ARCHITECTURE.md names
+//! exists, its count of statics is the code's, and the imports between the gateway's and
+//! oauth's top-level modules follow the allow-list `tidy/imports.txt` (`tidy/imports.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The workspace root (this crate lives in `tests/`).
@@ -37,11 +39,13 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The crates whose source the rules cover.
-const CRATES: [&str; 8] = [
+const CRATES: [&str; 10] = [
     "clock",
     "gateway",
     "oauth",
+    "outbound",
     "page",
+    "redis-profile",
     "mcp-service",
     "tests",
     "test-support",
@@ -163,7 +167,16 @@ fn citations(text: &str) -> Vec<(String, String)> {
 fn every_test_the_docs_cite_exists() {
     let root = root();
     let mut bad = Vec::new();
-    for doc in ["SECURITY.md", "ARCHITECTURE.md", "README.md"] {
+    let mut docs: Vec<String> = ["SECURITY.md", "ARCHITECTURE.md", "README.md"]
+        .map(String::from)
+        .to_vec();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            docs.push(format!("docs/{name}"));
+        }
+    }
+    for doc in &docs {
         let text = std::fs::read_to_string(root.join(doc)).unwrap();
         for (path, name) in citations(&text) {
             let file = root.join(&path);
@@ -209,5 +222,222 @@ fn imports_follow_the_allow_list() {
         bad.is_empty(),
         "the imports and {IMPORTS} disagree:\n{}",
         bad.join("\n")
+    );
+}
+
+/// Every file and directory of the repository (paths from the root), skipping build output,
+/// fetched packages and fuzz corpora.
+fn repo_paths() -> (BTreeSet<String>, BTreeSet<String>) {
+    let root = root();
+    let (mut files, mut dirs) = (BTreeSet::new(), BTreeSet::new());
+    let mut todo = vec![root.clone()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let rel = relative(&path);
+            if path.is_dir() {
+                if !matches!(
+                    name.as_str(),
+                    "target" | "node_modules" | ".git" | "corpus" | "artifacts" | ".pforte"
+                ) {
+                    dirs.insert(rel);
+                    todo.push(path);
+                }
+            } else {
+                files.insert(rel);
+            }
+        }
+    }
+    (files, dirs)
+}
+
+/// The inline code spans of `text` outside its fenced blocks.
+fn code_spans(text: &str) -> Vec<String> {
+    let mut prose = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            inside = !inside;
+        } else if !inside {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    prose
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|s| s.trim().to_owned())
+        .collect()
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// ARCHITECTURE.md's names hold: every file or directory it names (`runtime/conns.rs`,
+/// `catalog/`, `mcp-service/core/CONTRACT.md`) exists — as written from the root, or as the end
+/// of a path —, every `file.rs::name` is in that file, and every identifier (`RequestCtx`,
+/// `head_deadline`, `Sessions::make_room`) is a word of the workspace's source.
+#[test]
+fn every_path_and_name_architecture_names_exists() {
+    let root = root();
+    let (files, dirs) = repo_paths();
+    let mut words = BTreeSet::new();
+    for file in files.iter().filter(|f| {
+        [".rs", ".toml", ".js", ".mjs", ".cjs"]
+            .iter()
+            .any(|e| f.ends_with(e))
+    }) {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        words.extend(
+            text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let resolve = |path: &str| -> Vec<String> {
+        let path = path.trim_end_matches('/');
+        let suffix = format!("/{path}");
+        files
+            .iter()
+            .chain(dirs.iter())
+            .filter(|p| *p == path || p.ends_with(&suffix))
+            .cloned()
+            .collect()
+    };
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for span in code_spans(&text) {
+        let (path, name) = match span.split_once("::") {
+            Some((p, n)) if p.contains('.') => (p, Some(n)),
+            _ => (span.as_str(), None),
+        };
+        let looks_like_file = [
+            ".rs", ".js", ".md", ".toml", ".json", ".cjs", ".mjs", ".yaml",
+        ]
+        .iter()
+        .any(|e| path.ends_with(e));
+        let looks_like_dir = path.ends_with('/')
+            && path.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && path
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-./".contains(c));
+        if (looks_like_file || looks_like_dir)
+            && !path.starts_with('/')
+            && !path.contains(['*', ' '])
+            && !matches!(path, "mod.rs" | "path.rs")
+        {
+            checked += 1;
+            let found = resolve(path);
+            if found.is_empty() {
+                bad.push(format!("no such file or directory: {span}"));
+                continue;
+            }
+            if let Some(name) = name.filter(|n| is_identifier(n)) {
+                let holds = found.iter().any(|f| {
+                    let mut source = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+                    let dir = root.join(f).with_extension("");
+                    if dir.is_dir() {
+                        for f in rust_files(&dir) {
+                            source.push_str(&std::fs::read_to_string(f).unwrap());
+                        }
+                    }
+                    source.contains(name)
+                });
+                if !holds {
+                    bad.push(format!("{name} is not in {path}"));
+                }
+            }
+            continue;
+        }
+        let parts: Vec<&str> = span.split("::").collect();
+        if parts.len() <= 3 && parts.iter().all(|p| is_identifier(p)) {
+            checked += 1;
+            let missing: Vec<&&str> = parts.iter().filter(|p| !words.contains(**p)).collect();
+            if !missing.is_empty() {
+                bad.push(format!("{span}: {missing:?} is no word of the source"));
+            }
+        }
+    }
+    eprintln!("ARCHITECTURE.md: {checked} paths and names checked");
+    assert!(
+        bad.is_empty(),
+        "ARCHITECTURE.md names what is not there: {bad:#?}"
+    );
+    assert!(
+        checked >= 400,
+        "only {checked} names checked: did the span parsing break?"
+    );
+}
+
+/// ARCHITECTURE.md counts the programs' statics ("The seven statics there are: …") and names
+/// the file of each: a new static, or one gone, fails here.
+#[test]
+fn architecture_counts_the_statics_there_are() {
+    let root = root();
+    let mut holders = BTreeSet::new();
+    let mut count = 0;
+    for krate in [
+        "clock",
+        "gateway",
+        "oauth",
+        "outbound",
+        "page",
+        "mcp-service",
+        "redis-profile",
+    ] {
+        let src = root.join(krate).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for file in rust_files(&src) {
+            if file.file_name().is_some_and(|n| n == "tests.rs")
+                || file.components().any(|c| c.as_os_str() == "tests")
+            {
+                continue;
+            }
+            for line in std::fs::read_to_string(&file).unwrap().lines() {
+                let line = line.trim_start();
+                let line = line
+                    .strip_prefix("pub(crate) ")
+                    .or_else(|| line.strip_prefix("pub "))
+                    .unwrap_or(line);
+                if line.starts_with("static ") {
+                    count += 1;
+                    holders.insert(relative(&file));
+                }
+            }
+        }
+    }
+    let words = [
+        "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve",
+    ];
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let (_, rest) = text
+        .split_once("statics there are")
+        .expect("ARCHITECTURE.md lists the statics there are");
+    let said = text[..text.len() - rest.len()]
+        .split_whitespace()
+        .rev()
+        .nth(3)
+        .unwrap_or("")
+        .to_owned();
+    assert_eq!(
+        said,
+        words.get(count).copied().unwrap_or("many"),
+        "the code holds {count} statics, in {holders:?}"
+    );
+    let paragraph = rest.split("\n- ").next().unwrap().replace("\n  ", " ");
+    let unnamed: Vec<&String> = holders.iter().filter(|h| !paragraph.contains(*h)).collect();
+    assert!(
+        unnamed.is_empty(),
+        "statics in files ARCHITECTURE.md does not name: {unnamed:?}"
     );
 }

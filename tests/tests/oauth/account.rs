@@ -54,7 +54,7 @@ async fn account_page_lists_and_revokes_grants_and_admins_see_everyone() {
             OAuth::default()
                 .display_name("Acme MCP")
                 // It speaks for example.com: its ID-JAG for alice@example.com joins the
-                // local user of that name (the linking rule: README, one person one user).
+                // local user of that name (the linking rule: docs/sign-in.md, one person one name).
                 .enterprise(Enterprise {
                     issuer: idp.issuer.clone(),
                     allowed_domains: vec!["example.com".into()],
