@@ -18,6 +18,28 @@ if ! tests/prepare.sh; then
   fi
   echo "test.sh: could not install every test tool; the tests that need one will skip" >&2
 fi
+# As root, the gateway runs `command` routes as `nobody` (stdio_user), and the tests' stdio
+# servers live in this checkout: every directory above it must let other users through (a clone
+# under /root, mode 0700, does not). CI's machine is its own: there the bit is added.
+if [ "$(id -u)" = 0 ]; then
+  closed=()
+  d="$PWD"
+  while :; do
+    [ $(( 0$(stat -c %a "$d") & 1 )) -eq 1 ] || closed+=("$d")
+    [ "$d" = / ] && break
+    d="$(dirname "$d")"
+  done
+  if [ ${#closed[@]} -gt 0 ]; then
+    if [ "${CI:-}" = "true" ]; then
+      echo "test.sh: letting other users through ${closed[*]} (o+x), so nobody reaches the checkout" >&2
+      chmod o+x "${closed[@]}"
+    else
+      echo "test.sh: as root the tests run stdio servers as nobody, who cannot pass ${closed[*]};" >&2
+      echo "  clone somewhere others may pass (e.g. /srv), or: chmod o+x ${closed[*]}" >&2
+      exit 1
+    fi
+  fi
+fi
 mkdir -p target
 export PFORTE_SKIP_LOG="$PWD/target/skipped.txt"
 : > "$PFORTE_SKIP_LOG"
