@@ -43,7 +43,8 @@ fi
 mkdir -p target
 export PFORTE_SKIP_LOG="$PWD/target/skipped.txt"
 : > "$PFORTE_SKIP_LOG"
-cargo build --workspace --bins --locked
+# The binaries the tests start; the benchmarks (bench/, pforte-bench) are no test's, so not built.
+cargo build --workspace --exclude pforte-bench --bins --locked
 rc=0
 cargo test --workspace --locked --no-fail-fast "$@" || rc=$?
 if [ -s "$PFORTE_SKIP_LOG" ]; then

@@ -12,7 +12,7 @@ use crate::store::{RedisStore, SqliteStore, Store, StoreError};
 use crate::tools::{Bounds, Planner};
 
 /// The embedded store's file name inside the data dir.
-pub const SQLITE_FILE: &str = "documents.sqlite3";
+pub(crate) const SQLITE_FILE: &str = "documents.sqlite3";
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum StartError {
 }
 
 /// Opens the configured store. Blocking (SQLite opens the file): call before serving.
-pub fn open_store(cfg: &ServiceConfig) -> Result<Arc<dyn Store>, StartError> {
+pub(crate) fn open_store(cfg: &ServiceConfig) -> Result<Arc<dyn Store>, StartError> {
     match cfg.store {
         StoreKind::Sqlite => {
             crate::store::sqlite::private_dir(&cfg.data_dir).map_err(|source| {

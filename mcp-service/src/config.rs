@@ -63,7 +63,7 @@ pub struct ServiceConfig {
 }
 
 /// The most `werkbaum_history` entries one page may ever hold (its input schema's maximum).
-pub const HISTORY_PAGE_CEILING: usize = 100;
+pub(crate) const HISTORY_PAGE_CEILING: usize = 100;
 
 /// The document store backend.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

@@ -68,13 +68,13 @@ fn cli_message(e: &ToolError) -> String {
 }
 
 /// `2026-12-01 19:03Z` for Unix seconds (UTC).
-pub fn utc_minute(secs: u64) -> String {
+pub(crate) fn utc_minute(secs: u64) -> String {
     let t = pforte_clock::UtcDateTime::from_unix_secs(secs);
     format!("{} {:02}:{:02}Z", t.date(), t.hour, t.minute)
 }
 
 /// The `doc list` table: sorted by title (then uuid), a header, aligned columns.
-pub fn list_table(docs: &mut [crate::store::DocumentSummary]) -> String {
+pub(crate) fn list_table(docs: &mut [crate::store::DocumentSummary]) -> String {
     if docs.is_empty() {
         return "no documents\n".to_owned();
     }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
-pub use bundle::{CoreSource, ENTRY};
+pub use bundle::CoreSource;
 use worker::{Form, Job, Reply, Slot};
 
 /// Why a call into the core failed. `Core` is the core's own, precise answer; every other
@@ -64,7 +64,7 @@ impl EngineError {
 }
 
 /// Calls that may wait for a runtime unless configured otherwise.
-pub const DEFAULT_QUEUE_CAPACITY: usize = 64;
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 64;
 
 /// Engine configuration.
 #[derive(Debug, Clone)]

@@ -1,8 +1,8 @@
 //! The agent guide to the Werkbaum notation, served as the `werkbaum://guide` resource.
 
 /// URI of the guide resource.
-pub const URI: &str = "werkbaum://guide";
+pub(crate) const URI: &str = "werkbaum://guide";
 /// MIME type of the guide.
-pub const MIME: &str = "text/markdown";
+pub(crate) const MIME: &str = "text/markdown";
 /// The guide text (Markdown), embedded at build time.
-pub const TEXT: &str = include_str!("guide.md");
+pub(crate) const TEXT: &str = include_str!("guide.md");

@@ -12,7 +12,11 @@ use crate::{config::ServiceConfig, sessions::Sessions, surface::PlanService, too
 
 /// Builds the router: `/mcp` (MCP streamable HTTP), `/healthz` and `/readyz`. Every session shares the
 /// planner (engine and store) and the tool catalog; sessions are held by [`Sessions`].
-pub fn router(cfg: &ServiceConfig, planner: Arc<Planner>, cancel: CancellationToken) -> Router {
+pub(crate) fn router(
+    cfg: &ServiceConfig,
+    planner: Arc<Planner>,
+    cancel: CancellationToken,
+) -> Router {
     let tools = PlanService::tools(cfg.read_only);
     let mcp = StreamableHttpService::new(
         move || {

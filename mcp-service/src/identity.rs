@@ -8,14 +8,14 @@ use serde::Serialize;
 
 /// Header names of the gateway → service contract. The gateway strips any client-sent copies
 /// before it sets them, so their presence here means the gateway vouches for them.
-pub mod header {
-    pub const SUBJECT: &str = "x-pforte-subject";
-    pub const CLIENT: &str = "x-pforte-client";
+pub(crate) mod header {
+    pub(crate) const SUBJECT: &str = "x-pforte-subject";
+    pub(crate) const CLIENT: &str = "x-pforte-client";
     /// The OAuth client's registered name, percent-encoded UTF-8 (absent without a name).
-    pub const CLIENT_NAME: &str = "x-pforte-client-name";
-    pub const AUTH_KIND: &str = "x-pforte-auth-kind";
-    pub const SCOPES: &str = "x-pforte-scopes";
-    pub const REQUEST_ID: &str = "x-request-id";
+    pub(crate) const CLIENT_NAME: &str = "x-pforte-client-name";
+    pub(crate) const AUTH_KIND: &str = "x-pforte-auth-kind";
+    pub(crate) const SCOPES: &str = "x-pforte-scopes";
+    pub(crate) const REQUEST_ID: &str = "x-request-id";
 }
 
 /// Who is calling, as far as this service knows. `whoami` answers with it, so the field docs
@@ -160,19 +160,19 @@ impl Identity {
 }
 
 /// The `_meta` key under which Pforte's stdio bridge names the caller.
-pub const META_KEY: &str = "dev.pforte/identity";
+pub(crate) const META_KEY: &str = "dev.pforte/identity";
 
 /// The environment a session's child gets from Pforte's stdio bridge.
-pub mod env {
-    pub const SUBJECT: &str = "PFORTE_SUBJECT";
-    pub const CLIENT: &str = "PFORTE_CLIENT";
-    pub const CLIENT_NAME: &str = "PFORTE_CLIENT_NAME";
-    pub const AUTH_KIND: &str = "PFORTE_AUTH_KIND";
-    pub const SCOPES: &str = "PFORTE_SCOPES";
+pub(crate) mod env {
+    pub(crate) const SUBJECT: &str = "PFORTE_SUBJECT";
+    pub(crate) const CLIENT: &str = "PFORTE_CLIENT";
+    pub(crate) const CLIENT_NAME: &str = "PFORTE_CLIENT_NAME";
+    pub(crate) const AUTH_KIND: &str = "PFORTE_AUTH_KIND";
+    pub(crate) const SCOPES: &str = "PFORTE_SCOPES";
 }
 
 /// Decodes `%XX` escapes into UTF-8; `None` for a malformed escape or invalid UTF-8.
-pub fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

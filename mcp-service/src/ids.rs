@@ -13,7 +13,7 @@ pub trait Ids: Send + Sync + 'static {
 
 /// Random v4 uuids.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RandomIds;
+pub(crate) struct RandomIds;
 
 impl Ids for RandomIds {
     fn new_uuid(&self) -> String {

@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use mcp_service::{config::ServiceConfig, http, surface::PlanService};
+use mcp_service::{Listen, PlanService, ServiceConfig};
 
 /// Settings every store-using command shares.
 #[derive(clap::Args)]
@@ -44,7 +44,7 @@ enum Command {
         /// Listen address (HOST:PORT, port 0 picks a free port) or a Unix domain socket
         /// (unix:PATH, created 0600; a stale socket there is replaced); overrides the config.
         #[arg(long)]
-        listen: Option<http::Listen>,
+        listen: Option<Listen>,
         /// Stop (gracefully) when stdin reaches end of file: a supervising parent (`pforte up`)
         /// holds the other end, so the service never outlives it, however the parent ends.
         #[arg(long)]
@@ -72,19 +72,19 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
         #[command(subcommand)]
-        command: mcp_service::doc_cli::DocCommand,
+        command: mcp_service::DocCommand,
     },
     /// Mirror a server document into a file (and git); the token comes from PFORTE_TOKEN.
-    PullDoc(mcp_service::pull_doc::PullDocArgs),
+    PullDoc(mcp_service::PullDocArgs),
     /// Print the Werkbaum core's `inspect` JSON for a plan file.
-    Inspect(mcp_service::plan_cli::InspectArgs),
+    Inspect(mcp_service::InspectArgs),
     /// Print the Werkbaum core's `check` JSON for a plan file: alone, or with --against as a
     /// delta (exit 0 no blocking finding, 3 blocking, 64 usage, 1 other errors).
-    Check(mcp_service::plan_cli::CheckArgs),
+    Check(mcp_service::CheckArgs),
 }
 
 fn load_config(store: &StoreArgs) -> Result<ServiceConfig, ExitCode> {
-    let bad = |e: mcp_service::config::ConfigError| {
+    let bad = |e: mcp_service::ConfigError| {
         eprintln!("mcp-service: bad configuration: {e}");
         ExitCode::from(64)
     };
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
             // usage error: 64 (EX_USAGE), as `check`'s documented exit codes say.
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(mcp_service::plan_cli::EXIT_USAGE)
+                ExitCode::from(mcp_service::EXIT_USAGE)
             } else {
                 ExitCode::SUCCESS
             };
@@ -145,8 +145,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(cfg) => cfg,
                 Err(code) => return Ok(code),
             };
-            let listen = listen.unwrap_or(http::Listen::Tcp(cfg.listen));
-            if let http::Listen::Tcp(addr) = listen {
+            let listen = listen.unwrap_or(Listen::Tcp(cfg.listen));
+            if let Listen::Tcp(addr) = listen {
                 cfg.listen = addr;
             }
             cfg.read_only |= read_only;
@@ -164,41 +164,42 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // The redis store's connection manager needs the runtime.
             let planner = {
                 let _rt = runtime.enter();
-                mcp_service::app::planner(&cfg).context("starting the service")?
+                mcp_service::planner(&cfg).context("starting the service")?
             };
             runtime.block_on(async {
                 let shutdown = shutdown_signal(stop_on_stdin_eof);
                 match listen {
-                    http::Listen::Tcp(_) => {
+                    Listen::Tcp(_) => {
                         let listener = tokio::net::TcpListener::bind(cfg.listen)
                             .await
                             .with_context(|| format!("binding {}", cfg.listen))?;
                         let addr = listener.local_addr()?;
                         // Tests and `pforte up` read this line to learn the port.
                         println!("mcp-service listening on http://{addr}/mcp");
-                        http::serve(http::nodelay(listener), &cfg, planner, shutdown).await?;
+                        mcp_service::serve(mcp_service::nodelay(listener), &cfg, planner, shutdown)
+                            .await?;
                     }
-                    http::Listen::Unix(path) => {
-                        let listener = http::bind_unix(&path)
+                    Listen::Unix(path) => {
+                        let listener = mcp_service::bind_unix(&path)
                             .with_context(|| format!("binding unix:{}", path.display()))?;
                         println!("mcp-service listening on unix:{}", path.display());
-                        http::serve(listener, &cfg, planner, shutdown).await?;
+                        mcp_service::serve(listener, &cfg, planner, shutdown).await?;
                         let _ = std::fs::remove_file(&path);
                     }
                 }
                 Ok(ExitCode::SUCCESS)
             })
         }
-        Command::Inspect(args) => Ok(runtime.block_on(mcp_service::plan_cli::inspect(args))),
-        Command::Check(args) => Ok(runtime.block_on(mcp_service::plan_cli::check(args))),
+        Command::Inspect(args) => Ok(runtime.block_on(mcp_service::inspect(args))),
+        Command::Check(args) => Ok(runtime.block_on(mcp_service::check(args))),
         Command::Doc { store, command } => {
             let cfg = match load_config(&store) {
                 Ok(cfg) => cfg,
                 Err(code) => return Ok(code),
             };
-            Ok(runtime.block_on(mcp_service::doc_cli::run(command, &cfg)))
+            Ok(runtime.block_on(mcp_service::doc(command, &cfg)))
         }
-        Command::PullDoc(args) => Ok(runtime.block_on(mcp_service::pull_doc::run(args))),
+        Command::PullDoc(args) => Ok(runtime.block_on(mcp_service::pull_doc(args))),
         Command::Stdio { store, read_only } => {
             let mut cfg = match load_config(&store) {
                 Ok(cfg) => cfg,
@@ -208,7 +209,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // The redis store's connection manager needs the runtime.
             let planner = {
                 let _rt = runtime.enter();
-                mcp_service::app::planner(&cfg).context("starting the service")?
+                mcp_service::planner(&cfg).context("starting the service")?
             };
             runtime.block_on(async {
                 let running = PlanService::new(planner, cfg.read_only)

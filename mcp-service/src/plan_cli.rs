@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::engine::{CoreSource, Engine, EngineConfig, EngineError};
 
 /// Exit code of `check` when a finding blocks.
-pub const EXIT_BLOCKING: u8 = 3;
+pub(crate) const EXIT_BLOCKING: u8 = 3;
 /// Exit code of a usage error (EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
 
@@ -63,7 +63,7 @@ pub struct CheckArgs {
 
 /// Why a plan command failed; its `Display` is the message for stderr.
 #[derive(Debug, thiserror::Error)]
-pub enum PlanCliError {
+pub(crate) enum PlanCliError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -90,7 +90,7 @@ fn start_engine(core: Option<&Path>) -> Result<Engine, PlanCliError> {
 }
 
 /// Runs `inspect` and returns the contract's result.
-pub async fn inspect_value(args: &InspectArgs) -> Result<Value, PlanCliError> {
+pub(crate) async fn inspect_value(args: &InspectArgs) -> Result<Value, PlanCliError> {
     let text = read_plan(&args.file)?;
     let engine = start_engine(args.core.as_deref())?;
     let mut params = json!({ "text": text, "showDiscarded": args.show_discarded });
@@ -104,7 +104,7 @@ pub async fn inspect_value(args: &InspectArgs) -> Result<Value, PlanCliError> {
 }
 
 /// Runs `check` and returns the contract's result.
-pub async fn check_value(args: &CheckArgs) -> Result<Value, PlanCliError> {
+pub(crate) async fn check_value(args: &CheckArgs) -> Result<Value, PlanCliError> {
     let text = read_plan(&args.file)?;
     let against = args.against.as_deref().map(read_plan).transpose()?;
     let engine = start_engine(args.core.as_deref())?;

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage, Role};
 
-pub const REVIEW: &str = "werkbaum/review";
-pub const DECOMPOSE: &str = "werkbaum/decompose";
+pub(crate) const REVIEW: &str = "werkbaum/review";
+pub(crate) const DECOMPOSE: &str = "werkbaum/decompose";
 
 /// Why a prompt request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PromptError {
+pub(crate) enum PromptError {
     #[error("no prompt {0} (there are werkbaum/review and werkbaum/decompose)")]
     Unknown(String),
     #[error("prompt {prompt} needs the argument {arg}")]
@@ -23,7 +23,7 @@ pub enum PromptError {
 }
 
 /// The prompts this server offers.
-pub fn list() -> Vec<Prompt> {
+pub(crate) fn list() -> Vec<Prompt> {
     let target = || {
         vec![
             PromptArgument::new("document")
@@ -95,7 +95,10 @@ fn how_to_read(t: &Target) -> String {
 }
 
 /// Expands a prompt with its arguments.
-pub fn get(name: &str, args: &BTreeMap<String, String>) -> Result<GetPromptResult, PromptError> {
+pub(crate) fn get(
+    name: &str,
+    args: &BTreeMap<String, String>,
+) -> Result<GetPromptResult, PromptError> {
     let text = match name {
         REVIEW => review(&target(args)?),
         DECOMPOSE => {

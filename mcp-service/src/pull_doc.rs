@@ -26,11 +26,11 @@ use crate::engine::{Engine, EngineConfig};
 use crate::tools::checksum;
 
 /// The env variable holding the bearer token.
-pub const TOKEN_ENV: &str = "PFORTE_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "PFORTE_TOKEN";
 /// The trailer keys.
-pub const TRAILER_VERSION: &str = "Werkbaum-Version";
-pub const TRAILER_CHANGED_BY: &str = "Werkbaum-Changed-By";
-pub const TRAILER_DOCUMENT: &str = "Werkbaum-Document";
+pub(crate) const TRAILER_VERSION: &str = "Werkbaum-Version";
+pub(crate) const TRAILER_CHANGED_BY: &str = "Werkbaum-Changed-By";
+pub(crate) const TRAILER_DOCUMENT: &str = "Werkbaum-Document";
 
 /// Arguments of `mcp-service pull-doc`.
 #[derive(Debug, clap::Args)]
@@ -54,7 +54,7 @@ pub struct PullDocArgs {
 
 /// Why a mirror run failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PullError {
+pub(crate) enum PullError {
     #[error("{0}")]
     Usage(String),
     #[error("cannot reach {url}: {reason}")]

@@ -69,7 +69,7 @@ const INBOUND_CAPACITY: usize = 16;
 
 /// Why a session operation failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     #[error("session {0} not found")]
     NotFound(SessionId),
     #[error("the session has ended")]
@@ -84,7 +84,7 @@ pub enum SessionError {
 
 /// Settings of [`Sessions`].
 #[derive(Debug, Clone)]
-pub struct SessionsConfig {
+pub(crate) struct SessionsConfig {
     /// A session ends after this long without a message either way; `None`: never.
     pub keep_alive: Option<Duration>,
     /// The `retry` of the priming event that starts each request stream; `None`: no priming.
@@ -107,13 +107,14 @@ impl Default for SessionsConfig {
 /// All sessions of the process; rmcp's `StreamableHttpService` calls it through
 /// [`SessionManager`].
 #[derive(Debug, Default)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     sessions: RwLock<HashMap<SessionId, Arc<Session>>>,
     config: SessionsConfig,
 }
 
 impl Sessions {
-    pub fn new(config: SessionsConfig) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(config: SessionsConfig) -> Self {
         Self {
             sessions: RwLock::default(),
             config,
@@ -121,11 +122,13 @@ impl Sessions {
     }
 
     /// Sessions currently held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         read(&self.sessions).len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -215,7 +218,7 @@ fn cancelled_request(message: &ClientJsonRpcMessage) -> Option<&RequestId> {
 
 /// One SSE stream out of a session.
 #[derive(Debug)]
-pub struct SseStream {
+pub(crate) struct SseStream {
     rx: mpsc::UnboundedReceiver<Box<ServerSseMessage>>,
 }
 
@@ -371,7 +374,7 @@ impl SessionManager for Sessions {
 
 /// The service's end of a session: client messages in, its messages routed out to the streams.
 #[derive(Debug)]
-pub struct SessionTransport {
+pub(crate) struct SessionTransport {
     session: Arc<Session>,
     inbound: mpsc::Receiver<Box<ClientJsonRpcMessage>>,
     keep_alive: Option<Duration>,

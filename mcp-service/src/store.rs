@@ -8,12 +8,12 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub mod redis;
-pub mod sqlite;
+pub(crate) mod redis;
+pub(crate) mod sqlite;
 #[cfg(test)]
 mod suite;
 
-pub use self::redis::RedisStore;
+pub(crate) use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
 
 /// A stored document at one version.
@@ -120,7 +120,7 @@ pub enum StoreError {
     Full(u64),
 }
 
-pub type StoreResult<T> = Result<T, StoreError>;
+pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// Durable documents. Implementations are shared between sessions (and, for redis, between
 /// replicas); `write` must be atomic with respect to every other `write` on the same document.

@@ -41,7 +41,7 @@ use rmcp::{
 
 /// What every session learns at `initialize`: the two forms, `base` and the guard rails,
 /// said once here (and in `werkbaum://guide`) instead of in every tool description.
-pub const INSTRUCTIONS: &str = "Werkbaum plans (plain-text work breakdowns). Read werkbaum://guide \
+pub(crate) const INSTRUCTIONS: &str = "Werkbaum plans (plain-text work breakdowns). Read werkbaum://guide \
      for the notation, the status keys and every field the tools return; ask werkbaum_inspect \
      instead of interpreting a plan yourself.\n\
      Two forms, exactly one per call: `text` (a plan you read yourself, e.g. a local file: \
@@ -57,7 +57,7 @@ pub const INSTRUCTIONS: &str = "Werkbaum plans (plain-text work breakdowns). Rea
 
 /// The names of the tools that change a plan: every tool not annotated `readOnlyHint: true`.
 /// The gateway derives `mcp:write` from the same annotations.
-pub fn write_tools(router: &ToolRouter<PlanService>) -> Vec<String> {
+pub(crate) fn write_tools(router: &ToolRouter<PlanService>) -> Vec<String> {
     router
         .list_all()
         .into_iter()
@@ -75,7 +75,7 @@ fn close_input_schemas(router: &mut ToolRouter<PlanService>) {
 }
 
 /// The arguments a tool's input schema does not name, or `None` when all are known.
-pub fn unknown_arguments(
+pub(crate) fn unknown_arguments(
     schema: &rmcp::model::JsonObject,
     arguments: Option<&rmcp::model::JsonObject>,
 ) -> Option<(Vec<String>, Vec<String>)> {

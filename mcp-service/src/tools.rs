@@ -11,12 +11,12 @@
 //! `edit` (the edits, computed by the core), `render` (the text renderings) and `error` (the
 //! one place failures become tool errors).
 
-pub mod answer;
+pub(crate) mod answer;
 mod edit;
-pub mod error;
-pub mod input;
-pub mod render;
-pub mod schema;
+pub(crate) mod error;
+pub(crate) mod input;
+pub(crate) mod render;
+pub(crate) mod schema;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -46,15 +46,15 @@ use render::{
 };
 
 /// The URI of a document resource.
-pub fn doc_uri(uuid: &str) -> String {
+pub(crate) fn doc_uri(uuid: &str) -> String {
     format!("werkbaum://doc/{uuid}")
 }
 
 /// The URI template of document resources.
-pub const DOC_URI_TEMPLATE: &str = "werkbaum://doc/{uuid}";
+pub(crate) const DOC_URI_TEMPLATE: &str = "werkbaum://doc/{uuid}";
 
 /// SHA-256 hex of the UTF-8 text.
-pub fn checksum(text: &str) -> String {
+pub(crate) fn checksum(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 

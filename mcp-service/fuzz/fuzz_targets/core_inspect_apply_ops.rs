@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_service::engine::{Engine, EngineConfig, EngineError};
+use mcp_service::{Engine, EngineConfig, EngineError};
 use serde_json::{Value, json};
 
 fn engine() -> &'static Engine {

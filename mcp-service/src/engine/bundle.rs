@@ -13,7 +13,7 @@ use rquickjs::{CatchResultExt, Context, Module, Runtime, WriteOptions};
 use super::EngineError;
 
 /// The module every bundle must provide; it exports `dispatch(method, paramsJson)`.
-pub const ENTRY: &str = "index.js";
+pub(crate) const ENTRY: &str = "index.js";
 
 /// A bundle that is larger than this is refused (the built-in core is a few hundred KiB).
 const MAX_BUNDLE_BYTES: usize = 16 * 1024 * 1024;

@@ -18,7 +18,7 @@ use super::{
 };
 
 /// The key prefix unless configured otherwise.
-pub const DEFAULT_PREFIX: &str = "pforte:werkbaum:";
+pub(crate) const DEFAULT_PREFIX: &str = "pforte:werkbaum:";
 
 // KEYS: doc, history, docs. ARGV: uuid, title, text, version, checksum, updated_at, entry,
 // max documents.
@@ -44,7 +44,7 @@ return 'ok'";
 
 /// redis-backed [`Store`].
 #[derive(Clone)]
-pub struct RedisStore {
+pub(crate) struct RedisStore {
     conn: pforte_redis::Redis,
     prefix: String,
     create: Script,
@@ -70,7 +70,7 @@ fn corrupt(what: &str) -> StoreError {
 impl RedisStore {
     /// A store on the redis at `url` (e.g. `redis://127.0.0.1:6379/0`), keys under `prefix`.
     /// Connects lazily; every call fails fast with `Unavailable` while redis is down.
-    pub fn connect(url: &str, prefix: &str) -> StoreResult<Self> {
+    pub(crate) fn connect(url: &str, prefix: &str) -> StoreResult<Self> {
         let conn = pforte_redis::Redis::open(url).map_err(unavailable)?;
         Ok(Self {
             conn,

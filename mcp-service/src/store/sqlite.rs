@@ -37,7 +37,7 @@ impl std::fmt::Debug for SqliteStore {
 
 /// Creates `dir` as 0700 or tightens it; a directory this process may not chmod (a volume it
 /// does not own) is left as it is with a warning.
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new()
         .recursive(true)

@@ -15,7 +15,7 @@ use crate::identity::Identity;
 /// The revision an answer was computed from: `{document, version, checksum}` for a server
 /// document, `{checksum}` for a text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Revision {
+pub(crate) struct Revision {
     /// The document uuid (document form only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document: Option<String>,
@@ -28,7 +28,7 @@ pub struct Revision {
 
 /// The core's summary figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub nodes: u64,
     pub warnings: u64,
     /// Nodes on the cheapest path.
@@ -41,7 +41,7 @@ pub struct Summary {
 
 /// A warning of the notation (the set is upstream Werkbaum's; see werkbaum://guide).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Warning {
+pub(crate) struct Warning {
     /// The warning type, e.g. `mixedGate`, `sizeConflict`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -57,7 +57,7 @@ pub struct Warning {
 
 /// A warning of the checked text that is new against the earlier one, with its verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// A warning type, or `prodStatus` (a node newly set to `[^]`).
     #[serde(rename = "type")]
     pub kind: String,
@@ -75,7 +75,7 @@ pub struct Finding {
 
 /// A hint that is not a warning, e.g. `notAPlan` (the text is mostly prose).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Notice {
+pub(crate) struct Notice {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: String,
@@ -87,7 +87,7 @@ pub struct Notice {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code)] // describes the core's JSON; never built in Rust
-pub struct Node {
+pub(crate) struct Node {
     pub id: Option<String>,
     pub label: String,
     pub line: u64,
@@ -130,7 +130,7 @@ pub struct Node {
 
 /// One assignee's share of the cheapest path.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Load {
+pub(crate) struct Load {
     pub tag: String,
     pub load: f64,
     pub stations: u64,
@@ -139,7 +139,7 @@ pub struct Load {
 /// The cheapest path.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PathInfo {
+pub(crate) struct PathInfo {
     /// Lines of the needed nodes.
     pub needed: Vec<u64>,
     /// Lines of the stations.
@@ -153,7 +153,7 @@ pub struct PathInfo {
 
 /// `werkbaum_read`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct ReadAnswer {
+pub(crate) struct ReadAnswer {
     pub revision: Revision,
     pub summary: Summary,
     /// The plan text.
@@ -168,7 +168,7 @@ pub struct ReadAnswer {
 
 /// `werkbaum_inspect`: the sections asked for, the summary and the notices.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct InspectAnswer {
+pub(crate) struct InspectAnswer {
     pub revision: Revision,
     pub summary: Summary,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -183,7 +183,7 @@ pub struct InspectAnswer {
 
 /// `werkbaum_check`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct CheckAnswer {
+pub(crate) struct CheckAnswer {
     pub revision: Revision,
     /// Without `against`: every warning; with it: the new ones and nodes newly set to `[^]`.
     pub findings: Vec<Finding>,
@@ -198,7 +198,7 @@ pub struct CheckAnswer {
 /// `remove_node`). Text form: `text` and `checksum` of the edited plan, nothing stored. Document
 /// form: `written`, `document`, `version`, `checksum` (and `author` when written).
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct EditAnswer {
+pub(crate) struct EditAnswer {
     /// What the edit was computed from.
     pub revision: Revision,
     /// Document form: whether a new version was stored (false: the edit changed nothing).
@@ -225,7 +225,7 @@ pub struct EditAnswer {
 
 /// `werkbaum_create`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct CreateAnswer {
+pub(crate) struct CreateAnswer {
     pub revision: Revision,
     pub written: bool,
     pub document: String,
@@ -241,7 +241,7 @@ pub struct CreateAnswer {
 /// One version in a document's history.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct HistoryItem {
+pub(crate) struct HistoryItem {
     pub version: u64,
     /// RFC 3339.
     pub time: String,
@@ -259,7 +259,7 @@ pub struct HistoryItem {
 
 /// `werkbaum_history`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct HistoryAnswer {
+pub(crate) struct HistoryAnswer {
     pub revision: Revision,
     pub title: String,
     /// Oldest first, at most the page's `limit`.
@@ -283,7 +283,7 @@ pub struct WhoamiAnswer {
 }
 
 /// A tool's `outputSchema`: its answer, or (on `isError` results) `{error: {code, message}}`.
-pub fn output_schema<T: JsonSchema + std::any::Any>() -> Arc<JsonObject> {
+pub(crate) fn output_schema<T: JsonSchema + std::any::Any>() -> Arc<JsonObject> {
     let mut answer = rmcp::handler::server::common::schema_for_output::<T>()
         .as_ref()
         .clone();

@@ -159,7 +159,8 @@ impl JsonSchema for Status {
     }
 }
 
-/// A Werkbaum size.
+/// A Werkbaum size. The variants' names are the wire values (the notation's size codes).
+#[allow(clippy::upper_case_acronyms)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Size {
     XS,
@@ -264,7 +265,7 @@ where
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct ReadInput {
+pub(crate) struct ReadInput {
     #[serde(flatten)]
     pub source: Source,
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::answer::{Revision, WhoamiAnswer};
 
-pub fn revision_line(rev: &Revision) -> String {
+pub(crate) fn revision_line(rev: &Revision) -> String {
     match (&rev.document, rev.version) {
         (Some(doc), Some(version)) => format!(
             "revision: document {doc} version {version} checksum {}",
@@ -17,14 +17,14 @@ pub fn revision_line(rev: &Revision) -> String {
     }
 }
 
-pub fn summary_line(s: &Value) -> String {
+pub(crate) fn summary_line(s: &Value) -> String {
     format!(
         "{} nodes, {} warnings, {} needed, {} stations, exact {}",
         s["nodes"], s["warnings"], s["needed"], s["stations"], s["exact"]
     )
 }
 
-pub fn blocking_summary(findings: &Value) -> String {
+pub(crate) fn blocking_summary(findings: &Value) -> String {
     let parts: Vec<String> = findings
         .as_array()
         .into_iter()
@@ -42,7 +42,7 @@ pub fn blocking_summary(findings: &Value) -> String {
     parts.join("; ")
 }
 
-pub fn render_findings(findings: &Value, blocking: Option<bool>) -> String {
+pub(crate) fn render_findings(findings: &Value, blocking: Option<bool>) -> String {
     let list = findings.as_array().map(Vec::as_slice).unwrap_or_default();
     let mut out = String::new();
     if list.is_empty() {
@@ -83,7 +83,7 @@ pub fn render_findings(findings: &Value, blocking: Option<bool>) -> String {
     out
 }
 
-pub fn render_inspect(result: &Value, revision: &Revision) -> String {
+pub(crate) fn render_inspect(result: &Value, revision: &Revision) -> String {
     let mut out = format!("{}\n", revision_line(revision));
     let _ = writeln!(out, "summary: {}", summary_line(&result["summary"]));
     if let Some(tree) = result.get("tree").and_then(Value::as_array) {
@@ -128,7 +128,7 @@ pub fn render_inspect(result: &Value, revision: &Revision) -> String {
 }
 
 /// The notices, one line each (nothing when there are none).
-pub fn render_notices(notices: &Value) -> String {
+pub(crate) fn render_notices(notices: &Value) -> String {
     let mut out = String::new();
     for n in notices.as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -193,7 +193,7 @@ fn render_node(out: &mut String, n: &Value, depth: usize) {
 }
 
 /// `whoami`'s text: one line per fact, the client as `id ("registered name")`.
-pub fn render_whoami(me: &WhoamiAnswer) -> String {
+pub(crate) fn render_whoami(me: &WhoamiAnswer) -> String {
     let client = match (&me.identity.client, &me.identity.client_name) {
         (Some(id), Some(name)) => format!("{id} (\"{name}\")"),
         (Some(id), None) => id.clone(),

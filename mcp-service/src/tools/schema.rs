@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 /// no `$schema` (MCP's default dialect), no `format`, `minimum: 0` or `default: false`, and
 /// optional properties without their `null` alternative and `default: null` (leaving one out is the way to say
 /// "none"; required nullable properties such as `parent` keep `null`).
-pub fn compact_input(schema: &Map<String, Value>) -> Map<String, Value> {
+pub(crate) fn compact_input(schema: &Map<String, Value>) -> Map<String, Value> {
     let mut schema = schema.clone();
     schema.remove("$schema");
     schema.insert("additionalProperties".into(), Value::Bool(false));
@@ -28,7 +28,7 @@ pub fn compact_input(schema: &Map<String, Value>) -> Map<String, Value> {
 /// Compacts a tool's output schema: no `$schema`, `format`, `minimum: 0` or `default: false`
 /// (output schemas are sent on every `tools/list` too, though hosts do not hand them to the
 /// model).
-pub fn compact_output(schema: &Map<String, Value>) -> Map<String, Value> {
+pub(crate) fn compact_output(schema: &Map<String, Value>) -> Map<String, Value> {
     let mut schema = schema.clone();
     schema.remove("$schema");
     let mut root = Value::Object(schema);

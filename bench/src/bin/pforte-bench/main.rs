@@ -3,7 +3,7 @@
 //! reaches; per-tool policy on, and off to show what it costs), real release binaries on
 //! loopback, modes interleaved in rounds, one table with ratios vs direct.
 //!
-//! Run: `cargo run --release -p pforte-tests --bin pforte-bench [-- --help]`. It builds `pforte`
+//! Run: `cargo run --release -p pforte-bench --bin pforte-bench [-- --help]`. It builds `pforte`
 //! and `mcp-service` into its own target dir first (when started by cargo), starts them on
 //! 127.0.0.1, and stops them when done. Bounded: a fixed number of calls per mode and a time cap.
 
@@ -21,9 +21,7 @@ use anyhow::{Context as _, bail};
 use pforte_tests::{Proc, TestCert, eventually, free_port, http_client, rmcp_client};
 use rmcp::model::CallToolRequestParams;
 
-#[path = "bench/sends.rs"]
 mod sends;
-#[path = "bench/versus.rs"]
 mod versus;
 
 const USAGE: &str = "\
@@ -204,7 +202,7 @@ fn build_siblings(dir: &Path) -> anyhow::Result<()> {
     }
     let status = cmd
         .args(["build", "--quiet", "--profile", &profile, "--bins"])
-        .args(["-p", "pforte", "-p", "mcp-service", "-p", "pforte-tests"])
+        .args(["-p", "pforte", "-p", "mcp-service", "-p", "pforte-bench"])
         .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")

@@ -2,14 +2,14 @@
 //! text every call), side by side with the same core under `node` when installed; memory per
 //! runtime.
 //!
-//! `cargo run --release -p mcp-service --bin core-bench [-- --core DIR --plan FILE --runs N]`
+//! `cargo run --release -p pforte-bench --bin core-bench [-- --core DIR --plan FILE --runs N]`
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use mcp_service::engine::{CoreSource, Engine, EngineConfig};
+use mcp_service::{CoreSource, Engine, EngineConfig};
 use serde_json::json;
 
 struct Args {
@@ -280,7 +280,7 @@ async fn run() -> Result<(), String> {
     let core_dir = args
         .core
         .clone()
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("core"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../mcp-service/core"));
     let werkbaum = std::fs::read_to_string(&args.plan)
         .map_err(|e| format!("cannot read {}: {e}", args.plan.display()))?;
     let big = generated_plan(10_000);

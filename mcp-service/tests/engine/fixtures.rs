@@ -1,26 +1,9 @@
 //! Core fixtures test: the six Werkbaum example plans through the engine give upstream's figures.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-use std::path::PathBuf;
 use std::time::Duration;
 
-use mcp_service::engine::{Engine, EngineConfig};
+use crate::fixtures_dir;
+use mcp_service::{Engine, EngineConfig};
 use serde_json::{Value, json};
-
-fn fixtures_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/werkbaum");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "fixtures folder {} is missing (required when CI=true)",
-            dir.display()
-        );
-    }
-    pforte_test_support::skip(&format!("fixtures folder {} is absent", dir.display()));
-    None
-}
 
 struct Expect {
     plan: &'static str,

@@ -1,12 +1,10 @@
 //! Core robustness test: hostile and huge plans return a result or a clean error within the
 //! deadline, runaway bundles hit the deadline and the memory limit, and the pool recovers.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use mcp_service::engine::{CoreSource, Engine, EngineConfig, EngineError};
+use mcp_service::{CoreSource, Engine, EngineConfig, EngineError};
 use serde_json::{Value, json};
 
 /// The production default deadline: every hostile input must finish (or be cut) within it.

@@ -1,23 +1,17 @@
 //! Every tool's answer on the shared fixtures (and on prose) validates against the tool's
 //! published `outputSchema`, with a JSON Schema validator; `check` without `against` blocks
 //! only on structural warnings; the not-a-plan notice shows on prose and on no fixture.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_service::engine::{Engine, EngineConfig, EngineError};
-use mcp_service::identity::Identity;
-use mcp_service::ids::SequentialIds;
-use mcp_service::store::SqliteStore;
-use mcp_service::surface::catalog;
-use mcp_service::tools::answer::{WhoamiAnswer, to_value};
-use mcp_service::tools::input::{
-    AddNodeInput, ApplyOpsInput, CheckInput, CreateInput, HistoryInput, InspectInput,
-    MoveNodeInput, RemoveNodeInput, SetSizeInput, SetStatusInput, Source, WriteInput,
+use mcp_service::for_tests::{
+    AddNodeInput, Answer, ApplyOpsInput, Bounds, Caller, CheckInput, CreateInput, Edit,
+    HistoryInput, Identity, InspectInput, MoveNodeInput, RemoveNodeInput, SequentialIds,
+    SetSizeInput, SetStatusInput, Source, SqliteStore, ToolError, WhoamiAnswer, WriteInput,
+    catalog, to_value,
 };
-use mcp_service::tools::{Answer, Bounds, Caller, Edit, Planner, ToolError};
+use mcp_service::{Engine, EngineConfig, EngineError, Planner};
 use pforte_clock::ManualClock;
 use serde_json::{Value, json};
 

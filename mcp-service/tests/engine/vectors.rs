@@ -3,12 +3,10 @@
 //! Each file is an array of `{name, method, params, expect}`; `expect` is `{result: <partial>}`
 //! (every key given must deep-equal the actual value; objects are compared as subsets
 //! recursively, arrays whole) or `{error: "<code>"}`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mcp_service::engine::{Engine, EngineConfig, EngineError};
+use mcp_service::{Engine, EngineConfig, EngineError};
 use serde_json::Value;
 
 /// `expected` is a subset of `actual`: objects recursively by key, everything else equal.

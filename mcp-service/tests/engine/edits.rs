@@ -3,13 +3,11 @@
 //!
 //! Seeded and bounded: `CORE_EDITS_SEED` (default 1) and `CORE_EDITS_CASES` (random nodes per
 //! verb and fixture, default 6) reproduce or widen a run.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use mcp_service::engine::{Engine, EngineConfig, EngineError};
+use crate::fixtures_dir;
+use mcp_service::{Engine, EngineConfig, EngineError};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -23,21 +21,6 @@ const PLANS: &[&str] = &[
     "example-plan-2",
     "example-plan-3",
 ];
-
-fn fixtures_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/werkbaum");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "fixtures folder {} is missing (required when CI=true)",
-            dir.display()
-        );
-    }
-    pforte_test_support::skip(&format!("fixtures folder {} is absent", dir.display()));
-    None
-}
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -3,7 +3,7 @@
 //! form), and writes per second on one document (sequential, and concurrent writers with
 //! compare-and-set conflicts).
 //!
-//! Run: `cargo build --release --workspace --bins && cargo run --release -p pforte-tests --bin
+//! Run: `cargo build --release --workspace --bins && cargo run --release -p pforte-bench --bin
 //! werkbaum-bench [-- --iterations N]`. Needs the shared fixtures (../shared/fixtures/werkbaum).
 
 use std::path::{Path, PathBuf};

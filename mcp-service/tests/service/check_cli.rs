@@ -1,7 +1,5 @@
 //! `mcp-service check` as a CI job runs it: exit 0 without a blocking finding, 3 with one, 64 on
 //! a usage error, 1 on an unreadable file.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::Command;
 
 fn check(args: &[&str]) -> i32 {
