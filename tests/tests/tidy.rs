@@ -2,8 +2,10 @@
 //! stay true: every Rust file opens with a `//!` line, no `mod.rs`, no `pub mod` at a crate
 //! root, time read only through the clock crate, no gateway source file over 700 lines, every
 //! test the docs cite as `path.rs::name` exists, every path and name ARCHITECTURE.md names
-//! exists, its count of statics is the code's, and the imports between the gateway's and
-//! oauth's top-level modules follow the allow-list `tidy/imports.txt` (`tidy/imports.rs`).
+//! exists, its count of statics is the code's, its crate list, test binaries and layers are
+//! the workspace's, the test directories' and the allow-list's, and the imports between the
+//! gateway's and oauth's top-level modules follow the allow-list `tidy/imports.txt`
+//! (`tidy/imports.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -377,6 +379,183 @@ fn every_path_and_name_architecture_names_exists() {
     );
 }
 
+/// How ARCHITECTURE.md writes a count.
+const NUMBERS: [&str; 13] = [
+    "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve",
+];
+
+/// The word before `marker` in `text` (whitespace-normalized), lower-cased.
+fn word_before(text: &str, marker: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (before, _) = flat
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md no longer says {marker:?}"));
+    before
+        .split_whitespace()
+        .last()
+        .unwrap_or("")
+        .to_lowercase()
+}
+
+/// The strings of a TOML array `key = [...]` in `manifest`.
+fn toml_list(manifest: &str, key: &str) -> BTreeSet<String> {
+    let Some((_, rest)) = manifest.split_once(&format!("{key} = [")) else {
+        return BTreeSet::new();
+    };
+    rest.split(']')
+        .next()
+        .unwrap()
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The last directory of each `dir/` span of `text`.
+fn dir_spans(text: &str) -> BTreeSet<String> {
+    code_spans(text)
+        .iter()
+        .filter_map(|s| s.strip_suffix('/'))
+        .filter_map(|s| s.rsplit('/').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The code map's row for `path`: what its line says after `| `path` |`.
+fn code_map_row<'a>(text: &'a str, path: &str) -> &'a str {
+    let head = format!("| `{path}` |");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&head))
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md has no code-map row for `{path}`"))
+}
+
+/// ARCHITECTURE.md's first paragraph names the workspace's crates, "in ten crates (`gateway/`,
+/// …)": the count and the `dir/` names are Cargo.toml's `members` (`exclude`d ones may be named
+/// beside them).
+#[test]
+fn architecture_names_the_workspace_crates() {
+    let root = root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let members = toml_list(&manifest, "members");
+    let excluded = toml_list(&manifest, "exclude");
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let paragraph = text.split("\n\n").nth(1).unwrap();
+    let named: BTreeSet<String> = dir_spans(paragraph)
+        .difference(&excluded)
+        .cloned()
+        .collect();
+    assert_eq!(
+        named, members,
+        "the crates of ARCHITECTURE.md's first paragraph"
+    );
+    assert_eq!(
+        word_before(paragraph, " crates ("),
+        NUMBERS.get(members.len()).copied().unwrap_or("many"),
+        "the workspace has {} members",
+        members.len()
+    );
+}
+
+/// The code map's rows for the test crates name their test binaries (`NAME/main.rs`) and
+/// count them: "five test binaries by theme … `tls/`, `oauth/`, …".
+#[test]
+fn architecture_names_the_test_binaries() {
+    let root = root();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    for (row, dir) in [
+        ("tests/", "tests/tests"),
+        ("mcp-service/tests/", "mcp-service/tests"),
+    ] {
+        let binaries: BTreeSet<String> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("main.rs").is_file())
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        let row = code_map_row(&text, row);
+        assert_eq!(dir_spans(row), binaries, "the test binaries in {dir}");
+        assert_eq!(
+            word_before(row, " test binaries by theme"),
+            NUMBERS.get(binaries.len()).copied().unwrap_or("many"),
+            "{dir} has {} test binaries",
+            binaries.len()
+        );
+    }
+}
+
+/// ARCHITECTURE.md's "Layers" are the allow-list's `layer:` lines, in order and counted: the
+/// gateway's numbered list (the modules of each item's first sentence) and oauth's sentence
+/// ("`pforte-oauth` has six: `http`; …", layers between semicolons).
+#[test]
+fn architecture_layers_are_the_allow_lists() {
+    let root = root();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let list = std::fs::read_to_string(root.join(IMPORTS)).unwrap();
+    let section = text
+        .split_once("\n## Layers\n")
+        .and_then(|(_, s)| s.split("\n## ").next())
+        .expect("ARCHITECTURE.md has a Layers section");
+    let modules = |s: &str| -> Vec<String> {
+        let mut found: Vec<String> = code_spans(s)
+            .into_iter()
+            .filter(|s| is_identifier(s))
+            .collect();
+        found.sort();
+        found
+    };
+    let layers = |krate: &str| -> Vec<Vec<String>> {
+        let (rules, errors) = imports::rules(&list, krate);
+        assert!(errors.is_empty(), "{errors:?}");
+        rules
+            .layers
+            .into_iter()
+            .map(|mut l| {
+                l.sort();
+                l
+            })
+            .collect()
+    };
+    let mut items: Vec<String> = Vec::new();
+    for line in section.lines() {
+        let trimmed = line.trim_start();
+        let numbered = trimmed
+            .split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if numbered {
+            items.push(trimmed.split_once(". ").unwrap().1.to_owned());
+        } else if let Some(last) = items.last_mut().filter(|_| line.starts_with("   ")) {
+            last.push(' ');
+            last.push_str(trimmed);
+        } else if !items.is_empty() {
+            break;
+        }
+    }
+    let gateway: Vec<Vec<String>> = items
+        .iter()
+        .map(|item| modules(item.split(". ").next().unwrap()))
+        .collect();
+    assert_eq!(gateway, layers("gateway"), "the gateway's layers");
+    assert_eq!(
+        word_before(section, " layers, top first"),
+        NUMBERS[gateway.len()]
+    );
+    let flat = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (said, rest) = flat
+        .split_once("`pforte-oauth` has ")
+        .and_then(|(_, s)| s.split_once(':'))
+        .expect("ARCHITECTURE.md gives pforte-oauth's layers");
+    let oauth: Vec<Vec<String>> = rest
+        .split(". ")
+        .next()
+        .unwrap()
+        .split(';')
+        .map(modules)
+        .collect();
+    assert_eq!(oauth, layers("oauth"), "pforte-oauth's layers");
+    assert_eq!(said, NUMBERS[oauth.len()]);
+}
+
 /// ARCHITECTURE.md counts the programs' statics ("The seven statics there are: …") and names
 /// the file of each: a new static, or one gone, fails here.
 #[test]
@@ -416,10 +595,7 @@ fn architecture_counts_the_statics_there_are() {
             }
         }
     }
-    let words = [
-        "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-        "eleven", "twelve",
-    ];
+    let words = NUMBERS;
     let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
     let (_, rest) = text
         .split_once("statics there are")
