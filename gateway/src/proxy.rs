@@ -89,16 +89,17 @@ pub(crate) struct GatewayState {
     edge: McpEdge,
     metrics: Arc<Metrics>,
     request_ids: crate::request_id::RequestIds,
-    /// Upstream connections: kept-alive ones pooled per peer, shared by every core's service.
-    upstreams: exchange::Upstreams,
     /// Sessions whose first requests wait for their event stream (`stream_gate.rs`).
     stream_gate: stream_gate::StreamGate,
 }
 
-/// The gateway's phases over its shared state: cheap to clone, so that several proxy services
-/// (one per core, `runtime = "per-core"`) can each hold one.
+/// The gateway's phases over its shared state, and the upstream connections of one proxy
+/// service: cheap to clone (a clone shares both). Each per-core service (`runtime =
+/// "per-core"`) takes its own pool with [`Gateway::for_core`]: a kept-alive connection is
+/// watched while idle by a task on the thread that released it, so taking it on another core's
+/// thread would wait for that thread to hand it over.
 #[derive(Debug, Clone)]
-pub(crate) struct Gateway(Arc<GatewayState>);
+pub(crate) struct Gateway(Arc<GatewayState>, Arc<exchange::Upstreams>);
 
 impl std::ops::Deref for Gateway {
     type Target = GatewayState;
@@ -151,19 +152,32 @@ impl Gateway {
         let routes = (0..settings.routes.len())
             .map(|i| RouteEdge::new(&settings, i, clock.now_ms()))
             .collect::<Result<_, _>>()?;
-        Ok(Self(Arc::new(GatewayState {
-            settings,
-            tokens,
-            oauth,
-            limiter,
-            clock,
-            routes,
-            edge,
-            metrics,
-            request_ids: crate::request_id::RequestIds::random(),
-            upstreams: exchange::Upstreams::default(),
-            stream_gate: stream_gate::StreamGate::default(),
-        })))
+        Ok(Self(
+            Arc::new(GatewayState {
+                settings,
+                tokens,
+                oauth,
+                limiter,
+                clock,
+                routes,
+                edge,
+                metrics,
+                request_ids: crate::request_id::RequestIds::random(),
+                stream_gate: stream_gate::StreamGate::default(),
+            }),
+            Arc::default(),
+        ))
+    }
+
+    /// The same gateway with a pool of upstream connections of its own, for one per-core
+    /// service.
+    pub(crate) fn for_core(&self) -> Self {
+        Self(self.0.clone(), Arc::default())
+    }
+
+    /// Upstream connections: kept-alive ones pooled per peer, this service's.
+    fn upstreams(&self) -> &exchange::Upstreams {
+        &self.1
     }
 
     /// The instances of every balanced route, for the prober.

@@ -170,6 +170,7 @@ fn public_service(
     };
     let mut proxies = Vec::new();
     for i in 0..per_core.unwrap_or(1) {
+        let gateway = gateway.for_core();
         let mut app = pingora::proxy::HttpProxy::new(gateway.clone(), server.configuration.clone());
         app.handle_init_modules();
         // An HTTP/2 connection without open streams closes like an idle HTTP/1.1 one (whose

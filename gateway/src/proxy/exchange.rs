@@ -113,7 +113,7 @@ impl Gateway {
         }
         if pooled && let Some(stream) = up.into_reusable() {
             let idle = peer.options.idle_timeout.or(Some(POOL_IDLE));
-            self.upstreams
+            self.upstreams()
                 .release_stream(stream, peer.reuse_hash(), idle);
         }
         Ok(Relayed::Answered)
@@ -160,13 +160,13 @@ impl Gateway {
         loop {
             let peer = self.upstream_peer(session, ctx).await?;
             let kept = match pooled && stale == 0 {
-                true => self.upstreams.reused_stream(&*peer).await,
+                true => self.upstreams().reused_stream(&*peer).await,
                 false => None,
             };
             let reused = kept.is_some();
             let stream = match kept {
                 Some(stream) => stream,
-                None => match self.upstreams.new_stream(&*peer).await {
+                None => match self.upstreams().new_stream(&*peer).await {
                     Ok(stream) => stream,
                     Err(e) => {
                         connects += 1;
