@@ -210,6 +210,33 @@ pub(crate) struct TaskEvent<'a> {
     pub(crate) status: Option<u16>,
 }
 
+/// One audit line per change of a pinned tool definition the gateway saw (`tool_changed`:
+/// `held` says whether it is held) and per approval (`tool_approved`, `by` who: `cli`).
+///
+/// ```json
+/// {"time":"2026-12-05T09:30:00.000Z","event":"tool_changed","route":"files","tool":"echo","fields":["description"],"held":true}
+/// {"time":"2026-12-05T09:31:00.000Z","event":"tool_approved","route":"files","tool":"echo","sha256":"5e1f…","by":"cli"}
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PinRecord<'a> {
+    #[serde(rename = "time", serialize_with = "serialize_time")]
+    pub(crate) time_ms: u64,
+    pub(crate) event: &'static str,
+    pub(crate) route: &'a str,
+    #[serde(serialize_with = "serialize_untrusted")]
+    pub(crate) tool: &'a str,
+    /// `tool_changed`: the fields that differ from the approved definition (empty: a new tool).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) fields: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) held: Option<bool>,
+    /// `tool_approved`: the approved definition's SHA-256.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) by: Option<&'static str>,
+}
+
 /// How an audit line names a session: the first 12 hex digits of its id's SHA-256.
 pub(crate) fn session_tag(hash: &[u8; 32]) -> String {
     hex::encode(&hash[..6])

@@ -49,7 +49,7 @@ pub use filter::filter_tools_list;
 pub(crate) use lending::Lender;
 use lending::Lent;
 
-use crate::{forward::header, param_headers::ParamHeader};
+use crate::{forward::header, param_headers::ParamHeader, pins::Pins};
 
 /// The protocol revision the catalog client speaks.
 pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
@@ -163,6 +163,8 @@ pub(crate) struct Snapshot {
     /// Tool name → the parameters it mirrors into `Mcp-Param-*` headers (`x-mcp-header` in its
     /// `inputSchema`), for the tools that declare any.
     params: HashMap<Box<str>, Arc<[ParamHeader]>>,
+    /// Each listed tool as listed, until the pins have seen it (taken by `refresh`).
+    listed: Vec<(String, Value)>,
 }
 
 impl Snapshot {
@@ -204,6 +206,9 @@ pub struct Catalog {
     awaiting: AtomicBool,
     /// Someone connected: a waiting `run` refreshes now.
     wake: tokio::sync::Notify,
+    /// The pinned tool definitions and this route's name: every listed definition is compared
+    /// with its pin before the new snapshot is used.
+    pins: Option<(Arc<Pins>, String)>,
 }
 
 /// Whether a miss at `now_ms` may start a refresh, given the last miss-triggered one.
@@ -265,7 +270,14 @@ impl Catalog {
             lent: Mutex::new(None),
             newest: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
+            pins: None,
         })
+    }
+
+    /// The catalog of route `route`, its listed definitions compared with `pins`.
+    pub(crate) fn with_pins(mut self, pins: Arc<Pins>, route: String) -> Self {
+        self.pins = Some((pins, route));
+        self
     }
 
     /// The tool `name` in the current snapshot. Lock-free; no I/O.
@@ -345,6 +357,13 @@ impl Catalog {
             Some(lender) => self.list_borrowing(lender.as_ref()).await,
             None => self.list_once().await,
         };
+        let result = match result {
+            Ok(mut tools) => {
+                self.pin(std::mem::take(&mut tools.listed)).await;
+                Ok(tools)
+            }
+            Err(e) => Err(e),
+        };
         let result = result.map(|tools| {
             let n = tools.len();
             self.snapshot.store(Arc::new(tools));
@@ -360,6 +379,19 @@ impl Catalog {
             tracing::debug!(tools = self.len(), "tool catalog refreshed");
         }
         result
+    }
+
+    /// The listed definitions compared with their pins (recorded, held, reported) before the
+    /// snapshot that lists them is used; a store failure is logged (the held tools stay as
+    /// last read).
+    async fn pin(&self, listed: Vec<(String, Value)>) {
+        let Some((pins, route)) = self.pins.clone() else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || pins.observe(&route, &listed)).await {
+            Ok(Err(e)) => tracing::warn!(error = %e, upstream = %self.url, "tool pins not updated"),
+            Ok(Ok(())) | Err(_) => {}
+        }
     }
 
     /// `tools/list` on the catalog's session, once more on a new session when the upstream
@@ -619,6 +651,7 @@ fn read_tools_page(result: &Value, tools: &mut Snapshot) -> Result<Option<String
             .and_then(Value::as_bool)
             .unwrap_or(false);
         tools.tools.insert(name.into(), read_only);
+        tools.listed.push((name.to_owned(), tool.clone()));
         let params = tool
             .get("inputSchema")
             .map(crate::param_headers::declared)

@@ -9,6 +9,7 @@ pub(crate) mod client;
 pub(crate) mod grant;
 pub(crate) mod serve;
 pub(crate) mod token;
+pub(crate) mod tools;
 pub(crate) mod up;
 pub(crate) mod user;
 pub(crate) mod vault;

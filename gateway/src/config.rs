@@ -133,6 +133,8 @@ pub(crate) struct Settings {
     pub(crate) vault_key: Option<VaultKey>,
     /// `stdio_user` and `stdio_home`: whom `command` routes run as under a root gateway.
     pub(crate) stdio_account: StdioAccount,
+    /// `[pinning]`: changed tool definitions held, logged or not recorded.
+    pub(crate) pinning: crate::pins::Pinning,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -398,6 +400,7 @@ impl GatewayConfig {
             telemetry,
             vault_key,
             stdio_account,
+            pinning: self.pinning,
         })
     }
 

@@ -24,6 +24,7 @@ mod metadata;
 mod metrics;
 mod oauth;
 mod param_headers;
+mod pins;
 mod policy;
 mod preflight;
 mod proxy;
@@ -52,6 +53,7 @@ pub use commands::{
     run,
     serve::{ServeArgs, check, serve},
     token::{TokenAction, run as token},
+    tools::ToolsAction,
     up::{UpArgs, up},
     user::UserAction,
     vault::{VaultAction, run as vault},

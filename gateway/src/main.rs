@@ -6,7 +6,7 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 use pforte::{
     AdminCommand, BackupArgs, ClientAction, Env, Failure, GrantAction, RestoreArgs, ServeArgs,
-    TokenAction, UpArgs, UserAction, VaultAction, exit,
+    TokenAction, ToolsAction, UpArgs, UserAction, VaultAction, exit,
 };
 
 /// jemalloc instead of glibc's malloc: glibc keeps per-thread arenas and hands little of what
@@ -58,6 +58,11 @@ enum Command {
     Grant {
         #[command(subcommand)]
         action: GrantAction,
+    },
+    /// Pinned tool definitions: the changes held or logged, and their approval.
+    Tools {
+        #[command(subcommand)]
+        action: ToolsAction,
     },
     /// Manage static bearer tokens.
     Token {
@@ -141,6 +146,9 @@ fn dispatch(cli: Cli, env: &Env) -> Result<ExitCode, Failure> {
         }
         Command::Grant { action } => {
             pforte::admin(AdminCommand::Grant(action), config, data_dir, env)
+        }
+        Command::Tools { action } => {
+            pforte::admin(AdminCommand::Tools(action), config, data_dir, env)
         }
         Command::StdioExec {
             parent,

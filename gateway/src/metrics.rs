@@ -21,8 +21,10 @@ use prometheus_client::{
 
 mod classify;
 pub(crate) mod live;
+mod pins;
 mod tool_names;
 
+pub(crate) use pins::PinMetrics;
 pub(crate) use tool_names::{tool_budget, tool_label};
 
 pub(crate) use classify::{
@@ -336,6 +338,7 @@ pub(crate) struct Metrics {
     /// The `route` of a request that took none.
     no_route: RouteName,
     ratelimit: RateLimitMetrics,
+    pins: PinMetrics,
     tls: TlsMetrics,
     credentials: CredentialMetrics,
     live: live::Live,
@@ -436,6 +439,7 @@ impl Metrics {
             "tools/call requests by tool (names the catalog or config knows, else other) and decision",
             tool_calls.clone(),
         );
+        let pins = PinMetrics::register(&mut registry);
         let ratelimit = RateLimitMetrics::default();
         registry.register(
             "pforte_ratelimit_degraded",
@@ -500,6 +504,7 @@ impl Metrics {
             routes,
             no_route: RouteName::from(""),
             ratelimit,
+            pins,
             tls,
             credentials,
             live,
@@ -526,6 +531,11 @@ impl Metrics {
     /// The upstream credentials' series, for the credential service.
     pub(crate) fn credentials(&self) -> CredentialMetrics {
         self.credentials.clone()
+    }
+
+    /// The pinned definitions' series.
+    pub(crate) fn pins(&self) -> PinMetrics {
+        self.pins.clone()
     }
 
     /// The limiter's series, for `SharedLimiter::new`.

@@ -54,6 +54,9 @@ pub(crate) enum Denial {
     ToolDenied(String),
     /// `[tools.NAME] users` does not name this principal.
     UserNotAllowed(String),
+    /// The tool's definition changed since it was approved, or it is new and held
+    /// (`[pinning]`); `message` names the change and how to approve it.
+    ToolHeld { tool: String, message: String },
 }
 
 impl Denial {
@@ -63,6 +66,7 @@ impl Denial {
             Self::InsufficientScope { .. } => "insufficient_scope",
             Self::ToolDenied(_) => "tool_denied",
             Self::UserNotAllowed(_) => "user_not_allowed",
+            Self::ToolHeld { .. } => "tool_held",
         }
     }
 }

@@ -42,6 +42,7 @@ mod exchange;
 mod mcp_headers;
 mod observe;
 mod peers;
+mod pinned;
 mod relay;
 mod respond;
 mod stream_gate;
@@ -74,6 +75,8 @@ pub(crate) struct McpEdge {
     pub(crate) telemetry: Option<crate::telemetry::Telemetry>,
     /// Upstream credentials per user (`[routes.upstream_auth]`) and the connect flow.
     pub(crate) credentials: Arc<crate::credentials::Credentials>,
+    /// The pinned tool definitions: which tools each route holds.
+    pub(crate) pins: Arc<crate::pins::Pins>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.

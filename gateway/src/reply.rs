@@ -482,6 +482,10 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
                 &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("{tool} is not available to this principal"), "request_id": request_id}),
             )
         }
+        Denial::ToolHeld { tool, message } => Reply::json(
+            403,
+            &json!({"error": "forbidden", "reason": denial.reason(), "tool": logging::clip(tool, logging::MAX_NAME_BYTES), "message": message, "request_id": request_id}),
+        ),
     }
 }
 

@@ -282,6 +282,7 @@ fn server_conf(settings: &Settings) -> ServerConf {
 fn route_catalogs(
     settings: &Settings,
     credentials: &Arc<crate::credentials::Credentials>,
+    pins: &Arc<crate::pins::Pins>,
 ) -> Result<Vec<Arc<Catalog>>, ServeError> {
     let mut catalogs = Vec::with_capacity(settings.routes.len());
     for (i, route) in settings.routes.iter().enumerate() {
@@ -302,7 +303,8 @@ fn route_catalogs(
         .map_err(|e| ServeError::Catalog {
             route: route.name.clone(),
             reason: e.to_string(),
-        })?;
+        })?
+        .with_pins(pins.clone(), route.name.clone());
         catalogs.push(Arc::new(catalog));
     }
     Ok(catalogs)

@@ -1,5 +1,5 @@
-//! Everything the process keeps — static tokens, the authorization server's store, the vault's
-//! records, the MCP session and task records, the limiter's shared state, the ACME state —
+//! Everything the process keeps — static tokens, the pinned tool definitions, the
+//! authorization server's store, the vault's records, the MCP session and task records, the limiter's shared state, the ACME state —
 //! opened once per process by [`Stores::open`], the one place that chooses SQLite files in the
 //! data dir or redis (`redis_url`), for `serve`, `up` and every admin command alike (each asks
 //! for what it [`Needs`]).
@@ -85,6 +85,8 @@ pub(crate) enum StoresError {
     Runtime(std::io::Error),
     #[error("token store: {0}")]
     Tokens(#[from] tokens::StoreError),
+    #[error("{0}")]
+    Pins(#[from] crate::pins::PinStoreError),
     #[error("oauth store: {0}")]
     OAuth(#[from] pforte_oauth::StoreError),
     #[error("vault: {0}")]
@@ -110,7 +112,8 @@ pub(crate) enum StoresError {
 /// vault alone.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Needs {
-    /// Static tokens and the authorization server's store (created when absent).
+    /// Static tokens, the pinned tool definitions and the authorization server's store
+    /// (created when absent).
     pub(crate) accounts: bool,
     /// The vault's records.
     pub(crate) vault: VaultNeed,
@@ -233,6 +236,8 @@ impl Drop for StoreRuntime {
 /// Everything the process keeps, opened once: each part `None` unless [`Needs`] asked for it.
 pub(crate) struct Stores {
     pub(crate) tokens: Option<Arc<dyn TokenSource>>,
+    /// The pinned tool definitions (`pforte.db`'s `pins` table, or redis), with the accounts.
+    pub(crate) pins: Option<Arc<dyn crate::pins::PinStore>>,
     pub(crate) oauth: Option<Arc<dyn Store>>,
     pub(crate) vault: Option<crate::vault::Records>,
     pub(crate) sessions: Option<crate::sessions::Sessions>,
@@ -304,6 +309,10 @@ impl Stores {
                 .then(|| tokens::TokenStore::open(&dir.join(TOKENS_DB)))
                 .transpose()?
                 .map(|t| Arc::new(t) as Arc<dyn TokenSource>),
+            pins: needs
+                .accounts
+                .then(|| crate::pins::store::embedded(&dir.join(TOKENS_DB)))
+                .transpose()?,
             oauth: needs
                 .accounts
                 .then(|| SqliteStore::open(&dir.join(OAUTH_DB)))
@@ -350,6 +359,10 @@ impl Stores {
                 .then(|| tokens::redis::RedisTokenStore::open(url))
                 .transpose()?
                 .map(|t| Arc::new(t) as Arc<dyn TokenSource>),
+            pins: needs
+                .accounts
+                .then(|| crate::pins::store::redis(url))
+                .transpose()?,
             oauth: needs
                 .accounts
                 .then(|| RedisStore::connect(url, REDIS_KEY_PREFIX))
@@ -383,6 +396,11 @@ impl Stores {
     /// The static-token store, when this command opened the accounts.
     pub(crate) fn tokens(&self) -> Result<&Arc<dyn TokenSource>, StoresError> {
         self.tokens.as_ref().ok_or(StoresError::NotOpened("token"))
+    }
+
+    /// The pinned tool definitions, when this command opened the accounts.
+    pub(crate) fn pins(&self) -> Result<&Arc<dyn crate::pins::PinStore>, StoresError> {
+        self.pins.as_ref().ok_or(StoresError::NotOpened("pin"))
     }
 
     /// The authorization server's store, when this command opened the accounts.
@@ -430,6 +448,7 @@ mod tests {
         drop(vault);
         let admin = Stores::open(&site, Needs::ADMIN, clock.clone()).unwrap();
         assert!(admin.tokens().is_ok() && admin.oauth().is_ok() && admin.lock.is_some());
+        assert!(admin.pins().is_ok());
         assert!(admin.vault.is_none() && admin.sessions.is_none() && admin.acme.is_none());
         drop(admin);
         let all = Needs {

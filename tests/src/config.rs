@@ -60,6 +60,18 @@ pub struct GatewayConfig {
     /// The account of command routes without `user` under a root gateway (`nobody` if `None`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdio_user: Option<String>,
+    /// `[pinning]`: what changed tool definitions get (the gateway's default, hold, if `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<Pinning>,
+}
+
+/// `[pinning]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pinning {
+    /// `hold`, `log` or `off`.
+    pub mode: String,
+    /// `allow` or `hold`.
+    pub new_tools: String,
 }
 
 /// `[vault]`.
@@ -111,6 +123,7 @@ impl GatewayConfig {
             telemetry: None,
             vault: None,
             stdio_user: None,
+            pinning: None,
         }
     }
 

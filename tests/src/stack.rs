@@ -259,6 +259,15 @@ impl StackBuilder {
     }
 
     /// One more `[[routes]]` entry.
+    /// `[pinning] mode` and `new_tools`.
+    pub fn pinning(mut self, mode: &str, new_tools: &str) -> Self {
+        self.config.pinning = Some(crate::config::Pinning {
+            mode: mode.to_owned(),
+            new_tools: new_tools.to_owned(),
+        });
+        self
+    }
+
     pub fn route(mut self, route: Route) -> Self {
         self.config.routes.push(route);
         self

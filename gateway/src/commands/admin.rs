@@ -1,4 +1,4 @@
-//! What the admin commands (`token`, `user`, `client`, `grant`) share: finding the store a
+//! What the admin commands (`token`, `user`, `client`, `grant`, `tools`) share: finding the store a
 //! command works on and opening it once, the OAuth admin API on it, the password prompt, and
 //! how lists print.
 
@@ -20,7 +20,7 @@ use super::{CmdResult, Env, Failure, load_config};
 pub struct ListArgs {
     /// Print a JSON array instead of a table (times in RFC 3339 UTC).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// The store a command works on: the config's data dir (or `--data-dir`), or redis.
@@ -145,6 +145,7 @@ pub enum AdminCommand {
     User(super::user::UserAction),
     Client(super::client::ClientAction),
     Grant(super::grant::GrantAction),
+    Tools(super::tools::ToolsAction),
 }
 
 /// Runs `command` on the store the configuration (or data dir) names; only `user add` may
@@ -160,7 +161,8 @@ pub fn run(
     let site = StoreSite::find(config, data_dir, adds, env)?;
     // Revocations go to the gateway's audit log too (appended; flushed before exit).
     let audit = match &command {
-        AdminCommand::Grant(super::grant::GrantAction::Revoke { .. }) => {
+        AdminCommand::Grant(super::grant::GrantAction::Revoke { .. })
+        | AdminCommand::Tools(super::tools::ToolsAction::Approve { .. }) => {
             let a = site
                 .cfg
                 .audit()
@@ -182,6 +184,18 @@ pub fn run(
         _ => None,
     };
     let stores = site.open()?;
+    let command = match command {
+        AdminCommand::Tools(action) => {
+            let pins = stores.pins()?;
+            let done =
+                super::tools::run(pins.as_ref(), action, SystemClock.now_ms(), audit.as_ref());
+            if let Some(log) = &audit {
+                log.flush();
+            }
+            return done;
+        }
+        other => other,
+    };
     let admin = Admin::new(stores.oauth()?.clone());
     let now = SystemClock.now_secs();
     let done = stores.runtime.block_on(async {
@@ -191,6 +205,7 @@ pub fn run(
             AdminCommand::Grant(action) => {
                 super::grant::run(admin, action, now, audit.as_ref()).await
             }
+            AdminCommand::Tools(_) => Ok(()),
         }
     });
     if let Some(log) = &audit {

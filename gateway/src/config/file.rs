@@ -259,6 +259,8 @@ pub struct GatewayConfig {
     pub(crate) telemetry: super::TelemetryConfig,
     /// `[vault]`: the key ring sealing per-user upstream credentials.
     pub(crate) vault: super::upstream_auth::VaultConfig,
+    /// `[pinning]`: what a changed (or new) tool definition gets.
+    pub(crate) pinning: crate::pins::Pinning,
     /// The account `command` routes without `user` run as when the gateway runs as root.
     pub(crate) stdio_user: String,
     /// Where those routes' children get their homes (`<stdio_home>/<route>`); default
@@ -306,6 +308,7 @@ impl Default for GatewayConfig {
             vault: Default::default(),
             stdio_user: "nobody".to_owned(),
             stdio_home: None,
+            pinning: crate::pins::Pinning::default(),
             vault_key_text: None,
         }
     }

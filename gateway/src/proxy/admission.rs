@@ -380,11 +380,9 @@ impl Gateway {
         }
         if self.settings.admission.tool_policy {
             self.authorize(principal, message, route).await?;
-            // `server/discover` says whether there are tools at all: filtered alike.
-            ctx.mcp.filter_list =
-                matches!(message.method.as_str(), "tools/list" | "server/discover")
-                    && !self.routes[route].policy.lists_everything(principal);
         }
+        self.check_pinned(message, route)?;
+        ctx.mcp.filter_list = self.filters_list(principal, message, route);
         // A tool that mirrors parameters into `Mcp-Param-*` headers (as the catalog last listed
         // it): the headers must say what the arguments say.
         if let Some(tool) = message.tool()

@@ -275,11 +275,12 @@ impl Gateway {
         let Some(principal) = &ctx.principal else {
             return Error::e_explain(ErrorType::InternalError, "tools/list without a principal");
         };
-        let Some(edge) = ctx.mcp_route.and_then(|i| self.routes.get(i)) else {
+        let Some(route) = ctx.mcp_route.filter(|i| *i < self.routes.len()) else {
             return Error::e_explain(ErrorType::InternalError, "tools/list without a route");
         };
+        // The policy's and the pins' word (a held tool is absent).
         let keep = |name: &str, annotation: policy::Annotation| {
-            edge.policy.may_list(principal, name, annotation)
+            self.listed(principal, route, name, annotation)
         };
         let discover = ctx
             .mcp

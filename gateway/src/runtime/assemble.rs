@@ -28,6 +28,7 @@ use crate::{
     limit::SharedLimiter,
     metrics::{self, Metrics},
     oauth::AuthService,
+    pins::Pins,
     proxy::{Gateway, McpEdge},
     stdio::StdioBridge,
     stores::{DirLock, StoreRuntime, Stores, StoresError},
@@ -90,6 +91,7 @@ pub(crate) fn assemble(
     let settings = Arc::new(settings);
     let Stores {
         tokens,
+        pins,
         oauth,
         vault,
         sessions,
@@ -114,7 +116,15 @@ pub(crate) fn assemble(
             .with_audit(core.audit.clone()),
     );
     let tasks = tasks.ok_or(StoresError::NotOpened("task"))?;
-    let edge = edge(&core, bridges.by_route, sessions.clone(), tasks, tokens)?;
+    let pins = pinned(&core, pins);
+    let edge = edge(
+        &core,
+        bridges.by_route,
+        sessions.clone(),
+        tasks,
+        tokens,
+        pins,
+    )?;
     services.extend(observers(&core, &edge)?);
     let gateway = gateway(&core, token_cache, edge, sessions, bridges.by_name)?;
     // Routes with several `urls`: instances found down are probed back in (and up ones watched).
@@ -257,6 +267,7 @@ fn edge(
     sessions: Arc<crate::sessions::Sessions>,
     tasks: crate::tasks::Tasks,
     tokens: Arc<dyn TokenSource>,
+    pins: Arc<Pins>,
 ) -> Result<McpEdge, ServeError> {
     let settings = &core.settings;
     let telemetry = match &settings.telemetry {
@@ -277,7 +288,7 @@ fn edge(
         },
     );
     Ok(McpEdge {
-        catalogs: route_catalogs(settings, &core.credentials)?,
+        catalogs: route_catalogs(settings, &core.credentials, &pins)?,
         sessions,
         tasks: Arc::new(tasks),
         streams: Arc::default(),
@@ -285,7 +296,38 @@ fn edge(
         console,
         telemetry,
         credentials: core.credentials.clone(),
+        pins,
     })
+}
+
+/// The pinned tool definitions on their store, each change they see reported as an audit
+/// line (`tool_changed`) and counted.
+fn pinned(core: &Core, store: Option<Arc<dyn crate::pins::PinStore>>) -> Arc<Pins> {
+    let audit = core.audit.clone();
+    let metrics = core.metrics.pins();
+    let clock = core.clock.clone();
+    let report: crate::pins::Report = Arc::new(move |e: &crate::pins::PinEvent| {
+        metrics.changed(&e.route, e.held);
+        tracing::warn!(route = %e.route, held = e.held, "{}", e.message());
+        if let Some(log) = &audit {
+            log.record(&crate::audit::PinRecord {
+                time_ms: clock.now_ms(),
+                event: "tool_changed",
+                route: &e.route,
+                tool: &e.tool,
+                fields: e.change.fields.clone(),
+                held: Some(e.held),
+                sha256: None,
+                by: None,
+            });
+        }
+    });
+    Arc::new(Pins::new(
+        store,
+        core.settings.pinning,
+        core.clock.clone(),
+        report,
+    ))
 }
 
 /// The tool catalogs' refreshers, the audit log's SIGHUP reopen and the `metrics_listen`
@@ -298,6 +340,10 @@ fn observers(core: &Core, edge: &McpEdge) -> Result<Services, ServeError> {
             CatalogService(catalog.clone()),
         )));
     }
+    services.push(Box::new(background_service(
+        "tool pins",
+        crate::pins::PinsService(edge.pins.clone()),
+    )));
     if let Some(log) = core.audit.clone() {
         services.push(Box::new(background_service(
             "audit log reopen",

@@ -1,11 +1,12 @@
 //! End to end, MCP servers other than mcp-service (one test binary, one module per theme): the
 //! stdio bridge on its own, stdio routes through the gateway, the bytes of messages kept, big
-//! answers to the SDK clients, and the MCP conformance suite through the gateway against
+//! answers to the SDK clients, pinned tool definitions, and the MCP conformance suite through the gateway against
 //! reference servers.
 
 mod big_messages;
 mod catalog_capabilities;
 mod conformance;
+mod pinning;
 mod stdio_accounts;
 mod stdio_bridge;
 mod stdio_bytes;

@@ -1,0 +1,150 @@
+//! `pforte tools pending` and `pforte tools approve`: the pinned tool definitions (`pins.rs`)
+//! whose last seen definition is not the approved one, with a readable diff, and their
+//! approval — on the same store a running gateway uses, which picks an approval up within
+//! `pins::RELOAD`. Each approval is an audit line.
+
+use serde_json::json;
+
+use super::{CmdResult, Failure, admin::ListArgs};
+use crate::{
+    audit::{AuditLog, PinRecord},
+    cli,
+    pins::{Pin, PinStore, diff},
+};
+
+/// `pforte tools …`.
+#[derive(clap::Subcommand, Clone)]
+pub enum ToolsAction {
+    /// List tools whose definition changed since it was approved (or new ones held), with the
+    /// change field by field.
+    Pending {
+        #[command(flatten)]
+        list: ListArgs,
+    },
+    /// Approve a route's tool as it is now defined (or, with --all, every pending tool of the
+    /// route).
+    Approve {
+        /// The route (`mcp` for `[upstream]`).
+        route: String,
+        /// The tool's name.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        tool: Option<String>,
+        /// Every pending tool of ROUTE.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Runs `action` on `store` at `now` (ms); approvals go to `audit`.
+pub(crate) fn run(
+    store: &dyn PinStore,
+    action: ToolsAction,
+    now: u64,
+    audit: Option<&AuditLog>,
+) -> CmdResult {
+    let unavailable = |e: crate::pins::PinStoreError| Failure::Unavailable(e.to_string());
+    match action {
+        ToolsAction::Pending { list } => {
+            let all = store.list().map_err(unavailable)?;
+            let pinned = all.len();
+            let pending: Vec<Pin> = all.into_iter().filter(Pin::pending).collect();
+            print_pending(list, &pending, pinned)
+        }
+        ToolsAction::Approve { route, tool, all } => {
+            let names: Vec<String> = match tool {
+                Some(tool) if !all => vec![tool],
+                _ => store
+                    .list()
+                    .map_err(unavailable)?
+                    .into_iter()
+                    .filter(|p| p.route == route && p.pending())
+                    .map(|p| p.tool)
+                    .collect(),
+            };
+            let mut approved = 0;
+            for name in &names {
+                let Some(pin) = store.approve(&route, name, now).map_err(unavailable)? else {
+                    continue;
+                };
+                approved += 1;
+                println!("approved tool {name} of route {route}");
+                if let Some(log) = audit {
+                    log.record(&PinRecord {
+                        time_ms: now,
+                        event: "tool_approved",
+                        route: &route,
+                        tool: name,
+                        fields: Vec::new(),
+                        held: None,
+                        sha256: pin.approved.as_deref().map(crate::pins::digest),
+                        by: Some("cli"),
+                    });
+                }
+            }
+            if approved == 0 {
+                return Err(Failure::Other(anyhow::anyhow!(
+                    "nothing pending for route {route}{}",
+                    if all {
+                        String::new()
+                    } else {
+                        format!(
+                            ", tool {}",
+                            names.first().map(String::as_str).unwrap_or_default()
+                        )
+                    }
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The pending changes (`pinned`: how many tools are pinned in all, said when none is pending).
+fn print_pending(list: ListArgs, pending: &[Pin], pinned: usize) -> CmdResult {
+    if list.json {
+        let rows: Vec<serde_json::Value> = pending
+            .iter()
+            .map(|p| {
+                json!({
+                    "route": p.route,
+                    "tool": p.tool,
+                    "new": p.approved.is_none(),
+                    "seen_at": cli::rfc3339(p.seen_ms / 1000),
+                    "approved_sha256": p.approved.as_deref().map(crate::pins::digest),
+                    "seen_sha256": crate::pins::digest(&p.seen),
+                    "changes": diff::diff(p.approved.as_deref(), &p.seen),
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&rows).map_err(|e| Failure::Other(e.into()))?;
+        println!("{text}");
+        return Ok(());
+    }
+    if pending.is_empty() {
+        println!("no tool changes pending ({pinned} tools pinned)");
+        return Ok(());
+    }
+    for p in pending {
+        let what = if p.approved.is_none() {
+            "new, not approved yet"
+        } else {
+            "changed"
+        };
+        println!(
+            "route {}, tool {}: {what} (seen {})",
+            crate::logging::untrusted(&p.route),
+            crate::logging::untrusted(&p.tool),
+            cli::rfc3339(p.seen_ms / 1000)
+        );
+        print!(
+            "{}",
+            diff::render(&diff::diff(p.approved.as_deref(), &p.seen))
+        );
+        println!(
+            "  approve: pforte tools approve {} {}",
+            p.route,
+            crate::logging::untrusted(&p.tool)
+        );
+    }
+    Ok(())
+}
