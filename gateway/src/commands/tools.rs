@@ -46,9 +46,13 @@ pub(crate) fn run(
     match action {
         ToolsAction::Pending { list } => {
             let all = store.list().map_err(unavailable)?;
-            let pinned = all.len();
-            let pending: Vec<Pin> = all.into_iter().filter(Pin::pending).collect();
-            print_pending(list, &pending, pinned)
+            let mut pinned: std::collections::BTreeMap<&str, usize> = Default::default();
+            for pin in &all {
+                *pinned.entry(pin.route.as_str()).or_default() += 1;
+            }
+            let pinned: Vec<String> = pinned.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            let pending: Vec<&Pin> = all.iter().filter(|p| p.pending()).collect();
+            print_pending(list, &pending, &pinned.join(", "))
         }
         ToolsAction::Approve { route, tool, all } => {
             let names: Vec<String> = match tool {
@@ -99,8 +103,9 @@ pub(crate) fn run(
     }
 }
 
-/// The pending changes (`pinned`: how many tools are pinned in all, said when none is pending).
-fn print_pending(list: ListArgs, pending: &[Pin], pinned: usize) -> CmdResult {
+/// The pending changes (`pinned`: how many tools each route has pinned, said when none is
+/// pending).
+fn print_pending(list: ListArgs, pending: &[&Pin], pinned: &str) -> CmdResult {
     if list.json {
         let rows: Vec<serde_json::Value> = pending
             .iter()
@@ -121,7 +126,7 @@ fn print_pending(list: ListArgs, pending: &[Pin], pinned: usize) -> CmdResult {
         return Ok(());
     }
     if pending.is_empty() {
-        println!("no tool changes pending ({pinned} tools pinned)");
+        println!("no tool changes pending (tools pinned per route: {pinned})");
         return Ok(());
     }
     for p in pending {
