@@ -388,9 +388,9 @@ impl Catalog {
         let Some((pins, route)) = self.pins.clone() else {
             return;
         };
-        match tokio::task::spawn_blocking(move || pins.observe(&route, &listed)).await {
-            Ok(Err(e)) => tracing::warn!(error = %e, upstream = %self.url, "tool pins not updated"),
-            Ok(Ok(())) | Err(_) => {}
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || pins.observe(&route, &listed)).await
+        {
+            tracing::warn!(error = %e, upstream = %self.url, "tool pins not updated");
         }
     }
 

@@ -409,9 +409,8 @@ impl BackgroundService for PinsService {
         }
         loop {
             let pins = self.0.clone();
-            match tokio::task::spawn_blocking(move || pins.reload()).await {
-                Ok(Err(e)) => tracing::warn!(error = %e, "tool pins: reading the store failed"),
-                Ok(Ok(())) | Err(_) => {}
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || pins.reload()).await {
+                tracing::warn!(error = %e, "tool pins: reading the store failed");
             }
             tokio::select! {
                 _ = tokio::time::sleep(RELOAD) => {}

@@ -193,8 +193,8 @@ impl PinStore for RedisPins {
     fn list(&self) -> Result<Vec<Pin>, PinStoreError> {
         let all: std::collections::HashMap<String, String> = self.with(|c| c.hgetall(REDIS_KEY))?;
         let mut pins = all
-            .into_iter()
-            .map(|(_, v)| serde_json::from_str::<Stored>(&v).map(|s| s.pin))
+            .into_values()
+            .map(|v| serde_json::from_str::<Stored>(&v).map(|s| s.pin))
             .collect::<Result<Vec<_>, _>>()?;
         pins.sort_by(|a, b| (&a.route, &a.tool).cmp(&(&b.route, &b.tool)));
         Ok(pins)
