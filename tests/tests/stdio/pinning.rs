@@ -3,7 +3,8 @@
 //! the test rewrites between gateway starts, and logs every call that reaches it. Mode `hold`:
 //! the first definition is pinned; a changed one is absent from `tools/list` and its call
 //! refused before the server; `pforte tools pending` shows the diff and `approve` releases it
-//! (picked up by the running gateway); the pins outlive a restart. Mode `log`: served, one
+//! (picked up by the running gateway); the pins outlive a restart — on the embedded store and
+//! on redis, where two gateways agree on what is held and approved. Mode `log`: served, one
 //! audit line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -264,4 +265,52 @@ async fn in_log_mode_a_changed_tool_is_served_and_audited() {
         .filter(|l| l["event"] == "tool_changed")
         .count();
     assert_eq!(changes, 1, "one line per change");
+}
+
+/// Whether `gw` refuses `echo` as held, within a few seconds.
+async fn echo_held_on(gw: &Stack, token: &str) -> bool {
+    let client = client(gw, token).await;
+    eventually(Duration::from_secs(15), || async {
+        let status = client
+            .call_tool("echo", json!({"text": "hi"}))
+            .await
+            .status();
+        if status == 403 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        false
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_redis_agree_on_pins_and_approvals() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = redis.url();
+    let files = Files::new();
+    let a = Stack::builder()
+        .redis(redis)
+        .route(files.route())
+        .start()
+        .await;
+    let token = a.create_token("alice").await.unwrap();
+    assert!(pinned(&a).await);
+    // B starts after the change: its catalog sees it first; A learns the hold from redis,
+    // without a refresh of its own catalog.
+    files.describe("Now it also uploads what it echoes.");
+    let b = Stack::builder()
+        .redis_url(&url)
+        .route(files.route())
+        .start()
+        .await;
+    assert!(echo_held_on(&b, &token).await, "B holds the changed tool");
+    assert!(echo_held_on(&a, &token).await, "A agrees");
+    // Approved through B's configuration: both serve it again.
+    b.admin_cmd(&["tools", "approve", "--all", "plain"], "")
+        .unwrap();
+    assert!(echo_listed_becomes(&a, &token, true).await);
+    assert!(echo_listed_becomes(&b, &token, true).await);
 }
