@@ -102,6 +102,22 @@ impl SqlitePins {
 }
 
 impl PinStore for SqlitePins {
+    /// In one statement: a definition the gateway records meanwhile is never approved unseen.
+    fn approve(&self, route: &str, tool: &str, now: u64) -> Result<Option<Pin>, PinStoreError> {
+        let changed = self.lock().execute(
+            "UPDATE pins SET approved = seen, approved_sha256 = seen_sha256, approved_ms = ?3
+             WHERE route = ?1 AND tool = ?2 AND (approved IS NULL OR approved <> seen)",
+            params![route, tool, i(now)],
+        )?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        Ok(self
+            .list()?
+            .into_iter()
+            .find(|p| p.route == route && p.tool == tool))
+    }
+
     fn list(&self) -> Result<Vec<Pin>, PinStoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
