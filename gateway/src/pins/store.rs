@@ -205,7 +205,33 @@ struct Stored {
     seen_sha256: String,
 }
 
+/// Approves the pin in field ARGV[1] of KEYS[1] at ARGV[2] (ms) if its seen definition is not
+/// the approved one: returns the pin's new JSON, or nil.
+const APPROVE: &str = r"
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if not stored then return false end
+local pin = cjson.decode(stored)
+if pin['approved'] == pin['seen'] then return false end
+pin['approved'] = pin['seen']
+pin['approved_sha256'] = pin['seen_sha256']
+pin['approved_ms'] = tonumber(ARGV[2])
+local out = cjson.encode(pin)
+redis.call('HSET', KEYS[1], ARGV[1], out)
+return out
+";
+
 impl PinStore for RedisPins {
+    /// In one script: a definition a gateway records meanwhile is never approved unseen.
+    fn approve(&self, route: &str, tool: &str, now: u64) -> Result<Option<Pin>, PinStoreError> {
+        let script = redis::Script::new(APPROVE);
+        let field = format!("{route}:{tool}");
+        let out: Option<String> =
+            self.with(|c| script.key(REDIS_KEY).arg(field.as_str()).arg(now).invoke(c))?;
+        out.map(|json| serde_json::from_str::<Stored>(&json).map(|s| s.pin))
+            .transpose()
+            .map_err(PinStoreError::from)
+    }
+
     fn list(&self) -> Result<Vec<Pin>, PinStoreError> {
         let all: std::collections::HashMap<String, String> = self.with(|c| c.hgetall(REDIS_KEY))?;
         let mut pins = all
