@@ -473,12 +473,17 @@ pub(super) const TASK: &str = "786512e2-9e0d-44bd-8f29-789f320fe840";
 /// (SEP-2663), `?mode=get` with the task's status; anything else (the gateway's own catalog
 /// requests) a JSON-RPC error.
 pub(super) fn task_upstream(head: &str) -> Vec<u8> {
+    task_answer(TASK, head)
+}
+
+/// [`task_upstream`]'s answer to `head`, for the task id `task`.
+pub(super) fn task_answer(task: &str, head: &str) -> Vec<u8> {
     let line = head.lines().next().unwrap_or_default();
     let body = if line.contains("mode=call") {
-        json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task", "taskId": TASK,
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task", "taskId": task,
             "status": "working", "ttlMs": 60000, "pollIntervalMs": 100}})
     } else if line.contains("mode=get") {
-        json!({"jsonrpc": "2.0", "id": 2, "result": {"resultType": "complete", "taskId": TASK,
+        json!({"jsonrpc": "2.0", "id": 2, "result": {"resultType": "complete", "taskId": task,
             "status": "completed", "ttlMs": 60000}})
     } else {
         json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "no"}})
@@ -499,10 +504,22 @@ pub(super) async fn post_mode(
     body: &Value,
     name: &str,
 ) -> reqwest::Response {
+    post_to(stack, &stack.gw.mcp_url(), token, mode, body, name).await
+}
+
+/// A 2026-07-28 request of `token` to `url?mode=…`, named `name`.
+pub(super) async fn post_to(
+    stack: &Stack,
+    url: &str,
+    token: &str,
+    mode: &str,
+    body: &Value,
+    name: &str,
+) -> reqwest::Response {
     stack
         .gw
         .http()
-        .post(format!("{}?mode={mode}", stack.gw.mcp_url()))
+        .post(format!("{url}?mode={mode}"))
         .bearer_auth(token)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")

@@ -10,7 +10,7 @@ use std::time::Duration;
 use pforte_tests::{Limits, RawUpstream, RedisServer, Route, Stack, eventually};
 use serde_json::{Value, json};
 
-use super::duties::{MODERN, TASK, modern, post_mode, task_upstream};
+use super::duties::{TASK, modern, post_mode, post_to, task_answer, task_upstream};
 
 /// How many requests `upstream` saw whose request line has `mode=get`.
 fn gets(upstream: &RawUpstream) -> usize {
@@ -24,49 +24,7 @@ fn gets(upstream: &RawUpstream) -> usize {
 /// A task-capable upstream whose `?mode=call` creates task `task` (and `?mode=get` tells its
 /// status).
 fn upstream_of(task: &'static str) -> impl Fn(&str) -> Vec<u8> + Send + Sync + 'static {
-    move |head: &str| {
-        let line = head.lines().next().unwrap_or_default();
-        let body = if line.contains("mode=call") {
-            json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task", "taskId": task,
-                "status": "working", "ttlMs": 60000, "pollIntervalMs": 100}})
-        } else if line.contains("mode=get") {
-            json!({"jsonrpc": "2.0", "id": 2, "result": {"resultType": "complete",
-                "taskId": task, "status": "completed", "ttlMs": 60000}})
-        } else {
-            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "no"}})
-        };
-        let body = body.to_string();
-        format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
-    }
-}
-
-/// A 2026-07-28 request of `token` to `url?mode=…`, named `name`.
-async fn post_to(
-    stack: &Stack,
-    url: &str,
-    token: &str,
-    mode: &str,
-    body: &Value,
-    name: &str,
-) -> reqwest::Response {
-    stack
-        .gw
-        .http()
-        .post(format!("{url}?mode={mode}"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", body["method"].as_str().unwrap())
-        .header("mcp-name", name)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
+    move |head: &str| task_answer(task, head)
 }
 
 /// Point 3.1: without redis, task records live in `sessions.db`: after a restart on the same
