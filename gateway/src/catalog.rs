@@ -44,8 +44,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use answer::client_capabilities;
-pub(crate) use filter::filter_discover;
 pub use filter::filter_tools_list;
+pub(crate) use filter::{filter_discover, filter_listed};
 pub(crate) use lending::Lender;
 use lending::Lent;
 

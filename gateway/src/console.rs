@@ -22,6 +22,7 @@ pub(crate) mod chart;
 pub(crate) mod manage;
 pub(crate) mod pages;
 pub(crate) mod stats;
+pub(crate) mod tool_changes;
 
 /// Largest form the console accepts.
 pub(crate) const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -78,6 +79,8 @@ pub(crate) enum Page {
     Grants,
     Users,
     Clients,
+    /// Held tool changes (pinned definitions).
+    Tools,
     NotFound,
 }
 
@@ -90,6 +93,7 @@ impl Page {
             "/admin/grants" => Self::Grants,
             "/admin/users" => Self::Users,
             "/admin/clients" => Self::Clients,
+            "/admin/tools" => Self::Tools,
             p => match p.strip_prefix("/admin/routes/") {
                 Some(name) if crate::config::valid_route_name(name) => Self::Route(name.to_owned()),
                 _ => Self::NotFound,
@@ -241,6 +245,7 @@ mod tests {
         assert_eq!(Page::of("/admin"), Page::Overview);
         assert_eq!(Page::of("/admin/"), Page::Overview);
         assert_eq!(Page::of("/admin/audit"), Page::Audit);
+        assert_eq!(Page::of("/admin/tools"), Page::Tools);
         assert_eq!(Page::of("/admin/routes/notes"), Page::Route("notes".into()));
         assert_eq!(Page::of("/admin/routes/../x"), Page::NotFound);
         assert_eq!(Page::of("/admin/nope"), Page::NotFound);

@@ -17,6 +17,7 @@ use crate::{
         manage,
         pages::{self, Frame, Health, RouteRow, Section, ToolRow},
         stats::{self, RecentError},
+        tool_changes,
     },
     limit::Class,
     logging,
@@ -26,6 +27,7 @@ use crate::{
 use super::{Gateway, Outcome, RequestCtx};
 
 mod actions;
+mod tools;
 
 type Response = http::Response<Bytes>;
 
@@ -62,7 +64,9 @@ fn notice(done: &str) -> (Option<String>, Option<String>) {
     let bad = |s: &str| (None, Some(s.to_owned()));
     match done {
         "revoked" => ok("Revoked. Its tokens are refused within a second."),
+        "approved" => ok("Approved. The gateway serves the tool as it is now defined."),
         "not-found" => bad("Nothing active by that name (already revoked?)."),
+        "nothing-pending" => bad("Nothing pending by that name (already approved?)."),
         "store" => bad("The store did not answer; nothing was changed. Try again."),
         _ => (None, None),
     }
@@ -192,6 +196,7 @@ impl Gateway {
             Page::Grants => Section::Grants,
             Page::Users => Section::Users,
             Page::Clients => Section::Clients,
+            Page::Tools => Section::Tools,
             Page::NotFound => {
                 return console::refusal(404, "Not found", "The console has no such page.");
             }
@@ -262,6 +267,10 @@ impl Gateway {
                     ),
                 ),
                 Err(_) => return store_down(),
+            },
+            Page::Tools => match self.tool_changes(viewer, notice, error).await {
+                Some(p) => ("Tool changes", tool_changes::tool_changes_page(&p)),
+                None => return store_down(),
             },
             Page::NotFound => {
                 return console::refusal(404, "Not found", "The console has no such page.");

@@ -322,12 +322,18 @@ fn pinned(core: &Core, store: Option<Arc<dyn crate::pins::PinStore>>) -> Arc<Pin
             });
         }
     });
-    Arc::new(Pins::new(
+    let pins = Arc::new(Pins::new(
         store,
         core.settings.pinning,
         core.clock.clone(),
         report,
-    ))
+    ));
+    // Read before the first request: a list answered before the route's catalog has loaded
+    // is compared with the approved definitions too (`pins::listing`).
+    if let Err(e) = pins.reload() {
+        tracing::warn!(error = %e, "tool pins: reading the store at start failed (read again every 2 s)");
+    }
+    pins
 }
 
 /// The tool catalogs' refreshers, the audit log's SIGHUP reopen and the `metrics_listen`

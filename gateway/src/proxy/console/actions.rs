@@ -22,7 +22,7 @@ use super::{Form, Response, blocking, store_down};
 /// The audit line's outcome for a redirect's `done=`.
 fn outcome(done: &str) -> &'static str {
     match done {
-        "revoked" => "done",
+        "revoked" | "approved" => "done",
         "not-found" => "not_found",
         _ => "store_error",
     }
@@ -78,6 +78,7 @@ impl Gateway {
                 audit("grant_revoke", id, outcome(done));
                 console::redirect(&format!("/admin/grants?done={done}"))
             }
+            (Page::Tools, "approve" | "approve-all") => self.approve_tools(form, &audit).await,
             _ => console::refusal(
                 400,
                 "Invalid form",
