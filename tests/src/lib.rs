@@ -25,6 +25,7 @@ mod up;
 
 pub mod conformance;
 pub mod connect;
+pub mod console;
 pub mod oauth;
 
 pub use challenge::parse_challenge;

@@ -161,7 +161,7 @@ pub(crate) fn tool_changes_page(p: &ToolChangesPage) -> String {
                 format!("changed: {}", fields.join(", "))
             };
             body.push_str(&format!(
-                "<div class=\"item\"><p><strong><code>{tool}</code></strong> \
+                "<div class=\"item\"><p><strong>{tool}</strong> \
                  <span class=\"warn\">{what}</span> <span class=\"muted\">seen {seen} UTC</span></p>\
                  {diff}{form}</div>",
                 tool = escape(&h.tool),
