@@ -237,22 +237,6 @@ pub(crate) struct PinRecord<'a> {
     pub(crate) by: Option<&'static str>,
 }
 
-impl<'a> PinRecord<'a> {
-    /// `tool_approved`: `pin` approved at `time_ms` by `by` (`cli`, `console`).
-    pub(crate) fn approved(pin: &'a crate::pins::Pin, time_ms: u64, by: &'static str) -> Self {
-        Self {
-            time_ms,
-            event: "tool_approved",
-            route: &pin.route,
-            tool: &pin.tool,
-            fields: Vec::new(),
-            held: None,
-            sha256: pin.approved.as_deref().map(crate::pins::digest),
-            by: Some(by),
-        }
-    }
-}
-
 /// How an audit line names a session: the first 12 hex digits of its id's SHA-256.
 pub(crate) fn session_tag(hash: &[u8; 32]) -> String {
     hex::encode(&hash[..6])

@@ -238,6 +238,22 @@ pub(crate) fn approve(
     Ok(approved)
 }
 
+impl<'a> crate::audit::PinRecord<'a> {
+    /// `tool_approved`: `pin` approved at `time_ms` by `by` (`cli`, `console`).
+    pub(crate) fn approved(pin: &'a Pin, time_ms: u64, by: &'static str) -> Self {
+        Self {
+            time_ms,
+            event: "tool_approved",
+            route: &pin.route,
+            tool: &pin.tool,
+            fields: Vec::new(),
+            held: None,
+            sha256: pin.approved.as_deref().map(digest),
+            by: Some(by),
+        }
+    }
+}
+
 /// The definition of a listed tool: the fields of [`FIELDS`] it has.
 pub(crate) fn definition(tool: &Value) -> Value {
     let mut out = serde_json::Map::new();
