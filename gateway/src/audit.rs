@@ -143,12 +143,12 @@ pub(crate) struct ConsoleRecord<'a> {
     pub(crate) time_ms: u64,
     /// Always `console`.
     pub(crate) event: &'static str,
-    /// `token_create`, `token_revoke` or `grant_revoke`.
+    /// `token_create`, `token_revoke`, `grant_revoke`, `tool_approve` or `tools_approve_all`.
     pub(crate) action: &'a str,
     /// The admin's user name.
     #[serde(serialize_with = "serialize_untrusted")]
     pub(crate) admin: &'a str,
-    /// The token's name or the grant's id.
+    /// The token's name, the grant's id, `ROUTE/TOOL` or the route.
     #[serde(serialize_with = "serialize_untrusted")]
     pub(crate) target: &'a str,
     /// `done`, or why not (`not_found`, `name_taken`, `store_error`).

@@ -1,14 +1,15 @@
 //! The operator console at `/admin`: what the gateway shows an admin in a browser (overview
 //! with the last hour's charts, routes, the audit log, static tokens, OAuth grants, users and
-//! clients) and the few actions it takes (create or revoke a token, revoke a grant), each
-//! written to the audit log. The sign-in is the authorization server's (`/account`, its
-//! session cookie and CSRF token); a signed-out browser is sent there, a signed-in non-admin
-//! gets 403. Pages are server-rendered HTML under a strict CSP (no script; charts are SVG).
+//! clients, held tool changes) and the few actions it takes (create or revoke a token, revoke a
+//! grant, approve a tool change), each written to the audit log. The sign-in is the
+//! authorization server's (`/account`, its session cookie and CSRF token); a signed-out browser
+//! is sent there, a signed-in non-admin gets 403. Pages are server-rendered HTML under a strict
+//! CSP (no script; charts are SVG).
 //!
 //! This module holds the console's state and its pure parts: which page a path is, the
-//! answers' headers, the charts from the request statistics; `pages.rs` and `manage.rs` render,
-//! `stats.rs` counts, `audit_view.rs` reads the audit log. The handlers are
-//! `proxy/console.rs`.
+//! answers' headers, the charts from the request statistics; `pages.rs`, `manage.rs` and
+//! `tool_changes.rs` render, `stats.rs` counts, `audit_view.rs` reads the audit log. The
+//! handlers are `proxy/console.rs`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
