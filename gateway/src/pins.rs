@@ -531,12 +531,18 @@ impl Pins {
             .into_iter()
             .filter_map(|(name, tool)| Some((name, serde_json::from_slice(&tool).ok()?)))
             .collect();
-        let (pins, route) = (self.clone(), route.to_owned());
+        /// Ends the recording however the task ends (a panic included).
+        struct Done(Arc<Pins>);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.recording.store(false, Ordering::Release);
+            }
+        }
+        let (done, route) = (Done(self.clone()), route.to_owned());
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = pins.observe(&route, &listed) {
+            if let Err(e) = done.0.observe(&route, &listed) {
                 tracing::warn!(error = %e, route, "tool pins: recording a served definition failed");
             }
-            pins.recording.store(false, Ordering::Release);
         });
     }
 

@@ -281,4 +281,42 @@ async fn a_definition_changed_while_running_is_cut_from_a_clients_list_before_th
         0,
         "the held call never reached the server"
     );
+
+    // Approve all, from the console: listed and callable again at once.
+    gw.admin_cmd(
+        &["user", "add", ROOT, "--role", "admin"],
+        &format!("{ROOT_PW}\n"),
+    )
+    .unwrap();
+    let root = console_browser(&gw, ROOT, ROOT_PW).await.unwrap();
+    let page = root.get(&url(&gw, "/admin/tools")).await.unwrap();
+    assert!(page.body.contains("someone@example.com"), "{}", page.body);
+    let csrf = approve_form(&page.url, &page.body, "echo")
+        .field("csrf")
+        .unwrap()
+        .to_owned();
+    let fields: Vec<(String, String)> = [
+        ("csrf", csrf.as_str()),
+        ("step", "approve-all"),
+        ("route", "plain"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    let answer = root
+        .post_fields(&url(&gw, "/admin/tools"), &fields)
+        .await
+        .unwrap();
+    assert_eq!(answer.see_other().unwrap().query(), Some("done=approved"));
+    assert!(c.tool_names().await.contains("echo"), "listed at once");
+    let called = rpc_answer(c.call_tool("echo", json!({"text": "hi"})).await).await;
+    assert!(called["result"]["content"].is_array(), "{called}");
+    assert!(
+        audit_lines(&gw)
+            .iter()
+            .any(|l| l["action"] == "tools_approve_all"
+                && l["target"] == "plain"
+                && l["outcome"] == "done"),
+        "a console line for approve all"
+    );
 }
