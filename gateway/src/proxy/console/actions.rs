@@ -22,7 +22,7 @@ use super::{Form, Response, blocking, store_down};
 /// The audit line's outcome for a redirect's `done=`.
 fn outcome(done: &str) -> &'static str {
     match done {
-        "revoked" | "approved" => "done",
+        "revoked" => "done",
         "not-found" => "not_found",
         _ => "store_error",
     }
