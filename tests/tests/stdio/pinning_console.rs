@@ -177,6 +177,21 @@ async fn the_console_shows_a_held_change_and_approves_it_with_its_csrf_token() {
             .unwrap();
             assert_eq!(r["console"], json!([]), "console messages");
             assert_eq!(r["exceptions"], json!([]), "exceptions");
+            let problems: Vec<&Value> = r["log"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| matches!(e["level"].as_str(), Some("error" | "warning")))
+                .filter(|e| {
+                    !e["url"]
+                        .as_str()
+                        .is_some_and(|u| u.ends_with("/favicon.ico"))
+                })
+                .collect();
+            assert!(
+                problems.is_empty(),
+                "a CSP violation would be one: {problems:#?}"
+            );
             for (size, limit) in [("desktop", 1280), ("phone", 390)] {
                 let page = &r[format!("tools_{size}")];
                 assert_eq!(page["scripts"], 0, "{size}: a script on the page");
