@@ -135,6 +135,8 @@ pub(crate) struct Settings {
     pub(crate) stdio_account: StdioAccount,
     /// `[pinning]`: changed tool definitions held, logged or not recorded.
     pub(crate) pinning: crate::pins::Pinning,
+    /// `[approvals]`: how long a held call waits for a person's approval.
+    pub(crate) approvals: crate::approvals::ApprovalsConfig,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -328,6 +330,9 @@ impl GatewayConfig {
             return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
         }
         check_limits(&self.limits)?;
+        if let Some(reason) = self.approvals.problem() {
+            return Err(invalid("approvals.ttl_secs", reason));
+        }
         if self.max_body_bytes < 1024 {
             return Err(invalid(
                 "max_body_bytes",
@@ -401,6 +406,7 @@ impl GatewayConfig {
             vault_key,
             stdio_account,
             pinning: self.pinning,
+            approvals: self.approvals,
         })
     }
 

@@ -4,6 +4,7 @@
 //! workspace's tests, benchmarks and fuzz targets reach the parts they exercise through
 //! `for_tests`, which is not an API.
 
+mod approvals;
 mod audit;
 mod auth;
 mod balance;

@@ -33,6 +33,7 @@ use crate::{
 };
 
 mod admission;
+mod approval;
 mod auth_server;
 mod builtin;
 mod connect;
@@ -77,6 +78,8 @@ pub(crate) struct McpEdge {
     pub(crate) credentials: Arc<crate::credentials::Credentials>,
     /// The pinned tool definitions: which tools each route holds.
     pub(crate) pins: Arc<crate::pins::Pins>,
+    /// Calls held for a person's approval (`effect = "approve"`, `proxy/approval.rs`).
+    pub(crate) approvals: Option<Arc<dyn crate::approvals::ApprovalStore>>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.

@@ -48,6 +48,9 @@ pub(crate) enum Rejection {
     },
     /// The policy refuses the message.
     Forbidden(Denial),
+    /// A call held for a person's approval: the JSON-RPC answer with the approval link
+    /// (`approvals/answer.rs`; 200), or `Null` for a notification (202).
+    Held(Box<serde_json::Value>),
     /// An `Mcp-Session-Id` this principal did not open (answered as if unknown).
     SessionNotFound,
     /// A task id (`tasks/get|update|cancel`) this principal did not create on this route, or
@@ -247,6 +250,7 @@ impl Rejection {
             Self::HeaderMismatch { .. } => "header_mismatch",
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::Forbidden(denial) => denial.reason(),
+            Self::Held(_) => "approval_required",
             Self::SessionNotFound => "session_foreign",
             Self::TaskNotFound { .. } => "task_foreign",
             Self::TaskUnreachable { .. } => "task_unreachable",
@@ -373,6 +377,8 @@ impl Rejection {
                 return reply;
             }
             Self::Forbidden(denial) => return forbidden(denial, resource_metadata, request_id),
+            Self::Held(answer) if answer.is_null() => return Reply::empty(202),
+            Self::Held(answer) => return Reply::json(200, answer),
             Self::MethodNotAllowed { allow } => {
                 let mut reply = Reply::json(
                     405,
@@ -482,6 +488,10 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
                 &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("{tool} is not available to this principal"), "request_id": request_id}),
             )
         }
+        Denial::ApprovalRefused { tool, message, .. } => Reply::json(
+            403,
+            &json!({"error": "forbidden", "reason": denial.reason(), "tool": logging::clip(tool, logging::MAX_NAME_BYTES), "message": message, "request_id": request_id}),
+        ),
         Denial::ToolHeld { tool, message } => Reply::json(
             403,
             &json!({"error": "forbidden", "reason": denial.reason(), "tool": logging::clip(tool, logging::MAX_NAME_BYTES), "message": message, "request_id": request_id}),

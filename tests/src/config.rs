@@ -63,6 +63,15 @@ pub struct GatewayConfig {
     /// `[pinning]`: what changed tool definitions get (the gateway's default, hold, if `None`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<Pinning>,
+    /// `[approvals]`: how long held calls wait (the gateway's default, 15 min, if `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Approvals>,
+}
+
+/// `[approvals]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Approvals {
+    pub ttl_secs: u64,
 }
 
 /// `[pinning]`.
@@ -124,6 +133,7 @@ impl GatewayConfig {
             vault: None,
             stdio_user: None,
             pinning: None,
+            approvals: None,
         }
     }
 
@@ -330,6 +340,9 @@ pub struct Role {
     /// `admin = true`: its holders are admins at `/account`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub admin: bool,
+    /// `approver = true`: its holders decide held calls at `/admin/approvals`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub approver: bool,
 }
 
 /// One `[[oauth.enterprise]]`: a trusted identity provider for the jwt-bearer grant.

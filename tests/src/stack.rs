@@ -259,6 +259,12 @@ impl StackBuilder {
     }
 
     /// One more `[[routes]]` entry.
+    /// `[approvals] ttl_secs`.
+    pub fn approvals_ttl_secs(mut self, ttl_secs: u64) -> Self {
+        self.config.approvals = Some(crate::config::Approvals { ttl_secs });
+        self
+    }
+
     /// `[pinning] mode` and `new_tools`.
     pub fn pinning(mut self, mode: &str, new_tools: &str) -> Self {
         self.config.pinning = Some(crate::config::Pinning {

@@ -18,15 +18,17 @@ pub(crate) enum Section {
     Grants,
     Users,
     Clients,
+    Approvals,
 }
 
-const SECTIONS: [(Section, &str, &str); 6] = [
+const SECTIONS: [(Section, &str, &str); 7] = [
     (Section::Overview, "/admin", "Overview"),
     (Section::Audit, "/admin/audit", "Audit log"),
     (Section::Tokens, "/admin/tokens", "Tokens"),
     (Section::Grants, "/admin/grants", "Grants"),
     (Section::Users, "/admin/users", "Users"),
     (Section::Clients, "/admin/clients", "OAuth clients"),
+    (Section::Approvals, "/admin/approvals", "Approvals"),
 ];
 
 /// Who is looking, for the frame.

@@ -26,6 +26,7 @@ use crate::{
 use super::{Gateway, Outcome, RequestCtx};
 
 mod actions;
+mod approvals;
 
 type Response = http::Response<Bytes>;
 
@@ -64,6 +65,9 @@ fn notice(done: &str) -> (Option<String>, Option<String>) {
         "revoked" => ok("Revoked. Its tokens are refused within a second."),
         "not-found" => bad("Nothing active by that name (already revoked?)."),
         "store" => bad("The store did not answer; nothing was changed. Try again."),
+        "approved" => ok("Approved. The caller's next identical call passes, once."),
+        "rejected" => ok("Rejected. The caller's next identical call is refused."),
+        "too-late" => bad("This call is no longer waiting (decided already, or expired)."),
         _ => (None, None),
     }
 }
@@ -139,13 +143,26 @@ impl Gateway {
         let viewer = match self.signed_in(session).await {
             Ok(Some(v)) => v,
             // Signed out: the authorization server's sign-in, which sets the same cookie.
+            Ok(None) if page.for_approvers() => {
+                return Ok(Outcome::Passed(console::redirect(
+                    "/account?next=%2Fadmin%2Fapprovals",
+                )));
+            }
             Ok(None) => return Ok(Outcome::Passed(console::redirect("/account?next=%2Fadmin"))),
             Err(e) => {
                 tracing::warn!(error = %e, "console: the oauth store did not answer");
                 return Ok(Outcome::Passed(store_down()));
             }
         };
-        if !viewer.admin {
+        if page.for_approvers() && !viewer.approver {
+            ctx.refused = Some("not_approver");
+            return Ok(Outcome::Passed(console::refusal(
+                403,
+                "Approvers only",
+                &console::not_approver_hint(&viewer.display_name),
+            )));
+        }
+        if !viewer.admin && !page.for_approvers() {
             ctx.refused = Some("not_admin");
             return Ok(Outcome::Passed(console::refusal(
                 403,
@@ -192,6 +209,7 @@ impl Gateway {
             Page::Grants => Section::Grants,
             Page::Users => Section::Users,
             Page::Clients => Section::Clients,
+            Page::Approvals | Page::Approval(_) => Section::Approvals,
             Page::NotFound => {
                 return console::refusal(404, "Not found", "The console has no such page.");
             }
@@ -243,6 +261,17 @@ impl Gateway {
                     ),
                 ),
                 Err(_) => return store_down(),
+            },
+            Page::Approvals => match self.approvals_page(notice, error).await {
+                Some(p) => ("Approvals", console::approvals::approvals_page(&p)),
+                None => return store_down(),
+            },
+            Page::Approval(id) => match self.approval_detail(id, viewer, notice, error).await {
+                Some(Some(p)) => ("Approval", console::approvals::approval_page(&p)),
+                Some(None) => {
+                    return console::refusal(404, "No such approval", "No held call has that id.");
+                }
+                None => return store_down(),
             },
             Page::Clients => match self.oauth.admin().list_clients().await {
                 Ok(clients) => (
