@@ -353,7 +353,7 @@ impl Gateway {
         check_mcp_headers(req, message)?;
         let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
         let route = ctx.mcp_route.ok_or(Rejection::Internal)?;
-        if message.method == "initialize" && self.edge.credentials.per_user(route) {
+        if message.method == "initialize" {
             ctx.mcp.url_elicitation = answer::declares_url_elicitation(body);
         }
         if mcp::TASK_METHODS.contains(&message.method.as_str()) {

@@ -7,6 +7,7 @@
 
 mod account;
 mod admin_live;
+mod approvals;
 mod broker;
 mod broker_policy;
 mod console;
