@@ -96,6 +96,10 @@ pub struct AuditRecord<'a> {
     pub decision: AuditDecision,
     /// For denials: a code from [`reason`].
     pub reason: Option<&'a str>,
+    /// The `[[policy]]` rule that refused the request or held it for approval (the only key
+    /// written only when it applies: lines without a rule keep their layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<&'a str>,
     pub upstream_status: Option<u16>,
     pub duration_ms: u64,
 }

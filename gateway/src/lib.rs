@@ -31,6 +31,7 @@ mod proxy;
 mod raw_json;
 mod reply;
 mod request_id;
+mod rules;
 mod runtime;
 mod sessions;
 mod stdio;

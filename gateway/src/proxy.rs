@@ -33,6 +33,7 @@ use crate::{
 };
 
 mod admission;
+mod approval;
 mod auth_server;
 mod builtin;
 mod connect;
@@ -45,6 +46,7 @@ mod peers;
 mod pinned;
 mod relay;
 mod respond;
+mod rules;
 mod stream_gate;
 mod task_owner;
 mod trace;
@@ -280,6 +282,9 @@ impl Gateway {
     /// The answer to a refused request, noted for the audit line.
     fn refusal(&self, rejection: Rejection, ctx: &mut RequestCtx) -> Reply {
         ctx.refused = Some(rejection.reason());
+        if let Rejection::PolicyRule(refusal) = &rejection {
+            ctx.rule = Some(refusal.rule.clone());
+        }
         rejection.reply(&self.metadata_url(ctx), &ctx.request_id)
     }
 }

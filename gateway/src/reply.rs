@@ -48,6 +48,8 @@ pub(crate) enum Rejection {
     },
     /// The policy refuses the message.
     Forbidden(Denial),
+    /// A `[[policy]]` rule refuses the message or holds it for approval (403).
+    PolicyRule(RuleRefusal),
     /// An `Mcp-Session-Id` this principal did not open (answered as if unknown).
     SessionNotFound,
     /// A task id (`tasks/get|update|cancel`) this principal did not create on this route, or
@@ -247,6 +249,7 @@ impl Rejection {
             Self::HeaderMismatch { .. } => "header_mismatch",
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::Forbidden(denial) => denial.reason(),
+            Self::PolicyRule(refusal) => refusal.reason,
             Self::SessionNotFound => "session_foreign",
             Self::TaskNotFound { .. } => "task_foreign",
             Self::TaskUnreachable { .. } => "task_unreachable",
@@ -373,6 +376,7 @@ impl Rejection {
                 return reply;
             }
             Self::Forbidden(denial) => return forbidden(denial, resource_metadata, request_id),
+            Self::PolicyRule(refusal) => return refusal.reply(request_id),
             Self::MethodNotAllowed { allow } => {
                 let mut reply = Reply::json(
                     405,
@@ -528,5 +532,8 @@ fn unauthenticated(failure: &AuthFailure, resource_metadata: &str, request_id: &
     reply
 }
 
+mod rule;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use rule::RuleRefusal;
