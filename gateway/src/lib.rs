@@ -84,6 +84,7 @@ pub mod for_tests {
         logging::{LogFormat, init},
         mcp::{Kind, decode_header, inspect},
         proxy::decode_answer,
+        rules::{Client, Effect, Input, RuleConfig, RuleError, Rules, Tool, User, Verdict},
         runtime::classify_head,
         sessions::{Holder, Ownership, SessionOptions, Sessions},
         stdio::{CREDENTIAL_REQUIRED, EnvRefusal, SessionEnv, StdioBridge, StdioSpec},

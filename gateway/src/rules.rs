@@ -28,7 +28,7 @@ pub(crate) use input::{Client, Input, Tool, User, arguments};
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Effect {
+pub enum Effect {
     /// Stop evaluating: the message goes on (to the rest of the admission).
     Allow,
     /// Refused with the rule's message.
@@ -50,12 +50,12 @@ impl Effect {
 
 /// The first matching rule's decision for one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Verdict<'r> {
+pub struct Verdict<'r> {
     /// The rule's `name`.
-    pub(crate) rule: &'r str,
-    pub(crate) effect: Effect,
+    pub rule: &'r str,
+    pub effect: Effect,
     /// The rule's `message` (empty when it has none).
-    pub(crate) message: &'r str,
+    pub message: &'r str,
 }
 
 /// One compiled `[[policy]]` rule.
@@ -106,7 +106,7 @@ impl Rule {
 
 /// Every `[[policy]]` rule in file order, and the CEL environment they run in.
 #[derive(Clone, Default)]
-pub(crate) struct Rules {
+pub struct Rules {
     rules: Arc<[Rule]>,
     env: Option<Arc<cel::Env>>,
 }
@@ -122,7 +122,7 @@ impl std::fmt::Debug for Rules {
 impl Rules {
     /// The rules as written, compiled: `routes` are the configured route names. Errors name
     /// the rule and, for its `when`, the line and column.
-    pub(crate) fn compile(configs: &[RuleConfig], routes: &[&str]) -> Result<Self, RuleError> {
+    pub fn compile(configs: &[RuleConfig], routes: &[&str]) -> Result<Self, RuleError> {
         if configs.is_empty() {
             return Ok(Self::default());
         }
@@ -164,7 +164,7 @@ impl Rules {
     }
 
     /// First matching rule for this call, in file order; None = no rule matched (go on).
-    pub(crate) fn decide(&self, input: &Input<'_>) -> Option<Verdict<'_>> {
+    pub fn decide(&self, input: &Input<'_>) -> Option<Verdict<'_>> {
         let env = self.env.as_ref()?;
         let scope = input.scope(env);
         for rule in self.rules.iter().filter(|r| r.covers(input.route)) {
@@ -188,7 +188,7 @@ impl Rules {
     /// `approve` one before the deciding rule leaves the tool listed, a `deny` one is passed
     /// (either way the call is refused if a later rule denies it). An evaluation that fails
     /// leaves the tool listed (the call is still decided when it comes).
-    pub(crate) fn hides(&self, input: &Input<'_>) -> bool {
+    pub fn hides(&self, input: &Input<'_>) -> bool {
         let Some(env) = self.env.as_ref() else {
             return false;
         };

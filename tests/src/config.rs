@@ -63,6 +63,40 @@ pub struct GatewayConfig {
     /// `[pinning]`: what changed tool definitions get (the gateway's default, hold, if `None`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<Pinning>,
+    /// `[[policy]]`: rules over claims and arguments, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy: Vec<PolicyRule>,
+}
+
+/// One `[[policy]]` rule.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyRule {
+    pub name: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<String>,
+    pub when: String,
+    /// `deny`, `approve` or `allow`.
+    pub effect: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl PolicyRule {
+    /// A rule without routes or message.
+    pub fn new(name: &str, when: &str, effect: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            when: when.to_owned(),
+            effect: effect.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// Its `message`.
+    pub fn message(mut self, message: &str) -> Self {
+        self.message = Some(message.to_owned());
+        self
+    }
 }
 
 /// `[pinning]`.
@@ -124,6 +158,7 @@ impl GatewayConfig {
             vault: None,
             stdio_user: None,
             pinning: None,
+            policy: Vec::new(),
         }
     }
 

@@ -33,8 +33,8 @@ pub use client::{
     rmcp_client, rmcp_client_as, rpc_answer, whoami,
 };
 pub use config::{
-    Budget, Enterprise, GatewayConfig, Limits, Login, OAuth, OidcEntry, Role, Route, StdioLimits,
-    Throttle, Throttles, TlsFiles, ToolRule, Upstream, UpstreamAuth, Vault,
+    Budget, Enterprise, GatewayConfig, Limits, Login, OAuth, OidcEntry, PolicyRule, Role, Route,
+    StdioLimits, Throttle, Throttles, TlsFiles, ToolRule, Upstream, UpstreamAuth, Vault,
 };
 pub use connect::{EchoUpstream, Prompt, write_secret, write_vault_key};
 pub use gateway::{Gateway, write_config};

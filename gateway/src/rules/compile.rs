@@ -33,7 +33,7 @@ const TYPE_NAMES: [&str; 13] = [
 /// One `[[policy]]` table as written.
 #[derive(Debug, Clone, serde::Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RuleConfig {
+pub struct RuleConfig {
     /// Unique; named in refusals, audit lines and metrics.
     pub(crate) name: String,
     /// The routes the rule applies to (default: every route).
@@ -50,7 +50,7 @@ pub(crate) struct RuleConfig {
 
 /// Why a `[[policy]]` rule was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum RuleError {
+pub enum RuleError {
     #[error("[[policy]] #{index}: name: required, and not empty")]
     Unnamed { index: usize },
     #[error("[[policy]] {rule:?}: name: another rule before it has this name")]

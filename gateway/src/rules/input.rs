@@ -9,51 +9,51 @@ use cel::Value;
 
 /// Who calls.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct User<'a> {
+pub struct User<'a> {
     /// The OAuth user's name, or a static token's name.
-    pub(crate) name: &'a str,
+    pub name: &'a str,
     /// An OAuth user's verified email (external sign-ins only).
-    pub(crate) email: Option<&'a str>,
-    pub(crate) groups: &'a [String],
+    pub email: Option<&'a str>,
+    pub groups: &'a [String],
     /// The `[oauth.roles]` the user holds.
-    pub(crate) roles: &'a [String],
+    pub roles: &'a [String],
     /// `oauth` or `static`.
-    pub(crate) kind: &'a str,
+    pub kind: &'a str,
 }
 
 /// Through which client.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Client<'a> {
+pub struct Client<'a> {
     /// The OAuth client id, or the static token's name.
-    pub(crate) id: &'a str,
+    pub id: &'a str,
     /// The OAuth client's registered name.
-    pub(crate) name: Option<&'a str>,
+    pub name: Option<&'a str>,
 }
 
 /// The tool a message calls (or, for `tools/list`, lists).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Tool<'a> {
-    pub(crate) name: &'a str,
+pub struct Tool<'a> {
+    pub name: &'a str,
     /// Its `annotations` object as the catalog last listed it.
-    pub(crate) annotations: Option<&'a serde_json::Value>,
+    pub annotations: Option<&'a serde_json::Value>,
 }
 
 /// Everything a rule may read of one message.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Input<'a> {
-    pub(crate) user: User<'a>,
-    pub(crate) client: Client<'a>,
+pub struct Input<'a> {
+    pub user: User<'a>,
+    pub client: Client<'a>,
     /// The route's name.
-    pub(crate) route: &'a str,
-    pub(crate) tool: Option<Tool<'a>>,
+    pub route: &'a str,
+    pub tool: Option<Tool<'a>>,
     /// The call's `params.arguments`; `None`: an empty map.
-    pub(crate) args: Option<&'a serde_json::Value>,
+    pub args: Option<&'a serde_json::Value>,
     /// The JSON-RPC method (empty for a client's answer).
-    pub(crate) method: &'a str,
+    pub method: &'a str,
     /// The client's IP.
-    pub(crate) ip: Option<IpAddr>,
+    pub ip: Option<IpAddr>,
     /// Now, milliseconds since the Unix epoch (the injected clock's).
-    pub(crate) now_ms: u64,
+    pub now_ms: u64,
 }
 
 impl Input<'_> {
