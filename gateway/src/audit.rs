@@ -96,6 +96,10 @@ pub struct AuditRecord<'a> {
     pub decision: AuditDecision,
     /// For denials: a code from [`reason`].
     pub reason: Option<&'a str>,
+    /// The `[[policy]]` rule that refused the request or held it for approval (the only key
+    /// written only when it applies: lines without a rule keep their layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<&'a str>,
     pub upstream_status: Option<u16>,
     pub duration_ms: u64,
 }
@@ -245,7 +249,7 @@ pub(crate) struct PinRecord<'a> {
 /// arguments, person); the console shows them from the store.
 ///
 /// ```json
-/// {"time":"2026-12-05T11:00:00.000Z","event":"approval_requested","approval":"apr_5b1c…","route":"files","tool":"delete","person":"oauth:ann","client":"Claude","rule":"approve-deletes","sha256":"9f2c…","request_id":"4bf9…"}
+/// {"time":"2026-12-05T11:00:00.000Z","event":"approval_requested","approval":"apr_5b1c…","route":"files","tool":"delete","person":"oauth:ann","client":"Claude","rule":"approve-deletes","sha256":"9f2c…","client_ip":"10.0.0.7"}
 /// {"time":"2026-12-05T11:02:00.000Z","event":"approval_approved","approval":"apr_5b1c…","route":"files","tool":"delete","person":"oauth:ann","client":"Claude","rule":"approve-deletes","sha256":"9f2c…","by":"root","client_ip":"127.0.0.1"}
 /// ```
 #[derive(Debug, Clone, Serialize)]
@@ -269,8 +273,7 @@ pub(crate) struct ApprovalRecord<'a> {
         serialize_with = "serialize_untrusted_opt"
     )]
     pub(crate) by: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) request_id: Option<&'a str>,
+    /// The caller's (requested, used, expired) or the approver's (decided) address.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) client_ip: Option<std::net::IpAddr>,
 }

@@ -68,6 +68,8 @@ pub(crate) enum ConfigError {
     },
     #[error("limits.tools.{tool}: {reason}")]
     ToolLimit { tool: String, reason: String },
+    #[error("{0}")]
+    Policy(#[from] crate::rules::RuleError),
 }
 
 /// The error of a top-level `field`.
@@ -137,6 +139,8 @@ pub(crate) struct Settings {
     pub(crate) pinning: crate::pins::Pinning,
     /// `[approvals]`: how long a held call waits for a person's approval.
     pub(crate) approvals: crate::approvals::ApprovalsConfig,
+    /// `[[policy]]`: the rules over claims and arguments, compiled.
+    pub(crate) rules: crate::rules::Rules,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -369,6 +373,8 @@ impl GatewayConfig {
         check_tool_limits(&self.limits)?;
         let telemetry = self.telemetry.validate()?;
         let vault_key = self.vault_key(&routes)?;
+        let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        let rules = crate::rules::Rules::compile(&self.policy, &names)?;
         let stdio_account =
             StdioAccount::new(&self.stdio_user, self.stdio_home.as_deref(), &self.data_dir)
                 .map_err(|e| invalid("stdio_user", e))?;
@@ -407,6 +413,7 @@ impl GatewayConfig {
             stdio_account,
             pinning: self.pinning,
             approvals: self.approvals,
+            rules,
         })
     }
 

@@ -32,6 +32,7 @@ mod proxy;
 mod raw_json;
 mod reply;
 mod request_id;
+mod rules;
 mod runtime;
 mod sessions;
 mod stdio;
@@ -84,6 +85,7 @@ pub mod for_tests {
         logging::{LogFormat, init},
         mcp::{Kind, decode_header, inspect},
         proxy::decode_answer,
+        rules::{Client, Effect, Input, RuleConfig, RuleError, Rules, Tool, User, Verdict},
         runtime::classify_head,
         sessions::{Holder, Ownership, SessionOptions, Sessions},
         stdio::{CREDENTIAL_REQUIRED, EnvRefusal, SessionEnv, StdioBridge, StdioSpec},

@@ -57,14 +57,6 @@ pub(crate) enum Denial {
     /// The tool's definition changed since it was approved, or it is new and held
     /// (`[pinning]`); `message` names the change and how to approve it.
     ToolHeld { tool: String, message: String },
-    /// A call held for a person's approval (`effect = "approve"`) was rejected, or its
-    /// approval expired: `message` is the rule's; `reason` `approval_rejected` or
-    /// `approval_expired`.
-    ApprovalRefused {
-        tool: String,
-        message: String,
-        reason: &'static str,
-    },
 }
 
 impl Denial {
@@ -75,7 +67,6 @@ impl Denial {
             Self::ToolDenied(_) => "tool_denied",
             Self::UserNotAllowed(_) => "user_not_allowed",
             Self::ToolHeld { .. } => "tool_held",
-            Self::ApprovalRefused { reason, .. } => reason,
         }
     }
 }

@@ -46,6 +46,7 @@ mod peers;
 mod pinned;
 mod relay;
 mod respond;
+mod rules;
 mod stream_gate;
 mod task_owner;
 mod trace;
@@ -283,6 +284,11 @@ impl Gateway {
     /// The answer to a refused request, noted for the audit line.
     fn refusal(&self, rejection: Rejection, ctx: &mut RequestCtx) -> Reply {
         ctx.refused = Some(rejection.reason());
+        match &rejection {
+            Rejection::PolicyRule(refusal) => ctx.rule = Some(refusal.rule.clone()),
+            Rejection::Held { rule, .. } => ctx.rule = Some(rule.clone()),
+            _ => {}
+        }
         rejection.reply(&self.metadata_url(ctx), &ctx.request_id)
     }
 }

@@ -48,9 +48,15 @@ pub(crate) enum Rejection {
     },
     /// The policy refuses the message.
     Forbidden(Denial),
-    /// A call held for a person's approval: the JSON-RPC answer with the approval link
-    /// (`approvals/answer.rs`; 200), or `Null` for a notification (202).
-    Held(Box<serde_json::Value>),
+    /// A call held for a person's approval by the `[[policy]]` rule `rule`: the JSON-RPC
+    /// answer with the approval link (`approvals/answer.rs`; 200), or `Null` for a
+    /// notification (202).
+    Held {
+        answer: Box<serde_json::Value>,
+        rule: String,
+    },
+    /// A `[[policy]]` rule refuses the message or holds it for approval (403).
+    PolicyRule(RuleRefusal),
     /// An `Mcp-Session-Id` this principal did not open (answered as if unknown).
     SessionNotFound,
     /// A task id (`tasks/get|update|cancel`) this principal did not create on this route, or
@@ -250,7 +256,8 @@ impl Rejection {
             Self::HeaderMismatch { .. } => "header_mismatch",
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::Forbidden(denial) => denial.reason(),
-            Self::Held(_) => "approval_required",
+            Self::Held { .. } => "approval_required",
+            Self::PolicyRule(refusal) => refusal.reason,
             Self::SessionNotFound => "session_foreign",
             Self::TaskNotFound { .. } => "task_foreign",
             Self::TaskUnreachable { .. } => "task_unreachable",
@@ -377,8 +384,9 @@ impl Rejection {
                 return reply;
             }
             Self::Forbidden(denial) => return forbidden(denial, resource_metadata, request_id),
-            Self::Held(answer) if answer.is_null() => return Reply::empty(202),
-            Self::Held(answer) => return Reply::json(200, answer),
+            Self::Held { answer, .. } if answer.is_null() => return Reply::empty(202),
+            Self::Held { answer, .. } => return Reply::json(200, answer),
+            Self::PolicyRule(refusal) => return refusal.reply(request_id),
             Self::MethodNotAllowed { allow } => {
                 let mut reply = Reply::json(
                     405,
@@ -488,10 +496,6 @@ fn forbidden(denial: &Denial, resource_metadata: &str, request_id: &str) -> Repl
                 &json!({"error": "forbidden", "reason": denial.reason(), "tool": tool, "message": format!("{tool} is not available to this principal"), "request_id": request_id}),
             )
         }
-        Denial::ApprovalRefused { tool, message, .. } => Reply::json(
-            403,
-            &json!({"error": "forbidden", "reason": denial.reason(), "tool": logging::clip(tool, logging::MAX_NAME_BYTES), "message": message, "request_id": request_id}),
-        ),
         Denial::ToolHeld { tool, message } => Reply::json(
             403,
             &json!({"error": "forbidden", "reason": denial.reason(), "tool": logging::clip(tool, logging::MAX_NAME_BYTES), "message": message, "request_id": request_id}),
@@ -538,5 +542,8 @@ fn unauthenticated(failure: &AuthFailure, resource_metadata: &str, request_id: &
     reply
 }
 
+mod rule;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use rule::RuleRefusal;

@@ -274,6 +274,12 @@ impl StackBuilder {
         self
     }
 
+    /// One more `[[policy]]` rule, after the others.
+    pub fn policy(mut self, rule: crate::config::PolicyRule) -> Self {
+        self.config.policy.push(rule);
+        self
+    }
+
     pub fn route(mut self, route: Route) -> Self {
         self.config.routes.push(route);
         self

@@ -17,6 +17,7 @@ fn record(name: Option<&str>) -> AuditRecord<'_> {
         name,
         decision: AuditDecision::Allowed,
         reason: None,
+        rule: None,
         upstream_status: Some(200),
         duration_ms: 3,
     }

@@ -10,12 +10,13 @@
 
 use pingora::http::RequestHeader;
 
-use super::{Gateway, RequestCtx, admission::SESSION_ID};
+use super::{Gateway, admission::SESSION_ID};
 use crate::{
     approvals::{self, Approval, ApprovalStore, Refusal, Standing, State, answer},
     audit::ApprovalRecord,
-    policy::Denial,
-    reply::Rejection,
+    auth::{AuthKind, Principal},
+    mcp::Message,
+    reply::{Rejection, RuleRefusal},
 };
 
 /// The console's page of one approval, under the gateway's public URL.
@@ -36,39 +37,42 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-/// Which rule asked for approval, and what it says.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ApproveRule<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) message: &'a str,
+/// The call a rule holds: the request, its whole body and its message, who sent it, where.
+#[derive(Clone, Copy)]
+pub(super) struct HeldCall<'a> {
+    pub(super) req: &'a RequestHeader,
+    pub(super) body: &'a [u8],
+    pub(super) message: &'a Message,
+    pub(super) principal: &'a Principal,
+    pub(super) route: usize,
+    pub(super) ip: Option<std::net::IpAddr>,
 }
 
 impl Gateway {
-    /// The approval step for the admitted message in `ctx` (its whole `body`), which `rule`
-    /// sends to a person: `Ok` when an approval of exactly this call is consumed now (forward
-    /// it), else the answer with the link (`Rejection::Held`) or the refusal.
+    /// The approval step for `call`, which the rule of `refusal` sends to a person: `Ok` when
+    /// an approval of exactly this call is consumed now (the call goes on), else the answer
+    /// with the link (`Rejection::Held`) or, rejected or expired, the rule's refusal.
     pub(super) async fn hold_for_approval(
         &self,
-        req: &RequestHeader,
-        body: &[u8],
-        rule: ApproveRule<'_>,
-        ctx: &mut RequestCtx,
+        call: HeldCall<'_>,
+        refusal: RuleRefusal,
     ) -> Result<(), Rejection> {
         let store = self
             .edge
             .approvals
             .clone()
             .ok_or(Rejection::CredentialsUnavailable)?;
-        let message = ctx.mcp.message.as_ref().ok_or(Rejection::Internal)?;
-        let route = ctx.mcp_route.ok_or(Rejection::Internal)?;
-        let route_name = self.settings.routes[route].name.clone();
+        let message = call.message;
+        let route_name = self.settings.routes[call.route].name.clone();
         let tool = message
             .tool()
             .or(message.target.as_deref())
             .unwrap_or(&message.method)
             .to_owned();
-        let arguments = approvals::canonical_arguments(body).unwrap_or_else(|| "{}".to_owned());
-        let digest = approvals::digest(&route_name, &tool, &arguments, &ctx.person_key);
+        let person = call.principal.person_key();
+        let arguments =
+            approvals::canonical_arguments(call.body).unwrap_or_else(|| "{}".to_owned());
+        let digest = approvals::digest(&route_name, &tool, &arguments, &person);
         let now = self.clock.now_ms();
         // Two rounds at most: a consumption lost to another gateway reads the newest again.
         for _ in 0..2 {
@@ -83,13 +87,13 @@ impl Gateway {
                     };
                     let (s, u) = (store.clone(), used.clone());
                     if blocking(move || s.transition(&u, State::Approved, Some(now))).await? {
-                        self.audit_approval("approval_used", &used, None, ctx);
+                        self.audit_approval("approval_used", &used, None, call.ip);
                         return Ok(());
                     }
                 }
                 Standing::Waiting => {
                     let Some(pending) = latest else { break };
-                    return Err(self.held(req, body, &pending, ctx));
+                    return Err(self.held(call, &pending));
                 }
                 Standing::Refused(why) => {
                     let Some(old) = latest else { break };
@@ -100,24 +104,24 @@ impl Gateway {
                     let (s, c, from) = (store.clone(), closed, old.state);
                     let won = blocking(move || s.transition(&c, from, None)).await?;
                     if won && why == Refusal::Expired {
-                        self.audit_approval("approval_expired", &old, None, ctx);
+                        self.audit_approval("approval_expired", &old, None, call.ip);
                     }
-                    return Err(Rejection::Forbidden(Denial::ApprovalRefused {
-                        tool,
-                        message: refusal_text(rule, why),
+                    return Err(Rejection::PolicyRule(RuleRefusal {
+                        message: refusal_text(&refusal.message, why),
                         reason: why.reason(),
+                        ..refusal
                     }));
                 }
                 Standing::Ask => break,
             }
         }
-        let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
+        let principal = call.principal;
         let approval = Approval {
             id: approvals::new_id(rand::random()),
-            person: ctx.person_key.clone(),
+            person,
             name: match principal.kind {
-                crate::auth::AuthKind::OAuth => principal.subject.clone(),
-                crate::auth::AuthKind::Static => format!("token {}", principal.client),
+                AuthKind::OAuth => principal.subject.clone(),
+                AuthKind::Static => format!("token {}", principal.client),
             },
             client: principal
                 .client_name
@@ -127,8 +131,8 @@ impl Gateway {
             tool,
             arguments,
             digest,
-            rule: rule.name.to_owned(),
-            message: rule.message.to_owned(),
+            rule: refusal.rule,
+            message: refusal.message,
             created_ms: now,
             expires_ms: now.saturating_add(self.settings.approvals.ttl_ms()),
             state: State::Pending,
@@ -137,37 +141,33 @@ impl Gateway {
         };
         let (s, a) = (store, approval.clone());
         blocking(move || s.insert(&a, now)).await?;
-        self.audit_approval("approval_requested", &approval, None, ctx);
-        Err(self.held(req, body, &approval, ctx))
+        self.audit_approval("approval_requested", &approval, None, call.ip);
+        Err(self.held(call, &approval))
     }
 
-    /// The caller's answer for a held call: the link, in the form its client understands.
-    fn held(
-        &self,
-        req: &RequestHeader,
-        body: &[u8],
-        approval: &Approval,
-        ctx: &RequestCtx,
-    ) -> Rejection {
-        let Some(message) = ctx.mcp.message.as_ref() else {
-            return Rejection::Internal;
-        };
+    /// The caller's answer for a held call: the link, in the form its client understands
+    /// (URL elicitation declared on its session's `initialize`, as this process saw it, or in
+    /// a 2026-07-28 request's own capabilities).
+    fn held(&self, call: HeldCall<'_>, approval: &Approval) -> Rejection {
         let url = approval_url(&self.settings.base_url, &approval.id);
-        let eliciting = ctx.mcp.url_elicitation
-            || req
-                .headers
-                .get(SESSION_ID)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|id| self.edge.credentials.eliciting(id))
-            || answer::request_declares_url_elicitation(body);
+        let eliciting = call
+            .req
+            .headers
+            .get(SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|id| self.edge.credentials.eliciting(id))
+            || answer::request_declares_url_elicitation(call.body);
         let held = answer::Held {
             id: &approval.id,
             url: &url,
             message: &approval.message,
             minutes: approval.expires_ms.saturating_sub(approval.created_ms) / 60_000,
         };
-        let json = answer::held_answer(message, &held, eliciting).unwrap_or_default();
-        Rejection::Held(Box::new(json))
+        let json = answer::held_answer(call.message, &held, eliciting).unwrap_or_default();
+        Rejection::Held {
+            answer: Box::new(json),
+            rule: approval.rule.clone(),
+        }
     }
 
     /// One audit line of an approval's step (`event`); `by`: the approver.
@@ -176,17 +176,6 @@ impl Gateway {
         event: &'static str,
         a: &Approval,
         by: Option<&str>,
-        ctx: &RequestCtx,
-    ) {
-        self.audit_approval_at(event, a, by, Some(&ctx.request_id), ctx.client_ip);
-    }
-
-    pub(super) fn audit_approval_at(
-        &self,
-        event: &'static str,
-        a: &Approval,
-        by: Option<&str>,
-        request_id: Option<&str>,
         client_ip: Option<std::net::IpAddr>,
     ) {
         if let Some(log) = &self.edge.audit {
@@ -201,7 +190,6 @@ impl Gateway {
                 rule: &a.rule,
                 sha256: &a.digest,
                 by,
-                request_id,
                 client_ip,
             });
         }
@@ -216,8 +204,8 @@ impl Gateway {
 }
 
 /// What a refused retry says: the rule's message, and why.
-fn refusal_text(rule: ApproveRule<'_>, why: Refusal) -> String {
-    let lead = rule.message.trim();
+fn refusal_text(message: &str, why: Refusal) -> String {
+    let lead = message.trim();
     let why = match why {
         Refusal::Rejected => "An approver rejected this call.",
         Refusal::Expired => "Its approval expired before it was decided or used.",

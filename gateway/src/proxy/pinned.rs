@@ -31,7 +31,8 @@ impl Gateway {
 
     /// Whether the answer to `message` is filtered for `principal` on `route`: a `tools/list`
     /// or `server/discover` (which says whether there are tools at all) when the policy does
-    /// not list everything for the principal, or the route holds a tool.
+    /// not list everything for the principal, the route holds a tool, or a `[[policy]]` rule
+    /// that does not read `args` applies on the route.
     pub(super) fn filters_list(
         &self,
         principal: &Principal,
@@ -41,7 +42,11 @@ impl Gateway {
         matches!(message.method.as_str(), "tools/list" | "server/discover")
             && ((self.settings.admission.tool_policy
                 && !self.routes[route].policy.lists_everything(principal))
-                || self.edge.pins.holds_any(&self.settings.routes[route].name))
+                || self.edge.pins.holds_any(&self.settings.routes[route].name)
+                || self
+                    .settings
+                    .rules
+                    .filters_lists(&self.settings.routes[route].name))
     }
 
     /// Whether `principal` sees `name` in `route`'s lists: the policy allows it (when on) and

@@ -537,6 +537,7 @@ fn audit_record(request_id: &str, decision: AuditDecision) -> AuditRecord<'_> {
         name: Some("werkbaum_write"),
         decision,
         reason: (decision == AuditDecision::Denied).then_some(reason::INSUFFICIENT_SCOPE),
+        rule: None,
         upstream_status: (decision == AuditDecision::Allowed).then_some(200),
         duration_ms: 1,
     }

@@ -56,7 +56,7 @@ async fn stack_with_sessions() -> (McpService, WireTap, Stack) {
 }
 
 fn rule() -> PolicyRule {
-    PolicyRule::new(RULE, r#""note" in args"#, "approve", MESSAGE)
+    PolicyRule::new(RULE, r#""note" in args"#, "approve").message(MESSAGE)
 }
 
 async fn gateway(tap: &WireTap, ttl_secs: Option<u64>) -> Stack {

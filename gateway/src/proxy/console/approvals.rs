@@ -118,7 +118,7 @@ impl Gateway {
                             Decision::Approve => "approval_approved",
                             Decision::Reject => "approval_rejected",
                         };
-                        self.audit_approval_at(event, &next, Some(&viewer.username), None, ip);
+                        self.audit_approval(event, &next, Some(&viewer.username), ip);
                         match decision {
                             Decision::Approve => "approved",
                             Decision::Reject => "rejected",
