@@ -35,6 +35,9 @@ use serde::{Serialize, Serializer};
 
 use crate::auth::Principal;
 
+mod approval;
+pub(crate) use approval::ApprovalRecord;
+
 /// Short codes for `reason` on denials.
 pub mod reason {
     pub const UNAUTHENTICATED: &str = "unauthenticated";
@@ -239,43 +242,6 @@ pub(crate) struct PinRecord<'a> {
     pub(crate) sha256: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) by: Option<&'static str>,
-}
-
-/// One audit line per step of a call held for a person's approval (`effect = "approve"`):
-/// `approval_requested` (a call held, a pending approval made), `approval_approved` and
-/// `approval_rejected` (by an approver in the console: `by`), `approval_used` (the retry
-/// passed, once), `approval_expired` (a retry came too late and was refused). Never the
-/// arguments: `sha256` is the digest that binds the approval to them (route, tool, canonical
-/// arguments, person); the console shows them from the store.
-///
-/// ```json
-/// {"time":"2026-12-05T11:00:00.000Z","event":"approval_requested","approval":"apr_5b1c…","route":"files","tool":"delete","person":"oauth:ann","client":"Claude","rule":"approve-deletes","sha256":"9f2c…","client_ip":"10.0.0.7"}
-/// {"time":"2026-12-05T11:02:00.000Z","event":"approval_approved","approval":"apr_5b1c…","route":"files","tool":"delete","person":"oauth:ann","client":"Claude","rule":"approve-deletes","sha256":"9f2c…","by":"root","client_ip":"127.0.0.1"}
-/// ```
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct ApprovalRecord<'a> {
-    #[serde(rename = "time", serialize_with = "serialize_time")]
-    pub(crate) time_ms: u64,
-    pub(crate) event: &'static str,
-    pub(crate) approval: &'a str,
-    pub(crate) route: &'a str,
-    #[serde(serialize_with = "serialize_untrusted")]
-    pub(crate) tool: &'a str,
-    #[serde(serialize_with = "serialize_untrusted")]
-    pub(crate) person: &'a str,
-    #[serde(serialize_with = "serialize_untrusted")]
-    pub(crate) client: &'a str,
-    pub(crate) rule: &'a str,
-    pub(crate) sha256: &'a str,
-    /// The approver, for `approval_approved` and `approval_rejected`.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_untrusted_opt"
-    )]
-    pub(crate) by: Option<&'a str>,
-    /// The caller's (requested, used, expired) or the approver's (decided) address.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) client_ip: Option<std::net::IpAddr>,
 }
 
 /// How an audit line names a session: the first 12 hex digits of its id's SHA-256.
