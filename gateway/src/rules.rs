@@ -22,8 +22,9 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
-pub(crate) use compile::{RuleConfig, RuleError};
-pub(crate) use input::{Client, Input, Tool, User, arguments};
+pub use compile::{RuleConfig, RuleError};
+pub(crate) use input::arguments;
+pub use input::{Client, Input, Tool, User};
 
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -144,6 +145,31 @@ impl Rules {
             rules: rules.into(),
             env: Some(env),
         })
+    }
+
+    /// What `pforte check` says of the rules: how many, and each one's name, effect and
+    /// routes in order (`None`: no rules).
+    pub(crate) fn describe(&self) -> Option<String> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = self
+            .rules
+            .iter()
+            .map(|r| {
+                let routes = if r.routes.is_empty() {
+                    "every route".to_owned()
+                } else {
+                    format!("routes {}", r.routes.join(", "))
+                };
+                format!("{} ({}, {routes})", r.name, r.effect.as_str())
+            })
+            .collect();
+        Some(format!(
+            "policy: {} rule(s) in order: {}",
+            each.len(),
+            each.join("; ")
+        ))
     }
 
     /// Whether any rule applies on `route`.
