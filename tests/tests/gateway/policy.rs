@@ -129,7 +129,7 @@ async fn a_rule_denies_by_argument_before_the_upstream_sees_the_call() {
         lines
             .iter()
             .filter(|l| l["name"] == "werkbaum_read" && l["decision"] == "allowed")
-            .all(|l| l.get("rule").is_none())
+            .all(|l| l["rule"].is_null())
     );
     assert!(lines.iter().any(|l| l["rule"] == "approve-creates"
         && l["reason"] == "approval_required"
