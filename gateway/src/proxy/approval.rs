@@ -11,13 +11,12 @@ use super::Gateway;
 
 impl Gateway {
     /// The answer to a call that needs a person's approval (`refusal` names the rule and its
-    /// message; `input` is what the rule saw).
+    /// message; `_input` is what the rule saw: who, which tool, the arguments).
     pub(super) async fn hold_for_approval(
         &self,
         refusal: RuleRefusal,
-        input: &Input<'_>,
+        _input: &Input<'_>,
     ) -> Rejection {
-        let _ = input;
         Rejection::PolicyRule(RuleRefusal {
             reason: "approval_required",
             ..refusal
