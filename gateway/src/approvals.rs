@@ -9,11 +9,13 @@
 //! records (`pforte.db`'s `approvals` table, or redis), `answer.rs` words the caller's answer.
 
 pub(crate) mod answer;
+mod record;
 mod store;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+pub(crate) use record::ApprovalRecord;
 pub(crate) use store::{ApprovalStore, ApprovalStoreError, embedded, redis};
 
 /// The default lifetime of a pending approval, and of a granted one before its retry.

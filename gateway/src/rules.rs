@@ -147,6 +147,31 @@ impl Rules {
         })
     }
 
+    /// What `pforte check` says of the rules: how many, and each one's name, effect and
+    /// routes in order (`None`: no rules).
+    pub(crate) fn describe(&self) -> Option<String> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = self
+            .rules
+            .iter()
+            .map(|r| {
+                let routes = if r.routes.is_empty() {
+                    "every route".to_owned()
+                } else {
+                    format!("routes {}", r.routes.join(", "))
+                };
+                format!("{} ({}, {routes})", r.name, r.effect.as_str())
+            })
+            .collect();
+        Some(format!(
+            "policy: {} rule(s) in order: {}",
+            each.len(),
+            each.join("; ")
+        ))
+    }
+
     /// Whether any rule applies on `route`.
     pub(crate) fn covers(&self, route: &str) -> bool {
         self.rules.iter().any(|r| r.covers(route))

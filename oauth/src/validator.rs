@@ -526,6 +526,45 @@ mod tests {
         assert!(v.validate_at(&token, t0 + 2 * ROLES_TTL_MS).await.is_err());
     }
 
+    /// What the gateway's policy rules read of a user: email, groups and held roles, from the
+    /// cached member (no store read while it is fresh); an unknown user is `None`.
+    #[tokio::test]
+    async fn a_person_is_read_from_the_cached_member() {
+        let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
+        cfg.roles.insert(
+            "finance".into(),
+            crate::config::Role {
+                groups: vec!["fin".into()],
+                ..Default::default()
+            },
+        );
+        let (store, v, _token) = setup_with("https://gw.example/mcp", cfg).await;
+        assert_eq!(v.person("bob").await.unwrap(), None);
+        let mut bob = crate::model::UserRecord {
+            username: "bob".into(),
+            password_hash: String::new(),
+            created_at: T,
+            updated_at: T,
+            external: Some(crate::model::ExternalIdentity {
+                email: Some("Bob@Example.com".into()),
+                groups: vec!["fin".into(), "eng".into()],
+                ..Default::default()
+            }),
+            admin: false,
+        };
+        // `None` was cached for bob: the store is read again only after `roles_recheck_secs`.
+        store.create_user(&bob).await.unwrap();
+        assert_eq!(v.person("bob").await.unwrap(), None);
+        v.clear_cache();
+        let person = v.person("bob").await.unwrap().unwrap();
+        assert_eq!(person.email.as_deref(), Some("bob@example.com"));
+        assert_eq!(person.groups, ["fin", "eng"]);
+        assert_eq!(person.roles, ["finance"]);
+        bob.external.as_mut().unwrap().groups.clear();
+        store.update_user(&bob).await.unwrap();
+        assert_eq!(v.person("bob").await.unwrap().unwrap().roles, ["finance"]);
+    }
+
     #[tokio::test]
     async fn a_route_allow_list_refuses_other_users_tokens() {
         let mut cfg = OAuthConfig::new("https://gw.example").unwrap();

@@ -12,8 +12,7 @@ use pingora::http::RequestHeader;
 
 use super::{Gateway, admission::SESSION_ID};
 use crate::{
-    approvals::{self, Approval, ApprovalStore, Refusal, Standing, State, answer},
-    audit::ApprovalRecord,
+    approvals::{self, Approval, ApprovalRecord, ApprovalStore, Refusal, Standing, State, answer},
     auth::{AuthKind, Principal},
     mcp::Message,
     reply::{Rejection, RuleRefusal},

@@ -181,4 +181,10 @@ fn check_names_a_bad_policy_rule_and_where() {
         Duration::from_secs(20),
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let line = "  policy: 1 rule(s) in order: no-secret-docs (deny, every route)";
+    assert!(
+        out.stdout.lines().any(|l| l == line),
+        "{line:?} not in {}",
+        out.stdout
+    );
 }

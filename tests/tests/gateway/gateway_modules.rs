@@ -575,6 +575,7 @@ fn audit_lines_have_exactly_the_documented_keys_in_a_0600_file() {
         "name",
         "decision",
         "reason",
+        "rule",
         "upstream_status",
         "duration_ms",
     ]

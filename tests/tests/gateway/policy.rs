@@ -34,16 +34,19 @@ fn read(document: &str) -> CallToolRequestParams {
         .with_arguments(json!({"document": document}).as_object().unwrap().clone())
 }
 
-/// The audit lines once one names `rule`.
-async fn audit_lines(gw: &pforte_tests::Gateway, rule: &str) -> Vec<Value> {
+/// The audit lines once `count` of them name `rule` (they are written off the request path).
+async fn audit_lines(gw: &pforte_tests::Gateway, rule: &str, count: usize) -> Vec<Value> {
     let path = gw.data_dir().join("audit.jsonl");
     let needle = format!("\"rule\":\"{rule}\"");
-    let found = eventually(std::time::Duration::from_secs(5), || {
-        let (path, needle) = (path.clone(), needle.clone());
-        async move { std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&needle)) }
-    })
-    .await;
-    assert!(found, "no audit line names {rule}");
+    let found =
+        eventually(std::time::Duration::from_secs(5), || {
+            let (path, needle) = (path.clone(), needle.clone());
+            async move {
+                std::fs::read_to_string(&path).is_ok_and(|t| t.matches(&needle).count() >= count)
+            }
+        })
+        .await;
+    assert!(found, "fewer than {count} audit lines name {rule}");
     std::fs::read_to_string(&path)
         .unwrap()
         .lines()
@@ -121,7 +124,8 @@ async fn a_rule_denies_by_argument_before_the_upstream_sees_the_call() {
     assert!(!tap.saw("secret-plan-0002") && !tap.saw("werkbaum_create"));
 
     // The audit line and the metric name the rule.
-    let lines = audit_lines(gw, "no-secret-docs").await;
+    audit_lines(gw, "approve-creates", 1).await;
+    let lines = audit_lines(gw, "no-secret-docs", 2).await;
     let denials: Vec<&Value> = lines
         .iter()
         .filter(|l| l["rule"] == "no-secret-docs")
@@ -134,8 +138,11 @@ async fn a_rule_denies_by_argument_before_the_upstream_sees_the_call() {
         lines
             .iter()
             .filter(|l| l["name"] == "werkbaum_read" && l["decision"] == "allowed")
-            .all(|l| l.get("rule").is_none())
+            .all(|l| l["rule"].is_null())
     );
+    assert!(lines.iter().any(|l| l["rule"] == "approve-creates"
+        && l["reason"] == "approval_required"
+        && l["name"] == "werkbaum_create"));
     let text = metrics_text(&gw.http(), &gw.base).await.unwrap();
     let denied = metric_sum(
         &text,

@@ -1,8 +1,9 @@
-//! The audit line of an approval's step (`effect = "approve"`, `approvals.rs`).
+//! The audit line of an approval's step (`effect = "approve"`), written through the audit log
+//! (`audit.rs`) like every other line.
 
 use serde::Serialize;
 
-use super::{serialize_time, serialize_untrusted, serialize_untrusted_opt};
+use crate::audit::{serialize_time, serialize_untrusted, serialize_untrusted_opt};
 
 /// One audit line per step of a call held for a person's approval (`effect = "approve"`):
 /// `approval_requested` (a call held, a pending approval made), `approval_approved` and
