@@ -247,10 +247,7 @@ pub(crate) fn serialize_untrusted<S: Serializer>(text: &&str, s: S) -> Result<S:
     s.serialize_str(&crate::logging::untrusted_name(text))
 }
 
-pub(crate) fn serialize_untrusted_opt<S: Serializer>(
-    text: &Option<&str>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
+fn serialize_untrusted_opt<S: Serializer>(text: &Option<&str>, s: S) -> Result<S::Ok, S::Error> {
     match text {
         Some(text) => serialize_untrusted(text, s),
         None => s.serialize_none(),

@@ -1,9 +1,9 @@
 //! The audit line of an approval's step (`effect = "approve"`), written through the audit log
 //! (`audit.rs`) like every other line.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
-use crate::audit::{serialize_time, serialize_untrusted, serialize_untrusted_opt};
+use crate::audit::{serialize_time, serialize_untrusted};
 
 /// One audit line per step of a call held for a person's approval (`effect = "approve"`):
 /// `approval_requested` (a call held, a pending approval made), `approval_approved` and
@@ -34,10 +34,15 @@ pub(crate) struct ApprovalRecord<'a> {
     /// The approver, for `approval_approved` and `approval_rejected`.
     #[serde(
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_untrusted_opt"
+        serialize_with = "untrusted_by"
     )]
     pub(crate) by: Option<&'a str>,
     /// The caller's (requested, used, expired) or the approver's (decided) address.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) client_ip: Option<std::net::IpAddr>,
+}
+
+/// The approver's name, escaped like every name from elsewhere (`by` is only written when set).
+fn untrusted_by<S: Serializer>(by: &Option<&str>, s: S) -> Result<S::Ok, S::Error> {
+    serialize_untrusted(&by.unwrap_or_default(), s)
 }
