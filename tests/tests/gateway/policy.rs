@@ -124,7 +124,8 @@ async fn a_rule_denies_by_argument_before_the_upstream_sees_the_call() {
     assert!(!tap.saw("secret-plan-0002") && !tap.saw("werkbaum_create"));
 
     // The audit line and the metric name the rule.
-    audit_lines(gw, "approve-creates", 1).await;
+    // The held call's `approval_requested` line and its request line both name the rule.
+    audit_lines(gw, "approve-creates", 2).await;
     let lines = audit_lines(gw, "no-secret-docs", 2).await;
     let denials: Vec<&Value> = lines
         .iter()
