@@ -64,7 +64,7 @@ pub(crate) fn approvals_page(p: &ApprovalsPage) -> String {
             format!(
                 "<tr><td>{}</td><td><a href=\"/admin/approvals/{id}\"><code>{}</code></a></td>\
                  <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"nowrap\">{}</td>\
-                 <td class=\"nowrap\">{}</td></tr>",
+                 <td class=\"nowrap\">{}</td><td><a href=\"/admin/approvals/{id}\">Open</a></td></tr>",
                 state_pill(r.state),
                 escape(&r.tool),
                 escape(&r.who),
@@ -91,7 +91,8 @@ pub(crate) fn approvals_page(p: &ApprovalsPage) -> String {
                 "Route",
                 "Rule",
                 "Asked (UTC)",
-                "Expires (UTC)"
+                "Expires (UTC)",
+                ""
             ],
             &rows,
             "No calls wait for approval."
