@@ -225,6 +225,12 @@ pub(crate) enum Decision {
     Reject,
 }
 
+/// Whether the signed-in user `username` asked for `approval` themselves (an OAuth user's
+/// call): they may reject it, but approving it takes another approver.
+pub(crate) fn own_call(approval: &Approval, username: &str) -> bool {
+    approval.person == crate::auth::person_key(crate::auth::AuthKind::OAuth, username, "")
+}
+
 /// `approval` after `decision` by `by` at `now`: approved ones may be used for `ttl_ms` from
 /// now; `None` when it is not pending at `now` (decided already, or expired).
 pub(crate) fn decide(

@@ -86,6 +86,21 @@ fn a_call_asks_waits_passes_once_or_is_refused() {
 }
 
 #[test]
+fn nobody_approves_their_own_call() {
+    let a = approval("apr_1", "d", 100);
+    assert!(own_call(&a, "ann"));
+    assert!(!own_call(&a, "bob"));
+    let token = Approval {
+        person: "static:ann".into(),
+        ..a
+    };
+    assert!(
+        !own_call(&token, "ann"),
+        "a static token is not the user ann"
+    );
+}
+
+#[test]
 fn the_ttl_is_validated() {
     assert!(ApprovalsConfig::default().problem().is_none());
     assert_eq!(ApprovalsConfig::default().ttl_secs, 900);

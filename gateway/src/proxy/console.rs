@@ -68,6 +68,9 @@ fn notice(done: &str) -> (Option<String>, Option<String>) {
         "approved" => ok("Approved. The caller's next identical call passes, once."),
         "rejected" => ok("Rejected. The caller's next identical call is refused."),
         "too-late" => bad("This call is no longer waiting (decided already, or expired)."),
+        "own-call" => {
+            bad("This is your own call: another approver approves it (you may reject it).")
+        }
         _ => (None, None),
     }
 }

@@ -4,7 +4,8 @@
 //! elicitation, `-32042` with `data.elicitations` and `data.authorization` for one that
 //! declared it (raw clients, the Python SDK, and a session with exactly what the Claude Code
 //! CLI declares). An admin, or a user whose role has `approver = true`, approves or rejects it
-//! at `/admin/approvals/ID` (CSRF-checked form; audited); a non-approver gets 403. The retry
+//! at `/admin/approvals/ID` (CSRF-checked form; audited; nobody approves their own call); a
+//! non-approver gets 403. The retry
 //! with identical arguments passes once, the next identical call is held again, different
 //! arguments are a new approval; rejected or expired → refused with the rule's message. Two
 //! gateways on one redis use an approval once. In headless Chromium an admin opens the list and
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use pforte_tests::{
     EchoUpstream, McpClient, McpService, OAuth, PolicyRule, Role, Stack, WireTap, eventually,
     in_ci,
-    oauth::{Browser, Form, Page},
+    oauth::{Browser, Form, Page, access_token},
     python_sdk_or_skip, rpc_answer, run_python_json, target_dir, which,
 };
 use reqwest::{StatusCode, Url};
@@ -385,6 +386,22 @@ async fn an_approver_role_decides_a_non_approver_gets_403_and_a_rejected_call_is
     let passed = rpc_answer(client.post(&call(6, "carol-approves")).await).await;
     assert!(passed["result"]["isError"] != true, "{passed}");
     assert_eq!(tap.count("carol-approves"), 1);
+
+    // An admin's own call (OAuth, the real flow) takes another approver.
+    let root_token = access_token(&gw, ROOT, ROOT_PW, "mcp:read mcp:write")
+        .await
+        .unwrap();
+    let root_client = session(&gw, &root_token, json!({})).await;
+    let (own, _) = held(
+        &rpc_answer(root_client.post(&call(2, "roots-own")).await).await,
+        false,
+    );
+    let root = signed_in(&gw, ROOT, ROOT_PW).await;
+    let refused = decide(&gw, &root, &own, "approve").await;
+    assert!(refused.body.contains("your own call"), "{}", refused.body);
+    decide(&gw, &carol, &own, "approve").await;
+    let passed = rpc_answer(root_client.post(&call(3, "roots-own")).await).await;
+    assert!(passed["result"]["isError"] != true, "{passed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -106,6 +106,9 @@ impl Gateway {
         let Some(current) = found else {
             return console::refusal(404, "No such approval", "No held call has that id.");
         };
+        if decision == Decision::Approve && approvals::own_call(&current, &viewer.username) {
+            return console::redirect(&format!("/admin/approvals/{id}?done=own-call"));
+        }
         let now = self.clock.now_ms();
         let ttl = self.settings.approvals.ttl_ms();
         let done = match approvals::decide(&current, decision, &viewer.username, now, ttl) {
