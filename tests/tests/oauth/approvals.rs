@@ -7,7 +7,8 @@
 //! at `/admin/approvals/ID` (CSRF-checked form; audited; nobody approves their own call); a
 //! non-approver gets 403. The retry
 //! with identical arguments passes once, the next identical call is held again, different
-//! arguments are a new approval; rejected or expired → refused with the rule's message. Two
+//! arguments are a new approval; rejected or expired → refused with the rule's message; a
+//! restart keeps a pending approval. Two
 //! gateways on one redis use an approval once. In headless Chromium an admin opens the list and
 //! the call and clicks Approve: screenshots `admin-approvals*.png`, `admin-approval*.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -221,7 +222,7 @@ async fn session_on(gw: &Stack, token: &str, caps: Value, version: &str) -> McpC
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_approves_a_held_call_and_its_retry_passes_once() {
-    let (_svc, tap, gw) = stack(None).await;
+    let (_svc, tap, mut gw) = stack(None).await;
     let token = gw.create_token("ci").await.unwrap();
     let client = session(&gw, &token, json!({})).await;
     let note = "delete-the-draft-7f3a";
@@ -235,6 +236,8 @@ async fn an_admin_approves_a_held_call_and_its_retry_passes_once() {
     let again = rpc_answer(client.post(&call(3, note)).await).await;
     assert_eq!(held(&again, false).0, id);
     assert_eq!(tap.count(note), 0);
+    // A restart keeps it (pforte.db), and the session too.
+    gw.restart().await.unwrap();
 
     // The approver sees who, which client, route, tool, the arguments, rule and message.
     let root = signed_in(&gw, ROOT, ROOT_PW).await;
