@@ -676,6 +676,7 @@ async fn approvals_in_chromium_list_call_and_a_click_on_approve() {
     let client = session(&gw, &token, json!({})).await;
     let pending = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "echo", "arguments": {"note": "browser-click", "path": "docs/<draft>.md",
+        "text": "a long line that an approver reads on a phone without scrolling sideways ".repeat(4),
         "recursive": true, "keep": ["a", "b"]}}});
     let (id, _) = held(&rpc_answer(client.post(&pending).await).await, false);
     held(
