@@ -163,6 +163,8 @@ pub(crate) struct Snapshot {
     /// Tool name → the parameters it mirrors into `Mcp-Param-*` headers (`x-mcp-header` in its
     /// `inputSchema`), for the tools that declare any.
     params: HashMap<Box<str>, Arc<[ParamHeader]>>,
+    /// Tool name → its `annotations` object, for the tools that have one (`[[policy]]`).
+    annotations: HashMap<Box<str>, Arc<Value>>,
     /// Each listed tool as listed, until the pins have seen it (taken by `refresh`).
     listed: Vec<(String, Value)>,
 }
@@ -319,6 +321,11 @@ impl Catalog {
     /// or not listed). Lock-free; no I/O.
     pub(crate) fn param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         self.snapshot.load().params.get(tool).cloned()
+    }
+
+    /// The `annotations` object of `tool` as last listed. Lock-free; no I/O.
+    pub(crate) fn annotations(&self, tool: &str) -> Option<Arc<Value>> {
+        self.snapshot.load().annotations.get(tool).cloned()
     }
 
     /// Every tool in the catalog with whether it only reads, sorted by name.
@@ -651,6 +658,9 @@ fn read_tools_page(result: &Value, tools: &mut Snapshot) -> Result<Option<String
             .and_then(Value::as_bool)
             .unwrap_or(false);
         tools.tools.insert(name.into(), read_only);
+        if let Some(a) = tool.get("annotations").filter(|a| a.is_object()) {
+            tools.annotations.insert(name.into(), Arc::new(a.clone()));
+        }
         tools.listed.push((name.to_owned(), tool.clone()));
         let params = tool
             .get("inputSchema")

@@ -68,6 +68,8 @@ pub(crate) enum ConfigError {
     },
     #[error("limits.tools.{tool}: {reason}")]
     ToolLimit { tool: String, reason: String },
+    #[error("{0}")]
+    Policy(#[from] crate::rules::RuleError),
 }
 
 /// The error of a top-level `field`.
@@ -135,6 +137,10 @@ pub(crate) struct Settings {
     pub(crate) stdio_account: StdioAccount,
     /// `[pinning]`: changed tool definitions held, logged or not recorded.
     pub(crate) pinning: crate::pins::Pinning,
+    /// `[approvals]`: how long a held call waits for a person's approval.
+    pub(crate) approvals: crate::approvals::ApprovalsConfig,
+    /// `[[policy]]`: the rules over claims and arguments, compiled.
+    pub(crate) rules: crate::rules::Rules,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -328,6 +334,9 @@ impl GatewayConfig {
             return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
         }
         check_limits(&self.limits)?;
+        if let Some(reason) = self.approvals.problem() {
+            return Err(invalid("approvals.ttl_secs", reason));
+        }
         if self.max_body_bytes < 1024 {
             return Err(invalid(
                 "max_body_bytes",
@@ -364,6 +373,8 @@ impl GatewayConfig {
         check_tool_limits(&self.limits)?;
         let telemetry = self.telemetry.validate()?;
         let vault_key = self.vault_key(&routes)?;
+        let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        let rules = crate::rules::Rules::compile(&self.policy, &names)?;
         let stdio_account =
             StdioAccount::new(&self.stdio_user, self.stdio_home.as_deref(), &self.data_dir)
                 .map_err(|e| invalid("stdio_user", e))?;
@@ -401,6 +412,8 @@ impl GatewayConfig {
             vault_key,
             stdio_account,
             pinning: self.pinning,
+            approvals: self.approvals,
+            rules,
         })
     }
 

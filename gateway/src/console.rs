@@ -18,6 +18,7 @@ use bytes::Bytes;
 
 use crate::tokens::TokenSource;
 
+pub(crate) mod approvals;
 pub(crate) mod audit_view;
 pub(crate) mod chart;
 pub(crate) mod manage;
@@ -82,6 +83,10 @@ pub(crate) enum Page {
     Clients,
     /// Held tool changes (pinned definitions).
     Tools,
+    /// The calls held for a person's approval.
+    Approvals,
+    /// One held call (`/admin/approvals/apr_…`).
+    Approval(String),
     NotFound,
 }
 
@@ -95,12 +100,43 @@ impl Page {
             "/admin/users" => Self::Users,
             "/admin/clients" => Self::Clients,
             "/admin/tools" => Self::Tools,
-            p => match p.strip_prefix("/admin/routes/") {
-                Some(name) if crate::config::valid_route_name(name) => Self::Route(name.to_owned()),
+            "/admin/approvals" => Self::Approvals,
+            p => match (
+                p.strip_prefix("/admin/routes/"),
+                p.strip_prefix("/admin/approvals/"),
+            ) {
+                (Some(name), _) if crate::config::valid_route_name(name) => {
+                    Self::Route(name.to_owned())
+                }
+                (_, Some(id)) if approval_id(id) => Self::Approval(id.to_owned()),
                 _ => Self::NotFound,
             },
         }
     }
+}
+
+/// Whether `id` has an approval id's shape: `apr_` and 32 lowercase hex digits.
+fn approval_id(id: &str) -> bool {
+    id.len() == 36
+        && id.starts_with("apr_")
+        && id
+            .bytes()
+            .skip(4)
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl Page {
+    /// Whether an approver who is not an admin may see it: the approval pages only.
+    pub(crate) fn for_approvers(&self) -> bool {
+        matches!(self, Self::Approvals | Self::Approval(_))
+    }
+}
+
+/// The 403 page's text for someone signed in who may not decide approvals.
+pub(crate) fn not_approver_hint(shown: &str) -> String {
+    format!(
+        "You are signed in as {shown}, and approvals are decided by admins and by holders of a          role with `approver = true` under [oauth.roles]. Ask an approver to look at this call."
+    )
 }
 
 /// An HTML answer with every page's headers (`pforte_page::headers`): the one CSP, never
@@ -250,6 +286,14 @@ mod tests {
         assert_eq!(Page::of("/admin/routes/notes"), Page::Route("notes".into()));
         assert_eq!(Page::of("/admin/routes/../x"), Page::NotFound);
         assert_eq!(Page::of("/admin/nope"), Page::NotFound);
+        assert_eq!(Page::of("/admin/approvals"), Page::Approvals);
+        let id = format!("apr_{}", "0a".repeat(16));
+        assert_eq!(
+            Page::of(&format!("/admin/approvals/{id}")),
+            Page::Approval(id.clone())
+        );
+        assert!(Page::Approval(id).for_approvers() && !Page::Tokens.for_approvers());
+        assert_eq!(Page::of("/admin/approvals/apr_x"), Page::NotFound);
     }
 
     #[test]

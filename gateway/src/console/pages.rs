@@ -19,9 +19,10 @@ pub(crate) enum Section {
     Users,
     Clients,
     Tools,
+    Approvals,
 }
 
-const SECTIONS: [(Section, &str, &str); 7] = [
+const SECTIONS: [(Section, &str, &str); 8] = [
     (Section::Overview, "/admin", "Overview"),
     (Section::Audit, "/admin/audit", "Audit log"),
     (Section::Tokens, "/admin/tokens", "Tokens"),
@@ -29,6 +30,7 @@ const SECTIONS: [(Section, &str, &str); 7] = [
     (Section::Users, "/admin/users", "Users"),
     (Section::Clients, "/admin/clients", "OAuth clients"),
     (Section::Tools, "/admin/tools", "Tool changes"),
+    (Section::Approvals, "/admin/approvals", "Approvals"),
 ];
 
 /// Who is looking, for the frame.

@@ -32,9 +32,10 @@ impl Gateway {
 
     /// Whether the answer to `message` is filtered for `principal` on `route`: a `tools/list`
     /// or `server/discover` (which says whether there are tools at all) when the policy does
-    /// not list everything for the principal, or the route holds a tool ([`Self::lists_privately`]);
-    /// and every `tools/list` while the pins screen lists (mode `hold`: each listed definition
-    /// compared with the approved one, `pins::listing`).
+    /// not list everything for the principal, the route holds a tool, or a `[[policy]]` rule
+    /// that does not read `args` applies on the route ([`Self::lists_privately`]); and every
+    /// `tools/list` while the pins screen lists (mode `hold`: each listed definition compared
+    /// with the approved one, `pins::listing`).
     pub(super) fn filters_list(
         &self,
         principal: &Principal,
@@ -54,6 +55,10 @@ impl Gateway {
         (self.settings.admission.tool_policy
             && !self.routes[route].policy.lists_everything(principal))
             || self.edge.pins.holds_any(&self.settings.routes[route].name)
+            || self
+                .settings
+                .rules
+                .filters_lists(&self.settings.routes[route].name)
     }
 
     /// Whether a client is listed `route`'s tool `name` as the upstream described it (`tool`,

@@ -278,10 +278,14 @@ impl Gateway {
         let Some(route) = ctx.mcp_route.filter(|i| *i < self.routes.len()) else {
             return Error::e_explain(ErrorType::InternalError, "tools/list without a route");
         };
-        // The policy's and the pins' word (a held tool is absent).
-        let keep = |name: &str, annotation: policy::Annotation| {
-            self.listed(principal, route, name, annotation)
-        };
+        // The policy's, the pins' and the `[[policy]]` rules' word (a held tool is absent).
+        let keep =
+            |name: &str, annotation: policy::Annotation| {
+                self.listed(principal, route, name, annotation)
+                    && !ctx.mcp.attributes.as_ref().is_some_and(|a| {
+                        self.hidden_by_rules(principal, a, route, name, ctx.client_ip)
+                    })
+            };
         let discover = ctx
             .mcp
             .message

@@ -221,7 +221,7 @@ async fn the_console_shows_a_held_change_and_approves_it_with_its_csrf_token() {
     let back = answer.see_other().unwrap();
     assert_eq!(
         (back.path(), back.query()),
-        ("/admin/tools", Some("done=approved"))
+        ("/admin/tools", Some("done=tool-approved"))
     );
     let now = client(&gw, &token).await;
     assert!(now.tool_names().await.contains("echo"), "listed at once");
@@ -322,7 +322,10 @@ async fn a_definition_changed_while_running_is_cut_from_a_clients_list_before_th
         .post_fields(&url(&gw, "/admin/tools"), &fields)
         .await
         .unwrap();
-    assert_eq!(answer.see_other().unwrap().query(), Some("done=approved"));
+    assert_eq!(
+        answer.see_other().unwrap().query(),
+        Some("done=tool-approved")
+    );
     assert!(c.tool_names().await.contains("echo"), "listed at once");
     let called = rpc_answer(c.call_tool("echo", json!({"text": "hi"})).await).await;
     assert!(called["result"]["content"].is_array(), "{called}");

@@ -68,6 +68,7 @@ impl Gateway {
                 console::redirect(&format!("/admin/tokens?done={done}"))
             }
             (Page::Tokens, "create") => self.create_token(form, viewer, &audit).await,
+            (Page::Approval(id), _) => self.decide_approval(id, form, viewer, ip).await,
             (Page::Grants, "revoke") => {
                 let id = form.get("grant");
                 let done = match self.oauth.server().revoke_grant_now(id).await {

@@ -94,7 +94,7 @@ impl Gateway {
                         log.record(&PinRecord::approved(pin, now, "console"));
                     }
                 }
-                ("approved", "done")
+                ("tool-approved", "done")
             }
             Some(Ok(_)) => ("nothing-pending", "not_found"),
             Some(Err(e)) => {
