@@ -34,6 +34,7 @@ use crate::{
 
 mod admission;
 mod auth_server;
+mod batched;
 mod builtin;
 mod connect;
 mod console;
@@ -51,6 +52,7 @@ mod trace;
 mod upstream;
 mod wire;
 
+pub(crate) use batched::Batched;
 pub(crate) use ctx::RequestCtx;
 pub use wire::decode_answer;
 

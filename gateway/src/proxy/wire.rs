@@ -166,6 +166,16 @@ impl Wire {
         }
     }
 
+    /// The next piece of the body when what was already read holds it (`Some(None)`: the body
+    /// has ended), without reading; `None` when the upstream must be waited for.
+    pub(super) fn buffered(&mut self) -> Result<Option<Option<Bytes>>> {
+        Ok(match decode(&mut self.buf, &mut self.body, false)? {
+            Step::Piece(piece) => Some(Some(piece)),
+            Step::End => Some(None),
+            Step::NeedMore => None,
+        })
+    }
+
     async fn read(&mut self) -> Result<usize> {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
             self.buf.reserve(READ_SIZE);

@@ -815,17 +815,29 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
             None
         }
         (n, Some(strace)) => {
+            let upstream_port: u16 = upstream
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .context("the service's port")?;
             let mut per_call = Vec::with_capacity(targets.len());
             for (i, t) in targets.iter().enumerate() {
                 let http = http_client(t.ca_pem.as_deref());
                 let base = 9_000_000_000 + i as u64 * 1_000_000;
                 one_by_one(t, &http, UNCOUNTED_CALLS, base).await?;
+                // CPU time per call one by one, untraced: what the call costs the process,
+                // however loaded the machine is (10 ms ticks: 4 × n calls keep it to a few %).
+                let cpu0 = tree_cpu(t.pid);
+                let timed = one_by_one(t, &http, 4 * n, base + 500_000).await?;
+                let cpu_us =
+                    tree_cpu(t.pid).saturating_sub(cpu0).as_secs_f64() * 1e6 / timed.max(1) as f64;
                 let load = one_by_one(t, &http, n, base + UNCOUNTED_CALLS as u64);
                 let counted = strace
-                    .count(w, t.pid, load)
+                    .count(w, t.pid, upstream_port, load)
                     .await
                     .with_context(|| format!("{}: counting system calls", t.label))?;
-                per_call.push(counted.per_call());
+                let mut per = counted.per_call();
+                per.cpu_us = cpu_us;
+                per_call.push(per);
             }
             Some(per_call)
         }
@@ -995,14 +1007,16 @@ fn print_report(
 /// The system calls per call of every target, counted one call at a time.
 fn print_syscalls(targets: &[Target], counts: &[sends::PerCall], calls: usize) {
     println!(
-        "system calls per call (strace -f -y on the target's process and its children, {calls} \
+        "system calls per call (strace -f -yy on the target's process and its children, {calls} \
          calls one after another on one kept-alive connection, after {UNCOUNTED_CALLS} \
          uncounted): sends / reads are the write- / read-family calls on sockets (empty: reads \
-         that found nothing), all is every system call"
+         that found nothing), to the client and to the upstream; all is every system call; cpu µs: \
+         the process's CPU time per call over {} calls one by one before, untraced",
+        4 * calls
     );
     println!(
-        "{:<26} {:>6} {:>6} {:>6} {:>6}   by name (at least 0.05 a call)",
-        "target", "sends", "reads", "empty", "all"
+        "{:<26} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7}   by name (at least 0.05 a call)",
+        "target", "sends", "client", "up", "reads", "client", "up", "empty", "all", "cpu µs"
     );
     for (t, c) in targets.iter().zip(counts) {
         let names: Vec<String> = c
@@ -1012,12 +1026,17 @@ fn print_syscalls(targets: &[Target], counts: &[sends::PerCall], calls: usize) {
             .map(|(name, n)| format!("{name} {n:.2}"))
             .collect();
         println!(
-            "{:<26} {:>6.2} {:>6.2} {:>6.2} {:>6.2}   {}",
+            "{:<26} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>7.1}   {}",
             t.label,
             c.sends,
+            c.sends - c.upstream_sends,
+            c.upstream_sends,
             c.reads,
+            c.reads - c.upstream_reads,
+            c.upstream_reads,
             c.empty_reads,
             c.all,
+            c.cpu_us,
             names.join(", ")
         );
     }
