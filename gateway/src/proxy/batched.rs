@@ -78,11 +78,8 @@ impl Batched {
             self.written += n;
         }
         self.written = 0;
-        if self.collected.capacity() > MOST {
-            self.collected = Vec::new();
-        } else {
-            self.collected.clear();
-        }
+        // Given back: an idle kept-alive connection or an open event stream holds nothing here.
+        self.collected = Vec::new();
         Poll::Ready(Ok(()))
     }
 
