@@ -464,6 +464,30 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn what_was_read_is_handed_on_without_reading_again() {
+        use tokio::io::AsyncWriteExt as _;
+        let (near, mut far) = tokio::io::duplex(4096);
+        let mut up = Wire::new(Box::new(near), None);
+        far.write_all(SSE).await.unwrap();
+        assert_eq!(up.answer().await.unwrap().status, 200);
+        let piece = |b: &'static [u8]| Some(Some(Bytes::from_static(b)));
+        assert_eq!(up.buffered().unwrap(), piece(b"data: 1"));
+        assert_eq!(up.buffered().unwrap(), piece(b"data: two\n\nxyz!!"));
+        assert_eq!(up.buffered().unwrap(), Some(None));
+        assert!(up.is_done());
+        // A body still to come: nothing at hand, the upstream is waited for.
+        let (near, mut far) = tokio::io::duplex(4096);
+        let mut up = Wire::new(Box::new(near), None);
+        far.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n")
+            .await
+            .unwrap();
+        up.answer().await.unwrap();
+        assert_eq!(up.buffered().unwrap(), None);
+        far.write_all(b"done").await.unwrap();
+        assert_eq!(up.body().await.unwrap(), Some(Bytes::from_static(b"done")));
+    }
+
     #[test]
     fn informational_heads_are_skipped_and_lengths_respected() {
         let wire =
