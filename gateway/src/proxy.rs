@@ -35,6 +35,7 @@ use crate::{
 mod admission;
 mod approval;
 mod auth_server;
+mod batched;
 mod builtin;
 mod connect;
 mod console;
@@ -53,6 +54,7 @@ mod trace;
 mod upstream;
 mod wire;
 
+pub(crate) use batched::Batched;
 pub(crate) use ctx::RequestCtx;
 pub use wire::decode_answer;
 
