@@ -49,12 +49,29 @@ pub async fn console_in_chromium(
     password: &str,
     args: &[&str],
 ) -> anyhow::Result<Value> {
+    browser_script("console.py", chromium, gw, admin, password, args).await
+}
+
+/// Runs `tests/browser/SCRIPT` (a Chromium driver) with `--chromium`, `--base`, `--admin`,
+/// `args` and `--out-dir <target dir>/screenshots/`, the admin's password on its stdin; the
+/// JSON report on its last line of stdout, within 90 s.
+pub async fn browser_script(
+    script: &str,
+    chromium: &Path,
+    gw: &Gateway,
+    admin: &str,
+    password: &str,
+    args: &[&str],
+) -> anyhow::Result<Value> {
     let shots = target_dir().join("screenshots");
     std::fs::create_dir_all(&shots)?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/console.py");
-    let stderr_path = shots.join("console-stderr.log");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("browser")
+        .join(script);
+    let stem = script.trim_end_matches(".py");
+    let stderr_path = shots.join(format!("{stem}-stderr.log"));
     let mut child = Command::new("python3")
-        .arg(&script)
+        .arg(&path)
         .arg("--chromium")
         .arg(chromium)
         .args(["--base", &gw.base, "--admin", admin])
@@ -76,7 +93,7 @@ pub async fn console_in_chromium(
             let _ = child.kill();
             let _ = child.wait();
             bail!(
-                "console.py did not finish within 90 s:\n{}",
+                "{script} did not finish within 90 s:\n{}",
                 std::fs::read_to_string(&stderr_path).unwrap_or_default()
             );
         }
@@ -84,7 +101,7 @@ pub async fn console_in_chromium(
     }
     let out = child.wait_with_output()?;
     let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    ensure!(out.status.success(), "console.py failed:\n{stderr}");
+    ensure!(out.status.success(), "{script} failed:\n{stderr}");
     let stdout = String::from_utf8(out.stdout)?;
     serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .with_context(|| format!("{stdout}\n{stderr}"))

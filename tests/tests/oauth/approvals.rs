@@ -13,16 +13,15 @@
 //! the call and clicks Approve: screenshots `admin-approvals*.png`, `admin-approval*.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pforte_tests::{
-    EchoUpstream, McpClient, McpService, OAuth, PolicyRule, Role, Stack, WireTap, eventually,
-    in_ci,
+    EchoUpstream, McpClient, McpService, OAuth, PolicyRule, Role, Stack, WireTap,
+    console::{browser_script, chromium, is_png},
+    eventually, in_ci,
     oauth::{Browser, Form, Page, access_token},
-    python_sdk_or_skip, rpc_answer, run_python_json, target_dir, which,
+    python_sdk_or_skip, rpc_answer, run_python_json,
 };
 use reqwest::{StatusCode, Url};
 use serde_json::{Value, json};
@@ -653,17 +652,6 @@ async fn two_gateways_on_one_redis_use_an_approval_once() {
     assert_eq!(tap.count("shared-7c1"), 1, "one call reached the upstream");
 }
 
-fn chromium() -> Option<PathBuf> {
-    std::env::var_os("PFORTE_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| which("chromium"))
-        .or_else(|| which("chromium-browser"))
-}
-
-fn is_png(path: &Path) -> bool {
-    std::fs::read(path).is_ok_and(|b| b.len() > 2_000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_in_chromium_list_call_and_a_click_on_approve() {
     let Some(chromium) = chromium() else {
@@ -684,46 +672,16 @@ async fn approvals_in_chromium_list_call_and_a_click_on_approve() {
         false,
     );
 
-    let shots = target_dir().join("screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/approvals.py");
-    let stderr_path = shots.join("approvals-stderr.log");
-    let mut child = Command::new("python3")
-        .arg(&script)
-        .arg("--chromium")
-        .arg(&chromium)
-        .args(["--base", &gw.base, "--admin", ROOT, "--approval", &id])
-        .arg("--out-dir")
-        .arg(&shots)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{ROOT_PW}\n").as_bytes())
-        .unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "approvals.py did not finish within 90 s:\n{}",
-                std::fs::read_to_string(&stderr_path).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let out = child.wait_with_output().unwrap();
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(out.status.success(), "approvals.py failed:\n{stderr}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let r = browser_script(
+        "approvals.py",
+        &chromium,
+        &gw,
+        ROOT,
+        ROOT_PW,
+        &["--approval", &id],
+    )
+    .await
+    .unwrap();
     assert_eq!(r["console"], json!([]), "console messages");
     assert_eq!(r["exceptions"], json!([]), "exceptions");
     for key in ["list", "approval"] {
