@@ -13,6 +13,7 @@
 //! message without a tool has no arguments to be wrong about).
 
 mod compile;
+mod guard;
 mod input;
 #[cfg(test)]
 mod tests;
@@ -68,6 +69,8 @@ pub(crate) struct Rule {
     pub(crate) effect: Effect,
     pub(crate) message: String,
     program: cel::Program,
+    /// Its leading `&&` terms decided without CEL (`guard.rs`).
+    guards: Vec<guard::Guard>,
     /// The rule reads `args`: it cannot be decided before a call's arguments are known.
     reads_args: bool,
     /// Its evaluation failed once already (logged).
@@ -136,6 +139,7 @@ impl Rules {
                 routes: config.routes.clone().unwrap_or_default(),
                 effect: config.effect,
                 message: config.message.clone().unwrap_or_default(),
+                guards: guard::guards(program.expression()),
                 program,
                 reads_args,
                 warned: AtomicBool::new(false),
@@ -192,9 +196,14 @@ impl Rules {
     /// First matching rule for this call, in file order; None = no rule matched (go on).
     pub fn decide(&self, input: &Input<'_>) -> Option<Verdict<'_>> {
         let env = self.env.as_ref()?;
-        let scope = input.scope(env);
+        // The scope is built for the first rule its guards do not rule out.
+        let mut scope = None;
         for rule in self.rules.iter().filter(|r| r.covers(input.route)) {
-            match rule.matches(&scope) {
+            if guard::rules_out(&rule.guards, input) {
+                continue;
+            }
+            let scope = scope.get_or_insert_with(|| input.scope(env));
+            match rule.matches(scope) {
                 Ok(true) => return Some(rule.verdict()),
                 Ok(false) => {}
                 Err(error) => {
@@ -218,7 +227,7 @@ impl Rules {
         let Some(env) = self.env.as_ref() else {
             return false;
         };
-        let scope = input.scope(env);
+        let mut scope = None;
         for rule in self.rules.iter().filter(|r| r.covers(input.route)) {
             if rule.reads_args {
                 if rule.effect == Effect::Deny {
@@ -226,7 +235,11 @@ impl Rules {
                 }
                 return false;
             }
-            match rule.matches(&scope) {
+            if guard::rules_out(&rule.guards, input) {
+                continue;
+            }
+            let scope = scope.get_or_insert_with(|| input.scope(env));
+            match rule.matches(scope) {
                 Ok(true) => return rule.effect == Effect::Deny,
                 Ok(false) => {}
                 Err(error) => {

@@ -318,3 +318,81 @@ fn arguments_are_read_from_the_body() {
     assert_eq!(input::arguments(body), Some(serde_json::json!({"n": 1})));
     assert_eq!(input::arguments(b"{}"), None);
 }
+
+/// The guards never change a rule's answer: wherever they rule a rule out, the program says
+/// `false` too (a guard is only a leading `&&` term), over the benchmark's rules and others, for
+/// OAuth and static callers, with and without arguments and annotations.
+#[test]
+fn guards_rule_out_only_what_the_program_rules_out() {
+    let text = include_str!("../../../bench/policy-20.toml");
+    #[derive(serde::Deserialize)]
+    struct File {
+        policy: Vec<RuleConfig>,
+    }
+    let mut configs = match toml::from_str::<File>(text) {
+        Ok(f) => f.policy,
+        Err(e) => panic!("{e}"),
+    };
+    for (i, when) in [
+        r#"tool.name == "werkbaum_read" && args.document.startsWith("secret-")"#,
+        r#""werkbaum_read" == tool.name && has(args.document) && args.document == "x""#,
+        r#"user.email != null && user.email.endsWith("@example.com")"#,
+        r#"client.name == "Claude" && method == "tools/call" && "ops" in user.roles"#,
+        r#"has(tool.annotations.destructiveHint) && tool.annotations.destructiveHint"#,
+        r#"args.n > 5 && tool.name == "never""#,
+    ]
+    .iter()
+    .enumerate()
+    {
+        configs.push(rule(&format!("extra-{i}"), when, Effect::Deny));
+    }
+    let all = rules(&configs);
+    let Some(env) = all.env.as_ref() else {
+        panic!("no env")
+    };
+    let groups = ["interns".to_owned(), "ops".to_owned()];
+    let annotated = serde_json::json!({"destructiveHint": true});
+    let argument_sets = [
+        serde_json::json!({"document": "secret-plan", "amount": 5000, "tags": ["restricted"]}),
+        serde_json::json!({"document": "x", "n": 7, "path": "/etc/passwd"}),
+        serde_json::json!({"n": "seven"}),
+        serde_json::json!([1, 2]),
+    ];
+    let mut checked = 0;
+    for kind in ["oauth", "static"] {
+        for tool in [None, Some("werkbaum_read"), Some("transfer"), Some("never")] {
+            for args in argument_sets.iter().map(Some).chain([None]) {
+                for annotations in [None, Some(&annotated)] {
+                    let mut i = input(tool, args);
+                    i.user.kind = kind;
+                    i.user.groups = &groups;
+                    i.user.roles = &groups;
+                    if kind == "static" {
+                        i.user.email = None;
+                        i.client.name = None;
+                    }
+                    i.tool = tool.map(|name| Tool { name, annotations });
+                    let scope = i.scope(env);
+                    for r in all.rules.iter() {
+                        if guard::rules_out(&r.guards, &i) {
+                            assert_eq!(
+                                r.matches(&scope),
+                                Ok(false),
+                                "{} on {tool:?} {args:?}",
+                                r.name
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 500, "only {checked} guarded decisions");
+    let guarded = all.rules.iter().filter(|r| !r.guards.is_empty()).count();
+    assert!(
+        guarded >= 20,
+        "{guarded} of {} rules have guards",
+        all.rules.len()
+    );
+}
