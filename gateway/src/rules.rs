@@ -73,6 +73,8 @@ pub(crate) struct Rule {
     guards: Vec<guard::Guard>,
     /// The rule reads `args`: it cannot be decided before a call's arguments are known.
     reads_args: bool,
+    /// Which variables it reads (bit `i`: `compile::KNOWN_VARIABLES[i]`).
+    reads: u8,
     /// Its evaluation failed once already (logged).
     warned: AtomicBool,
 }
@@ -108,6 +110,38 @@ impl Rule {
     }
 }
 
+/// The index of `args` in `compile::KNOWN_VARIABLES`.
+const ARGS: usize = 4;
+
+/// One message's CEL scope, built as rules need it: only the variables a rule reads, each once.
+#[derive(Default)]
+struct Scope {
+    context: Option<cel::Context<'static, 'static>>,
+    added: u8,
+}
+
+impl Scope {
+    /// The scope with every variable in `reads` (bit `i`: `KNOWN_VARIABLES[i]`).
+    fn prepared(
+        &mut self,
+        env: &Arc<cel::Env>,
+        input: &Input<'_>,
+        reads: u8,
+    ) -> &cel::Context<'static, 'static> {
+        let context = self
+            .context
+            .get_or_insert_with(|| cel::Context::with_env(Arc::clone(env)));
+        let missing = reads & !self.added;
+        for variable in 0..compile::KNOWN_VARIABLES.len() {
+            if missing & (1 << variable) != 0 {
+                input.add(context, variable);
+            }
+        }
+        self.added |= missing;
+        context
+    }
+}
+
 /// Every `[[policy]]` rule in file order, and the CEL environment they run in.
 #[derive(Clone, Default)]
 pub struct Rules {
@@ -133,7 +167,7 @@ impl Rules {
         let env = Arc::new(compile::env());
         let mut rules: Vec<Rule> = Vec::with_capacity(configs.len());
         for (i, config) in configs.iter().enumerate() {
-            let (program, reads_args) = compile::rule(&env, config, i, &rules, routes)?;
+            let (program, reads) = compile::rule(&env, config, i, &rules, routes)?;
             rules.push(Rule {
                 name: config.name.clone(),
                 routes: config.routes.clone().unwrap_or_default(),
@@ -141,7 +175,8 @@ impl Rules {
                 message: config.message.clone().unwrap_or_default(),
                 guards: guard::guards(program.expression()),
                 program,
-                reads_args,
+                reads_args: reads & (1 << ARGS) != 0,
+                reads,
                 warned: AtomicBool::new(false),
             });
         }
@@ -196,13 +231,13 @@ impl Rules {
     /// First matching rule for this call, in file order; None = no rule matched (go on).
     pub fn decide(&self, input: &Input<'_>) -> Option<Verdict<'_>> {
         let env = self.env.as_ref()?;
-        // The scope is built for the first rule its guards do not rule out.
-        let mut scope = None;
+        // The scope gets the variables of the rules its guards do not rule out, when needed.
+        let mut scope = Scope::default();
         for rule in self.rules.iter().filter(|r| r.covers(input.route)) {
             if guard::rules_out(&rule.guards, input) {
                 continue;
             }
-            let scope = scope.get_or_insert_with(|| input.scope(env));
+            let scope = scope.prepared(env, input, rule.reads);
             match rule.matches(scope) {
                 Ok(true) => return Some(rule.verdict()),
                 Ok(false) => {}
@@ -227,7 +262,7 @@ impl Rules {
         let Some(env) = self.env.as_ref() else {
             return false;
         };
-        let mut scope = None;
+        let mut scope = Scope::default();
         for rule in self.rules.iter().filter(|r| r.covers(input.route)) {
             if rule.reads_args {
                 if rule.effect == Effect::Deny {
@@ -238,7 +273,7 @@ impl Rules {
             if guard::rules_out(&rule.guards, input) {
                 continue;
             }
-            let scope = scope.get_or_insert_with(|| input.scope(env));
+            let scope = scope.prepared(env, input, rule.reads);
             match rule.matches(scope) {
                 Ok(true) => return rule.effect == Effect::Deny,
                 Ok(false) => {}

@@ -81,14 +81,15 @@ pub(crate) fn env() -> cel::Env {
     env
 }
 
-/// Compiles rule `index` after the `earlier` ones: the program and whether it reads `args`.
+/// Compiles rule `index` after the `earlier` ones: the program and which of
+/// [`KNOWN_VARIABLES`] it reads (bit `i` for variable `i`).
 pub(super) fn rule(
     env: &cel::Env,
     config: &RuleConfig,
     index: usize,
     earlier: &[Rule],
     routes: &[&str],
-) -> Result<(cel::Program, bool), RuleError> {
+) -> Result<(cel::Program, u8), RuleError> {
     let name = &config.name;
     if name.trim().is_empty() {
         return Err(RuleError::Unnamed { index: index + 1 });
@@ -122,10 +123,13 @@ pub(super) fn rule(
     })?;
     let mut free = Vec::new();
     free_identifiers(program.expression(), &mut Vec::new(), &mut free);
-    let mut reads_args = false;
+    let mut reads = 0u8;
     for (ident, id) in free {
-        reads_args |= ident == "args";
-        if KNOWN_VARIABLES.contains(&ident) || TYPE_NAMES.contains(&ident) {
+        if let Some(i) = KNOWN_VARIABLES.iter().position(|v| *v == ident) {
+            reads |= 1 << i;
+            continue;
+        }
+        if TYPE_NAMES.contains(&ident) {
             continue;
         }
         let offset = program
@@ -139,7 +143,7 @@ pub(super) fn rule(
         );
         return Err(at(name, when, line, column, reason));
     }
-    Ok((program, reads_args))
+    Ok((program, reads))
 }
 
 /// The error at `line`:`column` (1-based) of `when`, with its caret line.

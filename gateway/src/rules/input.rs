@@ -57,51 +57,74 @@ pub struct Input<'a> {
 }
 
 impl Input<'_> {
-    /// The CEL scope of this input, in `env`.
+    /// The CEL scope of this input, in `env`, with every variable.
+    #[cfg(test)]
     pub(super) fn scope(&self, env: &Arc<cel::Env>) -> cel::Context<'static, 'static> {
         let mut scope = cel::Context::with_env(Arc::clone(env));
+        for variable in 0..super::compile::KNOWN_VARIABLES.len() {
+            self.add(&mut scope, variable);
+        }
+        scope
+    }
+
+    /// Adds variable `variable` (its index in `KNOWN_VARIABLES`: user, client, route, tool,
+    /// args, method, request) of this input to `scope`; a rule's scope gets only what it reads.
+    pub(super) fn add(&self, scope: &mut cel::Context<'static, 'static>, variable: usize) {
         let text = |s: &str| Value::String(Arc::new(s.to_owned()));
         let list =
             |items: &[String]| Value::List(Arc::new(items.iter().map(|s| text(s)).collect()));
         let maybe = |s: Option<&str>| s.map_or(Value::Null, text);
-        let user = map([
-            ("name", text(self.user.name)),
-            ("email", maybe(self.user.email)),
-            ("groups", list(self.user.groups)),
-            ("roles", list(self.user.roles)),
-            ("kind", text(self.user.kind)),
-        ]);
-        let client = map([
-            ("id", text(self.client.id)),
-            ("name", maybe(self.client.name)),
-        ]);
         let empty = || Value::Map(HashMap::<String, Value>::new().into());
-        let tool = match self.tool {
-            Some(t) => map([
-                ("name", text(t.name)),
-                ("annotations", t.annotations.map_or_else(empty, json)),
-            ]),
-            None => map([("name", text("")), ("annotations", empty())]),
-        };
-        let time =
-            chrono::DateTime::from_timestamp_millis(i64::try_from(self.now_ms).unwrap_or(i64::MAX))
+        let (name, value) = match variable {
+            0 => (
+                "user",
+                map([
+                    ("name", text(self.user.name)),
+                    ("email", maybe(self.user.email)),
+                    ("groups", list(self.user.groups)),
+                    ("roles", list(self.user.roles)),
+                    ("kind", text(self.user.kind)),
+                ]),
+            ),
+            1 => (
+                "client",
+                map([
+                    ("id", text(self.client.id)),
+                    ("name", maybe(self.client.name)),
+                ]),
+            ),
+            2 => ("route", map([("name", text(self.route))])),
+            3 => (
+                "tool",
+                match self.tool {
+                    Some(t) => map([
+                        ("name", text(t.name)),
+                        ("annotations", t.annotations.map_or_else(empty, json)),
+                    ]),
+                    None => map([("name", text("")), ("annotations", empty())]),
+                },
+            ),
+            4 => ("args", self.args.map_or_else(empty, json)),
+            5 => ("method", text(self.method)),
+            _ => {
+                let time = chrono::DateTime::from_timestamp_millis(
+                    i64::try_from(self.now_ms).unwrap_or(i64::MAX),
+                )
                 .unwrap_or_default()
                 .fixed_offset();
-        let request = map([
-            (
-                "ip",
-                self.ip.map_or(Value::Null, |ip| text(&ip.to_string())),
-            ),
-            ("time", Value::Timestamp(time)),
-        ]);
-        scope.add_variable_from_value("user", user);
-        scope.add_variable_from_value("client", client);
-        scope.add_variable_from_value("route", map([("name", text(self.route))]));
-        scope.add_variable_from_value("tool", tool);
-        scope.add_variable_from_value("args", self.args.map_or_else(empty, json));
-        scope.add_variable_from_value("method", text(self.method));
-        scope.add_variable_from_value("request", request);
-        scope
+                (
+                    "request",
+                    map([
+                        (
+                            "ip",
+                            self.ip.map_or(Value::Null, |ip| text(&ip.to_string())),
+                        ),
+                        ("time", Value::Timestamp(time)),
+                    ]),
+                )
+            }
+        };
+        scope.add_variable_from_value(name, value);
     }
 }
 
