@@ -1,7 +1,8 @@
 //! The cost of one `[[policy]]` decision (issue 43 point 2): the 20 rules of
-//! `bench/policy-20.toml` (none matches, so each decision evaluates all 20) decided for a
-//! `tools/call` with arguments and for a `tools/list` filter's question, each decision timed
-//! on its own; prints p50, p99 and p99.9. Run it with `--release`.
+//! `bench/policy-20.toml` (none matches, so each decision walks all 20) decided for a
+//! `tools/call` with arguments, the whole-gateway A/B's `whoami` call, a call three rules'
+//! guards hand to CEL, and a `tools/list` filter's question, each decision timed on its own;
+//! prints p50, p99 and p99.9. Run it with `--release`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -83,9 +84,47 @@ fn main() {
         now_ms: 1_800_000_000_000 + 12 * 3_600_000,
     };
     let list = Input { args: None, ..call };
+    // The whole-gateway A/B's call: a static token's `tools/call whoami` with no arguments.
+    let no_args = serde_json::json!({});
+    let whoami = Input {
+        user: User {
+            name: "bench",
+            kind: "static",
+            ..User::default()
+        },
+        client: Client {
+            id: "bench",
+            name: None,
+        },
+        tool: Some(Tool {
+            name: "whoami",
+            annotations: None,
+        }),
+        args: Some(&no_args),
+        ..call
+    };
+    // A call three rules' guards let through to CEL (r01's `startsWith` on an argument, r03's
+    // amount, r07's tags), none matching.
+    let cel_args = serde_json::json!({
+        "document": "plan-7",
+        "amount": 500,
+        "tags": ["q3", "ops"],
+    });
+    let to_cel = Input {
+        tool: Some(Tool {
+            name: "werkbaum_read",
+            annotations: Some(&annotations),
+        }),
+        args: Some(&cel_args),
+        ..call
+    };
     println!("one decision, 20 rules, {DECISIONS} decisions per case:");
     let (p50, p99, p999) = measure(DECISIONS, || rules.decide(&call).is_some());
     println!("  tools/call with arguments   p50 {p50:>9.2?}  p99 {p99:>9.2?}  p99.9 {p999:>9.2?}");
+    let (p50, p99, p999) = measure(DECISIONS, || rules.decide(&whoami).is_some());
+    println!("  tools/call whoami (the A/B) p50 {p50:>9.2?}  p99 {p99:>9.2?}  p99.9 {p999:>9.2?}");
+    let (p50, p99, p999) = measure(DECISIONS, || rules.decide(&to_cel).is_some());
+    println!("  tools/call, 3 rules to CEL  p50 {p50:>9.2?}  p99 {p99:>9.2?}  p99.9 {p999:>9.2?}");
     let (p50, p99, p999) = measure(DECISIONS, || rules.hides(&list));
     println!("  tools/list: hidden?         p50 {p50:>9.2?}  p99 {p99:>9.2?}  p99.9 {p999:>9.2?}");
 }

@@ -1,9 +1,13 @@
 //! A rule's guards: the leading `&&` terms of its `when` that read one plain field and a
-//! literal (`tool.name == "x"`, `has(args.k)`, `"g" in user.groups`, `user.email != null`), so
+//! literal (`tool.name == "x"`, `has(args.k)`, `"g" in user.groups`, `user.email != null`,
+//! `request.ip == "203.0.113.7"`, `tool.name.startsWith("x")` and `endsWith`, `contains`,
+//! `lowerAscii() == "x"`, `args.k in ["a", "b"]`), so
 //! that a call they rule out is decided without building the CEL scope or running the
 //! program. Only the terms before the first other term are guards: CEL evaluates `&&` from the
 //! left, so a guard that is false there makes the whole rule false, exactly as the program
 //! would (a later term could fail, and a failing deny rule matches). Pure.
+
+use std::net::IpAddr;
 
 use cel::common::ast::{Expr, IdedExpr, LiteralValue, operators};
 
@@ -52,11 +56,55 @@ impl Field {
     }
 }
 
+/// A string method a guard applies to a field: `FIELD.startsWith("text")`, `endsWith`,
+/// `contains`, and `FIELD.lowerAscii() == "text"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TextOp {
+    StartsWith,
+    EndsWith,
+    Contains,
+    LowerEquals,
+}
+
+impl TextOp {
+    fn named(function: &str) -> Option<Self> {
+        Some(match function {
+            "startsWith" => Self::StartsWith,
+            "endsWith" => Self::EndsWith,
+            "contains" => Self::Contains,
+            _ => return None,
+        })
+    }
+
+    fn holds(self, value: &str, text: &str) -> bool {
+        match self {
+            Self::StartsWith => value.starts_with(text),
+            Self::EndsWith => value.ends_with(text),
+            Self::Contains => value.contains(text),
+            // CEL's `lowerAscii` lowers A–Z only, as `to_ascii_lowercase` does.
+            Self::LowerEquals => {
+                value.len() == text.len()
+                    && value
+                        .bytes()
+                        .zip(text.bytes())
+                        .all(|(v, t)| v.to_ascii_lowercase() == t)
+            }
+        }
+    }
+}
+
 /// One guard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Guard {
     /// `FIELD == "text"` (either side).
     Equals(Field, String),
+    /// `FIELD.startsWith("text")` and the other [`TextOp`]s.
+    Text(Field, TextOp, String),
+    /// `request.ip == "text"` (either side): the address `text` spells in the form CEL sees it
+    /// (`None`: no address is written so, and the term is false).
+    IpEquals(Option<IpAddr>),
+    /// `args.KEY in ["text", …]`.
+    ArgIn(String, Vec<String>),
     /// `FIELD != null`.
     NotNull(Field),
     /// `has(args.KEY)`.
@@ -75,6 +123,13 @@ impl Guard {
     fn holds(&self, input: &Input<'_>) -> Option<bool> {
         Some(match self {
             Self::Equals(field, text) => field.read(input) == Some(text.as_str()),
+            // A method on `null` is an error in CEL: the program decides.
+            Self::Text(field, op, text) => op.holds(field.read(input)?, text),
+            Self::IpEquals(address) => address.is_some() && input.ip == *address,
+            Self::ArgIn(key, texts) => match input.args?.as_object()?.get(key)? {
+                serde_json::Value::String(value) => texts.iter().any(|t| t == value),
+                _ => return None,
+            },
             Self::NotNull(field) => field.read(input).is_some(),
             Self::HasArg(key) => match input.args {
                 None => false,
@@ -140,27 +195,29 @@ fn guard(e: &IdedExpr) -> Option<Guard> {
                 _ => None,
             }
         }
+        // `FIELD.startsWith("text")`, `endsWith`, `contains`.
+        Expr::Call(call) if call.args.len() == 1 => {
+            let op = TextOp::named(&call.func_name)?;
+            let field = path(call.target.as_deref()?).and_then(|p| Field::of(&p))?;
+            Some(Guard::Text(field, op, text(&call.args[0])?))
+        }
         Expr::Call(call) if call.target.is_none() && call.args.len() == 2 => {
             let (left, right) = (&call.args[0], &call.args[1]);
             match call.func_name.as_str() {
-                operators::EQUALS => {
-                    let (field, text) =
-                        field_and_text(left, right).or_else(|| field_and_text(right, left))?;
-                    Some(Guard::Equals(field, text))
-                }
+                operators::EQUALS => equals(left, right).or_else(|| equals(right, left)),
                 operators::NOT_EQUALS => {
                     let field = path(left).and_then(|p| Field::of(&p))?;
                     matches!(right.expr, Expr::Literal(LiteralValue::Null))
                         .then_some(Guard::NotNull(field))
                 }
-                operators::IN => {
+                operators::IN => arg_in(left, right).or_else(|| {
                     let text = text(left)?;
                     match path(right)?.as_slice() {
                         ["user", "groups"] => Some(Guard::InGroups(text)),
                         ["user", "roles"] => Some(Guard::InRoles(text)),
                         _ => None,
                     }
-                }
+                }),
                 _ => None,
             }
         }
@@ -168,8 +225,34 @@ fn guard(e: &IdedExpr) -> Option<Guard> {
     }
 }
 
-fn field_and_text(field: &IdedExpr, literal: &IdedExpr) -> Option<(Field, String)> {
-    Some((Field::of(&path(field)?)?, text(literal)?))
+/// `args.KEY in ["text", …]` as a guard.
+fn arg_in(left: &IdedExpr, right: &IdedExpr) -> Option<Guard> {
+    let path = path(left)?;
+    let (["args", key], Expr::List(list)) = (path.as_slice(), &right.expr) else {
+        return None;
+    };
+    let texts = list.elements.iter().map(text).collect::<Option<_>>()?;
+    Some(Guard::ArgIn((*key).to_owned(), texts))
+}
+
+/// `side == literal` as a guard: a plain field, `request.ip`, or `FIELD.lowerAscii()`.
+fn equals(side: &IdedExpr, literal: &IdedExpr) -> Option<Guard> {
+    let text = text(literal)?;
+    if let Expr::Call(call) = &side.expr {
+        let field = path(call.target.as_deref()?).and_then(|p| Field::of(&p))?;
+        return (call.func_name == "lowerAscii" && call.args.is_empty()).then_some(Guard::Text(
+            field,
+            TextOp::LowerEquals,
+            text,
+        ));
+    }
+    match path(side)?.as_slice() {
+        ["request", "ip"] => {
+            let address = text.parse::<IpAddr>().ok();
+            Some(Guard::IpEquals(address.filter(|a| a.to_string() == text)))
+        }
+        field => Some(Guard::Equals(Field::of(field)?, text)),
+    }
 }
 
 /// A string literal's text.

@@ -340,6 +340,15 @@ fn guards_rule_out_only_what_the_program_rules_out() {
         r#"client.name == "Claude" && method == "tools/call" && "ops" in user.roles"#,
         r#"has(tool.annotations.destructiveHint) && tool.annotations.destructiveHint"#,
         r#"args.n > 5 && tool.name == "never""#,
+        r#"request.ip == "127.0.0.1" && tool.name == "never""#,
+        r#""::1" == request.ip"#,
+        r#"request.ip == "127.000.0.1""#,
+        r#"client.name.startsWith("Cl") && user.name.contains("nn") && tool.name.endsWith("read")"#,
+        r#"user.email.endsWith("@example.com")"#,
+        r#"tool.name.lowerAscii() == "never" && method.lowerAscii() == "tools/call""#,
+        r#"tool.name.lowerAscii() == "Never""#,
+        r#"args.document in ["x", "secret-plan"] && args.n in ["7"]"#,
+        r#"args.n in ["seven"]"#,
     ]
     .iter()
     .enumerate()
@@ -362,8 +371,12 @@ fn guards_rule_out_only_what_the_program_rules_out() {
     for kind in ["oauth", "static"] {
         for tool in [None, Some("werkbaum_read"), Some("transfer"), Some("never")] {
             for args in argument_sets.iter().map(Some).chain([None]) {
-                for annotations in [None, Some(&annotated)] {
+                for (annotations, ip) in [None, Some(&annotated)]
+                    .into_iter()
+                    .flat_map(|a| [(a, None), (a, Some("127.0.0.1")), (a, Some("::1"))])
+                {
                     let mut i = input(tool, args);
+                    i.ip = ip.and_then(|ip| ip.parse().ok());
                     i.user.kind = kind;
                     i.user.groups = &groups;
                     i.user.roles = &groups;
@@ -388,7 +401,11 @@ fn guards_rule_out_only_what_the_program_rules_out() {
             }
         }
     }
-    assert!(checked > 500, "only {checked} guarded decisions");
+    assert!(checked > 2000, "only {checked} guarded decisions");
+    // Every term of the newer forms is a guard (the bench's rules are all decided without CEL
+    // for a call they do not concern).
+    let counts: Vec<usize> = all.rules[26..].iter().map(|r| r.guards.len()).collect();
+    assert_eq!(counts, [2, 1, 1, 3, 1, 2, 1, 2, 1]);
     let guarded = all.rules.iter().filter(|r| !r.guards.is_empty()).count();
     assert!(
         guarded >= 20,
