@@ -30,7 +30,7 @@ pforte-bench: tools/call `whoami` direct to mcp-service vs through pforte (http 
 usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-secs S] [--threads N] [--no-build]
        pforte-bench --nginx [--connections N] [--secs S] [--rounds N] [--threads N] [--no-build]
                     [--nginx-workers N] [--ab BIN] [--a-config TOML] [--b-config TOML]
-                    [--syscall-calls N] [--count-only]
+                    [--syscall-calls N] [--count-only] [--b-unix]
 
   --nginx        side by side with nginx doing the same job (TLS, bearer check, access log,
                  keepalive upstream): direct, nginx http/https, pforte http/https with a static
@@ -51,6 +51,9 @@ usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-
   --a-config TOML, --b-config TOML
                  top-level pforte.toml lines added to A's or B's config (e.g. 'threads = 1');
                  with --b-config alone, B defaults to the same binary as A
+  --b-unix       (implies --nginx) A/B: gateway B reaches a second mcp-service over a Unix
+                 domain socket (`[upstream] url = unix:PATH`), A over loopback TCP; with
+                 neither --ab nor --b-config, B is the same binary and config as A
   --syscall-calls N  (--nginx) calls per target counted under strace (default 1000; 0: none)
   --count-only   (implies --nginx) only count the system calls, no measured rounds
   --no-build     do not run `cargo build` for pforte and mcp-service first
@@ -81,6 +84,8 @@ struct Options {
     syscall_calls: usize,
     /// (--nginx) only the counted calls, no measured rounds.
     count_only: bool,
+    /// A/B: B's upstream is a second mcp-service on a Unix domain socket.
+    b_unix: bool,
 }
 
 impl Options {
@@ -102,6 +107,7 @@ impl Options {
             b_config: None,
             syscall_calls: 1000,
             count_only: false,
+            b_unix: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -136,6 +142,10 @@ impl Options {
                 }
                 "--count-only" => {
                     o.count_only = true;
+                    o.nginx = true;
+                }
+                "--b-unix" => {
+                    o.b_unix = true;
                     o.nginx = true;
                 }
                 "--a-config" => o.a_config = args.next().context("--a-config needs TOML")?,
@@ -253,18 +263,29 @@ fn tail(log: &Path) -> String {
 
 /// Starts `mcp-service serve` on a kernel-chosen loopback port; returns it and its MCP URL.
 fn start_service(dir: &Path, work: &Path) -> anyhow::Result<(Proc, String)> {
-    let log = work.join("mcp-service.log");
+    start_service_on(dir, work, "mcp-service", "127.0.0.1:0")
+}
+
+/// Starts `mcp-service serve --listen LISTEN` (`unix:PATH` or `HOST:PORT`) named `name` (its
+/// log and data dir); returns it and the URL it says it listens on (`http://…` or `unix:PATH`).
+fn start_service_on(
+    dir: &Path,
+    work: &Path,
+    name: &str,
+    listen: &str,
+) -> anyhow::Result<(Proc, String)> {
+    let log = work.join(format!("{name}.log"));
     let mut cmd = Command::new(bin(dir, "mcp-service")?);
-    cmd.env("MCP_SERVICE_DATA_DIR", work.join("mcp-service-data"))
-        .args(["serve", "--listen", "127.0.0.1:0"]);
+    cmd.env("MCP_SERVICE_DATA_DIR", work.join(format!("{name}-data")))
+        .args(["serve", "--listen", listen]);
     let mut proc = Proc::spawn_logged(cmd, &log)?;
     let line = proc
         .wait_line("listening on", Duration::from_secs(30))
-        .with_context(|| format!("mcp-service did not start:\n{}", tail(&log)))?;
+        .with_context(|| format!("{name} did not start:\n{}", tail(&log)))?;
     let url = line
         .rsplit(' ')
         .next()
-        .filter(|u| u.starts_with("http://"))
+        .filter(|u| u.starts_with("http://") || u.starts_with("unix:"))
         .with_context(|| format!("no URL in {line:?}"))?
         .to_owned();
     Ok((proc, url))

@@ -65,7 +65,7 @@ pub(crate) struct PerCall {
 
 impl Counted {
     /// Counts the lines of `strace -f -yy` output for `calls` calls; a socket whose peer's
-    /// port is `upstream_port` leads to the upstream.
+    /// port is `upstream_port`, or a Unix domain socket, leads to the upstream.
     fn of_trace(text: &str, calls: u64, upstream_port: u16) -> Self {
         let upstream = format!(":{upstream_port}]>");
         let mut c = Self {
@@ -77,10 +77,12 @@ impl Counted {
                 continue;
             };
             *c.by_name.entry(name.to_owned()).or_default() += 1;
-            let up = line.split_once("->").is_some_and(|(_, peer)| {
-                peer.starts_with(|c: char| c.is_ascii_digit() || c == '[')
-                    && peer.contains(&upstream)
-            });
+            // A Unix domain socket leads to the upstream too (`--b-unix`): clients come over TCP.
+            let up = line.contains("<UNIX")
+                || line.split_once("->").is_some_and(|(_, peer)| {
+                    peer.starts_with(|c: char| c.is_ascii_digit() || c == '[')
+                        && peer.contains(&upstream)
+                });
             if is_socket_send(line) {
                 c.sends += 1;
                 c.upstream_sends += u64::from(up);

@@ -14,7 +14,9 @@ use std::{
 use anyhow::{Context as _, bail};
 use pforte_tests::{Proc, eventually, free_port, http_client};
 
-use crate::{Gateway, Knobs, Limits, Options, bin, cpu_time, sends, start_service, tail};
+use crate::{
+    Gateway, Knobs, Limits, Options, bin, cpu_time, sends, start_service, start_service_on, tail,
+};
 
 /// The measured request: MCP `tools/call whoami` on one initialized session.
 const CALL: &str =
@@ -38,6 +40,8 @@ struct Variant {
     binary: PathBuf,
     /// Top-level config lines of this variant.
     config: String,
+    /// Its upstream is the second service, on a Unix domain socket (`--b-unix`).
+    unix: bool,
 }
 
 impl Variant {
@@ -47,8 +51,9 @@ impl Variant {
             slug: "a",
             binary: sibling.to_owned(),
             config: opts.a_config.clone(),
+            unix: false,
         };
-        if opts.ab.is_none() && opts.b_config.is_none() {
+        if opts.ab.is_none() && opts.b_config.is_none() && !opts.b_unix {
             return vec![a("pforte")];
         }
         let b = Self {
@@ -56,6 +61,7 @@ impl Variant {
             slug: "b",
             binary: opts.ab.clone().unwrap_or_else(|| sibling.to_owned()),
             config: opts.b_config.clone().unwrap_or_default(),
+            unix: opts.b_unix,
         };
         vec![a("A"), b]
     }
@@ -72,13 +78,18 @@ impl Variant {
     fn describe(&self) -> String {
         let config = self.config.lines().collect::<Vec<_>>().join("; ");
         format!(
-            "{}: {}{}",
+            "{}: {}{}{}",
             self.name,
             self.binary.display(),
             if config.is_empty() {
                 String::new()
             } else {
                 format!(" with {config}")
+            },
+            if self.unix {
+                ", upstream over a Unix domain socket (a second mcp-service)"
+            } else {
+                ""
             }
         )
     }
@@ -633,15 +644,26 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
     let pforte = bin(dir, "pforte")?;
     let variants = Variant::from_options(&pforte, opts);
     let threads = opts.threads;
+    // --b-unix: B's gateways reach a second service over a Unix domain socket.
+    let unix_service = if opts.b_unix {
+        let socket = format!("unix:{}", w.join("mcp-service.sock").display());
+        Some(start_service_on(dir, w, "mcp-service-unix", &socket)?)
+    } else {
+        None
+    };
     // Per variant, an http and an https gateway with a static token; without A/B, also the
     // https rows with OAuth, limits on and policy off.
     let mut pairs = Vec::new();
     for v in &variants {
         let on = v.knobs(Limits::Off, true);
+        let upstream = match &unix_service {
+            Some((_, url)) if v.unix => url,
+            _ => &svc_url,
+        };
         let plain = format!("gw-{}-http", v.slug);
-        let plain = Gateway::start(w, &plain, false, &svc_url, threads, on).await?;
+        let plain = Gateway::start(w, &plain, false, upstream, threads, on).await?;
         let tls = format!("gw-{}-https", v.slug);
-        let tls = Gateway::start(w, &tls, true, &svc_url, threads, on).await?;
+        let tls = Gateway::start(w, &tls, true, upstream, threads, on).await?;
         pairs.push((plain, tls));
     }
     let (plain, tls) = &pairs[0];
