@@ -45,6 +45,7 @@ mod mcp_headers;
 mod observe;
 mod peers;
 mod pinned;
+mod pool;
 mod relay;
 mod respond;
 mod rules;

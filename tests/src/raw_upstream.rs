@@ -70,6 +70,14 @@ impl RawUpstream {
             .unwrap_or_default()
     }
 
+    /// Closes every connection it serves (as an upstream whose keep-alive timeout ran out),
+    /// and goes on accepting new ones.
+    pub fn close_connections(&self) {
+        if let Ok(mut connections) = self.connections.lock() {
+            connections.drain(..).for_each(|c| c.abort());
+        }
+    }
+
     /// Whether any connection carried `needle`.
     pub fn saw(&self, needle: &str) -> bool {
         self.received().iter().any(|c| c.contains(needle))

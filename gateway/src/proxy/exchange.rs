@@ -19,6 +19,7 @@ use pingora::{
 use super::{
     Gateway, RequestCtx,
     batched::Batched,
+    pool::Pool,
     stream_gate::{self, Step},
     wire::Wire,
 };
@@ -32,26 +33,26 @@ const MAX_CONNECT_TRIES: usize = 3;
 /// route sets no idle timeout.
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
-/// The upstream connections: a pool of kept-alive ones per peer, shared by every core's
-/// service.
-pub(super) struct Upstreams(TransportConnector);
+/// The upstream connections of one per-core service: new ones through pingora's connector
+/// (TCP, Unix socket or TLS per the peer), kept-alive ones in the service's own pool
+/// (`pool.rs`).
+pub(super) struct Upstreams {
+    connector: TransportConnector,
+    idle: Pool,
+}
 
 impl Default for Upstreams {
     fn default() -> Self {
-        Self(TransportConnector::new(None))
+        Self {
+            connector: TransportConnector::new(None),
+            idle: Pool::default(),
+        }
     }
 }
 
 impl std::fmt::Debug for Upstreams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Upstreams")
-    }
-}
-
-impl std::ops::Deref for Upstreams {
-    type Target = TransportConnector;
-    fn deref(&self) -> &TransportConnector {
-        &self.0
     }
 }
 
@@ -96,9 +97,9 @@ impl Gateway {
         Batched::hold(session.downstream_session.stream(), false);
         answered?;
         if pooled && let Some(stream) = up.into_reusable() {
-            let idle = peer.options.idle_timeout.or(Some(POOL_IDLE));
-            self.upstreams()
-                .release_stream(stream, peer.reuse_hash(), idle);
+            let idle = peer.options.idle_timeout.unwrap_or(POOL_IDLE);
+            let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+            (self.upstreams().idle).put(peer.reuse_hash(), stream, idle_ms, self.clock.now_ms());
         }
         Ok(Relayed::Answered)
     }
@@ -190,13 +191,13 @@ impl Gateway {
         loop {
             let peer = self.upstream_peer(session, ctx).await?;
             let kept = match pooled && stale == 0 {
-                true => self.upstreams().reused_stream(&*peer).await,
+                true => (self.upstreams().idle).take(peer.reuse_hash(), self.clock.now_ms()),
                 false => None,
             };
             let reused = kept.is_some();
             let stream = match kept {
                 Some(stream) => stream,
-                None => match self.upstreams().new_stream(&*peer).await {
+                None => match self.upstreams().connector.new_stream(&*peer).await {
                     Ok(stream) => stream,
                     Err(e) => {
                         connects += 1;

@@ -1,8 +1,9 @@
 //! The request path against a hostile upstream and slow or odd clients, over raw sockets
 //! (issue 38, red team 2026-12-04): no `Upgrade` makes a tunnel past the admission, an
 //! upstream's `101` is answered 502, the answer's head states the framing the gateway writes,
-//! a request head has one deadline however its bytes trickle in, and a head pingora refuses
-//! after the relay took it is answered 400.
+//! a request head has one deadline however its bytes trickle in, a head pingora refuses
+//! after the relay took it is answered 400, and a kept-alive upstream connection the upstream
+//! closed is replaced.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -266,4 +267,34 @@ async fn a_head_over_64_kib_is_answered_431() {
     head.push_str("\r\n");
     let got = exchange(&stack, head.as_bytes()).await;
     assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+}
+
+#[tokio::test]
+async fn a_kept_alive_upstream_connection_the_upstream_closed_is_replaced() {
+    let (stack, upstream, token) = hostile().await;
+    let http = reqwest::Client::new();
+    let ping = || {
+        http.post(format!("{}/mcp", stack.gw.base))
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#)
+            .send()
+    };
+    assert_eq!(ping().await.unwrap().status(), 200);
+    let before = upstream.received().len();
+    // The gateway keeps that connection for the next request; the upstream closes it.
+    upstream.close_connections();
+    for i in 0..3 {
+        assert_eq!(ping().await.unwrap().status(), 200, "call {i}");
+    }
+    // Served on one new connection, which the later calls reused.
+    let pings = |c: &String| c.matches(r#""method":"ping""#).count();
+    let after: Vec<String> = upstream.received().into_iter().skip(before).collect();
+    assert_eq!(after.iter().map(pings).sum::<usize>(), 3, "{after:?}");
+    assert_eq!(
+        after.iter().filter(|c| pings(c) > 0).count(),
+        1,
+        "{after:?}"
+    );
 }
