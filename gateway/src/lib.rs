@@ -41,6 +41,7 @@ mod telemetry;
 mod tls;
 mod tokens;
 mod up;
+mod vault;
 #[cfg_attr(
     not(test),
     expect(
@@ -50,7 +51,6 @@ mod up;
     )
 )]
 mod virtual_server;
-mod vault;
 
 pub use cli::exit;
 pub use commands::{

@@ -85,9 +85,7 @@ pub(crate) enum Problem {
         route: String,
         tool: String,
     },
-    #[error(
-        "tool name {shown:?} ({route}'s {tool:?}) is search mode's own: rename or hide it"
-    )]
+    #[error("tool name {shown:?} ({route}'s {tool:?}) is search mode's own: rename or hide it")]
     Reserved {
         shown: String,
         route: String,

@@ -339,7 +339,10 @@ fn an_override_may_narrow_but_widens_only_where_the_route_decides_the_scopes() {
     );
     let (map, problems) = name_map(&server, &c.members());
     assert_eq!(problems, vec![]);
-    assert_eq!(map.entries["notes_write"].annotation(), Annotation::ReadOnly);
+    assert_eq!(
+        map.entries["notes_write"].annotation(),
+        Annotation::ReadOnly
+    );
 }
 
 #[test]
@@ -355,8 +358,10 @@ fn search_mode_names_its_own_tools_reserved() {
     );
     let c = Catalogs::new();
     let (map, problems) = name_map(&server, &c.members());
-    assert!(matches!(&problems[..], [Problem::Reserved { route, tool, .. }]
-        if route == "tickets" && tool == "search"));
+    assert!(
+        matches!(&problems[..], [Problem::Reserved { route, tool, .. }]
+        if route == "tickets" && tool == "search")
+    );
     assert!(map.route(FIND_TOOLS).is_none());
 }
 

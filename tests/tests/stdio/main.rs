@@ -11,3 +11,4 @@ mod stdio_accounts;
 mod stdio_bridge;
 mod stdio_bytes;
 mod stdio_routes;
+mod virtual_check;

@@ -1,0 +1,127 @@
+//! Issue 42, what `pforte check` knows of a virtual server's members: a real gateway in front of
+//! mcp-service (the route `mcp`) and a stdio route (tests/fixtures/stdio/plain_server.py) records
+//! both routes' tool definitions in its store (the pins); `pforte check` with a `[[virtual]]`
+//! over them refuses, naming each, the `whoami` both members list under one bare name, an
+//! override of no tool and an override that widens access, and passes the fixed entry with the
+//! count of tools it shows. Also that the Werkbaum catalog the gateway's unit tests use
+//! (gateway/src/catalog/testdata/tools_list.json) is what mcp-service lists.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{path::Path, process::Command, time::Duration};
+
+use pforte_tests::{Route, Stack, bin, eventually};
+use serde_json::Value;
+
+use super::stdio_routes::fixture;
+
+/// Waits until the store has pinned every tool of both routes.
+async fn recorded(gw: &Stack) -> bool {
+    eventually(Duration::from_secs(20), || async {
+        let out = gw.admin_cmd(&["tools", "pending"], "").unwrap();
+        if out.contains("mcp 13") && out.contains("plain 6") {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        false
+    })
+    .await
+}
+
+/// `pforte check` of the gateway's own configuration with `virtual` after it: (success,
+/// stdout, stderr).
+fn check_with(gw: &Stack, dir: &Path, virtual_toml: &str) -> (bool, String, String) {
+    let base = std::fs::read_to_string(gw.config_path()).unwrap();
+    let config = dir.join("pforte.toml");
+    std::fs::write(&config, format!("{base}\n{virtual_toml}")).unwrap();
+    let out = Command::new(bin("pforte"))
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_what_does_not_fit_the_members_recorded_tools() {
+    let gw = Stack::builder()
+        .route(Route::command(
+            "plain",
+            &[
+                "/usr/bin/python3".to_owned(),
+                fixture("plain_server.py").display().to_string(),
+            ],
+        ))
+        .start()
+        .await;
+    let token = gw.create_token("alice").await.unwrap();
+
+    // The unit tests' Werkbaum catalog is mcp-service's, as it lists today.
+    let mut client = gw.mcp(&token);
+    client.open().await.unwrap();
+    let listed = client.list_tools().await;
+    let captured: Value = serde_json::from_str(include_str!(
+        "../../../gateway/src/catalog/testdata/tools_list.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        Value::Array(listed),
+        captured["result"]["tools"],
+        "gateway/src/catalog/testdata/tools_list.json is mcp-service's tools/list"
+    );
+
+    assert!(recorded(&gw).await, "both routes' tools recorded");
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, stderr) = check_with(
+        &gw,
+        dir.path(),
+        r#"
+[[virtual]]
+name = "team"
+members = ["mcp", "plain"]
+[virtual.prefix]
+mcp = ""
+plain = ""
+[virtual.tools.nope]
+title = "No such tool"
+[virtual.tools.echo]
+annotations = { readOnlyHint = true }
+"#,
+    );
+    assert!(!ok, "{stderr}");
+    for says in [
+        "tool name \"whoami\" is shown for mcp's \"whoami\" and plain's \"whoami\"",
+        "[virtual.tools.nope] names no member tool",
+        "[virtual.tools.echo] annotations.readOnlyHint = true widens access to plain's \"echo\"",
+    ] {
+        assert!(stderr.contains(says), "{says}: {stderr}");
+    }
+
+    let (ok, stdout, stderr) = check_with(
+        &gw,
+        dir.path(),
+        r#"
+[[virtual]]
+name = "team"
+title = "Team tools"
+members = ["mcp", "plain"]
+[virtual.prefix]
+mcp = ""
+[virtual.tools.plain_echo]
+rename = "echo"
+description = "Echoes the text back."
+"#,
+    );
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("/team/mcp → virtual server over mcp (no prefix), plain (plain_…)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("19 tools shown, checked against the catalogs the store recorded"),
+        "{stdout}"
+    );
+}
