@@ -1,6 +1,6 @@
 //! The virtual server's name map, merged lists and search over Werkbaum's real catalog
-//! (mcp-service's `tools/list`, captured in `catalog/testdata/tools_list.json`) and two
-//! made-up members, `notes` and `tickets`.
+//! (mcp-service's `tools/list` in `testdata/werkbaum_tools.json`, captured and kept current by
+//! tests/tests/stdio/virtual_check.rs) and two made-up members, `notes` and `tickets`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,11 +11,10 @@ use serde_json::{Value, json};
 use super::*;
 use crate::policy::{Annotation, ToolRule};
 
-const WERKBAUM: &[u8] = include_bytes!("../catalog/testdata/tools_list.json");
+const WERKBAUM: &[u8] = include_bytes!("testdata/werkbaum_tools.json");
 
 fn werkbaum() -> Vec<Value> {
-    let v: Value = serde_json::from_slice(WERKBAUM).unwrap();
-    v["result"]["tools"].as_array().unwrap().clone()
+    serde_json::from_slice(WERKBAUM).unwrap()
 }
 
 fn tool(name: &str, description: &str, read_only: bool, props: Value) -> Value {

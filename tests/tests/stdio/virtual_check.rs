@@ -3,8 +3,9 @@
 //! both routes' tool definitions in its store (the pins); `pforte check` with a `[[virtual]]`
 //! over them refuses, naming each, the `whoami` both members list under one bare name, an
 //! override of no tool and an override that widens access, and passes the fixed entry with the
-//! count of tools it shows. Also that the Werkbaum catalog the gateway's unit tests use
-//! (gateway/src/catalog/testdata/tools_list.json) is what mcp-service lists.
+//! count of tools it shows. Also that the Werkbaum catalog the virtual server's unit tests use
+//! (gateway/src/virtual_server/testdata/werkbaum_tools.json) is what mcp-service lists through
+//! the gateway: `PFORTE_CAPTURE_FIXTURES=1` writes it anew.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{path::Path, process::Command, time::Duration};
@@ -62,15 +63,20 @@ async fn check_names_what_does_not_fit_the_members_recorded_tools() {
     // The unit tests' Werkbaum catalog is mcp-service's, as it lists today.
     let mut client = gw.mcp(&token);
     client.open().await.unwrap();
-    let listed = client.list_tools().await;
-    let captured: Value = serde_json::from_str(include_str!(
-        "../../../gateway/src/catalog/testdata/tools_list.json"
-    ))
-    .unwrap();
+    let listed = Value::Array(client.list_tools().await);
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gateway/src/virtual_server/testdata/werkbaum_tools.json");
+    if std::env::var_os("PFORTE_CAPTURE_FIXTURES").is_some() {
+        let text = serde_json::to_string_pretty(&listed).unwrap();
+        std::fs::write(&fixture, format!("{text}\n")).unwrap();
+    }
+    let captured: Value =
+        serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
     assert_eq!(
-        Value::Array(listed),
-        captured["result"]["tools"],
-        "gateway/src/catalog/testdata/tools_list.json is mcp-service's tools/list"
+        listed,
+        captured,
+        "{} is mcp-service's tools/list (PFORTE_CAPTURE_FIXTURES=1 writes it anew)",
+        fixture.display()
     );
 
     assert!(recorded(&gw).await, "both routes' tools recorded");
