@@ -257,6 +257,10 @@ impl Settings {
         }
         self.routes.iter().position(|r| r.metadata_path == path)
     }
+    /// The virtual server whose RFC 9728 document is at `path`.
+    pub(crate) fn virtual_for_metadata(&self, path: &str) -> Option<usize> {
+        self.virtuals.iter().position(|v| v.metadata_path == path)
+    }
     /// The route named `name`.
     pub(crate) fn route_named(&self, name: &str) -> Option<usize> {
         self.routes.iter().position(|r| r.name == name)

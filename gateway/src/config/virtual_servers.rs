@@ -46,6 +46,9 @@ pub(crate) struct Virtual {
     pub(crate) metadata_path: String,
     /// `<base_url>` + `metadata_path`.
     pub(crate) metadata_url: String,
+    /// Who may use it: its members' `roles` and `users` (the same on every member).
+    pub(crate) roles: Vec<String>,
+    pub(crate) users: Vec<String>,
 }
 
 /// The error of `field` in the `[[virtual]]` entry `name`.
@@ -116,6 +119,26 @@ fn entry(v: &VirtualConfig, routes: &[Route], base_url: &str) -> Result<Virtual,
             return Err(err(name, "members", format!("{m:?} is listed twice")));
         }
     }
+    let member_routes: Vec<&Route> = v
+        .members
+        .iter()
+        .filter_map(|m| routes.iter().find(|r| &r.name == m))
+        .collect();
+    let first = member_routes[0];
+    if let Some(other) = member_routes
+        .iter()
+        .find(|r| r.roles != first.roles || r.users != first.users)
+    {
+        return Err(err(
+            name,
+            "members",
+            format!(
+                "routes {} and {} differ in roles or users: whoever may use a virtual server \
+                 may use every member, so give its members the same roles and users",
+                first.name, other.name
+            ),
+        ));
+    }
     if let Some(m) = v.prefix.keys().find(|m| !seen.contains(m.as_str())) {
         return Err(err(name, "prefix", format!("{m:?} is not a member")));
     }
@@ -172,6 +195,8 @@ fn entry(v: &VirtualConfig, routes: &[Route], base_url: &str) -> Result<Virtual,
         metadata_path: format!("/.well-known/oauth-protected-resource{path}"),
         metadata_url: format!("{base_url}/.well-known/oauth-protected-resource{path}"),
         path,
+        roles: first.roles.clone(),
+        users: first.users.clone(),
     })
 }
 

@@ -26,6 +26,8 @@ pub(super) enum Target {
     Ready,
     /// The RFC 9728 document of route `usize`.
     ResourceMetadata(usize),
+    /// The RFC 9728 document of virtual server `usize` (`[[virtual]]`).
+    VirtualMetadata(usize),
     /// The MCP endpoint of route `usize` (`/mcp` or `/NAME/mcp`).
     Mcp(usize),
     Unknown,
@@ -51,7 +53,9 @@ impl Target {
             "/readyz" => Self::Ready,
             p if p.starts_with("/.well-known/oauth-protected-resource") => settings
                 .route_for_metadata(p)
-                .map_or(Self::Unknown, Self::ResourceMetadata),
+                .map(Self::ResourceMetadata)
+                .or_else(|| settings.virtual_for_metadata(p).map(Self::VirtualMetadata))
+                .unwrap_or(Self::Unknown),
             p => settings.route_for_path(p).map_or(Self::Unknown, Self::Mcp),
         }
     }
@@ -62,7 +66,7 @@ impl Target {
         match self {
             Self::Mcp(_) => RouteLabel::Mcp,
             Self::AuthServer => RouteLabel::OAuth,
-            Self::ResourceMetadata(_) => RouteLabel::WellKnown,
+            Self::ResourceMetadata(_) | Self::VirtualMetadata(_) => RouteLabel::WellKnown,
             Self::Health | Self::Ready => RouteLabel::Health,
             Self::Metrics => RouteLabel::Metrics,
             Self::Favicon | Self::Console | Self::Connect | Self::Unknown => RouteLabel::Other,
@@ -107,7 +111,15 @@ impl Gateway {
                 ),
                 None => Outcome::Refuse(Rejection::NotFound),
             },
-            Target::ResourceMetadata(_) => {
+            Target::VirtualMetadata(i) if caller.get => match self.settings.virtuals.get(i) {
+                Some(v) => Outcome::Answer(
+                    Reply::json(200, &crate::metadata::virtual_resource(&self.settings, v))
+                        .header("cache-control", "public, max-age=3600")
+                        .header("access-control-allow-origin", "*"),
+                ),
+                None => Outcome::Refuse(Rejection::NotFound),
+            },
+            Target::ResourceMetadata(_) | Target::VirtualMetadata(_) => {
                 Outcome::Refuse(Rejection::MethodNotAllowed { allow: "GET, HEAD" })
             }
             Target::Favicon => {

@@ -3,7 +3,7 @@
 //! both routes' tool definitions in its store (the pins); `pforte check` with a `[[virtual]]`
 //! over them refuses, naming each, the `whoami` both members list under one bare name, an
 //! override of no tool and an override that widens access, and passes the fixed entry with the
-//! count of tools it shows. Also that the Werkbaum catalog the virtual server's unit tests use
+//! count of tools it shows; served, the virtual server has its own RFC 9728 document. Also that the Werkbaum catalog the virtual server's unit tests use
 //! (gateway/src/virtual_server/testdata/werkbaum_tools.json) is what mcp-service lists through
 //! the gateway: `PFORTE_CAPTURE_FIXTURES=1` writes it anew.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -130,4 +130,24 @@ description = "Echoes the text back."
         stdout.contains("19 tools shown, checked against the catalogs the store recorded"),
         "{stdout}"
     );
+
+    // Served with it: the virtual server's own RFC 9728 document.
+    let checked = std::fs::read_to_string(dir.path().join("pforte.toml")).unwrap();
+    std::fs::write(gw.config_path(), checked).unwrap();
+    let mut gw = gw;
+    gw.restart().await.unwrap();
+    let doc: Value = gw
+        .http()
+        .get(format!(
+            "{}/.well-known/oauth-protected-resource/team/mcp",
+            gw.mcp_url().trim_end_matches("/mcp")
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["resource"], gw.route_url("team"));
+    assert_eq!(doc["resource_name"], "Team tools (Pforte MCP gateway)");
 }

@@ -170,3 +170,28 @@ fn overrides_and_pins_are_well_formed() {
     let text = format!("{ROUTES}{base}[virtual.tools.notes_read]\nscopes = [\"x\"]\n");
     assert!(toml::from_str::<GatewayConfig>(&text).is_err());
 }
+
+#[test]
+fn members_share_who_may_use_them_and_the_virtual_server_is_a_resource_of_its_own() {
+    let e = refusal(
+        "[[routes]]\nname = \"hr\"\nurl = \"http://127.0.0.1:4/mcp\"\nroles = [\"hr\"]\n\
+         [oauth.roles.hr]\ngroups = [\"hr\"]\n\
+         [[virtual]]\nname = \"team\"\nmembers = [\"notes\", \"hr\"]\n",
+    );
+    assert!(
+        e.contains("members: routes notes and hr differ in roles or users"),
+        "{e}"
+    );
+    let s = cfg(TEAM).unwrap();
+    let oauth = crate::oauth::oauth_config(&s).unwrap();
+    let team = oauth.resources.iter().find(|r| r.name == "team").unwrap();
+    assert_eq!(team.url, "http://127.0.0.1:8787/team/mcp");
+    assert_eq!(team.title.as_deref(), Some("Team tools"));
+    let doc = crate::metadata::virtual_resource(&s, &s.virtuals[0]);
+    assert_eq!(doc["resource"], "http://127.0.0.1:8787/team/mcp");
+    assert_eq!(doc["resource_name"], "Team tools (Pforte MCP gateway)");
+    assert_eq!(
+        s.virtual_for_metadata("/.well-known/oauth-protected-resource/team/mcp"),
+        Some(0)
+    );
+}
