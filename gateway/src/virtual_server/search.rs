@@ -62,6 +62,41 @@ fn call_tool_definition() -> Value {
     })
 }
 
+/// The `tools/list` result a caller gets from the virtual server: in search mode
+/// [`search_list`] (`call_tool` only when `may_call` allows some tool), else every tool
+/// `may_call` allows, in shown-name order; `cacheScope: "private"` (MCP 2026-07-28: the list
+/// is filtered per caller).
+pub(crate) fn tools_list(
+    server: &VirtualServer,
+    map: &NameMap,
+    may_call: impl Fn(&Entry) -> bool,
+) -> Value {
+    let tools: Vec<Value> = if server.search {
+        let any = map.entries.values().any(&may_call);
+        search_list(server, map, &may_call)
+            .into_iter()
+            .filter(|t| any || t["name"] != CALL_TOOL)
+            .collect()
+    } else {
+        map.entries
+            .values()
+            .filter(|e| may_call(e))
+            .map(|e| e.definition.clone())
+            .collect()
+    };
+    json!({ "tools": tools, "cacheScope": "private" })
+}
+
+/// The `tools/call` result of `find_tools`: the matches as `structuredContent` and, for
+/// clients that read only text, as one JSON text block.
+pub(crate) fn find_tools_result(found: Vec<Value>) -> Value {
+    let structured = json!({ "tools": found });
+    json!({
+        "content": [{"type": "text", "text": structured.to_string()}],
+        "structuredContent": structured,
+    })
+}
+
 /// What `tools/list` shows in search mode: `find_tools`, `call_tool`, then each `pinned` tool
 /// the map has (in `pinned` order) that `may_call` allows.
 pub(crate) fn search_list(

@@ -522,3 +522,41 @@ fn catalog_sizes_with_and_without_search() {
     let reader = search_list(&server, &map, |e| e.original != "whoami");
     assert_eq!(reader.len(), 3);
 }
+
+#[test]
+fn a_callers_list_holds_what_it_may_call_and_is_private() {
+    let c = Catalogs::new();
+    let mut server = team();
+    let (map, _) = name_map(&server, &c.members());
+    let reader = |e: &Entry| e.annotation() == Annotation::ReadOnly;
+    let list = tools_list(&server, &map, reader);
+    assert_eq!(list["cacheScope"], "private");
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"find_notes") && names.contains(&"whoami"));
+    assert!(!names.contains(&"notes_write") && !names.contains(&"tickets_create"));
+    // Search mode: nobody who may call nothing is offered call_tool.
+    server.search = true;
+    server.pinned = vec!["whoami".to_owned()];
+    let (map, _) = name_map(&server, &c.members());
+    let list = tools_list(&server, &map, reader);
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [FIND_TOOLS, CALL_TOOL, "whoami"]);
+    let list = tools_list(&server, &map, |_| false);
+    assert_eq!(list["tools"].as_array().unwrap().len(), 1);
+    // find_tools answers in structured and in text form.
+    let found = find_tools(&map, "whoami", None, reader);
+    let result = find_tools_result(found);
+    assert_eq!(result["structuredContent"]["tools"][0]["name"], "whoami");
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, result["structuredContent"]);
+}
