@@ -25,6 +25,7 @@ mod answer;
 mod filter;
 mod follow;
 mod lending;
+mod member;
 pub(crate) mod sse;
 
 use std::{
@@ -48,6 +49,8 @@ pub(crate) use filter::filter_discover;
 pub use filter::filter_tools_list;
 pub(crate) use lending::Lender;
 use lending::Lent;
+pub(crate) use member::Extra;
+use member::{into_result, read_answer};
 
 use crate::{forward::header, param_headers::ParamHeader, pins::Pins};
 
@@ -165,6 +168,8 @@ pub(crate) struct Snapshot {
     params: HashMap<Box<str>, Arc<[ParamHeader]>>,
     /// Each listed tool as listed, until the pins have seen it (taken by `refresh`).
     listed: Vec<(String, Value)>,
+    /// Every listed definition, in the upstream's order (what a virtual server merges).
+    definitions: Vec<Value>,
 }
 
 impl Snapshot {
@@ -332,6 +337,12 @@ impl Catalog {
             .collect();
         tools.sort();
         tools
+    }
+
+    /// Every tool definition as the upstream last listed it, in its order; `None` before the
+    /// first successful refresh.
+    pub(crate) fn definitions(&self) -> Option<Vec<Value>> {
+        (self.generation() > 0).then(|| self.snapshot.load().definitions.clone())
     }
 
     /// Number of tools in the current snapshot.
@@ -559,7 +570,7 @@ impl Catalog {
         params: Value,
     ) -> Result<(Value, Option<String>), CatalogError> {
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let mut response = self.post(session, &body)?.send().await?;
+        let response = self.post(session, &body)?.send().await?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
             return Err(CatalogError::SessionGone);
@@ -572,68 +583,9 @@ impl Catalog {
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let is_sse = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
-        let max = self.opts.max_answer_bytes;
-        let message = if is_sse {
-            read_sse_response(response, id, max).await?
-        } else {
-            serde_json::from_slice(&pforte_outbound::read_capped(&mut response, max).await?)
-                .map_err(|e| CatalogError::Protocol(e.to_string()))?
-        };
+        let message = read_answer(response, &json!(id), self.opts.max_answer_bytes).await?;
         Ok((into_result(message)?, new_session))
     }
-}
-
-/// Reads SSE events until the JSON-RPC response with `id` arrives, at most `max_bytes` of the
-/// stream in all.
-async fn read_sse_response(
-    mut response: reqwest::Response,
-    id: u64,
-    max_bytes: usize,
-) -> Result<Value, CatalogError> {
-    let mut reader = sse::EventReader::new(max_bytes);
-    let mut read = 0usize;
-    let matches = |data: &[u8]| -> Option<Value> {
-        let v: Value = serde_json::from_slice(data).ok()?;
-        (v.get("id").and_then(Value::as_u64) == Some(id)
-            && (v.get("result").is_some() || v.get("error").is_some()))
-        .then_some(v)
-    };
-    while let Some(chunk) = response.chunk().await? {
-        read += chunk.len();
-        if read > max_bytes {
-            return Err(OutboundError::TooLarge(max_bytes).into());
-        }
-        if let Some(v) = reader.push(&chunk)?.iter().find_map(|d| matches(d)) {
-            return Ok(v);
-        }
-    }
-    reader
-        .finish()?
-        .and_then(|d| matches(&d))
-        .ok_or_else(|| CatalogError::Protocol(format!("the stream ended without response {id}")))
-}
-
-/// The `result` of a JSON-RPC response, or its error.
-fn into_result(mut message: Value) -> Result<Value, CatalogError> {
-    if let Some(error) = message.get("error") {
-        return Err(CatalogError::JsonRpc {
-            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-            message: error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-        });
-    }
-    message
-        .get_mut("result")
-        .map(Value::take)
-        .ok_or_else(|| CatalogError::Protocol("response without result".into()))
 }
 
 /// Adds one `tools/list` result page to `tools`; its `nextCursor`.
@@ -652,6 +604,7 @@ fn read_tools_page(result: &Value, tools: &mut Snapshot) -> Result<Option<String
             .unwrap_or(false);
         tools.tools.insert(name.into(), read_only);
         tools.listed.push((name.to_owned(), tool.clone()));
+        tools.definitions.push(tool.clone());
         let params = tool
             .get("inputSchema")
             .map(crate::param_headers::declared)

@@ -257,6 +257,11 @@ impl Settings {
         }
         self.routes.iter().position(|r| r.metadata_path == path)
     }
+    /// The virtual server served at `path` (`/NAME/mcp`).
+    pub(crate) fn virtual_for_path(&self, path: &str) -> Option<usize> {
+        self.virtuals.iter().position(|v| v.path == path)
+    }
+
     /// The virtual server whose RFC 9728 document is at `path`.
     pub(crate) fn virtual_for_metadata(&self, path: &str) -> Option<usize> {
         self.virtuals.iter().position(|v| v.metadata_path == path)

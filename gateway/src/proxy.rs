@@ -49,6 +49,7 @@ mod stream_gate;
 mod task_owner;
 mod trace;
 mod upstream;
+mod virtual_mcp;
 mod wire;
 
 pub(crate) use ctx::RequestCtx;
@@ -94,6 +95,8 @@ pub(crate) struct GatewayState {
     request_ids: crate::request_id::RequestIds,
     /// Sessions whose first requests wait for their event stream (`stream_gate.rs`).
     stream_gate: stream_gate::StreamGate,
+    /// The member sessions the virtual servers hold per downstream session.
+    member_sessions: virtual_mcp::MemberSessions,
 }
 
 /// The gateway's phases over its shared state, and the upstream connections of one proxy
@@ -167,6 +170,7 @@ impl Gateway {
                 metrics,
                 request_ids: crate::request_id::RequestIds::random(),
                 stream_gate: stream_gate::StreamGate::default(),
+                member_sessions: virtual_mcp::MemberSessions::default(),
             }),
             Arc::default(),
         ))
@@ -200,7 +204,13 @@ impl Gateway {
     fn metadata_url(&self, ctx: &RequestCtx) -> String {
         match ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) {
             Some(route) => route.metadata_url.clone(),
-            None => self.settings.resource_metadata_url(),
+            None => match ctx
+                .virtual_server
+                .and_then(|i| self.settings.virtuals.get(i))
+            {
+                Some(v) => v.metadata_url.clone(),
+                None => self.settings.resource_metadata_url(),
+            },
         }
     }
 
@@ -326,6 +336,7 @@ impl ProxyHttp for Gateway {
         let (target, caller) = self.arrive(session, ctx);
         let outcome = match target {
             Target::Mcp(route) => self.admit(session, route, ctx).await?,
+            Target::Virtual(index) => self.serve_virtual(session, index, ctx).await?,
             Target::AuthServer => self.auth_server(session, ctx).await?,
             Target::Console => self.console(session, ctx).await?,
             Target::Connect => self.connect(session, ctx).await?,

@@ -18,7 +18,7 @@ use super::{
 use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::Lookup,
-    config::{self, normalise_origin},
+    config::normalise_origin,
     cors,
     credentials::{self, Ask, Missing, answer},
     limit::{Class, Decision, Policy as LimitPolicy},
@@ -124,7 +124,7 @@ impl Gateway {
     /// Reads the request's whole body, counted against `max_body_bytes` (413 past it); an
     /// `Expect: 100-continue` is answered first. `Err`: the client went away or sent a broken
     /// body.
-    async fn read_body(
+    pub(super) async fn read_body(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
@@ -215,8 +215,9 @@ impl Gateway {
         ctx.cors_origin = self.check_origin(req, route)?;
         check_declared_size(req, self.settings.admission.max_body_bytes)?;
         self.refuse_spent_ip(ctx)?;
-        let principal = self.authenticate_counting_failures(req, route, ctx).await?;
         let r = &self.settings.routes[route];
+        let principal =
+            (self.authenticate_counting_failures(req, (&r.name, &r.resource), ctx)).await?;
         if auth::check_route(&principal, &r.name, &r.resource).is_err() {
             ctx.principal = Some(principal);
             return Err(Rejection::RouteForbidden);
@@ -427,13 +428,13 @@ impl Gateway {
 
     /// A static token or an OAuth access token, then the baseline scopes. A failure spends the
     /// client IP's unauthenticated budget, and past it the answer is 429.
-    async fn authenticate_counting_failures(
+    pub(super) async fn authenticate_counting_failures(
         &self,
         req: &RequestHeader,
-        route: usize,
+        (name, resource): (&str, &str),
         ctx: &mut RequestCtx,
     ) -> Result<Principal, Rejection> {
-        match self.authenticate(req, &self.settings.routes[route]).await {
+        match self.authenticate(req, name, resource).await {
             Ok(principal) => Ok(principal),
             // A valid token without the baseline scope is authenticated: no IP budget spent.
             Err(failure @ AuthFailure::InsufficientScope(_)) => Err(failure.into()),
@@ -444,18 +445,19 @@ impl Gateway {
         }
     }
 
-    /// Authenticates the request's `Authorization` header for `route`: a static token or an
-    /// OAuth access token (for this route's resource), then the scopes every `/mcp` request
-    /// needs. Counted by credential kind and outcome.
+    /// Authenticates the request's `Authorization` header for the route (or virtual server)
+    /// `name` at `resource`: a static token or an OAuth access token (for that resource), then
+    /// the scopes every `/mcp` request needs. Counted by credential kind and outcome.
     async fn authenticate(
         &self,
         req: &RequestHeader,
-        route: &config::Route,
+        name: &str,
+        resource: &str,
     ) -> Result<Principal, AuthFailure> {
         let values = req.headers.get_all(http::header::AUTHORIZATION);
         let token = auth::bearer_token(values.iter().map(|v| v.as_bytes()));
         let kind = metrics::credential_kind(token.as_ref().ok().copied().flatten());
-        let result = self.check_credential(token, route).await;
+        let result = self.check_credential(token, name, resource).await;
         self.metrics.auth(kind, metrics::auth_reason(&result));
         result
     }
@@ -463,7 +465,8 @@ impl Gateway {
     async fn check_credential(
         &self,
         token: Result<Option<&str>, AuthFailure>,
-        route: &config::Route,
+        name: &str,
+        resource: &str,
     ) -> Result<Principal, AuthFailure> {
         let token = token?.ok_or(AuthFailure::Missing)?;
         let principal = if auth::looks_static(token) {
@@ -471,7 +474,7 @@ impl Gateway {
         } else {
             let principal = self.oauth.authenticate(token).await?;
             // An OAuth token is for one resource: another route's is not valid here.
-            if auth::check_route(&principal, &route.name, &route.resource).is_err() {
+            if auth::check_route(&principal, name, resource).is_err() {
                 return Err(AuthFailure::OtherResource);
             }
             principal
@@ -506,7 +509,7 @@ impl Gateway {
     /// bound, expired, or opened before a restart without shared state) is refused the same
     /// way: 404, and the client opens a new session. It is never bound to whoever presents it
     /// first.
-    async fn check_session(
+    pub(super) async fn check_session(
         &self,
         req: &RequestHeader,
         ctx: &mut RequestCtx,
@@ -554,7 +557,11 @@ impl Gateway {
     /// a session (its answer's id is bound and counted) and needs room under
     /// `limits.sessions_per_principal`; a `GET` is an SSE stream and holds one of
     /// `limits.streams_per_principal` slots until it ends.
-    async fn check_open(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> Result<(), Rejection> {
+    pub(super) async fn check_open(
+        &self,
+        req: &RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
         let limits = &self.settings.limits;
         let has_session = req.headers.contains_key(SESSION_ID);
         if req.method == http::Method::POST && !has_session {

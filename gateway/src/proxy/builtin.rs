@@ -30,6 +30,8 @@ pub(super) enum Target {
     VirtualMetadata(usize),
     /// The MCP endpoint of route `usize` (`/mcp` or `/NAME/mcp`).
     Mcp(usize),
+    /// The MCP endpoint of virtual server `usize` (`/NAME/mcp` of a `[[virtual]]`).
+    Virtual(usize),
     Unknown,
 }
 
@@ -56,7 +58,11 @@ impl Target {
                 .map(Self::ResourceMetadata)
                 .or_else(|| settings.virtual_for_metadata(p).map(Self::VirtualMetadata))
                 .unwrap_or(Self::Unknown),
-            p => settings.route_for_path(p).map_or(Self::Unknown, Self::Mcp),
+            p => settings
+                .route_for_path(p)
+                .map(Self::Mcp)
+                .or_else(|| settings.virtual_for_path(p).map(Self::Virtual))
+                .unwrap_or(Self::Unknown),
         }
     }
 
@@ -64,7 +70,7 @@ impl Target {
     pub(super) fn metric(self) -> metrics::RouteLabel {
         use metrics::RouteLabel;
         match self {
-            Self::Mcp(_) => RouteLabel::Mcp,
+            Self::Mcp(_) | Self::Virtual(_) => RouteLabel::Mcp,
             Self::AuthServer => RouteLabel::OAuth,
             Self::ResourceMetadata(_) | Self::VirtualMetadata(_) => RouteLabel::WellKnown,
             Self::Health | Self::Ready => RouteLabel::Health,
@@ -133,6 +139,7 @@ impl Gateway {
             Target::Metrics
             | Target::Unknown
             | Target::Mcp(_)
+            | Target::Virtual(_)
             | Target::AuthServer
             | Target::Console
             | Target::Connect => Outcome::Refuse(Rejection::NotFound),

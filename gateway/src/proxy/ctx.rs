@@ -42,6 +42,8 @@ pub(crate) struct RequestCtx {
     /// The MCP route (index into `Settings::routes`) of a `/NAME/mcp` request or its RFC 9728
     /// document.
     pub(super) mcp_route: Option<usize>,
+    /// The virtual server the request addresses (`[[virtual]]`), if any.
+    pub(super) virtual_server: Option<usize>,
     /// When the request went upstream (for the time to its response header).
     pub(super) upstream_sent: Option<Instant>,
     /// Counts an event-stream answer as open until the context drops.
@@ -118,6 +120,7 @@ impl RequestCtx {
             arrived_ms,
             route: RouteLabel::Other,
             mcp_route: None,
+            virtual_server: None,
             upstream_sent: None,
             stream: None,
             instance: None,

@@ -12,3 +12,4 @@ mod stdio_bridge;
 mod stdio_bytes;
 mod stdio_routes;
 mod virtual_check;
+mod virtual_serve;

@@ -1,0 +1,435 @@
+//! A virtual server's MCP endpoint (`/NAME/mcp` of a `[[virtual]]`, issue 42), answered by the
+//! gateway itself: the header steps of the admission for the virtual server's own resource (a
+//! token bound to it, or a static token that may use it), the whole body read, then per
+//! method: `initialize` (its own session, bound like an upstream's), `tools/list` (the members'
+//! catalogs under the name map, filtered by each member route's policy), `tools/call` (the
+//! name looked up — an unknown one answered before any member is touched —, decided by the
+//! member route's policy on the member's own name, then sent with its name rewritten on the
+//! member session `members.rs` holds for the downstream session), search mode's `find_tools`
+//! and `call_tool`, `ping`, and `DELETE` (the member sessions ended).
+
+mod members;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use bytes::Bytes;
+use pingora::{http::RequestHeader, proxy::Session};
+use serde_json::{Value, json};
+
+use super::{
+    Gateway, Outcome, RequestCtx,
+    admission::{SESSION_ID, asks_upgrade, principal_key},
+};
+use crate::{
+    auth::{self, Principal},
+    catalog::CatalogError,
+    config::{Virtual, normalise_origin},
+    credentials::Missing,
+    forward,
+    limit::Class,
+    mcp::{self, Kind, Message},
+    reply::{Rejection, Reply},
+    virtual_server::{
+        CALL_TOOL, Entry, FIND_TOOLS, MemberCatalog, NameMap, find_tools, find_tools_result,
+        inner_call, name_map, rewrite_call_name, tools_list,
+    },
+};
+
+pub(super) use members::MemberSessions;
+
+/// JSON-RPC: the method is not served here.
+const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC: invalid params (an unknown tool, MCP's "Unknown tool").
+const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC: the member could not be reached.
+const INTERNAL_ERROR: i64 = -32603;
+
+/// A JSON-RPC response with `result`.
+fn result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// A JSON-RPC error response.
+fn error(id: &Value, code: i64, message: String) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// The protocol revision a virtual server answers `initialize` with: the client's when the
+/// gateway knows it and it keeps sessions (up to 2025-11-25), else 2025-11-25.
+pub(super) fn negotiated(requested: Option<&str>) -> &'static str {
+    let sessions = &mcp::SUPPORTED_VERSIONS[1..];
+    requested
+        .and_then(|r| sessions.iter().find(|v| **v == r))
+        .copied()
+        .unwrap_or(sessions[0])
+}
+
+/// The `initialize` result of virtual server `v`.
+fn initialize_result(v: &Virtual, requested: Option<&str>) -> Value {
+    let mut info = json!({"name": v.server.name, "version": env!("CARGO_PKG_VERSION")});
+    if let Some(title) = &v.server.title {
+        info["title"] = Value::String(title.clone());
+    }
+    json!({
+        "protocolVersion": negotiated(requested),
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": info,
+    })
+}
+
+/// A present `Origin` must be the gateway's own (a virtual server allows no foreign one).
+fn check_own_origin(req: &RequestHeader, own: &[String]) -> Result<(), Rejection> {
+    let Some(value) = req.headers.get(http::header::ORIGIN) else {
+        return Ok(());
+    };
+    match value.to_str().ok().and_then(normalise_origin) {
+        Some(origin) if own.contains(&origin) => Ok(()),
+        _ => Err(Rejection::OriginForbidden),
+    }
+}
+
+impl Gateway {
+    /// A request to virtual server `index`: refused, or answered by the gateway.
+    pub(super) async fn serve_virtual(
+        &self,
+        session: &mut Session,
+        index: usize,
+        ctx: &mut RequestCtx,
+    ) -> pingora::Result<Outcome> {
+        ctx.mcp.route = true;
+        ctx.virtual_server = Some(index);
+        let Some(v) = self.settings.virtuals.get(index) else {
+            return Ok(Outcome::Refuse(Rejection::NotFound));
+        };
+        if asks_upgrade(session.req_header()) {
+            session.set_keepalive(None);
+            return Ok(Outcome::Refuse(Rejection::UpgradeRefused));
+        }
+        if let Err(rejection) = self.virtual_headers(session.req_header(), v, ctx).await {
+            return Ok(Outcome::Refuse(rejection));
+        }
+        let downstream = session
+            .req_header()
+            .headers
+            .get(SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        match session.req_header().method {
+            http::Method::POST => {}
+            http::Method::DELETE => return Ok(self.end_virtual_session(downstream, ctx).await),
+            _ => {
+                return Ok(Outcome::Refuse(Rejection::MethodNotAllowed {
+                    allow: "POST, DELETE",
+                }));
+            }
+        }
+        let body = match self.read_body(session, ctx).await? {
+            Ok(body) => body,
+            Err(rejection) => return Ok(Outcome::Refuse(rejection)),
+        };
+        Ok(
+            match self
+                .virtual_message(v, &body, downstream.as_deref(), ctx)
+                .await
+            {
+                Ok(reply) => Outcome::Answer(reply),
+                Err(rejection) => Outcome::Refuse(rejection),
+            },
+        )
+    }
+
+    /// The admission's header steps for the virtual server's own resource.
+    async fn virtual_headers(
+        &self,
+        req: &RequestHeader,
+        v: &Virtual,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
+        check_own_origin(req, &self.settings.own_origins)?;
+        let name = v.server.name.as_str();
+        let principal =
+            (self.authenticate_counting_failures(req, (name, &v.resource), ctx)).await?;
+        if auth::check_route(&principal, name, &v.resource).is_err() {
+            ctx.principal = Some(principal);
+            return Err(Rejection::RouteForbidden);
+        }
+        ctx.principal_key = principal_key(&principal);
+        ctx.person_key = principal.person_key();
+        ctx.principal = Some(principal);
+        self.check_session(req, ctx).await?;
+        ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
+        if req.method == http::Method::POST {
+            self.check_open(req, ctx).await?;
+        }
+        Ok(())
+    }
+
+    /// `DELETE`: the downstream session's member sessions ended, its record forgotten.
+    async fn end_virtual_session(&self, downstream: Option<String>, ctx: &RequestCtx) -> Outcome {
+        let Some(id) = downstream else {
+            return Outcome::Refuse(Rejection::SessionNotFound);
+        };
+        for (route, member) in self.member_sessions.take(&id) {
+            if let (Some(catalog), Ok(extra)) = (
+                self.edge.catalogs.get(route),
+                self.member_headers(ctx, route).await,
+            ) {
+                catalog.end_member_session(&member, &extra).await;
+            }
+        }
+        if let Err(e) = self.edge.sessions.forget(&id, ctx.holder()).await {
+            tracing::debug!(error = %e, "could not forget an ended session");
+        }
+        Outcome::Answer(Reply::empty(200))
+    }
+
+    /// One JSON-RPC message to the virtual server.
+    async fn virtual_message(
+        &self,
+        v: &Virtual,
+        body: &Bytes,
+        downstream: Option<&str>,
+        ctx: &mut RequestCtx,
+    ) -> Result<Reply, Rejection> {
+        let message = mcp::inspect(body).map_err(Rejection::Malformed)?;
+        ctx.mcp.message = Some(message.clone());
+        if message.kind != Kind::Request {
+            return Ok(Reply::empty(202));
+        }
+        let id: Value = serde_json::from_str(&message.id).unwrap_or(Value::Null);
+        let principal = ctx.principal.clone().ok_or(Rejection::Internal)?;
+        let answer = match message.method.as_str() {
+            "initialize" => {
+                let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
+                let requested = parsed["params"]["protocolVersion"].as_str();
+                let answer = result(&id, initialize_result(v, requested));
+                if ctx.in_session {
+                    return Ok(Reply::json(200, &answer));
+                }
+                let session = uuid::Uuid::new_v4().simple().to_string();
+                self.edge
+                    .sessions
+                    .bind(&session, ctx.holder(), None)
+                    .await
+                    .map_err(|_| Rejection::CredentialsUnavailable)?;
+                return Ok(Reply::json(200, &answer).header(SESSION_ID, session));
+            }
+            "ping" => result(&id, json!({})),
+            "tools/list" => {
+                let (map, routes) = self.virtual_map(v);
+                let may = |e: &Entry| self.may_call(&principal, routes[e.member], e);
+                result(&id, tools_list(&v.server, &map, may))
+            }
+            "tools/call" => {
+                let call = (body.to_vec(), &message, &id);
+                self.virtual_call(v, call, downstream, ctx).await?
+            }
+            "resources/list" => result(&id, json!({"resources": []})),
+            "resources/templates/list" => result(&id, json!({"resourceTemplates": []})),
+            "prompts/list" => result(&id, json!({"prompts": []})),
+            other => error(
+                &id,
+                METHOD_NOT_FOUND,
+                format!("method {other:?} is not served by a virtual server"),
+            ),
+        };
+        Ok(Reply::json(200, &answer))
+    }
+
+    /// The name map over the members' catalogs as last listed, and each member's route index
+    /// (`usize::MAX`: none, which validation rules out).
+    fn virtual_map(&self, v: &Virtual) -> (NameMap, Vec<usize>) {
+        let routes: Vec<usize> = v
+            .server
+            .members
+            .iter()
+            .map(|m| self.settings.route_named(&m.route).unwrap_or(usize::MAX))
+            .collect();
+        let listed: Vec<Option<Vec<Value>>> = routes
+            .iter()
+            .map(|&i| self.edge.catalogs.get(i).and_then(|c| c.definitions()))
+            .collect();
+        let none = BTreeMap::new();
+        let catalogs: Vec<MemberCatalog<'_>> = routes
+            .iter()
+            .zip(&listed)
+            .map(|(&i, tools)| MemberCatalog {
+                tools: tools.as_deref(),
+                rules: self.settings.routes.get(i).map_or(&none, |r| &r.tools),
+            })
+            .collect();
+        (name_map(&v.server, &catalogs).0, routes)
+    }
+
+    /// Whether `principal` may call `entry` (its member's route `route`): what the list shows.
+    fn may_call(&self, principal: &Principal, route: usize, entry: &Entry) -> bool {
+        !self.settings.admission.tool_policy
+            || self.routes.get(route).is_some_and(|r| {
+                r.policy
+                    .may_list(principal, &entry.original, entry.annotation())
+            })
+    }
+
+    /// `tools/call` on the virtual server: search mode's own tools answered, any other name
+    /// looked up in the name map (unknown: a JSON-RPC error, no member touched), decided on the
+    /// member route with the member's name, and sent to the member.
+    async fn virtual_call(
+        &self,
+        v: &Virtual,
+        (mut body, message, id): (Vec<u8>, &Message, &Value),
+        downstream: Option<&str>,
+        ctx: &mut RequestCtx,
+    ) -> Result<Value, Rejection> {
+        let principal = ctx.principal.clone().ok_or(Rejection::Internal)?;
+        let (map, routes) = self.virtual_map(v);
+        let mut shown = message.tool().unwrap_or_default().to_owned();
+        if v.server.search && (shown == FIND_TOOLS || shown == CALL_TOOL) {
+            let parsed: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let arguments = &parsed["params"]["arguments"];
+            let may = |e: &Entry| self.may_call(&principal, routes[e.member], e);
+            if shown == FIND_TOOLS {
+                let query = arguments["query"].as_str().unwrap_or_default();
+                let found = find_tools(&map, query, arguments["limit"].as_u64(), may);
+                return Ok(result(id, find_tools_result(found)));
+            }
+            let (inner, args) = match inner_call(arguments) {
+                Ok(call) => call,
+                Err(e) => return Ok(error(id, INVALID_PARAMS, e.to_string())),
+            };
+            shown = inner.to_owned();
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                              "params": {"name": shown, "arguments": args}});
+            body = serde_json::to_vec(&call).map_err(|_| Rejection::Internal)?;
+        }
+        let Some(entry) = map.entries.get(&shown) else {
+            return Ok(error(id, INVALID_PARAMS, format!("Unknown tool: {shown}")));
+        };
+        let route = routes[entry.member];
+        let catalog = self.edge.catalogs.get(route).ok_or(Rejection::Internal)?;
+        let Some(body) = rewrite_call_name(&body, &entry.original) else {
+            return Ok(error(
+                id,
+                INVALID_PARAMS,
+                "params.name is no string".to_owned(),
+            ));
+        };
+        let inner = mcp::inspect(&body).map_err(Rejection::Malformed)?;
+        if self.settings.admission.tool_policy {
+            let policy = &self.routes.get(route).ok_or(Rejection::Internal)?.policy;
+            policy
+                .decide(&principal, &inner, entry.annotation())
+                .map_err(Rejection::Forbidden)?;
+        }
+        self.check_pinned(&inner, route)?;
+        let extra = match self.member_headers(ctx, route).await {
+            Ok(extra) => extra,
+            Err(MemberHeaders::NotConnected) => {
+                let text = format!(
+                    "{} needs your own credential for {}: connect it at /connections",
+                    shown, self.settings.routes[route].name
+                );
+                let tool_error =
+                    json!({"content": [{"type": "text", "text": text}], "isError": true});
+                return Ok(result(id, tool_error));
+            }
+            Err(MemberHeaders::Refused(rejection)) => return Err(rejection),
+        };
+        let timeout = Duration::from_millis(self.settings.routes[route].read_timeout_ms);
+        let sent = self
+            .member_sessions
+            .call(catalog, (downstream, route), body, id, &extra, timeout)
+            .await;
+        Ok(match sent {
+            Ok(answer) => answer,
+            Err(e @ (CatalogError::JsonRpc { .. } | CatalogError::Protocol(_)))
+            | Err(e @ CatalogError::Status(_)) => {
+                let name = &self.settings.routes[route].name;
+                tracing::warn!(request_id = %ctx.request_id, route = %name, error = %e, "virtual server: member answer unusable");
+                error(
+                    id,
+                    INTERNAL_ERROR,
+                    format!("the member {name} answered: {e}"),
+                )
+            }
+            Err(e) => {
+                let name = &self.settings.routes[route].name;
+                tracing::warn!(request_id = %ctx.request_id, route = %name, error = %e, "virtual server: member unreachable");
+                error(
+                    id,
+                    INTERNAL_ERROR,
+                    format!("the member {name} is unreachable"),
+                )
+            }
+        })
+    }
+
+    /// What a request to member route `route` carries for this caller: their identity (as
+    /// the route discloses it) and, on a per-user route, their own upstream credential.
+    async fn member_headers(
+        &self,
+        ctx: &RequestCtx,
+        route: usize,
+    ) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, MemberHeaders> {
+        let principal = ctx
+            .principal
+            .as_ref()
+            .ok_or(MemberHeaders::Refused(Rejection::Internal))?;
+        let r = self
+            .settings
+            .routes
+            .get(route)
+            .ok_or(MemberHeaders::Refused(Rejection::Internal))?;
+        let client_ip = ctx.client_ip.map(|ip| ip.to_string());
+        let proto = if self.settings.listen.serves_https() {
+            "https"
+        } else {
+            "http"
+        };
+        let disclose = forward::Disclose {
+            identity: r.identity_headers,
+            client_ip: r.forward_client_ip,
+        };
+        let set = forward::trusted_headers(
+            principal,
+            &r.name,
+            &ctx.request_id,
+            client_ip.as_deref(),
+            proto,
+            disclose,
+        );
+        let mut extra = Vec::with_capacity(set.len() + 1);
+        for (name, value) in set {
+            let header = http::HeaderName::from_bytes(name.as_bytes()).ok();
+            let value = http::HeaderValue::try_from(value).ok();
+            let (Some(name), Some(value)) = (header, value) else {
+                return Err(MemberHeaders::Refused(Rejection::Internal));
+            };
+            extra.push((name, value));
+        }
+        if self.edge.credentials.per_user(route) {
+            match self
+                .edge
+                .credentials
+                .for_request(route, &ctx.person_key)
+                .await
+            {
+                Ok(Some(injected)) => extra.push((injected.name, injected.value)),
+                Ok(None) => {}
+                Err(Missing::Connect(_)) => return Err(MemberHeaders::NotConnected),
+                Err(Missing::Unavailable(_)) => {
+                    return Err(MemberHeaders::Refused(
+                        Rejection::UpstreamCredentialUnavailable,
+                    ));
+                }
+            }
+        }
+        Ok(extra)
+    }
+}
+
+/// Why a member request has no headers.
+enum MemberHeaders {
+    /// The member route takes each person's own credential, and this person has none yet.
+    NotConnected,
+    Refused(Rejection),
+}
