@@ -434,7 +434,7 @@ impl Gateway {
         (name, resource): (&str, &str),
         ctx: &mut RequestCtx,
     ) -> Result<Principal, Rejection> {
-        match self.authenticate(req, name, resource).await {
+        match self.authenticate(req, (name, resource)).await {
             Ok(principal) => Ok(principal),
             // A valid token without the baseline scope is authenticated: no IP budget spent.
             Err(failure @ AuthFailure::InsufficientScope(_)) => Err(failure.into()),
@@ -445,19 +445,17 @@ impl Gateway {
         }
     }
 
-    /// Authenticates the request's `Authorization` header for the route (or virtual server)
-    /// `name` at `resource`: a static token or an OAuth access token (for that resource), then
-    /// the scopes every `/mcp` request needs. Counted by credential kind and outcome.
+    /// The `Authorization` header for the route (or virtual server) `name` at `resource`: a static
+    /// or OAuth token (for that resource), then the baseline scopes. Counted by kind and outcome.
     async fn authenticate(
         &self,
         req: &RequestHeader,
-        name: &str,
-        resource: &str,
+        at: (&str, &str),
     ) -> Result<Principal, AuthFailure> {
         let values = req.headers.get_all(http::header::AUTHORIZATION);
         let token = auth::bearer_token(values.iter().map(|v| v.as_bytes()));
         let kind = metrics::credential_kind(token.as_ref().ok().copied().flatten());
-        let result = self.check_credential(token, name, resource).await;
+        let result = self.check_credential(token, at).await;
         self.metrics.auth(kind, metrics::auth_reason(&result));
         result
     }
@@ -465,8 +463,7 @@ impl Gateway {
     async fn check_credential(
         &self,
         token: Result<Option<&str>, AuthFailure>,
-        name: &str,
-        resource: &str,
+        (name, resource): (&str, &str),
     ) -> Result<Principal, AuthFailure> {
         let token = token?.ok_or(AuthFailure::Missing)?;
         let principal = if auth::looks_static(token) {
