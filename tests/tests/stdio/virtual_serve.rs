@@ -6,18 +6,25 @@
 //! name gets a JSON-RPC error before any member is touched.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
-use pforte_tests::{Route, Stack, eventually, python_sdk_or_skip, run_python_json};
+use pforte_tests::{
+    McpClient, Route, Stack, eventually, python_sdk_or_skip, rpc_answer, run_python_json,
+};
 use serde_json::{Value, json};
 
 use super::stdio_routes::fixture;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_sdk_lists_and_calls_every_members_tools_through_one_virtual_server() {
-    let Some(python) = python_sdk_or_skip() else {
-        return;
-    };
+/// The virtual server of the first test: default prefixes over both members.
+const TEAM: &str =
+    "[[virtual]]\nname = \"team\"\ntitle = \"Team tools\"\nmembers = [\"mcp\", \"plain\"]\n";
+
+/// A gateway over mcp-service (`mcp`) and the stdio route `plain` (its calls logged to the
+/// returned file), restarted with `virtuals` appended to its configuration.
+async fn start(virtuals: &str) -> (Stack, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     pforte_tests::open_to_children(&dir.path().join("log"));
     let calls = dir.path().join("log").join("calls");
@@ -36,18 +43,24 @@ async fn the_python_sdk_lists_and_calls_every_members_tools_through_one_virtual_
         .start()
         .await;
     let base = std::fs::read_to_string(gw.config_path()).unwrap();
-    let team =
-        "\n[[virtual]]\nname = \"team\"\ntitle = \"Team tools\"\nmembers = [\"mcp\", \"plain\"]\n";
-    std::fs::write(gw.config_path(), format!("{base}{team}")).unwrap();
+    std::fs::write(gw.config_path(), format!("{base}\n{virtuals}")).unwrap();
     gw.restart().await.unwrap();
-    let token = gw.create_token("alice").await.unwrap();
-    let url = gw.route_url("team");
+    (gw, dir, calls)
+}
 
-    // Both members' catalogs are loaded: 13 of mcp-service, 6 of the stdio server.
-    let mut client = gw.mcp_at(&url, &token);
-    client.open().await.unwrap();
+/// The tool names the stdio server logged, one per call it got.
+fn logged(calls: &Path) -> Vec<String> {
+    std::fs::read_to_string(calls)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Lists `client`'s tools until `n` are listed (both members' catalogs loaded).
+async fn until_listed(client: &McpClient, n: usize) {
     let loaded = eventually(Duration::from_secs(20), || async {
-        if client.list_tools().await.len() == 19 {
+        if client.list_tools().await.len() == n {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -55,13 +68,22 @@ async fn the_python_sdk_lists_and_calls_every_members_tools_through_one_virtual_
     })
     .await;
     assert!(loaded, "{:?}", client.tool_names().await);
-    let logged = || {
-        std::fs::read_to_string(&calls)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_lists_and_calls_every_members_tools_through_one_virtual_server() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
     };
+    let (gw, _dir, calls) = start(TEAM).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let url = gw.route_url("team");
+
+    // Both members' catalogs are loaded: 13 of mcp-service, 6 of the stdio server.
+    let mut client = gw.mcp_at(&url, &token);
+    client.open().await.unwrap();
+    until_listed(&client, 19).await;
+    let logged = || logged(&calls);
     assert!(logged().is_empty(), "listing called nothing");
 
     let wanted = json!({"mcp_whoami": {}, "plain_echo": {"text": "through team"}});
@@ -118,10 +140,10 @@ async fn the_python_sdk_lists_and_calls_every_members_tools_through_one_virtual_
     assert!(unknown.contains("Unknown tool: no_such_tool"), "{seen}");
 
     // By hand: the unknown name is a JSON-RPC error (-32602), and still no member is touched.
-    let answer = pforte_tests::rpc_answer(client.call_tool("plain_nope", json!({})).await).await;
+    let answer = rpc_answer(client.call_tool("plain_nope", json!({})).await).await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     assert_eq!(logged(), ["echo"]);
-    let answer = pforte_tests::rpc_answer(
+    let answer = rpc_answer(
         client
             .call_tool("plain_echo", json!({"text": "again"}))
             .await,
@@ -130,4 +152,75 @@ async fn the_python_sdk_lists_and_calls_every_members_tools_through_one_virtual_
     assert_eq!(answer["result"]["content"][0]["text"], "again", "{answer}");
     assert_eq!(logged(), ["echo", "echo"]);
     assert_eq!(client.delete().await.status(), 200);
+}
+
+/// `/find/mcp`: search mode over both members, `mcp_whoami` pinned.
+const FIND: &str = "[[virtual]]\nname = \"find\"\nmembers = [\"mcp\", \"plain\"]\nsearch = true\npinned = [\"mcp_whoami\"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_rules_decide_and_search_mode_calls_through_call_tool() {
+    let (gw, _dir, calls) = start(&format!("{TEAM}\n{FIND}")).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let team = gw.route_url("team");
+    let mut client = gw.mcp_at(&team, &token);
+    client.open().await.unwrap();
+    until_listed(&client, 19).await;
+
+    // A token for the route `mcp` alone does not open the virtual server over it.
+    let narrow = gw
+        .create_token_with("ci", &["--route", "mcp"])
+        .await
+        .unwrap();
+    let refused = gw.mcp_at(&team, &narrow).initialize().await;
+    assert_eq!(refused.status(), 403);
+
+    // A read-only token sees only tools that only read (the stdio server's are not annotated:
+    // they write) and is refused a writing tool, which never reaches its member.
+    let ro = gw
+        .create_token_with("ro", &["--scope", "mcp:read"])
+        .await
+        .unwrap();
+    let mut reader = gw.mcp_at(&team, &ro);
+    reader.open().await.unwrap();
+    let listed = reader.list_tools().await;
+    assert!(!listed.is_empty());
+    for tool in &listed {
+        assert!(tool["name"].as_str().unwrap().starts_with("mcp_"), "{tool}");
+        assert_eq!(tool["annotations"]["readOnlyHint"], true, "{tool}");
+    }
+    let denied = reader.call_tool("plain_echo", json!({"text": "no"})).await;
+    assert_eq!(denied.status(), 403);
+    assert!(logged(&calls).is_empty());
+
+    // Search mode: the search tools and the pinned one; a found tool called through call_tool.
+    let find = gw.route_url("find");
+    let mut searcher = gw.mcp_at(&find, &token);
+    searcher.open().await.unwrap();
+    let names: Vec<String> = searcher
+        .list_tools()
+        .await
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["find_tools", "call_tool", "mcp_whoami"]);
+    let found = rpc_answer(
+        searcher
+            .call_tool("find_tools", json!({"query": "echo"}))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        found["result"]["structuredContent"]["tools"][0]["name"], "plain_echo",
+        "{found}"
+    );
+    let args = json!({"name": "plain_echo", "arguments": {"text": "found"}});
+    let called = rpc_answer(searcher.call_tool("call_tool", args).await).await;
+    assert_eq!(called["result"]["content"][0]["text"], "found", "{called}");
+    assert_eq!(logged(&calls), ["echo"]);
+
+    // A request without a session reaches its member on a member session of its own.
+    let bare = gw.mcp_at(&find, &token);
+    let answer = rpc_answer(bare.call_tool("plain_echo", json!({"text": "bare"})).await).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "bare", "{answer}");
+    assert_eq!(logged(&calls), ["echo", "echo"]);
 }
