@@ -642,7 +642,7 @@ impl Gateway {
 
     /// The budget of one tool, per route and person (`limits.tools`), by the name in the
     /// body.
-    async fn tool_budget(
+    pub(super) async fn tool_budget(
         &self,
         tool: &str,
         route: &str,

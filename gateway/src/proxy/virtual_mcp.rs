@@ -321,6 +321,8 @@ impl Gateway {
                 .map_err(Rejection::Forbidden)?;
         }
         self.check_pinned(&inner, route)?;
+        let member = &self.settings.routes[route].name;
+        (self.tool_budget(&entry.original, member, &ctx.person_key)).await?;
         let extra = match self.member_headers(ctx, route).await {
             Ok(extra) => extra,
             Err(MemberHeaders::NotConnected) => {
@@ -432,4 +434,19 @@ enum MemberHeaders {
     /// The member route takes each person's own credential, and this person has none yet.
     NotConnected,
     Refused(Rejection),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initialize_keeps_a_session_revision_the_client_asks_for_else_2025_11_25() {
+        assert_eq!(negotiated(Some("2025-06-18")), "2025-06-18");
+        assert_eq!(negotiated(Some("2024-11-05")), "2024-11-05");
+        // Sessions fan out to member sessions: a stateless revision gets the newest with them.
+        assert_eq!(negotiated(Some("2026-07-28")), "2025-11-25");
+        assert_eq!(negotiated(Some("1999-01-01")), "2025-11-25");
+        assert_eq!(negotiated(None), "2025-11-25");
+    }
 }
