@@ -47,7 +47,7 @@ mod vault;
     expect(
         dead_code,
         unused_imports,
-        reason = "the proxy serves virtual servers next session (issue 42 point 3)"
+        reason = "merged resources and prompts (`merge`), `catalog_bytes` and `DuplicateUri` are served next (issue 42 point 2)"
     )
 )]
 mod virtual_server;

@@ -125,10 +125,7 @@ impl Gateway {
             (None, None) => ("-", NONE),
         };
         RequestLine {
-            route: ctx
-                .mcp_route
-                .and_then(|i| self.settings.routes.get(i))
-                .map_or("-", |r| r.name.as_str()),
+            route: self.route_name(ctx).unwrap_or("-"),
             subject,
             client,
             client_ip: ctx.client_ip.map_or(NONE, |ip| ip.to_string().into()),
@@ -140,6 +137,17 @@ impl Gateway {
             reason,
             warn: status >= 500 || (e.is_some() && !client_side && ctx.refused.is_none()),
             error,
+        }
+    }
+
+    /// The route's name, or the virtual server's (`[[virtual]]`) for a request to one.
+    fn route_name(&self, ctx: &RequestCtx) -> Option<&str> {
+        match ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) {
+            Some(r) => Some(&r.name),
+            None => ctx
+                .virtual_server
+                .and_then(|i| self.settings.virtuals.get(i))
+                .map(|v| v.server.name.as_str()),
         }
     }
 
@@ -158,10 +166,7 @@ impl Gateway {
         let record = AuditRecord {
             time_ms: ctx.arrived_ms,
             request_id: &ctx.request_id,
-            route: ctx
-                .mcp_route
-                .and_then(|i| self.settings.routes.get(i))
-                .map_or(DEFAULT_ROUTE, |r| r.name.as_str()),
+            route: self.route_name(ctx).unwrap_or(DEFAULT_ROUTE),
             principal: ctx.principal.as_ref().map(AuditPrincipal::from),
             method,
             name: target,
