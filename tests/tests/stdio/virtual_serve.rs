@@ -12,7 +12,8 @@ use std::{
 };
 
 use pforte_tests::{
-    McpClient, Route, Stack, eventually, python_sdk_or_skip, rpc_answer, run_python_json,
+    McpClient, OAuth, Route, Stack, StackBuilder, eventually, oauth::access_token_at,
+    python_sdk_or_skip, rpc_answer, run_python_json,
 };
 use serde_json::{Value, json};
 
@@ -25,11 +26,15 @@ const TEAM: &str =
 /// A gateway over mcp-service (`mcp`) and the stdio route `plain` (its calls logged to the
 /// returned file), restarted with `virtuals` appended to its configuration.
 async fn start(virtuals: &str) -> (Stack, tempfile::TempDir, PathBuf) {
+    start_with(Stack::builder().plain_http(), virtuals).await
+}
+
+/// [`start`] from `builder`.
+async fn start_with(builder: StackBuilder, virtuals: &str) -> (Stack, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     pforte_tests::open_to_children(&dir.path().join("log"));
     let calls = dir.path().join("log").join("calls");
-    let mut gw = Stack::builder()
-        .plain_http()
+    let mut gw = builder
         .route(
             Route::command(
                 "plain",
@@ -223,4 +228,36 @@ async fn member_rules_decide_and_search_mode_calls_through_call_tool() {
     let answer = rpc_answer(bare.call_tool("plain_echo", json!({"text": "bare"})).await).await;
     assert_eq!(answer["result"]["content"][0]["text"], "bare", "{answer}");
     assert_eq!(logged(&calls), ["echo", "echo"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oauth_token_for_the_virtual_server_opens_it_and_no_member_route() {
+    let (gw, _dir, calls) = start_with(Stack::builder().oauth(OAuth::default()), TEAM).await;
+    gw.add_user("dora", "dora-password-1").unwrap();
+    let team = gw.route_url("team");
+    let scope = "mcp:read mcp:write";
+    let token = access_token_at(&team, gw.ca_pem(), "dora", "dora-password-1", scope)
+        .await
+        .unwrap();
+    let mut client = gw.mcp_at(&team, &token);
+    client.open().await.unwrap();
+    until_listed(&client, 19).await;
+    let answer = rpc_answer(
+        client
+            .call_tool("plain_echo", json!({"text": "dora"}))
+            .await,
+    )
+    .await;
+    assert_eq!(answer["result"]["content"][0]["text"], "dora", "{answer}");
+    assert_eq!(logged(&calls), ["echo"]);
+
+    // The virtual server's token is for its resource only, and a member route's is not for it.
+    let on_member = gw.mcp_at(&gw.mcp_url(), &token).initialize().await;
+    assert_eq!(on_member.status(), 401);
+    let member = access_token_at(&gw.mcp_url(), gw.ca_pem(), "dora", "dora-password-1", scope)
+        .await
+        .unwrap();
+    let on_team = gw.mcp_at(&team, &member).initialize().await;
+    assert_eq!(on_team.status(), 401);
+    assert_eq!(logged(&calls), ["echo"]);
 }
