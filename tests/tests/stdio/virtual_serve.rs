@@ -3,7 +3,10 @@
 //! official MCP Python SDK (tests/python/virtual_client.py) lists the merged, prefixed tools,
 //! calls one tool of each member — each call reaches its member (mcp-service's `whoami` answers
 //! with the caller; the stdio server's call log grows by exactly that call) — and an unknown
-//! name gets a JSON-RPC error before any member is touched.
+//! name gets a JSON-RPC error before any member is touched. Also: the member routes' rules decide
+//! (a token for one member route is refused, a read-only token sees and calls only reading tools),
+//! search mode calls through `call_tool`, a request without a session reaches its member, and an
+//! OAuth token is for the virtual server's resource alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
