@@ -42,14 +42,6 @@ mod tls;
 mod tokens;
 mod up;
 mod vault;
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        unused_imports,
-        reason = "merged resources and prompts (`merge`), `catalog_bytes` and `DuplicateUri` are served next (issue 42 point 2)"
-    )
-)]
 mod virtual_server;
 
 pub use cli::exit;

@@ -22,11 +22,11 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub(crate) use lists::{MemberLists, merge, rewrite_call_name};
-pub(crate) use names::{Entry, MemberCatalog, NameMap, Problem, name_map, widening};
+pub(crate) use lists::{MemberLists, Merged, merge, rewrite_call_name};
+pub(crate) use names::{Entry, MemberCatalog, NameMap, Problem, name_map};
 pub(crate) use search::{
-    CALL_TOOL, FIND_TOOLS, SearchError, catalog_bytes, find_tools, find_tools_result, inner_call,
-    search_list, tools_list,
+    CALL_TOOL, FIND_TOOLS, catalog_bytes, find_tools, find_tools_result, inner_call, search_list,
+    tools_list,
 };
 
 /// One validated `[[virtual]]` entry as the name map needs it (the config adds its public path

@@ -55,6 +55,17 @@ pub(crate) fn asks_upgrade(req: &RequestHeader) -> bool {
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
 }
 
+/// An MCP endpoint as the header steps see it: a route or a virtual server.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Endpoint<'a> {
+    /// The route's or virtual server's name (what a route-limited static token names).
+    pub(super) name: &'a str,
+    /// Its OAuth protected resource.
+    pub(super) resource: &'a str,
+    /// The foreign origins it allows (`allowed_origins`).
+    pub(super) allowed_origins: &'a [String],
+}
+
 /// The header that names an MCP session.
 pub(crate) const SESSION_ID: &str = "mcp-session-id";
 
@@ -81,13 +92,8 @@ impl Gateway {
             return Ok(Outcome::Refuse(Rejection::UpgradeRefused));
         }
         let req = session.req_header();
-        if cors::is_preflight(&req.method, &req.headers) {
-            return Ok(self
-                .check_origin(req, route)
-                .map_or_else(Outcome::Refuse, |origin| {
-                    let requested = req.headers.get("access-control-request-headers");
-                    preflight(origin, requested.map(|v| v.as_bytes()))
-                }));
+        if let Some(answer) = self.preflight(req, &self.settings.routes[route].allowed_origins) {
+            return Ok(answer);
         }
         if let Err(rejection) = self.admit_headers(req, route, ctx).await {
             return Ok(Outcome::Refuse(rejection));
@@ -205,6 +211,22 @@ impl Gateway {
         }
     }
 
+    /// A CORS preflight (`OPTIONS` with `Access-Control-Request-Method`) of an MCP endpoint
+    /// whose foreign origins are `allowed`: answered without credentials (`None`: no
+    /// preflight). Shared by routes and virtual servers.
+    pub(super) fn preflight(&self, req: &RequestHeader, allowed: &[String]) -> Option<Outcome> {
+        if !cors::is_preflight(&req.method, &req.headers) {
+            return None;
+        }
+        Some(
+            self.check_origin(req, allowed)
+                .map_or_else(Outcome::Refuse, |origin| {
+                    let requested = req.headers.get("access-control-request-headers");
+                    preflight(origin, requested.map(|v| v.as_bytes()))
+                }),
+        )
+    }
+
     /// The header half of the pipeline, applied in `request_filter`.
     async fn admit_headers(
         &self,
@@ -212,23 +234,13 @@ impl Gateway {
         route: usize,
         ctx: &mut RequestCtx,
     ) -> Result<(), Rejection> {
-        ctx.cors_origin = self.check_origin(req, route)?;
-        check_declared_size(req, self.settings.admission.max_body_bytes)?;
-        self.refuse_spent_ip(ctx)?;
         let r = &self.settings.routes[route];
-        let principal =
-            (self.authenticate_counting_failures(req, (&r.name, &r.resource), ctx)).await?;
-        if auth::check_route(&principal, &r.name, &r.resource).is_err() {
-            ctx.principal = Some(principal);
-            return Err(Rejection::RouteForbidden);
-        }
-        ctx.principal_key = principal_key(&principal);
-        ctx.person_key = principal.person_key();
-        ctx.principal = Some(principal);
-        check_mcp_header_lines(req)?;
-        self.check_session(req, ctx).await?;
-        ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
-        self.check_open(req, ctx).await?;
+        let endpoint = Endpoint {
+            name: &r.name,
+            resource: &r.resource,
+            allowed_origins: &r.allowed_origins,
+        };
+        self.header_steps(req, endpoint, ctx).await?;
         self.upstream_credential(req, route, ctx).await?;
         let policy_or_budgets =
             self.settings.admission.tool_policy || !self.settings.limits.tools.is_empty();
@@ -238,6 +250,34 @@ impl Gateway {
         ctx.mcp.inspect = req.method == http::Method::POST
             && (policy_or_budgets || self.edge.credentials.per_user(route));
         Ok(())
+    }
+
+    /// The header steps every MCP endpoint takes, a route's or a virtual server's: origin →
+    /// declared size → spent-IP pre-check → authenticate → the token's route → one
+    /// `Mcp-Method` / `Mcp-Name` line each → session binding → per-person limit →
+    /// sessions/streams bound.
+    pub(super) async fn header_steps(
+        &self,
+        req: &RequestHeader,
+        at: Endpoint<'_>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
+        ctx.cors_origin = self.check_origin(req, at.allowed_origins)?;
+        check_declared_size(req, self.settings.admission.max_body_bytes)?;
+        self.refuse_spent_ip(ctx)?;
+        let principal =
+            (self.authenticate_counting_failures(req, (at.name, at.resource), ctx)).await?;
+        if auth::check_route(&principal, at.name, at.resource).is_err() {
+            ctx.principal = Some(principal);
+            return Err(Rejection::RouteForbidden);
+        }
+        ctx.principal_key = principal_key(&principal);
+        ctx.person_key = principal.person_key();
+        ctx.principal = Some(principal);
+        check_mcp_header_lines(req)?;
+        self.check_session(req, ctx).await?;
+        ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
+        self.check_open(req, ctx).await
     }
 
     /// The route's upstream credential for this person: the header to add upstream, or (none
@@ -384,16 +424,8 @@ impl Gateway {
         }
         self.check_pinned(message, route)?;
         ctx.mcp.filter_list = self.filters_list(principal, message, route);
-        // A tool that mirrors parameters into `Mcp-Param-*` headers (as the catalog last listed
-        // it): the headers must say what the arguments say.
-        if let Some(tool) = message.tool()
-            && let Some(declared) = self
-                .edge
-                .catalogs
-                .get(route)
-                .and_then(|c| c.param_headers(tool))
-        {
-            check_param_headers(req, body, message, &declared)?;
+        if let Some(tool) = message.tool() {
+            self.check_params(req, (body, message), route, tool)?;
         }
         if let Some(tool) = message.tool() {
             let name = &self.settings.routes[route].name;
@@ -402,10 +434,35 @@ impl Gateway {
         Ok(())
     }
 
+    /// A tool (`tool`, route `route`'s own name) that mirrors parameters into `Mcp-Param-*`
+    /// headers, as the route's catalog last listed it: the headers must say what the arguments
+    /// of `body` say.
+    pub(super) fn check_params(
+        &self,
+        req: &RequestHeader,
+        (body, message): (&[u8], &Message),
+        route: usize,
+        tool: &str,
+    ) -> Result<(), Rejection> {
+        match self
+            .edge
+            .catalogs
+            .get(route)
+            .and_then(|c| c.param_headers(tool))
+        {
+            Some(declared) => check_param_headers(req, body, message, &declared),
+            None => Ok(()),
+        }
+    }
+
     /// Origin: absent passes (non-browser clients); present must be the gateway's own or one
     /// the route allows. Returns the origin to answer with CORS headers (allowed foreign ones
     /// only).
-    fn check_origin(&self, req: &RequestHeader, route: usize) -> Result<Option<String>, Rejection> {
+    fn check_origin(
+        &self,
+        req: &RequestHeader,
+        allowed: &[String],
+    ) -> Result<Option<String>, Rejection> {
         let Some(value) = req.headers.get(http::header::ORIGIN) else {
             return Ok(None);
         };
@@ -414,10 +471,7 @@ impl Gateway {
             .ok()
             .and_then(normalise_origin)
             .ok_or(Rejection::OriginForbidden)?;
-        if self.settings.routes[route]
-            .allowed_origins
-            .contains(&origin)
-        {
+        if allowed.contains(&origin) {
             Ok(Some(origin))
         } else if self.settings.own_origins.contains(&origin) {
             Ok(None)

@@ -9,6 +9,7 @@
 //! and `call_tool`, `ping`, and `DELETE` (the member sessions ended).
 
 mod members;
+mod resources;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -18,15 +19,15 @@ use serde_json::{Value, json};
 
 use super::{
     Gateway, Outcome, RequestCtx,
-    admission::{SESSION_ID, asks_upgrade, principal_key},
+    admission::{Endpoint, SESSION_ID, asks_upgrade},
+    mcp_headers::check_mcp_headers,
 };
 use crate::{
-    auth::{self, Principal},
+    auth::Principal,
     catalog::CatalogError,
-    config::{Virtual, normalise_origin},
+    config::Virtual,
     credentials::Missing,
     forward,
-    limit::Class,
     mcp::{self, Kind, Message},
     reply::{Rejection, Reply},
     virtual_server::{
@@ -72,20 +73,13 @@ fn initialize_result(v: &Virtual, requested: Option<&str>) -> Value {
     }
     json!({
         "protocolVersion": negotiated(requested),
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {
+            "tools": {"listChanged": false},
+            "resources": {"listChanged": false},
+            "prompts": {"listChanged": false},
+        },
         "serverInfo": info,
     })
-}
-
-/// A present `Origin` must be the gateway's own (a virtual server allows no foreign one).
-fn check_own_origin(req: &RequestHeader, own: &[String]) -> Result<(), Rejection> {
-    let Some(value) = req.headers.get(http::header::ORIGIN) else {
-        return Ok(());
-    };
-    match value.to_str().ok().and_then(normalise_origin) {
-        Some(origin) if own.contains(&origin) => Ok(()),
-        _ => Err(Rejection::OriginForbidden),
-    }
 }
 
 impl Gateway {
@@ -105,7 +99,17 @@ impl Gateway {
             session.set_keepalive(None);
             return Ok(Outcome::Refuse(Rejection::UpgradeRefused));
         }
-        if let Err(rejection) = self.virtual_headers(session.req_header(), v, ctx).await {
+        // The route admission's own header steps, for the virtual server's resource (it allows
+        // no foreign origin).
+        let endpoint = Endpoint {
+            name: &v.server.name,
+            resource: &v.resource,
+            allowed_origins: &[],
+        };
+        if let Some(answer) = self.preflight(session.req_header(), endpoint.allowed_origins) {
+            return Ok(answer);
+        }
+        if let Err(rejection) = self.header_steps(session.req_header(), endpoint, ctx).await {
             return Ok(Outcome::Refuse(rejection));
         }
         let downstream = session
@@ -129,39 +133,13 @@ impl Gateway {
         };
         Ok(
             match self
-                .virtual_message(v, &body, downstream.as_deref(), ctx)
+                .virtual_message(v, (session.req_header(), &body), downstream.as_deref(), ctx)
                 .await
             {
                 Ok(reply) => Outcome::Answer(reply),
                 Err(rejection) => Outcome::Refuse(rejection),
             },
         )
-    }
-
-    /// The admission's header steps for the virtual server's own resource.
-    async fn virtual_headers(
-        &self,
-        req: &RequestHeader,
-        v: &Virtual,
-        ctx: &mut RequestCtx,
-    ) -> Result<(), Rejection> {
-        check_own_origin(req, &self.settings.own_origins)?;
-        let name = v.server.name.as_str();
-        let principal =
-            (self.authenticate_counting_failures(req, (name, &v.resource), ctx)).await?;
-        if auth::check_route(&principal, name, &v.resource).is_err() {
-            ctx.principal = Some(principal);
-            return Err(Rejection::RouteForbidden);
-        }
-        ctx.principal_key = principal_key(&principal);
-        ctx.person_key = principal.person_key();
-        ctx.principal = Some(principal);
-        self.check_session(req, ctx).await?;
-        ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
-        if req.method == http::Method::POST {
-            self.check_open(req, ctx).await?;
-        }
-        Ok(())
     }
 
     /// `DELETE`: the downstream session's member sessions ended, its record forgotten.
@@ -187,12 +165,15 @@ impl Gateway {
     async fn virtual_message(
         &self,
         v: &Virtual,
-        body: &Bytes,
+        (req, body): (&RequestHeader, &Bytes),
         downstream: Option<&str>,
         ctx: &mut RequestCtx,
     ) -> Result<Reply, Rejection> {
         let message = mcp::inspect(body).map_err(Rejection::Malformed)?;
         ctx.mcp.message = Some(message.clone());
+        // The body steps' header match: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
+        // say what the body says (the name the virtual server shows).
+        check_mcp_headers(req, &message)?;
         if message.kind != Kind::Request {
             return Ok(Reply::empty(202));
         }
@@ -222,11 +203,16 @@ impl Gateway {
             }
             "tools/call" => {
                 let call = (body.to_vec(), &message, &id);
-                self.virtual_call(v, call, downstream, ctx).await?
+                self.virtual_call(v, (req, call), downstream, ctx).await?
             }
-            "resources/list" => result(&id, json!({"resources": []})),
-            "resources/templates/list" => result(&id, json!({"resourceTemplates": []})),
-            "prompts/list" => result(&id, json!({"prompts": []})),
+            "resources/list"
+            | "resources/templates/list"
+            | "prompts/list"
+            | "resources/read"
+            | "prompts/get" => {
+                let asked = (&body[..], &message, &id);
+                self.virtual_resources(v, asked, downstream, ctx).await?
+            }
             other => error(
                 &id,
                 METHOD_NOT_FOUND,
@@ -276,7 +262,7 @@ impl Gateway {
     async fn virtual_call(
         &self,
         v: &Virtual,
-        (mut body, message, id): (Vec<u8>, &Message, &Value),
+        (req, (mut body, message, id)): (&RequestHeader, (Vec<u8>, &Message, &Value)),
         downstream: Option<&str>,
         ctx: &mut RequestCtx,
     ) -> Result<Value, Rejection> {
@@ -305,7 +291,6 @@ impl Gateway {
             return Ok(error(id, INVALID_PARAMS, format!("Unknown tool: {shown}")));
         };
         let route = routes[entry.member];
-        let catalog = self.edge.catalogs.get(route).ok_or(Rejection::Internal)?;
         let Some(body) = rewrite_call_name(&body, &entry.original) else {
             return Ok(error(
                 id,
@@ -321,19 +306,40 @@ impl Gateway {
                 .map_err(Rejection::Forbidden)?;
         }
         self.check_pinned(&inner, route)?;
+        // The member's `Mcp-Param-*` declaration, on the arguments the member gets.
+        self.check_params(req, (&body, &inner), route, &entry.original)?;
         let member = &self.settings.routes[route].name;
         (self.tool_budget(&entry.original, member, &ctx.person_key)).await?;
-        let extra = match self.member_headers(ctx, route).await {
-            Ok(extra) => extra,
-            Err(MemberHeaders::NotConnected) => {
+        match self.to_member(route, body, id, downstream, ctx).await? {
+            Some(answer) => Ok(answer),
+            None => {
                 let text = format!(
                     "{} needs your own credential for {}: connect it at /connections",
                     shown, self.settings.routes[route].name
                 );
                 let tool_error =
                     json!({"content": [{"type": "text", "text": text}], "isError": true});
-                return Ok(result(id, tool_error));
+                Ok(result(id, tool_error))
             }
+        }
+    }
+
+    /// `body` (a JSON-RPC request with id `id`, as the member reads it) sent to member route
+    /// `route` on `downstream`'s member session: the member's answer, or a JSON-RPC error
+    /// naming the member when it is unreachable or its answer unusable; `None` when the route
+    /// takes each person's own credential and this person has none yet.
+    async fn to_member(
+        &self,
+        route: usize,
+        body: Vec<u8>,
+        id: &Value,
+        downstream: Option<&str>,
+        ctx: &RequestCtx,
+    ) -> Result<Option<Value>, Rejection> {
+        let catalog = self.edge.catalogs.get(route).ok_or(Rejection::Internal)?;
+        let extra = match self.member_headers(ctx, route).await {
+            Ok(extra) => extra,
+            Err(MemberHeaders::NotConnected) => return Ok(None),
             Err(MemberHeaders::Refused(rejection)) => return Err(rejection),
         };
         let timeout = Duration::from_millis(self.settings.routes[route].read_timeout_ms);
@@ -341,11 +347,11 @@ impl Gateway {
             .member_sessions
             .call(catalog, (downstream, route), body, id, &extra, timeout)
             .await;
-        Ok(match sent {
+        let name = &self.settings.routes[route].name;
+        Ok(Some(match sent {
             Ok(answer) => answer,
             Err(e @ (CatalogError::JsonRpc { .. } | CatalogError::Protocol(_)))
             | Err(e @ CatalogError::Status(_)) => {
-                let name = &self.settings.routes[route].name;
                 tracing::warn!(request_id = %ctx.request_id, route = %name, error = %e, "virtual server: member answer unusable");
                 error(
                     id,
@@ -354,7 +360,6 @@ impl Gateway {
                 )
             }
             Err(e) => {
-                let name = &self.settings.routes[route].name;
                 tracing::warn!(request_id = %ctx.request_id, route = %name, error = %e, "virtual server: member unreachable");
                 error(
                     id,
@@ -362,7 +367,7 @@ impl Gateway {
                     format!("the member {name} is unreachable"),
                 )
             }
-        })
+        }))
     }
 
     /// What a request to member route `route` carries for this caller: their identity (as

@@ -47,15 +47,6 @@ pub(crate) struct NameMap {
     pub(crate) entries: BTreeMap<String, Entry>,
 }
 
-impl NameMap {
-    /// Where a call of the shown name `shown` goes: the member's index and its own name.
-    pub(crate) fn route(&self, shown: &str) -> Option<(usize, &str)> {
-        self.entries
-            .get(shown)
-            .map(|e| (e.member, e.original.as_str()))
-    }
-}
-
 /// Something the configuration gets wrong against the members' catalogs (`pforte check`
 /// refuses it; a running gateway logs it and serves the rest).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

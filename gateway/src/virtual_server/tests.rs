@@ -8,8 +8,17 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::*;
+use super::{names::widening, search::SearchError, *};
 use crate::policy::{Annotation, ToolRule};
+
+impl NameMap {
+    /// Where a call of the shown name `shown` goes: the member's index and its own name.
+    fn route(&self, shown: &str) -> Option<(usize, &str)> {
+        self.entries
+            .get(shown)
+            .map(|e| (e.member, e.original.as_str()))
+    }
+}
 
 const WERKBAUM: &[u8] = include_bytes!("testdata/werkbaum_tools.json");
 

@@ -15,8 +15,8 @@ use std::{
 };
 
 use pforte_tests::{
-    McpClient, OAuth, Route, Stack, StackBuilder, eventually, oauth::access_token_at,
-    python_sdk_or_skip, rpc_answer, run_python_json,
+    Budget, Limits, McpClient, OAuth, Route, Stack, StackBuilder, eventually,
+    oauth::access_token_at, python_sdk_or_skip, rpc_answer, run_python_json,
 };
 use serde_json::{Value, json};
 
@@ -181,6 +181,17 @@ async fn member_rules_decide_and_search_mode_calls_through_call_tool() {
         .unwrap();
     let refused = gw.mcp_at(&team, &narrow).initialize().await;
     assert_eq!(refused.status(), 403);
+    // `pforte token create --route team`: a token for the virtual server alone opens it, and
+    // none of its member routes.
+    let only_team = gw
+        .create_token_with("team-only", &["--route", "team"])
+        .await
+        .unwrap();
+    let mut on_team = gw.mcp_at(&team, &only_team);
+    on_team.open().await.unwrap();
+    assert_eq!(on_team.list_tools().await.len(), 19);
+    let on_member = gw.mcp_at(&gw.mcp_url(), &only_team).initialize().await;
+    assert_eq!(on_member.status(), 403);
 
     // A read-only token sees only tools that only read (the stdio server's are not annotated:
     // they write) and is refused a writing tool, which never reaches its member.
@@ -263,4 +274,158 @@ async fn an_oauth_token_for_the_virtual_server_opens_it_and_no_member_route() {
     let on_team = gw.mcp_at(&team, &member).initialize().await;
     assert_eq!(on_team.status(), 401);
     assert_eq!(logged(&calls), ["echo"]);
+}
+
+/// Item 4 of the slice: a virtual server's requests take the route admission's own steps — a
+/// CORS preflight answered without credentials, a foreign `Origin` refused, a declared body over
+/// `max_body_bytes` refused before it is read, `Mcp-Method` / `Mcp-Name` /
+/// `MCP-Protocol-Version` checked (one line each, known, saying what the body says, the name
+/// being the one the virtual server shows), and a client IP that spent its unauthenticated
+/// budget refused before any credential lookup — and no refused call reaches a member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_server_takes_the_route_admissions_steps() {
+    let builder = Stack::builder()
+        .plain_http()
+        .limits(Limits::default().unauthenticated(Budget::new(20, 60, 20)));
+    let (gw, _dir, calls) = start_with(builder, TEAM).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let team = gw.route_url("team");
+    let own = team.trim_end_matches("/team/mcp").to_owned();
+    let http = gw.http();
+    let preflight = |origin: &str| {
+        http.request(reqwest::Method::OPTIONS, &team)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .send()
+    };
+    let ok = preflight(&own).await.unwrap();
+    assert_eq!(ok.status(), 204);
+    assert!(ok.headers().contains_key("allow"), "{:?}", ok.headers());
+    assert_eq!(
+        preflight("https://evil.example").await.unwrap().status(),
+        403
+    );
+
+    let mut client = gw.mcp_at(&team, &token);
+    client.open().await.unwrap();
+    until_listed(&client, 19).await;
+    let echo = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "plain_echo", "arguments": {"text": "hdr"}}});
+    let send = |headers: &[(&str, &str)]| {
+        let mut req = client.post_request();
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        req.body(echo.to_string()).send()
+    };
+    let foreign = send(&[("origin", "https://evil.example")]).await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    for headers in [
+        &[("mcp-method", "tools/list")][..],
+        &[("mcp-name", "echo")],
+        &[("mcp-name", "plain_echo"), ("mcp-name", "plain_echo")],
+        &[("mcp-method", "tools/call"), ("mcp-method", "tools/call")],
+    ] {
+        let resp = send(headers).await.unwrap();
+        assert_eq!(resp.status(), 400, "{headers:?}");
+    }
+    assert!(
+        logged(&calls).is_empty(),
+        "no refused call reached the member"
+    );
+    // The headers saying what the body says, by the shown name: the call goes through.
+    let named = send(&[("mcp-method", "tools/call"), ("mcp-name", "plain_echo")]);
+    let answer = rpc_answer(named.await.unwrap()).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "hdr", "{answer}");
+    assert_eq!(logged(&calls), ["echo"]);
+
+    // An unknown protocol revision (no session: the only version line).
+    let bare = gw
+        .mcp_at(&team, &token)
+        .header("mcp-protocol-version", "1999-01-01");
+    assert_eq!(bare.post(&echo).await.status(), 400);
+    // A declared body over `max_body_bytes` (1 MiB).
+    let big = client.post_raw(vec![b' '; 2 * 1024 * 1024]).await;
+    assert_eq!(big.status(), 413);
+    assert_eq!(logged(&calls), ["echo"]);
+
+    // A spent client IP: refused (429) before its valid token is looked at.
+    let mut failures = 0;
+    loop {
+        let resp = http
+            .post(&team)
+            .bearer_auth("pft_guess")
+            .send()
+            .await
+            .unwrap();
+        match resp.status().as_u16() {
+            401 => failures += 1,
+            429 => break,
+            other => panic!("{other}"),
+        }
+        assert!(failures <= 20, "never limited");
+    }
+    assert_eq!(send(&[]).await.unwrap().status(), 429, "a valid token");
+    assert_eq!(logged(&calls), ["echo"]);
+}
+
+/// Point 2's resources and prompts: `resources/list`, `resources/templates/list` and
+/// `prompts/list` merged from the members (mcp-service has them; the stdio server answers
+/// -32601 and adds none), prompts under the member's prefix; `resources/read` goes to the member
+/// listing the URI (or whose template matches it), `prompts/get` to the prompt's member under its
+/// own name; an unknown URI or prompt name is an error no member sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_and_prompts_of_the_members_are_merged_and_routed() {
+    let (gw, _dir, calls) = start(TEAM).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let mut client = gw.mcp_at(&gw.route_url("team"), &token);
+    let init = client.open().await.unwrap();
+    for capability in ["tools", "resources", "prompts"] {
+        assert!(init["capabilities"][capability].is_object(), "{init}");
+    }
+    let ask = |method: &'static str, params: Value| {
+        let client = &client;
+        async move { rpc_answer(client.request(method, params).await).await }
+    };
+
+    let resources = ask("resources/list", json!({})).await;
+    let uris: Vec<&str> = resources["result"]["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resources}"))
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert!(uris.contains(&"werkbaum://guide"), "{resources}");
+    let templates = ask("resources/templates/list", json!({})).await;
+    assert_eq!(
+        templates["result"]["resourceTemplates"][0]["uriTemplate"], "werkbaum://doc/{uuid}",
+        "{templates}"
+    );
+    let prompts = ask("prompts/list", json!({})).await;
+    let names: Vec<&str> = prompts["result"]["prompts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{prompts}"))
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["mcp_werkbaum/decompose", "mcp_werkbaum/review"]);
+
+    let guide = ask("resources/read", json!({"uri": "werkbaum://guide"})).await;
+    let text = guide["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Werkbaum"), "{guide}");
+    let review = json!({"name": "mcp_werkbaum/review", "arguments": {"file": "plan.werkbaum"}});
+    let got = ask("prompts/get", review).await;
+    let text = got["result"]["messages"][0]["content"]["text"].as_str();
+    assert!(text.unwrap_or_default().contains("plan.werkbaum"), "{got}");
+
+    // The member's own name is not shown, so not found; nor is a URI no member serves.
+    let own = json!({"name": "werkbaum/review", "arguments": {"file": "plan.werkbaum"}});
+    let unknown = ask("prompts/get", own).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let nowhere = ask("resources/read", json!({"uri": "nowhere://x"})).await;
+    assert_eq!(nowhere["error"]["code"], -32002, "{nowhere}");
+    assert!(logged(&calls).is_empty(), "no tool of the stdio member ran");
+    assert_eq!(client.delete().await.status(), 200);
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::{
     config::Settings,
     pins::PinStore,
-    virtual_server::{MemberCatalog, name_map},
+    virtual_server::{MemberCatalog, catalog_bytes, name_map, search_list},
 };
 
 /// Each route's recorded tool definitions (the last seen), from the pins store.
@@ -75,9 +75,14 @@ pub(super) fn describe(
             .collect();
         let (map, found) = name_map(server, &catalogs);
         if unknown.is_empty() {
+            let listed: Vec<Value> = map.entries.values().map(|e| e.definition.clone()).collect();
+            let searching = search_list(server, &map, |_| true);
             lines.push(format!(
-                "  {} tools shown, checked against the catalogs the store recorded",
-                map.entries.len()
+                "  {} tools shown, checked against the catalogs the store recorded; the \
+                 model-facing catalog {} bytes listed, {} bytes in search mode",
+                map.entries.len(),
+                catalog_bytes(&listed),
+                catalog_bytes(&searching)
             ));
         } else {
             lines.push(format!(
@@ -146,7 +151,8 @@ title = "typo"
         let (lines, problems) = describe(&s, Some(&recorded));
         assert_eq!(
             lines[1],
-            "  1 tools shown, checked against the catalogs the store recorded"
+            "  1 tools shown, checked against the catalogs the store recorded; the model-facing \
+             catalog 29 bytes listed, 874 bytes in search mode"
         );
         assert_eq!(
             problems,
