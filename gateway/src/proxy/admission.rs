@@ -1,7 +1,8 @@
 //! The `/mcp` admission: one pipeline of small steps, each returning early with the
 //! `Rejection` that answers the request, all run before the upstream is touched: the header
 //! steps (origin → size → authenticate → one `Mcp-Method` / `Mcp-Name` line each → session
-//! binding → per-person limit → upstream credential), then the whole body is read (bounded),
+//! binding → per-person limit → upstream credential; all but the last in `endpoint.rs`, which
+//! virtual servers take too), then the whole body is read (bounded),
 //! then the body steps (parse → header match → policy → tool budget). The outcome is one
 //! `Outcome`: forward the body, answer, or refuse. An early answer settles the unread body around
 //! it (`settle_body`) so that clients read it.
@@ -11,15 +12,17 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use pingora::{http::RequestHeader, proxy::Session};
 
+mod endpoint;
+
+pub(super) use endpoint::Endpoint;
+
 use super::{
     Gateway, Outcome, RequestCtx,
-    mcp_headers::{check_mcp_header_lines, check_mcp_headers, check_param_headers},
+    mcp_headers::{check_mcp_headers, check_param_headers},
 };
 use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::Lookup,
-    config::normalise_origin,
-    cors,
     credentials::{self, Ask, Missing, answer},
     limit::{Class, Decision, Policy as LimitPolicy},
     mcp::{self, Kind, Message},
@@ -53,17 +56,6 @@ pub(crate) fn asks_upgrade(req: &RequestHeader) -> bool {
             .iter()
             .flat_map(|v| v.as_bytes().split(|&b| b == b','))
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
-}
-
-/// An MCP endpoint as the header steps see it: a route or a virtual server.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Endpoint<'a> {
-    /// The route's or virtual server's name (what a route-limited static token names).
-    pub(super) name: &'a str,
-    /// Its OAuth protected resource.
-    pub(super) resource: &'a str,
-    /// The foreign origins it allows (`allowed_origins`).
-    pub(super) allowed_origins: &'a [String],
 }
 
 /// The header that names an MCP session.
@@ -211,22 +203,6 @@ impl Gateway {
         }
     }
 
-    /// A CORS preflight (`OPTIONS` with `Access-Control-Request-Method`) of an MCP endpoint
-    /// whose foreign origins are `allowed`: answered without credentials (`None`: no
-    /// preflight). Shared by routes and virtual servers.
-    pub(super) fn preflight(&self, req: &RequestHeader, allowed: &[String]) -> Option<Outcome> {
-        if !cors::is_preflight(&req.method, &req.headers) {
-            return None;
-        }
-        Some(
-            self.check_origin(req, allowed)
-                .map_or_else(Outcome::Refuse, |origin| {
-                    let requested = req.headers.get("access-control-request-headers");
-                    preflight(origin, requested.map(|v| v.as_bytes()))
-                }),
-        )
-    }
-
     /// The header half of the pipeline, applied in `request_filter`.
     async fn admit_headers(
         &self,
@@ -250,34 +226,6 @@ impl Gateway {
         ctx.mcp.inspect = req.method == http::Method::POST
             && (policy_or_budgets || self.edge.credentials.per_user(route));
         Ok(())
-    }
-
-    /// The header steps every MCP endpoint takes, a route's or a virtual server's: origin →
-    /// declared size → spent-IP pre-check → authenticate → the token's route → one
-    /// `Mcp-Method` / `Mcp-Name` line each → session binding → per-person limit →
-    /// sessions/streams bound.
-    pub(super) async fn header_steps(
-        &self,
-        req: &RequestHeader,
-        at: Endpoint<'_>,
-        ctx: &mut RequestCtx,
-    ) -> Result<(), Rejection> {
-        ctx.cors_origin = self.check_origin(req, at.allowed_origins)?;
-        check_declared_size(req, self.settings.admission.max_body_bytes)?;
-        self.refuse_spent_ip(ctx)?;
-        let principal =
-            (self.authenticate_counting_failures(req, (at.name, at.resource), ctx)).await?;
-        if auth::check_route(&principal, at.name, at.resource).is_err() {
-            ctx.principal = Some(principal);
-            return Err(Rejection::RouteForbidden);
-        }
-        ctx.principal_key = principal_key(&principal);
-        ctx.person_key = principal.person_key();
-        ctx.principal = Some(principal);
-        check_mcp_header_lines(req)?;
-        self.check_session(req, ctx).await?;
-        ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
-        self.check_open(req, ctx).await
     }
 
     /// The route's upstream credential for this person: the header to add upstream, or (none
@@ -455,31 +403,6 @@ impl Gateway {
         }
     }
 
-    /// Origin: absent passes (non-browser clients); present must be the gateway's own or one
-    /// the route allows. Returns the origin to answer with CORS headers (allowed foreign ones
-    /// only).
-    fn check_origin(
-        &self,
-        req: &RequestHeader,
-        allowed: &[String],
-    ) -> Result<Option<String>, Rejection> {
-        let Some(value) = req.headers.get(http::header::ORIGIN) else {
-            return Ok(None);
-        };
-        let origin = value
-            .to_str()
-            .ok()
-            .and_then(normalise_origin)
-            .ok_or(Rejection::OriginForbidden)?;
-        if allowed.contains(&origin) {
-            Ok(Some(origin))
-        } else if self.settings.own_origins.contains(&origin) {
-            Ok(None)
-        } else {
-            Err(Rejection::OriginForbidden)
-        }
-    }
-
     /// A static token or an OAuth access token, then the baseline scopes. A failure spends the
     /// client IP's unauthenticated budget, and past it the answer is 429.
     pub(super) async fn authenticate_counting_failures(
@@ -532,27 +455,6 @@ impl Gateway {
         };
         auth::require_scopes(&principal, &self.settings.admission.required_scopes)?;
         Ok(principal)
-    }
-
-    /// Before any credential lookup: a client IP whose unauthenticated budget was refused a
-    /// moment ago is refused again from memory (nothing charged, no token store or redis
-    /// touched), whatever credential it sends, until its `Retry-After` has passed.
-    fn refuse_spent_ip(&self, ctx: &RequestCtx) -> Result<(), Rejection> {
-        let limits = &self.settings.limits;
-        if !limits.enabled {
-            return Ok(());
-        }
-        let policy = limits.policy(Class::Unauthenticated);
-        let key = format!("{}:{}", Class::Unauthenticated.name(), ctx.ip_key());
-        match self.limiter.peek(&key, policy) {
-            None => Ok(()),
-            Some(decision) => Err(Rejection::RateLimited {
-                class: Class::Unauthenticated,
-                policy,
-                decision,
-                oauth: false,
-            }),
-        }
     }
 
     /// A session belongs to the principal that opened it; another principal's credential gets
@@ -722,33 +624,5 @@ impl Gateway {
                 oauth: false,
             })
         }
-    }
-}
-
-/// The answer to a CORS preflight of `/mcp` whose origin passed: 204, with the CORS headers
-/// for an allowed foreign origin (same-origin pages need no preflight, nor CORS headers).
-fn preflight(origin: Option<String>, requested: Option<&[u8]>) -> Outcome {
-    let reply = match origin {
-        Some(origin) => cors::preflight_headers(&origin, requested)
-            .into_iter()
-            .fold(Reply::empty(204), |reply, (name, value)| {
-                reply.header(name, value)
-            }),
-        None => Reply::empty(204).header("allow", cors::ALLOW_METHODS),
-    };
-    Outcome::Answer(reply)
-}
-
-/// A declared body over the limit is refused before it is read (also with
-/// `Expect: 100-continue`: the refusal replaces the 100).
-fn check_declared_size(req: &RequestHeader, limit: u64) -> Result<(), Rejection> {
-    let declared = req
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match declared {
-        Some(n) if n > limit => Err(Rejection::PayloadTooLarge { limit }),
-        _ => Ok(()),
     }
 }

@@ -147,18 +147,41 @@ impl Gateway {
         let Some(id) = downstream else {
             return Outcome::Refuse(Rejection::SessionNotFound);
         };
-        for (route, member) in self.member_sessions.take(&id) {
-            if let (Some(catalog), Ok(extra)) = (
-                self.edge.catalogs.get(route),
-                self.member_headers(ctx, route).await,
-            ) {
-                catalog.end_member_session(&member, &extra).await;
-            }
-        }
+        self.end_member_sessions(&id).await;
         if let Err(e) = self.edge.sessions.forget(&id, ctx.holder()).await {
             tracing::debug!(error = %e, "could not forget an ended session");
         }
         Outcome::Answer(Reply::empty(200))
+    }
+
+    /// Ends the member sessions downstream session `id` holds, each with the headers it was
+    /// opened with.
+    async fn end_member_sessions(&self, id: &str) {
+        for (route, member, extra) in self.member_sessions.take(id) {
+            if let Some(catalog) = self.edge.catalogs.get(route) {
+                catalog.end_member_session(&member, &extra).await;
+            }
+        }
+    }
+
+    /// When a sweep is due (every minute, and after a virtual server's session opened): the
+    /// member sessions of held downstream sessions that are no longer bound (expired, evicted
+    /// to make room, or forgotten) are ended — at most [`members::SWEEP_MAX`] looked up.
+    async fn sweep_member_sessions(&self, opened: bool) {
+        if !self
+            .member_sessions
+            .start_sweep(self.clock.now_ms(), opened)
+        {
+            return;
+        }
+        for id in self.member_sessions.downstreams(members::SWEEP_MAX) {
+            if let Ok(false) = self.edge.sessions.is_bound(&id).await {
+                tracing::debug!(
+                    "virtual server: a downstream session ended; its member sessions end"
+                );
+                self.end_member_sessions(&id).await;
+            }
+        }
     }
 
     /// One JSON-RPC message to the virtual server.
@@ -174,6 +197,7 @@ impl Gateway {
         // The body steps' header match: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
         // say what the body says (the name the virtual server shows).
         check_mcp_headers(req, &message)?;
+        self.sweep_member_sessions(false).await;
         if message.kind != Kind::Request {
             return Ok(Reply::empty(202));
         }
@@ -193,6 +217,8 @@ impl Gateway {
                     .bind(&session, ctx.holder(), None)
                     .await
                     .map_err(|_| Rejection::CredentialsUnavailable)?;
+                // Opening it may have evicted an idle one that holds member sessions.
+                self.sweep_member_sessions(true).await;
                 return Ok(Reply::json(200, &answer).header(SESSION_ID, session));
             }
             "ping" => result(&id, json!({})),

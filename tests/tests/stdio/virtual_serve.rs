@@ -15,8 +15,11 @@ use std::{
 };
 
 use pforte_tests::{
-    Budget, Limits, McpClient, OAuth, Route, Stack, StackBuilder, eventually,
-    oauth::access_token_at, python_sdk_or_skip, rpc_answer, run_python_json,
+    Budget, Limits, McpClient, OAuth, Route, Stack, StackBuilder,
+    connect::{metric_sum, metrics_text},
+    eventually,
+    oauth::access_token_at,
+    python_sdk_or_skip, rpc_answer, run_python_json,
 };
 use serde_json::{Value, json};
 
@@ -373,10 +376,15 @@ async fn a_virtual_server_takes_the_route_admissions_steps() {
 /// `prompts/list` merged from the members (mcp-service has them; the stdio server answers
 /// -32601 and adds none), prompts under the member's prefix; `resources/read` goes to the member
 /// listing the URI (or whose template matches it), `prompts/get` to the prompt's member under its
-/// own name; an unknown URI or prompt name is an error no member sees.
+/// own name, decided by the member route's `[prompts.NAME]` rule; an unknown URI or prompt name
+/// is an error no member sees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_and_prompts_of_the_members_are_merged_and_routed() {
-    let (gw, _dir, calls) = start(TEAM).await;
+    // The member route's rule, on its own prompt name.
+    let builder = Stack::builder()
+        .plain_http()
+        .prompt_scopes("werkbaum/review", &["mcp:write"]);
+    let (gw, _dir, calls) = start_with(builder, TEAM).await;
     let token = gw.create_token("alice").await.unwrap();
     let mut client = gw.mcp_at(&gw.route_url("team"), &token);
     let init = client.open().await.unwrap();
@@ -419,6 +427,15 @@ async fn resources_and_prompts_of_the_members_are_merged_and_routed() {
     let got = ask("prompts/get", review).await;
     let text = got["result"]["messages"][0]["content"]["text"].as_str();
     assert!(text.unwrap_or_default().contains("plan.werkbaum"), "{got}");
+    // A read-only token is refused it by the member route's rule (403, as on the route).
+    let ro = gw
+        .create_token_with("ro", &["--scope", "mcp:read"])
+        .await
+        .unwrap();
+    let mut reader = gw.mcp_at(&gw.route_url("team"), &ro);
+    reader.open().await.unwrap();
+    let review = json!({"name": "mcp_werkbaum/review", "arguments": {"file": "plan.werkbaum"}});
+    assert_eq!(reader.request("prompts/get", review).await.status(), 403);
 
     // The member's own name is not shown, so not found; nor is a URI no member serves.
     let own = json!({"name": "werkbaum/review", "arguments": {"file": "plan.werkbaum"}});
@@ -428,4 +445,69 @@ async fn resources_and_prompts_of_the_members_are_merged_and_routed() {
     assert_eq!(nowhere["error"]["code"], -32002, "{nowhere}");
     assert!(logged(&calls).is_empty(), "no tool of the stdio member ran");
     assert_eq!(client.delete().await.status(), 200);
+}
+
+/// Item 3 of the slice: a downstream session that ends without a `DELETE` — here evicted to make
+/// room at `limits.sessions_per_principal = 1` when the same person opens another — has its
+/// member sessions ended: the stdio member's child for it stops (`pforte_stdio_children`), and
+/// the new session calls the member on a session of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_sessions_member_sessions_are_ended() {
+    let builder = Stack::builder()
+        .plain_http()
+        .limits(Limits::default().sessions_per_principal(1));
+    let (gw, _dir, calls) = start_with(builder, TEAM).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let team = gw.route_url("team");
+    let http = gw.http();
+    let children = || async {
+        let text = metrics_text(&http, &gw.base).await.unwrap();
+        metric_sum(&text, "pforte_stdio_children", &["route=\"plain\""])
+    };
+    let settled = |want: f64| async move {
+        eventually(Duration::from_secs(10), || async {
+            if children().await == want {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            false
+        })
+        .await
+    };
+
+    let mut first = gw.mcp_at(&team, &token);
+    first.open().await.unwrap();
+    until_listed(&first, 19).await;
+    let before = children().await;
+    let answer = rpc_answer(
+        first
+            .call_tool("plain_echo", json!({"text": "first"}))
+            .await,
+    )
+    .await;
+    assert_eq!(answer["result"]["content"][0]["text"], "first", "{answer}");
+    assert!(
+        settled(before + 1.0).await,
+        "the member session's child runs"
+    );
+
+    // The same person opens another session: the first, idle, is evicted, and its member
+    // session ends with it.
+    let mut second = gw.mcp_at(&team, &token);
+    second.open().await.unwrap();
+    assert_eq!(first.call_tool("plain_echo", json!({})).await.status(), 404);
+    assert!(
+        settled(before).await,
+        "the evicted session's member child stopped"
+    );
+    let answer = rpc_answer(
+        second
+            .call_tool("plain_echo", json!({"text": "second"}))
+            .await,
+    )
+    .await;
+    assert_eq!(answer["result"]["content"][0]["text"], "second", "{answer}");
+    assert_eq!(logged(&calls), ["echo", "echo"]);
+    assert_eq!(second.delete().await.status(), 200);
+    assert!(settled(before).await, "DELETE ends the second's");
 }

@@ -71,6 +71,13 @@ impl Gateway {
         let (merged, routes) = self
             .merged(v, Wanted::of(&message.method), &principal, downstream, ctx)
             .await?;
+        if message.method.ends_with("/list") {
+            // Two members' prompts under one shown name (both left out), or one URI listed by
+            // two (served from the first): named for the operator, the rest served.
+            for problem in &merged.problems {
+                tracing::warn!(virtual_server = %v.server.name, %problem, "virtual server: the members' lists collide");
+            }
+        }
         let target = message.target.as_deref().unwrap_or_default();
         let (member, body) = match message.method.as_str() {
             "resources/list" => return Ok(result(id, json!({"resources": merged.resources}))),
