@@ -17,7 +17,7 @@ use std::{
 use pforte_tests::{
     Budget, Limits, McpClient, OAuth, Route, Stack, StackBuilder,
     connect::{metric_sum, metrics_text},
-    eventually,
+    eventually, header_server,
     oauth::access_token_at,
     python_sdk_or_skip, rpc_answer, run_python_json,
 };
@@ -510,4 +510,52 @@ async fn an_evicted_sessions_member_sessions_are_ended() {
     assert_eq!(logged(&calls), ["echo", "echo"]);
     assert_eq!(second.delete().await.status(), 200);
     assert!(settled(before).await, "DELETE ends the second's");
+}
+
+/// Item 4, the body half: a member tool that mirrors parameters into `Mcp-Param-*` headers (the
+/// Python SDK's header server as the route `mcp`) is checked through the virtual server as on
+/// its route, by the member's declaration: headers that say what the arguments say pass, others
+/// are 400 (`-32020`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_tools_param_headers_are_checked_through_the_virtual_server() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let (_server, url) = header_server(&python).await;
+    let (gw, _dir, _calls) = start_with(Stack::builder().plain_http().upstream(&url), TEAM).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let mut client = gw.mcp_at(&gw.route_url("team"), &token);
+    client.open().await.unwrap();
+    let listed = eventually(Duration::from_secs(20), || async {
+        if client.tool_names().await.contains("mcp_execute_sql") {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        false
+    })
+    .await;
+    assert!(listed, "{:?}", client.tool_names().await);
+    let call = json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {
+        "name": "mcp_execute_sql", "arguments": {"region": "us-west1", "query": "q", "shard": 42}}});
+    let send = |headers: &'static [(&'static str, &'static str)]| {
+        let mut req = client.post_request();
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        req.body(call.to_string()).send()
+    };
+    let ok = send(&[("mcp-param-region", "us-west1"), ("mcp-param-shard", "42")]);
+    let answer = rpc_answer(ok.await.unwrap()).await;
+    let text = &answer["result"]["content"][0]["text"];
+    assert_eq!(text, "q in us-west1 on shard 42", "{answer}");
+    for headers in [
+        &[("mcp-param-region", "us-east1"), ("mcp-param-shard", "42")][..],
+        &[("mcp-param-region", "us-west1")],
+    ] {
+        let resp = send(headers).await.unwrap();
+        assert_eq!(resp.status(), 400, "{headers:?}");
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+        assert_eq!(answer["id"], 11);
+    }
 }
