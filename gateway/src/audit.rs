@@ -13,7 +13,7 @@
 //! ([`crate::logging::untrusted_name`]): a line's size is bounded whatever the request says.
 //!
 //! ```json
-//! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"mcp","principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","upstream_status":null,"duration_ms":0}
+//! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"mcp","principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","rule":null,"upstream_status":null,"duration_ms":0}
 //! ```
 
 use std::{
@@ -94,8 +94,9 @@ pub struct AuditRecord<'a> {
     #[serde(serialize_with = "serialize_untrusted_opt")]
     pub name: Option<&'a str>,
     pub decision: AuditDecision,
-    /// For denials: a code from [`reason`].
+    /// For denials: a code from [`reason`]; `rule`: the `[[policy]]` rule's name.
     pub reason: Option<&'a str>,
+    pub rule: Option<&'a str>,
     pub upstream_status: Option<u16>,
     pub duration_ms: u64,
 }
@@ -143,12 +144,12 @@ pub(crate) struct ConsoleRecord<'a> {
     pub(crate) time_ms: u64,
     /// Always `console`.
     pub(crate) event: &'static str,
-    /// `token_create`, `token_revoke` or `grant_revoke`.
+    /// `token_create`, `token_revoke`, `grant_revoke`, `tool_approve` or `tools_approve_all`.
     pub(crate) action: &'a str,
     /// The admin's user name.
     #[serde(serialize_with = "serialize_untrusted")]
     pub(crate) admin: &'a str,
-    /// The token's name or the grant's id.
+    /// The token's name, the grant's id, `ROUTE/TOOL` or the route.
     #[serde(serialize_with = "serialize_untrusted")]
     pub(crate) target: &'a str,
     /// `done`, or why not (`not_found`, `name_taken`, `store_error`).
@@ -242,7 +243,7 @@ pub(crate) fn session_tag(hash: &[u8; 32]) -> String {
     hex::encode(&hash[..6])
 }
 
-fn serialize_untrusted<S: Serializer>(text: &&str, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize_untrusted<S: Serializer>(text: &&str, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::logging::untrusted_name(text))
 }
 
@@ -253,7 +254,7 @@ fn serialize_untrusted_opt<S: Serializer>(text: &Option<&str>, s: S) -> Result<S
     }
 }
 
-fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&rfc3339_ms(*ms))
 }
 

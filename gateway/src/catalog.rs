@@ -45,8 +45,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use answer::client_capabilities;
-pub(crate) use filter::filter_discover;
 pub use filter::filter_tools_list;
+pub(crate) use filter::{filter_discover, filter_listed};
 pub(crate) use lending::Lender;
 use lending::Lent;
 pub(crate) use member::Extra;
@@ -166,6 +166,8 @@ pub(crate) struct Snapshot {
     /// Tool name → the parameters it mirrors into `Mcp-Param-*` headers (`x-mcp-header` in its
     /// `inputSchema`), for the tools that declare any.
     params: HashMap<Box<str>, Arc<[ParamHeader]>>,
+    /// Tool name → its `annotations` object, for the tools that have one (`[[policy]]`).
+    annotations: HashMap<Box<str>, Arc<Value>>,
     /// Each listed tool as listed, until the pins have seen it (taken by `refresh`).
     listed: Vec<(String, Value)>,
     /// Every listed definition, in the upstream's order (what a virtual server merges).
@@ -324,6 +326,11 @@ impl Catalog {
     /// or not listed). Lock-free; no I/O.
     pub(crate) fn param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         self.snapshot.load().params.get(tool).cloned()
+    }
+
+    /// The `annotations` object of `tool` as last listed. Lock-free; no I/O.
+    pub(crate) fn annotations(&self, tool: &str) -> Option<Arc<Value>> {
+        self.snapshot.load().annotations.get(tool).cloned()
     }
 
     /// Every tool in the catalog with whether it only reads, sorted by name.
@@ -603,6 +610,9 @@ fn read_tools_page(result: &Value, tools: &mut Snapshot) -> Result<Option<String
             .and_then(Value::as_bool)
             .unwrap_or(false);
         tools.tools.insert(name.into(), read_only);
+        if let Some(a) = tool.get("annotations").filter(|a| a.is_object()) {
+            tools.annotations.insert(name.into(), Arc::new(a.clone()));
+        }
         tools.listed.push((name.to_owned(), tool.clone()));
         tools.definitions.push(tool.clone());
         let params = tool

@@ -76,6 +76,8 @@ pub(crate) enum ConfigError {
     },
     #[error("limits.tools.{tool}: {reason}")]
     ToolLimit { tool: String, reason: String },
+    #[error("{0}")]
+    Policy(#[from] crate::rules::RuleError),
 }
 
 /// The error of a top-level `field`.
@@ -145,6 +147,10 @@ pub(crate) struct Settings {
     pub(crate) pinning: crate::pins::Pinning,
     /// `[[virtual]]`: virtual servers over the routes, each at `/NAME/mcp`.
     pub(crate) virtuals: Vec<Virtual>,
+    /// `[approvals]`: how long a held call waits for a person's approval.
+    pub(crate) approvals: crate::approvals::ApprovalsConfig,
+    /// `[[policy]]`: the rules over claims and arguments, compiled.
+    pub(crate) rules: crate::rules::Rules,
 }
 
 /// How the proxy's `threads` serve the public listener (docs/performance.md, "The runtime").
@@ -347,6 +353,9 @@ impl GatewayConfig {
             return Err(invalid("upstream.connect_timeout_ms", "must be above 0"));
         }
         check_limits(&self.limits)?;
+        if let Some(reason) = self.approvals.problem() {
+            return Err(invalid("approvals.ttl_secs", reason));
+        }
         if self.max_body_bytes < 1024 {
             return Err(invalid(
                 "max_body_bytes",
@@ -384,6 +393,8 @@ impl GatewayConfig {
         check_tool_limits(&self.limits)?;
         let telemetry = self.telemetry.validate()?;
         let vault_key = self.vault_key(&routes)?;
+        let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        let rules = crate::rules::Rules::compile(&self.policy, &names)?;
         let stdio_account =
             StdioAccount::new(&self.stdio_user, self.stdio_home.as_deref(), &self.data_dir)
                 .map_err(|e| invalid("stdio_user", e))?;
@@ -422,6 +433,8 @@ impl GatewayConfig {
             stdio_account,
             pinning: self.pinning,
             virtuals,
+            approvals: self.approvals,
+            rules,
         })
     }
 

@@ -1,14 +1,15 @@
 //! The operator console at `/admin`: what the gateway shows an admin in a browser (overview
 //! with the last hour's charts, routes, the audit log, static tokens, OAuth grants, users and
-//! clients) and the few actions it takes (create or revoke a token, revoke a grant), each
-//! written to the audit log. The sign-in is the authorization server's (`/account`, its
-//! session cookie and CSRF token); a signed-out browser is sent there, a signed-in non-admin
-//! gets 403. Pages are server-rendered HTML under a strict CSP (no script; charts are SVG).
+//! clients, held tool changes) and the few actions it takes (create or revoke a token, revoke a
+//! grant, approve a tool change), each written to the audit log. The sign-in is the
+//! authorization server's (`/account`, its session cookie and CSRF token); a signed-out browser
+//! is sent there, a signed-in non-admin gets 403. Pages are server-rendered HTML under a strict
+//! CSP (no script; charts are SVG).
 //!
 //! This module holds the console's state and its pure parts: which page a path is, the
-//! answers' headers, the charts from the request statistics; `pages.rs` and `manage.rs` render,
-//! `stats.rs` counts, `audit_view.rs` reads the audit log. The handlers are
-//! `proxy/console.rs`.
+//! answers' headers, the charts from the request statistics; `pages.rs`, `manage.rs` and
+//! `tool_changes.rs` render, `stats.rs` counts, `audit_view.rs` reads the audit log. The
+//! handlers are `proxy/console.rs`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,11 +18,13 @@ use bytes::Bytes;
 
 use crate::tokens::TokenSource;
 
+pub(crate) mod approvals;
 pub(crate) mod audit_view;
 pub(crate) mod chart;
 pub(crate) mod manage;
 pub(crate) mod pages;
 pub(crate) mod stats;
+pub(crate) mod tool_changes;
 
 /// Largest form the console accepts.
 pub(crate) const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -78,6 +81,12 @@ pub(crate) enum Page {
     Grants,
     Users,
     Clients,
+    /// Held tool changes (pinned definitions).
+    Tools,
+    /// The calls held for a person's approval.
+    Approvals,
+    /// One held call (`/admin/approvals/apr_…`).
+    Approval(String),
     NotFound,
 }
 
@@ -90,12 +99,44 @@ impl Page {
             "/admin/grants" => Self::Grants,
             "/admin/users" => Self::Users,
             "/admin/clients" => Self::Clients,
-            p => match p.strip_prefix("/admin/routes/") {
-                Some(name) if crate::config::valid_route_name(name) => Self::Route(name.to_owned()),
+            "/admin/tools" => Self::Tools,
+            "/admin/approvals" => Self::Approvals,
+            p => match (
+                p.strip_prefix("/admin/routes/"),
+                p.strip_prefix("/admin/approvals/"),
+            ) {
+                (Some(name), _) if crate::config::valid_route_name(name) => {
+                    Self::Route(name.to_owned())
+                }
+                (_, Some(id)) if approval_id(id) => Self::Approval(id.to_owned()),
                 _ => Self::NotFound,
             },
         }
     }
+}
+
+/// Whether `id` has an approval id's shape: `apr_` and 32 lowercase hex digits.
+fn approval_id(id: &str) -> bool {
+    id.len() == 36
+        && id.starts_with("apr_")
+        && id
+            .bytes()
+            .skip(4)
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl Page {
+    /// Whether an approver who is not an admin may see it: the approval pages only.
+    pub(crate) fn for_approvers(&self) -> bool {
+        matches!(self, Self::Approvals | Self::Approval(_))
+    }
+}
+
+/// The 403 page's text for someone signed in who may not decide approvals.
+pub(crate) fn not_approver_hint(shown: &str) -> String {
+    format!(
+        "You are signed in as {shown}, and approvals are decided by admins and by holders of a          role with `approver = true` under [oauth.roles]. Ask an approver to look at this call."
+    )
 }
 
 /// An HTML answer with every page's headers (`pforte_page::headers`): the one CSP, never
@@ -241,9 +282,18 @@ mod tests {
         assert_eq!(Page::of("/admin"), Page::Overview);
         assert_eq!(Page::of("/admin/"), Page::Overview);
         assert_eq!(Page::of("/admin/audit"), Page::Audit);
+        assert_eq!(Page::of("/admin/tools"), Page::Tools);
         assert_eq!(Page::of("/admin/routes/notes"), Page::Route("notes".into()));
         assert_eq!(Page::of("/admin/routes/../x"), Page::NotFound);
         assert_eq!(Page::of("/admin/nope"), Page::NotFound);
+        assert_eq!(Page::of("/admin/approvals"), Page::Approvals);
+        let id = format!("apr_{}", "0a".repeat(16));
+        assert_eq!(
+            Page::of(&format!("/admin/approvals/{id}")),
+            Page::Approval(id.clone())
+        );
+        assert!(Page::Approval(id).for_approvers() && !Page::Tokens.for_approvers());
+        assert_eq!(Page::of("/admin/approvals/apr_x"), Page::NotFound);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! workspace's tests, benchmarks and fuzz targets reach the parts they exercise through
 //! `for_tests`, which is not an API.
 
+mod approvals;
 mod audit;
 mod auth;
 mod balance;
@@ -31,6 +32,7 @@ mod proxy;
 mod raw_json;
 mod reply;
 mod request_id;
+mod rules;
 mod runtime;
 mod sessions;
 mod stdio;
@@ -84,6 +86,7 @@ pub mod for_tests {
         logging::{LogFormat, init},
         mcp::{Kind, decode_header, inspect},
         proxy::decode_answer,
+        rules::{Client, Effect, Input, RuleConfig, RuleError, Rules, Tool, User, Verdict},
         runtime::classify_head,
         sessions::{Holder, Ownership, SessionOptions, Sessions},
         stdio::{CREDENTIAL_REQUIRED, EnvRefusal, SessionEnv, StdioBridge, StdioSpec},

@@ -22,6 +22,7 @@ use prometheus_client::{
 mod classify;
 pub(crate) mod live;
 mod pins;
+mod rules;
 mod tool_names;
 
 pub(crate) use pins::PinMetrics;
@@ -339,6 +340,7 @@ pub(crate) struct Metrics {
     no_route: RouteName,
     ratelimit: RateLimitMetrics,
     pins: PinMetrics,
+    rules: rules::RuleMetrics,
     tls: TlsMetrics,
     credentials: CredentialMetrics,
     live: live::Live,
@@ -440,6 +442,7 @@ impl Metrics {
             tool_calls.clone(),
         );
         let pins = PinMetrics::register(&mut registry);
+        let rules = rules::RuleMetrics::register(&mut registry);
         let ratelimit = RateLimitMetrics::default();
         registry.register(
             "pforte_ratelimit_degraded",
@@ -505,6 +508,7 @@ impl Metrics {
             no_route: RouteName::from(""),
             ratelimit,
             pins,
+            rules,
             tls,
             credentials,
             live,

@@ -193,6 +193,20 @@ impl AuthService {
         pforte_oauth::Admin::new(self.store.clone())
     }
 
+    /// What the policy's rules read of an OAuth user (email, groups, roles), from the
+    /// validator's cached member lookup; a store that does not answer is
+    /// `AuthFailure::Unavailable`, an unknown user an empty person.
+    pub(crate) async fn person(&self, subject: &str) -> Result<pforte_oauth::Person, AuthFailure> {
+        match self.validator.person(subject).await {
+            Ok(person) => Ok(person.unwrap_or_default()),
+            Err(ValidationError::Unavailable(e)) => {
+                tracing::warn!(error = %e, "oauth store unavailable reading a user for the policy");
+                Err(AuthFailure::Unavailable)
+            }
+            Err(_) => Ok(pforte_oauth::Person::default()),
+        }
+    }
+
     /// Validates an OAuth access token for this resource.
     pub(crate) async fn authenticate(&self, token: &str) -> Result<Principal, AuthFailure> {
         match self.validator.validate(token).await {

@@ -202,6 +202,58 @@ pub(crate) fn record(
     }
 }
 
+/// Which pending tools of a route an approval takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Which<'a> {
+    Tool(&'a str),
+    /// Every pending tool of the route.
+    All,
+}
+
+/// Approves `route`'s pending `which` as last seen, at `now` (ms): the one approval the CLI
+/// (`pforte tools approve`) and the console share. Each tool is approved in one store step
+/// (a definition recorded meanwhile is never approved unseen). The pins as approved (empty:
+/// nothing was pending). Blocking (the store).
+pub(crate) fn approve(
+    store: &dyn PinStore,
+    route: &str,
+    which: Which<'_>,
+    now: u64,
+) -> Result<Vec<Pin>, PinStoreError> {
+    let names: Vec<String> = match which {
+        Which::Tool(tool) => vec![tool.to_owned()],
+        Which::All => store
+            .list()?
+            .into_iter()
+            .filter(|p| p.route == route && p.pending())
+            .map(|p| p.tool)
+            .collect(),
+    };
+    let mut approved = Vec::new();
+    for name in &names {
+        if let Some(pin) = store.approve(route, name, now)? {
+            approved.push(pin);
+        }
+    }
+    Ok(approved)
+}
+
+impl<'a> crate::audit::PinRecord<'a> {
+    /// `tool_approved`: `pin` approved at `time_ms` by `by` (`cli`, `console`).
+    pub(crate) fn approved(pin: &'a Pin, time_ms: u64, by: &'static str) -> Self {
+        Self {
+            time_ms,
+            event: "tool_approved",
+            route: &pin.route,
+            tool: &pin.tool,
+            fields: Vec::new(),
+            held: None,
+            sha256: pin.approved.as_deref().map(digest),
+            by: Some(by),
+        }
+    }
+}
+
 /// The definition of a listed tool: the fields of [`FIELDS`] it has.
 pub(crate) fn definition(tool: &Value) -> Value {
     let mut out = serde_json::Map::new();
@@ -282,13 +334,58 @@ pub(crate) type Report = Arc<dyn Fn(&PinEvent) + Send + Sync>;
 /// Held tools: route name → tool name → what changed.
 type Held = HashMap<String, HashMap<String, Change>>;
 
+/// A pin's definitions by their SHA-256, for comparing what a client is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Digests {
+    /// `None`: never approved (a new tool held).
+    pub(crate) approved: Option<String>,
+    pub(crate) seen: String,
+}
+
+/// What the request path knows of the store: the held tools and every pin's digests
+/// (route name → tool name → digests).
+#[derive(Debug, Default)]
+struct Known {
+    held: Held,
+    digests: HashMap<String, HashMap<String, Digests>>,
+}
+
+/// What a `tools/list` answer a client is about to get may say of one tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listing {
+    Serve,
+    /// Cut: its definition is not the approved one (or it is new and new tools are held).
+    Cut,
+    /// Cut, and a definition the store has not seen: record it (a change the gateway's own
+    /// catalog has not listed — the upstream may answer it differently, or has not yet).
+    CutUnseen,
+}
+
+/// The decision for a definition (its SHA-256 `served`) a client is about to be listed, given
+/// the tool's pin (`None`: never seen). Only mode `hold` cuts; a tool never seen is a first
+/// sight (served unless `new_tools = "hold"`).
+pub(crate) fn listing(pin: Option<&Digests>, served: &str, pinning: Pinning) -> Listing {
+    if pinning.mode != Mode::Hold {
+        return Listing::Serve;
+    }
+    match pin {
+        Some(d) if d.approved.as_deref() == Some(served) => Listing::Serve,
+        Some(d) if d.seen == served => Listing::Cut,
+        Some(_) => Listing::CutUnseen,
+        None if pinning.new_tools == NewTools::Allow => Listing::Serve,
+        None => Listing::CutUnseen,
+    }
+}
+
 /// The pins of this gateway: the store, the `[pinning]` settings, and the held tools.
 pub(crate) struct Pins {
     store: Option<Arc<dyn PinStore>>,
     pinning: Pinning,
     clock: Arc<dyn pforte_clock::Clock>,
-    held: ArcSwap<Held>,
+    known: ArcSwap<Known>,
     report: Report,
+    /// A client's list is being recorded ([`Pins::record_served`]): one at a time.
+    recording: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Pins {
@@ -312,7 +409,8 @@ impl Pins {
             store,
             pinning,
             clock,
-            held: ArcSwap::from_pointee(Held::new()),
+            known: ArcSwap::from_pointee(Known::default()),
+            recording: std::sync::atomic::AtomicBool::new(false),
             report,
         }
     }
@@ -324,12 +422,37 @@ impl Pins {
 
     /// What changed in `route`'s `tool` if it is held. Lock-free; no I/O.
     pub(crate) fn held(&self, route: &str, tool: &str) -> Option<Change> {
-        self.held.load().get(route)?.get(tool).cloned()
+        self.known.load().held.get(route)?.get(tool).cloned()
     }
 
     /// Whether `route` has a held tool (its `tools/list` answers are then filtered).
     pub(crate) fn holds_any(&self, route: &str) -> bool {
-        self.held.load().get(route).is_some_and(|t| !t.is_empty())
+        self.known
+            .load()
+            .held
+            .get(route)
+            .is_some_and(|t| !t.is_empty())
+    }
+
+    /// Whether every `tools/list` answer is compared with the pins (mode `hold`): a definition
+    /// a client is served is the approved one, whoever the upstream told what.
+    pub(crate) fn screens(&self) -> bool {
+        self.enabled() && self.pinning.mode == Mode::Hold
+    }
+
+    /// [`listing`] for `route`'s `tool` as a client is about to be listed it (its JSON text).
+    /// Lock-free; no I/O. A tool that is not an object is cut.
+    pub(crate) fn listing(&self, route: &str, name: &str, tool: &[u8]) -> Listing {
+        if !self.screens() {
+            return Listing::Serve;
+        }
+        let Ok(tool @ Value::Object(_)) = serde_json::from_slice::<Value>(tool) else {
+            return Listing::Cut;
+        };
+        let served = digest(&canonical(&definition(&tool)));
+        let known = self.known.load();
+        let pin = known.digests.get(route).and_then(|t| t.get(name));
+        listing(pin, &served, self.pinning)
     }
 
     /// Records the definitions `route`'s catalog just listed (name, whole tool object), reports
@@ -373,28 +496,86 @@ impl Pins {
         self.reload()
     }
 
+    /// Every pin (`None`: nothing is recorded, pinning is off). Blocking (the store).
+    pub(crate) fn list(&self) -> Option<Result<Vec<Pin>, PinStoreError>> {
+        self.store.as_ref().map(|s| s.list())
+    }
+
+    /// Approves `route`'s `which` ([`approve`], the CLI's code path) and reads the held tools
+    /// again, so this gateway serves what was approved at once (others within [`RELOAD`]).
+    /// Blocking (the store).
+    pub(crate) fn approve(&self, route: &str, which: Which<'_>) -> Result<Vec<Pin>, PinStoreError> {
+        let Some(store) = &self.store else {
+            return Ok(Vec::new());
+        };
+        let approved = approve(store.as_ref(), route, which, self.clock.now_ms())?;
+        self.reload()?;
+        Ok(approved)
+    }
+
+    /// The `[pinning]` settings.
+    pub(crate) fn pinning(&self) -> Pinning {
+        self.pinning
+    }
+
+    /// Records, off the request path, definitions a client's list had that the store has not
+    /// seen ([`Listing::CutUnseen`]: name, tool as listed), as the catalog's would be: held,
+    /// reported, shown by `pforte tools pending` and the console. One recording at a time (a
+    /// list while one runs is cut all the same and records on a later list).
+    pub(crate) fn record_served(self: &Arc<Self>, route: &str, tools: Vec<(String, Vec<u8>)>) {
+        use std::sync::atomic::Ordering;
+        if tools.is_empty() || self.recording.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let listed: Vec<(String, Value)> = tools
+            .into_iter()
+            .filter_map(|(name, tool)| Some((name, serde_json::from_slice(&tool).ok()?)))
+            .collect();
+        /// Ends the recording however the task ends (a panic included).
+        struct Done(Arc<Pins>);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.recording.store(false, Ordering::Release);
+            }
+        }
+        let (done, route) = (Done(self.clone()), route.to_owned());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = done.0.observe(&route, &listed) {
+                tracing::warn!(error = %e, route, "tool pins: recording a served definition failed");
+            }
+        });
+    }
+
     /// Reads the held tools from the store. Blocking.
     pub(crate) fn reload(&self) -> Result<(), PinStoreError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let held = held_of(&store.list()?, self.pinning);
-        self.held.store(Arc::new(held));
+        let known = known_of(&store.list()?, self.pinning);
+        self.known.store(Arc::new(known));
         Ok(())
     }
 }
 
-/// The held tools among `pins`.
-fn held_of(pins: &[Pin], pinning: Pinning) -> Held {
+/// The held tools and the digests of `pins`.
+fn known_of(pins: &[Pin], pinning: Pinning) -> Known {
     let mut held = Held::new();
+    let mut digests: HashMap<String, HashMap<String, Digests>> = HashMap::new();
     for pin in pins {
+        digests.entry(pin.route.clone()).or_default().insert(
+            pin.tool.clone(),
+            Digests {
+                approved: pin.approved.as_deref().map(digest),
+                seen: digest(&pin.seen),
+            },
+        );
         if let Verdict::Hold(change) = verdict(Some(pin), &pin.seen, pinning) {
             held.entry(pin.route.clone())
                 .or_default()
                 .insert(pin.tool.clone(), change);
         }
     }
-    held
+    Known { held, digests }
 }
 
 /// Reads the pins again every [`RELOAD`] until shutdown (approvals made elsewhere).

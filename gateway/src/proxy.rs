@@ -33,7 +33,9 @@ use crate::{
 };
 
 mod admission;
+mod approval;
 mod auth_server;
+mod batched;
 mod builtin;
 mod connect;
 mod console;
@@ -45,6 +47,7 @@ mod peers;
 mod pinned;
 mod relay;
 mod respond;
+mod rules;
 mod stream_gate;
 mod task_owner;
 mod trace;
@@ -52,6 +55,7 @@ mod upstream;
 mod virtual_mcp;
 mod wire;
 
+pub(crate) use batched::Batched;
 pub(crate) use ctx::RequestCtx;
 pub use wire::decode_answer;
 
@@ -78,6 +82,8 @@ pub(crate) struct McpEdge {
     pub(crate) credentials: Arc<crate::credentials::Credentials>,
     /// The pinned tool definitions: which tools each route holds.
     pub(crate) pins: Arc<crate::pins::Pins>,
+    /// Calls held for a person's approval (`effect = "approve"`, `proxy/approval.rs`).
+    pub(crate) approvals: Option<Arc<dyn crate::approvals::ApprovalStore>>,
 }
 
 /// The gateway: settings, credential snapshots and the clock. No statics.
@@ -290,6 +296,11 @@ impl Gateway {
     /// The answer to a refused request, noted for the audit line.
     fn refusal(&self, rejection: Rejection, ctx: &mut RequestCtx) -> Reply {
         ctx.refused = Some(rejection.reason());
+        match &rejection {
+            Rejection::PolicyRule(refusal) => ctx.rule = Some(refusal.rule.clone()),
+            Rejection::Held { rule, .. } => ctx.rule = Some(rule.clone()),
+            _ => {}
+        }
         rejection.reply(&self.metadata_url(ctx), &ctx.request_id)
     }
 }

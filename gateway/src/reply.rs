@@ -48,6 +48,15 @@ pub(crate) enum Rejection {
     },
     /// The policy refuses the message.
     Forbidden(Denial),
+    /// A call held for a person's approval by the `[[policy]]` rule `rule`: the JSON-RPC
+    /// answer with the approval link (`approvals/answer.rs`; 200), or `Null` for a
+    /// notification (202).
+    Held {
+        answer: Box<serde_json::Value>,
+        rule: String,
+    },
+    /// A `[[policy]]` rule refuses the message or holds it for approval (403).
+    PolicyRule(RuleRefusal),
     /// An `Mcp-Session-Id` this principal did not open (answered as if unknown).
     SessionNotFound,
     /// A task id (`tasks/get|update|cancel`) this principal did not create on this route, or
@@ -247,6 +256,8 @@ impl Rejection {
             Self::HeaderMismatch { .. } => "header_mismatch",
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::Forbidden(denial) => denial.reason(),
+            Self::Held { .. } => "approval_required",
+            Self::PolicyRule(refusal) => refusal.reason,
             Self::SessionNotFound => "session_foreign",
             Self::TaskNotFound { .. } => "task_foreign",
             Self::TaskUnreachable { .. } => "task_unreachable",
@@ -373,6 +384,9 @@ impl Rejection {
                 return reply;
             }
             Self::Forbidden(denial) => return forbidden(denial, resource_metadata, request_id),
+            Self::Held { answer, .. } if answer.is_null() => return Reply::empty(202),
+            Self::Held { answer, .. } => return Reply::json(200, answer),
+            Self::PolicyRule(refusal) => return refusal.reply(request_id),
             Self::MethodNotAllowed { allow } => {
                 let mut reply = Reply::json(
                     405,
@@ -528,5 +542,8 @@ fn unauthenticated(failure: &AuthFailure, resource_metadata: &str, request_id: &
     reply
 }
 
+mod rule;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use rule::RuleRefusal;

@@ -87,6 +87,8 @@ pub(crate) enum StoresError {
     Tokens(#[from] tokens::StoreError),
     #[error("{0}")]
     Pins(#[from] crate::pins::PinStoreError),
+    #[error("{0}")]
+    Approvals(#[from] crate::approvals::ApprovalStoreError),
     #[error("oauth store: {0}")]
     OAuth(#[from] pforte_oauth::StoreError),
     #[error("vault: {0}")]
@@ -237,6 +239,9 @@ pub(crate) struct Stores {
     pub(crate) tokens: Option<Arc<dyn TokenSource>>,
     /// The pinned tool definitions (`pforte.db`'s `pins` table, or redis), with the accounts.
     pub(crate) pins: Option<Arc<dyn crate::pins::PinStore>>,
+    /// Calls held for a person's approval (`pforte.db`'s `approvals` table, or redis), with
+    /// the accounts.
+    pub(crate) approvals: Option<Arc<dyn crate::approvals::ApprovalStore>>,
     pub(crate) oauth: Option<Arc<dyn Store>>,
     pub(crate) vault: Option<crate::vault::Records>,
     pub(crate) sessions: Option<crate::sessions::Sessions>,
@@ -312,6 +317,10 @@ impl Stores {
                 .accounts
                 .then(|| crate::pins::store::embedded(&dir.join(TOKENS_DB)))
                 .transpose()?,
+            approvals: needs
+                .accounts
+                .then(|| crate::approvals::embedded(&dir.join(TOKENS_DB)))
+                .transpose()?,
             oauth: needs
                 .accounts
                 .then(|| SqliteStore::open(&dir.join(OAUTH_DB)))
@@ -361,6 +370,10 @@ impl Stores {
             pins: needs
                 .accounts
                 .then(|| crate::pins::store::redis(url))
+                .transpose()?,
+            approvals: needs
+                .accounts
+                .then(|| crate::approvals::redis(url))
                 .transpose()?,
             oauth: needs
                 .accounts

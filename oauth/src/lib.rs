@@ -41,7 +41,7 @@ pub use owner_only::{
 pub use store::redis::DEFAULT_PREFIX as REDIS_KEY_PREFIX;
 pub use store::{RedisStore, SqliteStore, Store};
 pub use throttle::{Budget, LimitClass, RateLimiter};
-pub use validator::{ValidToken, Validator};
+pub use validator::{Person, ValidToken, Validator};
 
 /// What the fuzz targets in `fuzz/` reach: the parsers of untrusted input and the records they
 /// check against. Not an API.

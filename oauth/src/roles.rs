@@ -112,6 +112,14 @@ pub(crate) fn admin(roles: &Roles, m: &Member) -> bool {
         .any(|name| roles.get(*name).is_some_and(|r| r.admin))
 }
 
+/// Whether the member decides held calls (`/admin/approvals`) through a role with
+/// `approver = true` (admins decide them besides).
+pub(crate) fn approver(roles: &Roles, m: &Member) -> bool {
+    held(roles, m)
+        .iter()
+        .any(|name| roles.get(*name).is_some_and(|r| r.approver))
+}
+
 /// Whether roles decide anything in this configuration (otherwise nobody needs looking up).
 pub(crate) fn in_force(roles: &Roles, resources: &[ResourceEntry]) -> bool {
     !roles.is_empty()
@@ -150,6 +158,7 @@ mod tests {
                 users: vec!["alice".into(), "Bob@Example.com".into()],
                 scopes: Some(vec!["mcp:read".into(), "mcp:write".into()]),
                 admin: false,
+                approver: false,
             },
         );
         r
@@ -199,6 +208,23 @@ mod tests {
             Grantable::Only(read),
             "readers (*) only"
         );
+    }
+
+    #[test]
+    fn a_role_with_approver_makes_its_holders_approvers_not_admins() {
+        let mut r = roles();
+        r.insert(
+            "leads".into(),
+            Role {
+                groups: vec!["leads".into()],
+                scopes: Some(vec![]),
+                approver: true,
+                ..Role::default()
+            },
+        );
+        let lead = member("x", None, &["leads"]);
+        assert!(approver(&r, &lead) && !admin(&r, &lead));
+        assert!(!approver(&r, &member("alice", None, &["eng"])));
     }
 
     #[test]

@@ -33,6 +33,18 @@ pub struct ValidToken {
     pub resource: String,
 }
 
+/// What the policy's rules may read of a user (`Validator::person`): from the same member
+/// record the roles are decided on, re-read at least every `roles_recheck_secs`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Person {
+    /// The verified email (external users only), ASCII lower-case.
+    pub email: Option<String>,
+    /// The groups the identity provider sent.
+    pub groups: Vec<String>,
+    /// The `[oauth.roles]` the user holds.
+    pub roles: Vec<String>,
+}
+
 /// Cache lifetime of a positive validation, in milliseconds (the revocation delay bound).
 pub(crate) const CACHE_TTL_MS: u64 = 1000;
 const MAX_ENTRIES: usize = 10_000;
@@ -62,6 +74,8 @@ pub struct Validator {
     members: Mutex<HashMap<String, (Option<Member>, u64)>>,
     /// How long a member is reused (`roles_recheck_secs`), in ms.
     roles_ttl_ms: u64,
+    /// Every configured role, for [`Validator::person`].
+    all_roles: Roles,
 }
 
 impl Validator {
@@ -83,6 +97,7 @@ impl Validator {
             roles,
             members: Mutex::new(HashMap::new()),
             roles_ttl_ms: cfg.roles_recheck_secs.saturating_mul(1000),
+            all_roles: cfg.roles.clone(),
         }
     }
 
@@ -125,29 +140,7 @@ impl Validator {
         let Some((roles, entries)) = &self.roles else {
             return Ok(token);
         };
-        let cached = self.members.lock().ok().and_then(|m| {
-            m.get(&token.subject)
-                .filter(|(_, at)| now_ms.saturating_sub(*at) < self.roles_ttl_ms)
-                .map(|(member, _)| member.clone())
-        });
-        let member = match cached {
-            Some(member) => member,
-            None => {
-                let member = self
-                    .store
-                    .get_user(&token.subject)
-                    .await?
-                    .map(|u| Member::from(&u));
-                if let Ok(mut m) = self.members.lock() {
-                    if m.len() >= MAX_ENTRIES {
-                        m.clear();
-                    }
-                    m.insert(token.subject.clone(), (member.clone(), now_ms));
-                }
-                member
-            }
-        };
-        let Some(member) = member else {
+        let Some(member) = self.member(&token.subject, now_ms).await? else {
             return Err(ValidationError::Invalid);
         };
         let entry = entries
@@ -158,6 +151,49 @@ impl Validator {
         }
         token.scopes = roles::grantable(roles, &member).narrow(&token.scopes);
         Ok(token)
+    }
+
+    /// The user `subject` as the roles see it: from the in-process cache while younger than
+    /// `roles_recheck_secs`, else read from the store (`None`: no such user).
+    async fn member(&self, subject: &str, now_ms: u64) -> Result<Option<Member>, ValidationError> {
+        let cached = self.members.lock().ok().and_then(|m| {
+            m.get(subject)
+                .filter(|(_, at)| now_ms.saturating_sub(*at) < self.roles_ttl_ms)
+                .map(|(member, _)| member.clone())
+        });
+        if let Some(member) = cached {
+            return Ok(member);
+        }
+        let member = self
+            .store
+            .get_user(subject)
+            .await?
+            .map(|u| Member::from(&u));
+        if let Ok(mut m) = self.members.lock() {
+            if m.len() >= MAX_ENTRIES {
+                m.clear();
+            }
+            m.insert(subject.to_owned(), (member.clone(), now_ms));
+        }
+        Ok(member)
+    }
+
+    /// What the gateway's policy rules read of the user `subject` (a validated token's): email,
+    /// groups and held roles, from the same cached member lookup the roles use (no store read
+    /// while the cache is younger than `roles_recheck_secs`). `None`: no such user.
+    pub async fn person(&self, subject: &str) -> Result<Option<Person>, ValidationError> {
+        let Some(member) = self.member(subject, self.clock.now_ms()).await? else {
+            return Ok(None);
+        };
+        let roles = roles::held(&self.all_roles, &member)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        Ok(Some(Person {
+            email: member.email,
+            groups: member.groups,
+            roles,
+        }))
     }
 
     /// The token itself: known, unrevoked, unexpired, for a configured resource.
@@ -488,6 +524,45 @@ mod tests {
         // A deleted user's tokens are refused.
         store.delete_user("bob", T).await.unwrap();
         assert!(v.validate_at(&token, t0 + 2 * ROLES_TTL_MS).await.is_err());
+    }
+
+    /// What the gateway's policy rules read of a user: email, groups and held roles, from the
+    /// cached member (no store read while it is fresh); an unknown user is `None`.
+    #[tokio::test]
+    async fn a_person_is_read_from_the_cached_member() {
+        let mut cfg = OAuthConfig::new("https://gw.example").unwrap();
+        cfg.roles.insert(
+            "finance".into(),
+            crate::config::Role {
+                groups: vec!["fin".into()],
+                ..Default::default()
+            },
+        );
+        let (store, v, _token) = setup_with("https://gw.example/mcp", cfg).await;
+        assert_eq!(v.person("bob").await.unwrap(), None);
+        let mut bob = crate::model::UserRecord {
+            username: "bob".into(),
+            password_hash: String::new(),
+            created_at: T,
+            updated_at: T,
+            external: Some(crate::model::ExternalIdentity {
+                email: Some("Bob@Example.com".into()),
+                groups: vec!["fin".into(), "eng".into()],
+                ..Default::default()
+            }),
+            admin: false,
+        };
+        // `None` was cached for bob: the store is read again only after `roles_recheck_secs`.
+        store.create_user(&bob).await.unwrap();
+        assert_eq!(v.person("bob").await.unwrap(), None);
+        v.clear_cache();
+        let person = v.person("bob").await.unwrap().unwrap();
+        assert_eq!(person.email.as_deref(), Some("bob@example.com"));
+        assert_eq!(person.groups, ["fin", "eng"]);
+        assert_eq!(person.roles, ["finance"]);
+        bob.external.as_mut().unwrap().groups.clear();
+        store.update_user(&bob).await.unwrap();
+        assert_eq!(v.person("bob").await.unwrap().unwrap().roles, ["finance"]);
     }
 
     #[tokio::test]

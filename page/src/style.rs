@@ -25,6 +25,7 @@ main.page p{margin:.5rem 0}main.page ul{padding-left:1.25rem}main.page li{margin
 .muted{color:#6b7280;font-size:.9rem}\
 .deployment{margin:0 0 1rem;color:#374151;font-weight:600;letter-spacing:.02em}\
 code{font-size:.85em;overflow-wrap:anywhere}\
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:.6rem .75rem}\
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(10rem,1fr));gap:.75rem}\
 .card{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:.75rem 1rem}\
 .card .v{font-size:1.4rem;font-weight:700}.card .k{color:#6b7280;font-size:.85rem}\

@@ -11,6 +11,8 @@ only; DevTools protocol on a pipe, as render.py).
 
 Usage: python3 console.py --chromium PATH --base URL --admin NAME --route NAME
            --audit-query QUERY --out-dir DIR   (the admin's password on stdin)
+With --page KEY PATH SHOT (repeatable) it opens those pages instead of the four above, each
+reported as KEY_desktop / KEY_phone with screenshots SHOT.png / SHOT-phone.png.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ def main() -> int:
     ap.add_argument("--chromium", required=True)
     ap.add_argument("--base", required=True)
     ap.add_argument("--admin", required=True)
-    ap.add_argument("--route", required=True)
-    ap.add_argument("--audit-query", required=True)
+    ap.add_argument("--route")
+    ap.add_argument("--audit-query")
+    ap.add_argument("--page", nargs=3, action="append", metavar=("KEY", "PATH", "SHOT"))
     ap.add_argument("--out-dir", required=True)
     args = ap.parse_args()
     password = sys.stdin.readline().rstrip("\r\n")
@@ -92,7 +95,7 @@ def main() -> int:
         cdp.wait_event(loaded, "load after signing in")
         out["after_sign_in"] = evaluate("location.href")
 
-        pages = [
+        pages = [tuple(p) for p in args.page] if args.page else [
             ("overview", "/admin", "admin-overview"),
             ("audit", "/admin/audit?" + args.audit_query, "admin-audit-filter"),
             ("route", "/admin/routes/" + args.route, "admin-route"),

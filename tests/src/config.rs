@@ -63,6 +63,49 @@ pub struct GatewayConfig {
     /// `[pinning]`: what changed tool definitions get (the gateway's default, hold, if `None`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<Pinning>,
+    /// `[[policy]]`: rules over claims and arguments, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy: Vec<PolicyRule>,
+    /// `[approvals]`: how long held calls wait (the gateway's default, 15 min, if `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Approvals>,
+}
+
+/// `[approvals]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Approvals {
+    pub ttl_secs: u64,
+}
+
+/// One `[[policy]]` rule.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyRule {
+    pub name: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<String>,
+    pub when: String,
+    /// `deny`, `approve` or `allow`.
+    pub effect: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl PolicyRule {
+    /// A rule without routes or message.
+    pub fn new(name: &str, when: &str, effect: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            when: when.to_owned(),
+            effect: effect.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// Its `message`.
+    pub fn message(mut self, message: &str) -> Self {
+        self.message = Some(message.to_owned());
+        self
+    }
 }
 
 /// `[pinning]`.
@@ -124,6 +167,8 @@ impl GatewayConfig {
             vault: None,
             stdio_user: None,
             pinning: None,
+            approvals: None,
+            policy: Vec::new(),
         }
     }
 
@@ -330,6 +375,9 @@ pub struct Role {
     /// `admin = true`: its holders are admins at `/account`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub admin: bool,
+    /// `approver = true`: its holders decide held calls at `/admin/approvals`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub approver: bool,
 }
 
 /// One `[[oauth.enterprise]]`: a trusted identity provider for the jwt-bearer grant.

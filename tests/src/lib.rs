@@ -25,6 +25,7 @@ mod up;
 
 pub mod conformance;
 pub mod connect;
+pub mod console;
 pub mod oauth;
 
 pub use challenge::parse_challenge;
@@ -33,8 +34,8 @@ pub use client::{
     rmcp_client, rmcp_client_as, rpc_answer, whoami,
 };
 pub use config::{
-    Budget, Enterprise, GatewayConfig, Limits, Login, OAuth, OidcEntry, Role, Route, StdioLimits,
-    Throttle, Throttles, TlsFiles, ToolRule, Upstream, UpstreamAuth, Vault,
+    Budget, Enterprise, GatewayConfig, Limits, Login, OAuth, OidcEntry, PolicyRule, Role, Route,
+    StdioLimits, Throttle, Throttles, TlsFiles, ToolRule, Upstream, UpstreamAuth, Vault,
 };
 pub use connect::{EchoUpstream, Prompt, write_secret, write_vault_key};
 pub use gateway::{Gateway, write_config};
@@ -58,6 +59,6 @@ pub use tools::{
     MCP_TS_SDK_PACKAGE, NODE_PACKAGE, claude_code, conformance_2026_packages, conformance_packages,
     conformance_script, filesystem_server, header_server, node22, npm_packages, open_to_children,
     python_sdk_or_skip, python_with_mcp_sdk, reachable_copy, root_or_skip, run_claude,
-    run_node_json, run_python_json,
+    run_claude_with_ca, run_node_json, run_python_json,
 };
 pub use up::{PforteUp, UpOptions};

@@ -259,12 +259,24 @@ impl StackBuilder {
     }
 
     /// One more `[[routes]]` entry.
+    /// `[approvals] ttl_secs`.
+    pub fn approvals_ttl_secs(mut self, ttl_secs: u64) -> Self {
+        self.config.approvals = Some(crate::config::Approvals { ttl_secs });
+        self
+    }
+
     /// `[pinning] mode` and `new_tools`.
     pub fn pinning(mut self, mode: &str, new_tools: &str) -> Self {
         self.config.pinning = Some(crate::config::Pinning {
             mode: mode.to_owned(),
             new_tools: new_tools.to_owned(),
         });
+        self
+    }
+
+    /// One more `[[policy]]` rule, after the others.
+    pub fn policy(mut self, rule: crate::config::PolicyRule) -> Self {
+        self.config.policy.push(rule);
         self
     }
 

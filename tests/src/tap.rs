@@ -54,6 +54,20 @@ impl WireTap {
         sent.windows(needle.len()).any(|w| w == needle.as_bytes())
     }
 
+    /// What went upstream so far, as text (invalid UTF-8 replaced).
+    pub fn sent_text(&self) -> String {
+        let sent = self.sent.lock().map(|s| s.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&sent).into_owned()
+    }
+
+    /// How many times `needle` went upstream (a call's unique argument, say).
+    pub fn count(&self, needle: &str) -> usize {
+        let sent = self.sent.lock().map(|s| s.clone()).unwrap_or_default();
+        sent.windows(needle.len())
+            .filter(|w| *w == needle.as_bytes())
+            .count()
+    }
+
     /// The request lines that went upstream, in order.
     pub fn request_lines(&self) -> Vec<String> {
         let sent = self.sent.lock().map(|s| s.clone()).unwrap_or_default();

@@ -154,8 +154,27 @@ pub fn claude_code() -> Result<PathBuf, String> {
 /// off the machine: auto-update, telemetry and error reports off, every proxy-able request sent
 /// to a closed loopback port, loopback itself excepted. Stdout and stderr together.
 pub fn run_claude(claude: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(claude)
-        .args(args)
+    claude_command(claude, home, None, args)
+}
+
+/// [`run_claude`] trusting the CA in the PEM file `ca` besides the system's (a TLS gateway's).
+pub fn run_claude_with_ca(
+    claude: &Path,
+    home: &Path,
+    ca: &Path,
+    args: &[&str],
+) -> anyhow::Result<String> {
+    claude_command(claude, home, Some(ca), args)
+}
+
+fn claude_command(
+    claude: &Path,
+    home: &Path,
+    ca: Option<&Path>,
+    args: &[&str],
+) -> anyhow::Result<String> {
+    let mut cmd = Command::new(claude);
+    cmd.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
@@ -166,7 +185,11 @@ pub fn run_claude(claude: &Path, home: &Path, args: &[&str]) -> anyhow::Result<S
         .env("HTTPS_PROXY", "http://127.0.0.1:9")
         .env("HTTP_PROXY", "http://127.0.0.1:9")
         .env("NO_PROXY", "127.0.0.1,localhost")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    if let Some(ca) = ca {
+        cmd.env("NODE_EXTRA_CA_CERTS", ca);
+    }
+    let out = cmd
         .output()
         .with_context(|| format!("running {}", claude.display()))?;
     let text = format!(

@@ -17,6 +17,7 @@ fn record(name: Option<&str>) -> AuditRecord<'_> {
         name,
         decision: AuditDecision::Allowed,
         reason: None,
+        rule: None,
         upstream_status: Some(200),
         duration_ms: 3,
     }
@@ -39,7 +40,7 @@ fn record_serialises_every_key() {
             "time": "2025-12-01T21:08:41.123Z", "request_id": "r1", "route": "mcp",
             "principal": {"kind": "oauth", "subject": "alice", "client": "c1"},
             "method": "tools/call", "name": "whoami", "decision": "allowed",
-            "reason": null, "upstream_status": 200, "duration_ms": 3,
+            "reason": null, "rule": null, "upstream_status": 200, "duration_ms": 3,
         })
     );
     let mut denied = record(None);
@@ -51,7 +52,7 @@ fn record_serialises_every_key() {
     assert_eq!(v["principal"], serde_json::Value::Null);
     assert_eq!(v["decision"], "denied");
     assert_eq!(v["reason"], "unauthenticated");
-    assert_eq!(v.as_object().unwrap().len(), 10);
+    assert_eq!(v.as_object().unwrap().len(), 11);
 }
 
 #[test]

@@ -41,8 +41,22 @@ pub fn filter_tools_list(
     content_type_is_sse: bool,
     keep: impl Fn(&str, Annotation) -> bool,
 ) -> Result<Option<Bytes>, FilterError> {
-    let edit =
-        |text: &[u8], span: Span, edits: &mut Edits| filter_message(text, span, &keep, edits);
+    filter_listed(body, content_type_is_sse, |n, a, _| keep(n, a), true)
+}
+
+/// [`filter_tools_list`] with `keep` also given the listed tool's JSON text (the pins compare
+/// its definition), and `private`: whether a list the filter saw is marked `cacheScope:
+/// "private"` (false: only a list that lost tools is rewritten, its cache scope as the server
+/// said — what the pins cut is the same for everyone).
+pub(crate) fn filter_listed(
+    body: &[u8],
+    content_type_is_sse: bool,
+    keep: impl Fn(&str, Annotation, &[u8]) -> bool,
+    private: bool,
+) -> Result<Option<Bytes>, FilterError> {
+    let edit = |text: &[u8], span: Span, edits: &mut Edits| {
+        filter_message(text, span, &keep, private, edits)
+    };
     filter_framed(body, content_type_is_sse, &edit)
 }
 
@@ -146,13 +160,14 @@ fn filter_text(text: &[u8], edit: &impl EditMessage) -> Result<Option<Bytes>, Fi
 fn filter_message(
     text: &[u8],
     span: Span,
-    keep: &impl Fn(&str, Annotation) -> bool,
+    keep: &impl Fn(&str, Annotation, &[u8]) -> bool,
+    private: bool,
     edits: &mut Edits,
 ) -> Result<bool, FilterError> {
     if let Some(items) = raw_json::elements(text, span.clone()) {
         let mut changed = false;
         for item in items {
-            changed |= filter_message(text, item, keep, edits)?;
+            changed |= filter_message(text, item, keep, private, edits)?;
         }
         return Ok(changed);
     }
@@ -179,10 +194,16 @@ fn filter_message(
             raw_json::get(text, tool.clone(), "name")
                 .and_then(|name| text.get(name))
                 .and_then(raw_json::string)
-                .is_some_and(|name| keep(&name, annotation))
+                .is_some_and(|name| {
+                    keep(
+                        &name,
+                        annotation,
+                        text.get(tool.clone()).unwrap_or_default(),
+                    )
+                })
         })
         .collect();
-    let marked = mark_private(text, &result, edits);
+    let marked = private && mark_private(text, &result, edits);
     if kept.iter().all(|k| *k) {
         return Ok(marked);
     }

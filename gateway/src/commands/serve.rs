@@ -298,6 +298,7 @@ fn describe(s: &Settings, records: Option<(Vec<String>, usize)>) -> Vec<String> 
             lines.push(format!("vault: {source}{detail}"));
         }
     }
+    lines.extend(s.rules.describe());
     lines
 }
 

@@ -9,7 +9,7 @@ use super::{CmdResult, Failure, admin::ListArgs};
 use crate::{
     audit::{AuditLog, PinRecord},
     cli,
-    pins::{Pin, PinStore, diff},
+    pins::{self, Pin, PinStore, Which, diff},
 };
 
 /// `pforte tools …`.
@@ -55,46 +55,27 @@ pub(crate) fn run(
             print_pending(list, &pending, &pinned.join(", "))
         }
         ToolsAction::Approve { route, tool, all } => {
-            let names: Vec<String> = match tool {
-                Some(tool) if !all => vec![tool],
-                _ => store
-                    .list()
-                    .map_err(unavailable)?
-                    .into_iter()
-                    .filter(|p| p.route == route && p.pending())
-                    .map(|p| p.tool)
-                    .collect(),
+            let which = match tool.as_deref() {
+                Some(tool) if !all => Which::Tool(tool),
+                _ => Which::All,
             };
-            let mut approved = 0;
-            for name in &names {
-                let Some(pin) = store.approve(&route, name, now).map_err(unavailable)? else {
-                    continue;
-                };
-                approved += 1;
-                println!("approved tool {name} of route {route}");
+            let approved = pins::approve(store, &route, which, now).map_err(unavailable)?;
+            for pin in &approved {
+                println!(
+                    "approved tool {} of route {route}",
+                    crate::logging::untrusted(&pin.tool)
+                );
                 if let Some(log) = audit {
-                    log.record(&PinRecord {
-                        time_ms: now,
-                        event: "tool_approved",
-                        route: &route,
-                        tool: name,
-                        fields: Vec::new(),
-                        held: None,
-                        sha256: pin.approved.as_deref().map(crate::pins::digest),
-                        by: Some("cli"),
-                    });
+                    log.record(&PinRecord::approved(pin, now, "cli"));
                 }
             }
-            if approved == 0 {
+            if approved.is_empty() {
                 return Err(Failure::Other(anyhow::anyhow!(
                     "nothing pending for route {route}{}",
                     if all {
                         String::new()
                     } else {
-                        format!(
-                            ", tool {}",
-                            names.first().map(String::as_str).unwrap_or_default()
-                        )
+                        format!(", tool {}", tool.as_deref().unwrap_or_default())
                     }
                 )));
             }

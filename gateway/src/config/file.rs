@@ -264,6 +264,10 @@ pub struct GatewayConfig {
     pub(crate) vault: super::upstream_auth::VaultConfig,
     /// `[pinning]`: what a changed (or new) tool definition gets.
     pub(crate) pinning: crate::pins::Pinning,
+    /// `[approvals]`: how long a call held for a person's approval waits.
+    pub(crate) approvals: crate::approvals::ApprovalsConfig,
+    /// `[[policy]]`: rules over claims and arguments, in file order.
+    pub(crate) policy: Vec<crate::rules::RuleConfig>,
     /// The account `command` routes without `user` run as when the gateway runs as root.
     pub(crate) stdio_user: String,
     /// Where those routes' children get their homes (`<stdio_home>/<route>`); default
@@ -313,6 +317,8 @@ impl Default for GatewayConfig {
             stdio_user: "nobody".to_owned(),
             stdio_home: None,
             pinning: crate::pins::Pinning::default(),
+            approvals: crate::approvals::ApprovalsConfig::default(),
+            policy: Vec::new(),
             vault_key_text: None,
         }
     }

@@ -18,15 +18,19 @@ pub(crate) enum Section {
     Grants,
     Users,
     Clients,
+    Tools,
+    Approvals,
 }
 
-const SECTIONS: [(Section, &str, &str); 6] = [
+const SECTIONS: [(Section, &str, &str); 8] = [
     (Section::Overview, "/admin", "Overview"),
     (Section::Audit, "/admin/audit", "Audit log"),
     (Section::Tokens, "/admin/tokens", "Tokens"),
     (Section::Grants, "/admin/grants", "Grants"),
     (Section::Users, "/admin/users", "Users"),
     (Section::Clients, "/admin/clients", "OAuth clients"),
+    (Section::Tools, "/admin/tools", "Tool changes"),
+    (Section::Approvals, "/admin/approvals", "Approvals"),
 ];
 
 /// Who is looking, for the frame.

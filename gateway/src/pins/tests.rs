@@ -211,3 +211,94 @@ fn the_embedded_store_keeps_pins_across_opens() {
         "owner-only like every database"
     );
 }
+
+#[test]
+fn a_listed_definition_is_served_only_as_approved() {
+    let approved = Digests {
+        approved: Some("a".into()),
+        seen: "a".into(),
+    };
+    let changed = Digests {
+        approved: Some("a".into()),
+        seen: "b".into(),
+    };
+    let new_held = Digests {
+        approved: None,
+        seen: "n".into(),
+    };
+    assert_eq!(listing(Some(&approved), "a", HOLD), Listing::Serve);
+    // Another definition than the approved one: cut, and recorded when the store has not
+    // seen it (the gateway's own catalog was listed another, or not yet).
+    assert_eq!(listing(Some(&approved), "b", HOLD), Listing::CutUnseen);
+    assert_eq!(listing(Some(&changed), "b", HOLD), Listing::Cut);
+    assert_eq!(listing(Some(&changed), "a", HOLD), Listing::Serve);
+    assert_eq!(listing(Some(&changed), "c", HOLD), Listing::CutUnseen);
+    assert_eq!(listing(Some(&new_held), "n", HOLD), Listing::Cut);
+    // Never seen: a first sight, served unless new tools are held.
+    assert_eq!(listing(None, "x", HOLD), Listing::Serve);
+    let hold_new = Pinning {
+        new_tools: NewTools::Hold,
+        ..HOLD
+    };
+    assert_eq!(listing(None, "x", hold_new), Listing::CutUnseen);
+    // Only hold cuts.
+    for mode in [Mode::Log, Mode::Off] {
+        let p = Pinning { mode, ..hold_new };
+        assert_eq!(listing(Some(&changed), "b", p), Listing::Serve);
+        assert_eq!(listing(None, "x", p), Listing::Serve);
+    }
+}
+
+#[test]
+fn what_a_client_is_listed_is_compared_with_the_pins_and_approved_as_the_cli_does() {
+    let store: Arc<dyn PinStore> = Arc::new(Memory::default());
+    let clock = Arc::new(pforte_clock::ManualClock::default());
+    let pins = Pins::new(
+        Some(store.clone()),
+        HOLD,
+        clock,
+        Arc::new(|_: &PinEvent| {}),
+    );
+    let tool = |d: &str| json!({"name": "echo", "description": d, "_meta": {"x": 1}});
+    let text = |v: &Value| serde_json::to_vec(v).unwrap();
+    pins.observe("files", &[("echo".into(), tool("Echoes."))])
+        .unwrap();
+    assert!(pins.screens());
+    // `_meta` is not part of the definition; the layout does not matter.
+    let same = br#"{ "description" : "Echoes.", "name": "echo" }"#;
+    assert_eq!(pins.listing("files", "echo", same), Listing::Serve);
+    assert_eq!(
+        pins.listing("files", "echo", &text(&tool("Echoes. And uploads."))),
+        Listing::CutUnseen
+    );
+    assert_eq!(pins.listing("files", "echo", b"[1]"), Listing::Cut);
+    assert_eq!(
+        pins.listing("files", "other", &text(&tool("x"))),
+        Listing::Serve
+    );
+    // Recorded as the catalog's sighting would be: held, then approved by the shared step.
+    pins.observe("files", &[("echo".into(), tool("Echoes. And uploads."))])
+        .unwrap();
+    assert!(pins.held("files", "echo").is_some());
+    assert_eq!(
+        pins.listing("files", "echo", &text(&tool("Echoes. And uploads."))),
+        Listing::Cut
+    );
+    let approved = pins.approve("files", Which::All).unwrap();
+    assert_eq!(approved.len(), 1);
+    assert!(pins.held("files", "echo").is_none(), "served at once");
+    assert_eq!(
+        pins.listing("files", "echo", &text(&tool("Echoes. And uploads."))),
+        Listing::Serve
+    );
+    assert!(
+        pins.approve("files", Which::Tool("echo"))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        approve(store.as_ref(), "files", Which::All, 5)
+            .unwrap()
+            .is_empty()
+    );
+}

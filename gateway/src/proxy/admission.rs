@@ -218,8 +218,9 @@ impl Gateway {
         };
         self.header_steps(req, endpoint, ctx).await?;
         self.upstream_credential(req, route, ctx).await?;
-        let policy_or_budgets =
-            self.settings.admission.tool_policy || !self.settings.limits.tools.is_empty();
+        let policy_or_budgets = self.settings.admission.tool_policy
+            || !self.settings.limits.tools.is_empty()
+            || self.settings.rules.covers(&r.name);
         // Every body is read whole before the upstream is touched; it is parsed where a rule
         // needs the message, and on a route that keeps a credential per user (without one,
         // the gateway answers with the connect prompt, which needs the message's id).
@@ -342,7 +343,7 @@ impl Gateway {
         check_mcp_headers(req, message)?;
         let principal = ctx.principal.as_ref().ok_or(Rejection::Internal)?;
         let route = ctx.mcp_route.ok_or(Rejection::Internal)?;
-        if message.method == "initialize" && self.edge.credentials.per_user(route) {
+        if message.method == "initialize" {
             ctx.mcp.url_elicitation = answer::declares_url_elicitation(body);
         }
         if mcp::TASK_METHODS.contains(&message.method.as_str()) {
@@ -371,6 +372,8 @@ impl Gateway {
             self.authorize(principal, message, route).await?;
         }
         self.check_pinned(message, route)?;
+        ctx.mcp.attributes =
+            (self.check_rules(req, body, message, principal, route, ctx.client_ip)).await?;
         ctx.mcp.filter_list = self.filters_list(principal, message, route);
         if let Some(tool) = message.tool() {
             self.check_params(req, (body, message), route, tool)?;

@@ -17,6 +17,7 @@ use crate::{
         manage,
         pages::{self, Frame, Health, RouteRow, Section, ToolRow},
         stats::{self, RecentError},
+        tool_changes,
     },
     limit::Class,
     logging,
@@ -26,6 +27,8 @@ use crate::{
 use super::{Gateway, Outcome, RequestCtx};
 
 mod actions;
+mod approvals;
+mod tools;
 
 type Response = http::Response<Bytes>;
 
@@ -62,8 +65,16 @@ fn notice(done: &str) -> (Option<String>, Option<String>) {
     let bad = |s: &str| (None, Some(s.to_owned()));
     match done {
         "revoked" => ok("Revoked. Its tokens are refused within a second."),
+        "tool-approved" => ok("Approved. The gateway serves the tool as it is now defined."),
         "not-found" => bad("Nothing active by that name (already revoked?)."),
+        "nothing-pending" => bad("Nothing pending by that name (already approved?)."),
         "store" => bad("The store did not answer; nothing was changed. Try again."),
+        "approved" => ok("Approved. The caller's next identical call passes, once."),
+        "rejected" => ok("Rejected. The caller's next identical call is refused."),
+        "too-late" => bad("This call is no longer waiting (decided already, or expired)."),
+        "own-call" => {
+            bad("This is your own call: another approver approves it (you may reject it).")
+        }
         _ => (None, None),
     }
 }
@@ -139,13 +150,26 @@ impl Gateway {
         let viewer = match self.signed_in(session).await {
             Ok(Some(v)) => v,
             // Signed out: the authorization server's sign-in, which sets the same cookie.
+            Ok(None) if page.for_approvers() => {
+                return Ok(Outcome::Passed(console::redirect(
+                    "/account?next=%2Fadmin%2Fapprovals",
+                )));
+            }
             Ok(None) => return Ok(Outcome::Passed(console::redirect("/account?next=%2Fadmin"))),
             Err(e) => {
                 tracing::warn!(error = %e, "console: the oauth store did not answer");
                 return Ok(Outcome::Passed(store_down()));
             }
         };
-        if !viewer.admin {
+        if page.for_approvers() && !viewer.approver {
+            ctx.refused = Some("not_approver");
+            return Ok(Outcome::Passed(console::refusal(
+                403,
+                "Approvers only",
+                &console::not_approver_hint(&viewer.display_name),
+            )));
+        }
+        if !viewer.admin && !page.for_approvers() {
             ctx.refused = Some("not_admin");
             return Ok(Outcome::Passed(console::refusal(
                 403,
@@ -192,6 +216,8 @@ impl Gateway {
             Page::Grants => Section::Grants,
             Page::Users => Section::Users,
             Page::Clients => Section::Clients,
+            Page::Tools => Section::Tools,
+            Page::Approvals | Page::Approval(_) => Section::Approvals,
             Page::NotFound => {
                 return console::refusal(404, "Not found", "The console has no such page.");
             }
@@ -244,6 +270,17 @@ impl Gateway {
                 ),
                 Err(_) => return store_down(),
             },
+            Page::Approvals => match self.approvals_page(notice, error).await {
+                Some(p) => ("Approvals", console::approvals::approvals_page(&p)),
+                None => return store_down(),
+            },
+            Page::Approval(id) => match self.approval_detail(id, viewer, notice, error).await {
+                Some(Some(p)) => ("Approval", console::approvals::approval_page(&p)),
+                Some(None) => {
+                    return console::refusal(404, "No such approval", "No held call has that id.");
+                }
+                None => return store_down(),
+            },
             Page::Clients => match self.oauth.admin().list_clients().await {
                 Ok(clients) => (
                     "OAuth clients",
@@ -262,6 +299,10 @@ impl Gateway {
                     ),
                 ),
                 Err(_) => return store_down(),
+            },
+            Page::Tools => match self.tool_changes(viewer, notice, error).await {
+                Some(p) => ("Tool changes", tool_changes::tool_changes_page(&p)),
+                None => return store_down(),
             },
             Page::NotFound => {
                 return console::refusal(404, "Not found", "The console has no such page.");

@@ -32,6 +32,8 @@ pub(crate) struct RequestCtx {
     pub(super) cors_origin: Option<String>,
     /// Why the gateway refused the request, for the audit log.
     pub(super) refused: Option<&'static str>,
+    /// The `[[policy]]` rule that refused it or held it for approval (audited with the reason).
+    pub(super) rule: Option<String>,
     pub(super) mcp: Exchange,
     pub(super) body_bytes: u64,
     pub(super) started: Instant,
@@ -100,6 +102,8 @@ pub(super) struct Exchange {
     pub(super) cancels: Option<String>,
     /// An `initialize` whose client declared URL-mode elicitation (remembered with its session).
     pub(super) url_elicitation: bool,
+    /// A `tools/list` a `[[policy]]` rule may cut: the person's attributes the rules read.
+    pub(super) attributes: Option<super::rules::Attributes>,
 }
 
 impl RequestCtx {
@@ -114,6 +118,7 @@ impl RequestCtx {
             rate: None,
             cors_origin: None,
             refused: None,
+            rule: None,
             mcp: Exchange::default(),
             body_bytes: 0,
             started: Instant::now(),

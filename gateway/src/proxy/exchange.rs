@@ -18,6 +18,7 @@ use pingora::{
 
 use super::{
     Gateway, RequestCtx,
+    batched::Batched,
     stream_gate::{self, Step},
     wire::Wire,
 };
@@ -91,32 +92,61 @@ impl Gateway {
             // The body ends when the connection does: the head says `Connection: close`.
             session.set_keepalive(None);
         }
-        let done = up.is_done();
-        Box::pin(session.write_response_header(answer, done))
-            .await
-            .map_err(|e| e.into_down())?;
-        let mut ended = done;
-        while !ended {
-            let mut piece = tokio::select! {
-                piece = up.body() => piece.map_err(|e| e.into_up())?,
-                gone = client_gone(session) => return Err(gone),
-            };
-            ended = piece.is_none() || up.is_done();
-            self.response_body_filter(session, &mut piece, ended, ctx)?;
-            if ended {
-                // Recorded before the last bytes leave: the client's next request may use it.
-                self.note_task(ctx).await;
-            }
-            Box::pin(session.write_response_body(piece, ended))
-                .await
-                .map_err(|e| e.into_down())?;
-        }
+        let answered = self.answer_client(session, ctx, &mut up, answer).await;
+        Batched::hold(session.downstream_session.stream(), false);
+        answered?;
         if pooled && let Some(stream) = up.into_reusable() {
             let idle = peer.options.idle_timeout.or(Some(POOL_IDLE));
             self.upstreams()
                 .release_stream(stream, peer.reuse_hash(), idle);
         }
         Ok(Relayed::Answered)
+    }
+
+    /// Writes the answer's head and relays its body as it arrives. While the next piece is
+    /// already read from the upstream, the client's connection is held (`batched.rs`), so that
+    /// what is at hand leaves in one write: the head with the first bytes, the last chunk with
+    /// the terminator; nothing is held while the upstream is waited for.
+    async fn answer_client(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        up: &mut Wire,
+        answer: Box<ResponseHeader>,
+    ) -> Result<()> {
+        let done = up.is_done();
+        let mut next = match done {
+            true => None,
+            false => up.buffered().map_err(|e| e.into_up())?,
+        };
+        Batched::hold(session.downstream_session.stream(), next.is_some());
+        Box::pin(session.write_response_header(answer, done))
+            .await
+            .map_err(|e| e.into_down())?;
+        let mut ended = done;
+        while !ended {
+            let mut piece = match next.take() {
+                Some(piece) => piece,
+                None => tokio::select! {
+                    piece = up.body() => piece.map_err(|e| e.into_up())?,
+                    gone = client_gone(session) => return Err(gone),
+                },
+            };
+            ended = piece.is_none() || up.is_done();
+            if !ended {
+                next = up.buffered().map_err(|e| e.into_up())?;
+            }
+            self.response_body_filter(session, &mut piece, ended, ctx)?;
+            if ended {
+                // Recorded before the last bytes leave: the client's next request may use it.
+                self.note_task(ctx).await;
+            }
+            Batched::hold(session.downstream_session.stream(), next.is_some());
+            Box::pin(session.write_response_body(piece, ended))
+                .await
+                .map_err(|e| e.into_down())?;
+        }
+        Ok(())
     }
 
     /// The request at the session stream gate (`stream_gate.rs`): `initialized` makes the

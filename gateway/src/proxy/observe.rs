@@ -176,6 +176,7 @@ impl Gateway {
                 AuditDecision::Allowed
             },
             reason: ctx.refused,
+            rule: ctx.rule.as_deref(),
             upstream_status: ctx.refused.is_none().then_some(status),
             duration_ms: ctx.started.elapsed().as_millis() as u64,
         };

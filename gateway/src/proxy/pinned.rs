@@ -6,6 +6,7 @@ use crate::{
     auth::Principal,
     logging,
     mcp::Message,
+    pins::Listing,
     policy::{Annotation, Denial},
     reply::Rejection,
 };
@@ -31,17 +32,54 @@ impl Gateway {
 
     /// Whether the answer to `message` is filtered for `principal` on `route`: a `tools/list`
     /// or `server/discover` (which says whether there are tools at all) when the policy does
-    /// not list everything for the principal, or the route holds a tool.
+    /// not list everything for the principal, the route holds a tool, or a `[[policy]]` rule
+    /// that does not read `args` applies on the route ([`Self::lists_privately`]); and every
+    /// `tools/list` while the pins screen lists (mode `hold`: each listed definition compared
+    /// with the approved one, `pins::listing`).
     pub(super) fn filters_list(
         &self,
         principal: &Principal,
         message: &Message,
         route: usize,
     ) -> bool {
-        matches!(message.method.as_str(), "tools/list" | "server/discover")
-            && ((self.settings.admission.tool_policy
-                && !self.routes[route].policy.lists_everything(principal))
-                || self.edge.pins.holds_any(&self.settings.routes[route].name))
+        match message.method.as_str() {
+            "tools/list" => self.edge.pins.screens() || self.lists_privately(principal, route),
+            "server/discover" => self.lists_privately(principal, route),
+            _ => false,
+        }
+    }
+
+    /// Whether `route`'s lists differ for `principal` from the server's by more than the
+    /// pins' cuts (the policy, or a held tool): such a list is `cacheScope: "private"`.
+    pub(super) fn lists_privately(&self, principal: &Principal, route: usize) -> bool {
+        (self.settings.admission.tool_policy
+            && !self.routes[route].policy.lists_everything(principal))
+            || self.edge.pins.holds_any(&self.settings.routes[route].name)
+            || self
+                .settings
+                .rules
+                .filters_lists(&self.settings.routes[route].name)
+    }
+
+    /// Whether a client is listed `route`'s tool `name` as the upstream described it (`tool`,
+    /// its JSON text): its definition is the approved one. One the store has not seen is
+    /// noted in `unseen` (name, text) to be recorded after the answer (`Pins::record_served`).
+    pub(super) fn pin_lists(
+        &self,
+        route: usize,
+        name: &str,
+        tool: &[u8],
+        unseen: &std::cell::RefCell<Vec<(String, Vec<u8>)>>,
+    ) -> bool {
+        let route = &self.settings.routes[route].name;
+        match self.edge.pins.listing(route, name, tool) {
+            Listing::Serve => true,
+            Listing::Cut => false,
+            Listing::CutUnseen => {
+                unseen.borrow_mut().push((name.to_owned(), tool.to_vec()));
+                false
+            }
+        }
     }
 
     /// Whether `principal` sees `name` in `route`'s lists: the policy allows it (when on) and

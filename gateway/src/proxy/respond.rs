@@ -278,10 +278,14 @@ impl Gateway {
         let Some(route) = ctx.mcp_route.filter(|i| *i < self.routes.len()) else {
             return Error::e_explain(ErrorType::InternalError, "tools/list without a route");
         };
-        // The policy's and the pins' word (a held tool is absent).
-        let keep = |name: &str, annotation: policy::Annotation| {
-            self.listed(principal, route, name, annotation)
-        };
+        // The policy's, the pins' and the `[[policy]]` rules' word (a held tool is absent).
+        let keep =
+            |name: &str, annotation: policy::Annotation| {
+                self.listed(principal, route, name, annotation)
+                    && !ctx.mcp.attributes.as_ref().is_some_and(|a| {
+                        self.hidden_by_rules(principal, a, route, name, ctx.client_ip)
+                    })
+            };
         let discover = ctx
             .mcp
             .message
@@ -306,7 +310,18 @@ impl Gateway {
                 });
             catalog::filter_discover(&held, ctx.mcp.list_is_sse, visible)
         } else {
-            catalog::filter_tools_list(&held, ctx.mcp.list_is_sse, keep)
+            // And the pins': each listed definition the approved one, whoever the upstream
+            // told what (its own catalog may have been listed another).
+            let unseen = std::cell::RefCell::new(Vec::new());
+            let keep_listed = |name: &str, annotation: policy::Annotation, tool: &[u8]| {
+                keep(name, annotation) && self.pin_lists(route, name, tool, &unseen)
+            };
+            let private = self.lists_privately(principal, route);
+            let filtered = catalog::filter_listed(&held, ctx.mcp.list_is_sse, keep_listed, private);
+            self.edge
+                .pins
+                .record_served(&self.settings.routes[route].name, unseen.into_inner());
+            filtered
         };
         *body = match filtered {
             Ok(Some(filtered)) => Some(filtered),

@@ -166,6 +166,16 @@ impl Wire {
         }
     }
 
+    /// The next piece of the body when what was already read holds it (`Some(None)`: the body
+    /// has ended), without reading; `None` when the upstream must be waited for.
+    pub(super) fn buffered(&mut self) -> Result<Option<Option<Bytes>>> {
+        Ok(match decode(&mut self.buf, &mut self.body, false)? {
+            Step::Piece(piece) => Some(Some(piece)),
+            Step::End => Some(None),
+            Step::NeedMore => None,
+        })
+    }
+
     async fn read(&mut self) -> Result<usize> {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
             self.buf.reserve(READ_SIZE);
@@ -452,6 +462,30 @@ mod tests {
             assert_eq!(status, 200);
             assert_eq!(body.unwrap(), b"data: 1data: two\n\nxyz!!", "step {step}");
         }
+    }
+
+    #[tokio::test]
+    async fn what_was_read_is_handed_on_without_reading_again() {
+        use tokio::io::AsyncWriteExt as _;
+        let (near, mut far) = tokio::io::duplex(4096);
+        let mut up = Wire::new(Box::new(near), None);
+        far.write_all(SSE).await.unwrap();
+        assert_eq!(up.answer().await.unwrap().status, 200);
+        let piece = |b: &'static [u8]| Some(Some(Bytes::from_static(b)));
+        assert_eq!(up.buffered().unwrap(), piece(b"data: 1"));
+        assert_eq!(up.buffered().unwrap(), piece(b"data: two\n\nxyz!!"));
+        assert_eq!(up.buffered().unwrap(), Some(None));
+        assert!(up.is_done());
+        // A body still to come: nothing at hand, the upstream is waited for.
+        let (near, mut far) = tokio::io::duplex(4096);
+        let mut up = Wire::new(Box::new(near), None);
+        far.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n")
+            .await
+            .unwrap();
+        up.answer().await.unwrap();
+        assert_eq!(up.buffered().unwrap(), None);
+        far.write_all(b"done").await.unwrap();
+        assert_eq!(up.body().await.unwrap(), Some(Bytes::from_static(b"done")));
     }
 
     #[test]

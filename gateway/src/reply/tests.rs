@@ -160,6 +160,15 @@ fn every_rejection_has_one_status() {
         (Rejection::TaskNotFound { id: "7".into() }, 404),
         (Rejection::TaskUnreachable { id: "7".into() }, 404),
         (Rejection::MethodNotAllowed { allow: "GET" }, 405),
+        (
+            Rejection::PolicyRule(RuleRefusal {
+                rule: "r".into(),
+                message: String::new(),
+                reason: "policy_denied",
+                structured: Some("7".into()),
+            }),
+            403,
+        ),
         (Rejection::Internal, 500),
     ];
     for (rejection, status) in cases {
@@ -173,4 +182,37 @@ fn every_rejection_has_one_status() {
         Rejection::from(AuthFailure::InsufficientScope("mcp".to_owned())).reason(),
         "insufficient_scope"
     );
+}
+
+#[test]
+fn a_rule_refusal_names_the_rule_in_either_shape() {
+    let refusal = RuleRefusal {
+        rule: "no-secret-docs".into(),
+        message: String::new(),
+        reason: "approval_required",
+        structured: None,
+    };
+    let plain = Rejection::PolicyRule(refusal.clone());
+    assert_eq!(plain.reason(), "approval_required");
+    let body: serde_json::Value =
+        serde_json::from_slice(&plain.reply(RM, "rid").body).unwrap_or_default();
+    assert_eq!(body["rule"], "no-secret-docs");
+    assert_eq!(
+        body["message"],
+        "this call needs a person's approval (policy rule no-secret-docs)"
+    );
+    let modern = Rejection::PolicyRule(RuleRefusal {
+        structured: Some("\"a\"".into()),
+        ..refusal
+    });
+    let r = modern.reply(RM, "rid");
+    assert_eq!(r.status, 403);
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    assert_eq!(body["id"], "a");
+    assert_eq!(body["error"]["code"], -32003);
+    assert_eq!(
+        body["error"]["data"]["authorization"]["reason"],
+        "insufficient_authorization"
+    );
+    assert_eq!(body["error"]["data"]["rule"], "no-secret-docs");
 }

@@ -92,6 +92,7 @@ pub(crate) fn assemble(
     let Stores {
         tokens,
         pins,
+        approvals,
         oauth,
         vault,
         sessions,
@@ -124,6 +125,7 @@ pub(crate) fn assemble(
         tasks,
         tokens,
         pins,
+        approvals,
     )?;
     services.extend(observers(&core, &edge)?);
     let gateway = gateway(&core, token_cache, edge, sessions, bridges.by_name)?;
@@ -268,6 +270,7 @@ fn edge(
     tasks: crate::tasks::Tasks,
     tokens: Arc<dyn TokenSource>,
     pins: Arc<Pins>,
+    approvals: Option<Arc<dyn crate::approvals::ApprovalStore>>,
 ) -> Result<McpEdge, ServeError> {
     let settings = &core.settings;
     let telemetry = match &settings.telemetry {
@@ -297,6 +300,7 @@ fn edge(
         telemetry,
         credentials: core.credentials.clone(),
         pins,
+        approvals,
     })
 }
 
@@ -322,12 +326,18 @@ fn pinned(core: &Core, store: Option<Arc<dyn crate::pins::PinStore>>) -> Arc<Pin
             });
         }
     });
-    Arc::new(Pins::new(
+    let pins = Arc::new(Pins::new(
         store,
         core.settings.pinning,
         core.clock.clone(),
         report,
-    ))
+    ));
+    // Read before the first request: a list answered before the route's catalog has loaded
+    // is compared with the approved definitions too (`pins::listing`).
+    if let Err(e) = pins.reload() {
+        tracing::warn!(error = %e, "tool pins: reading the store at start failed (read again every 2 s)");
+    }
+    pins
 }
 
 /// The tool catalogs' refreshers, the audit log's SIGHUP reopen and the `metrics_listen`

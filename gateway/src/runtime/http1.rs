@@ -20,7 +20,11 @@ use pingora::{
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::{config::Settings, proxy::Gateway, stdio::decide::wants_event_stream};
+use crate::{
+    config::Settings,
+    proxy::{Batched, Gateway},
+    stdio::decide::wants_event_stream,
+};
 
 /// How long a new connection may take to send its whole first request head, counted from its
 /// start (the keep-alive it has before its first request's arrival phase bounds it).
@@ -66,12 +70,14 @@ impl Http1 {
 impl ServerApp for Http1 {
     async fn process_new(
         self: &Arc<Self>,
-        mut stream: Stream,
+        stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
             return self.proxy.process_new(stream, shutdown).await;
         }
+        // What an answer has at hand leaves in one write (`proxy/batched.rs`).
+        let mut stream = Batched::wrap(stream);
         let mut wait = Wait::First;
         let mut carried = BytesMut::new();
         let mut settings: Option<HttpPersistentSettings> = None;

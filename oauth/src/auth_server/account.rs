@@ -49,6 +49,7 @@ fn next_page(asked: &str) -> Option<&'static str> {
     match asked {
         "/admin" => Some("/admin"),
         "/connections" => Some("/connections"),
+        "/admin/approvals" => Some("/admin/approvals"),
         _ => None,
     }
 }

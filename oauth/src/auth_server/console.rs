@@ -19,6 +19,9 @@ pub struct Viewer {
     /// Whether the user is an admin: the local flag (`pforte user role NAME admin`) or a role
     /// with `admin = true`.
     pub admin: bool,
+    /// Whether the user decides calls held for approval: an admin, or the holder of a role
+    /// with `approver = true`.
+    pub approver: bool,
     /// The CSRF token every form of this session carries (the same one `/account` uses).
     pub csrf: String,
     session_id: String,
@@ -29,6 +32,7 @@ impl std::fmt::Debug for Viewer {
         f.debug_struct("Viewer")
             .field("username", &self.username)
             .field("admin", &self.admin)
+            .field("approver", &self.approver)
             .finish_non_exhaustive()
     }
 }
@@ -66,8 +70,11 @@ impl AuthServer {
         let Some(user) = self.store.get_user(name).await? else {
             return Ok(None);
         };
+        let admin = self.is_admin(&user);
         Ok(Some(Viewer {
-            admin: self.is_admin(&user),
+            approver: admin
+                || crate::roles::approver(&self.cfg.roles, &crate::roles::Member::from(&user)),
+            admin,
             display_name: user.display_name().to_owned(),
             csrf: self.key.csrf_token(&id),
             username: user.username,

@@ -100,6 +100,10 @@ pub struct Role {
     /// `scopes` counts as for any role (`scopes = []` for an admin-only role).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub admin: bool,
+    /// Its holders decide calls held for approval (`effect = "approve"` rules) at the
+    /// gateway's `/admin/approvals`, without being admins. Grants no scope by itself.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub approver: bool,
 }
 
 /// The roles by name.

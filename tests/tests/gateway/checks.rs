@@ -126,3 +126,65 @@ fn check_names_sign_in_tls_and_the_vault() {
         );
     }
 }
+
+/// Issue 43 point 2: `pforte check` names a `[[policy]]` rule that does not compile, reads an
+/// unknown variable (with the line and column within `when`, and a caret line), repeats a
+/// name or names an unknown route — exit 64, nothing started; a good rule passes.
+#[test]
+fn check_names_a_bad_policy_rule_and_where() {
+    let rule = |name: &str, when: &str, more: &str| {
+        format!("[[policy]]\nname = {name:?}\nwhen = '''{when}'''\neffect = \"deny\"\n{more}")
+    };
+    let cases = [
+        (
+            rule("typo", "tool.name == \"x\" && arg.doc == \"s\"", ""),
+            vec![
+                "[[policy]] \"typo\": when:1:21: unknown variable `arg` (known: user, client, route, tool, args, method, request)",
+                "  | tool.name == \"x\" && arg.doc == \"s\"",
+                "  |                     ^",
+            ],
+        ),
+        (
+            rule("broken", "tool.name ==\n  (\"x\"", ""),
+            vec!["[[policy]] \"broken\": when:2:", "Syntax error"],
+        ),
+        (
+            rule("twice", "true", "") + &rule("twice", "false", ""),
+            vec!["[[policy]] \"twice\": name: another rule before it has this name"],
+        ),
+        (
+            rule("lost", "true", "routes = [\"nowhere\"]\n"),
+            vec!["[[policy]] \"lost\": routes: no route is named \"nowhere\""],
+        ),
+    ];
+    for (extra, wanted) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_config(dir.path(), &extra);
+        let out = run(
+            pforte(&["check", "--config", config.to_str().unwrap()]),
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.code, Some(64), "{extra}: {}", out.stderr);
+        for want in wanted {
+            assert!(out.stderr.contains(want), "{want:?} not in {}", out.stderr);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = rule(
+        "no-secret-docs",
+        "tool.name == \"werkbaum_read\" && args.document.startsWith(\"secret-\")",
+        "message = \"Secret documents are read by hand.\"\n",
+    );
+    let config = write_config(dir.path(), &good);
+    let out = run(
+        pforte(&["check", "--config", config.to_str().unwrap()]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let line = "  policy: 1 rule(s) in order: no-secret-docs (deny, every route)";
+    assert!(
+        out.stdout.lines().any(|l| l == line),
+        "{line:?} not in {}",
+        out.stdout
+    );
+}

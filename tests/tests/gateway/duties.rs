@@ -25,7 +25,7 @@ pub(super) fn modern(id: u64, method: &str, mut params: Value) -> Value {
 }
 
 /// POSTs a 2026-07-28 `body` for `client` (stateless) with its standard headers and `extra`.
-async fn post_modern(
+pub(super) async fn post_modern(
     client: &McpClient,
     body: &Value,
     extra: &[(&str, &str)],

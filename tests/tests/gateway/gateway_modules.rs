@@ -537,6 +537,7 @@ fn audit_record(request_id: &str, decision: AuditDecision) -> AuditRecord<'_> {
         name: Some("werkbaum_write"),
         decision,
         reason: (decision == AuditDecision::Denied).then_some(reason::INSUFFICIENT_SCOPE),
+        rule: None,
         upstream_status: (decision == AuditDecision::Allowed).then_some(200),
         duration_ms: 1,
     }
@@ -574,6 +575,7 @@ fn audit_lines_have_exactly_the_documented_keys_in_a_0600_file() {
         "name",
         "decision",
         "reason",
+        "rule",
         "upstream_status",
         "duration_ms",
     ]

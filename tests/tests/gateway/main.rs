@@ -15,6 +15,7 @@ mod gateway_modules;
 mod limits;
 mod metrics;
 mod operator;
+mod policy;
 mod request_path;
 mod routes;
 mod runtime;

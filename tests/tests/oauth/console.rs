@@ -8,15 +8,14 @@
 //! under `<target dir>/screenshots/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pforte_tests::{
-    McpService, Route, Stack, eventually, in_ci,
+    McpService, Route, Stack,
+    console::{chromium, console_in_chromium, is_png},
+    eventually, in_ci,
     oauth::{Browser, Form, Page, access_token, mcp_status},
-    target_dir, which,
 };
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
@@ -305,17 +304,6 @@ async fn console_revokes_a_static_token_within_a_second_and_audits_it() {
     );
 }
 
-fn chromium() -> Option<PathBuf> {
-    std::env::var_os("PFORTE_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| which("chromium"))
-        .or_else(|| which("chromium-browser"))
-}
-
-fn is_png(path: &Path) -> bool {
-    std::fs::read(path).is_ok_and(|b| b.len() > 2_000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_in_chromium_overview_audit_filter_and_route() {
     let Some(chromium) = chromium() else {
@@ -338,47 +326,20 @@ async fn console_in_chromium_overview_audit_filter_and_route() {
         );
     }
 
-    let shots = target_dir().join("screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/console.py");
-    let stderr_path = shots.join("console-stderr.log");
-    let mut child = Command::new("python3")
-        .arg(&script)
-        .arg("--chromium")
-        .arg(&chromium)
-        .args(["--base", &gw.base, "--admin", ROOT, "--route", "notes"])
-        .args(["--audit-query", "route=notes&decision=denied"])
-        .arg("--out-dir")
-        .arg(&shots)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{ROOT_PW}\n").as_bytes())
-        .unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "console.py did not finish within 90 s:\n{}",
-                std::fs::read_to_string(&stderr_path).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let out = child.wait_with_output().unwrap();
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(out.status.success(), "console.py failed:\n{stderr}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let r = console_in_chromium(
+        &chromium,
+        &gw,
+        ROOT,
+        ROOT_PW,
+        &[
+            "--route",
+            "notes",
+            "--audit-query",
+            "route=notes&decision=denied",
+        ],
+    )
+    .await
+    .unwrap();
 
     assert_eq!(r["console"], serde_json::json!([]), "console messages");
     assert_eq!(r["exceptions"], serde_json::json!([]), "exceptions");

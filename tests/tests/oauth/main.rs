@@ -3,10 +3,11 @@
 //! consent pages, the official Python SDK as a client (with step-up), the admin commands beside
 //! a running gateway, `pforte up` itself (banner, restart, routes, file modes), and per-user
 //! upstream credentials (`header`, `env` and `oauth` routes, against an echo server, a stdio
-//! child and a second Pforte).
+//! child and a second Pforte), and approvals (held calls decided in the console).
 
 mod account;
 mod admin_live;
+mod approvals;
 mod broker;
 mod broker_policy;
 mod console;

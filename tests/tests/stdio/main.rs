@@ -7,6 +7,7 @@ mod big_messages;
 mod catalog_capabilities;
 mod conformance;
 mod pinning;
+mod pinning_console;
 mod stdio_accounts;
 mod stdio_bridge;
 mod stdio_bytes;

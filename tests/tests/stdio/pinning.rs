@@ -17,14 +17,14 @@ use super::stdio_routes::fixture;
 
 /// The files the server reads and writes, reachable by the children's account (`nobody` under
 /// a root gateway).
-struct Files {
+pub(super) struct Files {
     _dir: tempfile::TempDir,
     description: PathBuf,
     calls: PathBuf,
 }
 
 impl Files {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let files = Self {
@@ -38,14 +38,14 @@ impl Files {
         files
     }
 
-    fn describe(&self, text: &str) {
+    pub(super) fn describe(&self, text: &str) {
         std::fs::write(&self.description, text).unwrap();
         std::fs::set_permissions(&self.description, std::fs::Permissions::from_mode(0o644))
             .unwrap();
     }
 
     /// The `echo` calls that reached the server.
-    fn echo_calls(&self) -> usize {
+    pub(super) fn echo_calls(&self) -> usize {
         std::fs::read_to_string(&self.calls)
             .unwrap()
             .lines()
@@ -53,7 +53,7 @@ impl Files {
             .count()
     }
 
-    fn route(&self) -> Route {
+    pub(super) fn route(&self) -> Route {
         Route::command(
             "plain",
             &[
@@ -69,7 +69,7 @@ impl Files {
     }
 }
 
-async fn client(gw: &Stack, token: &str) -> McpClient {
+pub(super) async fn client(gw: &Stack, token: &str) -> McpClient {
     let mut client = gw
         .mcp_at(&gw.route_url("plain"), token)
         .protocol("2025-11-25");
@@ -79,7 +79,7 @@ async fn client(gw: &Stack, token: &str) -> McpClient {
 
 /// Whether a fresh session lists `echo`, within a few seconds (the catalog's first refresh
 /// after a start, an approval picked up) — `want` is what the test waits for.
-async fn echo_listed_becomes(gw: &Stack, token: &str, want: bool) -> bool {
+pub(super) async fn echo_listed_becomes(gw: &Stack, token: &str, want: bool) -> bool {
     let client = client(gw, token).await;
     eventually(Duration::from_secs(15), || async {
         if client.tool_names().await.contains("echo") == want {
@@ -93,7 +93,7 @@ async fn echo_listed_becomes(gw: &Stack, token: &str, want: bool) -> bool {
 }
 
 /// Waits until the plain server's six tools are pinned (the catalog's first refresh recorded).
-async fn pinned(gw: &Stack) -> bool {
+pub(super) async fn pinned(gw: &Stack) -> bool {
     eventually(Duration::from_secs(15), || async {
         let out = gw.admin_cmd(&["tools", "pending"], "").unwrap();
         if out.contains("plain 6") {
@@ -105,7 +105,7 @@ async fn pinned(gw: &Stack) -> bool {
     .await
 }
 
-fn audit_lines(gw: &Stack) -> Vec<serde_json::Value> {
+pub(super) fn audit_lines(gw: &Stack) -> Vec<serde_json::Value> {
     std::fs::read_to_string(gw.data_dir().join("audit.jsonl"))
         .unwrap_or_default()
         .lines()

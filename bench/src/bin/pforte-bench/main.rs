@@ -30,6 +30,7 @@ pforte-bench: tools/call `whoami` direct to mcp-service vs through pforte (http 
 usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-secs S] [--threads N] [--no-build]
        pforte-bench --nginx [--connections N] [--secs S] [--rounds N] [--threads N] [--no-build]
                     [--nginx-workers N] [--ab BIN] [--a-config TOML] [--b-config TOML]
+                    [--syscall-calls N] [--count-only]
 
   --nginx        side by side with nginx doing the same job (TLS, bearer check, access log,
                  keepalive upstream): direct, nginx http/https, pforte http/https with a static
@@ -50,10 +51,14 @@ usage: pforte-bench [--sessions N] [--calls N] [--rounds N] [--warmup N] [--max-
   --a-config TOML, --b-config TOML
                  top-level pforte.toml lines added to A's or B's config (e.g. 'threads = 1');
                  with --b-config alone, B defaults to the same binary as A
+  --syscall-calls N  (--nginx) calls per target counted under strace (default 1000; 0: none)
+  --count-only   (implies --nginx) only count the system calls, no measured rounds
   --no-build     do not run `cargo build` for pforte and mcp-service first
 
-Socket sends per call are counted with `strace -f -y` in one extra short round per target
-when strace is installed (the measured rounds run without it).";
+System calls per call are counted with `strace -f -y` when strace is installed: per target, after
+the measured rounds (which run without it), --syscall-calls calls one after another on one
+kept-alive connection (after 50 unmeasured ones); sends and reads are the write- and read-family
+calls on sockets, the same on every run.";
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -72,6 +77,10 @@ struct Options {
     ab: Option<PathBuf>,
     a_config: String,
     b_config: Option<String>,
+    /// (--nginx) calls per target counted under strace, one by one (0: none).
+    syscall_calls: usize,
+    /// (--nginx) only the counted calls, no measured rounds.
+    count_only: bool,
 }
 
 impl Options {
@@ -91,6 +100,8 @@ impl Options {
             ab: None,
             a_config: String::new(),
             b_config: None,
+            syscall_calls: 1000,
+            count_only: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -118,6 +129,13 @@ impl Options {
                 "--ab" => {
                     let v = args.next().context("--ab needs a binary")?;
                     o.ab = Some(PathBuf::from(v));
+                    o.nginx = true;
+                }
+                "--syscall-calls" => {
+                    o.syscall_calls = num("--syscall-calls")?.min(100_000) as usize;
+                }
+                "--count-only" => {
+                    o.count_only = true;
                     o.nginx = true;
                 }
                 "--a-config" => o.a_config = args.next().context("--a-config needs TOML")?,

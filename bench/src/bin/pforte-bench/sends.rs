@@ -1,10 +1,13 @@
-//! Socket sends and reads per call: `strace -f -y` attached to a running target for one short
-//! round of load, counting the write-family and the read-family system calls whose file
-//! descriptor is a socket (a read that finds nothing, `EAGAIN`, counts: it is a system call). The
-//! measured rounds run without it (tracing slows a process several-fold); the counts per call do
-//! not depend on speed.
+//! System calls per call: `strace -f -y` attached to a running target (and its child processes,
+//! nginx's workers) while a fixed number of calls go through it one after another on one
+//! kept-alive connection, counting the write-family and the read-family system calls whose file
+//! descriptor is a socket (a read that finds nothing, `EAGAIN`, counts: it is a system call, and
+//! is also counted apart) and every other system call by name. The measured rounds run without
+//! it (tracing slows a process several-fold); one call at a time on one connection makes the
+//! socket counts repeatable — what a call costs, not how the calls happened to overlap.
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -25,26 +28,86 @@ const READ_CALLS: [&str; 6] = ["read", "readv", "recv", "recvfrom", "recvmsg", "
 /// The strace binary on `PATH`.
 pub(crate) struct Strace(PathBuf);
 
-/// What one traced round sent and read.
+/// What one traced run of calls made.
+#[derive(Debug, Default)]
 pub(crate) struct Counted {
     sends: u64,
     reads: u64,
+    /// Of `sends` and `reads`, those on connections to the upstream.
+    upstream_sends: u64,
+    upstream_reads: u64,
+    /// Socket reads that found nothing (`EAGAIN`), also in `reads`.
+    empty_reads: u64,
+    /// Every system call by name (the socket ones included).
+    by_name: BTreeMap<String, u64>,
     calls: u64,
 }
 
-/// Socket system calls per proxied call.
-#[derive(Debug, Clone, Copy)]
+/// System calls per proxied call.
+#[derive(Debug, Clone)]
 pub(crate) struct PerCall {
+    /// Write-family calls on sockets.
     pub(crate) sends: f64,
+    /// Read-family calls on sockets, empty ones included.
     pub(crate) reads: f64,
+    /// Of `sends` and `reads`, those on connections to the upstream (the rest: the client's).
+    pub(crate) upstream_sends: f64,
+    pub(crate) upstream_reads: f64,
+    /// Of `reads`, those that found nothing.
+    pub(crate) empty_reads: f64,
+    /// Every system call.
+    pub(crate) all: f64,
+    /// Every system call by name, per call.
+    pub(crate) by_name: Vec<(String, f64)>,
+    /// CPU µs of the process per call, measured untraced (set by the caller).
+    pub(crate) cpu_us: f64,
 }
 
 impl Counted {
+    /// Counts the lines of `strace -f -yy` output for `calls` calls; a socket whose peer's
+    /// port is `upstream_port` leads to the upstream.
+    fn of_trace(text: &str, calls: u64, upstream_port: u16) -> Self {
+        let upstream = format!(":{upstream_port}]>");
+        let mut c = Self {
+            calls,
+            ..Self::default()
+        };
+        for line in text.lines() {
+            let Some(name) = call_name(line) else {
+                continue;
+            };
+            *c.by_name.entry(name.to_owned()).or_default() += 1;
+            let up = line.split_once("->").is_some_and(|(_, peer)| {
+                peer.starts_with(|c: char| c.is_ascii_digit() || c == '[')
+                    && peer.contains(&upstream)
+            });
+            if is_socket_send(line) {
+                c.sends += 1;
+                c.upstream_sends += u64::from(up);
+            } else if is_socket_read(line) {
+                c.reads += 1;
+                c.upstream_reads += u64::from(up);
+                c.empty_reads += u64::from(line.contains("= -1 EAGAIN"));
+            }
+        }
+        c
+    }
+
     pub(crate) fn per_call(&self) -> PerCall {
         let calls = self.calls.max(1) as f64;
         PerCall {
             sends: self.sends as f64 / calls,
             reads: self.reads as f64 / calls,
+            upstream_sends: self.upstream_sends as f64 / calls,
+            upstream_reads: self.upstream_reads as f64 / calls,
+            empty_reads: self.empty_reads as f64 / calls,
+            all: self.by_name.values().sum::<u64>() as f64 / calls,
+            by_name: self
+                .by_name
+                .iter()
+                .map(|(name, n)| (name.clone(), *n as f64 / calls))
+                .collect(),
+            cpu_us: f64::NAN,
         }
     }
 }
@@ -57,24 +120,19 @@ impl Strace {
             .map(Self)
     }
 
-    /// Traces `pid` and its child processes (nginx's workers) while `load` runs; `load`
-    /// answers how many calls it made.
+    /// Traces every system call of `pid` and its child processes (nginx's workers) while `load`
+    /// runs; `load` answers how many calls it made; the upstream listens on `upstream_port`.
     pub(crate) async fn count(
         &self,
         work: &Path,
         pid: u32,
+        upstream_port: u16,
         load: impl Future<Output = anyhow::Result<u64>>,
     ) -> anyhow::Result<Counted> {
         let out = work.join(format!("strace-{pid}.txt"));
         let pids: Vec<u32> = std::iter::once(pid).chain(children(pid)).collect();
         let mut cmd = Command::new(&self.0);
-        cmd.args(["-f", "-y", "-qq", "-s", "0", "-e", "signal=none", "-e"])
-            .arg(format!(
-                "trace={},{}",
-                SEND_CALLS.join(","),
-                READ_CALLS.join(",")
-            ))
-            .arg("-o")
+        cmd.args(["-f", "-yy", "-qq", "-s", "0", "-e", "signal=none", "-o"])
             .arg(&out);
         for p in &pids {
             cmd.arg("-p").arg(p.to_string());
@@ -106,11 +164,7 @@ impl Strace {
         child.wait().context("waiting for strace")?;
         let calls = calls?;
         let text = std::fs::read_to_string(&out).context("reading strace's output")?;
-        Ok(Counted {
-            sends: text.lines().filter(|l| is_socket_send(l)).count() as u64,
-            reads: text.lines().filter(|l| is_socket_read(l)).count() as u64,
-            calls,
-        })
+        Ok(Counted::of_trace(&text, calls, upstream_port))
     }
 }
 
@@ -148,7 +202,7 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Whether a line of `strace -f -y` output is a send on a socket, e.g.
+/// Whether a line of `strace -f -yy` output is a send on a socket, e.g.
 /// `4242  writev(12<TCP:[127.0.0.1:80->127.0.0.1:5555]>, …) = 230` (a call that strace split
 /// in two is counted by its first half; its `<... resumed>` half has no descriptor).
 fn is_socket_send(line: &str) -> bool {
@@ -160,13 +214,25 @@ fn is_socket_read(line: &str) -> bool {
     is_socket_call(line, &READ_CALLS)
 }
 
-fn is_socket_call(line: &str, calls: &[&str]) -> bool {
+/// The line without its leading process id.
+fn without_pid(line: &str) -> &str {
     let line = line.trim_start();
-    let line = match line.split_once(' ') {
+    match line.split_once(' ') {
         Some((pid, rest)) if pid.bytes().all(|b| b.is_ascii_digit()) => rest.trim_start(),
         _ => line,
-    };
-    let Some((name, args)) = line.split_once('(') else {
+    }
+}
+
+/// The system call a line of `strace -f` output starts (`None` for the second half of a split
+/// call, `<... resumed>`, and for signal and exit lines).
+fn call_name(line: &str) -> Option<&str> {
+    let (name, _) = without_pid(line).split_once('(')?;
+    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .then_some(name)
+}
+
+fn is_socket_call(line: &str, calls: &[&str]) -> bool {
+    let Some((name, args)) = without_pid(line).split_once('(') else {
         return false;
     };
     if !calls.contains(&name) {
@@ -215,5 +281,25 @@ mod tests {
         assert!(!is_socket_read(
             "4242  writev(12<TCP:[127.0.0.1:80->127.0.0.1:5555]>, [...], 2) = 230"
         ));
+    }
+
+    #[test]
+    fn every_call_is_counted_by_name_once() {
+        let trace = "\
+            17 recvfrom(9<TCP:[127.0.0.1:80->127.0.0.1:5555]>, \"\"..., 4096, 0, NULL, NULL) = 312\n\
+            17 recvfrom(9<TCP:[127.0.0.1:80->127.0.0.1:5555]>, 0x7f, 4096, 0, NULL, NULL) = -1 EAGAIN (Resource temporarily unavailable)\n\
+            17 sendto(10<TCP:[127.0.0.1:5556->127.0.0.1:8080]>, \"\"..., 400, MSG_NOSIGNAL, NULL, 0) = 400\n\
+            18 epoll_wait(3<anon_inode:[eventpoll]>, [], 1024, 5 <unfinished ...>\n\
+            17 write(4<anon_inode:[eventfd]>, \"\"..., 8) = 8\n\
+            18 <... epoll_wait resumed>) = 0\n\
+            18 +++ exited with 0 +++\n";
+        let per = Counted::of_trace(trace, 2, 8080).per_call();
+        assert_eq!(
+            (per.sends, per.reads, per.empty_reads, per.all),
+            (0.5, 1.0, 0.5, 2.5)
+        );
+        assert_eq!((per.upstream_sends, per.upstream_reads), (0.5, 0.0));
+        let names: Vec<&str> = per.by_name.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["epoll_wait", "recvfrom", "sendto", "write"]);
     }
 }

@@ -26,8 +26,8 @@ const PROTOCOL: &str = "2025-06-18";
 const OAUTH_USER: &str = "bench";
 const OAUTH_PASSWORD: &str = "bench-password-not-secret";
 
-/// Seconds of the extra, traced round that counts socket sends and reads per call.
-const SENDS_SECS: u64 = 2;
+/// Calls made through a target before its counted calls (connections opened, pools filled).
+const UNCOUNTED_CALLS: usize = 50;
 
 /// A gateway build and configuration under test: one, or two in an A/B run.
 struct Variant {
@@ -782,7 +782,8 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
         generator.name()
     );
     let mut tallies: Vec<Tally> = targets.iter().map(|_| Tally::default()).collect();
-    for round in 0..opts.rounds {
+    let rounds = if opts.count_only { 0 } else { opts.rounds };
+    for round in 0..rounds {
         for k in 0..targets.len() {
             let i = (k + round) % targets.len();
             let t = &targets[i];
@@ -807,33 +808,51 @@ pub(crate) async fn run(dir: &Path, opts: &Options) -> anyhow::Result<bool> {
             );
         }
     }
-    let sends = match sends::Strace::find() {
-        Some(strace) => {
+    let counts = match (opts.syscall_calls, sends::Strace::find()) {
+        (0, _) => None,
+        (_, None) => {
+            println!("strace not installed, system calls per call skipped");
+            None
+        }
+        (n, Some(strace)) => {
+            let upstream_port: u16 = upstream
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .context("the service's port")?;
             let mut per_call = Vec::with_capacity(targets.len());
-            for t in &targets {
-                let load = async {
-                    let round = generator.load(w, t, opts.connections, SENDS_SECS).await?;
-                    Ok(round.requests)
-                };
+            for (i, t) in targets.iter().enumerate() {
+                let http = http_client(t.ca_pem.as_deref());
+                let base = 9_000_000_000 + i as u64 * 1_000_000;
+                one_by_one(t, &http, UNCOUNTED_CALLS, base).await?;
+                // CPU time per call one by one, untraced: what the call costs the process,
+                // however loaded the machine is (10 ms ticks: 4 × n calls keep it to a few %).
+                let cpu0 = tree_cpu(t.pid);
+                let timed = one_by_one(t, &http, 4 * n, base + 500_000).await?;
+                let cpu_us =
+                    tree_cpu(t.pid).saturating_sub(cpu0).as_secs_f64() * 1e6 / timed.max(1) as f64;
+                let load = one_by_one(t, &http, n, base + UNCOUNTED_CALLS as u64);
                 let counted = strace
-                    .count(w, t.pid, load)
+                    .count(w, t.pid, upstream_port, load)
                     .await
-                    .with_context(|| format!("{}: counting socket calls", t.label))?;
-                per_call.push(counted.per_call());
+                    .with_context(|| format!("{}: counting system calls", t.label))?;
+                let mut per = counted.per_call();
+                per.cpu_us = cpu_us;
+                per_call.push(per);
             }
             Some(per_call)
         }
-        None => {
-            println!("strace not installed, sends per call skipped");
-            None
-        }
     };
-    print_report(&targets, &tallies, sends.as_deref(), opts, &generator);
-    if variants.len() > 1 {
-        print_ab(&variants, &targets, &tallies, sends.as_deref());
+    if !opts.count_only {
+        print_report(&targets, &tallies, counts.as_deref(), opts, &generator);
+    }
+    if let Some(counts) = &counts {
+        print_syscalls(&targets, counts, opts.syscall_calls);
+    }
+    if variants.len() > 1 && !opts.count_only {
+        print_ab(&variants, &targets, &tallies, counts.as_deref());
     }
     drop(nginx);
-    Ok(tallies.iter().all(|t| t.errors == 0 && t.requests > 0))
+    Ok(opts.count_only || tallies.iter().all(|t| t.errors == 0 && t.requests > 0))
 }
 
 fn print_report(
@@ -903,8 +922,8 @@ fn print_report(
             tally.pct_ms(50.0),
             tally.pct_ms(99.0),
             tally.cpu_us_per_request(),
-            sends.map_or("-".to_owned(), |s| format!("{:.1}", s[i].sends)),
-            sends.map_or("-".to_owned(), |s| format!("{:.1}", s[i].reads)),
+            sends.map_or("-".to_owned(), |s| format!("{:.2}", s[i].sends)),
+            sends.map_or("-".to_owned(), |s| format!("{:.2}", s[i].reads)),
             ratio(tally.rate(), direct.map(Tally::rate)),
             ratio(tally.rate(), against.map(Tally::rate)),
             ratio(tally.pct_ms(50.0), against.map(|a| a.pct_ms(50.0))),
@@ -915,8 +934,9 @@ fn print_report(
     println!(
         "cpu µs: CPU time of the target's process per request (the service when direct, nginx's \
          master and workers, the gateway), from /proc in 10 ms ticks; sends / reads: write- / \
-         read-family system calls on sockets per request (reads that find nothing included), from \
-         one extra {SENDS_SECS} s round under strace; ÷ngx: against nginx in the same TLS mode"
+         read-family system calls on sockets per request (reads that find nothing included), \
+         counted under strace apart from the measured rounds (below); ÷ngx: against nginx in \
+         the same TLS mode"
     );
     let by_label = |l: &str| {
         targets
@@ -982,6 +1002,74 @@ fn print_report(
         );
     }
     println!();
+}
+
+/// The system calls per call of every target, counted one call at a time.
+fn print_syscalls(targets: &[Target], counts: &[sends::PerCall], calls: usize) {
+    println!(
+        "system calls per call (strace -f -yy on the target's process and its children, {calls} \
+         calls one after another on one kept-alive connection, after {UNCOUNTED_CALLS} \
+         uncounted): sends / reads are the write- / read-family calls on sockets (empty: reads \
+         that found nothing), to the client and to the upstream; all is every system call; cpu µs: \
+         the process's CPU time per call over {} calls one by one before, untraced",
+        4 * calls
+    );
+    println!(
+        "{:<26} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7}   by name (at least 0.05 a call)",
+        "target", "sends", "client", "up", "reads", "client", "up", "empty", "all", "cpu µs"
+    );
+    for (t, c) in targets.iter().zip(counts) {
+        let names: Vec<String> = c
+            .by_name
+            .iter()
+            .filter(|(_, n)| *n >= 0.05)
+            .map(|(name, n)| format!("{name} {n:.2}"))
+            .collect();
+        println!(
+            "{:<26} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>7.1}   {}",
+            t.label,
+            c.sends,
+            c.sends - c.upstream_sends,
+            c.upstream_sends,
+            c.reads,
+            c.reads - c.upstream_reads,
+            c.upstream_reads,
+            c.empty_reads,
+            c.all,
+            c.cpu_us,
+            names.join(", ")
+        );
+    }
+    println!();
+}
+
+/// `n` calls one after another on `http` (one kept-alive connection: each waits for the one
+/// before), JSON-RPC ids from `first_id`; how many were made.
+async fn one_by_one(
+    t: &Target,
+    http: &reqwest::Client,
+    n: usize,
+    first_id: u64,
+) -> anyhow::Result<u64> {
+    let headers = request_headers(t);
+    for k in 0..n as u64 {
+        let body = CALL.replacen("\"id\":2", &format!("\"id\":{}", first_id + k), 1);
+        let mut req = http.post(&t.url).body(body);
+        for (name, value) in &headers {
+            req = req.header(*name, value);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        let body = resp.bytes().await?;
+        if !status.is_success() {
+            bail!(
+                "{}: a counted call answered {status}: {}",
+                t.label,
+                String::from_utf8_lossy(&body)
+            );
+        }
+    }
+    Ok(n as u64)
 }
 
 /// The A/B summary: B's figures over A's, per TLS mode.

@@ -68,6 +68,7 @@ impl Gateway {
                 console::redirect(&format!("/admin/tokens?done={done}"))
             }
             (Page::Tokens, "create") => self.create_token(form, viewer, &audit).await,
+            (Page::Approval(id), _) => self.decide_approval(id, form, viewer, ip).await,
             (Page::Grants, "revoke") => {
                 let id = form.get("grant");
                 let done = match self.oauth.server().revoke_grant_now(id).await {
@@ -78,6 +79,7 @@ impl Gateway {
                 audit("grant_revoke", id, outcome(done));
                 console::redirect(&format!("/admin/grants?done={done}"))
             }
+            (Page::Tools, "approve" | "approve-all") => self.approve_tools(form, &audit).await,
             _ => console::refusal(
                 400,
                 "Invalid form",
