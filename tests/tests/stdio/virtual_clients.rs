@@ -3,8 +3,8 @@
 //! logs every call it gets) and a route that takes each person's own credential (`search`, an
 //! echo server that answers only with the person's `X-Api-Key`, connected once through the
 //! route's own connect link). The Claude Code CLI adds it with one `claude mcp add` line and
-//! `claude mcp list` shows it Connected (a wire tap in front of the gateway shows what the CLI
-//! asked); the official TypeScript SDK client (tests/conformance/virtual-client.cjs) lists every
+//! `claude mcp list` shows it Connected, and a wire tap in front of the gateway shows that its
+//! health check lists the tools and was listed every member's; the official TypeScript SDK client (tests/conformance/virtual-client.cjs) lists every
 //! member's tools and calls one tool of each — the per-user member gets the person's own key.
 //! Also the model-facing catalog's size over these three servers, every tool listed and in
 //! search mode (≤ 6 KB), printed for the note.
@@ -123,10 +123,9 @@ fn node_tools() -> Option<(PathBuf, PathBuf)> {
     }
 }
 
-/// The JSON-RPC messages in what a client sent (each HTTP body on the tapped connections).
-fn sent_messages(tap: &WireTap) -> Vec<Value> {
-    tap.sent_text()
-        .split("\r\n\r\n")
+/// The JSON-RPC messages in `text`, what went one way through a tap (each HTTP body).
+fn messages(text: &str) -> Vec<Value> {
+    text.split("\r\n\r\n")
         .filter_map(|part| {
             let start = part.find("{\"")?;
             serde_json::Deserializer::from_str(&part[start..])
@@ -202,12 +201,25 @@ async fn claude_code_and_the_typescript_sdk_reach_every_members_tools_through_on
         .unwrap();
     let line = out.lines().find(|l| l.contains("team")).unwrap_or_default();
     assert!(line.contains("Connected"), "{out}");
-    let methods: Vec<String> = sent_messages(&tap)
+    let methods: Vec<String> = messages(&tap.sent_text())
         .iter()
         .filter_map(|m| m["method"].as_str().map(str::to_owned))
         .collect();
     eprintln!("claude mcp list sent {methods:?}");
     assert!(methods.iter().any(|m| m == "initialize"), "{methods:?}");
+    // Its health check lists the tools (Claude Code 2.1.332): every member's reached it.
+    assert!(methods.iter().any(|m| m == "tools/list"), "{methods:?}");
+    let answered = messages(&tap.answered_text());
+    let tools = answered
+        .iter()
+        .find_map(|m| m["result"]["tools"].as_array())
+        .unwrap_or_else(|| panic!("no tools/list answer came back: {answered:?}"));
+    let mut names: Vec<String> = tools
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, everything, "what claude was listed");
 
     // The TypeScript SDK: every member's tools listed, one tool of each member called.
     let wanted = json!({
