@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// The most the tap keeps of what was sent upstream.
+/// The most the tap keeps of what was sent upstream (and of what came back).
 const KEEP: usize = 64 * 1024 * 1024;
+
+/// Bytes the tap keeps, shared by its connections.
+type Kept = Arc<Mutex<Vec<u8>>>;
 
 #[derive(Debug)]
 pub struct WireTap {
@@ -109,7 +112,7 @@ impl Drop for WireTap {
 async fn relay(
     client: tokio::net::TcpStream,
     server: tokio::net::TcpStream,
-    (keep, answered): (Arc<Mutex<Vec<u8>>>, Arc<Mutex<Vec<u8>>>),
+    (keep, answered): (Kept, Kept),
 ) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();

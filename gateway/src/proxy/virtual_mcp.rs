@@ -218,6 +218,7 @@ impl Gateway {
                     .bind(&session, ctx.holder(), None)
                     .await
                     .map_err(|_| Rejection::CredentialsUnavailable)?;
+                self.opened_virtual_session(&session, body);
                 // Opening it may have evicted an idle one that holds member sessions.
                 self.sweep_member_sessions(true).await;
                 return Ok(Reply::json(200, &answer).header(SESSION_ID, session));

@@ -5,8 +5,9 @@
 //! denies by argument (the route's 403 naming the rule, the member saw nothing — directly and
 //! through search mode's `call_tool`); a rule without `args` hides a tool from one person's
 //! merged list and `find_tools` and refuses their call; an `approve` rule holds the call (the
-//! official Python SDK gets the link as a tool error), an admin approves it in the console, the
-//! retry passes once and the approval's route is the member route; a tool the member route
+//! official Python SDK gets the link as a tool error, a session that declared URL elicitation
+//! as `-32042`), an admin approves it in the console, the retry passes once and the approval's
+//! route is the member route; a tool the member route
 //! holds (its description changed between starts, `[pinning]` hold) is absent from the merged
 //! list and from `find_tools` and its call is refused until approved.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -292,6 +293,23 @@ async fn an_approve_rule_holds_a_call_through_a_virtual_server_until_a_person_ap
         "{:?}",
         audit_lines(&gw)
     );
+
+    // A session that declared URL elicitation (as Claude Code does) gets the link as -32042,
+    // as on the route.
+    let mut eliciting = gw
+        .mcp_at(&team, &token)
+        .protocol("2025-11-25")
+        .capabilities(json!({"elicitation": {"form": {}, "url": {}}}));
+    eliciting.open().await.unwrap();
+    let other = json!({"text": "approve-something-else"});
+    let asked = rpc_answer(eliciting.call_tool("plain_echo", other).await).await;
+    assert_eq!(asked["error"]["code"], -32042, "{asked}");
+    let link = asked["error"]["data"]["elicitations"][0]["url"].as_str();
+    assert!(
+        link.is_some_and(|l| l.contains("/admin/approvals/")),
+        "{asked}"
+    );
+    assert_eq!(logged(&calls), ["echo"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

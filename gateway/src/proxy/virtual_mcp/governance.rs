@@ -7,7 +7,8 @@
 //! leaves out — a tool the policy does not list for the caller or the route holds (`listed`), a
 //! tool a rule without `args` denies the caller (`hidden_by_rules`, the person's attributes
 //! fetched once per list), and in mode `hold` a definition that is not the approved one
-//! (`Pins::listing`, an unseen one recorded after as the route's list filter does).
+//! (`Pins::listing`, an unseen one recorded after as the route's list filter does). A session
+//! whose client declared URL elicitation is noted, so a held call's link takes the form it reads.
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,7 +16,8 @@ use pingora::http::RequestHeader;
 
 use super::super::{Gateway, rules::Attributes};
 use crate::{
-    auth::Principal, mcp::Message, pins::Listing, reply::Rejection, virtual_server::Entry,
+    auth::Principal, credentials::answer, mcp::Message, pins::Listing, reply::Rejection,
+    virtual_server::Entry,
 };
 
 /// What one caller's list through a virtual server may show, gathered once per list.
@@ -89,6 +91,15 @@ impl Gateway {
                 .attributes
                 .as_ref()
                 .is_some_and(|a| self.hidden_by_rules(view.principal, a, route, tool, view.ip))
+    }
+
+    /// A virtual server's session `id` just opened by the `initialize` `body`: a client that
+    /// declared URL-mode elicitation is noted, as on a route, so a held call's link reaches it
+    /// as `-32042` (`hold_for_approval`).
+    pub(super) fn opened_virtual_session(&self, id: &str, body: &[u8]) {
+        if answer::declares_url_elicitation(body) {
+            self.edge.credentials.note_eliciting(id);
+        }
     }
 
     /// The member route's steps after its policy for a call through a virtual server (`body`
