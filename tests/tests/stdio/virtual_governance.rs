@@ -4,7 +4,8 @@
 //! (tests/fixtures/stdio/plain_server.py, which logs every call it gets): a `[[policy]]` rule
 //! denies by argument (the route's 403 naming the rule, the member saw nothing — directly and
 //! through search mode's `call_tool`); a rule without `args` hides a tool from one person's
-//! merged list and `find_tools` and refuses their call; an `approve` rule holds the call (the
+//! merged list and `find_tools` and refuses their call, and a member whose rules refuse a person
+//! its `tools/list` adds nothing to their merged list; an `approve` rule holds the call (the
 //! official Python SDK gets the link as a tool error, a session that declared URL elicitation
 //! as `-32042`), an admin approves it in the console, the retry passes once and the approval's
 //! route is the member route; a tool the member route
@@ -51,6 +52,17 @@ fn bob_reads_nothing() -> PolicyRule {
     )
     .message("Bob does not read plans.");
     rule.routes = vec!["mcp".to_owned()];
+    rule
+}
+
+/// Refuses carol the list of `plain` (a rule on the method, not on a tool).
+fn carol_lists_no_plain() -> PolicyRule {
+    let mut rule = PolicyRule::new(
+        "carol-lists-no-plain",
+        r#"user.name == "carol" && method == "tools/list""#,
+        "deny",
+    );
+    rule.routes = vec!["plain".to_owned()];
     rule
 }
 
@@ -104,7 +116,8 @@ async fn member_rules_deny_by_argument_and_hide_tools_through_a_virtual_server()
     let builder = Stack::builder()
         .plain_http()
         .policy(no_secret_echo())
-        .policy(bob_reads_nothing());
+        .policy(bob_reads_nothing())
+        .policy(carol_lists_no_plain());
     let (gw, _dir, calls) = start_with(builder, &format!("{TEAM}\n{FIND}")).await;
     let alice = gw.create_token("alice").await.unwrap();
     let team = gw.route_url("team");
@@ -193,6 +206,19 @@ async fn member_rules_deny_by_argument_and_hide_tools_through_a_virtual_server()
     let read = json!({"document": "open-plan-0001"});
     let hidden = refused(bobs.call_tool("mcp_werkbaum_read", read).await, 403).await;
     assert_eq!(hidden["rule"], "bob-reads-nothing", "{hidden}");
+
+    // A rule that refuses carol `plain`'s tools/list: the route refuses her list, and that member
+    // adds no tool to her merged list (mcp-service's 13 stay).
+    let carol = gw.create_token("carol").await.unwrap();
+    let mut on_route = gw.mcp_at(&gw.route_url("plain"), &carol);
+    on_route.open().await.unwrap();
+    let list = on_route.request("tools/list", json!({})).await;
+    assert_eq!(refused(list, 403).await["rule"], "carol-lists-no-plain");
+    let mut carols = gw.mcp_at(&team, &carol);
+    carols.open().await.unwrap();
+    let listed = names(&carols).await;
+    assert_eq!(listed.len(), 13, "{listed:?}");
+    assert!(listed.iter().all(|n| n.starts_with("mcp_")), "{listed:?}");
 }
 
 const ROOT: &str = "root";

@@ -4,9 +4,10 @@
 //! `check_pinned` and `check_rules` on the member's own tool name and the call's arguments (a
 //! `deny` is the route's refusal, an `approve` the route's held call, its approval's `route` the
 //! member route); a `tools/list` (or `find_tools`) leaves out what the member route's list
-//! leaves out — a tool the policy does not list for the caller or the route holds (`listed`), a
-//! tool a rule without `args` denies the caller (`hidden_by_rules`, the person's attributes
-//! fetched once per list), and in mode `hold` a definition that is not the approved one
+//! leaves out — every tool of a member whose rules refuse the caller its `tools/list`
+//! (`refuses_list`), a tool the policy does not list for the caller or the route holds
+//! (`listed`), a tool a rule without `args` denies the caller (`hidden_by_rules`, the person's
+//! attributes fetched once per list), and in mode `hold` a definition that is not the approved one
 //! (`Pins::listing`, an unseen one recorded after as the route's list filter does). A session
 //! whose client declared URL elicitation is noted, so a held call's link takes the form it reads.
 
@@ -24,8 +25,10 @@ use crate::{
 pub(super) struct ListView<'a> {
     principal: &'a Principal,
     ip: Option<std::net::IpAddr>,
-    /// The person's attributes, when a `[[policy]]` rule without `args` applies on a member.
+    /// The person's attributes, when a `[[policy]]` rule applies on a member.
     attributes: Option<Attributes>,
+    /// Member routes whose rules refuse the caller their `tools/list`: they add no tool.
+    refused: HashSet<usize>,
     /// Per member route, its tools (by its own name) whose listed definition is not the
     /// approved one.
     cut: HashMap<usize, HashSet<String>>,
@@ -33,8 +36,9 @@ pub(super) struct ListView<'a> {
 
 impl Gateway {
     /// The [`ListView`] of `principal` (from `ip`) over member routes `routes`: the attributes
-    /// read once when a rule may hide a tool on one of them; in mode `hold` each member's
-    /// listed definitions compared with the approved ones (an unseen one recorded).
+    /// read once when a rule applies on one of them, the members whose rules refuse the caller
+    /// their `tools/list`; in mode `hold` each member's listed definitions compared with the
+    /// approved ones (an unseen one recorded).
     pub(super) async fn list_view<'a>(
         &self,
         principal: &'a Principal,
@@ -46,11 +50,18 @@ impl Gateway {
                 .iter()
                 .filter_map(|&r| Some((r, self.settings.routes.get(r)?.name.as_str())))
         };
-        let attributes = if names().any(|(_, name)| self.settings.rules.filters_lists(name)) {
+        let rules = &self.settings.rules;
+        let attributes = if names().any(|(_, name)| rules.covers(name)) {
             Some(self.attributes(principal).await?)
         } else {
             None
         };
+        let refused = attributes.as_ref().map_or_else(HashSet::new, |a| {
+            names()
+                .filter(|(r, name)| rules.covers(name) && self.refuses_list(principal, a, *r, ip))
+                .map(|(r, _)| r)
+                .collect()
+        });
         let mut cut = HashMap::new();
         if self.edge.pins.screens() {
             for (route, name) in names() {
@@ -76,6 +87,7 @@ impl Gateway {
             principal,
             ip,
             attributes,
+            refused,
             cut,
         })
     }
@@ -85,6 +97,7 @@ impl Gateway {
     pub(super) fn lists(&self, view: &ListView<'_>, route: usize, entry: &Entry) -> bool {
         let tool = entry.original.as_str();
         route < self.routes.len()
+            && !view.refused.contains(&route)
             && self.listed(view.principal, route, tool, entry.annotation())
             && !view.cut.get(&route).is_some_and(|c| c.contains(tool))
             && !view
