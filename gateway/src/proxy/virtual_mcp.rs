@@ -8,6 +8,7 @@
 //! member session `members.rs` holds for the downstream session), search mode's `find_tools`
 //! and `call_tool`, `ping`, and `DELETE` (the member sessions ended).
 
+mod governance;
 mod members;
 mod resources;
 
@@ -23,7 +24,6 @@ use super::{
     mcp_headers::check_mcp_headers,
 };
 use crate::{
-    auth::Principal,
     catalog::CatalogError,
     config::Virtual,
     credentials::Missing,
@@ -36,6 +36,7 @@ use crate::{
     },
 };
 
+use governance::ListView;
 pub(super) use members::MemberSessions;
 
 /// JSON-RPC: the method is not served here.
@@ -217,6 +218,7 @@ impl Gateway {
                     .bind(&session, ctx.holder(), None)
                     .await
                     .map_err(|_| Rejection::CredentialsUnavailable)?;
+                self.opened_virtual_session(&session, body);
                 // Opening it may have evicted an idle one that holds member sessions.
                 self.sweep_member_sessions(true).await;
                 return Ok(Reply::json(200, &answer).header(SESSION_ID, session));
@@ -224,7 +226,8 @@ impl Gateway {
             "ping" => result(&id, json!({})),
             "tools/list" => {
                 let (map, routes) = self.virtual_map(v);
-                let may = |e: &Entry| self.may_call(&principal, routes[e.member], e);
+                let view = self.list_view(&principal, &routes, ctx.client_ip).await?;
+                let may = |e: &Entry| self.may_call(&view, routes[e.member], e);
                 result(&id, tools_list(&v.server, &map, may))
             }
             "tools/call" => {
@@ -273,13 +276,10 @@ impl Gateway {
         (name_map(&v.server, &catalogs).0, routes)
     }
 
-    /// Whether `principal` may call `entry` (its member's route `route`): what the list shows.
-    fn may_call(&self, principal: &Principal, route: usize, entry: &Entry) -> bool {
-        !self.settings.admission.tool_policy
-            || self.routes.get(route).is_some_and(|r| {
-                r.policy
-                    .may_list(principal, &entry.original, entry.annotation())
-            })
+    /// Whether the caller of `view` is listed or found `entry` (of its member's route `route`):
+    /// what that route's own list would show them (`governance.rs`).
+    fn may_call(&self, view: &ListView<'_>, route: usize, entry: &Entry) -> bool {
+        self.lists(view, route, entry)
     }
 
     /// `tools/call` on the virtual server: search mode's own tools answered, any other name
@@ -298,8 +298,9 @@ impl Gateway {
         if v.server.search && (shown == FIND_TOOLS || shown == CALL_TOOL) {
             let parsed: Value = serde_json::from_slice(&body).unwrap_or_default();
             let arguments = &parsed["params"]["arguments"];
-            let may = |e: &Entry| self.may_call(&principal, routes[e.member], e);
             if shown == FIND_TOOLS {
+                let view = self.list_view(&principal, &routes, ctx.client_ip).await?;
+                let may = |e: &Entry| self.may_call(&view, routes[e.member], e);
                 let query = arguments["query"].as_str().unwrap_or_default();
                 let found = find_tools(&map, query, arguments["limit"].as_u64(), may);
                 return Ok(result(id, find_tools_result(found)));
@@ -331,7 +332,9 @@ impl Gateway {
                 .decide(&principal, &inner, entry.annotation())
                 .map_err(Rejection::Forbidden)?;
         }
-        self.check_pinned(&inner, route)?;
+        // The member route's pins and `[[policy]]` rules, on its own name and the arguments.
+        let ip = ctx.client_ip;
+        (self.govern_call(req, (&body, &inner), &principal, route, ip)).await?;
         // The member's `Mcp-Param-*` declaration, on the arguments the member gets.
         self.check_params(req, (&body, &inner), route, &entry.original)?;
         let member = &self.settings.routes[route].name;

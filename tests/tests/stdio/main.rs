@@ -13,4 +13,6 @@ mod stdio_bridge;
 mod stdio_bytes;
 mod stdio_routes;
 mod virtual_check;
+mod virtual_clients;
+mod virtual_governance;
 mod virtual_serve;

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use super::stdio_routes::fixture;
 
 /// The virtual server of the first test: default prefixes over both members.
-const TEAM: &str =
+pub(super) const TEAM: &str =
     "[[virtual]]\nname = \"team\"\ntitle = \"Team tools\"\nmembers = [\"mcp\", \"plain\"]\n";
 
 /// A gateway over mcp-service (`mcp`) and the stdio route `plain` (its calls logged to the
@@ -36,7 +36,10 @@ async fn start(virtuals: &str) -> (Stack, tempfile::TempDir, PathBuf) {
 }
 
 /// [`start`] from `builder`.
-async fn start_with(builder: StackBuilder, virtuals: &str) -> (Stack, tempfile::TempDir, PathBuf) {
+pub(super) async fn start_with(
+    builder: StackBuilder,
+    virtuals: &str,
+) -> (Stack, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     pforte_tests::open_to_children(&dir.path().join("log"));
     let calls = dir.path().join("log").join("calls");
@@ -60,7 +63,7 @@ async fn start_with(builder: StackBuilder, virtuals: &str) -> (Stack, tempfile::
 }
 
 /// The tool names the stdio server logged, one per call it got.
-fn logged(calls: &Path) -> Vec<String> {
+pub(super) fn logged(calls: &Path) -> Vec<String> {
     std::fs::read_to_string(calls)
         .unwrap_or_default()
         .lines()
@@ -69,7 +72,7 @@ fn logged(calls: &Path) -> Vec<String> {
 }
 
 /// Lists `client`'s tools until `n` are listed (both members' catalogs loaded).
-async fn until_listed(client: &McpClient, n: usize) {
+pub(super) async fn until_listed(client: &McpClient, n: usize) {
     let loaded = eventually(Duration::from_secs(20), || async {
         if client.list_tools().await.len() == n {
             return true;
