@@ -13,4 +13,7 @@ mod stdio_bridge;
 mod stdio_bytes;
 mod stdio_routes;
 mod virtual_check;
+mod virtual_check_lists;
+mod virtual_console;
+mod virtual_members;
 mod virtual_serve;
