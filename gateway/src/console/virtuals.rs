@@ -56,6 +56,7 @@ pub(crate) fn virtuals_section(rows: &[VirtualRow]) -> String {
     if rows.is_empty() {
         return String::new();
     }
+    // The members in one block: on a phone a cell's children sit beside its label.
     let body: String = rows
         .iter()
         .map(|v| {
@@ -64,8 +65,8 @@ pub(crate) fn virtuals_section(rows: &[VirtualRow]) -> String {
                 None => "all tools listed".to_owned(),
             };
             format!(
-                "<tr><td>{name}{title}</td><td><code>{path}</code></td><td>{members}</td>\
-                 <td>{tools}</td><td>{mode}</td></tr>",
+                "<tr><td><div>{name}{title}</div></td><td><code>{path}</code></td>\
+                 <td><div>{members}</div></td><td>{tools}</td><td>{mode}</td></tr>",
                 name = escape(&v.name),
                 title = v
                     .title
