@@ -1,7 +1,7 @@
 //! A virtual server's per-user member whose person has not connected it (issue 42 point 4),
 //! answered as the member route answers before the connection: a call of one of its tools (or
-//! of its connect tool, `<prefix>connect`), a `resources/read` or a `prompts/get` gets the
-//! member's connect prompt (`credentials/answer.rs`: a tool error with the single-use link,
+//! of its connect tool, `<prefix>connect`) gets the member's connect prompt (so does a
+//! `resources/read` or `prompts/get` routed to it, though its lists stay empty until then) (`credentials/answer.rs`: a tool error with the single-use link,
 //! `-32042` for a client whose `initialize` declared URL elicitation, else a JSON-RPC error
 //! naming the link); `tools/list` shows the member's connect tool in place of its tools. The
 //! other members are untouched.
