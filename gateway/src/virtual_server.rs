@@ -10,8 +10,10 @@
 //! - `lists.rs`: merged `tools/list`, `resources/list`, `resources/templates/list`,
 //!   `prompts/list`, the member of a resource URI, and a `tools/call` body with its name
 //!   rewritten (the only bytes changed);
-//! - `search.rs`: search mode's `find_tools` and `call_tool`, and the catalog's size.
+//! - `search.rs`: search mode's `find_tools` and `call_tool`, and the catalog's size;
+//! - `connect.rs`: a per-user member whose person has not connected, in that person's list.
 
+mod connect;
 mod lists;
 mod names;
 mod search;
@@ -22,6 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub(crate) use connect::{connect_member, connect_name, without_unconnected};
 pub(crate) use lists::{MemberLists, Merged, merge, rewrite_call_name};
 pub(crate) use names::{Entry, MemberCatalog, NameMap, Problem, name_map};
 pub(crate) use search::{

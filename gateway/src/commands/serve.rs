@@ -3,6 +3,7 @@
 //! without a store only when told to create one (`--init`, `PFORTE_INIT=1`): a mistyped or
 //! unmounted data dir is refused instead of becoming a new, empty store where every token fails.
 
+mod member_lists;
 mod virtuals;
 
 use std::{
@@ -132,7 +133,8 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
     let records = vault_records(&s)?;
     let existing = matches!(start, Ok(StoreStart::Existing | StoreStart::Redis));
     let recorded = recorded_tools(&s, existing);
-    let (virtual_lines, problems) = virtuals::describe(&s, recorded.as_ref());
+    let asked = member_lists::ask_members(&s);
+    let (virtual_lines, problems) = virtuals::describe(&s, recorded.as_ref(), &asked);
     if !problems.is_empty() {
         return Err(super::bad_config(problems.join("; ")));
     }

@@ -151,6 +151,12 @@ impl Gateway {
         }
     }
 
+    /// The virtual server's name (`[[virtual]]`) for a request to one.
+    fn virtual_name(&self, ctx: &RequestCtx) -> Option<&str> {
+        let v = self.settings.virtuals.get(ctx.virtual_server?)?;
+        Some(v.server.name.as_str())
+    }
+
     /// The audit line of one `/mcp` request, when it names something or was refused.
     fn audit(&self, req: &RequestHeader, ctx: &RequestCtx, status: u16) {
         let Some(log) = &self.edge.audit else { return };
@@ -167,6 +173,11 @@ impl Gateway {
             time_ms: ctx.arrived_ms,
             request_id: &ctx.request_id,
             route: self.route_name(ctx).unwrap_or(DEFAULT_ROUTE),
+            virtual_server: self.virtual_name(ctx),
+            member: ctx
+                .member
+                .and_then(|(i, _)| self.settings.routes.get(i))
+                .map(|r| r.name.as_str()),
             principal: ctx.principal.as_ref().map(AuditPrincipal::from),
             method,
             name: target,
@@ -204,6 +215,13 @@ impl Gateway {
                 || self.settings.limits.tools.contains_key(tool);
             self.metrics
                 .tool_call(i, tool, known, metrics::tool_decision(ctx.refused));
+        }
+        if let (Some(name), Some((member, outcome))) = (self.virtual_name(ctx), ctx.member) {
+            let outcome = match (ctx.refused, outcome) {
+                (Some(_), _) => metrics::VirtualOutcome::Refused,
+                (None, outcome) => outcome.unwrap_or(metrics::VirtualOutcome::Error),
+            };
+            self.metrics.virtual_call(name, member, outcome);
         }
         ctx.stream = None;
     }

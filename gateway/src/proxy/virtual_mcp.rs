@@ -8,6 +8,7 @@
 //! member session `members.rs` holds for the downstream session), search mode's `find_tools`
 //! and `call_tool`, `ping`, and `DELETE` (the member sessions ended).
 
+mod connect;
 mod governance;
 mod members;
 mod resources;
@@ -29,6 +30,7 @@ use crate::{
     credentials::Missing,
     forward,
     mcp::{self, Kind, Message},
+    metrics::VirtualOutcome,
     reply::{Rejection, Reply},
     virtual_server::{
         CALL_TOOL, Entry, FIND_TOOLS, MemberCatalog, NameMap, find_tools, find_tools_result,
@@ -228,11 +230,22 @@ impl Gateway {
                 let (map, routes) = self.virtual_map(v);
                 let view = self.list_view(&principal, &routes, ctx.client_ip).await?;
                 let may = |e: &Entry| self.may_call(&view, routes[e.member], e);
-                result(&id, tools_list(&v.server, &map, may))
+                let list = tools_list(&v.server, &map, may);
+                let list = self.with_connect_tools(v, (&map, &routes), ctx, list).await;
+                result(&id, list)
             }
             "tools/call" => {
-                let call = (body.to_vec(), &message, &id);
-                self.virtual_call(v, (req, call), downstream, ctx).await?
+                let asked = (message.tool().unwrap_or_default(), &message);
+                match self.connect_call(v, asked, downstream, ctx).await? {
+                    Some((route, prompt)) => {
+                        ctx.member = Some((route, Some(VirtualOutcome::Connect)));
+                        prompt
+                    }
+                    None => {
+                        let call = (body.to_vec(), &message, &id);
+                        self.virtual_call(v, (req, call), downstream, ctx).await?
+                    }
+                }
             }
             "resources/list"
             | "resources/templates/list"
@@ -253,7 +266,7 @@ impl Gateway {
 
     /// The name map over the members' catalogs as last listed, and each member's route index
     /// (`usize::MAX`: none, which validation rules out).
-    fn virtual_map(&self, v: &Virtual) -> (NameMap, Vec<usize>) {
+    pub(super) fn virtual_map(&self, v: &Virtual) -> (NameMap, Vec<usize>) {
         let routes: Vec<usize> = v
             .server
             .members
@@ -318,6 +331,7 @@ impl Gateway {
             return Ok(error(id, INVALID_PARAMS, format!("Unknown tool: {shown}")));
         };
         let route = routes[entry.member];
+        ctx.member = Some((route, None));
         let Some(body) = rewrite_call_name(&body, &entry.original) else {
             return Ok(error(
                 id,
@@ -340,15 +354,14 @@ impl Gateway {
         let member = &self.settings.routes[route].name;
         (self.tool_budget(&entry.original, member, &ctx.person_key)).await?;
         match self.to_member(route, body, id, downstream, ctx).await? {
-            Some(answer) => Ok(answer),
+            Some(answer) => {
+                ctx.member = Some((route, Some(VirtualOutcome::of_answer(&answer))));
+                Ok(answer)
+            }
+            // Not connected: the member route's connect prompt, for this member only.
             None => {
-                let text = format!(
-                    "{} needs your own credential for {}: connect it at /connections",
-                    shown, self.settings.routes[route].name
-                );
-                let tool_error =
-                    json!({"content": [{"type": "text", "text": text}], "isError": true});
-                Ok(result(id, tool_error))
+                ctx.member = Some((route, Some(VirtualOutcome::Connect)));
+                self.member_prompt(route, message, downstream, ctx).await
             }
         }
     }

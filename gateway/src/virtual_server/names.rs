@@ -53,7 +53,8 @@ pub(crate) struct NameMap {
 pub(crate) enum Problem {
     #[error(
         "{kind} name {shown:?} is shown for {first_route}'s {first:?} and {second_route}'s \
-         {second:?}: set a prefix, or rename or hide one ([virtual.tools.{shown}])"
+         {second:?}: {}",
+        fix(kind, shown)
     )]
     Collision {
         kind: &'static str,
@@ -93,6 +94,15 @@ pub(crate) enum Problem {
         first_route: String,
         second_route: String,
     },
+}
+
+/// How to end a collision of two `kind`s (`tool` or `prompt`) under the shown name `shown`: a
+/// tool can be renamed or hidden, a prompt only shown under another prefix.
+fn fix(kind: &str, shown: &str) -> String {
+    match kind {
+        "tool" => format!("set a prefix, or rename or hide one ([virtual.tools.{shown}])"),
+        _ => "give one of the two members another prefix ([virtual.prefix])".to_owned(),
+    }
 }
 
 /// The cautious value of an annotation hint: the spec's default, the one that asks more of a

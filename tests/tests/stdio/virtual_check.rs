@@ -30,7 +30,7 @@ async fn recorded(gw: &Stack) -> bool {
 
 /// `pforte check` of the gateway's own configuration with `virtual` after it: (success,
 /// stdout, stderr).
-fn check_with(gw: &Stack, dir: &Path, virtual_toml: &str) -> (bool, String, String) {
+pub(super) fn check_with(gw: &Stack, dir: &Path, virtual_toml: &str) -> (bool, String, String) {
     let base = std::fs::read_to_string(gw.config_path()).unwrap();
     let config = dir.join("pforte.toml");
     std::fs::write(&config, format!("{base}\n{virtual_toml}")).unwrap();

@@ -14,6 +14,7 @@ use crate::{
     auth::Principal,
     config::Virtual,
     mcp::{self, Message},
+    metrics::VirtualOutcome,
     proxy::{Gateway, RequestCtx},
     reply::Rejection,
     virtual_server::{MemberLists, Merged, merge, rewrite_call_name},
@@ -65,7 +66,7 @@ impl Gateway {
         v: &Virtual,
         (body, message, id): (&[u8], &Message, &Value),
         downstream: Option<&str>,
-        ctx: &RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<Value, Rejection> {
         let principal = ctx.principal.clone().ok_or(Rejection::Internal)?;
         let (merged, routes) = self
@@ -104,20 +105,25 @@ impl Gateway {
             },
         };
         let route = routes[member];
+        ctx.member = Some((route, None));
         let inner = mcp::inspect(&body).map_err(Rejection::Malformed)?;
         if self.settings.admission.tool_policy {
             self.authorize(&principal, &inner, route).await?;
         }
-        match self.to_member(route, body, id, downstream, ctx).await? {
-            Some(answer) => Ok(answer),
-            None => {
-                let name = &self.settings.routes[route].name;
-                let text = format!(
-                    "{target} needs your own credential for {name}: connect it at /connections"
-                );
-                Ok(error(id, super::INTERNAL_ERROR, text))
+        let (answer, outcome) = match self.to_member(route, body, id, downstream, ctx).await? {
+            Some(answer) => {
+                let outcome = VirtualOutcome::of_answer(&answer);
+                (answer, outcome)
             }
-        }
+            // Not connected: the member route's connect prompt (a JSON-RPC error naming the
+            // link, or -32042).
+            None => (
+                self.member_prompt(route, message, downstream, ctx).await?,
+                VirtualOutcome::Connect,
+            ),
+        };
+        ctx.member = Some((route, Some(outcome)));
+        Ok(answer)
     }
 
     /// The members' lists `wanted` merged, and each member's route index. A member the caller
