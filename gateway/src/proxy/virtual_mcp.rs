@@ -313,7 +313,14 @@ impl Gateway {
             let arguments = &parsed["params"]["arguments"];
             if shown == FIND_TOOLS {
                 let view = self.list_view(&principal, &routes, ctx.client_ip).await?;
-                let may = |e: &Entry| self.may_call(&view, routes[e.member], e);
+                // A per-user member the caller has not connected shows its connect tool in
+                // the list, not its tools here.
+                let mut waiting = Vec::new();
+                for &route in &routes {
+                    waiting.push(self.unconnected(route, ctx).await.is_some());
+                }
+                let may =
+                    |e: &Entry| !waiting[e.member] && self.may_call(&view, routes[e.member], e);
                 let query = arguments["query"].as_str().unwrap_or_default();
                 let found = find_tools(&map, query, arguments["limit"].as_u64(), may);
                 return Ok(result(id, find_tools_result(found)));

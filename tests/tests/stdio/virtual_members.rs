@@ -19,9 +19,10 @@ use pforte_tests::{
 };
 use serde_json::{Value, json};
 
-/// The virtual server: both members under their default prefixes.
-const TEAM: &str =
-    "[[virtual]]\nname = \"team\"\ntitle = \"Team tools\"\nmembers = [\"mcp\", \"search\"]\n";
+/// The virtual servers: both members under their default prefixes, listed (`team`) and in
+/// search mode (`found`).
+const TEAM: &str = "[[virtual]]\nname = \"team\"\ntitle = \"Team tools\"\nmembers = [\"mcp\", \"search\"]\n\
+    [[virtual]]\nname = \"found\"\nmembers = [\"mcp\", \"search\"]\nsearch = true\n";
 
 /// A plain-HTTP gateway over mcp-service (`mcp`) and `search` (`echo`, each user's
 /// `X-Api-Key`), restarted with [`TEAM`] appended to its configuration.
@@ -64,7 +65,12 @@ async fn listed_when(client: &McpClient, done: impl Fn(&[String]) -> bool) -> Ve
 
 /// `tools/call TOOL {}` on `client`: the JSON-RPC answer (panics unless 200).
 async fn call(client: &McpClient, tool: &str) -> Value {
-    let resp = client.call_tool(tool, json!({})).await;
+    call_with(client, tool, json!({})).await
+}
+
+/// `tools/call TOOL ARGS` on `client`: the JSON-RPC answer (panics unless 200).
+async fn call_with(client: &McpClient, tool: &str, args: Value) -> Value {
+    let resp = client.call_tool(tool, args).await;
     assert_eq!(resp.status(), 200, "tools/call {tool}");
     rpc_answer(resp).await
 }
@@ -173,6 +179,20 @@ async fn a_member_not_connected_asks_for_itself_only_and_works_once_connected() 
         .filter(|s| s.rpc_method.as_deref() == Some("tools/call"))
         .count();
     assert_eq!(calls, 1, "only hana's call reached the member");
+
+    // Search mode: `find_tools` finds none of the member's tools for a person not connected
+    // to it, and finds them for one who is.
+    let found = gw.route_url("found");
+    let find = |client: McpClient| async move {
+        let mut client = client;
+        client.open().await.unwrap();
+        let answer = call_with(&client, "find_tools", json!({"query": "echo"})).await;
+        answer.to_string()
+    };
+    let theirs = find(gw.mcp_at(&found, &ivo)).await;
+    assert!(!theirs.contains("search_echo"), "{theirs}");
+    let hanas = find(gw.mcp_at(&found, &hana)).await;
+    assert!(hanas.contains("search_echo"), "{hanas}");
 
     // A refused call (a read-only token, a writing tool): counted, audited, never sent.
     let ro = gw
