@@ -26,6 +26,7 @@ mod filter;
 mod follow;
 mod lending;
 mod member;
+mod member_stream;
 pub(crate) mod sse;
 
 use std::{
@@ -51,6 +52,7 @@ pub(crate) use lending::Lender;
 use lending::Lent;
 pub(crate) use member::Extra;
 use member::{into_result, read_answer};
+pub(crate) use member_stream::{MemberAnswer, MemberEvents};
 
 use crate::{forward::header, param_headers::ParamHeader, pins::Pins};
 

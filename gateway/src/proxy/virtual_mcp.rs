@@ -5,11 +5,15 @@
 //! catalogs under the name map, filtered by each member route's policy), `tools/call` (the
 //! name looked up — an unknown one answered before any member is touched —, decided by the
 //! member route's policy on the member's own name, then sent with its name rewritten on the
-//! member session `members.rs` holds for the downstream session), search mode's `find_tools`
-//! and `call_tool`, `ping`, and `DELETE` (the member sessions ended).
+//! member session `members.rs` holds for the downstream session; a member's event stream
+//! relayed as one, its requests to the client mapped: `stream.rs`), search mode's `find_tools`
+//! and `call_tool`, `ping`, a client's answer to a member's request (`stream.rs`), and `DELETE`
+//! (the member sessions ended).
 
+mod asks;
 mod members;
 mod resources;
+mod stream;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -36,7 +40,9 @@ use crate::{
     },
 };
 
+pub(super) use asks::Asks;
 pub(super) use members::MemberSessions;
+use stream::{Answered, Called};
 
 /// JSON-RPC: the method is not served here.
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -136,7 +142,11 @@ impl Gateway {
                 .virtual_message(v, (session.req_header(), &body), downstream.as_deref(), ctx)
                 .await
             {
-                Ok(reply) => Outcome::Answer(reply),
+                Ok(Answered::Reply(reply)) => Outcome::Answer(reply),
+                Ok(Answered::Relay(relay)) => {
+                    self.relay_member_stream(session, *relay, ctx).await?;
+                    Outcome::Relayed
+                }
                 Err(rejection) => Outcome::Refuse(rejection),
             },
         )
@@ -191,15 +201,18 @@ impl Gateway {
         (req, body): (&RequestHeader, &Bytes),
         downstream: Option<&str>,
         ctx: &mut RequestCtx,
-    ) -> Result<Reply, Rejection> {
+    ) -> Result<Answered, Rejection> {
         let message = mcp::inspect(body).map_err(Rejection::Malformed)?;
         ctx.mcp.message = Some(message.clone());
         // The body steps' header match: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
         // say what the body says (the name the virtual server shows).
         check_mcp_headers(req, &message)?;
         self.sweep_member_sessions(false).await;
+        if message.kind == Kind::Response {
+            return Ok(self.client_answer(body, &message, downstream).await?.into());
+        }
         if message.kind != Kind::Request {
-            return Ok(Reply::empty(202));
+            return Ok(Reply::empty(202).into());
         }
         let id: Value = serde_json::from_str(&message.id).unwrap_or(Value::Null);
         let principal = ctx.principal.clone().ok_or(Rejection::Internal)?;
@@ -209,7 +222,7 @@ impl Gateway {
                 let requested = parsed["params"]["protocolVersion"].as_str();
                 let answer = result(&id, initialize_result(v, requested));
                 if ctx.in_session {
-                    return Ok(Reply::json(200, &answer));
+                    return Ok(Reply::json(200, &answer).into());
                 }
                 let session = uuid::Uuid::new_v4().simple().to_string();
                 self.edge
@@ -219,7 +232,7 @@ impl Gateway {
                     .map_err(|_| Rejection::CredentialsUnavailable)?;
                 // Opening it may have evicted an idle one that holds member sessions.
                 self.sweep_member_sessions(true).await;
-                return Ok(Reply::json(200, &answer).header(SESSION_ID, session));
+                return Ok(Reply::json(200, &answer).header(SESSION_ID, session).into());
             }
             "ping" => result(&id, json!({})),
             "tools/list" => {
@@ -229,7 +242,10 @@ impl Gateway {
             }
             "tools/call" => {
                 let call = (body.to_vec(), &message, &id);
-                self.virtual_call(v, (req, call), downstream, ctx).await?
+                match self.virtual_call(v, (req, call), downstream, ctx).await? {
+                    Called::Whole(answer) => answer,
+                    Called::Events(relay) => return Ok(Answered::Relay(relay)),
+                }
             }
             "resources/list"
             | "resources/templates/list"
@@ -245,7 +261,7 @@ impl Gateway {
                 format!("method {other:?} is not served by a virtual server"),
             ),
         };
-        Ok(Reply::json(200, &answer))
+        Ok(Reply::json(200, &answer).into())
     }
 
     /// The name map over the members' catalogs as last listed, and each member's route index
@@ -291,7 +307,7 @@ impl Gateway {
         (req, (mut body, message, id)): (&RequestHeader, (Vec<u8>, &Message, &Value)),
         downstream: Option<&str>,
         ctx: &mut RequestCtx,
-    ) -> Result<Value, Rejection> {
+    ) -> Result<Called, Rejection> {
         let principal = ctx.principal.clone().ok_or(Rejection::Internal)?;
         let (map, routes) = self.virtual_map(v);
         let mut shown = message.tool().unwrap_or_default().to_owned();
@@ -302,11 +318,11 @@ impl Gateway {
             if shown == FIND_TOOLS {
                 let query = arguments["query"].as_str().unwrap_or_default();
                 let found = find_tools(&map, query, arguments["limit"].as_u64(), may);
-                return Ok(result(id, find_tools_result(found)));
+                return Ok(result(id, find_tools_result(found)).into());
             }
             let (inner, args) = match inner_call(arguments) {
                 Ok(call) => call,
-                Err(e) => return Ok(error(id, INVALID_PARAMS, e.to_string())),
+                Err(e) => return Ok(error(id, INVALID_PARAMS, e.to_string()).into()),
             };
             shown = inner.to_owned();
             let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -314,15 +330,11 @@ impl Gateway {
             body = serde_json::to_vec(&call).map_err(|_| Rejection::Internal)?;
         }
         let Some(entry) = map.entries.get(&shown) else {
-            return Ok(error(id, INVALID_PARAMS, format!("Unknown tool: {shown}")));
+            return Ok(error(id, INVALID_PARAMS, format!("Unknown tool: {shown}")).into());
         };
         let route = routes[entry.member];
         let Some(body) = rewrite_call_name(&body, &entry.original) else {
-            return Ok(error(
-                id,
-                INVALID_PARAMS,
-                "params.name is no string".to_owned(),
-            ));
+            return Ok(error(id, INVALID_PARAMS, "params.name is no string".to_owned()).into());
         };
         let inner = mcp::inspect(&body).map_err(Rejection::Malformed)?;
         if self.settings.admission.tool_policy {
@@ -345,15 +357,16 @@ impl Gateway {
                 );
                 let tool_error =
                     json!({"content": [{"type": "text", "text": text}], "isError": true});
-                Ok(result(id, tool_error))
+                Ok(result(id, tool_error).into())
             }
         }
     }
 
     /// `body` (a JSON-RPC request with id `id`, as the member reads it) sent to member route
-    /// `route` on `downstream`'s member session: the member's answer, or a JSON-RPC error
-    /// naming the member when it is unreachable or its answer unusable; `None` when the route
-    /// takes each person's own credential and this person has none yet.
+    /// `route` on `downstream`'s member session: the member's answer (an event stream to relay,
+    /// `stream.rs`), or a JSON-RPC error naming the member when it is unreachable or its answer
+    /// unusable; `None` when the route takes each person's own credential and this person has
+    /// none yet.
     async fn to_member(
         &self,
         route: usize,
@@ -361,7 +374,7 @@ impl Gateway {
         id: &Value,
         downstream: Option<&str>,
         ctx: &RequestCtx,
-    ) -> Result<Option<Value>, Rejection> {
+    ) -> Result<Option<Called>, Rejection> {
         let catalog = self.edge.catalogs.get(route).ok_or(Rejection::Internal)?;
         let extra = match self.member_headers(ctx, route).await {
             Ok(extra) => extra,
@@ -370,8 +383,7 @@ impl Gateway {
         };
         let timeout = Duration::from_millis(self.settings.routes[route].read_timeout_ms);
         let sent = self
-            .member_sessions
-            .call(catalog, (downstream, route), body, id, &extra, timeout)
+            .send_to_member(catalog, (downstream, route), (body, id), extra, timeout)
             .await;
         let name = &self.settings.routes[route].name;
         Ok(Some(match sent {
@@ -384,6 +396,7 @@ impl Gateway {
                     INTERNAL_ERROR,
                     format!("the member {name} answered: {e}"),
                 )
+                .into()
             }
             Err(e) => {
                 tracing::warn!(request_id = %ctx.request_id, route = %name, error = %e, "virtual server: member unreachable");
@@ -392,6 +405,7 @@ impl Gateway {
                     INTERNAL_ERROR,
                     format!("the member {name} is unreachable"),
                 )
+                .into()
             }
         }))
     }

@@ -14,3 +14,4 @@ mod stdio_bytes;
 mod stdio_routes;
 mod virtual_check;
 mod virtual_serve;
+mod virtual_streams;

@@ -69,7 +69,7 @@ fn logged(calls: &Path) -> Vec<String> {
 }
 
 /// Lists `client`'s tools until `n` are listed (both members' catalogs loaded).
-async fn until_listed(client: &McpClient, n: usize) {
+pub(super) async fn until_listed(client: &McpClient, n: usize) {
     let loaded = eventually(Duration::from_secs(20), || async {
         if client.list_tools().await.len() == n {
             return true;

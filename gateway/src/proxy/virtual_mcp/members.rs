@@ -16,7 +16,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::catalog::{Catalog, CatalogError, Extra};
+use crate::catalog::{Catalog, CatalogError, Extra, MemberAnswer};
 
 /// The most member sessions held at once (a loop guard: each downstream session holds at most
 /// one per member, and ends them with its `DELETE`).
@@ -126,7 +126,8 @@ impl MemberSessions {
     }
 
     /// `body` (one JSON-RPC request with id `id`) sent to the member `route` of `catalog` on
-    /// `downstream`'s member session: the member's response message.
+    /// `downstream`'s member session: the member's response message (an event stream read on
+    /// to it).
     pub(super) async fn call(
         &self,
         catalog: &Catalog,
@@ -136,41 +137,63 @@ impl MemberSessions {
         extra: &Extra,
         timeout: Duration,
     ) -> Result<Value, CatalogError> {
-        let held = downstream.and_then(|d| self.get(d, route));
-        let keep = match downstream {
-            Some(d) if held.is_some() || !self.full() => d,
-            // No downstream session, or no room to keep another: one of its own.
-            _ => {
-                let member = catalog.open_member_session(extra, timeout).await?;
-                let answer = catalog
-                    .member_request(member.as_deref(), body, id, extra, timeout)
-                    .await;
-                if let Some(s) = member {
-                    catalog.end_member_session(&s, extra).await;
-                }
-                return answer.map(|(a, _)| a);
+        if let Some(d) = downstream {
+            match self
+                .send(catalog, (d, route), body.clone(), extra, timeout)
+                .await?
+            {
+                Some((MemberAnswer::Whole(answer), _)) => return Ok(answer),
+                Some((MemberAnswer::Events(events), _)) => return events.response(id).await,
+                None => {}
             }
-        };
+        }
+        // No downstream session, or no room to keep another: one of its own.
+        let member = catalog.open_member_session(extra, timeout).await?;
+        let answer = catalog
+            .member_request(member.as_deref(), body, id, extra, timeout)
+            .await;
+        if let Some(s) = member {
+            catalog.end_member_session(&s, extra).await;
+        }
+        answer.map(|(a, _)| a)
+    }
+
+    /// `body` sent to the member `route` of `catalog` on `downstream`'s member session (opened
+    /// on the first call, opened again once when the member forgot it): the member's answer as
+    /// it comes, and the member session it went on; `None` when no further member session can
+    /// be kept (the caller opens one of its own).
+    pub(super) async fn send(
+        &self,
+        catalog: &Catalog,
+        (downstream, route): (&str, usize),
+        body: Vec<u8>,
+        extra: &Extra,
+        timeout: Duration,
+    ) -> Result<Option<(MemberAnswer, Option<String>)>, CatalogError> {
+        let held = self.get(downstream, route);
+        if held.is_none() && self.full() {
+            return Ok(None);
+        }
         let member = match held {
             Some(member) => member,
             None => {
                 let member = catalog.open_member_session(extra, timeout).await?;
-                self.keep(catalog, (keep, route), member, extra).await
+                self.keep(catalog, (downstream, route), member, extra).await
             }
         };
         match catalog
-            .member_request(member.as_deref(), body.clone(), id, extra, timeout)
+            .member_send(member.as_deref(), body.clone(), extra, timeout)
             .await
         {
             Err(CatalogError::SessionGone) => {
                 let member = catalog.open_member_session(extra, timeout).await?;
-                self.put(keep, route, member.clone(), extra);
+                self.put(downstream, route, member.clone(), extra);
                 let (answer, _) = catalog
-                    .member_request(member.as_deref(), body, id, extra, timeout)
+                    .member_send(member.as_deref(), body, extra, timeout)
                     .await?;
-                Ok(answer)
+                Ok(Some((answer, member)))
             }
-            other => other.map(|(a, _)| a),
+            other => other.map(|(answer, _)| Some((answer, member))),
         }
     }
 

@@ -109,7 +109,7 @@ impl Gateway {
             self.authorize(&principal, &inner, route).await?;
         }
         match self.to_member(route, body, id, downstream, ctx).await? {
-            Some(answer) => Ok(answer),
+            Some(answer) => Ok(answer.whole().await),
             None => {
                 let name = &self.settings.routes[route].name;
                 let text = format!(
@@ -191,7 +191,8 @@ impl Gateway {
             .to_member(route, body.into_bytes(), &id, downstream, ctx)
             .await
         {
-            Ok(answer) => Ok(answer),
+            Ok(Some(answer)) => Ok(Some(answer.whole().await)),
+            Ok(None) => Ok(None),
             Err(Rejection::UpstreamCredentialUnavailable) => Ok(None),
             Err(other) => Err(other),
         }

@@ -1,0 +1,186 @@
+//! Issue 42 point 3, a virtual server's streams: `/team/mcp` over mcp-service (route `mcp`) and a
+//! stdio route running a Python SDK server that talks back during a call
+//! (tests/fixtures/stdio/server.py as `py`). The official Python SDK client
+//! (tests/python/virtual_stream_client.py) gets the member's progress (its own token) and log
+//! messages as they come and answers its sampling and elicitation requests through the virtual
+//! server; by hand: a member's request reaches the client under an id of the gateway's, only
+//! the asking session's answer to that id reaches the member (another session's, an unknown id
+//! and a second answer are refused, 400), and relayed notifications keep the member's bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use pforte_tests::{Events, Route, Stack, python_sdk_or_skip, run_python_json};
+use serde_json::{Value, json};
+
+use super::{stdio_routes::fixture, virtual_serve::until_listed};
+
+/// The virtual server: mcp-service's 13 tools as `mcp_*`, the Python server's 8 as `py_*`.
+const TEAM: &str = "[[virtual]]\nname = \"team\"\nmembers = [\"mcp\", \"py\"]\n";
+const TOOLS: usize = 13 + 8;
+
+/// A gateway over mcp-service (`mcp`) and the Python SDK stdio server (`py`, run as root: the
+/// SDK's interpreter may live under root's 0700 home), serving [`TEAM`].
+async fn start(python: &std::path::Path) -> Stack {
+    let command = [
+        python.display().to_string(),
+        fixture("server.py").display().to_string(),
+    ];
+    let mut gw = Stack::builder()
+        .plain_http()
+        .route(Route::command("py", &command))
+        .stdio_user("root")
+        .start()
+        .await;
+    let base = std::fs::read_to_string(gw.config_path()).unwrap();
+    std::fs::write(gw.config_path(), format!("{base}\n{TEAM}")).unwrap();
+    gw.restart().await.unwrap();
+    gw
+}
+
+/// The `data:` of every event in an event stream's text that holds `needle`.
+fn data_with(stream: &str, needle: &str) -> Vec<String> {
+    stream
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| d.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_gets_a_members_progress_logs_sampling_and_elicitation_through_a_virtual_server()
+ {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let gw = start(&python).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let url = gw.route_url("team");
+    let mut client = gw.mcp_at(&url, &token);
+    client.open().await.unwrap();
+    until_listed(&client, TOOLS).await;
+
+    let out = run_python_json(
+        &python,
+        &pforte_tests::target_dir()
+            .join("..")
+            .join("tests/python/virtual_stream_client.py"),
+        &[&url, &token, "py_"],
+        "",
+        Duration::from_secs(90),
+    )
+    .await
+    .unwrap();
+    eprintln!("{out:#}");
+    // Progress notifications carry the client's own token: the SDK's callback saw each.
+    assert_eq!(out["progress"], "done after 3 steps", "{out}");
+    assert_eq!(out["progress_seen"], json!([1.0, 2.0, 3.0]), "{out}");
+    assert_eq!(out["log"], "logged a note", "{out}");
+    assert_eq!(out["logs_seen"], json!(["a note"]), "{out}");
+    // The member's sampling and elicitation requests reached the client, and its answers the
+    // member.
+    assert_eq!(out["sample"], "sampled: echo of hello", "{out}");
+    assert_eq!(out["sampled_prompts"], json!(["hello"]), "{out}");
+    assert_eq!(out["elicit"], "hello Grace", "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_request_is_answered_only_by_the_session_it_was_relayed_to() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let gw = start(&python).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let url = gw.route_url("team");
+    let mut asked = gw.mcp_at(&url, &token);
+    asked.open().await.unwrap();
+    until_listed(&asked, TOOLS).await;
+    let mut other = gw.mcp_at(&url, &token);
+    other.open().await.unwrap();
+
+    let call = json!({"jsonrpc": "2.0", "id": "call-7", "method": "tools/call",
+                      "params": {"name": "py_sample", "arguments": {"prompt": "say hi"}}});
+    let resp = asked.post(&call).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut events = Events::new(resp);
+    let ask = events.next().await.expect("the member's request");
+    assert_eq!(ask["method"], "sampling/createMessage", "{ask}");
+    assert_eq!(
+        ask["params"]["messages"][0]["content"]["text"], "say hi",
+        "{ask}"
+    );
+    let mapped = ask["id"].as_u64().expect("an id of the gateway's");
+    let answer = |id: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "result": {"role": "assistant",
+               "content": {"type": "text", "text": "hi there"}, "model": "test"}})
+    };
+
+    // Another session of the same person, an id never sent, an id of another type: refused,
+    // and the member still waits.
+    assert_eq!(other.post(&answer(json!(mapped))).await.status(), 400);
+    assert_eq!(
+        asked.post(&answer(json!(mapped + 1000))).await.status(),
+        400
+    );
+    assert_eq!(
+        asked
+            .post(&answer(json!(mapped.to_string())))
+            .await
+            .status(),
+        400
+    );
+    // The asking session's answer reaches the member, once.
+    assert_eq!(asked.post(&answer(json!(mapped))).await.status(), 202);
+    let done = events.next().await.expect("the call's response");
+    assert_eq!(done["id"], "call-7", "the client's id: {done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "sampled: hi there",
+        "{done}"
+    );
+    assert!(events.next().await.is_none(), "the stream ends with it");
+    assert_eq!(asked.post(&answer(json!(mapped))).await.status(), 400);
+    // A response without a session has nobody to go to.
+    let sessionless = gw.mcp_at(&url, &token);
+    assert_eq!(sessionless.post(&answer(json!(mapped))).await.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_notifications_keep_the_members_bytes() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let gw = start(&python).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let mut team = gw.mcp_at(&gw.route_url("team"), &token);
+    team.open().await.unwrap();
+    until_listed(&team, TOOLS).await;
+    let mut direct = gw.mcp_at(&gw.route_url("py"), &token);
+    direct.open().await.unwrap();
+
+    let call = |name: &str| {
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": name, "arguments": {"steps": 2},
+                          "_meta": {"progressToken": "token-of-the-client"}}})
+    };
+    let through_team = team.post(&call("py_progress")).await.text().await.unwrap();
+    let straight = direct.post(&call("progress")).await.text().await.unwrap();
+    let progress = data_with(&through_team, "notifications/progress");
+    assert_eq!(progress.len(), 2, "{through_team}");
+    assert!(
+        progress[0].contains("\"token-of-the-client\""),
+        "{through_team}"
+    );
+    // The member route relays the member's bytes as they are; the virtual server does too.
+    assert_eq!(
+        progress,
+        data_with(&straight, "notifications/progress"),
+        "{through_team}\n{straight}"
+    );
+    let response = data_with(&through_team, "done after 2 steps");
+    assert_eq!(response, data_with(&straight, "done after 2 steps"));
+}
