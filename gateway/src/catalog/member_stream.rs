@@ -20,7 +20,7 @@ pub(crate) enum MemberAnswer {
     /// The JSON body.
     Whole(Value),
     /// The event stream, read event by event.
-    Events(MemberEvents),
+    Events(Box<MemberEvents>),
 }
 
 /// A member's event stream, read event by event.
@@ -59,7 +59,7 @@ impl MemberEvents {
     }
 
     /// Reads on to the JSON-RPC response with `id` (what else the member sends is dropped).
-    pub(crate) async fn response(mut self, id: &Value) -> Result<Value, CatalogError> {
+    pub(crate) async fn response(mut self: Box<Self>, id: &Value) -> Result<Value, CatalogError> {
         while let Some(data) = self.next().await? {
             if let Ok(v) = serde_json::from_slice::<Value>(&data)
                 && v.get("id") == Some(id)
@@ -107,13 +107,13 @@ impl Catalog {
             .map(str::to_owned);
         let max = self.opts.max_answer_bytes;
         let answer = if is_event_stream(&response) {
-            MemberAnswer::Events(MemberEvents {
+            MemberAnswer::Events(Box::new(MemberEvents {
                 response,
                 reader: sse::EventReader::new(max),
                 ready: VecDeque::new(),
                 idle: timeout,
                 ended: false,
-            })
+            }))
         } else {
             let read = pforte_outbound::read_capped(&mut response, max);
             let bytes = tokio::time::timeout(timeout, read)

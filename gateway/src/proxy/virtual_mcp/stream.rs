@@ -12,16 +12,13 @@ use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
 
-use super::{
-    INTERNAL_ERROR,
-    asks::{Ask, Event, classify, with_id},
-    error,
-};
+use super::{INTERNAL_ERROR, asks::Ask, error};
 use crate::{
     catalog::{Catalog, CatalogError, MemberAnswer, MemberEvents},
     mcp::{Malformed, Message},
     proxy::{Gateway, RequestCtx},
     reply::{Rejection, Reply, events},
+    virtual_server::{Event, classify, with_id},
 };
 
 /// What a call to a member came back with.
@@ -58,7 +55,7 @@ impl Called {
 /// A member's event stream on its way to the client, and where answers to its requests go.
 #[derive(Debug)]
 pub(super) struct Relay {
-    pub(super) events: MemberEvents,
+    pub(super) events: Box<MemberEvents>,
     /// The member route.
     pub(super) route: usize,
     /// The member's name (for the log).
