@@ -7,11 +7,12 @@
 //! member route's policy on the member's own name, then sent with its name rewritten on the
 //! member session `members.rs` holds for the downstream session; a member's event stream
 //! relayed as one, its requests to the client mapped: `stream.rs`), search mode's `find_tools`
-//! and `call_tool`, `ping`, a client's answer to a member's request (`stream.rs`), and `DELETE`
-//! (the member sessions ended).
+//! and `call_tool`, `ping`, a client's answer to a member's request (`stream.rs`), `GET` (the
+//! session's event stream: `notices.rs`) and `DELETE` (the member sessions ended).
 
 mod asks;
 mod members;
+mod notices;
 mod resources;
 mod stream;
 
@@ -80,9 +81,10 @@ fn initialize_result(v: &Virtual, requested: Option<&str>) -> Value {
     json!({
         "protocolVersion": negotiated(requested),
         "capabilities": {
-            "tools": {"listChanged": false},
-            "resources": {"listChanged": false},
-            "prompts": {"listChanged": false},
+            // Announced on the session's `GET` stream (`notices.rs`).
+            "tools": {"listChanged": true},
+            "resources": {"listChanged": true},
+            "prompts": {"listChanged": true},
         },
         "serverInfo": info,
     })
@@ -127,9 +129,10 @@ impl Gateway {
         match session.req_header().method {
             http::Method::POST => {}
             http::Method::DELETE => return Ok(self.end_virtual_session(downstream, ctx).await),
+            http::Method::GET => return self.virtual_stream(session, v, downstream, ctx).await,
             _ => {
                 return Ok(Outcome::Refuse(Rejection::MethodNotAllowed {
-                    allow: "POST, DELETE",
+                    allow: "GET, POST, DELETE",
                 }));
             }
         }

@@ -1,6 +1,7 @@
 //! An event stream the gateway writes itself (a call through a virtual server whose member
-//! answers with one, issue 42 point 3): its head (200, `text/event-stream`, the request id and
-//! CORS headers), each event as the member's data under `data:` lines, and its end.
+//! answers with one, and a virtual server's `GET` stream, issue 42 points 2–3): its head (200,
+//! `text/event-stream`, the request id and CORS headers), each event as the member's data under
+//! `data:` lines, keep-alive comments, and its end.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use pingora::{http::ResponseHeader, proxy::Session};
@@ -44,6 +45,12 @@ pub(crate) async fn write_head(session: &mut Session, framing: Framing<'_>) -> p
 /// Writes one event carrying `data`.
 pub(crate) async fn write_event(session: &mut Session, data: &[u8]) -> pingora::Result<()> {
     session.write_response_body(Some(event(data)), false).await
+}
+
+/// Writes a comment line (a keep-alive: a reader skips it).
+pub(crate) async fn write_comment(session: &mut Session) -> pingora::Result<()> {
+    let comment = Bytes::from_static(b": keep-alive\n\n");
+    session.write_response_body(Some(comment), false).await
 }
 
 /// Ends the event stream.

@@ -6,11 +6,17 @@
 //! server; by hand: a member's request reaches the client under an id of the gateway's, only
 //! the asking session's answer to that id reaches the member (another session's, an unknown id
 //! and a second answer are refused, 400), and relayed notifications keep the member's bytes.
+//! Point 2: the session's `GET` stream announces `notifications/tools/list_changed` when a member
+//! (mcp-service, killed) went down — its tools leave the list, which never fails — and when it
+//! came back on its address; the stream is a session's, counted among the person's streams, and
+//! ends with its session.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
-use pforte_tests::{Events, Route, Stack, python_sdk_or_skip, run_python_json};
+use pforte_tests::{
+    Events, Limits, Proc, Route, Stack, StackBuilder, bin, python_sdk_or_skip, run_python_json,
+};
 use serde_json::{Value, json};
 
 use super::{stdio_routes::fixture, virtual_serve::until_listed};
@@ -22,11 +28,16 @@ const TOOLS: usize = 13 + 8;
 /// A gateway over mcp-service (`mcp`) and the Python SDK stdio server (`py`, run as root: the
 /// SDK's interpreter may live under root's 0700 home), serving [`TEAM`].
 async fn start(python: &std::path::Path) -> Stack {
+    start_with(Stack::builder(), python).await
+}
+
+/// [`start`] from `builder`.
+async fn start_with(builder: StackBuilder, python: &std::path::Path) -> Stack {
     let command = [
         python.display().to_string(),
         fixture("server.py").display().to_string(),
     ];
-    let mut gw = Stack::builder()
+    let mut gw = builder
         .plain_http()
         .route(Route::command("py", &command))
         .stdio_user("root")
@@ -183,4 +194,56 @@ async fn relayed_notifications_keep_the_members_bytes() {
     );
     let response = data_with(&through_team, "done after 2 steps");
     assert_eq!(response, data_with(&straight, "done after 2 steps"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_stream_announces_a_member_that_went_down_and_came_back() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let limits = Limits::off().streams_per_principal(1);
+    let mut gw = start_with(Stack::builder().limits(limits), &python).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let url = gw.route_url("team");
+    let mut client = gw.mcp_at(&url, &token);
+    client.open().await.unwrap();
+    until_listed(&client, TOOLS).await;
+
+    // A stream is a session's, and counts among the person's streams.
+    assert_eq!(gw.mcp_at(&url, &token).stream().await.status(), 404);
+    let resp = client.stream().await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    assert_eq!(client.stream().await.status(), 429, "one stream per person");
+    let mut notes = Events::new(resp);
+
+    // mcp-service goes down: announced, and its tools leave the list (the rest is listed).
+    let addr = gw.service().addr;
+    let service = gw.service_mut();
+    service.proc.child.kill().unwrap();
+    service.proc.child.wait().unwrap();
+    let note = notes.next().await.expect("an announcement");
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+    let names = client.tool_names().await;
+    assert_eq!(names.len(), 8, "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("py_")), "{names:?}");
+
+    // Back on its address: announced again, its tools listed again.
+    let data = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(bin("mcp-service"));
+    cmd.env("MCP_SERVICE_DATA_DIR", data.path())
+        .args(["serve", "--listen", &addr.to_string()]);
+    let mut back = Proc::spawn(cmd).unwrap();
+    back.wait_line("listening on", Duration::from_secs(30))
+        .unwrap();
+    let note = notes.next().await.expect("an announcement");
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+    assert_eq!(client.list_tools().await.len(), TOOLS);
+
+    // The session ends: so does its stream.
+    assert_eq!(client.delete().await.status(), 200);
+    assert!(notes.next().await.is_none());
 }
