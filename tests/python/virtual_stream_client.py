@@ -3,10 +3,13 @@ calling the tools of a member that talks back during a call (tests/fixtures/stdi
 shown with the prefix PREFIX): `progress` with a progress callback, `log` with a logging
 callback, `sample` and `elicit` answered by the callbacks here. The session keeps the
 handshake (`mode="legacy"`), so the member's requests reach this client on the call's stream
-and its answers go back on the session.
+and its answers go back on the session. Then, with the SDK's default negotiation (`server/discover`:
+MCP 2026-07-28, no session), `progress` and `echo` again.
 
 Prints one JSON object on stdout: {"progress": text, "progress_seen": [values], "log": text,
-"logs_seen": [data], "sample": text, "elicit": text, "sampled_prompts": [texts]}.
+"logs_seen": [data], "sample": text, "elicit": text, "sampled_prompts": [texts],
+"auto_version": version, "auto_progress": text, "auto_progress_seen": [values],
+"auto_echo": text}.
 
 Usage: python virtual_stream_client.py MCP_URL TOKEN PREFIX
 """
@@ -66,6 +69,21 @@ async def main(url: str, token: str, prefix: str) -> None:
             out["log"] = text(await client.call_tool(f"{prefix}log", {"text": "a note"}))
             out["sample"] = text(await client.call_tool(f"{prefix}sample", {"prompt": "hello"}))
             out["elicit"] = text(await client.call_tool(f"{prefix}elicit", {}))
+    stateless: list[float] = []
+
+    async def on_stateless_progress(value: float, total: float | None, message: str | None) -> None:
+        stateless.append(value)
+
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            out["auto_version"] = client.protocol_version
+            out["auto_progress"] = text(
+                await client.call_tool(
+                    f"{prefix}progress", {"steps": 2}, progress_callback=on_stateless_progress
+                )
+            )
+            out["auto_progress_seen"] = stateless
+            out["auto_echo"] = text(await client.call_tool(f"{prefix}echo", {"text": "stateless"}))
     print(json.dumps(out))
 
 

@@ -72,6 +72,26 @@ pub(super) fn negotiated(requested: Option<&str>) -> &'static str {
         .unwrap_or(sessions[0])
 }
 
+/// The capabilities a virtual server declares (its lists' changes announced on the session's
+/// `GET` stream, `notices.rs`).
+fn capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": true},
+        "resources": {"listChanged": true},
+        "prompts": {"listChanged": true},
+    })
+}
+
+/// The `server/discover` result of a virtual server (MCP 2026-07-28): every revision the gateway
+/// knows, so a client of 2026-07-28 stays stateless and older ones open a session.
+fn discover_result() -> Value {
+    json!({
+        "supportedVersions": mcp::SUPPORTED_VERSIONS,
+        "capabilities": capabilities(),
+        "resultType": "complete",
+    })
+}
+
 /// The `initialize` result of virtual server `v`.
 fn initialize_result(v: &Virtual, requested: Option<&str>) -> Value {
     let mut info = json!({"name": v.server.name, "version": env!("CARGO_PKG_VERSION")});
@@ -80,12 +100,7 @@ fn initialize_result(v: &Virtual, requested: Option<&str>) -> Value {
     }
     json!({
         "protocolVersion": negotiated(requested),
-        "capabilities": {
-            // Announced on the session's `GET` stream (`notices.rs`).
-            "tools": {"listChanged": true},
-            "resources": {"listChanged": true},
-            "prompts": {"listChanged": true},
-        },
+        "capabilities": capabilities(),
         "serverInfo": info,
     })
 }
@@ -238,6 +253,7 @@ impl Gateway {
                 return Ok(Reply::json(200, &answer).header(SESSION_ID, session).into());
             }
             "ping" => result(&id, json!({})),
+            "server/discover" => result(&id, discover_result()),
             "tools/list" => {
                 let (map, routes) = self.virtual_map(v);
                 let may = |e: &Entry| self.may_call(&principal, routes[e.member], e);
@@ -263,6 +279,12 @@ impl Gateway {
                 METHOD_NOT_FOUND,
                 format!("method {other:?} is not served by a virtual server"),
             ),
+        };
+        let modern = message.meta_version.as_deref().map(str::as_bytes);
+        let answer = if mcp::requires_headers(modern) {
+            stream::for_2026_07_28(&message.method, answer)
+        } else {
+            answer
         };
         Ok(Reply::json(200, &answer).into())
     }

@@ -3,7 +3,8 @@
 //! (tests/fixtures/stdio/server.py as `py`). The official Python SDK client
 //! (tests/python/virtual_stream_client.py) gets the member's progress (its own token) and log
 //! messages as they come and answers its sampling and elicitation requests through the virtual
-//! server; by hand: a member's request reaches the client under an id of the gateway's, only
+//! server, and — point 3 — with the SDK's default negotiation stays stateless (MCP 2026-07-28)
+//! and still gets a member's progress; by hand: a member's request reaches the client under an id of the gateway's, only
 //! the asking session's answer to that id reaches the member (another session's, an unknown id
 //! and a second answer are refused, 400), and relayed notifications keep the member's bytes.
 //! Point 2: the session's `GET` stream announces `notifications/tools/list_changed` when a member
@@ -94,6 +95,13 @@ async fn the_python_sdk_gets_a_members_progress_logs_sampling_and_elicitation_th
     assert_eq!(out["sample"], "sampled: echo of hello", "{out}");
     assert_eq!(out["sampled_prompts"], json!(["hello"]), "{out}");
     assert_eq!(out["elicit"], "hello Grace", "{out}");
+    // Point 3: the SDK's default negotiation finds the virtual server speaks 2026-07-28
+    // (`server/discover`) and stays stateless; its calls go straight to the member — streamed
+    // (a member session of the gateway's own would have answered whole, without progress).
+    assert_eq!(out["auto_version"], "2026-07-28", "{out}");
+    assert_eq!(out["auto_progress"], "done after 2 steps", "{out}");
+    assert_eq!(out["auto_progress_seen"], json!([1.0, 2.0]), "{out}");
+    assert_eq!(out["auto_echo"], "stateless", "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{INTERNAL_ERROR, asks::Ask, error};
 use crate::{
     catalog::{Catalog, CatalogError, MemberAnswer, MemberEvents},
-    mcp::{Malformed, Message},
+    mcp::{self, Malformed, Message},
     proxy::{Gateway, RequestCtx},
     reply::{Rejection, Reply, events},
     virtual_server::{Event, classify, with_id},
@@ -66,8 +66,9 @@ pub(super) struct Relay {
     pub(super) extra: Vec<(http::HeaderName, http::HeaderValue)>,
     /// The client's id of the call.
     pub(super) id: Value,
-    /// The downstream session (the client's answers come on it).
-    pub(super) downstream: String,
+    /// The downstream session (the client's answers come on it; `None`: a stateless request,
+    /// whose member's requests cannot be answered).
+    pub(super) downstream: Option<String>,
 }
 
 /// What a virtual server's request phase answers with.
@@ -93,33 +94,69 @@ impl Gateway {
         catalog: &Catalog,
         (downstream, route): (Option<&str>, usize),
         (body, id): (Vec<u8>, &Value),
-        extra: Vec<(http::HeaderName, http::HeaderValue)>,
+        mut extra: Vec<(http::HeaderName, http::HeaderValue)>,
         timeout: Duration,
     ) -> Result<Called, CatalogError> {
         let sessions = &self.member_sessions;
-        let own = |body| sessions.call(catalog, (None, route), body, id, &extra, timeout);
-        let Some(downstream) = downstream else {
-            return own(body).await.map(Called::Whole);
+        let stateless = downstream
+            .is_none()
+            .then(|| stateless_headers(&body))
+            .flatten();
+        let (answer, member) = match (downstream, stateless) {
+            (None, Some(headers)) => {
+                // MCP 2026-07-28 without a session: straight to the member, as it came.
+                extra.extend(headers);
+                let (answer, _) = catalog.member_send(None, body, &extra, timeout).await?;
+                (answer, None)
+            }
+            (Some(d), _) => {
+                let sent = sessions.send(catalog, (d, route), body.clone(), &extra, timeout);
+                match sent.await? {
+                    Some(sent) => sent,
+                    None => {
+                        let call = (body, id);
+                        return self
+                            .own_session(catalog, route, call, &extra, timeout)
+                            .await;
+                    }
+                }
+            }
+            (None, None) => {
+                let call = (body, id);
+                return self
+                    .own_session(catalog, route, call, &extra, timeout)
+                    .await;
+            }
         };
-        match sessions
-            .send(catalog, (downstream, route), body.clone(), &extra, timeout)
-            .await?
-        {
-            Some((MemberAnswer::Whole(answer), _)) => Ok(Called::Whole(answer)),
-            Some((MemberAnswer::Events(events), member)) => {
+        Ok(match answer {
+            MemberAnswer::Whole(answer) => Called::Whole(answer),
+            MemberAnswer::Events(events) => {
                 let name = self.settings.routes.get(route).map(|r| r.name.clone());
-                Ok(Called::Events(Box::new(Relay {
+                Called::Events(Box::new(Relay {
                     events,
                     route,
                     name: name.unwrap_or_default(),
                     member,
                     extra,
                     id: id.clone(),
-                    downstream: downstream.to_owned(),
-                })))
+                    downstream: downstream.map(str::to_owned),
+                }))
             }
-            None => own(body).await.map(Called::Whole),
-        }
+        })
+    }
+
+    /// `body` sent on a member session of its own, ended after the answer (read whole).
+    async fn own_session(
+        &self,
+        catalog: &Catalog,
+        route: usize,
+        (body, id): (Vec<u8>, &Value),
+        extra: &[(http::HeaderName, http::HeaderValue)],
+        timeout: Duration,
+    ) -> Result<Called, CatalogError> {
+        let sessions = &self.member_sessions;
+        let answer = sessions.call(catalog, (None, route), body, id, extra, timeout);
+        answer.await.map(Called::Whole)
     }
 
     /// Writes `relay`'s event stream to the client until the member's response (or an error
@@ -172,13 +209,14 @@ impl Gateway {
                         extra: relay.extra.clone(),
                         stream,
                     };
-                    let mapped = self
-                        .asks
-                        .hold(&relay.downstream, ask)
+                    let mapped = relay
+                        .downstream
+                        .as_deref()
+                        .and_then(|d| self.asks.hold(d, ask))
                         .and_then(|ours| with_id(&data, ours.to_string().as_bytes()));
                     match mapped {
                         Some(mapped) => events::write_event(session, &mapped).await?,
-                        // No room to hold it: the member is told at once.
+                        // No session to answer on, or no room to hold it: the member is told.
                         None => self.refuse_ask(relay, &member_id).await,
                     }
                 }
@@ -191,7 +229,7 @@ impl Gateway {
         let Ok(id) = serde_json::from_slice::<Value>(member_id) else {
             return;
         };
-        let text = "the gateway holds too many requests to clients; try again later".to_owned();
+        let text = "the gateway cannot relay this request to the client now".to_owned();
         let body = error(&id, INTERNAL_ERROR, text).to_string().into_bytes();
         self.to_asker(relay.route, relay.member.as_deref(), body, &relay.extra)
             .await;
@@ -246,5 +284,92 @@ impl Gateway {
                 .map_or("", |r| r.name.as_str());
             tracing::warn!(route = %name, error = %e, "virtual server: an answer did not reach its member");
         }
+    }
+}
+
+/// An answer of the gateway's own to a request of MCP 2026-07-28 (`method`), with the fields that
+/// revision requires of a result: `resultType` (`"complete"`), and on a list `ttlMs` (0: stale at
+/// once) and `cacheScope` (`"private"`) unless set — pure.
+pub(super) fn for_2026_07_28(method: &str, mut answer: Value) -> Value {
+    if let Some(result) = answer.get_mut("result").and_then(Value::as_object_mut) {
+        result
+            .entry("resultType")
+            .or_insert_with(|| Value::from("complete"));
+        let lists = method.ends_with("/list") || method == "server/discover";
+        if lists {
+            result.entry("ttlMs").or_insert_with(|| Value::from(0));
+            result
+                .entry("cacheScope")
+                .or_insert_with(|| Value::from("private"));
+        }
+    }
+    answer
+}
+
+/// The headers a request of MCP 2026-07-28 without a session carries to the member (`body`
+/// as the member reads it): its revision (the body's `_meta` one), `Mcp-Method` and `Mcp-Name`
+/// (the member's own name); `None` when the body is not such a request — pure.
+fn stateless_headers(body: &[u8]) -> Option<Vec<(http::HeaderName, http::HeaderValue)>> {
+    let message = mcp::inspect(body).ok()?;
+    let version = message.meta_version.as_deref()?;
+    if !mcp::requires_headers(Some(version.as_bytes())) {
+        return None;
+    }
+    let mut headers = vec![
+        (
+            http::HeaderName::from_static("mcp-protocol-version"),
+            http::HeaderValue::from_str(version).ok()?,
+        ),
+        (
+            http::HeaderName::from_static("mcp-method"),
+            http::HeaderValue::from_str(&message.method).ok()?,
+        ),
+    ];
+    if let Some(name) = &message.target {
+        let name = http::HeaderValue::from_str(name).ok()?;
+        headers.push((http::HeaderName::from_static("mcp-name"), name));
+    }
+    Some(headers)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_2026_07_28_request_carries_its_revision_method_and_the_members_name() {
+        let modern = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let headers: Vec<(String, String)> = stateless_headers(modern)
+            .unwrap()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("mcp-protocol-version".to_owned(), "2026-07-28".to_owned()),
+                ("mcp-method".to_owned(), "tools/call".to_owned()),
+                ("mcp-name".to_owned(), "echo".to_owned()),
+            ]
+        );
+        let older = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#;
+        assert!(stateless_headers(older).is_none());
+    }
+
+    #[test]
+    fn a_2026_07_28_answer_has_the_fields_that_revision_requires() {
+        let listed = serde_json::json!({"id": 1, "result": {"tools": [], "cacheScope": "private"}});
+        assert_eq!(
+            for_2026_07_28("tools/list", listed)["result"],
+            serde_json::json!({"tools": [], "cacheScope": "private", "ttlMs": 0, "resultType": "complete"})
+        );
+        let called = serde_json::json!({"id": 1, "result": {"content": []}});
+        assert_eq!(
+            for_2026_07_28("tools/call", called)["result"],
+            serde_json::json!({"content": [], "resultType": "complete"})
+        );
+        let failed = serde_json::json!({"id": 1, "error": {"code": 1}});
+        assert_eq!(for_2026_07_28("tools/list", failed.clone()), failed);
     }
 }
