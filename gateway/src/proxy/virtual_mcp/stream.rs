@@ -4,7 +4,9 @@
 //! elicitation, roots, ping) relayed under an id of the gateway's (`asks.rs`), then the
 //! response, the client's id unchanged; every relayed message keeps the member's bytes but a
 //! mapped `id`. The client's answer to a member's request, POSTed on the same downstream
-//! session, goes to the member that asked, on its member session, with the member's id.
+//! session, goes to the member that asked, on its member session, with the member's id. A
+//! request of MCP 2026-07-28 without a session goes to the member as it is, on no member
+//! session (`stateless_headers`).
 
 use std::time::Duration;
 
