@@ -9,7 +9,7 @@ use std::{collections::VecDeque, time::Duration};
 use serde_json::Value;
 
 use super::{
-    Catalog, CatalogError, SESSION_HEADER,
+    Catalog, CatalogError, PROTOCOL_HEADER, PROTOCOL_VERSION, SESSION_HEADER,
     member::{Extra, is_event_stream},
     sse,
 };
@@ -124,6 +124,41 @@ impl Catalog {
             MemberAnswer::Whole(value)
         };
         Ok((answer, new_session))
+    }
+
+    /// The event stream of member session `session` (`GET`, with `extra`): what the member
+    /// sends outside a call; ended after `stream_idle` without a byte.
+    pub(crate) async fn member_listen(
+        &self,
+        session: &str,
+        extra: &Extra,
+    ) -> Result<Box<MemberEvents>, CatalogError> {
+        let mut request = self
+            .http
+            .request(http::Method::GET, &self.target)?
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .header(SESSION_HEADER, session)
+            .header(PROTOCOL_HEADER, PROTOCOL_VERSION);
+        if let Some((name, value)) = &self.opts.header {
+            request = request.header(name, value);
+        }
+        for (name, value) in extra {
+            request = request.header(name, value);
+        }
+        let idle = self.opts.stream_idle;
+        let response = tokio::time::timeout(self.opts.request_timeout, request.send())
+            .await
+            .map_err(|_| self::idle(self.opts.request_timeout))??;
+        if !response.status().is_success() || !is_event_stream(&response) {
+            return Err(CatalogError::Status(response.status()));
+        }
+        Ok(Box::new(MemberEvents {
+            response,
+            reader: sse::EventReader::new(self.opts.max_answer_bytes),
+            ready: VecDeque::new(),
+            idle,
+            ended: false,
+        }))
     }
 
     /// A client's answer (`body`, a JSON-RPC response) to the member's request, POSTed on the

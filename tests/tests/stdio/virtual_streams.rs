@@ -10,7 +10,8 @@
 //! Point 2: the session's `GET` stream announces `notifications/tools/list_changed` when a member
 //! (mcp-service, killed) went down — its tools leave the list, which never fails — and when it
 //! came back on its address; the stream is a session's, counted among the person's streams, and
-//! ends with its session.
+//! ends with its session; what a member sends on its member session's own stream outside a call
+//! reaches it too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -254,4 +255,31 @@ async fn the_sessions_stream_announces_a_member_that_went_down_and_came_back() {
     // The session ends: so does its stream.
     assert_eq!(client.delete().await.status(), 200);
     assert!(notes.next().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_member_sends_outside_a_call_reaches_the_sessions_stream() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let gw = start(&python).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let mut client = gw.mcp_at(&gw.route_url("team"), &token);
+    client.open().await.unwrap();
+    until_listed(&client, TOOLS).await;
+    // The first call opens the session's member session with `py`; the stream listens to it.
+    let echoed =
+        pforte_tests::rpc_answer(client.call_tool("py_echo", json!({"text": "x"})).await).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "x", "{echoed}");
+    let resp = client.stream().await;
+    assert_eq!(resp.status(), 200);
+    let mut notes = Events::new(resp);
+    // `changed` announces on the member session's own stream, not the call's.
+    let called = pforte_tests::rpc_answer(client.call_tool("py_changed", json!({})).await).await;
+    assert_eq!(
+        called["result"]["content"][0]["text"], "announced",
+        "{called}"
+    );
+    let note = notes.next().await.expect("the member's notification");
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
 }

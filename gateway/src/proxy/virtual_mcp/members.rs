@@ -101,6 +101,17 @@ impl MemberSessions {
         ids.into_iter().take(max).cloned().collect()
     }
 
+    /// The member sessions `downstream` holds: `(route, member session id, headers)`.
+    pub(super) fn held_by(&self, downstream: &str) -> Vec<Ended> {
+        let Ok(held) = self.held.lock() else {
+            return Vec::new();
+        };
+        held.iter()
+            .filter(|((d, _), _)| d == downstream)
+            .filter_map(|((_, route), h)| Some((*route, h.member.clone()?, h.extra.clone())))
+            .collect()
+    }
+
     /// Whether no further member session can be kept.
     fn full(&self) -> bool {
         self.held.lock().map_or(true, |held| held.len() >= MAX_HELD)
