@@ -105,6 +105,8 @@ pub(crate) struct GatewayState {
     member_sessions: virtual_mcp::MemberSessions,
     /// Members' requests to clients awaiting their answers.
     asks: virtual_mcp::Asks,
+    /// Calls whose member's stream is relayed (a client's cancellation finds its member).
+    calls: virtual_mcp::Calls,
 }
 
 /// The gateway's phases over its shared state, and the upstream connections of one proxy
@@ -182,6 +184,7 @@ impl Gateway {
                 stream_gate: stream_gate::StreamGate::default(),
                 member_sessions: virtual_mcp::MemberSessions::default(),
                 asks: virtual_mcp::Asks::default(),
+                calls: virtual_mcp::Calls::default(),
             }),
             Arc::default(),
         ))

@@ -11,6 +11,7 @@
 //! session's event stream: `notices.rs`) and `DELETE` (the member sessions ended).
 
 mod asks;
+mod calls;
 mod members;
 mod notices;
 mod resources;
@@ -42,6 +43,7 @@ use crate::{
 };
 
 pub(super) use asks::Asks;
+pub(super) use calls::Calls;
 pub(super) use members::MemberSessions;
 use stream::{Answered, Called};
 
@@ -228,6 +230,9 @@ impl Gateway {
         self.sweep_member_sessions(false).await;
         if message.kind == Kind::Response {
             return Ok(self.client_answer(body, &message, downstream).await?.into());
+        }
+        if message.kind == Kind::Notification && message.method == "notifications/cancelled" {
+            self.cancel_call(body, downstream).await;
         }
         if message.kind != Kind::Request {
             return Ok(Reply::empty(202).into());

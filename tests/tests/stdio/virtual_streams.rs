@@ -6,7 +6,8 @@
 //! server, and — point 3 — with the SDK's default negotiation stays stateless (MCP 2026-07-28)
 //! and still gets a member's progress; by hand: a member's request reaches the client under an id of the gateway's, only
 //! the asking session's answer to that id reaches the member (another session's, an unknown id
-//! and a second answer are refused, 400), and relayed notifications keep the member's bytes.
+//! and a second answer are refused, 400), relayed notifications keep the member's bytes, and a
+//! client's cancellation ends the relayed call.
 //! Point 2: the session's `GET` stream announces `notifications/tools/list_changed` when a member
 //! (mcp-service, killed) went down — its tools leave the list, which never fails — and when it
 //! came back on its address; the stream is a session's, counted among the person's streams, and
@@ -282,4 +283,36 @@ async fn what_a_member_sends_outside_a_call_reaches_the_sessions_stream() {
     );
     let note = notes.next().await.expect("the member's notification");
     assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_cancellation_ends_the_relayed_call() {
+    let Some(python) = python_sdk_or_skip() else {
+        return;
+    };
+    let gw = start(&python).await;
+    let token = gw.create_token("alice").await.unwrap();
+    let mut client = gw.mcp_at(&gw.route_url("team"), &token);
+    client.open().await.unwrap();
+    until_listed(&client, TOOLS).await;
+    let call = json!({"jsonrpc": "2.0", "id": "c-1", "method": "tools/call",
+                      "params": {"name": "py_sample", "arguments": {"prompt": "never"}}});
+    let mut events = Events::new(client.post(&call).await);
+    let ask = events.next().await.expect("the member's request");
+    assert_eq!(ask["method"], "sampling/createMessage", "{ask}");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": "c-1", "reason": "the user stopped"}});
+    assert_eq!(client.post(&cancel).await.status(), 202);
+    // The client's stream ends without an answer (the member's request is no longer held).
+    let rest = events.all().await;
+    assert!(rest.is_empty(), "nothing after the cancellation: {rest:?}");
+    let answer = json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"role": "assistant",
+                        "content": {"type": "text", "text": "late"}, "model": "test"}});
+    assert_eq!(client.post(&answer).await.status(), 400);
+    // A cancellation of no relayed call reaches no member and is taken like any notification.
+    assert_eq!(client.post(&cancel).await.status(), 202);
+    // The session goes on.
+    let echoed =
+        pforte_tests::rpc_answer(client.call_tool("py_echo", json!({"text": "on"})).await).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "on", "{echoed}");
 }

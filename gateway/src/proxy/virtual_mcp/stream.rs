@@ -8,13 +8,14 @@
 //! request of MCP 2026-07-28 without a session goes to the member as it is, on no member
 //! session (`stateless_headers`).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
+use tokio::sync::Notify;
 
-use super::{INTERNAL_ERROR, asks::Ask, error};
+use super::{INTERNAL_ERROR, asks::Ask, calls::Going, error};
 use crate::{
     catalog::{Catalog, CatalogError, MemberAnswer, MemberEvents},
     mcp::{self, Malformed, Message},
@@ -172,10 +173,46 @@ impl Gateway {
     ) -> pingora::Result<()> {
         events::write_head(session, ctx.framing()).await?;
         let stream = self.asks.number();
-        let relayed = self.relay_events(session, &mut relay, stream, ctx).await;
+        let call = relay.id.to_string();
+        let cancelled = Arc::new(Notify::new());
+        let held = relay.downstream.as_deref().is_some_and(|d| {
+            let going = Going {
+                route: relay.route,
+                member: relay.member.clone(),
+                extra: relay.extra.clone(),
+                cancelled: cancelled.clone(),
+            };
+            self.calls.hold(d, call.clone(), going)
+        });
+        let relayed = tokio::select! {
+            relayed = self.relay_events(session, &mut relay, stream, ctx) => relayed,
+            // The client cancelled the call: it expects no answer, and the member's stream
+            // is dropped.
+            () = cancelled.notified() => Ok(()),
+        };
         self.asks.end_stream(stream);
+        if let (true, Some(d)) = (held, relay.downstream.as_deref()) {
+            self.calls.end(d, &call);
+        }
         relayed?;
         events::write_end(session).await
+    }
+
+    /// A client's `notifications/cancelled` (`body`) on `downstream`: to the member session of
+    /// the relayed call it names, as it is (the member knows the call by the client's id), and
+    /// that call's stream to the client ended; about any other call it reaches no member.
+    pub(super) async fn cancel_call(&self, body: &Bytes, downstream: Option<&str>) {
+        let Ok(message) = serde_json::from_slice::<Value>(body) else {
+            return;
+        };
+        let id = message["params"]["requestId"].to_string();
+        let Some(going) = downstream.and_then(|d| self.calls.get(d, &id)) else {
+            return;
+        };
+        let (member, extra) = (going.member.as_deref(), &going.extra);
+        self.to_asker(going.route, member, body.to_vec(), extra)
+            .await;
+        going.cancelled.notify_one();
     }
 
     /// The events of `relay` on to the client, up to and including the response.
