@@ -2,8 +2,9 @@
 //! member route, the member's session id (`None`: the member keeps none) with the headers it
 //! was opened with, opened on the first call to that member and ended with the downstream
 //! session — its `DELETE`, or, found by a sweep, its expiry or eviction; and the way a call
-//! reaches its member: on that session (opened again once when the member forgot it), or — a
-//! request without a downstream session — on a session of its own, ended after the answer.
+//! reaches its member: on that session (opened again once when the member forgot it; `send`
+//! hands the answer on as it comes, `call` reads it whole), or — a request without a downstream
+//! session — on a session of its own, ended after the answer.
 
 use std::{
     collections::{BTreeSet, HashMap},
