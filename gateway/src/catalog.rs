@@ -22,10 +22,12 @@
 //! at a line or event past the cap, and `run` opens it again after a backoff.
 
 mod answer;
+mod changes;
 mod filter;
 mod follow;
 mod lending;
 mod member;
+mod member_stream;
 pub(crate) mod sse;
 
 use std::{
@@ -45,12 +47,14 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use answer::client_capabilities;
+pub(crate) use changes::{Changes, Listed};
 pub use filter::filter_tools_list;
 pub(crate) use filter::{filter_discover, filter_listed};
 pub(crate) use lending::Lender;
 use lending::Lent;
 pub(crate) use member::Extra;
 use member::{into_result, read_answer};
+pub(crate) use member_stream::{MemberAnswer, MemberEvents};
 
 use crate::{forward::header, param_headers::ParamHeader, pins::Pins};
 
@@ -202,6 +206,10 @@ pub struct Catalog {
     epoch: Instant,
     /// Counts completed refreshes (successful or not); watchers wait on it.
     refreshed: watch::Sender<u64>,
+    /// The last refresh succeeded: the member is up (a virtual server lists its tools).
+    up: AtomicBool,
+    /// How often each list changed as a virtual server's client sees it (`changes.rs`).
+    changes: watch::Sender<Changes>,
     loaded: AtomicU64,
     /// The runtime the catalog's network work runs on (set by `run`).
     runtime: Mutex<Option<tokio::runtime::Handle>>,
@@ -271,6 +279,8 @@ impl Catalog {
             last_miss_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             refreshed: watch::Sender::new(0),
+            up: AtomicBool::new(false),
+            changes: watch::Sender::new(Changes::default()),
             loaded: AtomicU64::new(0),
             runtime: Mutex::new(None),
             awaiting: AtomicBool::new(lends),
@@ -347,9 +357,10 @@ impl Catalog {
     }
 
     /// Every tool definition as the upstream last listed it, in its order; `None` before the
-    /// first successful refresh.
+    /// first successful refresh and while the last one failed (the member is down).
     pub(crate) fn definitions(&self) -> Option<Vec<Value>> {
-        (self.generation() > 0).then(|| self.snapshot.load().definitions.clone())
+        (self.generation() > 0 && self.up.load(Ordering::Acquire))
+            .then(|| self.snapshot.load().definitions.clone())
     }
 
     /// Number of tools in the current snapshot.
@@ -384,10 +395,23 @@ impl Catalog {
         };
         let result = result.map(|tools| {
             let n = tools.len();
+            let was_up = self.up.swap(true, Ordering::AcqRel);
+            let before = &self.snapshot.load().definitions;
+            let changed = changes::tools_changed(was_up, true, before, &tools.definitions);
             self.snapshot.store(Arc::new(tools));
             self.loaded.fetch_add(1, Ordering::AcqRel);
+            if changed {
+                self.note_change(Listed::Tools);
+            }
             n
         });
+        if let Err(e) = &result
+            && !matches!(e, CatalogError::NoLender)
+            && self.up.swap(false, Ordering::AcqRel)
+        {
+            // Down: its tools leave a virtual server's list.
+            self.note_change(Listed::Tools);
+        }
         self.refreshed.send_modify(|n| *n += 1);
         if let Err(CatalogError::NoLender) = &result {
             tracing::debug!(upstream = %self.url, "tool catalog: nobody to borrow a credential from yet");

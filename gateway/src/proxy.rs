@@ -103,6 +103,10 @@ pub(crate) struct GatewayState {
     stream_gate: stream_gate::StreamGate,
     /// The member sessions the virtual servers hold per downstream session.
     member_sessions: virtual_mcp::MemberSessions,
+    /// Members' requests to clients awaiting their answers.
+    asks: virtual_mcp::Asks,
+    /// Calls whose member's stream is relayed (a client's cancellation finds its member).
+    calls: virtual_mcp::Calls,
 }
 
 /// The gateway's phases over its shared state, and the upstream connections of one proxy
@@ -149,6 +153,8 @@ enum Outcome {
     Refuse(Rejection),
     /// The authorization server answered.
     Passed(http::Response<Bytes>),
+    /// Already answered in full (a virtual server's relayed event stream).
+    Relayed,
 }
 
 impl Gateway {
@@ -177,6 +183,8 @@ impl Gateway {
                 request_ids: crate::request_id::RequestIds::random(),
                 stream_gate: stream_gate::StreamGate::default(),
                 member_sessions: virtual_mcp::MemberSessions::default(),
+                asks: virtual_mcp::Asks::default(),
+                calls: virtual_mcp::Calls::default(),
             }),
             Arc::default(),
         ))
@@ -276,6 +284,7 @@ impl Gateway {
             }
             Outcome::Answer(reply) => reply,
             Outcome::Refuse(rejection) => self.refusal(rejection, ctx),
+            Outcome::Relayed => return Ok(true),
         };
         let unread = self.body_unread(session, ctx);
         if unread && session.downstream_session.is_http2() {

@@ -16,6 +16,7 @@
 mod connect;
 mod lists;
 mod names;
+mod relayed;
 mod search;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ use serde::Deserialize;
 pub(crate) use connect::{connect_member, connect_name, without_unconnected};
 pub(crate) use lists::{MemberLists, Merged, merge, rewrite_call_name};
 pub(crate) use names::{Entry, MemberCatalog, NameMap, Problem, name_map};
+pub(crate) use relayed::{Event, classify, with_id};
 pub(crate) use search::{
     CALL_TOOL, FIND_TOOLS, catalog_bytes, find_tools, find_tools_result, inner_call, search_list,
     tools_list,

@@ -18,18 +18,17 @@ use super::{
 pub(crate) type Extra = [(http::HeaderName, http::HeaderValue)];
 
 impl Catalog {
-    /// A POST of `body` to the member, with the route's credential and `extra`.
-    fn member_post(
+    /// A POST of `body` to the member, with the route's credential and `extra` (no time limit
+    /// of its own: the caller sets one).
+    pub(super) fn member_post(
         &self,
         session: Option<&str>,
         body: Vec<u8>,
         extra: &Extra,
-        timeout: Duration,
     ) -> Result<reqwest::RequestBuilder, CatalogError> {
         let mut request = self
             .http
             .request(http::Method::POST, &self.target)?
-            .timeout(timeout)
             .header(
                 reqwest::header::ACCEPT,
                 "application/json, text/event-stream",
@@ -73,7 +72,8 @@ impl Catalog {
         into_result(answer)?;
         let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_vec();
         let response = self
-            .member_post(session.as_deref(), note, extra, timeout)?
+            .member_post(session.as_deref(), note, extra)?
+            .timeout(timeout)
             .send()
             .await?;
         if !response.status().is_success() {
@@ -93,7 +93,8 @@ impl Catalog {
         timeout: Duration,
     ) -> Result<(Value, Option<String>), CatalogError> {
         let response = self
-            .member_post(session, body, extra, timeout)?
+            .member_post(session, body, extra)?
+            .timeout(timeout)
             .send()
             .await?;
         let status = response.status();
@@ -133,18 +134,22 @@ impl Catalog {
     }
 }
 
+/// Whether an answer is an event stream.
+pub(super) fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"))
+}
+
 /// An answer's JSON-RPC response with `id`: the JSON body, or from the event stream.
 pub(super) async fn read_answer(
     mut response: reqwest::Response,
     id: &Value,
     max: usize,
 ) -> Result<Value, CatalogError> {
-    let is_sse = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
-    if is_sse {
+    if is_event_stream(&response) {
         read_sse_response(response, id, max).await
     } else {
         serde_json::from_slice(&pforte_outbound::read_capped(&mut response, max).await?)

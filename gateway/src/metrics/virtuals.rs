@@ -25,6 +25,8 @@ pub(crate) enum VirtualOutcome {
     Connect,
     /// Refused by the gateway before the member (its route's policy, pins, rules, budgets).
     Refused,
+    /// The member answered with an event stream, relayed as it came (its end not read here).
+    Streamed,
 }
 
 impl VirtualOutcome {
@@ -35,6 +37,7 @@ impl VirtualOutcome {
             Self::Error => "error",
             Self::Connect => "connect",
             Self::Refused => "refused",
+            Self::Streamed => "streamed",
         }
     }
 

@@ -5,13 +5,19 @@
 //! catalogs under the name map, filtered by each member route's policy), `tools/call` (the
 //! name looked up — an unknown one answered before any member is touched —, decided by the
 //! member route's policy on the member's own name, then sent with its name rewritten on the
-//! member session `members.rs` holds for the downstream session), search mode's `find_tools`
-//! and `call_tool`, `ping`, and `DELETE` (the member sessions ended).
+//! member session `members.rs` holds for the downstream session; a member's event stream
+//! relayed as one, its requests to the client mapped: `stream.rs`), search mode's `find_tools`
+//! and `call_tool`, `ping`, a client's answer to a member's request (`stream.rs`), `GET` (the
+//! session's event stream: `notices.rs`) and `DELETE` (the member sessions ended).
 
+mod asks;
+mod calls;
 mod connect;
 mod governance;
 mod members;
+mod notices;
 mod resources;
+mod stream;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -38,8 +44,11 @@ use crate::{
     },
 };
 
+pub(super) use asks::Asks;
+pub(super) use calls::Calls;
 use governance::ListView;
 pub(super) use members::MemberSessions;
+use stream::{Answered, Called};
 
 /// JSON-RPC: the method is not served here.
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -68,6 +77,26 @@ pub(super) fn negotiated(requested: Option<&str>) -> &'static str {
         .unwrap_or(sessions[0])
 }
 
+/// The capabilities a virtual server declares (its lists' changes announced on the session's
+/// `GET` stream, `notices.rs`).
+fn capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": true},
+        "resources": {"listChanged": true},
+        "prompts": {"listChanged": true},
+    })
+}
+
+/// The `server/discover` result of a virtual server (MCP 2026-07-28): every revision the gateway
+/// knows, so a client of 2026-07-28 stays stateless and older ones open a session.
+fn discover_result() -> Value {
+    json!({
+        "supportedVersions": mcp::SUPPORTED_VERSIONS,
+        "capabilities": capabilities(),
+        "resultType": "complete",
+    })
+}
+
 /// The `initialize` result of virtual server `v`.
 fn initialize_result(v: &Virtual, requested: Option<&str>) -> Value {
     let mut info = json!({"name": v.server.name, "version": env!("CARGO_PKG_VERSION")});
@@ -76,11 +105,7 @@ fn initialize_result(v: &Virtual, requested: Option<&str>) -> Value {
     }
     json!({
         "protocolVersion": negotiated(requested),
-        "capabilities": {
-            "tools": {"listChanged": false},
-            "resources": {"listChanged": false},
-            "prompts": {"listChanged": false},
-        },
+        "capabilities": capabilities(),
         "serverInfo": info,
     })
 }
@@ -124,9 +149,10 @@ impl Gateway {
         match session.req_header().method {
             http::Method::POST => {}
             http::Method::DELETE => return Ok(self.end_virtual_session(downstream, ctx).await),
+            http::Method::GET => return self.virtual_stream(session, v, downstream, ctx).await,
             _ => {
                 return Ok(Outcome::Refuse(Rejection::MethodNotAllowed {
-                    allow: "POST, DELETE",
+                    allow: "GET, POST, DELETE",
                 }));
             }
         }
@@ -139,7 +165,11 @@ impl Gateway {
                 .virtual_message(v, (session.req_header(), &body), downstream.as_deref(), ctx)
                 .await
             {
-                Ok(reply) => Outcome::Answer(reply),
+                Ok(Answered::Reply(reply)) => Outcome::Answer(reply),
+                Ok(Answered::Relay(relay)) => {
+                    self.relay_member_stream(session, *relay, ctx).await?;
+                    Outcome::Relayed
+                }
                 Err(rejection) => Outcome::Refuse(rejection),
             },
         )
@@ -194,15 +224,21 @@ impl Gateway {
         (req, body): (&RequestHeader, &Bytes),
         downstream: Option<&str>,
         ctx: &mut RequestCtx,
-    ) -> Result<Reply, Rejection> {
+    ) -> Result<Answered, Rejection> {
         let message = mcp::inspect(body).map_err(Rejection::Malformed)?;
         ctx.mcp.message = Some(message.clone());
         // The body steps' header match: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
         // say what the body says (the name the virtual server shows).
         check_mcp_headers(req, &message)?;
         self.sweep_member_sessions(false).await;
+        if message.kind == Kind::Response {
+            return Ok(self.client_answer(body, &message, downstream).await?.into());
+        }
+        if message.kind == Kind::Notification && message.method == "notifications/cancelled" {
+            self.cancel_call(body, downstream).await;
+        }
         if message.kind != Kind::Request {
-            return Ok(Reply::empty(202));
+            return Ok(Reply::empty(202).into());
         }
         let id: Value = serde_json::from_str(&message.id).unwrap_or(Value::Null);
         let principal = ctx.principal.clone().ok_or(Rejection::Internal)?;
@@ -212,7 +248,7 @@ impl Gateway {
                 let requested = parsed["params"]["protocolVersion"].as_str();
                 let answer = result(&id, initialize_result(v, requested));
                 if ctx.in_session {
-                    return Ok(Reply::json(200, &answer));
+                    return Ok(Reply::json(200, &answer).into());
                 }
                 let session = uuid::Uuid::new_v4().simple().to_string();
                 self.edge
@@ -223,9 +259,10 @@ impl Gateway {
                 self.opened_virtual_session(&session, body);
                 // Opening it may have evicted an idle one that holds member sessions.
                 self.sweep_member_sessions(true).await;
-                return Ok(Reply::json(200, &answer).header(SESSION_ID, session));
+                return Ok(Reply::json(200, &answer).header(SESSION_ID, session).into());
             }
             "ping" => result(&id, json!({})),
+            "server/discover" => result(&id, discover_result()),
             "tools/list" => {
                 let (map, routes) = self.virtual_map(v);
                 let view = self.list_view(&principal, &routes, ctx.client_ip).await?;
@@ -243,7 +280,10 @@ impl Gateway {
                     }
                     None => {
                         let call = (body.to_vec(), &message, &id);
-                        self.virtual_call(v, (req, call), downstream, ctx).await?
+                        match self.virtual_call(v, (req, call), downstream, ctx).await? {
+                            Called::Whole(answer) => answer,
+                            Called::Events(relay) => return Ok(Answered::Relay(relay)),
+                        }
                     }
                 }
             }
@@ -261,7 +301,13 @@ impl Gateway {
                 format!("method {other:?} is not served by a virtual server"),
             ),
         };
-        Ok(Reply::json(200, &answer))
+        let modern = message.meta_version.as_deref().map(str::as_bytes);
+        let answer = if mcp::requires_headers(modern) {
+            stream::for_2026_07_28(&message.method, answer)
+        } else {
+            answer
+        };
+        Ok(Reply::json(200, &answer).into())
     }
 
     /// The name map over the members' catalogs as last listed, and each member's route index
@@ -304,7 +350,7 @@ impl Gateway {
         (req, (mut body, message, id)): (&RequestHeader, (Vec<u8>, &Message, &Value)),
         downstream: Option<&str>,
         ctx: &mut RequestCtx,
-    ) -> Result<Value, Rejection> {
+    ) -> Result<Called, Rejection> {
         let principal = ctx.principal.clone().ok_or(Rejection::Internal)?;
         let (map, routes) = self.virtual_map(v);
         let mut shown = message.tool().unwrap_or_default().to_owned();
@@ -323,11 +369,11 @@ impl Gateway {
                     |e: &Entry| !waiting[e.member] && self.may_call(&view, routes[e.member], e);
                 let query = arguments["query"].as_str().unwrap_or_default();
                 let found = find_tools(&map, query, arguments["limit"].as_u64(), may);
-                return Ok(result(id, find_tools_result(found)));
+                return Ok(result(id, find_tools_result(found)).into());
             }
             let (inner, args) = match inner_call(arguments) {
                 Ok(call) => call,
-                Err(e) => return Ok(error(id, INVALID_PARAMS, e.to_string())),
+                Err(e) => return Ok(error(id, INVALID_PARAMS, e.to_string()).into()),
             };
             shown = inner.to_owned();
             let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -335,16 +381,12 @@ impl Gateway {
             body = serde_json::to_vec(&call).map_err(|_| Rejection::Internal)?;
         }
         let Some(entry) = map.entries.get(&shown) else {
-            return Ok(error(id, INVALID_PARAMS, format!("Unknown tool: {shown}")));
+            return Ok(error(id, INVALID_PARAMS, format!("Unknown tool: {shown}")).into());
         };
         let route = routes[entry.member];
         ctx.member = Some((route, None));
         let Some(body) = rewrite_call_name(&body, &entry.original) else {
-            return Ok(error(
-                id,
-                INVALID_PARAMS,
-                "params.name is no string".to_owned(),
-            ));
+            return Ok(error(id, INVALID_PARAMS, "params.name is no string".to_owned()).into());
         };
         let inner = mcp::inspect(&body).map_err(Rejection::Malformed)?;
         if self.settings.admission.tool_policy {
@@ -362,21 +404,29 @@ impl Gateway {
         (self.tool_budget(&entry.original, member, &ctx.person_key)).await?;
         match self.to_member(route, body, id, downstream, ctx).await? {
             Some(answer) => {
-                ctx.member = Some((route, Some(VirtualOutcome::of_answer(&answer))));
+                let outcome = match &answer {
+                    Called::Whole(answer) => VirtualOutcome::of_answer(answer),
+                    Called::Events(_) => VirtualOutcome::Streamed,
+                };
+                ctx.member = Some((route, Some(outcome)));
                 Ok(answer)
             }
             // Not connected: the member route's connect prompt, for this member only.
             None => {
                 ctx.member = Some((route, Some(VirtualOutcome::Connect)));
-                self.member_prompt(route, message, downstream, ctx).await
+                Ok(self
+                    .member_prompt(route, message, downstream, ctx)
+                    .await?
+                    .into())
             }
         }
     }
 
     /// `body` (a JSON-RPC request with id `id`, as the member reads it) sent to member route
-    /// `route` on `downstream`'s member session: the member's answer, or a JSON-RPC error
-    /// naming the member when it is unreachable or its answer unusable; `None` when the route
-    /// takes each person's own credential and this person has none yet.
+    /// `route` on `downstream`'s member session: the member's answer (an event stream to relay,
+    /// `stream.rs`), or a JSON-RPC error naming the member when it is unreachable or its answer
+    /// unusable; `None` when the route takes each person's own credential and this person has
+    /// none yet.
     async fn to_member(
         &self,
         route: usize,
@@ -384,7 +434,7 @@ impl Gateway {
         id: &Value,
         downstream: Option<&str>,
         ctx: &RequestCtx,
-    ) -> Result<Option<Value>, Rejection> {
+    ) -> Result<Option<Called>, Rejection> {
         let catalog = self.edge.catalogs.get(route).ok_or(Rejection::Internal)?;
         let extra = match self.member_headers(ctx, route).await {
             Ok(extra) => extra,
@@ -393,8 +443,7 @@ impl Gateway {
         };
         let timeout = Duration::from_millis(self.settings.routes[route].read_timeout_ms);
         let sent = self
-            .member_sessions
-            .call(catalog, (downstream, route), body, id, &extra, timeout)
+            .send_to_member(catalog, (downstream, route), (body, id), extra, timeout)
             .await;
         let name = &self.settings.routes[route].name;
         Ok(Some(match sent {
@@ -407,6 +456,7 @@ impl Gateway {
                     INTERNAL_ERROR,
                     format!("the member {name} answered: {e}"),
                 )
+                .into()
             }
             Err(e) => {
                 tracing::warn!(request_id = %ctx.request_id, route = %name, error = %e, "virtual server: member unreachable");
@@ -415,6 +465,7 @@ impl Gateway {
                     INTERNAL_ERROR,
                     format!("the member {name} is unreachable"),
                 )
+                .into()
             }
         }))
     }

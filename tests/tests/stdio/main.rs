@@ -19,3 +19,4 @@ mod virtual_console;
 mod virtual_governance;
 mod virtual_members;
 mod virtual_serve;
+mod virtual_streams;

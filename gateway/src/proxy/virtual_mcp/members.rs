@@ -2,8 +2,9 @@
 //! member route, the member's session id (`None`: the member keeps none) with the headers it
 //! was opened with, opened on the first call to that member and ended with the downstream
 //! session — its `DELETE`, or, found by a sweep, its expiry or eviction; and the way a call
-//! reaches its member: on that session (opened again once when the member forgot it), or — a
-//! request without a downstream session — on a session of its own, ended after the answer.
+//! reaches its member: on that session (opened again once when the member forgot it; `send`
+//! hands the answer on as it comes, `call` reads it whole), or — a request without a downstream
+//! session — on a session of its own, ended after the answer.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -16,7 +17,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::catalog::{Catalog, CatalogError, Extra};
+use crate::catalog::{Catalog, CatalogError, Extra, MemberAnswer};
 
 /// The most member sessions held at once (a loop guard: each downstream session holds at most
 /// one per member, and ends them with its `DELETE`).
@@ -101,6 +102,17 @@ impl MemberSessions {
         ids.into_iter().take(max).cloned().collect()
     }
 
+    /// The member sessions `downstream` holds: `(route, member session id, headers)`.
+    pub(super) fn held_by(&self, downstream: &str) -> Vec<Ended> {
+        let Ok(held) = self.held.lock() else {
+            return Vec::new();
+        };
+        held.iter()
+            .filter(|((d, _), _)| d == downstream)
+            .filter_map(|((_, route), h)| Some((*route, h.member.clone()?, h.extra.clone())))
+            .collect()
+    }
+
     /// Whether no further member session can be kept.
     fn full(&self) -> bool {
         self.held.lock().map_or(true, |held| held.len() >= MAX_HELD)
@@ -126,7 +138,8 @@ impl MemberSessions {
     }
 
     /// `body` (one JSON-RPC request with id `id`) sent to the member `route` of `catalog` on
-    /// `downstream`'s member session: the member's response message.
+    /// `downstream`'s member session: the member's response message (an event stream read on
+    /// to it).
     pub(super) async fn call(
         &self,
         catalog: &Catalog,
@@ -136,41 +149,63 @@ impl MemberSessions {
         extra: &Extra,
         timeout: Duration,
     ) -> Result<Value, CatalogError> {
-        let held = downstream.and_then(|d| self.get(d, route));
-        let keep = match downstream {
-            Some(d) if held.is_some() || !self.full() => d,
-            // No downstream session, or no room to keep another: one of its own.
-            _ => {
-                let member = catalog.open_member_session(extra, timeout).await?;
-                let answer = catalog
-                    .member_request(member.as_deref(), body, id, extra, timeout)
-                    .await;
-                if let Some(s) = member {
-                    catalog.end_member_session(&s, extra).await;
-                }
-                return answer.map(|(a, _)| a);
+        if let Some(d) = downstream {
+            match self
+                .send(catalog, (d, route), body.clone(), extra, timeout)
+                .await?
+            {
+                Some((MemberAnswer::Whole(answer), _)) => return Ok(answer),
+                Some((MemberAnswer::Events(events), _)) => return events.response(id).await,
+                None => {}
             }
-        };
+        }
+        // No downstream session, or no room to keep another: one of its own.
+        let member = catalog.open_member_session(extra, timeout).await?;
+        let answer = catalog
+            .member_request(member.as_deref(), body, id, extra, timeout)
+            .await;
+        if let Some(s) = member {
+            catalog.end_member_session(&s, extra).await;
+        }
+        answer.map(|(a, _)| a)
+    }
+
+    /// `body` sent to the member `route` of `catalog` on `downstream`'s member session (opened
+    /// on the first call, opened again once when the member forgot it): the member's answer as
+    /// it comes, and the member session it went on; `None` when no further member session can
+    /// be kept (the caller opens one of its own).
+    pub(super) async fn send(
+        &self,
+        catalog: &Catalog,
+        (downstream, route): (&str, usize),
+        body: Vec<u8>,
+        extra: &Extra,
+        timeout: Duration,
+    ) -> Result<Option<(MemberAnswer, Option<String>)>, CatalogError> {
+        let held = self.get(downstream, route);
+        if held.is_none() && self.full() {
+            return Ok(None);
+        }
         let member = match held {
             Some(member) => member,
             None => {
                 let member = catalog.open_member_session(extra, timeout).await?;
-                self.keep(catalog, (keep, route), member, extra).await
+                self.keep(catalog, (downstream, route), member, extra).await
             }
         };
         match catalog
-            .member_request(member.as_deref(), body.clone(), id, extra, timeout)
+            .member_send(member.as_deref(), body.clone(), extra, timeout)
             .await
         {
             Err(CatalogError::SessionGone) => {
                 let member = catalog.open_member_session(extra, timeout).await?;
-                self.put(keep, route, member.clone(), extra);
+                self.put(downstream, route, member.clone(), extra);
                 let (answer, _) = catalog
-                    .member_request(member.as_deref(), body, id, extra, timeout)
+                    .member_send(member.as_deref(), body, extra, timeout)
                     .await?;
-                Ok(answer)
+                Ok(Some((answer, member)))
             }
-            other => other.map(|(a, _)| a),
+            other => other.map(|(answer, _)| Some((answer, member))),
         }
     }
 

@@ -112,6 +112,7 @@ impl Gateway {
         }
         let (answer, outcome) = match self.to_member(route, body, id, downstream, ctx).await? {
             Some(answer) => {
+                let answer = answer.whole().await;
                 let outcome = VirtualOutcome::of_answer(&answer);
                 (answer, outcome)
             }
@@ -197,7 +198,8 @@ impl Gateway {
             .to_member(route, body.into_bytes(), &id, downstream, ctx)
             .await
         {
-            Ok(answer) => Ok(answer),
+            Ok(Some(answer)) => Ok(Some(answer.whole().await)),
+            Ok(None) => Ok(None),
             Err(Rejection::UpstreamCredentialUnavailable) => Ok(None),
             Err(other) => Err(other),
         }
