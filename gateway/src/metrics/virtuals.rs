@@ -25,7 +25,7 @@ pub(crate) enum VirtualOutcome {
     Connect,
     /// Refused by the gateway before the member (its route's policy, pins, rules, budgets).
     Refused,
-    /// The member answered with an event stream, relayed as it came (its end not read here).
+    /// The member's event stream was being relayed when the client cancelled the call.
     Streamed,
 }
 

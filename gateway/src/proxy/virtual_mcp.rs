@@ -167,7 +167,10 @@ impl Gateway {
             {
                 Ok(Answered::Reply(reply)) => Outcome::Answer(reply),
                 Ok(Answered::Relay(relay)) => {
-                    self.relay_member_stream(session, *relay, ctx).await?;
+                    let outcome = self.relay_member_stream(session, *relay, ctx).await?;
+                    if let Some((_, slot)) = ctx.member.as_mut() {
+                        *slot = Some(outcome);
+                    }
                     Outcome::Relayed
                 }
                 Err(rejection) => Outcome::Refuse(rejection),
@@ -406,6 +409,7 @@ impl Gateway {
             Some(answer) => {
                 let outcome = match &answer {
                     Called::Whole(answer) => VirtualOutcome::of_answer(answer),
+                    // Set again from the response once the stream is relayed.
                     Called::Events(_) => VirtualOutcome::Streamed,
                 };
                 ctx.member = Some((route, Some(outcome)));

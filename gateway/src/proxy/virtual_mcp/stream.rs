@@ -19,6 +19,7 @@ use super::{INTERNAL_ERROR, asks::Ask, calls::Going, error};
 use crate::{
     catalog::{Catalog, CatalogError, MemberAnswer, MemberEvents},
     mcp::{self, Malformed, Message},
+    metrics::VirtualOutcome,
     proxy::{Gateway, RequestCtx},
     reply::{Rejection, Reply, events},
     virtual_server::{Event, classify, with_id},
@@ -164,13 +165,13 @@ impl Gateway {
 
     /// Writes `relay`'s event stream to the client until the member's response (or an error
     /// response, when the member's stream breaks); the member's requests held meanwhile end
-    /// with it.
+    /// with it. The call's outcome is the response's (`Streamed` when the client cancelled).
     pub(super) async fn relay_member_stream(
         &self,
         session: &mut Session,
         mut relay: Relay,
         ctx: &RequestCtx,
-    ) -> pingora::Result<()> {
+    ) -> pingora::Result<VirtualOutcome> {
         events::write_head(session, ctx.framing()).await?;
         let stream = self.asks.number();
         let call = relay.id.to_string();
@@ -188,14 +189,15 @@ impl Gateway {
             relayed = self.relay_events(session, &mut relay, stream, ctx) => relayed,
             // The client cancelled the call: it expects no answer, and the member's stream
             // is dropped.
-            () = cancelled.notified() => Ok(()),
+            () = cancelled.notified() => Ok(VirtualOutcome::Streamed),
         };
         self.asks.end_stream(stream);
         if let (true, Some(d)) = (held, relay.downstream.as_deref()) {
             self.calls.end(d, &call);
         }
-        relayed?;
-        events::write_end(session).await
+        let outcome = relayed?;
+        events::write_end(session).await?;
+        Ok(outcome)
     }
 
     /// A client's `notifications/cancelled` (`body`) on `downstream`: to the member session of
@@ -215,14 +217,14 @@ impl Gateway {
         going.cancelled.notify_one();
     }
 
-    /// The events of `relay` on to the client, up to and including the response.
+    /// The events of `relay` on to the client, up to and including the response: its outcome.
     async fn relay_events(
         &self,
         session: &mut Session,
         relay: &mut Relay,
         stream: u64,
         ctx: &RequestCtx,
-    ) -> pingora::Result<()> {
+    ) -> pingora::Result<VirtualOutcome> {
         loop {
             let data = match relay.events.next().await {
                 Ok(Some(data)) => data,
@@ -234,11 +236,16 @@ impl Gateway {
                     tracing::warn!(request_id = %ctx.request_id, route = %relay.name, error = %why, "virtual server: member stream broke");
                     let text = format!("the member {} answered: {why}", relay.name);
                     let answer = error(&relay.id, INTERNAL_ERROR, text).to_string();
-                    return events::write_event(session, answer.as_bytes()).await;
+                    events::write_event(session, answer.as_bytes()).await?;
+                    return Ok(VirtualOutcome::Error);
                 }
             };
             match classify(&data, &relay.id) {
-                Event::Response => return events::write_event(session, &data).await,
+                Event::Response => {
+                    events::write_event(session, &data).await?;
+                    let answer = serde_json::from_slice(&data).unwrap_or(Value::Null);
+                    return Ok(VirtualOutcome::of_answer(&answer));
+                }
                 Event::Other => events::write_event(session, &data).await?,
                 Event::Request(member_id) => {
                     let ask = Ask {
