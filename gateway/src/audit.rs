@@ -13,7 +13,7 @@
 //! ([`crate::logging::untrusted_name`]): a line's size is bounded whatever the request says.
 //!
 //! ```json
-//! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"mcp","principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","rule":null,"upstream_status":null,"duration_ms":0}
+//! {"time":"2026-12-01T21:08:41.123Z","request_id":"5f0c…","route":"mcp","virtual":null,"member":null,"principal":{"kind":"static","subject":"operator","client":"ci"},"method":"tools/call","name":"werkbaum_write","decision":"denied","reason":"insufficient_scope","rule":null,"upstream_status":null,"duration_ms":0}
 //! ```
 
 use std::{
@@ -81,8 +81,12 @@ pub struct AuditRecord<'a> {
     #[serde(rename = "time", serialize_with = "serialize_time")]
     pub time_ms: u64,
     pub request_id: &'a str,
-    /// The route's name (`mcp` for `[upstream]`).
+    /// The route's name (`mcp` for `[upstream]`), or the virtual server's.
     pub route: &'a str,
+    /// Through a virtual server: its name, and the member route the request went to.
+    #[serde(rename = "virtual")]
+    pub virtual_server: Option<&'a str>,
+    pub member: Option<&'a str>,
     /// `None` when unauthenticated.
     pub principal: Option<AuditPrincipal<'a>>,
     /// The JSON-RPC method, or the HTTP method for GET / DELETE (bounded and escaped when
@@ -379,15 +383,6 @@ impl AuditLog {
     /// rotates by the default [`Rotation`].
     pub fn open(sink: &AuditSink) -> Result<Self, AuditError> {
         Self::open_with(sink, DEFAULT_CAPACITY, Rotation::default())
-    }
-
-    #[cfg(test)]
-    /// [`AuditLog::open`] with a channel of `capacity` lines.
-    pub(crate) fn open_with_capacity(
-        sink: &AuditSink,
-        capacity: usize,
-    ) -> Result<Self, AuditError> {
-        Self::open_with(sink, capacity, Rotation::default())
     }
 
     /// [`AuditLog::open`] with a channel of `capacity` lines and a file rotated by `rotation`.

@@ -22,9 +22,12 @@
 //! at a line or event past the cap, and `run` opens it again after a backoff.
 
 mod answer;
+mod changes;
 mod filter;
 mod follow;
 mod lending;
+mod member;
+mod member_stream;
 pub(crate) mod sse;
 
 use std::{
@@ -44,10 +47,14 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use answer::client_capabilities;
+pub(crate) use changes::{Changes, Listed};
 pub use filter::filter_tools_list;
 pub(crate) use filter::{filter_discover, filter_listed};
 pub(crate) use lending::Lender;
 use lending::Lent;
+pub(crate) use member::Extra;
+use member::{into_result, read_answer};
+pub(crate) use member_stream::{MemberAnswer, MemberEvents};
 
 use crate::{forward::header, param_headers::ParamHeader, pins::Pins};
 
@@ -167,6 +174,8 @@ pub(crate) struct Snapshot {
     annotations: HashMap<Box<str>, Arc<Value>>,
     /// Each listed tool as listed, until the pins have seen it (taken by `refresh`).
     listed: Vec<(String, Value)>,
+    /// Every listed definition, in the upstream's order (what a virtual server merges).
+    definitions: Vec<Value>,
 }
 
 impl Snapshot {
@@ -197,6 +206,10 @@ pub struct Catalog {
     epoch: Instant,
     /// Counts completed refreshes (successful or not); watchers wait on it.
     refreshed: watch::Sender<u64>,
+    /// The last refresh succeeded: the member is up (a virtual server lists its tools).
+    up: AtomicBool,
+    /// How often each list changed as a virtual server's client sees it (`changes.rs`).
+    changes: watch::Sender<Changes>,
     loaded: AtomicU64,
     /// The runtime the catalog's network work runs on (set by `run`).
     runtime: Mutex<Option<tokio::runtime::Handle>>,
@@ -266,6 +279,8 @@ impl Catalog {
             last_miss_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             refreshed: watch::Sender::new(0),
+            up: AtomicBool::new(false),
+            changes: watch::Sender::new(Changes::default()),
             loaded: AtomicU64::new(0),
             runtime: Mutex::new(None),
             awaiting: AtomicBool::new(lends),
@@ -341,6 +356,13 @@ impl Catalog {
         tools
     }
 
+    /// Every tool definition as the upstream last listed it, in its order; `None` before the
+    /// first successful refresh and while the last one failed (the member is down).
+    pub(crate) fn definitions(&self) -> Option<Vec<Value>> {
+        (self.generation() > 0 && self.up.load(Ordering::Acquire))
+            .then(|| self.snapshot.load().definitions.clone())
+    }
+
     /// Number of tools in the current snapshot.
     pub fn len(&self) -> usize {
         self.snapshot.load().tools.len()
@@ -373,10 +395,23 @@ impl Catalog {
         };
         let result = result.map(|tools| {
             let n = tools.len();
+            let was_up = self.up.swap(true, Ordering::AcqRel);
+            let before = &self.snapshot.load().definitions;
+            let changed = changes::tools_changed(was_up, true, before, &tools.definitions);
             self.snapshot.store(Arc::new(tools));
             self.loaded.fetch_add(1, Ordering::AcqRel);
+            if changed {
+                self.note_change(Listed::Tools);
+            }
             n
         });
+        if let Err(e) = &result
+            && !matches!(e, CatalogError::NoLender)
+            && self.up.swap(false, Ordering::AcqRel)
+        {
+            // Down: its tools leave a virtual server's list.
+            self.note_change(Listed::Tools);
+        }
         self.refreshed.send_modify(|n| *n += 1);
         if let Err(CatalogError::NoLender) = &result {
             tracing::debug!(upstream = %self.url, "tool catalog: nobody to borrow a credential from yet");
@@ -566,7 +601,7 @@ impl Catalog {
         params: Value,
     ) -> Result<(Value, Option<String>), CatalogError> {
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let mut response = self.post(session, &body)?.send().await?;
+        let response = self.post(session, &body)?.send().await?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
             return Err(CatalogError::SessionGone);
@@ -579,68 +614,9 @@ impl Catalog {
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let is_sse = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
-        let max = self.opts.max_answer_bytes;
-        let message = if is_sse {
-            read_sse_response(response, id, max).await?
-        } else {
-            serde_json::from_slice(&pforte_outbound::read_capped(&mut response, max).await?)
-                .map_err(|e| CatalogError::Protocol(e.to_string()))?
-        };
+        let message = read_answer(response, &json!(id), self.opts.max_answer_bytes).await?;
         Ok((into_result(message)?, new_session))
     }
-}
-
-/// Reads SSE events until the JSON-RPC response with `id` arrives, at most `max_bytes` of the
-/// stream in all.
-async fn read_sse_response(
-    mut response: reqwest::Response,
-    id: u64,
-    max_bytes: usize,
-) -> Result<Value, CatalogError> {
-    let mut reader = sse::EventReader::new(max_bytes);
-    let mut read = 0usize;
-    let matches = |data: &[u8]| -> Option<Value> {
-        let v: Value = serde_json::from_slice(data).ok()?;
-        (v.get("id").and_then(Value::as_u64) == Some(id)
-            && (v.get("result").is_some() || v.get("error").is_some()))
-        .then_some(v)
-    };
-    while let Some(chunk) = response.chunk().await? {
-        read += chunk.len();
-        if read > max_bytes {
-            return Err(OutboundError::TooLarge(max_bytes).into());
-        }
-        if let Some(v) = reader.push(&chunk)?.iter().find_map(|d| matches(d)) {
-            return Ok(v);
-        }
-    }
-    reader
-        .finish()?
-        .and_then(|d| matches(&d))
-        .ok_or_else(|| CatalogError::Protocol(format!("the stream ended without response {id}")))
-}
-
-/// The `result` of a JSON-RPC response, or its error.
-fn into_result(mut message: Value) -> Result<Value, CatalogError> {
-    if let Some(error) = message.get("error") {
-        return Err(CatalogError::JsonRpc {
-            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-            message: error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-        });
-    }
-    message
-        .get_mut("result")
-        .map(Value::take)
-        .ok_or_else(|| CatalogError::Protocol("response without result".into()))
 }
 
 /// Adds one `tools/list` result page to `tools`; its `nextCursor`.
@@ -662,6 +638,7 @@ fn read_tools_page(result: &Value, tools: &mut Snapshot) -> Result<Option<String
             tools.annotations.insert(name.into(), Arc::new(a.clone()));
         }
         tools.listed.push((name.to_owned(), tool.clone()));
+        tools.definitions.push(tool.clone());
         let params = tool
             .get("inputSchema")
             .map(crate::param_headers::declared)

@@ -12,6 +12,7 @@ mod telemetry;
 mod tests;
 mod tls;
 mod upstream_auth;
+mod virtual_servers;
 
 use std::{
     net::SocketAddr,
@@ -27,6 +28,7 @@ pub(crate) use routes::{
 pub(crate) use telemetry::{Telemetry, TelemetryConfig};
 pub(crate) use tls::{Acme, AcmeChallenge, Tls, TlsConfig, TlsFiles};
 pub(crate) use upstream_auth::{HeaderInto, Injection, Registration, UpstreamAuth, VaultKey};
+pub(crate) use virtual_servers::{Virtual, VirtualConfig};
 
 use crate::{
     audit::{AuditSink, Rotation},
@@ -63,6 +65,12 @@ pub(crate) enum ConfigError {
     #[error("[[routes]] {route:?}: {field}: {reason}")]
     Route {
         route: String,
+        field: &'static str,
+        reason: String,
+    },
+    #[error("[[virtual]] {name:?}: {field}: {reason}")]
+    Virtual {
+        name: String,
         field: &'static str,
         reason: String,
     },
@@ -137,6 +145,8 @@ pub(crate) struct Settings {
     pub(crate) stdio_account: StdioAccount,
     /// `[pinning]`: changed tool definitions held, logged or not recorded.
     pub(crate) pinning: crate::pins::Pinning,
+    /// `[[virtual]]`: virtual servers over the routes, each at `/NAME/mcp`.
+    pub(crate) virtuals: Vec<Virtual>,
     /// `[approvals]`: how long a held call waits for a person's approval.
     pub(crate) approvals: crate::approvals::ApprovalsConfig,
     /// `[[policy]]`: the rules over claims and arguments, compiled.
@@ -252,6 +262,15 @@ impl Settings {
             return self.default_route();
         }
         self.routes.iter().position(|r| r.metadata_path == path)
+    }
+    /// The virtual server served at `path` (`/NAME/mcp`).
+    pub(crate) fn virtual_for_path(&self, path: &str) -> Option<usize> {
+        self.virtuals.iter().position(|v| v.path == path)
+    }
+
+    /// The virtual server whose RFC 9728 document is at `path`.
+    pub(crate) fn virtual_for_metadata(&self, path: &str) -> Option<usize> {
+        self.virtuals.iter().position(|v| v.metadata_path == path)
     }
     /// The route named `name`.
     pub(crate) fn route_named(&self, name: &str) -> Option<usize> {
@@ -370,6 +389,7 @@ impl GatewayConfig {
             ));
         }
         let routes = routes::table(&self, &base_url, &allowed_origins)?;
+        let virtuals = virtual_servers::table(&self.virtuals, &routes, &base_url)?;
         check_tool_limits(&self.limits)?;
         let telemetry = self.telemetry.validate()?;
         let vault_key = self.vault_key(&routes)?;
@@ -412,6 +432,7 @@ impl GatewayConfig {
             vault_key,
             stdio_account,
             pinning: self.pinning,
+            virtuals,
             approvals: self.approvals,
             rules,
         })

@@ -25,6 +25,7 @@ pub(crate) mod manage;
 pub(crate) mod pages;
 pub(crate) mod stats;
 pub(crate) mod tool_changes;
+pub(crate) mod virtuals;
 
 /// Largest form the console accepts.
 pub(crate) const MAX_FORM_BYTES: usize = 16 * 1024;

@@ -44,6 +44,7 @@ mod tls;
 mod tokens;
 mod up;
 mod vault;
+mod virtual_server;
 
 pub use cli::exit;
 pub use commands::{

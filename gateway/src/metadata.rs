@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::config::{Route, Settings};
+use crate::config::{Route, Settings, Virtual};
 
 /// The metadata document of one route: its MCP URL as the resource, the gateway's own origin
 /// as the authorization server.
@@ -12,8 +12,23 @@ pub(crate) fn protected_resource(settings: &Settings, route: &Route) -> Value {
     } else {
         format!("{} (Pforte MCP gateway)", route.name)
     };
+    document(settings, &route.resource, &name)
+}
+
+/// The metadata document of a virtual server (`[[virtual]]`): its own resource, named by its
+/// title.
+pub(crate) fn virtual_resource(settings: &Settings, v: &Virtual) -> Value {
+    let title = v.server.title.as_deref().unwrap_or(&v.server.name);
+    document(
+        settings,
+        &v.resource,
+        &format!("{title} (Pforte MCP gateway)"),
+    )
+}
+
+fn document(settings: &Settings, resource: &str, name: &str) -> Value {
     json!({
-        "resource": route.resource,
+        "resource": resource,
         "authorization_servers": [settings.issuer()],
         "bearer_methods_supported": ["header"],
         "scopes_supported": settings.scopes,

@@ -24,9 +24,11 @@ pub(crate) mod live;
 mod pins;
 mod rules;
 mod tool_names;
+mod virtuals;
 
 pub(crate) use pins::PinMetrics;
 pub(crate) use tool_names::{tool_budget, tool_label};
+pub(crate) use virtuals::VirtualOutcome;
 
 pub(crate) use classify::{
     auth_reason, credential_kind, method_class, oauth_event, status_class, tool_decision,
@@ -341,6 +343,7 @@ pub(crate) struct Metrics {
     ratelimit: RateLimitMetrics,
     pins: PinMetrics,
     rules: rules::RuleMetrics,
+    virtuals: virtuals::VirtualMetrics,
     tls: TlsMetrics,
     credentials: CredentialMetrics,
     live: live::Live,
@@ -443,6 +446,7 @@ impl Metrics {
         );
         let pins = PinMetrics::register(&mut registry);
         let rules = rules::RuleMetrics::register(&mut registry);
+        let virtuals = virtuals::VirtualMetrics::register(&mut registry);
         let ratelimit = RateLimitMetrics::default();
         registry.register(
             "pforte_ratelimit_degraded",
@@ -509,6 +513,7 @@ impl Metrics {
             ratelimit,
             pins,
             rules,
+            virtuals,
             tls,
             credentials,
             live,

@@ -83,6 +83,13 @@ fn set_resources(cfg: &mut OAuthConfig, settings: &Settings) {
             users: r.users.clone(),
             title: r.title.clone(),
         })
+        .chain(settings.virtuals.iter().map(|v| ResourceEntry {
+            url: v.resource.clone(),
+            name: v.server.name.clone(),
+            roles: v.roles.clone(),
+            users: v.users.clone(),
+            title: v.server.title.clone(),
+        }))
         .collect();
 }
 

@@ -53,6 +53,7 @@ mod stream_gate;
 mod task_owner;
 mod trace;
 mod upstream;
+mod virtual_mcp;
 mod wire;
 
 pub(crate) use batched::Batched;
@@ -101,6 +102,12 @@ pub(crate) struct GatewayState {
     request_ids: crate::request_id::RequestIds,
     /// Sessions whose first requests wait for their event stream (`stream_gate.rs`).
     stream_gate: stream_gate::StreamGate,
+    /// The member sessions the virtual servers hold per downstream session.
+    member_sessions: virtual_mcp::MemberSessions,
+    /// Members' requests to clients awaiting their answers.
+    asks: virtual_mcp::Asks,
+    /// Calls whose member's stream is relayed (a client's cancellation finds its member).
+    calls: virtual_mcp::Calls,
 }
 
 /// The gateway's phases over its shared state, and the upstream connections of one proxy
@@ -147,6 +154,8 @@ enum Outcome {
     Refuse(Rejection),
     /// The authorization server answered.
     Passed(http::Response<Bytes>),
+    /// Already answered in full (a virtual server's relayed event stream).
+    Relayed,
 }
 
 impl Gateway {
@@ -174,6 +183,9 @@ impl Gateway {
                 metrics,
                 request_ids: crate::request_id::RequestIds::random(),
                 stream_gate: stream_gate::StreamGate::default(),
+                member_sessions: virtual_mcp::MemberSessions::default(),
+                asks: virtual_mcp::Asks::default(),
+                calls: virtual_mcp::Calls::default(),
             }),
             Arc::default(),
         ))
@@ -207,7 +219,13 @@ impl Gateway {
     fn metadata_url(&self, ctx: &RequestCtx) -> String {
         match ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) {
             Some(route) => route.metadata_url.clone(),
-            None => self.settings.resource_metadata_url(),
+            None => match ctx
+                .virtual_server
+                .and_then(|i| self.settings.virtuals.get(i))
+            {
+                Some(v) => v.metadata_url.clone(),
+                None => self.settings.resource_metadata_url(),
+            },
         }
     }
 
@@ -267,6 +285,7 @@ impl Gateway {
             }
             Outcome::Answer(reply) => reply,
             Outcome::Refuse(rejection) => self.refusal(rejection, ctx),
+            Outcome::Relayed => return Ok(true),
         };
         let unread = self.body_unread(session, ctx);
         if unread && session.downstream_session.is_http2() {
@@ -338,6 +357,7 @@ impl ProxyHttp for Gateway {
         let (target, caller) = self.arrive(session, ctx);
         let outcome = match target {
             Target::Mcp(route) => self.admit(session, route, ctx).await?,
+            Target::Virtual(index) => self.serve_virtual(session, index, ctx).await?,
             Target::AuthServer => self.auth_server(session, ctx).await?,
             Target::Console => self.console(session, ctx).await?,
             Target::Connect => self.connect(session, ctx).await?,

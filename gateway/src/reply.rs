@@ -542,6 +542,7 @@ fn unauthenticated(failure: &AuthFailure, resource_metadata: &str, request_id: &
     reply
 }
 
+pub(crate) mod events;
 mod rule;
 #[cfg(test)]
 mod tests;

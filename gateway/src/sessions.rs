@@ -399,6 +399,18 @@ impl Sessions {
         }
     }
 
+    /// Whether `session_id` is bound now (not ended, expired or evicted): a look that slides
+    /// no expiry (a virtual server asks it of the downstream sessions it holds member sessions
+    /// for).
+    pub(crate) async fn is_bound(&self, session_id: &str) -> Result<bool, SessionError> {
+        match &self.backend {
+            Backend::Local { table, clock, .. } => {
+                Ok(lock(table).is_live(&key(session_id), clock.now_ms()))
+            }
+            Backend::Redis(r) => r.is_bound(session_id).await,
+        }
+    }
+
     /// Drops the binding of the holder's session (the session ended).
     pub async fn forget(&self, session_id: &str, holder: Holder<'_>) -> Result<(), SessionError> {
         self.forget_key(&key(session_id), holder).await

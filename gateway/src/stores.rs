@@ -148,8 +148,7 @@ impl Needs {
         acme: false,
     };
 
-    /// The accounts alone.
-    #[cfg(test)]
+    /// The accounts alone (with the pins: `check`'s view of the routes' tools).
     pub(crate) const ACCOUNTS: Self = Self {
         accounts: true,
         vault: VaultNeed::No,

@@ -11,7 +11,11 @@ use anyhow::{Context as _, bail, ensure};
 use reqwest::Url;
 use serde_json::Value;
 
-use crate::{Gateway, oauth::Browser, target_dir, which};
+use crate::{
+    Form, Gateway,
+    oauth::{Browser, Page},
+    target_dir, which,
+};
 
 /// The Chromium to drive: `PFORTE_CHROMIUM`, else `chromium` or `chromium-browser` on `PATH`.
 pub fn chromium() -> Option<PathBuf> {
@@ -38,6 +42,29 @@ pub async fn console_browser(gw: &Gateway, user: &str, password: &str) -> anyhow
     let done = b.submit(&form, None).await?.see_other()?;
     ensure!(done.path() == "/admin", "the sign-in continued to {done}");
     Ok(b)
+}
+
+/// The decision form (Approve / Reject) of approval `id` on its console page.
+pub fn approval_form(page: &Page, id: &str) -> anyhow::Result<Form> {
+    Form::parse_all(&page.url, &page.body)?
+        .into_iter()
+        .find(|f| f.field("approval") == Some(id))
+        .with_context(|| format!("no decision form for {id}:\n{}", page.body))
+}
+
+/// `who` (signed in) decides approval `id` at `/admin/approvals/ID` (`step`: `approve` or
+/// `reject`): the page after the 303.
+pub async fn decide_approval(
+    gw: &Gateway,
+    who: &Browser,
+    id: &str,
+    step: &str,
+) -> anyhow::Result<Page> {
+    let page = Url::parse(&format!("{}/admin/approvals/{id}", gw.base))?;
+    let page = who.get(&page).await?;
+    ensure!(page.status == 200, "{} {}", page.status, page.body);
+    let done = who.submit(&approval_form(&page, id)?, Some(step)).await?;
+    who.get(&done.see_other()?).await
 }
 
 /// Runs `console.py` with `args` after `--chromium`, `--base` and `--admin` (the password on

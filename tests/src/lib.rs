@@ -57,7 +57,7 @@ pub use tools::{
     BearerProxy, CLAUDE_CODE_PACKAGE, CONFORMANCE_2026_PACKAGE, CONFORMANCE_PACKAGE,
     EVERYTHING_PACKAGE, EverythingServer, FILESYSTEM_SERVER_PACKAGE, MCP_PYTHON_SDK,
     MCP_TS_SDK_PACKAGE, NODE_PACKAGE, claude_code, conformance_2026_packages, conformance_packages,
-    conformance_script, filesystem_server, node22, npm_packages, open_to_children,
+    conformance_script, filesystem_server, header_server, node22, npm_packages, open_to_children,
     python_sdk_or_skip, python_with_mcp_sdk, reachable_copy, root_or_skip, run_claude,
     run_claude_with_ca, run_node_json, run_python_json,
 };

@@ -407,6 +407,25 @@ pub fn root_or_skip() -> bool {
     false
 }
 
+/// The official Python SDK's MCP server of `tests/fixtures/http/header_server.py` (its
+/// `execute_sql` mirrors `region` and `shard` into `Mcp-Param-Region` / `Mcp-Param-Shard`),
+/// started with `python` on a free port and listening: the process and its `/mcp` URL.
+pub async fn header_server(python: &Path) -> (Proc, String) {
+    let port = crate::free_port();
+    let script = target_dir().join("../tests/fixtures/http/header_server.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).arg(port.to_string());
+    let server = Proc::spawn(cmd).expect("header server spawned");
+    let up = crate::eventually(Duration::from_secs(30), || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(up, "the header server never listened on {port}");
+    (server, format!("http://127.0.0.1:{port}/mcp"))
+}
+
 /// Runs `python SCRIPT ARGS…` with `stdin`, waiting up to `limit`; returns the last stdout line
 /// parsed as JSON. Fails with the script's stderr when it fails, hangs or prints no JSON.
 pub async fn run_python_json(

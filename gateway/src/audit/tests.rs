@@ -8,6 +8,8 @@ fn record(name: Option<&str>) -> AuditRecord<'_> {
         time_ms: 1_764_623_321_123,
         request_id: "r1",
         route: "mcp",
+        virtual_server: None,
+        member: None,
         principal: Some(AuditPrincipal {
             kind: "oauth",
             subject: "alice",
@@ -38,6 +40,7 @@ fn record_serialises_every_key() {
         line,
         serde_json::json!({
             "time": "2025-12-01T21:08:41.123Z", "request_id": "r1", "route": "mcp",
+            "virtual": null, "member": null,
             "principal": {"kind": "oauth", "subject": "alice", "client": "c1"},
             "method": "tools/call", "name": "whoami", "decision": "allowed",
             "reason": null, "rule": null, "upstream_status": 200, "duration_ms": 3,
@@ -52,7 +55,16 @@ fn record_serialises_every_key() {
     assert_eq!(v["principal"], serde_json::Value::Null);
     assert_eq!(v["decision"], "denied");
     assert_eq!(v["reason"], "unauthenticated");
-    assert_eq!(v.as_object().unwrap().len(), 11);
+    assert_eq!(v.as_object().unwrap().len(), 13);
+    // Through a virtual server: its name and the member route.
+    let mut through = record(Some("mcp_whoami"));
+    through.route = "team";
+    (through.virtual_server, through.member) = (Some("team"), Some("mcp"));
+    let v = serde_json::to_value(through).unwrap();
+    assert_eq!(
+        (&v["virtual"], &v["member"]),
+        (&"team".into(), &"mcp".into())
+    );
 }
 
 #[test]
@@ -152,7 +164,7 @@ fn sinks_parse() {
 fn a_full_queue_drops_and_counts_without_blocking() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let log = AuditLog::open_with_capacity(&AuditSink::File(path.clone()), 4).unwrap();
+    let log = AuditLog::open_with(&AuditSink::File(path.clone()), 4, Rotation::default()).unwrap();
     // Hold the writer so nothing drains.
     let (entered_tx, entered) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();

@@ -10,7 +10,9 @@ use std::{
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{Catalog, CatalogError, PROTOCOL_HEADER, PROTOCOL_VERSION, SESSION_HEADER, sse};
+use super::{
+    Catalog, CatalogError, PROTOCOL_HEADER, PROTOCOL_VERSION, SESSION_HEADER, changes, sse,
+};
 
 /// Whether an SSE event's data is `notifications/tools/list_changed`.
 pub(super) fn is_list_changed(data: &[u8]) -> bool {
@@ -159,6 +161,9 @@ impl Catalog {
                         };
                         for data in &events {
                             self.answer(&session, data).await;
+                            if let Some(list) = changes::announced(data) {
+                                self.note_change(list);
+                            }
                         }
                         if events.iter().any(|d| is_list_changed(d)) {
                             let _ = self.refresh().await;

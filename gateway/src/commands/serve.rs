@@ -3,6 +3,9 @@
 //! without a store only when told to create one (`--init`, `PFORTE_INIT=1`): a mistyped or
 //! unmounted data dir is refused instead of becoming a new, empty store where every token fails.
 
+mod member_lists;
+mod virtuals;
+
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
@@ -118,7 +121,8 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
     let s = settings(config, data_dir, env)?;
     let init = init_from_env(env)?;
     let first = first_admin_wanted(env)?;
-    match store_start(&s.store, cli::has_store, init) {
+    let start = store_start(&s.store, cli::has_store, init);
+    match start {
         Ok(StoreStart::Create) => eprintln!(
             "note: no Pforte store at {} yet; serve creates one ({INIT_ENV} is set)",
             s.data_dir.display()
@@ -127,6 +131,13 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
         Err(_) => eprintln!("warning: {}", cli::uninitialised_message(&s.data_dir)),
     }
     let records = vault_records(&s)?;
+    let existing = matches!(start, Ok(StoreStart::Existing | StoreStart::Redis));
+    let recorded = recorded_tools(&s, existing);
+    let asked = member_lists::ask_members(&s);
+    let (virtual_lines, problems) = virtuals::describe(&s, recorded.as_ref(), &asked);
+    if !problems.is_empty() {
+        return Err(super::bad_config(problems.join("; ")));
+    }
     println!("configuration ok:");
     let euid = nix::unistd::geteuid().as_raw();
     for route in &s.routes {
@@ -138,6 +149,9 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
         if let Some(line) = describe_account(route, euid, &s.stdio_account) {
             println!("    {line}");
         }
+    }
+    for line in virtual_lines {
+        println!("  {line}");
     }
     for line in describe(&s, records) {
         println!("  {line}");
@@ -152,6 +166,32 @@ pub fn check(config: Option<&Path>, data_dir: Option<PathBuf>, env: &Env) -> Cmd
         );
     }
     Ok(())
+}
+
+/// The tool definitions the pins store recorded per route, for checking `[[virtual]]` servers:
+/// `None` without virtual servers, without a store (nothing is created) or when it cannot be
+/// asked now (a warning).
+fn recorded_tools(
+    s: &Settings,
+    existing: bool,
+) -> Option<std::collections::BTreeMap<String, Vec<serde_json::Value>>> {
+    if s.virtuals.is_empty() || !existing {
+        return None;
+    }
+    let clock: Arc<dyn pforte_clock::Clock> = Arc::new(SystemClock);
+    let recorded = Stores::open(&s.store, Needs::ACCOUNTS, clock)
+        .map_err(|e| e.to_string())
+        .and_then(|stores| {
+            let pins = stores.pins().map_err(|e| e.to_string())?;
+            virtuals::recorded(pins.as_ref())
+        });
+    recorded
+        .inspect_err(|e| {
+            eprintln!(
+                "warning: the virtual servers were not checked against the routes' tools: {e}"
+            )
+        })
+        .ok()
 }
 
 /// How the vault's key ring fares on the stored credentials, for `check`: `None` without a

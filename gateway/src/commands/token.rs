@@ -24,7 +24,8 @@ pub enum TokenAction {
         /// Lifetime, e.g. 90d, 12h, 30m. Default: no expiry.
         #[arg(long)]
         expires: Option<String>,
-        /// Route the token opens (`mcp` for `[upstream]`); repeat for several. Default: every route.
+        /// Route or virtual server the token opens (`mcp` for `[upstream]`); repeat for several.
+        /// Default: every route and virtual server.
         #[arg(long = "route")]
         routes: Vec<String>,
     },
@@ -64,13 +65,15 @@ pub fn run(
                     "--route {bad:?}: a route name is 1 to 63 characters of a-z, 0-9 and '-'"
                 )));
             }
-            let known = cfg.route_names();
+            // A virtual server's name too: the token opens it (and none of its members).
+            let mut known = cfg.route_names();
+            known.extend(cfg.virtuals.iter().map(|v| v.name.as_str()));
             if let Some(unknown) = routes
                 .iter()
                 .find(|r| routes_known && !known.contains(&r.as_str()))
             {
                 return Err(Failure::Usage(format!(
-                    "unknown route {unknown:?}; configured routes: {}",
+                    "unknown route {unknown:?}; configured routes and virtual servers: {}",
                     known.join(" ")
                 )));
             }

@@ -199,6 +199,9 @@ pub struct GatewayConfig {
     pub(crate) upstream: Option<UpstreamConfig>,
     /// `[[routes]]`: more MCP servers, each at `/NAME/mcp`.
     pub(crate) routes: Vec<RouteConfig>,
+    /// `[[virtual]]`: virtual servers, each one endpoint at `/NAME/mcp` over several routes.
+    #[serde(rename = "virtual")]
+    pub(crate) virtuals: Vec<super::VirtualConfig>,
     /// Browser origins allowed to call `/mcp`. A request with any other `Origin` gets 403;
     /// requests without `Origin` (non-browser clients) pass.
     pub(crate) allowed_origins: Vec<String>,
@@ -286,6 +289,7 @@ impl Default for GatewayConfig {
             behind_tls_proxy: false,
             upstream: None,
             routes: Vec::new(),
+            virtuals: Vec::new(),
             allowed_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             scopes: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],

@@ -468,7 +468,7 @@ fn stdio_kind(
 
 /// `[a-z0-9-]+`, 1 to 63 characters.
 /// A route's `title`: 1 to 100 characters without control characters.
-fn checked_title(title: &Option<String>) -> Result<Option<String>, String> {
+pub(super) fn checked_title(title: &Option<String>) -> Result<Option<String>, String> {
     match title {
         Some(t)
             if t.trim().is_empty()

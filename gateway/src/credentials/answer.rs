@@ -32,7 +32,19 @@ pub(crate) struct Prompt<'a> {
     pub(crate) ask: Ask,
 }
 
-impl Prompt<'_> {
+impl<'a> Prompt<'a> {
+    /// The prompt for the connect link `url` of a route titled `title`: its elicitation id the
+    /// link's first 16 characters after its last `=`.
+    pub(crate) fn for_link(title: &'a str, url: &'a str, ask: Ask) -> Self {
+        let id = url.rsplit('=').next().unwrap_or_default();
+        Self {
+            title,
+            url,
+            elicitation_id: id.get(..16).unwrap_or(id),
+            ask,
+        }
+    }
+
     fn sentence(&self) -> String {
         match self.ask {
             Ask::Connect => format!(
@@ -92,6 +104,18 @@ pub(crate) fn connect_answer(
     Some(answer)
 }
 
+/// The stand-in session's one tool, `connect` (its description the prompt's sentence, with the
+/// link); a virtual server lists it under its member's prefix.
+pub(crate) fn connect_tool(prompt: &Prompt<'_>) -> Value {
+    json!({
+        "name": "connect",
+        "title": format!("Connect {}", prompt.title),
+        "description": prompt.sentence(),
+        "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": true, "openWorldHint": false},
+    })
+}
+
 /// The protocol versions the stand-in session speaks (MCP's dated revisions).
 const PROTOCOL_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
@@ -125,13 +149,7 @@ pub(crate) fn standin_answer(message: &Message, body: &[u8], prompt: &Prompt<'_>
             })
         }
         "ping" => json!({}),
-        "tools/list" => json!({"tools": [{
-            "name": "connect",
-            "title": format!("Connect {}", prompt.title),
-            "description": prompt.sentence(),
-            "inputSchema": {"type": "object", "properties": {}},
-            "annotations": {"readOnlyHint": true, "openWorldHint": false},
-        }]}),
+        "tools/list" => json!({"tools": [connect_tool(prompt)]}),
         "prompts/list" => json!({"prompts": []}),
         "resources/list" => json!({"resources": []}),
         "resources/templates/list" => json!({"resourceTemplates": []}),

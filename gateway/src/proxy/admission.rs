@@ -1,7 +1,8 @@
 //! The `/mcp` admission: one pipeline of small steps, each returning early with the
 //! `Rejection` that answers the request, all run before the upstream is touched: the header
 //! steps (origin → size → authenticate → one `Mcp-Method` / `Mcp-Name` line each → session
-//! binding → per-person limit → upstream credential), then the whole body is read (bounded),
+//! binding → per-person limit → upstream credential; all but the last in `endpoint.rs`, which
+//! virtual servers take too), then the whole body is read (bounded),
 //! then the body steps (parse → header match → policy → tool budget). The outcome is one
 //! `Outcome`: forward the body, answer, or refuse. An early answer settles the unread body around
 //! it (`settle_body`) so that clients read it.
@@ -11,15 +12,17 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use pingora::{http::RequestHeader, proxy::Session};
 
+mod endpoint;
+
+pub(super) use endpoint::Endpoint;
+
 use super::{
     Gateway, Outcome, RequestCtx,
-    mcp_headers::{check_mcp_header_lines, check_mcp_headers, check_param_headers},
+    mcp_headers::{check_mcp_headers, check_param_headers},
 };
 use crate::{
     auth::{self, AuthFailure, Principal},
     catalog::Lookup,
-    config::{self, normalise_origin},
-    cors,
     credentials::{self, Ask, Missing, answer},
     limit::{Class, Decision, Policy as LimitPolicy},
     mcp::{self, Kind, Message},
@@ -81,13 +84,8 @@ impl Gateway {
             return Ok(Outcome::Refuse(Rejection::UpgradeRefused));
         }
         let req = session.req_header();
-        if cors::is_preflight(&req.method, &req.headers) {
-            return Ok(self
-                .check_origin(req, route)
-                .map_or_else(Outcome::Refuse, |origin| {
-                    let requested = req.headers.get("access-control-request-headers");
-                    preflight(origin, requested.map(|v| v.as_bytes()))
-                }));
+        if let Some(answer) = self.preflight(req, &self.settings.routes[route].allowed_origins) {
+            return Ok(answer);
         }
         if let Err(rejection) = self.admit_headers(req, route, ctx).await {
             return Ok(Outcome::Refuse(rejection));
@@ -124,7 +122,7 @@ impl Gateway {
     /// Reads the request's whole body, counted against `max_body_bytes` (413 past it); an
     /// `Expect: 100-continue` is answered first. `Err`: the client went away or sent a broken
     /// body.
-    async fn read_body(
+    pub(super) async fn read_body(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
@@ -212,22 +210,13 @@ impl Gateway {
         route: usize,
         ctx: &mut RequestCtx,
     ) -> Result<(), Rejection> {
-        ctx.cors_origin = self.check_origin(req, route)?;
-        check_declared_size(req, self.settings.admission.max_body_bytes)?;
-        self.refuse_spent_ip(ctx)?;
-        let principal = self.authenticate_counting_failures(req, route, ctx).await?;
         let r = &self.settings.routes[route];
-        if auth::check_route(&principal, &r.name, &r.resource).is_err() {
-            ctx.principal = Some(principal);
-            return Err(Rejection::RouteForbidden);
-        }
-        ctx.principal_key = principal_key(&principal);
-        ctx.person_key = principal.person_key();
-        ctx.principal = Some(principal);
-        check_mcp_header_lines(req)?;
-        self.check_session(req, ctx).await?;
-        ctx.rate = self.limit(Class::Mcp, &ctx.person_key).await?;
-        self.check_open(req, ctx).await?;
+        let endpoint = Endpoint {
+            name: &r.name,
+            resource: &r.resource,
+            allowed_origins: &r.allowed_origins,
+        };
+        self.header_steps(req, endpoint, ctx).await?;
         self.upstream_credential(req, route, ctx).await?;
         let policy_or_budgets = self.settings.admission.tool_policy
             || !self.settings.limits.tools.is_empty()
@@ -386,16 +375,8 @@ impl Gateway {
         ctx.mcp.attributes =
             (self.check_rules(req, body, message, principal, route, ctx.client_ip)).await?;
         ctx.mcp.filter_list = self.filters_list(principal, message, route);
-        // A tool that mirrors parameters into `Mcp-Param-*` headers (as the catalog last listed
-        // it): the headers must say what the arguments say.
-        if let Some(tool) = message.tool()
-            && let Some(declared) = self
-                .edge
-                .catalogs
-                .get(route)
-                .and_then(|c| c.param_headers(tool))
-        {
-            check_param_headers(req, body, message, &declared)?;
+        if let Some(tool) = message.tool() {
+            self.check_params(req, (body, message), route, tool)?;
         }
         if let Some(tool) = message.tool() {
             let name = &self.settings.routes[route].name;
@@ -404,39 +385,36 @@ impl Gateway {
         Ok(())
     }
 
-    /// Origin: absent passes (non-browser clients); present must be the gateway's own or one
-    /// the route allows. Returns the origin to answer with CORS headers (allowed foreign ones
-    /// only).
-    fn check_origin(&self, req: &RequestHeader, route: usize) -> Result<Option<String>, Rejection> {
-        let Some(value) = req.headers.get(http::header::ORIGIN) else {
-            return Ok(None);
-        };
-        let origin = value
-            .to_str()
-            .ok()
-            .and_then(normalise_origin)
-            .ok_or(Rejection::OriginForbidden)?;
-        if self.settings.routes[route]
-            .allowed_origins
-            .contains(&origin)
+    /// A tool (`tool`, route `route`'s own name) that mirrors parameters into `Mcp-Param-*`
+    /// headers, as the route's catalog last listed it: the headers must say what the arguments
+    /// of `body` say.
+    pub(super) fn check_params(
+        &self,
+        req: &RequestHeader,
+        (body, message): (&[u8], &Message),
+        route: usize,
+        tool: &str,
+    ) -> Result<(), Rejection> {
+        match self
+            .edge
+            .catalogs
+            .get(route)
+            .and_then(|c| c.param_headers(tool))
         {
-            Ok(Some(origin))
-        } else if self.settings.own_origins.contains(&origin) {
-            Ok(None)
-        } else {
-            Err(Rejection::OriginForbidden)
+            Some(declared) => check_param_headers(req, body, message, &declared),
+            None => Ok(()),
         }
     }
 
     /// A static token or an OAuth access token, then the baseline scopes. A failure spends the
     /// client IP's unauthenticated budget, and past it the answer is 429.
-    async fn authenticate_counting_failures(
+    pub(super) async fn authenticate_counting_failures(
         &self,
         req: &RequestHeader,
-        route: usize,
+        (name, resource): (&str, &str),
         ctx: &mut RequestCtx,
     ) -> Result<Principal, Rejection> {
-        match self.authenticate(req, &self.settings.routes[route]).await {
+        match self.authenticate(req, (name, resource)).await {
             Ok(principal) => Ok(principal),
             // A valid token without the baseline scope is authenticated: no IP budget spent.
             Err(failure @ AuthFailure::InsufficientScope(_)) => Err(failure.into()),
@@ -447,18 +425,17 @@ impl Gateway {
         }
     }
 
-    /// Authenticates the request's `Authorization` header for `route`: a static token or an
-    /// OAuth access token (for this route's resource), then the scopes every `/mcp` request
-    /// needs. Counted by credential kind and outcome.
+    /// The `Authorization` header for the route (or virtual server) `name` at `resource`: a static
+    /// or OAuth token (for that resource), then the baseline scopes. Counted by kind and outcome.
     async fn authenticate(
         &self,
         req: &RequestHeader,
-        route: &config::Route,
+        at: (&str, &str),
     ) -> Result<Principal, AuthFailure> {
         let values = req.headers.get_all(http::header::AUTHORIZATION);
         let token = auth::bearer_token(values.iter().map(|v| v.as_bytes()));
         let kind = metrics::credential_kind(token.as_ref().ok().copied().flatten());
-        let result = self.check_credential(token, route).await;
+        let result = self.check_credential(token, at).await;
         self.metrics.auth(kind, metrics::auth_reason(&result));
         result
     }
@@ -466,7 +443,7 @@ impl Gateway {
     async fn check_credential(
         &self,
         token: Result<Option<&str>, AuthFailure>,
-        route: &config::Route,
+        (name, resource): (&str, &str),
     ) -> Result<Principal, AuthFailure> {
         let token = token?.ok_or(AuthFailure::Missing)?;
         let principal = if auth::looks_static(token) {
@@ -474,7 +451,7 @@ impl Gateway {
         } else {
             let principal = self.oauth.authenticate(token).await?;
             // An OAuth token is for one resource: another route's is not valid here.
-            if auth::check_route(&principal, &route.name, &route.resource).is_err() {
+            if auth::check_route(&principal, name, resource).is_err() {
                 return Err(AuthFailure::OtherResource);
             }
             principal
@@ -483,33 +460,12 @@ impl Gateway {
         Ok(principal)
     }
 
-    /// Before any credential lookup: a client IP whose unauthenticated budget was refused a
-    /// moment ago is refused again from memory (nothing charged, no token store or redis
-    /// touched), whatever credential it sends, until its `Retry-After` has passed.
-    fn refuse_spent_ip(&self, ctx: &RequestCtx) -> Result<(), Rejection> {
-        let limits = &self.settings.limits;
-        if !limits.enabled {
-            return Ok(());
-        }
-        let policy = limits.policy(Class::Unauthenticated);
-        let key = format!("{}:{}", Class::Unauthenticated.name(), ctx.ip_key());
-        match self.limiter.peek(&key, policy) {
-            None => Ok(()),
-            Some(decision) => Err(Rejection::RateLimited {
-                class: Class::Unauthenticated,
-                policy,
-                decision,
-                oauth: false,
-            }),
-        }
-    }
-
     /// A session belongs to the principal that opened it; another principal's credential gets
     /// the answer for an unknown session. A session id the gateway has no record of (never
     /// bound, expired, or opened before a restart without shared state) is refused the same
     /// way: 404, and the client opens a new session. It is never bound to whoever presents it
     /// first.
-    async fn check_session(
+    pub(super) async fn check_session(
         &self,
         req: &RequestHeader,
         ctx: &mut RequestCtx,
@@ -557,7 +513,11 @@ impl Gateway {
     /// a session (its answer's id is bound and counted) and needs room under
     /// `limits.sessions_per_principal`; a `GET` is an SSE stream and holds one of
     /// `limits.streams_per_principal` slots until it ends.
-    async fn check_open(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> Result<(), Rejection> {
+    pub(super) async fn check_open(
+        &self,
+        req: &RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Rejection> {
         let limits = &self.settings.limits;
         let has_session = req.headers.contains_key(SESSION_ID);
         if req.method == http::Method::POST && !has_session {
@@ -641,7 +601,7 @@ impl Gateway {
 
     /// The budget of one tool, per route and person (`limits.tools`), by the name in the
     /// body.
-    async fn tool_budget(
+    pub(super) async fn tool_budget(
         &self,
         tool: &str,
         route: &str,
@@ -667,33 +627,5 @@ impl Gateway {
                 oauth: false,
             })
         }
-    }
-}
-
-/// The answer to a CORS preflight of `/mcp` whose origin passed: 204, with the CORS headers
-/// for an allowed foreign origin (same-origin pages need no preflight, nor CORS headers).
-fn preflight(origin: Option<String>, requested: Option<&[u8]>) -> Outcome {
-    let reply = match origin {
-        Some(origin) => cors::preflight_headers(&origin, requested)
-            .into_iter()
-            .fold(Reply::empty(204), |reply, (name, value)| {
-                reply.header(name, value)
-            }),
-        None => Reply::empty(204).header("allow", cors::ALLOW_METHODS),
-    };
-    Outcome::Answer(reply)
-}
-
-/// A declared body over the limit is refused before it is read (also with
-/// `Expect: 100-continue`: the refusal replaces the 100).
-fn check_declared_size(req: &RequestHeader, limit: u64) -> Result<(), Rejection> {
-    let declared = req
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match declared {
-        Some(n) if n > limit => Err(Rejection::PayloadTooLarge { limit }),
-        _ => Ok(()),
     }
 }

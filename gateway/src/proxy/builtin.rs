@@ -26,8 +26,12 @@ pub(super) enum Target {
     Ready,
     /// The RFC 9728 document of route `usize`.
     ResourceMetadata(usize),
+    /// The RFC 9728 document of virtual server `usize` (`[[virtual]]`).
+    VirtualMetadata(usize),
     /// The MCP endpoint of route `usize` (`/mcp` or `/NAME/mcp`).
     Mcp(usize),
+    /// The MCP endpoint of virtual server `usize` (`/NAME/mcp` of a `[[virtual]]`).
+    Virtual(usize),
     Unknown,
 }
 
@@ -51,8 +55,14 @@ impl Target {
             "/readyz" => Self::Ready,
             p if p.starts_with("/.well-known/oauth-protected-resource") => settings
                 .route_for_metadata(p)
-                .map_or(Self::Unknown, Self::ResourceMetadata),
-            p => settings.route_for_path(p).map_or(Self::Unknown, Self::Mcp),
+                .map(Self::ResourceMetadata)
+                .or_else(|| settings.virtual_for_metadata(p).map(Self::VirtualMetadata))
+                .unwrap_or(Self::Unknown),
+            p => settings
+                .route_for_path(p)
+                .map(Self::Mcp)
+                .or_else(|| settings.virtual_for_path(p).map(Self::Virtual))
+                .unwrap_or(Self::Unknown),
         }
     }
 
@@ -60,9 +70,9 @@ impl Target {
     pub(super) fn metric(self) -> metrics::RouteLabel {
         use metrics::RouteLabel;
         match self {
-            Self::Mcp(_) => RouteLabel::Mcp,
+            Self::Mcp(_) | Self::Virtual(_) => RouteLabel::Mcp,
             Self::AuthServer => RouteLabel::OAuth,
-            Self::ResourceMetadata(_) => RouteLabel::WellKnown,
+            Self::ResourceMetadata(_) | Self::VirtualMetadata(_) => RouteLabel::WellKnown,
             Self::Health | Self::Ready => RouteLabel::Health,
             Self::Metrics => RouteLabel::Metrics,
             Self::Favicon | Self::Console | Self::Connect | Self::Unknown => RouteLabel::Other,
@@ -107,7 +117,15 @@ impl Gateway {
                 ),
                 None => Outcome::Refuse(Rejection::NotFound),
             },
-            Target::ResourceMetadata(_) => {
+            Target::VirtualMetadata(i) if caller.get => match self.settings.virtuals.get(i) {
+                Some(v) => Outcome::Answer(
+                    Reply::json(200, &crate::metadata::virtual_resource(&self.settings, v))
+                        .header("cache-control", "public, max-age=3600")
+                        .header("access-control-allow-origin", "*"),
+                ),
+                None => Outcome::Refuse(Rejection::NotFound),
+            },
+            Target::ResourceMetadata(_) | Target::VirtualMetadata(_) => {
                 Outcome::Refuse(Rejection::MethodNotAllowed { allow: "GET, HEAD" })
             }
             Target::Favicon => {
@@ -121,6 +139,7 @@ impl Gateway {
             Target::Metrics
             | Target::Unknown
             | Target::Mcp(_)
+            | Target::Virtual(_)
             | Target::AuthServer
             | Target::Console
             | Target::Connect => Outcome::Refuse(Rejection::NotFound),

@@ -29,6 +29,7 @@ use super::{Gateway, Outcome, RequestCtx};
 mod actions;
 mod approvals;
 mod tools;
+mod virtuals;
 
 type Response = http::Response<Bytes>;
 
@@ -224,7 +225,11 @@ impl Gateway {
         };
         let (notice, error) = notice(&query_value(query, "done"));
         let (title, body) = match page {
-            Page::Overview => ("Overview", pages::overview(&self.overview().await)),
+            Page::Overview => {
+                let virtuals = console::virtuals::virtuals_section(&self.virtual_rows());
+                let overview = pages::overview(&self.overview().await);
+                ("Overview", overview + &virtuals)
+            }
             Page::Route(name) => match self.settings.routes.iter().position(|r| &r.name == name) {
                 Some(i) => ("Route", pages::route_page(&self.route_detail(i).await)),
                 None => return console::refusal(404, "No such route", "No route has that name."),

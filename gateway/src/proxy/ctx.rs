@@ -44,6 +44,10 @@ pub(crate) struct RequestCtx {
     /// The MCP route (index into `Settings::routes`) of a `/NAME/mcp` request or its RFC 9728
     /// document.
     pub(super) mcp_route: Option<usize>,
+    /// The virtual server the request addresses (`[[virtual]]`), if any.
+    pub(super) virtual_server: Option<usize>,
+    /// Through a virtual server: the member route a call went to, and how it ended there.
+    pub(super) member: Option<(usize, Option<crate::metrics::VirtualOutcome>)>,
     /// When the request went upstream (for the time to its response header).
     pub(super) upstream_sent: Option<Instant>,
     /// Counts an event-stream answer as open until the context drops.
@@ -123,6 +127,8 @@ impl RequestCtx {
             arrived_ms,
             route: RouteLabel::Other,
             mcp_route: None,
+            virtual_server: None,
+            member: None,
             upstream_sent: None,
             stream: None,
             instance: None,

@@ -125,10 +125,7 @@ impl Gateway {
             (None, None) => ("-", NONE),
         };
         RequestLine {
-            route: ctx
-                .mcp_route
-                .and_then(|i| self.settings.routes.get(i))
-                .map_or("-", |r| r.name.as_str()),
+            route: self.route_name(ctx).unwrap_or("-"),
             subject,
             client,
             client_ip: ctx.client_ip.map_or(NONE, |ip| ip.to_string().into()),
@@ -141,6 +138,23 @@ impl Gateway {
             warn: status >= 500 || (e.is_some() && !client_side && ctx.refused.is_none()),
             error,
         }
+    }
+
+    /// The route's name, or the virtual server's (`[[virtual]]`) for a request to one.
+    fn route_name(&self, ctx: &RequestCtx) -> Option<&str> {
+        match ctx.mcp_route.and_then(|i| self.settings.routes.get(i)) {
+            Some(r) => Some(&r.name),
+            None => ctx
+                .virtual_server
+                .and_then(|i| self.settings.virtuals.get(i))
+                .map(|v| v.server.name.as_str()),
+        }
+    }
+
+    /// The virtual server's name (`[[virtual]]`) for a request to one.
+    fn virtual_name(&self, ctx: &RequestCtx) -> Option<&str> {
+        let v = self.settings.virtuals.get(ctx.virtual_server?)?;
+        Some(v.server.name.as_str())
     }
 
     /// The audit line of one `/mcp` request, when it names something or was refused.
@@ -158,10 +172,12 @@ impl Gateway {
         let record = AuditRecord {
             time_ms: ctx.arrived_ms,
             request_id: &ctx.request_id,
-            route: ctx
-                .mcp_route
-                .and_then(|i| self.settings.routes.get(i))
-                .map_or(DEFAULT_ROUTE, |r| r.name.as_str()),
+            route: self.route_name(ctx).unwrap_or(DEFAULT_ROUTE),
+            virtual_server: self.virtual_name(ctx),
+            member: ctx
+                .member
+                .and_then(|(i, _)| self.settings.routes.get(i))
+                .map(|r| r.name.as_str()),
             principal: ctx.principal.as_ref().map(AuditPrincipal::from),
             method,
             name: target,
@@ -199,6 +215,13 @@ impl Gateway {
                 || self.settings.limits.tools.contains_key(tool);
             self.metrics
                 .tool_call(i, tool, known, metrics::tool_decision(ctx.refused));
+        }
+        if let (Some(name), Some((member, outcome))) = (self.virtual_name(ctx), ctx.member) {
+            let outcome = match (ctx.refused, outcome) {
+                (Some(_), _) => metrics::VirtualOutcome::Refused,
+                (None, outcome) => outcome.unwrap_or(metrics::VirtualOutcome::Error),
+            };
+            self.metrics.virtual_call(name, member, outcome);
         }
         ctx.stream = None;
     }

@@ -3,7 +3,8 @@
 //! lookup, the tool's annotations from the catalog, the call's arguments from the body when a
 //! rule reads them, the client IP, the clock), the rules' first match applied — `deny` refused
 //! with the rule's message, `approve` handed to `hold_for_approval`, `allow` on to the rest of
-//! the admission — and what `tools/list` leaves out for a person (`hidden_by_rules`).
+//! the admission — and what `tools/list` leaves out for a person (`hidden_by_rules`; a virtual
+//! server's member whose list the rules refuse: `refuses_list`).
 
 use pingora::http::RequestHeader;
 
@@ -142,6 +143,33 @@ impl Gateway {
             ip,
             now_ms: self.clock.now_ms(),
         })
+    }
+
+    /// Whether `route`'s rules refuse `principal` its `tools/list` (the first match a `deny`,
+    /// or an `approve`, which a list merged by a virtual server cannot wait for): that member
+    /// then adds no tool to the virtual server's list, as `check_rules` would refuse the list
+    /// on the route.
+    pub(super) fn refuses_list(
+        &self,
+        principal: &Principal,
+        attributes: &Attributes,
+        route: usize,
+        ip: Option<std::net::IpAddr>,
+    ) -> bool {
+        let input = Input {
+            user: user(principal, attributes),
+            client: client(principal),
+            route: self.settings.routes[route].name.as_str(),
+            tool: None,
+            args: None,
+            method: "tools/list",
+            ip,
+            now_ms: self.clock.now_ms(),
+        };
+        self.settings
+            .rules
+            .decide(&input)
+            .is_some_and(|v| v.effect != Effect::Allow)
     }
 }
 

@@ -249,6 +249,11 @@ impl Table {
     }
 
     /// Who owns the binding of `key`, if any.
+    /// Whether `key` is bound and not expired at `now_ms` (nothing changed).
+    pub(super) fn is_live(&self, key: &Key, now_ms: u64) -> bool {
+        self.entries.get(key).is_some_and(|e| e.expires_ms > now_ms)
+    }
+
     pub(super) fn owner_of(&self, key: &Key) -> Option<&str> {
         self.entries.get(key).map(|e| &*e.owner)
     }

@@ -222,6 +222,16 @@ impl RedisSessions {
         Ok(standing(owner, record.as_deref()))
     }
 
+    /// Whether the session's record exists (no expiry slid).
+    pub(super) async fn is_bound(&self, session_id: &str) -> Result<bool, SessionError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("EXISTS")
+            .arg(self.key(session_id))
+            .query_async::<bool>(&mut conn)
+            .await
+            .map_err(unavailable)
+    }
+
     pub(super) async fn forget(&self, key: &Key, holder: Holder<'_>) -> Result<(), SessionError> {
         let mut conn = self.conn.clone();
         self.forget

@@ -377,3 +377,38 @@ async fn embedded_records_outlive_a_reopen() {
         "the records are the owner's only"
     );
 }
+
+/// `is_bound` (a virtual server's sweep): bound, then not once forgotten or expired, and the look
+/// itself slides no expiry — on both backends.
+#[tokio::test]
+async fn is_bound_looks_without_sliding_the_expiry() {
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let opts = SessionOptions {
+        ttl: Duration::from_secs(60),
+        max_entries: 10,
+    };
+    let sessions = Sessions::local(Arc::new(clock.clone()), opts);
+    sessions.bind("s1", h("alice"), None).await.unwrap();
+    sessions.bind("s2", h("alice"), None).await.unwrap();
+    assert!(sessions.is_bound("s1").await.unwrap());
+    assert!(!sessions.is_bound("nope").await.unwrap());
+    sessions.forget("s2", h("alice")).await.unwrap();
+    assert!(!sessions.is_bound("s2").await.unwrap());
+    clock.advance(Duration::from_secs(59));
+    assert!(sessions.is_bound("s1").await.unwrap());
+    clock.advance(Duration::from_secs(1));
+    assert!(
+        !sessions.is_bound("s1").await.unwrap(),
+        "not slid by the looks"
+    );
+
+    let Some(redis) = pforte_test_support::RedisServer::start() else {
+        return;
+    };
+    let sessions = Sessions::redis(&redis.url(), "b:", SessionOptions::default()).unwrap();
+    sessions.bind("r1", h("alice"), None).await.unwrap();
+    assert!(sessions.is_bound("r1").await.unwrap());
+    sessions.forget("r1", h("alice")).await.unwrap();
+    assert!(!sessions.is_bound("r1").await.unwrap());
+    assert!(!sessions.is_bound("never").await.unwrap());
+}

@@ -319,6 +319,8 @@ fn fields_of(table: &str) -> BTreeSet<String> {
     let header = table.replace("NAME", "x").replace("\"URI\"", "x");
     let prefix = if header.starts_with("[routes.") {
         "[[routes]]\n"
+    } else if header.starts_with("[virtual.") {
+        "[[virtual]]\n"
     } else {
         ""
     };

@@ -5,9 +5,9 @@
 //! against `_meta`; prompts and resources step up like tools; mirrored parameters checked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
-use pforte_tests::{McpClient, Stack, eventually, free_port, python_sdk_or_skip, rpc_answer};
+use pforte_tests::{McpClient, Stack, eventually, header_server, python_sdk_or_skip, rpc_answer};
 use serde_json::{Value, json};
 
 /// The 2026-07-28 revision.
@@ -342,23 +342,9 @@ async fn mirrored_parameters_must_match_their_headers() {
     let Some(python) = python_sdk_or_skip() else {
         return;
     };
-    let port = free_port();
-    let mut server = pforte_tests::Proc::spawn({
-        let mut cmd = std::process::Command::new(&python);
-        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/http/header_server.py"))
-            .arg(port.to_string());
-        cmd
-    })
-    .unwrap();
-    let up = eventually(Duration::from_secs(30), || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-    })
-    .await;
-    assert!(up, "the header server never listened on {port}");
+    let (_server, url) = header_server(&python).await;
     let gw = Stack::builder()
-        .upstream(&format!("http://127.0.0.1:{port}/mcp"))
+        .upstream(&url)
         .allowed_origins(&["https://app.example"])
         .start()
         .await;
@@ -424,7 +410,6 @@ async fn mirrored_parameters_must_match_their_headers() {
         .to_ascii_lowercase();
     assert!(allowed.contains("mcp-param-region"), "{allowed}");
     assert!(allowed.contains("mcp-param-shard"), "{allowed}");
-    let _ = server.child.kill();
 }
 
 /// Issue 40, point 5 (its first part): `tasks/get`, `tasks/update` and `tasks/cancel` must

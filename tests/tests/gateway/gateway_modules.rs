@@ -528,6 +528,8 @@ fn audit_record(request_id: &str, decision: AuditDecision) -> AuditRecord<'_> {
         time_ms: 1_764_623_321_123,
         request_id,
         route: "/mcp",
+        virtual_server: None,
+        member: None,
         principal: Some(AuditPrincipal {
             kind: "static",
             subject: "operator",
@@ -570,6 +572,8 @@ fn audit_lines_have_exactly_the_documented_keys_in_a_0600_file() {
         "time",
         "request_id",
         "route",
+        "virtual",
+        "member",
         "principal",
         "method",
         "name",

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use pforte_tests::{
     EchoUpstream, McpClient, McpService, OAuth, PolicyRule, Role, Stack, WireTap,
-    console::{browser_script, chromium, is_png},
+    console::{approval_form, browser_script, chromium, decide_approval, is_png},
     eventually, in_ci,
     oauth::{Browser, Form, Page, access_token},
     python_sdk_or_skip, rpc_answer, run_python_json,
@@ -119,26 +119,12 @@ async fn signed_in(gw: &Stack, user: &str, password: &str) -> Browser {
 
 /// The decision form of approval `id` on its page.
 fn decision_form(page: &Page, id: &str) -> Form {
-    Form::parse_all(&page.url, &page.body)
-        .unwrap()
-        .into_iter()
-        .find(|f| f.field("approval") == Some(id))
-        .unwrap_or_else(|| panic!("no decision form for {id}:\n{}", page.body))
+    approval_form(page, id).unwrap()
 }
 
 /// `who` decides approval `id` (`approve` or `reject`): the page after the 303.
 async fn decide(gw: &Stack, who: &Browser, id: &str, step: &str) -> Page {
-    let page = who
-        .get(&url(gw, &format!("/admin/approvals/{id}")))
-        .await
-        .unwrap();
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let done = who
-        .submit(&decision_form(&page, id), Some(step))
-        .await
-        .unwrap();
-    let next = done.see_other().unwrap();
-    who.get(&next).await.unwrap()
+    decide_approval(gw, who, id, step).await.unwrap()
 }
 
 fn call(id: u64, note: &str) -> Value {
