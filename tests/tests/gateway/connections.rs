@@ -317,3 +317,96 @@ async fn event_streams_are_relayed_on_kept_alive_connections() {
         "the stream was not released when its client left"
     );
 }
+
+/// Event streams hold two descriptors each (the client's and the upstream's): with soft 100 and
+/// hard 200 the gateway opens them until the budget is spent, then closes new connections
+/// unanswered; none fails on a descriptor (no `Too many open files` from `accept()`, no 502 from a
+/// failed upstream connect), `/healthz` is still answered on a connection it holds, the refusals
+/// are logged at most once a second, and a stream that ends frees a slot (issue 39, point 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_fill_the_descriptor_budget_and_no_more() {
+    const BUDGET: usize = 84;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("pforte.log");
+    let script = format!(
+        "ulimit -Sn 100 && ulimit -Hn 200 && exec \"$0\" \"$@\" 2>{}",
+        log.display()
+    );
+    let limits = pforte_tests::Limits::off()
+        .sessions_per_principal(400)
+        .streams_per_principal(400);
+    let gw = Stack::builder()
+        .plain_http()
+        .keepalive_timeout_secs(60)
+        .limits(limits)
+        .wrapper(&["sh", "-c", &script])
+        .start()
+        .await;
+    let token = gw.create_token("streams").await.unwrap();
+    // Sessions are made on one pooled connection; the streams each on their own.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let url = gw.mcp_url();
+    let mut probe = TcpStream::connect(addr(&gw)).await.unwrap();
+    assert!(healthz(&mut probe).await);
+
+    let started = Instant::now();
+    let mut streams = Vec::new();
+    let mut refused = 0;
+    while streams.len() <= BUDGET && refused < 10 && started.elapsed() < Duration::from_secs(60) {
+        let (session, first) = pforte_tests::open_session_stream(&http, &url, Some(&token))
+            .await
+            .expect("a session is made on the pooled connection");
+        drop(first);
+        let mut conn = TcpStream::connect(addr(&gw)).await.unwrap();
+        conn.write_all(stream_request(&token, &session).as_bytes())
+            .await
+            .unwrap();
+        let head = read_until(&mut conn, "\r\n\r\n", Duration::from_secs(5)).await;
+        if head.is_empty() {
+            refused += 1;
+            continue;
+        }
+        assert!(
+            head.starts_with("HTTP/1.1 200"),
+            "stream {} answered {head:?}\n{}",
+            streams.len() + 1,
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert_eq!(refused, 0, "a stream served after a refusal");
+        streams.push(conn);
+    }
+    let opened = streams.len();
+    assert!(refused > 0, "all {opened} streams were served");
+    // The probe, the sessions' pooled connection and the streams fill the budget.
+    assert!(
+        (BUDGET - 4..BUDGET).contains(&opened),
+        "{opened} streams before the first refusal"
+    );
+    assert!(healthz(&mut probe).await, "a held connection is served");
+    drop(streams.pop());
+    let served = eventually(Duration::from_secs(5), || {
+        let addr = addr(&gw);
+        async move {
+            let Ok(mut conn) = TcpStream::connect(addr).await else {
+                return false;
+            };
+            healthz(&mut conn).await
+        }
+    })
+    .await;
+    assert!(served, "a slot frees when a stream ends");
+    let secs = started.elapsed().as_secs() as usize + 1;
+    drop(streams);
+    drop(gw);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let full = text.matches("the descriptor budget is full").count();
+    assert!(
+        (1..=secs).contains(&full),
+        "{refused} refusals in {secs} s: {full} lines:\n{text}"
+    );
+    assert!(!text.contains("Too many open files"), "{text}");
+    assert!(!text.contains("Accept() failed"), "{text}");
+}
