@@ -280,7 +280,7 @@ impl Gateway {
                 exchange::Relayed::Replaced(reply) => reply,
             },
             Outcome::Passed(response) => {
-                reply::write_passed(session, response, &ctx.request_id).await?;
+                Box::pin(reply::write_passed(session, response, &ctx.request_id)).await?;
                 return Ok(true);
             }
             Outcome::Answer(reply) => reply,
@@ -290,14 +290,14 @@ impl Gateway {
         let unread = self.body_unread(session, ctx);
         if unread && session.downstream_session.is_http2() {
             // An HTTP/2 stream answered before its body is read is reset: read it first.
-            self.settle_body(session, ctx).await;
-            reply::write(session, reply, ctx.framing()).await?;
+            Box::pin(self.settle_body(session, ctx)).await;
+            Box::pin(reply::write(session, reply, ctx.framing())).await?;
         } else {
             // HTTP/1: the answer first, then the rest of the body (a lingering close when it
             // is over the bound), so the client is reading when the connection ends.
-            reply::write(session, reply, ctx.framing()).await?;
+            Box::pin(reply::write(session, reply, ctx.framing())).await?;
             if unread {
-                self.settle_body(session, ctx).await;
+                Box::pin(self.settle_body(session, ctx)).await;
             }
         }
         Ok(true)
@@ -355,13 +355,16 @@ impl ProxyHttp for Gateway {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         let (target, caller) = self.arrive(session, ctx);
+        // Each step in a box of its own, freed when it is done: this future lives as long as
+        // the answer is relayed (an event stream's whole life), and inline it would be as large
+        // as the largest of them (docs/performance.md, "Long streams").
         let outcome = match target {
-            Target::Mcp(route) => self.admit(session, route, ctx).await?,
-            Target::Virtual(index) => self.serve_virtual(session, index, ctx).await?,
-            Target::AuthServer => self.auth_server(session, ctx).await?,
-            Target::Console => self.console(session, ctx).await?,
-            Target::Connect => self.connect(session, ctx).await?,
-            builtin => self.builtin(builtin, caller).await,
+            Target::Mcp(route) => Box::pin(self.admit(session, route, ctx)).await?,
+            Target::Virtual(index) => Box::pin(self.serve_virtual(session, index, ctx)).await?,
+            Target::AuthServer => Box::pin(self.auth_server(session, ctx)).await?,
+            Target::Console => Box::pin(self.console(session, ctx)).await?,
+            Target::Connect => Box::pin(self.connect(session, ctx)).await?,
+            builtin => Box::pin(self.builtin(builtin, caller)).await,
         };
         self.apply(session, outcome, ctx).await
     }

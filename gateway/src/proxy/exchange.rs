@@ -75,7 +75,9 @@ impl Gateway {
     ) -> Result<Relayed> {
         // A long event stream keeps its connection to itself; requests share the pool.
         let pooled = session.req_header().method != http::Method::GET;
-        let gated = self.stream_gate_step(session, ctx).await;
+        // The steps that are not the relaying itself each in a box of their own: this future
+        // lives as long as the answer is relayed (an event stream's whole life).
+        let gated = Box::pin(self.stream_gate_step(session, ctx)).await;
         let sent = Box::pin(self.send_upstream(session, ctx, &body, pooled)).await;
         if let Some(opened) = gated {
             self.stream_gate.opened(&opened);
@@ -83,7 +85,9 @@ impl Gateway {
         let (mut up, peer, mut answer) = sent?;
         drop(body);
         if answer.status == http::StatusCode::UNAUTHORIZED && ctx.upstream_auth.is_some() {
-            return Ok(Relayed::Replaced(self.upstream_refused(ctx).await));
+            return Ok(Relayed::Replaced(
+                Box::pin(self.upstream_refused(ctx)).await,
+            ));
         }
         // Hop-by-hop: the client's connection is the gateway's own.
         answer.remove_header(&http::header::CONNECTION);
@@ -140,7 +144,7 @@ impl Gateway {
             self.response_body_filter(session, &mut piece, ended, ctx)?;
             if ended {
                 // Recorded before the last bytes leave: the client's next request may use it.
-                self.note_task(ctx).await;
+                Box::pin(self.note_task(ctx)).await;
             }
             Batched::hold(session.downstream_session.stream(), next.is_some());
             Box::pin(session.write_response_body(piece, ended))

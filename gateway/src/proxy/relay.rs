@@ -41,7 +41,7 @@ impl Gateway {
                 if matches!(e.etype(), pingora::ErrorType::InvalidHTTPHeader) {
                     session.set_keepalive(None);
                     let reply = self.refusal(Rejection::BadRequest, &mut ctx);
-                    let _ = crate::reply::write(&mut session, reply, ctx.framing()).await;
+                    let _ = Box::pin(crate::reply::write(&mut session, reply, ctx.framing())).await;
                 }
                 return None;
             }

@@ -136,7 +136,9 @@ pub(crate) fn assemble(
     }
     let mut server = Server::new_with_opt_and_conf(None, server_conf(&settings));
     server.bootstrap();
-    listeners(&core, gateway, &mut server, acme, descriptors.limit)?;
+    // The budget counts what is open by now (stores, audit log, pingora's bootstrap).
+    let descriptors = descriptors.recounted();
+    listeners(&core, gateway, &mut server, acme, descriptors.budget())?;
     server.add_services(services);
     server.add_services(extra);
     Ok(Parts {
@@ -381,7 +383,7 @@ fn listeners(
     gateway: Gateway,
     server: &mut Server,
     acme: Option<crate::tls::AcmeState>,
-    descriptor_limit: u64,
+    connection_budget: u64,
 ) -> Result<(), ServeError> {
     let settings = &core.settings;
     let tls = settings
@@ -394,7 +396,7 @@ fn listeners(
         .transpose()?;
     let connections = conns::Connections::new(
         settings.listen.max_connections_per_ip,
-        descriptors::connection_budget(descriptor_limit),
+        connection_budget,
         settings.admission.trusted_proxies.clone(),
         core.clock.clone(),
     );

@@ -86,7 +86,8 @@ impl ServerApp for Http1 {
             let (head, to) = read_head(&mut stream, carried, wait, is_mcp_path).await?;
             wait = Wait::Idle(self.idle);
             if to == Head::TooLarge {
-                refuse_head(&mut stream).await;
+                // Boxed: its read buffer would otherwise size every connection's future.
+                Box::pin(refuse_head(&mut stream)).await;
                 return None;
             }
             if to == Head::Relay {
