@@ -232,6 +232,8 @@ struct EchoState {
     /// `X-Api-Key` values answered 401 (a key its user revoked at the service), with whether
     /// the 401 has a body.
     refused: HashMap<String, bool>,
+    /// It keeps sessions (`require_sessions`).
+    sessions: bool,
 }
 
 /// A tiny stateless MCP server on 127.0.0.1 that records every request (its headers above all)
@@ -277,6 +279,14 @@ impl EchoUpstream {
             .lock()
             .map(|s| s.seen.clone())
             .unwrap_or_default()
+    }
+
+    /// From now on it keeps sessions as a server of MCP 2025-11-25 does: `initialize` is
+    /// answered with an `Mcp-Session-Id`, and any other request without one gets 400.
+    pub fn require_sessions(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.sessions = true;
+        }
     }
 
     /// From now on, requests with `X-Api-Key: key` get 401: with an OAuth-style JSON error
@@ -332,6 +342,7 @@ fn echo(
         });
         key.and_then(|k| s.refused.get(&k).copied())
     };
+    let sessions = state.lock().map(|s| s.sessions).unwrap_or(false);
     if let Some(with_body) = refused {
         let status = http::StatusCode::UNAUTHORIZED;
         if with_body {
@@ -354,6 +365,14 @@ fn echo(
         return http::StatusCode::BAD_REQUEST.into_response();
     };
     let id = request["id"].clone();
+    let initialize = rpc_method.as_deref() == Some("initialize");
+    if sessions && !initialize && !headers.contains_key("mcp-session-id") {
+        return (
+            http::StatusCode::BAD_REQUEST,
+            "Bad Request: Missing session ID",
+        )
+            .into_response();
+    }
     let result = match rpc_method.as_deref() {
         _ if id.is_null() => return http::StatusCode::ACCEPTED.into_response(),
         Some("initialize") => json!({
@@ -382,7 +401,11 @@ fn echo(
             return axum::Json(answer).into_response();
         }
     };
-    axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+    let answer = axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    if sessions && initialize {
+        return ([("mcp-session-id", "echo-session")], answer).into_response();
+    }
+    answer.into_response()
 }
 
 impl Browser {

@@ -18,7 +18,8 @@
 use std::time::Duration;
 
 use pforte_tests::{
-    Events, Limits, Proc, Route, Stack, StackBuilder, bin, python_sdk_or_skip, run_python_json,
+    EchoUpstream, Events, Limits, Proc, Route, Stack, StackBuilder, bin, python_sdk_or_skip,
+    run_python_json,
 };
 use serde_json::{Value, json};
 
@@ -315,4 +316,62 @@ async fn a_clients_cancellation_ends_the_relayed_call() {
     let echoed =
         pforte_tests::rpc_answer(client.call_tool("py_echo", json!({"text": "on"})).await).await;
     assert_eq!(echoed["result"]["content"][0]["text"], "on", "{echoed}");
+}
+
+#[tokio::test]
+async fn a_stateless_request_reaches_a_member_of_an_earlier_revision_on_a_session_of_its_own() {
+    // The member keeps sessions as a server of MCP 2025-11-25 does: a request without one gets
+    // 400, before anything is done.
+    let echo = EchoUpstream::start().await.unwrap();
+    echo.require_sessions();
+    let mut gw = Stack::builder()
+        .plain_http()
+        .limits(Limits::off())
+        .route(Route::url("old", &echo.mcp_url()))
+        .start()
+        .await;
+    let base = std::fs::read_to_string(gw.config_path()).unwrap();
+    let team = "[[virtual]]\nname = \"team\"\nmembers = [\"old\"]\n";
+    std::fs::write(gw.config_path(), format!("{base}\n{team}")).unwrap();
+    gw.restart().await.unwrap();
+    let token = gw.create_token("t").await.unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": "old_echo", "arguments": {},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}});
+    let url = gw.route_url("team");
+    let mut answer = Value::Null;
+    // The member's catalog is listed shortly after the start.
+    for _ in 0..100 {
+        let resp = gw
+            .http()
+            .post(&url)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "old_echo")
+            .json(&call)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        answer = pforte_tests::rpc_answer(resp).await;
+        if answer.get("result").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    // Tried without a session (400), then on a session the gateway opened for it.
+    let calls: Vec<bool> = echo
+        .seen()
+        .iter()
+        .filter(|s| s.rpc_method.as_deref() == Some("tools/call"))
+        .map(|s| s.header("mcp-session-id").is_some())
+        .collect();
+    assert_eq!(calls, [false, true], "{calls:?}");
 }

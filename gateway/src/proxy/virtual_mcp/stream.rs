@@ -98,7 +98,7 @@ impl Gateway {
         catalog: &Catalog,
         (downstream, route): (Option<&str>, usize),
         (body, id): (Vec<u8>, &Value),
-        mut extra: Vec<(http::HeaderName, http::HeaderValue)>,
+        extra: Vec<(http::HeaderName, http::HeaderValue)>,
         timeout: Duration,
     ) -> Result<Called, CatalogError> {
         let sessions = &self.member_sessions;
@@ -109,9 +109,21 @@ impl Gateway {
         let (answer, member) = match (downstream, stateless) {
             (None, Some(headers)) => {
                 // MCP 2026-07-28 without a session: straight to the member, as it came.
-                extra.extend(headers);
-                let (answer, _) = catalog.member_send(None, body, &extra, timeout).await?;
-                (answer, None)
+                let mut stateless = extra.clone();
+                stateless.extend(headers);
+                let sent = catalog.member_send(None, body.clone(), &stateless, timeout);
+                match sent.await {
+                    Ok((answer, _)) => (answer, None),
+                    // A member of an earlier revision refuses a request without a session
+                    // before doing anything: it gets one of its own, as older clients' do.
+                    Err(CatalogError::Status(status)) if wants_a_session(status) => {
+                        let call = (body, id);
+                        return self
+                            .own_session(catalog, route, call, &extra, timeout)
+                            .await;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             (Some(d), _) => {
                 let sent = sessions.send(catalog, (d, route), body.clone(), &extra, timeout);
@@ -352,6 +364,12 @@ pub(super) fn for_2026_07_28(method: &str, mut answer: Value) -> Value {
     answer
 }
 
+/// Whether a member's answer `status` to a request of MCP 2026-07-28 without a session says it
+/// wants one (servers of earlier revisions answer 400, 404 or 422 before doing anything) — pure.
+fn wants_a_session(status: reqwest::StatusCode) -> bool {
+    matches!(status.as_u16(), 400 | 404 | 422)
+}
+
 /// The headers a request of MCP 2026-07-28 without a session carries to the member (`body`
 /// as the member reads it): its revision (the body's `_meta` one), `Mcp-Method` and `Mcp-Name`
 /// (the member's own name); `None` when the body is not such a request — pure.
@@ -382,6 +400,20 @@ fn stateless_headers(body: &[u8]) -> Option<Vec<(http::HeaderName, http::HeaderV
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_that_refuses_a_request_for_want_of_a_session_gets_one() {
+        for code in [400, 404, 422] {
+            assert!(wants_a_session(
+                reqwest::StatusCode::from_u16(code).unwrap()
+            ));
+        }
+        for code in [401, 403, 429, 500, 502] {
+            assert!(!wants_a_session(
+                reqwest::StatusCode::from_u16(code).unwrap()
+            ));
+        }
+    }
 
     #[test]
     fn a_2026_07_28_request_carries_its_revision_method_and_the_members_name() {
