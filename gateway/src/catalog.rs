@@ -53,7 +53,7 @@ pub(crate) use filter::{filter_discover, filter_listed};
 pub(crate) use lending::Lender;
 use lending::Lent;
 pub(crate) use member::Extra;
-use member::{into_result, read_answer};
+use member::{answered, into_result, read_answer};
 pub(crate) use member_stream::{MemberAnswer, MemberEvents};
 
 use crate::{forward::header, param_headers::ParamHeader, pins::Pins};
@@ -602,18 +602,7 @@ impl Catalog {
     ) -> Result<(Value, Option<String>), CatalogError> {
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let response = self.post(session, &body)?.send().await?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
-            return Err(CatalogError::SessionGone);
-        }
-        if !status.is_success() {
-            return Err(CatalogError::Status(status));
-        }
-        let new_session = response
-            .headers()
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let new_session = answered(&response, session)?;
         let message = read_answer(response, &json!(id), self.opts.max_answer_bytes).await?;
         Ok((into_result(message)?, new_session))
     }

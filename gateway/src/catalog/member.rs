@@ -97,18 +97,7 @@ impl Catalog {
             .timeout(timeout)
             .send()
             .await?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
-            return Err(CatalogError::SessionGone);
-        }
-        if !status.is_success() {
-            return Err(CatalogError::Status(status));
-        }
-        let new_session = response
-            .headers()
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let new_session = answered(&response, session)?;
         let answer = read_answer(response, id, self.opts.max_answer_bytes).await?;
         Ok((answer, new_session))
     }
@@ -141,6 +130,26 @@ pub(super) fn is_event_stream(response: &reqwest::Response) -> bool {
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"))
+}
+
+/// Whether the server's answer to a request on `session` is one to read: the session is gone
+/// (404 on a session), another status is refused; the session id it opened, if any.
+pub(super) fn answered(
+    response: &reqwest::Response,
+    session: Option<&str>,
+) -> Result<Option<String>, CatalogError> {
+    let status = response.status();
+    if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
+        return Err(CatalogError::SessionGone);
+    }
+    if !status.is_success() {
+        return Err(CatalogError::Status(status));
+    }
+    Ok(response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned))
 }
 
 /// An answer's JSON-RPC response with `id`: the JSON body, or from the event stream.

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{
     Catalog, CatalogError, PROTOCOL_HEADER, PROTOCOL_VERSION, SESSION_HEADER,
-    member::{Extra, is_event_stream},
+    member::{Extra, answered, is_event_stream},
     sse,
 };
 
@@ -93,18 +93,7 @@ impl Catalog {
         let mut response = tokio::time::timeout(timeout, request.send())
             .await
             .map_err(|_| idle(timeout))??;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
-            return Err(CatalogError::SessionGone);
-        }
-        if !status.is_success() {
-            return Err(CatalogError::Status(status));
-        }
-        let new_session = response
-            .headers()
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let new_session = answered(&response, session)?;
         let max = self.opts.max_answer_bytes;
         let answer = if is_event_stream(&response) {
             MemberAnswer::Events(Box::new(MemberEvents {
