@@ -25,7 +25,8 @@ pub(crate) struct VirtualRow {
     /// Its public path, `/NAME/mcp`.
     pub(crate) path: String,
     pub(crate) members: Vec<MemberRow>,
-    /// Tools shown in all (the name map's entries).
+    /// Tools reachable through it, under its names (the name map's entries; in search mode
+    /// through `find_tools` and `call_tool`).
     pub(crate) tools: usize,
     /// Search mode, with the number of pinned tools.
     pub(crate) search: Option<usize>,
@@ -85,7 +86,7 @@ pub(crate) fn virtuals_section(rows: &[VirtualRow]) -> String {
          shown as <code>&lt;prefix&gt;&lt;tool&gt;</code> and decided by the member route's \
          rules.</p>{}",
         table(
-            &["Virtual server", "Path", "Members", "Tools shown", "Mode"],
+            &["Virtual server", "Path", "Members", "Tools (under its names)", "Mode"],
             &body,
             "No virtual servers."
         )
