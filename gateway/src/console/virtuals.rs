@@ -86,7 +86,13 @@ pub(crate) fn virtuals_section(rows: &[VirtualRow]) -> String {
          shown as <code>&lt;prefix&gt;&lt;tool&gt;</code> and decided by the member route's \
          rules.</p>{}",
         table(
-            &["Virtual server", "Path", "Members", "Tools (under its names)", "Mode"],
+            &[
+                "Virtual server",
+                "Path",
+                "Members",
+                "Tools (under its names)",
+                "Mode"
+            ],
             &body,
             "No virtual servers."
         )
