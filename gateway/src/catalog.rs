@@ -174,8 +174,9 @@ pub(crate) struct Snapshot {
     annotations: HashMap<Box<str>, Arc<Value>>,
     /// Each listed tool as listed, until the pins have seen it (taken by `refresh`).
     listed: Vec<(String, Value)>,
-    /// Every listed definition, in the upstream's order (what a virtual server merges).
-    definitions: Vec<Value>,
+    /// Every listed definition, in the upstream's order (what a virtual server merges; shared,
+    /// so a request borrows it instead of copying it).
+    definitions: Arc<Vec<Value>>,
 }
 
 impl Snapshot {
@@ -358,9 +359,9 @@ impl Catalog {
 
     /// Every tool definition as the upstream last listed it, in its order; `None` before the
     /// first successful refresh and while the last one failed (the member is down).
-    pub(crate) fn definitions(&self) -> Option<Vec<Value>> {
+    pub(crate) fn definitions(&self) -> Option<Arc<Vec<Value>>> {
         (self.generation() > 0 && self.up.load(Ordering::Acquire))
-            .then(|| self.snapshot.load().definitions.clone())
+            .then(|| Arc::clone(&self.snapshot.load().definitions))
     }
 
     /// Number of tools in the current snapshot.
@@ -627,7 +628,7 @@ fn read_tools_page(result: &Value, tools: &mut Snapshot) -> Result<Option<String
             tools.annotations.insert(name.into(), Arc::new(a.clone()));
         }
         tools.listed.push((name.to_owned(), tool.clone()));
-        tools.definitions.push(tool.clone());
+        Arc::make_mut(&mut tools.definitions).push(tool.clone());
         let params = tool
             .get("inputSchema")
             .map(crate::param_headers::declared)

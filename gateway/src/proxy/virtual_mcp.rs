@@ -19,7 +19,7 @@ mod notices;
 mod resources;
 mod stream;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use pingora::{http::RequestHeader, proxy::Session};
@@ -322,7 +322,7 @@ impl Gateway {
             .iter()
             .map(|m| self.settings.route_named(&m.route).unwrap_or(usize::MAX))
             .collect();
-        let listed: Vec<Option<Vec<Value>>> = routes
+        let listed: Vec<Option<Arc<Vec<Value>>>> = routes
             .iter()
             .map(|&i| self.edge.catalogs.get(i).and_then(|c| c.definitions()))
             .collect();
@@ -331,7 +331,7 @@ impl Gateway {
             .iter()
             .zip(&listed)
             .map(|(&i, tools)| MemberCatalog {
-                tools: tools.as_deref(),
+                tools: tools.as_deref().map(Vec::as_slice),
                 rules: self.settings.routes.get(i).map_or(&none, |r| &r.tools),
             })
             .collect();

@@ -67,11 +67,11 @@ impl Gateway {
             for (route, name) in names() {
                 let listed = self.edge.catalogs.get(route).and_then(|c| c.definitions());
                 let (mut unseen, mut cuts) = (Vec::new(), HashSet::new());
-                for tool in listed.unwrap_or_default() {
+                for tool in listed.iter().flat_map(|l| l.iter()) {
                     let Some(tool_name) = tool["name"].as_str() else {
                         continue;
                     };
-                    let text = serde_json::to_vec(&tool).unwrap_or_default();
+                    let text = serde_json::to_vec(tool).unwrap_or_default();
                     match self.edge.pins.listing(name, tool_name, &text) {
                         Listing::Serve => continue,
                         Listing::Cut => {}
