@@ -6,7 +6,6 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use pingora::{
-    listeners::{L4BufferSettings, ListenerConfig},
     server::{RunArgs, Server, configuration::ServerConf},
     services::ServiceWithDependents,
 };
@@ -16,6 +15,7 @@ mod bridges;
 mod credentials;
 pub(crate) mod descriptors;
 mod http1;
+mod listener;
 mod services;
 
 pub(crate) use assemble::{Parts, assemble};
@@ -71,17 +71,6 @@ pub(crate) enum ServeError {
 
 /// How often the token snapshot checks the store: revocations take effect within this.
 const TOKEN_REFRESH: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// The read buffer in front of each TLS client connection. pingora's default is 64 KiB,
-/// allocated zeroed per connection and held while an SSE stream idles. One whole TLS record
-/// (16 KiB + header and expansion) fits in this, so a record is still one read.
-const TLS_READ_BUFFER: usize = 17 * 1024;
-
-/// L4 buffers per client connection: plain HTTP reads straight into the HTTP parser's own
-/// buffer (a request head is one read either way); TLS keeps a record-sized read buffer.
-fn downstream_buffers(tls: bool) -> L4BufferSettings {
-    L4BufferSettings::default().read(if tls { TLS_READ_BUFFER } else { 0 })
-}
 
 /// Resolves port 0 to a concrete free port. Pingora binds its listeners itself and cannot report
 /// an ephemeral port, so the gateway asks the kernel for one first and then binds that.
@@ -144,8 +133,7 @@ pub(crate) fn run(parts: Parts, shutdown: Signals, ready: impl FnOnce()) {
 /// One public listener service: the gateway's phases, each connection holding a slot of its
 /// client IP, then the gateway's own TLS handshake (HTTP/2 offered; see `tls::accept`) or
 /// plain TCP.
-type PublicService =
-    pingora::services::listening::Service<conns::Capped<crate::tls::TlsEdge<http1::Http1>>>;
+type PublicService = listener::Listener<conns::Capped<crate::tls::TlsEdge<http1::Http1>>>;
 
 /// The services that keep the listener's certificates current (reload, ACME).
 type CertServices = Vec<Box<dyn ServiceWithDependents>>;
@@ -187,39 +175,16 @@ fn public_service(
             }
             None => crate::tls::TlsEdge::plain(app),
         };
-        let mut proxy = pingora::services::listening::Service::new(
+        let proxy = listener::Listener::bind(
             format!("pforte {i}"),
+            settings.listen.addr,
+            per_core.is_some(),
+            per_core.map(|_| 1),
             conns::Capped::new(edge, connections.clone()),
-        );
-        // The handshake is the gateway's own (after the listener hands over the TCP stream), so
-        // the endpoint is plain TCP either way; TLS keeps a record-sized read buffer.
-        let endpoint = match per_core {
-            None => ListenerConfig::tcp(settings.listen.addr.to_string()),
-            Some(_) => {
-                proxy.threads = Some(1);
-                let mut options = pingora::listeners::TcpSocketOptions::default();
-                options.so_reuseport = Some(true);
-                ListenerConfig::tcp(reuseport_address(settings.listen.addr, i))
-                    .tcp_socket_options(options)
-            }
-        };
-        proxy.add_listener(endpoint.l4_buffer(downstream_buffers(settings.listen.tls.is_some())));
+        )?;
         proxies.push(proxy);
     }
     Ok((proxies, services))
-}
-
-/// The `i`-th per-core service's listen address: the same socket address, spelled with `i`
-/// extra leading zeros in the port. pingora keeps one listening socket per address *string*
-/// (its table for graceful upgrades) and would hand every service the first one's socket;
-/// distinct spellings make each service bind its own `SO_REUSEPORT` socket, so the kernel
-/// spreads new connections over them.
-fn reuseport_address(addr: SocketAddr, i: usize) -> String {
-    let width = addr.port().to_string().len() + i;
-    match addr {
-        SocketAddr::V4(a) => format!("{}:{:0width$}", a.ip(), a.port()),
-        SocketAddr::V6(a) => format!("[{}]:{:0width$}", a.ip(), a.port()),
-    }
 }
 
 /// The start-up warning when per-core listeners (`SO_REUSEPORT`, which lets any process of
@@ -314,24 +279,6 @@ fn route_catalogs(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn per_core_addresses_are_one_socket_address_spelled_apart() {
-        let v4: SocketAddr = "127.0.0.1:8443".parse().unwrap();
-        let v6: SocketAddr = "[::1]:443".parse().unwrap();
-        let spelled: Vec<String> = (0..3).map(|i| reuseport_address(v4, i)).collect();
-        assert_eq!(
-            spelled,
-            ["127.0.0.1:8443", "127.0.0.1:08443", "127.0.0.1:008443"]
-        );
-        assert_eq!(reuseport_address(v6, 1), "[::1]:0443");
-        for s in spelled {
-            let parsed: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s.as_str())
-                .unwrap()
-                .collect();
-            assert_eq!(parsed, [v4]);
-        }
-    }
 
     #[test]
     fn per_core_listeners_beside_same_user_command_routes_are_warned_about() {

@@ -84,6 +84,14 @@ impl Gateway {
         }
         let (mut up, peer, mut answer) = sent?;
         drop(body);
+        // What the pool needs of the peer once the answer has ended; a long event stream keeps
+        // nothing of it (its connection is not pooled).
+        let pool_as = pooled.then(|| {
+            let idle = peer.options.idle_timeout.unwrap_or(POOL_IDLE);
+            let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+            (peer.reuse_hash(), idle_ms)
+        });
+        drop(peer);
         if answer.status == http::StatusCode::UNAUTHORIZED && ctx.upstream_auth.is_some() {
             return Ok(Relayed::Replaced(
                 Box::pin(self.upstream_refused(ctx)).await,
@@ -100,10 +108,10 @@ impl Gateway {
         let answered = self.answer_client(session, ctx, &mut up, answer).await;
         Batched::hold(session.downstream_session.stream(), false);
         answered?;
-        if pooled && let Some(stream) = up.into_reusable() {
-            let idle = peer.options.idle_timeout.unwrap_or(POOL_IDLE);
-            let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-            (self.upstreams().idle).put(peer.reuse_hash(), stream, idle_ms, self.clock.now_ms());
+        if let Some((key, idle_ms)) = pool_as
+            && let Some(stream) = up.into_reusable()
+        {
+            (self.upstreams().idle).put(key, stream, idle_ms, self.clock.now_ms());
         }
         Ok(Relayed::Answered)
     }
@@ -217,7 +225,7 @@ impl Gateway {
             self.upstream_request_filter(session, &mut request, ctx)
                 .await?;
             frame_request(&mut request, body.len());
-            let mut up = Wire::new(stream, peer.options.read_timeout);
+            let mut up = Wire::new(stream, peer.options.read_timeout).lean(!pooled);
             let answer = tokio::select! {
                 answer = async {
                     up.send(&request, body).await?;

@@ -20,6 +20,11 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 /// How much is asked of the socket per read; an event larger than this arrives in pieces.
 const READ_SIZE: usize = 2048;
 
+/// What a long event stream's wire reads into while nothing is buffered: an idle stream holds
+/// this rather than [`READ_SIZE`] for as long as it stays open (a larger event's rest is read
+/// at the full size).
+const IDLE_READ: usize = 512;
+
 /// The largest answer head (and chunk-size or trailer line) accepted.
 const MAX_HEAD: usize = 64 * 1024;
 
@@ -70,6 +75,8 @@ pub(super) struct Wire {
     keep_alive: bool,
     /// Whether any byte of an answer arrived.
     answered: bool,
+    /// A long event stream: its body is read into [`IDLE_READ`] bytes whenever it idles.
+    lean: bool,
 }
 
 impl Wire {
@@ -81,7 +88,14 @@ impl Wire {
             read_timeout,
             keep_alive: false,
             answered: false,
+            lean: false,
         }
+    }
+
+    /// A wire for a long event stream (`true`): between its events it holds a small buffer.
+    pub(super) fn lean(mut self, lean: bool) -> Self {
+        self.lean = lean;
+        self
     }
 
     /// Whether the answer's body ends when the upstream closes (neither chunked nor with a
@@ -177,7 +191,11 @@ impl Wire {
     }
 
     async fn read(&mut self) -> Result<usize> {
-        if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
+        let idle = self.lean && self.body != Body::Done && self.buf.is_empty();
+        if idle && self.buf.capacity() != IDLE_READ {
+            // The last event's buffer goes with its bytes once they are written.
+            self.buf = BytesMut::with_capacity(IDLE_READ);
+        } else if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
             self.buf.reserve(READ_SIZE);
         }
         let read = self.stream.read_buf(&mut self.buf);
@@ -462,6 +480,36 @@ mod tests {
             assert_eq!(status, 200);
             assert_eq!(body.unwrap(), b"data: 1data: two\n\nxyz!!", "step {step}");
         }
+    }
+
+    #[tokio::test]
+    async fn an_idle_event_stream_holds_a_small_buffer_and_large_events_still_arrive_whole() {
+        use tokio::io::AsyncWriteExt as _;
+        let (near, mut far) = tokio::io::duplex(64 * 1024);
+        let mut up = Wire::new(Box::new(near), None).lean(true);
+        far.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(up.answer().await.unwrap().status, 200);
+        let event = format!("data: {}\n\n", "x".repeat(3 * READ_SIZE));
+        far.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        while got.len() < event.len() {
+            got.extend_from_slice(&up.body().await.unwrap().unwrap());
+        }
+        assert_eq!(got, event.as_bytes());
+        // Idle again: the next read waits in a small buffer.
+        let next = tokio::spawn(async move {
+            let piece = up.body().await.unwrap().unwrap();
+            (piece, up.buf.capacity())
+        });
+        tokio::task::yield_now().await;
+        far.write_all(b"7\r\ndata: 1\r\n").await.unwrap();
+        let (piece, capacity) = next.await.unwrap();
+        assert_eq!(&piece[..], b"data: 1");
+        assert!(capacity <= IDLE_READ, "{capacity}");
     }
 
     #[tokio::test]
