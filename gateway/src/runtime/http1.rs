@@ -106,9 +106,7 @@ impl ServerApp for Http1 {
                 session.set_keepalive(None);
             }
             session.set_pipelined_prefix(head);
-            // Boxed: pingora's proxy future would otherwise size this one, which a relayed
-            // event stream holds for its whole life.
-            let reused = Box::pin(self.proxy.process_new_http(session, shutdown)).await?;
+            let reused = self.proxy.process_new_http(session, shutdown).await?;
             let (next, kept) = reused.consume();
             stream = next;
             settings = kept;
