@@ -4,8 +4,10 @@
 //! the exchange (`exchange.rs`) holds the connection — only ever while the next piece of the
 //! answer is already read from the upstream, never while waiting for it — writes collect here
 //! and flushes are deferred; the first flush after it lets go sends everything in one write.
-//! Nothing stays held across a wait: a read from the client, a shutdown or a flush after the hold
-//! sends what was collected first. `runtime/http1.rs` wraps every HTTP/1 client connection.
+//! Unheld, it is the connection's write buffer: writes collect until the next flush (so that
+//! the gateway's own answers, a head and a body with a length, leave in one write too). Nothing
+//! stays held across a wait: a read from the client, a shutdown or a flush after the hold sends
+//! what was collected first. `runtime/http1.rs` wraps every HTTP/1 client connection.
 
 use std::{
     io,
@@ -94,10 +96,11 @@ impl Batched {
         Poll::Ready(Ok(()))
     }
 
-    /// Whether `len` more bytes are collected rather than written: while held, or behind bytes
-    /// already collected (so that they leave in one write), up to [`MOST`].
+    /// Whether `len` more bytes are collected rather than written: up to [`MOST`] until the
+    /// next flush that reaches the connection, as a write buffer would (pingora writes a head
+    /// and a body with a length separately, and flushes after the last of them).
     fn collects(&self, len: usize) -> bool {
-        (self.is_held() || !self.collected.is_empty()) && self.collected.len() + len <= MOST
+        self.collected.len() + len <= MOST
     }
 }
 
@@ -268,10 +271,25 @@ mod tests {
         s.write_all(b"end").await.unwrap();
         s.flush().await.unwrap();
         assert_eq!(now(&mut peer).await, b"head chunk end");
-        // Not held: straight through.
+        // Not held: until the next flush.
         s.write_all(b"next").await.unwrap();
         s.flush().await.unwrap();
         assert_eq!(now(&mut peer).await, b"next");
+    }
+
+    #[tokio::test]
+    async fn unheld_writes_wait_for_the_flush_and_leave_in_one_write() {
+        let (mut s, mut peer) = pair();
+        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(now(&mut peer).await, b"");
+        s.write_all(b"{}").await.unwrap();
+        s.flush().await.unwrap();
+        assert_eq!(
+            now(&mut peer).await,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+        );
     }
 
     #[tokio::test]
