@@ -92,12 +92,12 @@ pub fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
 /// connections, open requests answered, event streams ended (their sessions' token is
 /// cancelled), idle connections closed; returns when every connection is gone.
 ///
-/// An accept loop of its own with hyper's HTTP/1 connection (what the gateway speaks to the
-/// service; axum is built without HTTP/2 here) instead of `axum::serve`, whose auto builder
-/// (HTTP/1 or HTTP/2, sniffed per connection) cost an open event stream about 11 KiB more: it
-/// reads the first bytes itself and hands them to hyper ahead of the rest, so hyper's first
-/// head parse takes two reads and its read buffer doubles to 16 KiB (copying the first 8), and
-/// its connection future is larger (docs/performance.md, "8,000 streams").
+/// An accept loop of its own with hyper's HTTP/1 connection (HTTP/1.1 only: what the gateway
+/// speaks to the service) instead of `axum::serve`, whose auto builder (HTTP/1 or, with
+/// hyper-util's `http2`, HTTP/2, told apart per connection) cost an open event stream about
+/// 11 KiB more: it reads the first 24 bytes itself and hands them to hyper ahead of the rest,
+/// so hyper's first head parse takes two reads and its read buffer doubles to 16 KiB for the
+/// connection's life (docs/performance.md, "8,000 streams").
 pub async fn serve<L>(
     mut listener: L,
     cfg: &ServiceConfig,
