@@ -4,9 +4,14 @@ use std::{future::Future, sync::Arc};
 
 use axum::serve::{Listener, ListenerExt};
 use axum::{Router, routing::get};
+use http::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tower::Service as _;
 
 use crate::{config::ServiceConfig, sessions::Sessions, surface::PlanService, tools::Planner};
 
@@ -83,9 +88,18 @@ pub fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
 }
 
 /// Serves on `listener` (TCP through [`nodelay`], or a Unix domain socket, which is what
-/// `pforte up` uses: no TCP port at all) until `shutdown` resolves, then drains open requests.
+/// `pforte up` uses: no TCP port at all) until `shutdown` resolves, then drains: no new
+/// connections, open requests answered, event streams ended (their sessions' token is
+/// cancelled), idle connections closed; returns when every connection is gone.
+///
+/// An accept loop of its own with hyper's HTTP/1 connection (HTTP/1.1 only: what the gateway
+/// speaks to the service) instead of `axum::serve`, whose auto builder (HTTP/1 or, with
+/// hyper-util's `http2`, HTTP/2, told apart per connection) cost an open event stream about
+/// 11 KiB more: it reads the first 24 bytes itself and hands them to hyper ahead of the rest,
+/// so hyper's first head parse takes two reads and its read buffer doubles to 16 KiB for the
+/// connection's life (docs/performance.md, "8,000 streams").
 pub async fn serve<L>(
-    listener: L,
+    mut listener: L,
     cfg: &ServiceConfig,
     planner: Arc<Planner>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -95,16 +109,54 @@ where
     L::Addr: std::fmt::Debug,
 {
     let cancel = CancellationToken::new();
+    // Each connection serves a clone of the finished `Router`. (Served through
+    // `Router::with_state` per connection, axum rebuilt its route table for each one, about
+    // 1.2 KiB that a long-lived `GET /mcp` stream's connection held for its whole life.)
     let app = router(cfg, planner, cancel.child_token());
-    // `into_make_service`: each connection gets a clone of the finished router. Served as a
-    // `Router`, axum rebuilds its route table for every connection (`with_state`), about
-    // 1.2 KiB that a long-lived `GET /mcp` stream's connection holds for its whole life.
-    axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            cancel.cancel();
-        })
-        .await
+    let draining = CancellationToken::new();
+    // Every connection task holds a receiver: `closed()` resolves when the last one is gone.
+    let (open_tx, open_rx) = watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (io, _addr) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        tokio::spawn(connection(
+            io,
+            app.clone(),
+            draining.clone(),
+            open_rx.clone(),
+        ));
+    }
+    drop(listener);
+    draining.cancel();
+    cancel.cancel();
+    drop(open_rx);
+    open_tx.closed().await;
+    Ok(())
+}
+
+/// Serves one connection until it closes, or until `draining`: then hyper finishes the request in
+/// flight (an event stream ends with its session's token) and closes the connection.
+async fn connection<I>(io: I, app: Router, draining: CancellationToken, _open: watch::Receiver<()>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| app.clone().call(req));
+    let conn =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        () = draining.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(err) = result {
+        tracing::trace!(%err, "connection ended with an error");
+    }
 }
 
 /// A TCP listener whose every accepted connection gets `TCP_NODELAY`: a JSON-RPC answer is one
