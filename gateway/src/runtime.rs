@@ -120,6 +120,7 @@ pub(crate) fn run(parts: Parts, shutdown: Signals, ready: impl FnOnce()) {
         "pforte started"
     );
     let signal = shutdown.0.clone();
+    shutdown.listen(&runtime.handle());
     server.run(RunArgs {
         shutdown_signal: Box::new(shutdown),
     });

@@ -17,19 +17,48 @@ use crate::{
 
 /// Ctrl-C and SIGTERM both stop the gateway gracefully (for `drain_secs`): background services
 /// see the shutdown signal and can stop their children. The signal's name is kept for the
-/// "stopped after …" line.
+/// "stopped after …" line. The listeners are registered by [`Signals::listen`] before the
+/// server starts (the public listener answers as soon as its service runs, and a signal that
+/// came before pingora's main loop asked for it would otherwise end the process unhandled).
 #[derive(Default)]
-pub(crate) struct Signals(pub(super) Arc<std::sync::OnceLock<&'static str>>);
+pub(crate) struct Signals(
+    pub(super) Arc<std::sync::OnceLock<&'static str>>,
+    std::sync::Mutex<Option<Listeners>>,
+);
+
+/// The registered SIGINT and SIGTERM listeners.
+type Listeners = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
+impl Signals {
+    /// Registers the listeners on `runtime` (any runtime's driver delivers them); a failure is
+    /// left to `recv`, which registers them itself.
+    pub(super) fn listen(&self, runtime: &tokio::runtime::Handle) {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _entered = runtime.enter();
+        if let (Ok(int), Ok(term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) && let Ok(mut slot) = self.1.lock()
+        {
+            *slot = Some((int, term));
+        }
+    }
+}
 
 #[async_trait]
 impl ShutdownSignalWatch for Signals {
     async fn recv(&self) -> ShutdownSignal {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return std::future::pending().await;
+        let registered = self.1.lock().ok().and_then(|mut slot| slot.take());
+        let (mut int, mut term) = match registered {
+            Some(both) => both,
+            None => match (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) {
+                (Ok(int), Ok(term)) => (int, term),
+                _ => return std::future::pending().await,
+            },
         };
         let name = tokio::select! {
             _ = int.recv() => "SIGINT",
