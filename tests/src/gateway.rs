@@ -186,20 +186,25 @@ impl Gateway {
         let mut all = vec!["create", name];
         all.extend_from_slice(args);
         let token = self.token_cmd(&all)?.trim().to_owned();
+        if !self.accepts_token(&token).await {
+            bail!("the gateway did not accept the new token {name:?} within 2 s");
+        }
+        Ok(token)
+    }
+
+    /// Whether this gateway accepts `token` within 2 s (a token made through another gateway
+    /// on the same store reaches this one's snapshot at its next refresh).
+    pub async fn accepts_token(&self, token: &str) -> bool {
         let client = self.http();
         let url = self.mcp_url();
-        let seen = eventually(Duration::from_secs(2), || {
-            let req = client.get(&url).bearer_auth(&token).send();
+        eventually(Duration::from_secs(2), || {
+            let req = client.get(&url).bearer_auth(token).send();
             async move {
                 req.await
                     .is_ok_and(|r| r.status() != 401 && r.status() != 429)
             }
         })
-        .await;
-        if !seen {
-            bail!("the gateway did not accept the new token {name:?} within 2 s");
-        }
-        Ok(token)
+        .await
     }
 
     /// Creates a static token with exactly `scopes` (`--scope` each) and returns it once the

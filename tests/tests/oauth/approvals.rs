@@ -609,6 +609,10 @@ async fn two_gateways_on_one_redis_use_an_approval_once() {
     )
     .unwrap();
     let token = a.create_token("ci").await.unwrap();
+    assert!(
+        b.accepts_token(&token).await,
+        "gateway b never saw the token"
+    );
     let on_a = session(&a, &token, json!({})).await;
     let on_b = session(&b, &token, json!({})).await;
     let (id, _) = held(
