@@ -914,7 +914,7 @@ fn print_report(
     }
     println!();
     println!(
-        "{:<26} {:>8} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6} {:>6}   {:>9} {:>9} {:>9} {:>9}",
+        "{:<26} {:>8} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6} {:>6}   {:>9} {:>9} {:>9} {:>9} {:>9}",
         "target",
         "requests",
         "errors",
@@ -927,16 +927,17 @@ fn print_report(
         "rate÷dir",
         "rate÷ngx",
         "p50÷ngx",
-        "p99÷ngx"
+        "p99÷ngx",
+        "cpu÷ngx"
     );
-    println!("{}", "-".repeat(133));
+    println!("{}", "-".repeat(143));
     for (i, (t, tally)) in targets.iter().zip(tallies).enumerate() {
         let against = match t.kind {
             Kind::Direct => None,
             Kind::Nginx { tls } | Kind::Pforte { tls } => nginx(tls),
         };
         println!(
-            "{:<26} {:>8} {:>6} {:>8.0} {:>7.2} {:>7.2} {:>8.0} {:>6} {:>6}   {:>9} {:>9} {:>9} {:>9}",
+            "{:<26} {:>8} {:>6} {:>8.0} {:>7.2} {:>7.2} {:>8.0} {:>6} {:>6}   {:>9} {:>9} {:>9} {:>9} {:>9}",
             t.label,
             tally.requests,
             tally.errors,
@@ -950,6 +951,10 @@ fn print_report(
             ratio(tally.rate(), against.map(Tally::rate)),
             ratio(tally.pct_ms(50.0), against.map(|a| a.pct_ms(50.0))),
             ratio(tally.pct_ms(99.0), against.map(|a| a.pct_ms(99.0))),
+            ratio(
+                tally.cpu_us_per_request(),
+                against.map(Tally::cpu_us_per_request)
+            ),
         );
     }
     println!();
