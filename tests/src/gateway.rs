@@ -122,6 +122,14 @@ impl Gateway {
         Ok(())
     }
 
+    /// Appends `more` to the config file and [`restart`](Self::restart)s with it.
+    pub async fn restart_with(&mut self, more: &str) -> anyhow::Result<()> {
+        let path = self.config_path();
+        let base = std::fs::read_to_string(&path)?;
+        std::fs::write(&path, format!("{base}\n{more}"))?;
+        self.restart().await
+    }
+
     /// The gateway's MCP URL.
     pub fn mcp_url(&self) -> String {
         format!("{}/mcp", self.base)

@@ -29,18 +29,22 @@ pub(crate) struct Signals(
 /// The registered SIGINT and SIGTERM listeners.
 type Listeners = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);
 
+/// SIGINT and SIGTERM listeners on the current runtime, or `None` when they cannot be had.
+fn register() -> Option<Listeners> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Some((
+        signal(SignalKind::interrupt()).ok()?,
+        signal(SignalKind::terminate()).ok()?,
+    ))
+}
+
 impl Signals {
     /// Registers the listeners on `runtime` (any runtime's driver delivers them); a failure is
     /// left to `recv`, which registers them itself.
     pub(super) fn listen(&self, runtime: &tokio::runtime::Handle) {
-        use tokio::signal::unix::{SignalKind, signal};
         let _entered = runtime.enter();
-        if let (Ok(int), Ok(term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) && let Ok(mut slot) = self.1.lock()
-        {
-            *slot = Some((int, term));
+        if let (Some(both), Ok(mut slot)) = (register(), self.1.lock()) {
+            *slot = Some(both);
         }
     }
 }
@@ -48,17 +52,9 @@ impl Signals {
 #[async_trait]
 impl ShutdownSignalWatch for Signals {
     async fn recv(&self) -> ShutdownSignal {
-        use tokio::signal::unix::{SignalKind, signal};
         let registered = self.1.lock().ok().and_then(|mut slot| slot.take());
-        let (mut int, mut term) = match registered {
-            Some(both) => both,
-            None => match (
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::terminate()),
-            ) {
-                (Ok(int), Ok(term)) => (int, term),
-                _ => return std::future::pending().await,
-            },
+        let Some((mut int, mut term)) = registered.or_else(register) else {
+            return std::future::pending().await;
         };
         let name = tokio::select! {
             _ = int.recv() => "SIGINT",

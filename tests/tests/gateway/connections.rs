@@ -17,6 +17,20 @@ fn addr(gw: &Gateway) -> String {
     gw.base.trim_start_matches("http://").to_owned()
 }
 
+/// Whether a new connection to `gw` gets `/healthz` answered within 5 s (a slot freed).
+async fn served_anew(gw: &Gateway) -> bool {
+    eventually(Duration::from_secs(5), || {
+        let addr = addr(gw);
+        async move {
+            let Ok(mut conn) = TcpStream::connect(addr).await else {
+                return false;
+            };
+            healthz(&mut conn).await
+        }
+    })
+    .await
+}
+
 /// What a read on `conn` gives within `limit`: bytes, the end of the stream, or nothing yet.
 #[derive(Debug, PartialEq, Eq)]
 enum Read {
@@ -163,16 +177,7 @@ async fn past_the_descriptor_budget_new_connections_are_closed_cleanly() {
         assert!(healthz(conn).await, "served connections go on");
     }
     drop(held.drain(..1));
-    let served = eventually(Duration::from_secs(5), || {
-        let addr = addr(&gw);
-        async move {
-            let Ok(mut conn) = TcpStream::connect(addr).await else {
-                return false;
-            };
-            healthz(&mut conn).await
-        }
-    })
-    .await;
+    let served = served_anew(&gw).await;
     assert!(served, "a slot frees when a connection closes");
     drop(held);
     drop(gw);
@@ -429,16 +434,7 @@ async fn event_streams_fill_the_descriptor_budget_and_no_more() {
     );
     assert!(healthz(&mut probe).await, "a held connection is served");
     drop(streams.pop());
-    let served = eventually(Duration::from_secs(5), || {
-        let addr = addr(&gw);
-        async move {
-            let Ok(mut conn) = TcpStream::connect(addr).await else {
-                return false;
-            };
-            healthz(&mut conn).await
-        }
-    })
-    .await;
+    let served = served_anew(&gw).await;
     assert!(served, "a slot frees when a stream ends");
     // Once a second by the clock: an interval of t s spans at most t + 2 of its seconds.
     let secs = started.elapsed().as_secs() as usize + 2;

@@ -62,9 +62,7 @@ async fn start(echo: &EchoUpstream, dir: &Path) -> (Stack, PathBuf) {
         )
         .start()
         .await;
-    let base = std::fs::read_to_string(gw.config_path()).unwrap();
-    std::fs::write(gw.config_path(), format!("{base}\n{VIRTUALS}")).unwrap();
-    gw.restart().await.unwrap();
+    gw.restart_with(VIRTUALS).await.unwrap();
     (gw, calls)
 }
 

@@ -342,9 +342,7 @@ async fn an_approve_rule_holds_a_call_through_a_virtual_server_until_a_person_ap
 async fn a_tool_the_member_route_holds_is_absent_from_the_virtual_server_and_refused() {
     let files = Files::new();
     let mut gw = Stack::builder().route(files.route()).start().await;
-    let base = std::fs::read_to_string(gw.config_path()).unwrap();
-    std::fs::write(gw.config_path(), format!("{base}\n{TEAM}\n{FIND}")).unwrap();
-    gw.restart().await.unwrap();
+    gw.restart_with(&format!("{TEAM}\n{FIND}")).await.unwrap();
     let token = gw.create_token("alice").await.unwrap();
     let team = gw.route_url("team");
     let mut client = gw.mcp_at(&team, &token);

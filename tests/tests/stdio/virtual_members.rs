@@ -39,9 +39,7 @@ pub(super) async fn start(echo: &EchoUpstream, dir: &std::path::Path) -> Stack {
         )
         .start()
         .await;
-    let base = std::fs::read_to_string(gw.config_path()).unwrap();
-    std::fs::write(gw.config_path(), format!("{base}\n{TEAM}")).unwrap();
-    gw.restart().await.unwrap();
+    gw.restart_with(TEAM).await.unwrap();
     gw
 }
 

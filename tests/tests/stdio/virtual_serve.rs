@@ -56,9 +56,7 @@ pub(super) async fn start_with(
         )
         .start()
         .await;
-    let base = std::fs::read_to_string(gw.config_path()).unwrap();
-    std::fs::write(gw.config_path(), format!("{base}\n{virtuals}")).unwrap();
-    gw.restart().await.unwrap();
+    gw.restart_with(virtuals).await.unwrap();
     (gw, dir, calls)
 }
 

@@ -47,9 +47,7 @@ async fn start_with(builder: StackBuilder, python: &std::path::Path) -> Stack {
         .stdio_user("root")
         .start()
         .await;
-    let base = std::fs::read_to_string(gw.config_path()).unwrap();
-    std::fs::write(gw.config_path(), format!("{base}\n{TEAM}")).unwrap();
-    gw.restart().await.unwrap();
+    gw.restart_with(TEAM).await.unwrap();
     gw
 }
 
@@ -330,10 +328,8 @@ async fn a_stateless_request_reaches_a_member_of_an_earlier_revision_on_a_sessio
         .route(Route::url("old", &echo.mcp_url()))
         .start()
         .await;
-    let base = std::fs::read_to_string(gw.config_path()).unwrap();
     let team = "[[virtual]]\nname = \"team\"\nmembers = [\"old\"]\n";
-    std::fs::write(gw.config_path(), format!("{base}\n{team}")).unwrap();
-    gw.restart().await.unwrap();
+    gw.restart_with(team).await.unwrap();
     let token = gw.create_token("t").await.unwrap();
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
     "name": "old_echo", "arguments": {},
