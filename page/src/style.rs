@@ -69,8 +69,8 @@ table.stack thead{position:absolute;width:1px;height:1px;overflow:hidden;clip:re
 table.stack tr{display:block;background:#fff;border:1px solid #e5e7eb;border-radius:10px;margin:0 0 .6rem;padding:.35rem 0}\
 table.stack td{display:grid;grid-template-columns:7.5rem 1fr;gap:.5rem;border:none;padding:.25rem .75rem;white-space:normal}\
 table.stack td::before{content:attr(data-label);color:#6b7280;font-size:.85rem;font-weight:600}\
-table.stack td:last-child{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center}\
-table.stack td:last-child::before{content:none}}\
+table.stack td[data-label=\"\"]{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center}\
+table.stack td[data-label=\"\"]::before{content:none}}\
 ";
 
 #[cfg(test)]
@@ -82,6 +82,7 @@ mod tests {
         for rule in [
             "@media (max-width:40rem)",
             "table.stack td::before{content:attr(data-label)",
+            "table.stack td[data-label=\"\"]::before{content:none}",
             "td:last-child{white-space:nowrap}",
             "body.center{",
             "main.page{",
