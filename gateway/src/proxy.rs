@@ -287,6 +287,9 @@ impl Gateway {
             Outcome::Refuse(rejection) => self.refusal(rejection, ctx),
             Outcome::Relayed => return Ok(true),
         };
+        // The gateway's own answer is no event stream: a `GET`'s stream slot goes before the
+        // client can read the answer and ask again.
+        ctx.mcp.stream = None;
         let unread = self.body_unread(session, ctx);
         if unread && session.downstream_session.is_http2() {
             // An HTTP/2 stream answered before its body is read is reset: read it first.
