@@ -81,6 +81,9 @@ pub(crate) const MAX_WATCHED: usize = 64 * 1024;
 /// with `resultType: "task"` and `taskId` (SEP-2663), or the 2025-11-25 shape
 /// `result.task.taskId`. `sse`: the answer is an event stream; its events' `data` are read.
 pub(crate) fn created(body: &[u8], sse: bool) -> Option<String> {
+    if !may_name_a_task(body) {
+        return None;
+    }
     if !sse {
         return created_in(body);
     }
@@ -92,6 +95,14 @@ pub(crate) fn created(body: &[u8], sse: bool) -> Option<String> {
         .iter()
         .chain(last.iter())
         .find_map(|data| created_in(data))
+}
+
+/// Whether `body` can hold a `taskId` member at all: the key spelled out, or written with
+/// `\u` escapes (the only other way JSON spells letters; no key is split across an event's
+/// `data:` lines, as a JSON string holds no raw line break). Most answers are plain results,
+/// and this scan is what they cost instead of a parse.
+fn may_name_a_task(body: &[u8]) -> bool {
+    memchr::memmem::find(body, b"taskId").is_some() || memchr::memmem::find(body, b"\\u").is_some()
 }
 
 fn created_in(json: &[u8]) -> Option<String> {
@@ -281,6 +292,10 @@ mod tests {
         let sse = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"task\",\"taskId\":\"t-3\"}}\n\n";
         assert_eq!(created(sse, true).as_deref(), Some("t-3"));
         assert_eq!(created(b"not json", false), None);
+        // The key written with escapes is still read.
+        let escaped =
+            br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","task\u0049d":"t-4"}}"#;
+        assert_eq!(created(escaped, false).as_deref(), Some("t-4"));
     }
 
     #[test]
