@@ -57,8 +57,32 @@ impl UtcDateTime {
         )
     }
 
-    /// RFC 3339 with milliseconds: `2026-12-01T19:03:07.123Z`
+    /// RFC 3339 with milliseconds: `2026-12-01T19:03:07.123Z` (written digit by digit for years
+    /// 0–9999: it stamps every request's log line).
     pub fn rfc3339_ms(&self) -> String {
+        if let Ok(year @ 0..=9_999) = u32::try_from(self.year) {
+            fn push(out: &mut String, n: u32, width: u32) {
+                for place in (0..width).rev() {
+                    let digit = n / 10u32.pow(place) % 10;
+                    out.push(char::from(b'0' + digit as u8));
+                }
+            }
+            let mut out = String::with_capacity(24);
+            push(&mut out, year, 4);
+            for (sep, n, width) in [
+                ('-', self.month, 2),
+                ('-', self.day, 2),
+                ('T', self.hour, 2),
+                (':', self.minute, 2),
+                (':', self.second, 2),
+                ('.', self.millisecond, 3),
+            ] {
+                out.push(sep);
+                push(&mut out, n, width);
+            }
+            out.push('Z');
+            return out;
+        }
         format!(
             "{}T{:02}:{:02}:{:02}.{:03}Z",
             self.date(),
@@ -96,6 +120,24 @@ mod tests {
 
     fn ms(m: u64) -> String {
         UtcDateTime::from_unix_ms(m).rfc3339_ms()
+    }
+
+    #[test]
+    fn milliseconds_are_written_as_format_would() {
+        let mut m = 0u64;
+        while m < 400_000_000_000_000 {
+            let t = UtcDateTime::from_unix_ms(m);
+            let formatted = format!(
+                "{}T{:02}:{:02}:{:02}.{:03}Z",
+                t.date(),
+                t.hour,
+                t.minute,
+                t.second,
+                t.millisecond
+            );
+            assert_eq!(t.rfc3339_ms(), formatted, "{m}");
+            m = m * 3 + 7_919;
+        }
     }
 
     #[test]

@@ -63,28 +63,49 @@ pub(crate) fn render(
             let _ = serde_json::to_writer(&mut out, &json);
         }
         LogFormat::Text => {
-            let _ = write!(
-                out,
-                "{timestamp} {level:>5} {target}: request request_id={} method={} path={} \
-                 route={:?} status={} subject={:?} client={:?} client_ip={} user_agent={} ms={} \
-                 reason={:?} error={}",
-                line.request_id,
-                line.method,
-                line.path,
-                line.route,
-                line.status,
-                line.subject,
-                line.client,
-                line.client_ip,
-                line.user_agent,
-                line.ms,
-                line.reason,
-                line.error,
-            );
+            // What `write!` would write with `{:?}` for the quoted fields, without its
+            // formatting machinery (this is on every request's path).
+            out.extend_from_slice(timestamp.as_bytes());
+            out.extend_from_slice(if warn { b"  WARN " } else { b"  INFO " });
+            out.extend_from_slice(target.as_bytes());
+            plain(&mut out, ": request request_id=", line.request_id);
+            plain(&mut out, " method=", line.method);
+            plain(&mut out, " path=", line.path);
+            quoted(&mut out, " route=", line.route);
+            let _ = write!(out, " status={}", line.status);
+            quoted(&mut out, " subject=", line.subject);
+            quoted(&mut out, " client=", line.client);
+            plain(&mut out, " client_ip=", line.client_ip);
+            plain(&mut out, " user_agent=", line.user_agent);
+            let _ = write!(out, " ms={}", line.ms);
+            quoted(&mut out, " reason=", line.reason);
+            plain(&mut out, " error=", line.error);
         }
     }
     out.push(b'\n');
     out
+}
+
+/// `key` and `value` as they are.
+fn plain(out: &mut Vec<u8>, key: &str, value: &str) {
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// `key`, then `value` as `{:?}` writes it: printable ASCII other than `"` and `\` as it is,
+/// between quotes; anything else through `Debug`'s escaping.
+fn quoted(out: &mut Vec<u8>, key: &str, value: &str) {
+    out.extend_from_slice(key.as_bytes());
+    if value
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.push(b'"');
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = write!(out, "{value:?}");
+    }
 }
 
 #[cfg(test)]
@@ -127,6 +148,39 @@ mod tests {
         assert_eq!(v["user_agent"], "curl/8 \\u{1b}");
         assert!(v["timestamp"].as_str().unwrap().ends_with(".123Z"), "{v}");
         assert_eq!(v.as_object().unwrap().len(), 4 + 12);
+    }
+
+    #[test]
+    fn text_is_what_the_format_string_wrote() {
+        let odd = RequestLine {
+            subject: "o\"p\\q\u{7f}é",
+            client: "",
+            reason: "tab\there",
+            ..line()
+        };
+        for (l, warn) in [(line(), false), (odd, true)] {
+            let level = if warn { "WARN" } else { "INFO" };
+            let ts = UtcDateTime::from_unix_ms(1_764_790_000_123).rfc3339_ms();
+            let expected = format!(
+                "{ts} {level:>5} t: request request_id={} method={} path={} route={:?} \
+                 status={} subject={:?} client={:?} client_ip={} user_agent={} ms={} \
+                 reason={:?} error={}\n",
+                l.request_id,
+                l.method,
+                l.path,
+                l.route,
+                l.status,
+                l.subject,
+                l.client,
+                l.client_ip,
+                l.user_agent,
+                l.ms,
+                l.reason,
+                l.error,
+            );
+            let out = render(LogFormat::Text, 1_764_790_000_123, warn, "t", &l);
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+        }
     }
 
     #[test]
