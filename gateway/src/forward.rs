@@ -47,25 +47,33 @@ const LOOK_ALIKES: [&str; 16] = [
 /// compared with `_` read as `-` (`x_pforte_subject` is `x-pforte-subject`: servers behind
 /// CGI-style gateways see both as `HTTP_X_PFORTE_SUBJECT`).
 pub(crate) fn is_stripped(name: &str) -> bool {
-    let name = name.to_ascii_lowercase().replace('_', "-");
-    name == "authorization"
-        || name == "cookie"
-        || name == "proxy-authorization"
-        || name.starts_with("x-pforte-")
-        || name == header::REQUEST_ID
-        || name.starts_with("x-forwarded-")
-        || LOOK_ALIKES.contains(&name.as_str())
+    let starts = |prefix: &str| {
+        name.get(..prefix.len())
+            .is_some_and(|head| same_name(head, prefix))
+    };
+    [
+        "authorization",
+        "cookie",
+        "proxy-authorization",
+        header::REQUEST_ID,
+    ]
+    .iter()
+    .chain(&LOOK_ALIKES)
+    .any(|stripped| same_name(name, stripped))
+        || starts("x-pforte-")
+        || starts("x-forwarded-")
 }
 
 /// Whether a client's header `name` is the credential header `credential` the gateway writes
 /// for the upstream, compared as [`is_stripped`] compares (`X_Api_Key` is `X-Api-Key`): the
 /// client's spelling never reaches the upstream beside the gateway's.
 pub(crate) fn is_credential_twin(name: &str, credential: &str) -> bool {
-    name.len() == credential.len()
-        && name
-            .bytes()
-            .zip(credential.bytes())
-            .all(|(a, b)| fold(a) == fold(b))
+    same_name(name, credential)
+}
+
+/// Two header names compared byte by byte, each [`fold`]ed.
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold(x) == fold(y))
 }
 
 /// A header name's byte as compared: ASCII lower case, `_` read as `-`.
