@@ -39,10 +39,22 @@ pub fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, and never handed out before in this process:
+/// the kernel may offer a port again as soon as its probe closes, so a test that asks for
+/// several ports (or two tests on other threads) could otherwise be given the same one twice.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
