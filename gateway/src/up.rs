@@ -296,25 +296,62 @@ fn split_flag<'a>(
     }
 }
 
-/// The banner's lines for every route: its connector URL (what Claude.ai's "Add custom
-/// connector" takes) and the `claude mcp add` line, with `token` in the header.
-pub(crate) fn route_lines(routes: &[crate::config::Route], token: &str) -> Vec<String> {
-    let width = routes.iter().map(|r| r.name.len()).max().unwrap_or(0);
+/// One MCP endpoint the banner names: a route or a virtual server.
+struct Listed<'a> {
+    /// Its name in the connector list.
+    name: &'a str,
+    /// Its name in Claude Code.
+    claude_name: &'a str,
+    /// Its connector URL (its OAuth protected resource).
+    url: &'a str,
+}
+
+/// The banner's lines for every route and virtual server: its connector URL (what Claude.ai's
+/// "Add custom connector" takes) and the `claude mcp add` line, with `token` in the header.
+pub(crate) fn route_lines(
+    routes: &[crate::config::Route],
+    virtuals: &[crate::config::Virtual],
+    token: &str,
+) -> Vec<String> {
+    let routes: Vec<Listed<'_>> = routes
+        .iter()
+        .map(|r| Listed {
+            name: &r.name,
+            // The built-in service keeps the name `pforte` it has always had in Claude Code.
+            claude_name: if r.path == crate::config::MCP_PATH {
+                "pforte"
+            } else {
+                &r.name
+            },
+            url: &r.resource,
+        })
+        .collect();
+    let virtuals: Vec<Listed<'_>> = virtuals
+        .iter()
+        .map(|v| Listed {
+            name: &v.server.name,
+            claude_name: &v.server.name,
+            url: &v.resource,
+        })
+        .collect();
+    let width = routes
+        .iter()
+        .chain(&virtuals)
+        .map(|l| l.name.len())
+        .max()
+        .unwrap_or(0);
+    let connector = |l: &Listed<'_>| format!("    {:width$}  {}", l.name, l.url);
     let mut lines = vec!["  Routes (connector URL for Claude.ai):".to_owned()];
-    for r in routes {
-        lines.push(format!("    {:width$}  {}", r.name, r.resource));
+    lines.extend(routes.iter().map(connector));
+    if !virtuals.is_empty() {
+        lines.push("  Virtual servers (connector URL for Claude.ai):".to_owned());
+        lines.extend(virtuals.iter().map(connector));
     }
     lines.push("  Claude Code:".to_owned());
-    for r in routes {
-        // The built-in service keeps the name `pforte` it has always had in Claude Code.
-        let name = if r.path == crate::config::MCP_PATH {
-            "pforte"
-        } else {
-            r.name.as_str()
-        };
+    for l in routes.iter().chain(&virtuals) {
         lines.push(format!(
-            "    claude mcp add --transport http {name} {} --header \"Authorization: Bearer {token}\"",
-            r.resource
+            "    claude mcp add --transport http {} {} --header \"Authorization: Bearer {token}\"",
+            l.claude_name, l.url
         ));
     }
     lines
@@ -324,6 +361,41 @@ pub(crate) fn route_lines(routes: &[crate::config::Route], token: &str) -> Vec<S
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_banner_names_every_route_and_virtual_server() {
+        let cfg: crate::config::GatewayConfig = toml::from_str(
+            r#"
+            [upstream]
+            url = "http://127.0.0.1:2/mcp"
+            [[routes]]
+            name = "notes"
+            url = "http://127.0.0.1:3/mcp"
+            [[virtual]]
+            name = "team"
+            members = ["mcp", "notes"]
+            "#,
+        )
+        .unwrap();
+        let s = cfg.validate().unwrap();
+        let lines = route_lines(&s.routes, &s.virtuals, "pft_x");
+        let base = "http://127.0.0.1:8787";
+        let header = "--header \"Authorization: Bearer pft_x\"";
+        assert_eq!(
+            lines,
+            [
+                "  Routes (connector URL for Claude.ai):".to_owned(),
+                format!("    mcp    {base}/mcp"),
+                format!("    notes  {base}/notes/mcp"),
+                "  Virtual servers (connector URL for Claude.ai):".to_owned(),
+                format!("    team   {base}/team/mcp"),
+                "  Claude Code:".to_owned(),
+                format!("    claude mcp add --transport http pforte {base}/mcp {header}"),
+                format!("    claude mcp add --transport http notes {base}/notes/mcp {header}"),
+                format!("    claude mcp add --transport http team {base}/team/mcp {header}"),
+            ]
+        );
+    }
 
     #[test]
     fn the_banner_read_is_bounded() {

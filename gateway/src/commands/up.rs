@@ -216,7 +216,11 @@ fn run(
             );
         }
     }
-    for line in up::route_lines(&settings.routes, token.as_deref().unwrap_or("<token>")) {
+    for line in up::route_lines(
+        &settings.routes,
+        &settings.virtuals,
+        token.as_deref().unwrap_or("<token>"),
+    ) {
         println!("{line}");
     }
     let admin = Admin::new(stores.oauth()?.clone());
