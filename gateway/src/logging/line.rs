@@ -65,9 +65,10 @@ pub(crate) fn render(
         LogFormat::Text => {
             // What `write!` would write with `{:?}` for the quoted fields, without its
             // formatting machinery (this is on every request's path).
-            out.extend_from_slice(timestamp.as_bytes());
-            out.extend_from_slice(if warn { b"  WARN " } else { b"  INFO " });
-            out.extend_from_slice(target.as_bytes());
+            // `{timestamp} {level:>5} {target}`: both levels have four letters.
+            for part in [&timestamp, "  ", level, " ", target] {
+                out.extend_from_slice(part.as_bytes());
+            }
             plain(&mut out, ": request request_id=", line.request_id);
             plain(&mut out, " method=", line.method);
             plain(&mut out, " path=", line.path);
